@@ -1,0 +1,53 @@
+//! Producer sequence arithmetic: sequences live in [0, i32::MAX] and wrap to 0 (kafka-format.md §1.6).
+
+/// `base + delta` with Kafka's wrap: past i32::MAX the count continues from 0.
+pub fn add(base: i32, delta: i32) -> i32 {
+    if base > i32::MAX - delta {
+        delta - (i32::MAX - base) - 1
+    } else {
+        base + delta
+    }
+}
+
+/// The inverse of [`add`]: the first sequence of a batch whose last sequence is `last`.
+pub fn sub(last: i32, delta: i32) -> i32 {
+    if last < delta {
+        i32::MAX - (delta - last) + 1
+    } else {
+        last - delta
+    }
+}
+
+/// Whether `next` directly follows `last`.
+pub fn in_sequence(last: i32, next: i32) -> bool {
+    next == last.wrapping_add(1) && last != i32::MAX || (next == 0 && last == i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_wraps_past_i32_max() {
+        assert_eq!(add(5, 4), 9);
+        assert_eq!(add(i32::MAX, 0), i32::MAX);
+        assert_eq!(add(i32::MAX, 1), 0);
+        assert_eq!(add(i32::MAX - 1, 3), 1);
+    }
+
+    #[test]
+    fn sub_inverts_add() {
+        for (base, delta) in [(0, 0), (5, 4), (i32::MAX, 1), (i32::MAX - 1, 3), (100, 99)] {
+            assert_eq!(sub(add(base, delta), delta), base, "base {base} delta {delta}");
+        }
+    }
+
+    #[test]
+    fn in_sequence_follows_and_wraps() {
+        assert!(in_sequence(4, 5));
+        assert!(!in_sequence(4, 6));
+        assert!(!in_sequence(4, 4));
+        assert!(in_sequence(i32::MAX, 0));
+        assert!(!in_sequence(i32::MAX, i32::MIN));
+    }
+}

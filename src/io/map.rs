@@ -1,0 +1,340 @@
+//! Shared memory maps with a publish watermark: the only `unsafe` code in oncelog.
+//!
+//! The hazards of a shared map (DESIGN.md §4 of the contract, §5 of the design) and how this
+//! module closes them:
+//!
+//! * **A reader sees bytes change.** Readers only get slices of `[0, published)`
+//!   ([`Mapping::slice`], [`Mapping::bytes`]); the one [`MapWriter`] of a map only writes
+//!   `[published, len)` and moves `published` forward, never back. So a published byte never
+//!   changes while the map lives.
+//! * **A reader sees half a write.** `publish` is a `Release` store after the copy; readers load
+//!   it with `Acquire`, so every byte below the watermark they read is fully written.
+//! * **A reader outlives the map.** A returned [`bytes::Bytes`] owns an `Arc` of the map, so the
+//!   pages stay mapped until the last reader is gone, even after the file is closed or deleted.
+//! * **SIGBUS.** The file must stay at least as long as the bytes anyone touches. Writers
+//!   preallocate with a real allocation before mapping (the `File::allocate` contract) and files
+//!   are only trimmed down to their published length.
+
+use std::fmt;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// What keeps a mapping's memory alive and flushes it; dropped when the last [`Mapping`]
+/// reference goes (which unmaps it).
+pub trait MapBacking: Send + Sync + 'static {
+    /// Writes the dirty pages of `[offset, offset + len)` back to the file (msync).
+    fn flush(&self, offset: usize, len: usize) -> io::Result<()>;
+}
+
+/// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    published: AtomicUsize,
+    writable: bool,
+    writer_taken: AtomicBool,
+    backing: Box<dyn MapBacking>,
+}
+
+// SAFETY: the raw pointer is only dereferenced through `slice`/`bytes` (published, immutable
+// bytes, safe to share between threads) and through the unique `MapWriter` (disjoint,
+// unpublished bytes). The backing is `Send + Sync` by its trait bound.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; all shared state besides the memory is atomic.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Wraps memory that a [`super::File`] implementation mapped.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes (and for writes, if `writable`) for as long
+    /// as `backing` lives, and nothing else may write to that memory while it is mapped.
+    pub unsafe fn from_raw(
+        ptr: *mut u8,
+        len: usize,
+        published: usize,
+        writable: bool,
+        backing: Box<dyn MapBacking>,
+    ) -> Mapping {
+        assert!(published <= len, "published {published} beyond map length {len}");
+        Mapping {
+            ptr: NonNull::new(ptr).unwrap_or(NonNull::dangling()),
+            len,
+            published: AtomicUsize::new(published),
+            writable,
+            writer_taken: AtomicBool::new(false),
+            backing,
+        }
+    }
+
+    /// Wraps a `memmap2` map of a whole file range (used by the real file system).
+    pub(super) fn from_mmap(raw: memmap2::MmapRaw, published: usize, writable: bool) -> Mapping {
+        let (ptr, len) = (raw.as_mut_ptr(), raw.len());
+        // SAFETY: `raw` maps `len` bytes and is moved into the backing, which the Mapping keeps
+        // until it drops; the caller mapped it read-write iff `writable`. Other processes
+        // writing the same file are outside oncelog's contract (a log directory belongs to one
+        // process).
+        unsafe { Mapping::from_raw(ptr, len, published.min(len), writable, Box::new(RealMap(raw))) }
+    }
+
+    /// An empty mapping (of an empty file, which `mmap` refuses).
+    pub fn empty() -> Mapping {
+        struct NoBacking;
+        impl MapBacking for NoBacking {
+            fn flush(&self, _: usize, _: usize) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        // SAFETY: a zero-length region needs no valid memory; `ptr` is never dereferenced for
+        // a non-empty range because every access is bounded by `len` = 0.
+        unsafe { Mapping::from_raw(NonNull::dangling().as_ptr(), 0, 0, false, Box::new(NoBacking)) }
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes `[0, published)` are visible to readers and never change again.
+    pub fn published(&self) -> usize {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// The published bytes of `[start, end)`, or `None` if the range is not all published.
+    pub fn slice(&self, start: usize, end: usize) -> Option<&[u8]> {
+        if start > end || end > self.published() {
+            return None;
+        }
+        // SAFETY: `[start, end)` is inside `[0, published)`, which lies inside the mapping
+        // (published ≤ len) and is never written again (the writer only writes at or above
+        // `published`, which only grows); the Acquire load above orders the writer's copy
+        // before this read.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(start), end - start) })
+    }
+
+    /// All published bytes.
+    pub fn published_slice(&self) -> &[u8] {
+        let end = self.published();
+        self.slice(0, end).unwrap_or(&[])
+    }
+
+    /// A zero-copy [`Bytes`] of the published range `[start, end)` that keeps the map alive.
+    pub fn bytes(self: &Arc<Self>, start: usize, end: usize) -> Option<Bytes> {
+        self.slice(start, end)?;
+        Some(Bytes::from_owner(MapSlice { map: Arc::clone(self), start, end }))
+    }
+
+    /// msync of `[offset, offset + len)`.
+    pub fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        debug_assert!(offset + len <= self.len);
+        self.backing.flush(offset, len)
+    }
+
+    /// The unique writer of a writable mapping, or `None` if the mapping is read-only or its
+    /// writer was already taken.
+    pub fn writer(self: &Arc<Self>) -> Option<MapWriter> {
+        if !self.writable || self.writer_taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(MapWriter { map: Arc::clone(self) })
+    }
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("len", &self.len)
+            .field("published", &self.published())
+            .field("writable", &self.writable)
+            .finish()
+    }
+}
+
+struct RealMap(memmap2::MmapRaw);
+
+impl MapBacking for RealMap {
+    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.0.flush_range(offset, len)
+    }
+}
+
+/// Allocates real blocks for `[0, len)` of `file`, growing it if needed. fallocate mode 0;
+/// file systems without it (EOPNOTSUPP) get glibc's posix_fallocate, which writes a byte into
+/// every block.
+pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    if len == 0 {
+        return Ok(());
+    }
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "allocation too large"))?;
+    let fd = file.as_raw_fd();
+    // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
+    if unsafe { libc::fallocate(fd, 0, 0, len) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::EOPNOTSUPP) {
+        return Err(err);
+    }
+    // SAFETY: as above.
+    match unsafe { libc::posix_fallocate(fd, 0, len) } {
+        0 => Ok(()),
+        errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// A published range of a mapping, owned by a [`Bytes`].
+struct MapSlice {
+    map: Arc<Mapping>,
+    start: usize,
+    end: usize,
+}
+
+impl AsRef<[u8]> for MapSlice {
+    fn as_ref(&self) -> &[u8] {
+        // The range was checked to be published when the slice was made, and publication never
+        // shrinks, so this cannot fail.
+        self.map.slice(self.start, self.end).unwrap_or(&[])
+    }
+}
+
+/// The one writer of a writable [`Mapping`]: writes above the watermark, then publishes.
+pub struct MapWriter {
+    map: Arc<Mapping>,
+}
+
+impl MapWriter {
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+    pub fn capacity(&self) -> usize {
+        self.map.len
+    }
+    pub fn published(&self) -> usize {
+        // Only this writer stores the watermark, so a relaxed load sees its own last store.
+        self.map.published.load(Ordering::Relaxed)
+    }
+
+    /// The unpublished range `[start, end)` for writing. Panics if the range is published or
+    /// beyond the map: that is a bug in the caller, never a property of input data.
+    pub fn unpublished_mut(&mut self, start: usize, end: usize) -> &mut [u8] {
+        assert!(
+            self.published() <= start && start <= end && end <= self.map.len,
+            "write [{start}, {end}) outside the unpublished range [{}, {})",
+            self.published(),
+            self.map.len
+        );
+        // SAFETY: the range is inside the mapping and at or above the watermark, so no reader
+        // holds a slice of it (readers only get published bytes); `&mut self` on the unique
+        // writer makes this the only mutable access.
+        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), end - start) }
+    }
+
+    /// Copies `src` to `at` (unpublished).
+    pub fn write(&mut self, at: usize, src: &[u8]) {
+        self.unpublished_mut(at, at + src.len()).copy_from_slice(src);
+    }
+
+    /// Makes `[0, end)` visible to readers. `end` must not go backwards.
+    pub fn publish(&mut self, end: usize) {
+        assert!(
+            self.published() <= end && end <= self.map.len,
+            "publish {end} outside [{}, {}]",
+            self.published(),
+            self.map.len
+        );
+        self.map.published.store(end, Ordering::Release);
+    }
+
+    /// Touches every page of `[start, end)` (unpublished) so the page faults are taken now,
+    /// off the append path, instead of inside the copy that will fill them.
+    pub fn prefault(&mut self, start: usize, end: usize) {
+        const PAGE: usize = 4096;
+        let region = self.unpublished_mut(start, end);
+        let mut i = 0;
+        while i < region.len() {
+            // A volatile read-modify-write of a byte that is still zero: the page becomes
+            // resident and writable without changing its content.
+            // SAFETY: `i < region.len()`, so the pointer is inside the exclusive region.
+            unsafe {
+                let p = region.as_mut_ptr().add(i);
+                std::ptr::write_volatile(p, std::ptr::read_volatile(p));
+            }
+            i += PAGE;
+        }
+    }
+}
+
+impl fmt::Debug for MapWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MapWriter").field("map", &self.map).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Heap(#[allow(dead_code)] Box<[u8]>);
+    impl MapBacking for Heap {
+        fn flush(&self, _: usize, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn heap_mapping(len: usize, published: usize) -> Arc<Mapping> {
+        let mut buf = vec![0u8; len].into_boxed_slice();
+        let ptr = buf.as_mut_ptr();
+        // SAFETY: the boxed slice is moved into the backing and lives as long as the mapping;
+        // moving a Box does not move its heap allocation.
+        Arc::new(unsafe { Mapping::from_raw(ptr, len, published, true, Box::new(Heap(buf))) })
+    }
+
+    #[test]
+    fn readers_see_only_published_bytes() {
+        let map = heap_mapping(64, 0);
+        let mut w = map.writer().expect("writer");
+        w.write(0, b"hello");
+        assert!(map.slice(0, 5).is_none());
+        w.publish(5);
+        assert_eq!(map.slice(0, 5), Some(&b"hello"[..]));
+        assert!(map.slice(0, 6).is_none());
+    }
+
+    #[test]
+    fn bytes_outlive_the_writer_and_every_other_handle() {
+        let map = heap_mapping(16, 0);
+        let mut w = map.writer().expect("writer");
+        w.write(0, b"abcd");
+        w.publish(4);
+        let b = map.bytes(1, 3).expect("published");
+        drop(w);
+        drop(map);
+        assert_eq!(&b[..], b"bc");
+    }
+
+    #[test]
+    fn a_mapping_has_one_writer() {
+        let map = heap_mapping(16, 0);
+        let _w = map.writer().expect("first writer");
+        assert!(map.writer().is_none());
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the unpublished range")]
+    fn writing_below_the_watermark_is_refused() {
+        let map = heap_mapping(16, 8);
+        let mut w = map.writer().expect("writer");
+        w.write(4, b"x");
+    }
+}

@@ -1,0 +1,129 @@
+//! The file-system seam (DESIGN.md §3): every file operation of the engine goes through
+//! [`FileSystem`] and [`File`], so crash tests can swap the real implementation for a simulated
+//! one that keeps a live and a durable image of every file.
+//!
+//! Memory maps are the one place where bytes move without a call: [`Mapping`] (in the small
+//! `map` module, the only `unsafe` code of the crate) makes that safe with a *publish
+//! watermark*: readers can only see bytes below it, and the single [`MapWriter`] only writes
+//! above it.
+
+mod error;
+#[allow(unsafe_code)]
+mod map;
+mod real;
+
+use std::fmt::Debug;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::{IoError, IoResultExt};
+pub use map::{MapBacking, MapWriter, Mapping};
+pub use real::RealFs;
+
+/// How [`FileSystem::open`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only; the file must exist. Used by read-only tools, which never modify what they read.
+    Read,
+    /// Read and write; the file must exist.
+    ReadWrite,
+    /// Read and write; created empty if missing, kept as it is otherwise.
+    Create,
+    /// Read and write; created empty, or truncated to empty if it exists.
+    CreateTruncate,
+}
+
+/// How [`File::map`] maps a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MapMode {
+    /// The whole mapped range is published; no writer exists.
+    ReadOnly,
+    /// Shared, writable; the first `published` bytes are visible to readers at once, and a
+    /// [`MapWriter`] may write above them.
+    ReadWrite { published: usize },
+}
+
+/// A directory tree of files: the operations the engine needs, and no more.
+pub trait FileSystem: Send + Sync + Debug + 'static {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the entries of `dir` (files and directories), in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    fn exists(&self, path: &Path) -> io::Result<bool>;
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>>;
+    /// Atomically replaces `to` with `from` (POSIX rename). Durable only after [`Self::sync_dir`].
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (creations, renames, removals) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// One open file.
+pub trait File: Send + Sync + Debug {
+    fn len(&self) -> io::Result<u64>;
+    /// Grows (with zeros) or shrinks the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes sure `[0, len)` is backed by really allocated blocks (fallocate, not a sparse
+    /// hole), growing the file to `len` if it is shorter. A full disk fails here, with an error,
+    /// instead of later as a SIGBUS on a write through a map (DESIGN.md §5).
+    fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// fdatasync: the file's data and the metadata needed to read it back (its length).
+    fn sync_data(&self) -> io::Result<()>;
+    /// Maps `[0, len)`. The file must be at least `len` bytes long for as long as bytes in the
+    /// map are read or written: only shrink a mapped file below bytes nobody will touch again.
+    fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping>;
+}
+
+/// Reads a whole (small) file.
+pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
+    let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
+    let len = file.len().ctx("stat", path)? as usize;
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = file.read_at(&mut buf[done..], done as u64).ctx("read", path)?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
+/// The name a file is written under before it is renamed into place.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+/// Writes a small metadata file so that a crash leaves either the old or the new content,
+/// never a mix (DESIGN.md §4): temp file, fsync, rename over the target, fsync the directory.
+pub fn write_file_atomically(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+    write_file_synced(fs, &temp_path(path), bytes)?;
+    publish_file(fs, &temp_path(path), path)
+}
+
+/// Writes and fsyncs `path` (the first half of [`write_file_atomically`]).
+pub fn write_file_synced(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+    let file = fs.open(path, OpenMode::CreateTruncate).ctx("create", path)?;
+    file.write_all_at(bytes, 0).ctx("write", path)?;
+    file.sync_data().ctx("fsync", path)
+}
+
+/// Renames a synced temp file over its target and makes the rename durable (the second half
+/// of [`write_file_atomically`]).
+pub fn publish_file(fs: &dyn FileSystem, temp: &Path, path: &Path) -> Result<(), IoError> {
+    fs.rename(temp, path).ctx("rename", temp)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs.sync_dir(dir).ctx("fsync directory", dir)
+}
+
+/// The real file system.
+pub fn real() -> Arc<dyn FileSystem> {
+    Arc::new(RealFs)
+}

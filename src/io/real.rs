@@ -1,0 +1,125 @@
+//! The real file system: std files, `fallocate`, and `memmap2` maps.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memmap2::MmapOptions;
+
+use super::{File, FileSystem, MapMode, Mapping, OpenMode};
+
+/// The operating system's file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl FileSystem for RealFs {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn exists(&self, path: &Path) -> io::Result<bool> {
+        path.try_exists()
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>> {
+        let mut o = fs::OpenOptions::new();
+        match mode {
+            OpenMode::Read => o.read(true),
+            OpenMode::ReadWrite => o.read(true).write(true),
+            OpenMode::Create => o.read(true).write(true).create(true),
+            OpenMode::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
+        };
+        Ok(Box::new(RealFile { file: o.open(path)?, writable: mode != OpenMode::Read }))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::File::open(dir)?.sync_all()
+    }
+}
+
+#[derive(Debug)]
+struct RealFile {
+    file: fs::File,
+    writable: bool,
+}
+
+impl File for RealFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        super::map::fallocate(&self.file, len)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
+        if len == 0 {
+            return Ok(Mapping::empty());
+        }
+        let file_len = self.len()?;
+        if (file_len as u128) < len as u128 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot map {len} bytes of a {file_len}-byte file"),
+            ));
+        }
+        let (writable, published) = match mode {
+            MapMode::ReadOnly => (false, len),
+            MapMode::ReadWrite { published } => (true, published.min(len)),
+        };
+        if writable && !self.writable {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "file opened read-only"));
+        }
+        let raw = if writable {
+            MmapOptions::new().len(len).map_raw(&self.file)?
+        } else {
+            MmapOptions::new().len(len).map_raw_read_only(&self.file)?
+        };
+        Ok(Mapping::from_mmap(raw, published, writable))
+    }
+}
