@@ -3,3 +3,10 @@
 
 pub mod format;
 pub mod io;
+pub mod log;
+pub mod segment;
+
+pub use log::{
+    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FlushError, FlushPolicy,
+    Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport,
+};

@@ -1,0 +1,269 @@
+//! The configuration of one log, with Kafka's defaults (kafka-format.md §2.3, §3, §4).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::format::TimestampType;
+use crate::io::{self, FileSystem};
+
+/// When appends are made durable without an explicit [`super::Log::flush`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Only on `flush` and `close` (Kafka's default: `flush.messages` = Long.MAX).
+    Manual,
+    /// Every append is durable before it returns. Concurrent appenders share one `fdatasync`
+    /// (group commit).
+    Always,
+    /// After this many appended messages (records) since the last flush (`flush.messages`).
+    EveryMessages(u64),
+}
+
+/// How recovery treats damaged bytes it finds after an unclean shutdown (DESIGN.md §7). The
+/// recovery point divides the log: below it every batch was durable; at and above it nothing
+/// was promised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Damage at or after the recovery point (a torn or lost tail of unflushed writes) is cut,
+    /// with every later segment, and reported; damage to durable data is an error naming the
+    /// file and byte position.
+    #[default]
+    TolerateTailCorruption,
+    /// Cut at the first bad batch anywhere and drop everything after it, reported (Kafka's
+    /// behaviour).
+    TolerateAnyCorruption,
+    /// Any bad byte is an error; nothing is cut.
+    AbsoluteConsistency,
+}
+
+impl RecoveryMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecoveryMode::TolerateTailCorruption => "tolerate-tail",
+            RecoveryMode::TolerateAnyCorruption => "tolerate-any",
+            RecoveryMode::AbsoluteConsistency => "absolute",
+        }
+    }
+}
+
+/// Configuration of one partition log. Defaults are Kafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: a segment rolls before it would grow past this. Each active segment's
+    /// `.log` is preallocated to this size. Default 1 GiB; 14 ..= i32::MAX.
+    pub segment_bytes: usize,
+    /// `segment.ms`: roll when the incoming batch's timestamp is this far past the segment's
+    /// first batch. Default 7 days.
+    pub segment_ms: i64,
+    /// `segment.jitter.ms`: a random amount up to this is taken off `segment_ms`, so logs
+    /// created together do not roll together. Default 0.
+    pub segment_jitter_ms: i64,
+    /// `segment.index.bytes`: preallocated size of each index file. Default 10 MiB.
+    pub segment_index_bytes: usize,
+    /// `index.interval.bytes`: bytes between offset-index entries. Default 4096.
+    pub index_interval_bytes: usize,
+    /// `max.message.bytes`: the largest batch accepted from a client. Default 1,048,588.
+    pub max_message_bytes: usize,
+    /// `message.timestamp.type`: CreateTime keeps the producer's timestamps; LogAppendTime
+    /// stamps each batch with the append wall clock.
+    pub message_timestamp_type: TimestampType,
+    /// The partition leader epoch stamped into every client batch. Default 0.
+    pub leader_epoch: i32,
+    /// When appends become durable. Default [`FlushPolicy::Manual`].
+    pub flush_policy: FlushPolicy,
+    /// What recovery may cut after an unclean shutdown.
+    pub recovery_mode: RecoveryMode,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            segment_jitter_ms: 0,
+            segment_index_bytes: 10 << 20,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1_048_588,
+            message_timestamp_type: TimestampType::CreateTime,
+            leader_epoch: 0,
+            flush_policy: FlushPolicy::Manual,
+            recovery_mode: RecoveryMode::TolerateTailCorruption,
+        }
+    }
+}
+
+/// A configuration value outside its valid range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field} = {value}: {rule}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+impl LogConfig {
+    /// Checks every value against its valid range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(field: &'static str, value: impl fmt::Display, rule: &'static str) -> ConfigError {
+            ConfigError {
+                field,
+                value: value.to_string(),
+                rule,
+            }
+        }
+        if !(14..=i32::MAX as usize).contains(&self.segment_bytes) {
+            return Err(bad(
+                "segment_bytes",
+                self.segment_bytes,
+                "must be in 14 ..= 2147483647",
+            ));
+        }
+        if self.segment_ms < 1 {
+            return Err(bad("segment_ms", self.segment_ms, "must be at least 1"));
+        }
+        if self.segment_jitter_ms < 0 {
+            return Err(bad(
+                "segment_jitter_ms",
+                self.segment_jitter_ms,
+                "must not be negative",
+            ));
+        }
+        if !(24..=i32::MAX as usize).contains(&self.segment_index_bytes) {
+            return Err(bad(
+                "segment_index_bytes",
+                self.segment_index_bytes,
+                "must be in 24 ..= 2147483647 (room for two time-index entries)",
+            ));
+        }
+        if self.index_interval_bytes > i32::MAX as usize {
+            return Err(bad(
+                "index_interval_bytes",
+                self.index_interval_bytes,
+                "must fit an int32",
+            ));
+        }
+        if self.max_message_bytes < crate::format::HEADER_SIZE {
+            return Err(bad(
+                "max_message_bytes",
+                self.max_message_bytes,
+                "must be at least 61 (one batch header)",
+            ));
+        }
+        if let FlushPolicy::EveryMessages(0) = self.flush_policy {
+            return Err(bad(
+                "flush_policy",
+                "EveryMessages(0)",
+                "the interval must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The wall clock, in milliseconds since the Unix epoch. A seam so tests can move time.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's real-time clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// What a log runs on: its file system and its clock.
+#[derive(Debug, Clone)]
+pub struct Environment {
+    pub fs: Arc<dyn FileSystem>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for Environment {
+    fn default() -> Self {
+        Environment {
+            fs: io::real(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas_and_valid() {
+        let c = LogConfig::default();
+        assert_eq!(c.segment_bytes, 1_073_741_824);
+        assert_eq!(c.segment_index_bytes, 10_485_760);
+        assert_eq!(c.index_interval_bytes, 4096);
+        assert_eq!(c.max_message_bytes, 1_048_588);
+        assert_eq!(c.segment_ms, 604_800_000);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_with_their_field() {
+        let cases: Vec<(LogConfig, &str)> = vec![
+            (
+                LogConfig {
+                    segment_bytes: 13,
+                    ..Default::default()
+                },
+                "segment_bytes",
+            ),
+            (
+                LogConfig {
+                    segment_bytes: 1 << 31,
+                    ..Default::default()
+                },
+                "segment_bytes",
+            ),
+            (
+                LogConfig {
+                    segment_ms: 0,
+                    ..Default::default()
+                },
+                "segment_ms",
+            ),
+            (
+                LogConfig {
+                    segment_jitter_ms: -1,
+                    ..Default::default()
+                },
+                "segment_jitter_ms",
+            ),
+            (
+                LogConfig {
+                    segment_index_bytes: 8,
+                    ..Default::default()
+                },
+                "segment_index_bytes",
+            ),
+            (
+                LogConfig {
+                    max_message_bytes: 60,
+                    ..Default::default()
+                },
+                "max_message_bytes",
+            ),
+            (
+                LogConfig {
+                    flush_policy: FlushPolicy::EveryMessages(0),
+                    ..Default::default()
+                },
+                "flush_policy",
+            ),
+        ];
+        for (config, field) in cases {
+            assert_eq!(config.validate().map_err(|e| e.field), Err(field));
+        }
+    }
+}

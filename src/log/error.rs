@@ -1,0 +1,117 @@
+//! One error type per operation, plus an umbrella [`Error`] (as redb does). Each says what was
+//! wrong and where.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::config::{ConfigError, RecoveryMode};
+use crate::format::BatchError;
+use crate::io::IoError;
+use crate::segment::{BatchProblem, CorruptSegment, OpenSegmentError};
+
+/// Bytes in a segment that are not whole, valid batches.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("torn batch: {needed} bytes declared, {available} present")]
+    Torn { needed: usize, available: usize },
+    #[error("{0}")]
+    Invalid(BatchProblem),
+}
+
+/// Why a log could not be opened. A refused open changes nothing on disk.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("{}: byte {position}: {damage} (refused by recovery mode {})", path.display(), mode.name())]
+    Corrupt {
+        path: PathBuf,
+        position: usize,
+        damage: Damage,
+        mode: RecoveryMode,
+    },
+    #[error(transparent)]
+    Segment(#[from] OpenSegmentError),
+    #[error("segment {}: {reason}", path.display())]
+    Layout { path: PathBuf, reason: String },
+}
+
+/// Why a batch was not appended. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The batch is malformed or breaks a client rule (CORRUPT_MESSAGE / INVALID_RECORD).
+    #[error("invalid batch: {0}")]
+    Batch(#[from] BatchError),
+    /// The batch cannot fit in any segment (RECORD_LIST_TOO_LARGE).
+    #[error("batch of {size} bytes is larger than segment_bytes {segment_bytes}")]
+    RecordListTooLarge { size: usize, segment_bytes: usize },
+    /// A replicated batch does not start at or after the log end (Kafka's UnexpectedAppendOffset).
+    #[error("replicated batch starts at offset {got}, but the log ends at {log_end_offset}")]
+    UnexpectedAppendOffset { log_end_offset: i64, got: i64 },
+    /// A file operation failed; the log is unchanged and appends may be retried.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// An earlier failure (a failed fsync) left the log read-only until it is reopened: after a
+    /// failed fsync the kernel may have dropped the dirty pages, so writing on could lose
+    /// acknowledged data silently.
+    #[error("log is read-only after an earlier failure: {cause}")]
+    ReadOnly { cause: Arc<IoError> },
+    #[error("log is closed")]
+    Closed,
+}
+
+impl AppendError {
+    /// A stable snake_case name for the kind of error (the CLI's JSON `error` field).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AppendError::Batch(BatchError::TooLarge { .. }) => "batch_too_large",
+            AppendError::Batch(_) => "corrupt_batch",
+            AppendError::RecordListTooLarge { .. } => "record_list_too_large",
+            AppendError::UnexpectedAppendOffset { .. } => "unexpected_append_offset",
+            AppendError::Io(_) => "io",
+            AppendError::ReadOnly { .. } => "read_only",
+            AppendError::Closed => "closed",
+        }
+    }
+}
+
+/// Why a read failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    #[error(transparent)]
+    Corrupt(#[from] CorruptSegment),
+    #[error("log is closed")]
+    Closed,
+}
+
+/// Why a flush (or close) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FlushError {
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("log is read-only after an earlier failure: {cause}")]
+    ReadOnly { cause: Arc<IoError> },
+    #[error("log is closed")]
+    Closed,
+}
+
+/// Any oncelog error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error(transparent)]
+    Flush(#[from] FlushError),
+}

@@ -1,0 +1,598 @@
+//! One partition log: the ordered segments, offsets, append / read / flush / roll, recovery on
+//! open (DESIGN.md §3).
+//!
+//! Concurrency: one mutex serialises appends (validation of the batch bytes happens before it
+//! is taken); readers never take it. They find a segment under a read lock held for the length
+//! of one index lookup and a short scan, and get back `Bytes` that own the segment's map.
+
+mod checkpoint;
+mod config;
+mod error;
+mod recovery;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::format::{self, batch, TimestampType};
+use crate::io::{IoError, IoResultExt};
+use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
+
+pub use checkpoint::{Checkpoint, FILE_NAME as CHECKPOINT_FILE_NAME};
+pub use config::{
+    Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
+};
+pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
+pub use recovery::{RecoveryReport, Truncation};
+
+/// The answer to an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The batch was written at these offsets.
+    Appended(AppendInfo),
+    /// A retry of a batch still in its producer's dedup window: nothing was written, and these
+    /// are the offsets the original got.
+    Duplicate(DuplicateInfo),
+}
+
+/// Where an appended batch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// Base offset of the segment that holds the batch.
+    pub segment_base_offset: i64,
+    /// Byte position of the batch in that segment's `.log`.
+    pub position: u32,
+    /// The append wall clock in ms (the batch's timestamp under LogAppendTime).
+    pub append_time_ms: i64,
+}
+
+/// The original offsets of a duplicate batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DuplicateInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+}
+
+/// What only the appender touches.
+struct AppendState {
+    /// `None` once closed.
+    active: Option<SegmentWriter>,
+    /// Segments rolled away from but not yet flushed (with their indexes).
+    unflushed_sealed: Vec<Arc<Segment>>,
+    /// Set by a failed fsync: the log is read-only until reopened.
+    failure: Option<Arc<IoError>>,
+    /// Records appended since the last flush (for `FlushPolicy::EveryMessages`).
+    unflushed_messages: u64,
+    /// A segment file was created since the directory was last synced.
+    dir_dirty: bool,
+}
+
+/// What the flusher remembers.
+struct FlushState {
+    segment_base: i64,
+    position: usize,
+}
+
+/// One partition log. `Send + Sync`: share it with `Arc`; any number of threads may read while
+/// one appends at a time.
+pub struct Log {
+    env: Environment,
+    dir: PathBuf,
+    config: LogConfig,
+    segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
+    append: Mutex<AppendState>,
+    flush: Mutex<FlushState>,
+    log_end_offset: AtomicI64,
+    log_start_offset: AtomicI64,
+    recovery_point: AtomicI64,
+    closed: AtomicBool,
+    abandoned: AtomicBool,
+    roll_jitter_ms: i64,
+    report: RecoveryReport,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.dir)
+            .field("log_start_offset", &self.log_start_offset())
+            .field("log_end_offset", &self.log_end_offset())
+            .finish()
+    }
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir` on the real file system, recovering it if the last
+    /// close was not clean.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Log, OpenError> {
+        Log::open_in(Environment::default(), dir, config)
+    }
+
+    /// Opens the log with an explicit file system and clock (tests use simulated ones).
+    pub fn open_in(
+        env: Environment,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+    ) -> Result<Log, OpenError> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let now = env.clock.now_ms();
+        let loaded = recovery::open(env.fs.as_ref(), &dir, &config, now)?;
+        let mut segments = BTreeMap::new();
+        for s in loaded.sealed {
+            segments.insert(s.base_offset(), s);
+        }
+        let active = loaded.active;
+        segments.insert(active.base_offset(), Arc::clone(active.segment()));
+        let log_end_offset = active.segment().next_offset();
+        let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
+        Ok(Log {
+            dir,
+            segments: RwLock::new(segments),
+            flush: Mutex::new(FlushState {
+                segment_base: active.base_offset(),
+                position: active.size(),
+            }),
+            append: Mutex::new(AppendState {
+                active: Some(active),
+                unflushed_sealed: Vec::new(),
+                failure: None,
+                unflushed_messages: 0,
+                dir_dirty: false,
+            }),
+            log_end_offset: AtomicI64::new(log_end_offset),
+            log_start_offset: AtomicI64::new(loaded.log_start_offset),
+            recovery_point: AtomicI64::new(loaded.recovery_point),
+            closed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+            roll_jitter_ms,
+            report: loaded.report,
+            config,
+            env,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// What opening the log found and did.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+    /// The first offset that can be read.
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+    /// The next offset to be assigned; every offset below it is readable.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.load(Ordering::Acquire)
+    }
+    /// Every offset below this is durable.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point.load(Ordering::Acquire)
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.read().len()
+    }
+    /// Base offsets of the segments, in order.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.read().keys().copied().collect()
+    }
+    /// Total bytes of batches in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.read().values().map(|s| s.size() as u64).sum()
+    }
+
+    /// Appends one batch as a client sends it (baseOffset 0): validates it, assigns the next
+    /// offsets by rewriting baseOffset in place, stamps the leader epoch (and LogAppendTime when
+    /// configured), and writes it to the active segment, rolling first if needed.
+    pub fn append(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
+        let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
+        if summary.size > self.config.segment_bytes {
+            return Err(AppendError::RecordListTooLarge {
+                size: summary.size,
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        let now = self.env.clock.now_ms();
+        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let max_timestamp = if log_append_time {
+            now
+        } else {
+            summary.max_timestamp
+        };
+        let header_max_timestamp = batch::be_i64(batch, 35);
+        let leader_epoch = self.config.leader_epoch;
+
+        let mut st = self.append.lock();
+        self.check_writable(&st)?;
+        let first_offset = self.log_end_offset.load(Ordering::Relaxed);
+        let last_offset = first_offset + summary.last_offset_delta as i64;
+        self.maybe_roll(
+            &mut st,
+            summary.size,
+            max_timestamp,
+            first_offset,
+            last_offset,
+            now,
+        )?;
+        let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
+        let segment_base_offset = writer.base_offset();
+        let position = writer
+            .append(batch, last_offset, max_timestamp, |dst| {
+                batch::set_base_offset(dst, first_offset);
+                batch::set_partition_leader_epoch(dst, leader_epoch);
+                if log_append_time {
+                    batch::stamp_log_append_time(dst, now);
+                } else if header_max_timestamp != summary.max_timestamp {
+                    // Kafka sets maxTimestamp to the largest record timestamp (§2.1 in-place path).
+                    batch::set_max_timestamp(dst, summary.max_timestamp);
+                }
+            })
+            .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
+        self.log_end_offset
+            .store(last_offset + 1, Ordering::Release);
+        st.unflushed_messages += summary.records_count as u64;
+        let flush = match self.config.flush_policy {
+            FlushPolicy::Manual => false,
+            FlushPolicy::Always => true,
+            FlushPolicy::EveryMessages(n) => st.unflushed_messages >= n,
+        };
+        drop(st);
+        if flush {
+            self.flush_to(last_offset + 1)
+                .map_err(flush_to_append_error)?;
+        }
+        Ok(AppendOutcome::Appended(AppendInfo {
+            first_offset,
+            last_offset,
+            segment_base_offset,
+            position,
+            append_time_ms: now,
+        }))
+    }
+
+    /// Appends batches that already carry their offsets (a follower copying its leader): each
+    /// batch is checked (frame, CRC) and must start at or after the log end, with offsets
+    /// strictly increasing. All batches are checked before any is written.
+    pub fn append_replicated(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
+        let mut parsed = Vec::new();
+        let mut pos = 0;
+        while pos < batches.len() {
+            let b = format::validate_stored_batch(&batches[pos..])?;
+            pos += b.size();
+            if b.size() > self.config.segment_bytes {
+                return Err(AppendError::RecordListTooLarge {
+                    size: b.size(),
+                    segment_bytes: self.config.segment_bytes,
+                });
+            }
+            parsed.push(b);
+        }
+        let now = self.env.clock.now_ms();
+        let mut st = self.append.lock();
+        self.check_writable(&st)?;
+        let mut end = self.log_end_offset.load(Ordering::Relaxed);
+        for b in &parsed {
+            if b.base_offset() < end {
+                return Err(AppendError::UnexpectedAppendOffset {
+                    log_end_offset: end,
+                    got: b.base_offset(),
+                });
+            }
+            end = b.last_offset() + 1;
+        }
+        let mut info: Option<AppendInfo> = None;
+        for b in &parsed {
+            let (first, last) = (b.base_offset(), b.last_offset());
+            self.maybe_roll(&mut st, b.size(), b.max_timestamp(), first, last, now)?;
+            let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
+            let position = writer
+                .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
+                .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
+            let segment_base_offset = writer.base_offset();
+            self.log_end_offset.store(last + 1, Ordering::Release);
+            st.unflushed_messages += b.records_count().max(0) as u64;
+            info = Some(match info {
+                None => AppendInfo {
+                    first_offset: first,
+                    last_offset: last,
+                    segment_base_offset,
+                    position,
+                    append_time_ms: now,
+                },
+                Some(i) => AppendInfo {
+                    last_offset: last,
+                    ..i
+                },
+            });
+        }
+        Ok(info)
+    }
+
+    fn check_writable(&self, st: &AppendState) -> Result<(), AppendError> {
+        if let Some(cause) = &st.failure {
+            return Err(AppendError::ReadOnly {
+                cause: Arc::clone(cause),
+            });
+        }
+        if st.active.is_none() {
+            return Err(AppendError::Closed);
+        }
+        Ok(())
+    }
+
+    /// Kafka's roll conditions (kafka-format.md §3.2), checked before every append.
+    fn maybe_roll(
+        &self,
+        st: &mut AppendState,
+        size: usize,
+        max_timestamp: i64,
+        first_offset: i64,
+        last_offset: i64,
+        now: i64,
+    ) -> Result<(), AppendError> {
+        let w = st.active.as_ref().ok_or(AppendError::Closed)?;
+        let seg_size = w.size();
+        let waited = if w.first_batch_timestamp() >= 0 {
+            max_timestamp - w.first_batch_timestamp()
+        } else {
+            now - w.created_ms()
+        };
+        let roll = seg_size > self.config.segment_bytes - size
+            || (seg_size > 0 && waited > self.config.segment_ms - self.roll_jitter_ms)
+            || w.indexes_full()
+            || relative_offset(w.base_offset(), last_offset).is_none()
+            || !w.fits(size);
+        if !roll {
+            return Ok(());
+        }
+        let new_base = first_offset.max(self.log_end_offset.load(Ordering::Relaxed));
+        if seg_size == 0 && new_base == w.base_offset() {
+            return Ok(());
+        }
+        self.roll(st, new_base, now)
+    }
+
+    /// Starts a new active segment at `new_base` and seals the old one. The new segment is
+    /// created (and its space allocated) first, so a full disk fails here with the old segment
+    /// still active and nothing changed.
+    fn roll(&self, st: &mut AppendState, new_base: i64, now: i64) -> Result<(), AppendError> {
+        let cfg = recovery::segment_config(&self.config);
+        let new =
+            segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
+                match e {
+                    segment::OpenSegmentError::Io(e) => AppendError::Io(e),
+                    other => AppendError::Io(IoError::new(
+                        "create segment",
+                        &self.dir,
+                        std::io::Error::other(other.to_string()),
+                    )),
+                }
+            })?;
+        let new_segment = Arc::clone(new.segment());
+        let old = st.active.replace(new).ok_or(AppendError::Closed)?;
+        self.segments.write().insert(new_base, new_segment);
+        st.dir_dirty = true;
+        match old.seal() {
+            Ok(sealed) => st.unflushed_sealed.push(sealed),
+            Err(e) => {
+                let e = Arc::new(e);
+                st.failure = Some(Arc::clone(&e));
+                return Err(AppendError::ReadOnly { cause: e });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whole batches from the one containing `offset`, zero-copy, up to `max_bytes` (at least
+    /// one whole batch). Empty at the log end.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(ReadError::Closed);
+        }
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset < start || offset > end {
+            return Err(ReadError::OffsetOutOfRange {
+                offset,
+                log_start_offset: start,
+                log_end_offset: end,
+            });
+        }
+        if offset == end {
+            return Ok(Bytes::new());
+        }
+        let segments = self.segments.read();
+        let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
+        for segment in floor
+            .into_iter()
+            .chain(segments.range(offset + 1..).map(|(_, s)| s))
+        {
+            if let Some(bytes) = segment.read(offset, max_bytes)? {
+                return Ok(bytes);
+            }
+        }
+        Ok(Bytes::new())
+    }
+
+    /// The first batch whose max timestamp is ≥ `timestamp`: its base offset and max timestamp
+    /// (Kafka's ListOffsets by time, at batch granularity), or `None` if every batch is older.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<segment::TimestampOffset>, ReadError> {
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        for segment in segments.iter().filter(|s| s.max_timestamp() >= timestamp) {
+            if let Some(position) = segment.find_timestamp(timestamp)? {
+                let batch =
+                    format::RecordBatch::parse(&segment.data()[position..]).map_err(|error| {
+                        segment::CorruptSegment {
+                            path: segment.log_path().to_path_buf(),
+                            position,
+                            error,
+                        }
+                    })?;
+                let offset = batch.base_offset().max(self.log_start_offset());
+                return Ok(Some(segment::TimestampOffset {
+                    timestamp: batch.max_timestamp(),
+                    offset,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Makes every append so far durable: msync + fdatasync of what was written since the last
+    /// flush (and of sealed segments with their indexes), then moves the recovery point.
+    pub fn flush(&self) -> Result<(), FlushError> {
+        self.flush_to(i64::MAX)
+    }
+
+    /// Makes appends below `offset` durable; returns at once if they already are. Appenders
+    /// waiting here share the `fdatasync` of whoever flushes first (group commit).
+    fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+        let mut fst = self.flush.lock();
+        if offset != i64::MAX && self.recovery_point() >= offset {
+            return Ok(());
+        }
+        let (sealed, active, end_position, log_end, dir_dirty) = {
+            let mut st = self.append.lock();
+            if let Some(cause) = &st.failure {
+                return Err(FlushError::ReadOnly {
+                    cause: Arc::clone(cause),
+                });
+            }
+            let Some(w) = st.active.as_ref() else {
+                return Err(FlushError::Closed);
+            };
+            let out = (
+                Arc::clone(w.segment()),
+                w.size(),
+                self.log_end_offset.load(Ordering::Acquire),
+            );
+            st.unflushed_messages = 0;
+            (
+                std::mem::take(&mut st.unflushed_sealed),
+                out.0,
+                out.1,
+                out.2,
+                std::mem::take(&mut st.dir_dirty),
+            )
+        };
+        let from = if fst.segment_base == active.base_offset() {
+            fst.position
+        } else {
+            0
+        };
+        let result = (|| -> Result<(), IoError> {
+            for s in &sealed {
+                s.flush_all()?;
+            }
+            if dir_dirty {
+                self.env
+                    .fs
+                    .sync_dir(&self.dir)
+                    .ctx("fsync directory", &self.dir)?;
+            }
+            active.flush_log(from, end_position)
+        })();
+        if let Err(e) = result {
+            let cause = Arc::new(e);
+            self.append.lock().failure = Some(Arc::clone(&cause));
+            return Err(FlushError::ReadOnly { cause });
+        }
+        fst.segment_base = active.base_offset();
+        fst.position = end_position;
+        self.recovery_point.fetch_max(log_end, Ordering::AcqRel);
+        if !sealed.is_empty() {
+            // A sealed segment became durable: record that recovery can start after it.
+            self.write_checkpoint(false)?;
+        }
+        Ok(())
+    }
+
+    fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
+        checkpoint::write(
+            self.env.fs.as_ref(),
+            &self.dir,
+            &Checkpoint {
+                clean_shutdown: clean,
+                recovery_point: self.recovery_point(),
+                log_start_offset: self.log_start_offset(),
+            },
+        )
+    }
+
+    /// Flushes, trims the active segment to its logical size, and records a clean shutdown.
+    /// Bytes already returned by `read` stay valid. Later calls return `Closed`.
+    pub fn close(&self) -> Result<(), FlushError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.flush()?;
+        let mut st = self.append.lock();
+        let Some(writer) = st.active.take() else {
+            return Ok(());
+        };
+        self.closed.store(true, Ordering::Release);
+        let segment = writer.seal()?;
+        segment.flush_all()?;
+        drop(st);
+        self.write_checkpoint(true)?;
+        Ok(())
+    }
+
+    /// Drops the log without closing it, as a crash of the process would leave it (tests).
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        if !self.abandoned.load(Ordering::Acquire) {
+            // Best effort, like a File's close: callers who care call `close` and see errors.
+            let _ = self.close();
+        }
+    }
+}
+
+/// Index appends cannot fail when the roll rules hold (full indexes and offset overflow roll
+/// first, offsets and running maxima only grow): a failure is a bug, reported as an error.
+fn index_bug(segment: &Segment, error: segment::IndexError) -> IoError {
+    IoError::new(
+        "index append",
+        segment.index_path(),
+        std::io::Error::other(error.to_string()),
+    )
+}
+
+fn flush_to_append_error(e: FlushError) -> AppendError {
+    match e {
+        FlushError::Io(e) => AppendError::Io(e),
+        FlushError::ReadOnly { cause } => AppendError::ReadOnly { cause },
+        FlushError::Closed => AppendError::Closed,
+    }
+}
+
+/// A per-log random roll jitter in `[0, max)` (Kafka's `rollJitterMs`), from the clock.
+fn jitter(max: i64, seed: i64) -> i64 {
+    if max <= 0 {
+        return 0;
+    }
+    let mut x = seed as u64 ^ 0x9E37_79B9_7F4A_7C15;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x % max as u64) as i64
+}

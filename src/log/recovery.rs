@@ -1,0 +1,404 @@
+//! Opening a log directory: leftover files, the checkpoint, validation of everything after the
+//! recovery point after an unclean shutdown, index rebuilds, and the cut of a damaged tail
+//! (DESIGN.md §7, kafka-format.md §8.2-8.3).
+//!
+//! Recovery first *plans*: it reads and validates without changing anything, so a recovery
+//! mode that refuses leaves the directory as it found it. Only then does it apply the plan.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::checkpoint::{self, Checkpoint};
+use super::config::{LogConfig, RecoveryMode};
+use super::error::{Damage, OpenError};
+use crate::format::BatchIter;
+use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
+use crate::segment::ScanStop;
+use crate::segment::{
+    self, names, BatchInfo, IndexSource, Opened, Segment, SegmentConfig, SegmentWriter,
+};
+
+/// What opening the log found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Whether a checkpoint written by a clean close was found.
+    pub clean_shutdown: bool,
+    /// Whether the directory had an `oncelog.checkpoint` (a Kafka directory has none).
+    pub checkpoint_found: bool,
+    /// A checkpoint that could not be read (then ignored), and why.
+    pub bad_checkpoint: Option<String>,
+    /// The recovery point used: everything below it was trusted without validation.
+    pub recovery_point: i64,
+    /// Segments whose batches were validated one by one.
+    pub segments_validated: usize,
+    /// Bytes of batches validated.
+    pub bytes_validated: u64,
+    /// Where damaged bytes were cut off.
+    pub truncations: Vec<Truncation>,
+    /// Whole segments dropped because they followed a cut.
+    pub segments_deleted: Vec<PathBuf>,
+    /// Index files rebuilt from the log, and why.
+    pub indexes_rebuilt: Vec<(PathBuf, String)>,
+    /// Temporary files left by an interrupted operation and removed (or renamed into place).
+    pub leftovers: Vec<PathBuf>,
+}
+
+/// One cut of a damaged tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    pub path: PathBuf,
+    /// Bytes kept: the cut is here.
+    pub position: usize,
+    /// Length of the file before the cut (including preallocated space).
+    pub file_len: usize,
+    pub damage: Damage,
+}
+
+/// The loaded log, ready for appends.
+pub(crate) struct Loaded {
+    pub sealed: Vec<Arc<Segment>>,
+    pub active: SegmentWriter,
+    pub log_start_offset: i64,
+    pub recovery_point: i64,
+    pub report: RecoveryReport,
+}
+
+pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
+    SegmentConfig {
+        segment_bytes: config.segment_bytes,
+        index_bytes: config.segment_index_bytes,
+        index_interval_bytes: config.index_interval_bytes,
+    }
+}
+
+struct SegmentPlan {
+    base: i64,
+    log_size: usize,
+    /// `None`: trusted, stored indexes; `Some`: validated batches to rebuild from.
+    rebuild: Option<Vec<BatchInfo>>,
+}
+
+pub(crate) fn open(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<Loaded, OpenError> {
+    let mut report = RecoveryReport::default();
+    fs.create_dir_all(dir).ctx("create directory", dir)?;
+    finish_interrupted_operations(fs, dir, &mut report)?;
+
+    let cp = match checkpoint::read(fs, dir) {
+        Ok(cp) => cp,
+        Err(bad) => {
+            report.bad_checkpoint = Some(bad.to_string());
+            None
+        }
+    };
+    report.checkpoint_found = cp.is_some();
+    let clean = cp.is_some_and(|c| c.clean_shutdown);
+    report.clean_shutdown = clean;
+    let recovery_point = cp.map_or(0, |c| c.recovery_point);
+    report.recovery_point = recovery_point;
+
+    let bases = list_segments(fs, dir)?;
+    let (plans, doomed) = plan(
+        fs,
+        dir,
+        &bases,
+        clean,
+        recovery_point,
+        config.recovery_mode,
+        &mut report,
+    )?;
+
+    // From here on the directory changes. Mark the log open (not clean) first, so a crash
+    // while applying, or while the log is in use, is recovered as unclean.
+    let mut log_start_offset =
+        cp.map_or(bases.first().copied().unwrap_or(0), |c| c.log_start_offset);
+    checkpoint::write(
+        fs,
+        dir,
+        &Checkpoint {
+            clean_shutdown: false,
+            recovery_point,
+            log_start_offset,
+        },
+    )?;
+    for base in doomed {
+        remove_segment_files(fs, dir, base, &mut report.segments_deleted)?;
+    }
+    remove_orphan_indexes(fs, dir, &plans, &mut report)?;
+
+    let cfg = segment_config(config);
+    let mut sealed = Vec::new();
+    let mut active = None;
+    let last = plans.len().saturating_sub(1);
+    for (i, p) in plans.iter().enumerate() {
+        let indexes = match &p.rebuild {
+            Some(batches) => IndexSource::Rebuild(batches),
+            None => IndexSource::Stored,
+        };
+        let (opened, notes) = segment::open(
+            fs,
+            dir,
+            p.base,
+            &cfg,
+            p.log_size,
+            i == last,
+            indexes,
+            now_ms,
+        )?;
+        report.indexes_rebuilt.extend(notes.rebuilt);
+        match opened {
+            Opened::Sealed(s) => sealed.push(s),
+            Opened::Active(w) => active = Some(w),
+        }
+    }
+    let log_end = active.as_ref().map(|w| w.segment().next_offset());
+    let active = match active {
+        // The checkpoint's log start is beyond all data (Kafka: every segment is deleted and the
+        // log restarts empty at the log start).
+        Some(w) if log_end.is_some_and(|end| end < log_start_offset) => {
+            drop(w);
+            for s in sealed
+                .drain(..)
+                .map(|s| s.base_offset())
+                .chain(plans.last().map(|p| p.base))
+            {
+                remove_segment_files(fs, dir, s, &mut report.segments_deleted)?;
+            }
+            segment::create(fs, dir, log_start_offset, &cfg, now_ms)?
+        }
+        Some(w) => w,
+        None => segment::create(fs, dir, log_start_offset, &cfg, now_ms)?,
+    };
+    let first_base = sealed
+        .first()
+        .map_or(active.base_offset(), |s| s.base_offset());
+    log_start_offset = log_start_offset.max(first_base);
+    let log_end_offset = active.segment().next_offset();
+    fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    Ok(Loaded {
+        sealed,
+        active,
+        log_start_offset,
+        recovery_point: recovery_point.min(log_end_offset),
+        report,
+    })
+}
+
+/// Decides, without changing anything, what each segment is opened as and what is cut.
+/// Returns the segments to open and the base offsets of those to delete.
+fn plan(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    bases: &[i64],
+    clean: bool,
+    recovery_point: i64,
+    mode: RecoveryMode,
+    report: &mut RecoveryReport,
+) -> Result<(Vec<SegmentPlan>, Vec<i64>), OpenError> {
+    let mut plans = Vec::new();
+    let mut doomed = Vec::new();
+    let mut previous_last: Option<i64> = None;
+    let mut cut = false;
+    for (i, &base) in bases.iter().enumerate() {
+        if cut {
+            doomed.push(base);
+            continue;
+        }
+        let path = names::file_path(dir, base, names::LOG_EXT);
+        let file = fs.open(&path, OpenMode::Read).ctx("open", &path)?;
+        let file_len = file.len().ctx("stat", &path)? as usize;
+        let below_recovery_point = bases.get(i + 1).is_some_and(|&next| next <= recovery_point);
+        if clean || below_recovery_point {
+            plans.push(SegmentPlan {
+                base,
+                log_size: file_len,
+                rebuild: None,
+            });
+            previous_last = None;
+            continue;
+        }
+        let map = file.map(file_len, MapMode::ReadOnly).ctx("mmap", &path)?;
+        let mut batches = Vec::new();
+        let result = segment::scan(map.published_slice(), base, previous_last, &mut |b| {
+            batches.push(*b)
+        });
+        report.segments_validated += 1;
+        report.bytes_validated += result.valid_len as u64;
+        if let Some(position) = result.stop.position() {
+            let damage = match result.stop {
+                ScanStop::Torn {
+                    needed, available, ..
+                } => Damage::Torn { needed, available },
+                ScanStop::Invalid { problem, .. } => Damage::Invalid(problem),
+                ScanStop::End => unreachable!("End has no position"),
+            };
+            let next_expected = result.last_offset.or(previous_last).map_or(base, |l| l + 1);
+            let durable = next_expected < recovery_point;
+            let refuse = match mode {
+                RecoveryMode::AbsoluteConsistency => true,
+                RecoveryMode::TolerateTailCorruption => durable,
+                RecoveryMode::TolerateAnyCorruption => false,
+            };
+            if refuse {
+                return Err(OpenError::Corrupt {
+                    path,
+                    position,
+                    damage,
+                    mode,
+                });
+            }
+            report.truncations.push(Truncation {
+                path,
+                position,
+                file_len,
+                damage,
+            });
+            cut = true;
+        }
+        previous_last = result.last_offset.or(previous_last);
+        plans.push(SegmentPlan {
+            base,
+            log_size: result.valid_len,
+            rebuild: Some(batches),
+        });
+    }
+    Ok((plans, doomed))
+}
+
+/// Base offsets of the `.log` files, sorted.
+fn list_segments(fs: &dyn FileSystem, dir: &Path) -> Result<Vec<i64>, OpenError> {
+    let names = fs.list(dir).ctx("list", dir)?;
+    let bases: BTreeSet<i64> = names
+        .iter()
+        .filter_map(|n| names::parse(n))
+        .filter(|p| p.ext == names::LOG_EXT && p.suffix.is_none())
+        .map(|p| p.offset)
+        .collect();
+    Ok(bases.into_iter().collect())
+}
+
+/// Index files without a `.log` are leftovers of a deleted segment (§8.2 step 5).
+fn remove_orphan_indexes(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    plans: &[SegmentPlan],
+    report: &mut RecoveryReport,
+) -> Result<(), OpenError> {
+    let live: BTreeSet<i64> = plans.iter().map(|p| p.base).collect();
+    for name in fs.list(dir).ctx("list", dir)? {
+        let Some(p) = names::parse(&name) else {
+            continue;
+        };
+        let is_index = matches!(
+            p.ext,
+            names::INDEX_EXT | names::TIME_INDEX_EXT | names::TXN_INDEX_EXT
+        );
+        if is_index && p.suffix.is_none() && !live.contains(&p.offset) {
+            let path = dir.join(&name);
+            fs.remove_file(&path).ctx("remove", &path)?;
+            report.leftovers.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn remove_segment_files(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    base: i64,
+    removed: &mut Vec<PathBuf>,
+) -> Result<(), OpenError> {
+    for ext in [
+        names::LOG_EXT,
+        names::INDEX_EXT,
+        names::TIME_INDEX_EXT,
+        names::TXN_INDEX_EXT,
+    ] {
+        let path = names::file_path(dir, base, ext);
+        if fs.exists(&path).ctx("stat", &path)? {
+            fs.remove_file(&path).ctx("remove", &path)?;
+            if ext == names::LOG_EXT {
+                removed.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's startup handling of temporary files (kafka-format.md §8.2 steps 3-4), plus
+/// oncelog's own `.tmp` files (a metadata file whose rename never happened).
+fn finish_interrupted_operations(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> Result<(), OpenError> {
+    let names = fs.list(dir).ctx("list", dir)?;
+    let remove = |name: &str, report: &mut RecoveryReport| -> Result<(), OpenError> {
+        let path = dir.join(name);
+        fs.remove_file(&path).ctx("remove", &path)?;
+        report.leftovers.push(path);
+        Ok(())
+    };
+    let min_cleaned = names
+        .iter()
+        .filter_map(|n| names::parse(n))
+        .filter(|p| p.suffix == Some(names::CLEANED_SUFFIX))
+        .map(|p| p.offset)
+        .min();
+    let mut swaps = Vec::new();
+    for name in &names {
+        if name.ends_with(".tmp") {
+            remove(name, report)?;
+            continue;
+        }
+        let Some(p) = names::parse(name) else {
+            continue;
+        };
+        match p.suffix {
+            Some(names::DELETED_SUFFIX) | Some(names::CLEANED_SUFFIX) => remove(name, report)?,
+            Some(names::SWAP_SUFFIX) if min_cleaned.is_some_and(|m| p.offset >= m) => {
+                remove(name, report)?
+            }
+            Some(names::SWAP_SUFFIX) => swaps.push((p.offset, p.ext.to_string(), name.clone())),
+            _ => {}
+        }
+    }
+    if swaps.is_empty() {
+        return Ok(());
+    }
+    // The swapped-in segments replace every old file whose offset falls in their range.
+    let mut lo = i64::MAX;
+    let mut hi = i64::MIN;
+    for (base, ext, name) in &swaps {
+        if ext == names::LOG_EXT {
+            let data = crate::io::read_file(fs, &dir.join(name))?;
+            let next = BatchIter::new(&data)
+                .filter_map(Result::ok)
+                .last()
+                .map_or(*base, |(_, b)| b.last_offset() + 1);
+            lo = lo.min(*base);
+            hi = hi.max(next);
+        }
+    }
+    for name in &names {
+        let Some(p) = names::parse(name) else {
+            continue;
+        };
+        if p.suffix.is_none() && p.ext != names::SNAPSHOT_EXT && p.offset >= lo && p.offset < hi {
+            remove(name, report)?;
+        }
+    }
+    for (_, _, name) in &swaps {
+        let from = dir.join(name);
+        let to = dir.join(name.trim_end_matches(".swap"));
+        fs.rename(&from, &to).ctx("rename", &from)?;
+        report.leftovers.push(from);
+    }
+    fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    Ok(())
+}

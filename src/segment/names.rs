@@ -1,0 +1,92 @@
+//! Kafka's file names (kafka-format.md §3.1): the base offset as 20 zero-padded decimal digits,
+//! an extension, and optionally a temporary suffix after it.
+
+use std::path::{Path, PathBuf};
+
+pub const LOG_EXT: &str = "log";
+pub const INDEX_EXT: &str = "index";
+pub const TIME_INDEX_EXT: &str = "timeindex";
+pub const TXN_INDEX_EXT: &str = "txnindex";
+pub const SNAPSHOT_EXT: &str = "snapshot";
+
+/// Temporary suffixes that follow the extension (§3.1, §8.2).
+pub const DELETED_SUFFIX: &str = "deleted";
+pub const CLEANED_SUFFIX: &str = "cleaned";
+pub const SWAP_SUFFIX: &str = "swap";
+pub const TMP_SUFFIX: &str = "tmp";
+
+/// `00000000000000001234.log` for (1234, "log").
+pub fn file_name(base_offset: i64, ext: &str) -> String {
+    format!("{base_offset:020}.{ext}")
+}
+
+pub fn file_path(dir: &Path, base_offset: i64, ext: &str) -> PathBuf {
+    dir.join(file_name(base_offset, ext))
+}
+
+/// A file name split into its parts: `<offset>.<ext>[.<suffix>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedName<'a> {
+    pub offset: i64,
+    pub ext: &'a str,
+    pub suffix: Option<&'a str>,
+}
+
+/// Parses `<20 digits>.<ext>[.<suffix>]`; anything else (other files of the directory) is `None`.
+pub fn parse(name: &str) -> Option<ParsedName<'_>> {
+    let (digits, rest) = name.split_once('.')?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let offset = digits.parse::<i64>().ok()?;
+    let (ext, suffix) = match rest.split_once('.') {
+        Some((ext, suffix)) => (ext, Some(suffix)),
+        None => (rest, None),
+    };
+    if ext.is_empty() {
+        return None;
+    }
+    Some(ParsedName {
+        offset,
+        ext,
+        suffix,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_twenty_digit_offsets() {
+        assert_eq!(file_name(1234, LOG_EXT), "00000000000000001234.log");
+        assert_eq!(
+            file_name(0, TIME_INDEX_EXT),
+            "00000000000000000000.timeindex"
+        );
+    }
+
+    #[test]
+    fn parse_splits_offset_extension_and_suffix() {
+        assert_eq!(
+            parse("00000000000000001234.log"),
+            Some(ParsedName {
+                offset: 1234,
+                ext: "log",
+                suffix: None
+            })
+        );
+        assert_eq!(
+            parse("00000000000000001234.timeindex.cleaned"),
+            Some(ParsedName {
+                offset: 1234,
+                ext: "timeindex",
+                suffix: Some("cleaned")
+            })
+        );
+        assert_eq!(parse("leader-epoch-checkpoint"), None);
+        assert_eq!(parse("0000000000000000123.log"), None);
+        assert_eq!(parse("0000000000000000012a.log"), None);
+        assert_eq!(parse("00000000000000000012."), None);
+    }
+}

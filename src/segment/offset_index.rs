@@ -1,0 +1,271 @@
+//! The offset index `N.index` (kafka-format.md §4.2): a sparse map from offsets to the byte
+//! positions of batches in `N.log`.
+//!
+//! | off | size | field                                                   |
+//! |----:|-----:|---------------------------------------------------------|
+//! |   0 |    4 | relativeOffset int32 = offset − base offset             |
+//! |   4 |    4 | position int32: where a batch **starts** in `.log`      |
+//!
+//! Entries are big-endian with strictly increasing offsets. The file has no header and no
+//! checksum; an untrimmed file's length is not a trustworthy entry count, which is why the log
+//! rebuilds indexes past its recovery point (DESIGN.md §5).
+
+use std::sync::Arc;
+
+use super::search::largest_lower_bound;
+use crate::format::batch::be_i32;
+use crate::io::{MapWriter, Mapping};
+
+pub const ENTRY_SIZE: usize = 8;
+
+/// One offset-index entry, with the absolute offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetPosition {
+    pub offset: i64,
+    pub position: u32,
+}
+
+/// Why an entry could not be added to an index.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    #[error("index full at {max_entries} entries")]
+    Full { max_entries: usize },
+    #[error("offset {offset} is not above the last indexed offset {last}")]
+    OffsetNotIncreasing { offset: i64, last: i64 },
+    #[error("offset {offset} is outside the int32 range of base offset {base_offset}")]
+    RelativeOffsetOverflow { offset: i64, base_offset: i64 },
+    #[error("timestamp {timestamp} is below the last indexed timestamp {last}")]
+    TimestampDecreasing { timestamp: i64, last: i64 },
+}
+
+/// What makes a stored index untrustworthy (it is then rebuilt from the log).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexProblem {
+    #[error("length {len} is not a multiple of the {entry_size}-byte entry")]
+    Length { len: usize, entry_size: usize },
+    #[error("entry {entry}: offset {offset} not above the previous {previous}")]
+    OffsetOrder {
+        entry: usize,
+        offset: i64,
+        previous: i64,
+    },
+    #[error("entry {entry}: timestamp {timestamp} below the previous {previous}")]
+    TimestampOrder {
+        entry: usize,
+        timestamp: i64,
+        previous: i64,
+    },
+    #[error("entry {entry}: offset {offset} below the base offset {base_offset}")]
+    BelowBase {
+        entry: usize,
+        offset: i64,
+        base_offset: i64,
+    },
+    #[error("entry {entry}: position {position} beyond the {log_size}-byte log")]
+    PositionBeyondLog {
+        entry: usize,
+        position: u32,
+        log_size: usize,
+    },
+}
+
+/// Relative offset of `offset` in a segment, if it fits Kafka's int32 range.
+pub fn relative_offset(base_offset: i64, offset: i64) -> Option<i32> {
+    offset
+        .checked_sub(base_offset)
+        .and_then(|d| i32::try_from(d).ok())
+}
+
+/// Decodes raw index bytes (for tools); a trailing partial entry is ignored.
+pub fn decode(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = OffsetPosition> + '_ {
+    bytes.chunks_exact(ENTRY_SIZE).map(move |e| OffsetPosition {
+        offset: base_offset + be_i32(e, 0) as i64,
+        position: be_i32(e, 4) as u32,
+    })
+}
+
+/// Encodes one entry.
+pub fn encode(base_offset: i64, entry: OffsetPosition) -> [u8; ENTRY_SIZE] {
+    let mut out = [0u8; ENTRY_SIZE];
+    let rel = (entry.offset - base_offset) as i32;
+    out[..4].copy_from_slice(&rel.to_be_bytes());
+    out[4..].copy_from_slice(&(entry.position as i32).to_be_bytes());
+    out
+}
+
+/// Checks every entry of stored index bytes: whole entries, offsets strictly increasing and not
+/// below the base, positions inside the log.
+pub fn check(bytes: &[u8], base_offset: i64, log_size: usize) -> Result<(), IndexProblem> {
+    if bytes.len() % ENTRY_SIZE != 0 {
+        return Err(IndexProblem::Length {
+            len: bytes.len(),
+            entry_size: ENTRY_SIZE,
+        });
+    }
+    let mut previous: Option<i64> = None;
+    for (entry, e) in decode(bytes, base_offset).enumerate() {
+        if e.offset < base_offset {
+            return Err(IndexProblem::BelowBase {
+                entry,
+                offset: e.offset,
+                base_offset,
+            });
+        }
+        if let Some(previous) = previous.filter(|&p| e.offset <= p) {
+            return Err(IndexProblem::OffsetOrder {
+                entry,
+                offset: e.offset,
+                previous,
+            });
+        }
+        if e.position as usize >= log_size {
+            return Err(IndexProblem::PositionBeyondLog {
+                entry,
+                position: e.position,
+                log_size,
+            });
+        }
+        previous = Some(e.offset);
+    }
+    Ok(())
+}
+
+/// The read side of a segment's offset index: the published entries of its map.
+#[derive(Debug, Clone)]
+pub struct OffsetIndex {
+    base_offset: i64,
+    map: Arc<Mapping>,
+}
+
+impl OffsetIndex {
+    pub fn new(base_offset: i64, map: Arc<Mapping>) -> OffsetIndex {
+        OffsetIndex { base_offset, map }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.published() / ENTRY_SIZE
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.map.published_slice()
+    }
+
+    pub fn entry(&self, slot: usize) -> Option<OffsetPosition> {
+        let b = self.bytes();
+        let e = b.get(slot * ENTRY_SIZE..(slot + 1) * ENTRY_SIZE)?;
+        Some(OffsetPosition {
+            offset: self.base_offset + be_i32(e, 0) as i64,
+            position: be_i32(e, 4) as u32,
+        })
+    }
+
+    pub fn last(&self) -> Option<OffsetPosition> {
+        self.len().checked_sub(1).and_then(|slot| self.entry(slot))
+    }
+
+    /// The greatest entry whose offset is ≤ `target`, or `(base offset, 0)` if there is none:
+    /// where a scan for `target` starts.
+    pub fn lookup(&self, target: i64) -> OffsetPosition {
+        let bytes = self.bytes();
+        let n = bytes.len() / ENTRY_SIZE;
+        let key = |slot: usize| self.base_offset + be_i32(bytes, slot * ENTRY_SIZE) as i64;
+        match largest_lower_bound(n, ENTRY_SIZE, key, target) {
+            Some(slot) => OffsetPosition {
+                offset: key(slot),
+                position: be_i32(bytes, slot * ENTRY_SIZE + 4) as u32,
+            },
+            None => OffsetPosition {
+                offset: self.base_offset,
+                position: 0,
+            },
+        }
+    }
+
+    /// All published entries.
+    pub fn entries(&self) -> impl Iterator<Item = OffsetPosition> + '_ {
+        decode(self.bytes(), self.base_offset)
+    }
+}
+
+/// The one writer of an offset index.
+#[derive(Debug)]
+pub struct OffsetIndexWriter {
+    base_offset: i64,
+    writer: MapWriter,
+}
+
+impl OffsetIndexWriter {
+    pub fn new(base_offset: i64, writer: MapWriter) -> OffsetIndexWriter {
+        OffsetIndexWriter {
+            base_offset,
+            writer,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.writer.published() / ENTRY_SIZE
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn max_entries(&self) -> usize {
+        self.writer.capacity() / ENTRY_SIZE
+    }
+    pub fn is_full(&self) -> bool {
+        self.len() >= self.max_entries()
+    }
+
+    fn last_offset(&self) -> Option<i64> {
+        let n = self.len();
+        if n == 0 {
+            return None;
+        }
+        let b = self.writer.mapping().published_slice();
+        Some(self.base_offset + be_i32(b, (n - 1) * ENTRY_SIZE) as i64)
+    }
+
+    /// Position of the last entry, or 0 without one (where the append-path counter restarts).
+    pub fn last_position(&self) -> u32 {
+        let n = self.len();
+        if n == 0 {
+            return 0;
+        }
+        let b = self.writer.mapping().published_slice();
+        be_i32(b, (n - 1) * ENTRY_SIZE + 4) as u32
+    }
+
+    pub fn append(&mut self, offset: i64, position: u32) -> Result<(), IndexError> {
+        if self.is_full() {
+            return Err(IndexError::Full {
+                max_entries: self.max_entries(),
+            });
+        }
+        if let Some(last) = self.last_offset().filter(|&last| offset <= last) {
+            return Err(IndexError::OffsetNotIncreasing { offset, last });
+        }
+        if relative_offset(self.base_offset, offset).is_none() {
+            return Err(IndexError::RelativeOffsetOverflow {
+                offset,
+                base_offset: self.base_offset,
+            });
+        }
+        let at = self.writer.published();
+        self.writer.write(
+            at,
+            &encode(self.base_offset, OffsetPosition { offset, position }),
+        );
+        self.writer.publish(at + ENTRY_SIZE);
+        Ok(())
+    }
+
+    /// Bytes in use (entries × 8): the length the file is trimmed to.
+    pub fn size_bytes(&self) -> usize {
+        self.writer.published()
+    }
+}

@@ -1,0 +1,175 @@
+//! Walking the batches of a `.log` file: where the valid data ends and why (kafka-format.md
+//! §8.3). Pure over bytes; recovery, verification and the dump tool all use it.
+
+use crate::format::{self, BatchError, BatchFrame, RecordBatch};
+
+use super::offset_index::relative_offset;
+
+/// Bytes after the last valid batch that must be zero for the data to count as ending cleanly
+/// (the preallocated, never-written part of a segment). A torn write leaves non-zero bytes
+/// right after the last whole batch; looking further would cost a read of the whole
+/// preallocated file on every unclean open.
+pub const ZERO_CHECK_WINDOW: usize = 1 << 20;
+
+/// What recovery and index rebuilds need to know of each valid batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    pub position: usize,
+    pub size: usize,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+}
+
+/// Why a batch in a segment is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchProblem {
+    #[error("{0}")]
+    Batch(#[from] BatchError),
+    #[error("base offset {base_offset} does not follow the previous last offset {previous_last}")]
+    OffsetNotIncreasing {
+        base_offset: i64,
+        previous_last: i64,
+    },
+    #[error("offsets {base_offset}..={last_offset} are outside the int32 range of segment {segment_base}")]
+    OffsetOutOfSegment {
+        base_offset: i64,
+        last_offset: i64,
+        segment_base: i64,
+    },
+}
+
+/// Where and why a scan stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanStop {
+    /// The data ends: nothing follows, or only zeros (preallocated space).
+    End,
+    /// The last batch runs past the end of the bytes: a torn write.
+    Torn {
+        position: usize,
+        needed: usize,
+        available: usize,
+    },
+    /// Bytes that are not a valid batch.
+    Invalid {
+        position: usize,
+        problem: BatchProblem,
+    },
+}
+
+impl ScanStop {
+    pub fn is_end(&self) -> bool {
+        matches!(self, ScanStop::End)
+    }
+    pub fn position(&self) -> Option<usize> {
+        match self {
+            ScanStop::End => None,
+            ScanStop::Torn { position, .. } | ScanStop::Invalid { position, .. } => Some(*position),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanResult {
+    /// Bytes of whole, valid batches from the start.
+    pub valid_len: usize,
+    pub batches: usize,
+    pub last_offset: Option<i64>,
+    pub max_timestamp: Option<i64>,
+    pub stop: ScanStop,
+}
+
+/// Validates every batch of `bytes` (frame, CRC, codec, offsets strictly increasing and inside
+/// the segment's int32 range) and calls `on_batch` for each valid one, in order.
+pub fn scan(
+    bytes: &[u8],
+    segment_base: i64,
+    previous_last_offset: Option<i64>,
+    on_batch: &mut dyn FnMut(&BatchInfo),
+) -> ScanResult {
+    let mut pos = 0;
+    let mut batches = 0;
+    let mut last = previous_last_offset;
+    let mut max_timestamp: Option<i64> = None;
+    let stop = loop {
+        if pos >= bytes.len() {
+            break ScanStop::End;
+        }
+        let rest = &bytes[pos..];
+        let batch = match check_batch(rest, segment_base, last) {
+            Ok(batch) => batch,
+            Err(stop) => break classify(rest, pos, stop),
+        };
+        let info = BatchInfo {
+            position: pos,
+            size: batch.size(),
+            base_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+            max_timestamp: batch.max_timestamp(),
+        };
+        on_batch(&info);
+        batches += 1;
+        last = Some(info.last_offset);
+        max_timestamp =
+            Some(max_timestamp.map_or(info.max_timestamp, |m| m.max(info.max_timestamp)));
+        pos += info.size;
+    };
+    let last_offset = if batches > 0 { last } else { None };
+    ScanResult {
+        valid_len: pos,
+        batches,
+        last_offset,
+        max_timestamp,
+        stop,
+    }
+}
+
+enum Halt {
+    Incomplete { needed: usize, available: usize },
+    Invalid(BatchProblem),
+}
+
+fn check_batch(
+    rest: &[u8],
+    segment_base: i64,
+    previous_last: Option<i64>,
+) -> Result<RecordBatch<'_>, Halt> {
+    match format::frame(rest) {
+        Ok(BatchFrame::Complete { .. }) => {}
+        Ok(BatchFrame::Incomplete { needed, available }) => {
+            return Err(Halt::Incomplete { needed, available })
+        }
+        Err(e) => return Err(Halt::Invalid(e.into())),
+    }
+    let batch = format::validate_stored_batch(rest).map_err(|e| Halt::Invalid(e.into()))?;
+    let (base_offset, last_offset) = (batch.base_offset(), batch.last_offset());
+    if let Some(previous_last) = previous_last.filter(|&p| base_offset <= p) {
+        return Err(Halt::Invalid(BatchProblem::OffsetNotIncreasing {
+            base_offset,
+            previous_last,
+        }));
+    }
+    if base_offset < segment_base || relative_offset(segment_base, last_offset).is_none() {
+        return Err(Halt::Invalid(BatchProblem::OffsetOutOfSegment {
+            base_offset,
+            last_offset,
+            segment_base,
+        }));
+    }
+    Ok(batch)
+}
+
+fn classify(rest: &[u8], position: usize, halt: Halt) -> ScanStop {
+    let window = &rest[..rest.len().min(ZERO_CHECK_WINDOW)];
+    if window.iter().all(|&b| b == 0) {
+        return ScanStop::End;
+    }
+    match halt {
+        Halt::Incomplete { needed, available } => ScanStop::Torn {
+            position,
+            needed,
+            available,
+        },
+        Halt::Invalid(problem) => ScanStop::Invalid { position, problem },
+    }
+}

@@ -1,0 +1,173 @@
+//! The active segment's writer: copies batches into the map and keeps the indexes.
+
+use std::sync::Arc;
+
+use super::offset_index::{IndexError, OffsetIndexWriter};
+use super::time_index::TimeIndexWriter;
+use super::Segment;
+use crate::io::{IoError, IoResultExt, MapWriter};
+
+/// Appends to one segment. There is exactly one per active segment, owned by the log's append
+/// state; readers share the [`Segment`].
+#[derive(Debug)]
+pub struct SegmentWriter {
+    segment: Arc<Segment>,
+    log: MapWriter,
+    index: OffsetIndexWriter,
+    time: TimeIndexWriter,
+    index_interval_bytes: usize,
+    /// Bytes appended since the last offset-index entry (Kafka's `bytesSinceLastIndexEntry`).
+    bytes_since_index_entry: usize,
+    /// Largest timestamp so far and the last offset of the batch that carried it.
+    max_timestamp: Option<(i64, i64)>,
+    /// maxTimestamp of the first batch (time-based roll, §3.2), -1 if unknown.
+    first_batch_timestamp: i64,
+    /// Wall clock when the segment was created or opened (time-based roll fallback).
+    created_ms: i64,
+    /// Last offset of the last batch, if any.
+    last_offset: Option<i64>,
+}
+
+impl SegmentWriter {
+    pub(super) fn new(
+        segment: Arc<Segment>,
+        log: MapWriter,
+        index: OffsetIndexWriter,
+        time: TimeIndexWriter,
+        index_interval_bytes: usize,
+        created_ms: i64,
+    ) -> SegmentWriter {
+        let bytes_since_index_entry = log.published() - index.last_position() as usize;
+        let max_timestamp = time.last().map(|t| (t.timestamp, t.offset));
+        SegmentWriter {
+            segment,
+            log,
+            index,
+            time,
+            index_interval_bytes,
+            bytes_since_index_entry,
+            max_timestamp,
+            first_batch_timestamp: -1,
+            created_ms,
+            last_offset: None,
+        }
+    }
+
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.segment
+    }
+    pub fn base_offset(&self) -> i64 {
+        self.segment.base_offset()
+    }
+    /// Published bytes of the log.
+    pub fn size(&self) -> usize {
+        self.log.published()
+    }
+    pub fn capacity(&self) -> usize {
+        self.log.capacity()
+    }
+    pub fn first_batch_timestamp(&self) -> i64 {
+        self.first_batch_timestamp
+    }
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+    pub fn last_offset(&self) -> Option<i64> {
+        self.last_offset
+    }
+    /// Whether an index has no room for the entry the next append may need (roll rule 3, §3.2).
+    pub fn indexes_full(&self) -> bool {
+        self.index.is_full() || self.time.is_full()
+    }
+
+    /// Restores what a reopened segment knew of its data (from recovery or a scan of the tail).
+    pub(crate) fn restore(&mut self, last_offset: Option<i64>, first_batch_timestamp: i64) {
+        self.last_offset = last_offset;
+        self.first_batch_timestamp = first_batch_timestamp;
+    }
+
+    /// Copies one batch to the end of the segment, lets `patch` rewrite it in place (offsets,
+    /// leader epoch, timestamps) before anyone can see it, adds index entries, and publishes it.
+    /// Returns the batch's position. The caller has checked that it fits (see [`Self::fits`]).
+    pub fn append(
+        &mut self,
+        batch: &[u8],
+        last_offset: i64,
+        max_timestamp: i64,
+        patch: impl FnOnce(&mut [u8]),
+    ) -> Result<u32, IndexError> {
+        let position = self.log.published();
+        let end = position + batch.len();
+        let dst = self.log.unpublished_mut(position, end);
+        dst.copy_from_slice(batch);
+        patch(dst);
+        self.index_batch(position, batch.len(), last_offset, max_timestamp)?;
+        self.log.publish(end);
+        self.segment.set_next_offset(last_offset + 1);
+        self.segment.note_timestamp(max_timestamp);
+        Ok(position as u32)
+    }
+
+    /// Kafka's append-path index rule (§4.2): after more than `index.interval.bytes` since the
+    /// last entry, index this batch (its last offset at its start position) and the time so
+    /// far. Also used to rebuild indexes during recovery, which gives the same entries.
+    pub(crate) fn index_batch(
+        &mut self,
+        position: usize,
+        size: usize,
+        last_offset: i64,
+        max_timestamp: i64,
+    ) -> Result<(), IndexError> {
+        if self.max_timestamp.is_none_or(|(ts, _)| max_timestamp > ts) {
+            self.max_timestamp = Some((max_timestamp, last_offset));
+        }
+        if self.last_offset.is_none() {
+            self.first_batch_timestamp = max_timestamp;
+        }
+        if self.bytes_since_index_entry > self.index_interval_bytes {
+            self.index.append(last_offset, position as u32)?;
+            if let Some((ts, offset)) = self.max_timestamp {
+                self.time.maybe_append(ts, offset, false)?;
+            }
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += size;
+        self.last_offset = Some(last_offset);
+        Ok(())
+    }
+
+    /// Whether `size` more bytes fit in the mapped capacity.
+    pub fn fits(&self, size: usize) -> bool {
+        self.log.published() + size <= self.log.capacity()
+    }
+
+    /// Prefaults the pages of the next `bytes` after the published end.
+    pub fn prefault(&mut self, bytes: usize) {
+        let start = self.log.published();
+        let end = (start + bytes).min(self.log.capacity());
+        self.log.prefault(start, end);
+    }
+
+    /// Makes the segment inactive: appends the final time-index entry and trims all three
+    /// files to their logical sizes (at roll and close, §3.2). Readers keep their bytes: nothing
+    /// below the published ends is cut.
+    pub fn seal(mut self) -> Result<Arc<Segment>, IoError> {
+        if let (Some((ts, offset)), Some(_)) = (self.max_timestamp, self.last_offset) {
+            // The slot was reserved by the one-early full rule, and the entry's timestamp and
+            // offset are the running maxima, so this cannot fail; if it somehow does, the index
+            // is rebuilt from the log on the next unclean open, so it is not worth failing a roll.
+            let _ = self.time.maybe_append(ts, offset, true);
+        }
+        let s = &self.segment;
+        s.log_file
+            .set_len(self.log.published() as u64)
+            .ctx("trim", &s.log_path)?;
+        s.index_file
+            .set_len(self.index.size_bytes() as u64)
+            .ctx("trim", &s.index_path())?;
+        s.time_file
+            .set_len(self.time.size_bytes() as u64)
+            .ctx("trim", &s.time_index_path())?;
+        Ok(Arc::clone(&self.segment))
+    }
+}
