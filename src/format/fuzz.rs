@@ -1,0 +1,1 @@
+//! Fuzz entry point: runs every decoder of this module on arbitrary bytes.
