@@ -394,3 +394,67 @@ pub fn rewrite_crc(batch: &mut [u8]) {
     let crc = crc32c::crc32c(&batch[OFF_ATTRIBUTES..]);
     batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(batch_length: i32, magic: u8) -> Vec<u8> {
+        let mut buf = vec![0u8; 80];
+        buf[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+        buf[OFF_MAGIC] = magic;
+        buf
+    }
+
+    #[test]
+    fn zero_filled_tail_is_too_small() {
+        assert_eq!(
+            frame(&[0u8; 64]),
+            Err(BatchError::SizeTooSmall { batch_length: 0 })
+        );
+    }
+
+    #[test]
+    fn legacy_message_is_reported_by_its_magic_even_when_short() {
+        // A v0/v1 message of 30 bytes is shorter than a v2 header but is not a torn v2 batch.
+        for magic in [0, 1] {
+            assert_eq!(
+                frame(&header(30, magic)),
+                Err(BatchError::UnsupportedMagic { magic: magic as i8 })
+            );
+        }
+    }
+
+    #[test]
+    fn short_v2_batch_is_too_small() {
+        assert_eq!(
+            frame(&header(30, 2)),
+            Err(BatchError::SizeTooSmall { batch_length: 30 })
+        );
+    }
+
+    #[test]
+    fn fewer_than_seventeen_bytes_are_incomplete() {
+        assert_eq!(
+            frame(&[0u8; 16]),
+            Ok(BatchFrame::Incomplete {
+                needed: 17,
+                available: 16
+            })
+        );
+    }
+
+    #[test]
+    fn batch_iter_stops_at_the_first_bad_frame() {
+        let mut buf = header(49, 2);
+        buf.truncate(61);
+        buf.extend_from_slice(&header(60, 1)[..20]);
+        let items: Vec<_> = BatchIter::new(&buf).collect();
+        assert_eq!(items.len(), 2);
+        assert!(matches!(items[0], Ok((0, _))));
+        assert!(matches!(
+            items[1],
+            Err((61, BatchError::UnsupportedMagic { magic: 1 }))
+        ));
+    }
+}
