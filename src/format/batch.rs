@@ -25,6 +25,9 @@ pub const HEADER_SIZE: usize = 61;
 pub const LOG_OVERHEAD: usize = 12;
 /// Bytes a reader needs before it knows the magic.
 pub const MAGIC_PREFIX: usize = 17;
+/// Smallest batchLength of any magic: a v0 message (crc, magic, attributes, key and value
+/// lengths), Kafka's `LegacyRecord.RECORD_OVERHEAD_V0`.
+const LEGACY_MIN_LENGTH: i32 = 14;
 /// The only magic this crate stores.
 pub const MAGIC_V2: i8 = 2;
 
@@ -141,22 +144,35 @@ pub enum BatchFrame {
 /// Reads the frame of the batch at the start of `buf`: the declared size and magic.
 ///
 /// Errors are the bytes that can never start a valid v2 batch: a declared size below the
-/// 61-byte header (a zero-filled tail lands here), or a magic other than 2.
+/// 61-byte header (a zero-filled tail lands here), or a magic other than 2 (reported as such
+/// whenever the declared size could hold a legacy v0/v1 message).
 pub fn frame(buf: &[u8]) -> Result<BatchFrame, BatchError> {
     if buf.len() < MAGIC_PREFIX {
-        return Ok(BatchFrame::Incomplete { needed: MAGIC_PREFIX, available: buf.len() });
+        return Ok(BatchFrame::Incomplete {
+            needed: MAGIC_PREFIX,
+            available: buf.len(),
+        });
     }
     let batch_length = be_i32(buf, OFF_BATCH_LENGTH);
-    if batch_length < (HEADER_SIZE - LOG_OVERHEAD) as i32 {
+    // Kafka's order (ByteBufferLogInputStream): below the smallest legacy message no magic can
+    // be trusted (a zero-filled tail lands here); otherwise the magic decides the format, so a
+    // v0/v1 message is reported as such rather than as a short v2 batch.
+    if batch_length < LEGACY_MIN_LENGTH {
         return Err(BatchError::SizeTooSmall { batch_length });
     }
     let magic = buf[OFF_MAGIC] as i8;
     if magic != MAGIC_V2 {
         return Err(BatchError::UnsupportedMagic { magic });
     }
+    if batch_length < (HEADER_SIZE - LOG_OVERHEAD) as i32 {
+        return Err(BatchError::SizeTooSmall { batch_length });
+    }
     let size = LOG_OVERHEAD + batch_length as usize;
     if buf.len() < size {
-        return Ok(BatchFrame::Incomplete { needed: size, available: buf.len() });
+        return Ok(BatchFrame::Incomplete {
+            needed: size,
+            available: buf.len(),
+        });
     }
     Ok(BatchFrame::Complete { size })
 }
@@ -173,7 +189,9 @@ impl<'a> RecordBatch<'a> {
     /// The batch at the start of `buf` (which may hold more bytes after it).
     pub fn parse(buf: &'a [u8]) -> Result<RecordBatch<'a>, BatchError> {
         match frame(buf)? {
-            BatchFrame::Complete { size } => Ok(RecordBatch { bytes: &buf[..size] }),
+            BatchFrame::Complete { size } => Ok(RecordBatch {
+                bytes: &buf[..size],
+            }),
             BatchFrame::Incomplete { needed, available } => {
                 Err(BatchError::Truncated { needed, available })
             }
@@ -266,7 +284,8 @@ impl<'a> RecordBatch<'a> {
     }
     /// baseOffset + lastOffsetDelta.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset().wrapping_add(self.last_offset_delta() as i64)
+        self.base_offset()
+            .wrapping_add(self.last_offset_delta() as i64)
     }
     /// The sequence of the last record (wrapping at i32::MAX, §1.6), or -1 without one.
     pub fn last_sequence(&self) -> i32 {
@@ -310,7 +329,11 @@ pub struct BatchIter<'a> {
 
 impl<'a> BatchIter<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        BatchIter { buf, pos: 0, done: false }
+        BatchIter {
+            buf,
+            pos: 0,
+            done: false,
+        }
     }
     /// Byte position of the next batch.
     pub fn position(&self) -> usize {
@@ -370,4 +393,68 @@ pub fn set_max_timestamp(batch: &mut [u8], max_timestamp: i64) {
 pub fn rewrite_crc(batch: &mut [u8]) {
     let crc = crc32c::crc32c(&batch[OFF_ATTRIBUTES..]);
     batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(batch_length: i32, magic: u8) -> Vec<u8> {
+        let mut buf = vec![0u8; 80];
+        buf[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+        buf[OFF_MAGIC] = magic;
+        buf
+    }
+
+    #[test]
+    fn zero_filled_tail_is_too_small() {
+        assert_eq!(
+            frame(&[0u8; 64]),
+            Err(BatchError::SizeTooSmall { batch_length: 0 })
+        );
+    }
+
+    #[test]
+    fn legacy_message_is_reported_by_its_magic_even_when_short() {
+        // A v0/v1 message of 30 bytes is shorter than a v2 header but is not a torn v2 batch.
+        for magic in [0, 1] {
+            assert_eq!(
+                frame(&header(30, magic)),
+                Err(BatchError::UnsupportedMagic { magic: magic as i8 })
+            );
+        }
+    }
+
+    #[test]
+    fn short_v2_batch_is_too_small() {
+        assert_eq!(
+            frame(&header(30, 2)),
+            Err(BatchError::SizeTooSmall { batch_length: 30 })
+        );
+    }
+
+    #[test]
+    fn fewer_than_seventeen_bytes_are_incomplete() {
+        assert_eq!(
+            frame(&[0u8; 16]),
+            Ok(BatchFrame::Incomplete {
+                needed: 17,
+                available: 16
+            })
+        );
+    }
+
+    #[test]
+    fn batch_iter_stops_at_the_first_bad_frame() {
+        let mut buf = header(49, 2);
+        buf.truncate(61);
+        buf.extend_from_slice(&header(60, 1)[..20]);
+        let items: Vec<_> = BatchIter::new(&buf).collect();
+        assert_eq!(items.len(), 2);
+        assert!(matches!(items[0], Ok((0, _))));
+        assert!(matches!(
+            items[1],
+            Err((61, BatchError::UnsupportedMagic { magic: 1 }))
+        ));
+    }
 }

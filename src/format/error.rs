@@ -25,19 +25,35 @@ pub enum BatchError {
     #[error("a client batch must hold at least one record")]
     EmptyBatch,
     #[error("lastOffsetDelta {last_offset_delta} + 1 != recordsCount {records_count}")]
-    CountMismatch { last_offset_delta: i32, records_count: i32 },
+    CountMismatch {
+        last_offset_delta: i32,
+        records_count: i32,
+    },
     #[error("negative lastOffsetDelta {last_offset_delta}")]
     NegativeLastOffsetDelta { last_offset_delta: i32 },
     #[error("clients may not produce control batches")]
     ControlBatchFromClient,
     #[error("producer id {producer_id} requires a base sequence >= 0, got {base_sequence}")]
-    MissingSequence { producer_id: i64, base_sequence: i32 },
+    MissingSequence {
+        producer_id: i64,
+        base_sequence: i32,
+    },
     #[error("record {index} at batch byte {position}: {reason}")]
-    InvalidRecord { index: i32, position: usize, reason: RecordError },
+    InvalidRecord {
+        index: i32,
+        position: usize,
+        reason: RecordError,
+    },
     #[error("{extra} bytes left after the {records_count} declared records")]
     RecordsTrailing { records_count: i32, extra: usize },
     #[error("cannot decompress {codec:?} records: {message}")]
     Decompression { codec: Compression, message: String },
+    #[error("negative recordsCount {records_count}")]
+    NegativeRecordsCount { records_count: i32 },
+    #[error("{codec:?} records decompress to more than the limit of {limit} bytes")]
+    DecompressedTooLarge { codec: Compression, limit: usize },
+    #[error("cannot compress records with {codec:?}: {message}")]
+    CompressionFailed { codec: Compression, message: String },
 }
 
 /// What is wrong inside one record (kafka-format.md §1.4).
@@ -46,7 +62,10 @@ pub enum RecordError {
     #[error("the record runs past the end of the batch")]
     Truncated,
     #[error("{field} varint is longer than {max_bytes} bytes")]
-    VarintTooLong { field: &'static str, max_bytes: usize },
+    VarintTooLong {
+        field: &'static str,
+        max_bytes: usize,
+    },
     #[error("{field} is negative ({value})")]
     NegativeLength { field: &'static str, value: i64 },
     #[error("offsetDelta {got}, expected {expected}: offsets must be dense")]
@@ -55,4 +74,21 @@ pub enum RecordError {
     LengthMismatch { declared: usize, consumed: usize },
     #[error("header key must not be null")]
     NullHeaderKey,
+    #[error("headerCount {count} is larger than the {remaining} bytes left in the record")]
+    HeaderCountTooLarge { count: i32, remaining: usize },
+}
+
+/// A control record whose key or value is corrupt (kafka-format.md §1.7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlRecordError {
+    #[error("control record key is {len} bytes, at least 4 needed")]
+    KeyTooShort { len: usize },
+    #[error("control record key has negative version {version}")]
+    NegativeKeyVersion { version: i16 },
+    #[error("end-txn marker value is {len} bytes, at least 6 needed")]
+    ValueTooShort { len: usize },
+    #[error("end-txn marker value has negative version {version}")]
+    NegativeValueVersion { version: i16 },
+    #[error("control record has a null {field}")]
+    Null { field: &'static str },
 }

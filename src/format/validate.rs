@@ -1,7 +1,7 @@
 //! The checks a batch must pass before it is stored (kafka-format.md §2.1, DESIGN.md §3).
 
-use super::batch::{Compression, RecordBatch, TimestampType};
-use super::error::BatchError;
+use super::batch::{Compression, RecordBatch, TimestampType, ATTR_COMPRESSION_MASK, HEADER_SIZE};
+use super::error::{BatchError, RecordError};
 
 /// What the append path needs to know of a validated client batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,17 +28,493 @@ pub struct BatchSummary {
 /// the CRC, baseOffset 0, a known codec, `lastOffsetDelta + 1 == recordsCount > 0`, not a control
 /// batch, a sequence when there is a producer id; for uncompressed batches every record
 /// (offset deltas 0..n-1, varint bounds, lengths consumed exactly) and no bytes left over.
+///
+/// Bytes after the batch are refused ([`BatchError::TrailingBytes`]) right after the size check:
+/// a v2 produce request carries one batch per partition (§2.1). Compressed batches are stored
+/// as they are, so their records are not read here and the header's maxTimestamp is trusted.
+///
+/// This is the append hot path: one pass over the records, no allocation.
 pub fn validate_client_batch(
     buf: &[u8],
     max_batch_bytes: usize,
 ) -> Result<BatchSummary, BatchError> {
-    let _ = (buf, max_batch_bytes);
-    todo!("format helper implements this")
+    let batch = RecordBatch::parse(buf)?;
+    let size = batch.size();
+    if size > max_batch_bytes {
+        return Err(BatchError::TooLarge {
+            size,
+            max: max_batch_bytes,
+        });
+    }
+    if buf.len() > size {
+        return Err(BatchError::TrailingBytes {
+            batch_size: size,
+            extra: buf.len() - size,
+        });
+    }
+    batch.verify_crc()?;
+    if batch.base_offset() != 0 {
+        return Err(BatchError::NonZeroBaseOffset {
+            base_offset: batch.base_offset(),
+        });
+    }
+    let compression = known_compression(&batch)?;
+    let (records_count, last_offset_delta) = (batch.records_count(), batch.last_offset_delta());
+    if records_count <= 0 {
+        return Err(BatchError::EmptyBatch);
+    }
+    if i64::from(last_offset_delta) + 1 != i64::from(records_count) {
+        return Err(BatchError::CountMismatch {
+            last_offset_delta,
+            records_count,
+        });
+    }
+    if batch.is_control() {
+        return Err(BatchError::ControlBatchFromClient);
+    }
+    if batch.producer_id() >= 0 && batch.base_sequence() < 0 {
+        return Err(BatchError::MissingSequence {
+            producer_id: batch.producer_id(),
+            base_sequence: batch.base_sequence(),
+        });
+    }
+    let max_timestamp = match compression {
+        Compression::None => max_record_timestamp(&batch)?,
+        _ => batch.max_timestamp(),
+    };
+    Ok(BatchSummary {
+        size,
+        last_offset_delta,
+        records_count,
+        max_timestamp,
+        producer_id: batch.producer_id(),
+        producer_epoch: batch.producer_epoch(),
+        base_sequence: batch.base_sequence(),
+        is_transactional: batch.is_transactional(),
+        is_control: false,
+        timestamp_type: batch.timestamp_type(),
+        compression,
+    })
+}
+
+/// Walks the raw records once: every record must be well formed and carry offsetDelta equal to
+/// its index. Kafka's uncompressed in-place path skips the delta check; oncelog does not, since
+/// a gap would make the offsets it assigns disagree with what readers compute (DESIGN.md).
+fn max_record_timestamp(batch: &RecordBatch<'_>) -> Result<i64, BatchError> {
+    let mut max_timestamp = i64::MIN;
+    let mut position = HEADER_SIZE;
+    for (index, record) in (0i32..).zip(batch.iter_records(batch.records_data())) {
+        let record = record?;
+        if record.offset_delta != index {
+            return Err(BatchError::InvalidRecord {
+                index,
+                position,
+                reason: RecordError::OffsetDelta {
+                    expected: index,
+                    got: record.offset_delta,
+                },
+            });
+        }
+        max_timestamp = max_timestamp.max(record.timestamp);
+        position += record.encoded_size;
+    }
+    Ok(max_timestamp)
+}
+
+fn known_compression(batch: &RecordBatch<'_>) -> Result<Compression, BatchError> {
+    batch.compression().ok_or(BatchError::UnknownCompression {
+        codec: (batch.attributes() & ATTR_COMPRESSION_MASK) as u8,
+    })
 }
 
 /// Validates a batch that already carries its offsets (replication, recovery): the frame, the
 /// CRC, a known codec and a non-negative lastOffsetDelta. Control batches are allowed.
+///
+/// `buf` may hold more bytes after the batch (a scanner passes the rest of a segment); the
+/// returned view is exactly the batch, and its size says where the next one starts. A negative
+/// recordsCount is refused too; a count of 0 is legal (compaction leaves empty batches).
+/// Records are not decoded: recovery reads headers only (DESIGN.md §7).
 pub fn validate_stored_batch(buf: &[u8]) -> Result<RecordBatch<'_>, BatchError> {
-    let _ = buf;
-    todo!("format helper implements this")
+    let batch = RecordBatch::parse(buf)?;
+    batch.verify_crc()?;
+    known_compression(&batch)?;
+    if batch.last_offset_delta() < 0 {
+        return Err(BatchError::NegativeLastOffsetDelta {
+            last_offset_delta: batch.last_offset_delta(),
+        });
+    }
+    if batch.records_count() < 0 {
+        return Err(BatchError::NegativeRecordsCount {
+            records_count: batch.records_count(),
+        });
+    }
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::batch::{
+        rewrite_crc, set_base_offset, OFF_ATTRIBUTES, OFF_BATCH_LENGTH, OFF_LAST_OFFSET_DELTA,
+        OFF_MAGIC, OFF_PRODUCER_ID, OFF_RECORDS_COUNT,
+    };
+    use crate::format::builder::BatchBuilder;
+    use crate::format::control::{end_txn_marker, ControlType};
+    use crate::format::varint::{encode_varint, encode_varlong};
+
+    const LIMIT: usize = 1 << 20;
+
+    fn three_records() -> Vec<u8> {
+        let mut b = BatchBuilder::new().producer(7, 1, 0);
+        b.append(100, Some(b"a"), Some(b"1"), &[]);
+        b.append(300, Some(b"b"), Some(b"2"), &[]);
+        b.append(200, Some(b"c"), None, &[]);
+        b.build().unwrap()
+    }
+
+    fn put_i32(buf: &mut [u8], off: usize, v: i32) {
+        buf[off..off + 4].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// A batch whose raw records are given as-is, with a correct header and CRC.
+    fn batch_with_records(count: i32, records: &[u8]) -> Vec<u8> {
+        let mut buf = BatchBuilder::new().build().unwrap();
+        buf.extend_from_slice(records);
+        let batch_length = (buf.len() - 12) as i32;
+        put_i32(&mut buf, OFF_BATCH_LENGTH, batch_length);
+        put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, count - 1);
+        put_i32(&mut buf, OFF_RECORDS_COUNT, count);
+        rewrite_crc(&mut buf);
+        buf
+    }
+
+    fn raw_record(offset_delta: i32, header_count: i32) -> Vec<u8> {
+        let mut body = vec![0];
+        encode_varlong(0, &mut body);
+        encode_varint(offset_delta, &mut body);
+        body.extend_from_slice(&[1, 1]); // null key, null value
+        encode_varint(header_count, &mut body);
+        let mut out = Vec::new();
+        encode_varint(body.len() as i32, &mut out);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn valid_client_batch_is_summarised() {
+        let buf = three_records();
+        let s = validate_client_batch(&buf, LIMIT).unwrap();
+        assert_eq!(s.size, buf.len());
+        assert_eq!((s.records_count, s.last_offset_delta), (3, 2));
+        assert_eq!(s.max_timestamp, 300);
+        assert_eq!(
+            (s.producer_id, s.producer_epoch, s.base_sequence),
+            (7, 1, 0)
+        );
+        assert_eq!(s.compression, Compression::None);
+    }
+
+    #[test]
+    fn compressed_client_batch_reports_the_header_max_timestamp() {
+        let mut b = BatchBuilder::new()
+            .compression(Compression::Zstd)
+            .max_timestamp(999);
+        b.append(5, None, Some(b"x"), &[]);
+        let s = validate_client_batch(&b.build().unwrap(), LIMIT).unwrap();
+        assert_eq!((s.max_timestamp, s.compression), (999, Compression::Zstd));
+    }
+
+    #[test]
+    fn truncated_batch_is_refused() {
+        let buf = three_records();
+        assert_eq!(
+            validate_client_batch(&buf[..buf.len() - 1], LIMIT),
+            Err(BatchError::Truncated {
+                needed: buf.len(),
+                available: buf.len() - 1
+            })
+        );
+        assert!(matches!(
+            validate_client_batch(&buf[..10], LIMIT),
+            Err(BatchError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn declared_size_below_the_header_is_refused() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_BATCH_LENGTH, 48);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::SizeTooSmall { batch_length: 48 })
+        );
+    }
+
+    #[test]
+    fn negative_batch_length_is_refused() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_BATCH_LENGTH, -5);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::SizeTooSmall { batch_length: -5 })
+        );
+        assert_eq!(
+            validate_stored_batch(&buf).unwrap_err(),
+            BatchError::SizeTooSmall { batch_length: -5 }
+        );
+    }
+
+    #[test]
+    fn legacy_magics_are_unsupported() {
+        for magic in [0u8, 1, 3, 0xff] {
+            let mut buf = three_records();
+            buf[OFF_MAGIC] = magic;
+            let expected = BatchError::UnsupportedMagic { magic: magic as i8 };
+            assert_eq!(validate_client_batch(&buf, LIMIT), Err(expected.clone()));
+            assert_eq!(validate_stored_batch(&buf).unwrap_err(), expected);
+        }
+    }
+
+    #[test]
+    fn batch_beyond_the_size_limit_is_refused() {
+        let buf = three_records();
+        assert_eq!(
+            validate_client_batch(&buf, buf.len() - 1),
+            Err(BatchError::TooLarge {
+                size: buf.len(),
+                max: buf.len() - 1
+            })
+        );
+        assert!(validate_client_batch(&buf, buf.len()).is_ok());
+    }
+
+    #[test]
+    fn bytes_after_the_batch_are_refused() {
+        let mut buf = three_records();
+        let size = buf.len();
+        buf.extend_from_slice(&three_records());
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::TrailingBytes {
+                batch_size: size,
+                extra: size
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_crc_is_refused() {
+        let mut buf = three_records();
+        let last = buf.len() - 1;
+        buf[last] ^= 0x01;
+        assert!(matches!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+        assert!(matches!(
+            validate_stored_batch(&buf),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn client_batch_with_a_base_offset_is_refused() {
+        let mut buf = three_records();
+        set_base_offset(&mut buf, 42);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::NonZeroBaseOffset { base_offset: 42 })
+        );
+        assert!(
+            validate_stored_batch(&buf).is_ok(),
+            "stored batches carry offsets"
+        );
+    }
+
+    #[test]
+    fn unassigned_codec_is_refused() {
+        let mut buf = three_records();
+        buf[OFF_ATTRIBUTES + 1] |= 0x05;
+        rewrite_crc(&mut buf);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::UnknownCompression { codec: 5 })
+        );
+        assert_eq!(
+            validate_stored_batch(&buf).unwrap_err(),
+            BatchError::UnknownCompression { codec: 5 }
+        );
+    }
+
+    #[test]
+    fn client_batch_without_records_is_refused() {
+        let buf = BatchBuilder::new().build().unwrap();
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::EmptyBatch)
+        );
+        assert!(
+            validate_stored_batch(&buf).is_ok(),
+            "compaction leaves empty batches"
+        );
+    }
+
+    #[test]
+    fn count_disagreeing_with_last_offset_delta_is_refused() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, 5);
+        rewrite_crc(&mut buf);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::CountMismatch {
+                last_offset_delta: 5,
+                records_count: 3
+            })
+        );
+    }
+
+    #[test]
+    fn last_offset_delta_at_i32_max_does_not_overflow() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, i32::MAX);
+        rewrite_crc(&mut buf);
+        assert!(matches!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::CountMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn control_batch_from_a_client_is_refused() {
+        let mut buf = end_txn_marker(0, 0, 5, 0, 1, ControlType::Commit, 0);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::ControlBatchFromClient)
+        );
+        set_base_offset(&mut buf, 10);
+        assert!(validate_stored_batch(&buf).is_ok(), "markers are stored");
+    }
+
+    #[test]
+    fn producer_id_without_a_sequence_is_refused() {
+        let mut b = BatchBuilder::new().producer(9, 0, -1);
+        b.append(1, None, None, &[]);
+        assert_eq!(
+            validate_client_batch(&b.build().unwrap(), LIMIT),
+            Err(BatchError::MissingSequence {
+                producer_id: 9,
+                base_sequence: -1
+            })
+        );
+    }
+
+    #[test]
+    fn non_dense_offset_deltas_are_refused() {
+        let mut records = raw_record(0, 0);
+        let second_at = HEADER_SIZE + records.len();
+        records.extend_from_slice(&raw_record(2, 0));
+        let buf = batch_with_records(2, &records);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::InvalidRecord {
+                index: 1,
+                position: second_at,
+                reason: RecordError::OffsetDelta {
+                    expected: 1,
+                    got: 2
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn negative_header_count_in_a_client_batch_is_refused() {
+        let buf = batch_with_records(1, &raw_record(0, -1));
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::InvalidRecord {
+                index: 0,
+                position: HEADER_SIZE,
+                reason: RecordError::NegativeLength {
+                    field: "headerCount",
+                    value: -1
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn bytes_after_the_last_record_are_refused() {
+        let mut records = raw_record(0, 0);
+        records.extend_from_slice(&[0, 0]);
+        let buf = batch_with_records(1, &records);
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::RecordsTrailing {
+                records_count: 1,
+                extra: 2
+            })
+        );
+    }
+
+    #[test]
+    fn overlong_varint_in_a_record_is_refused() {
+        let buf = batch_with_records(1, &[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]);
+        assert!(matches!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::InvalidRecord {
+                reason: RecordError::VarintTooLong {
+                    field: "length",
+                    max_bytes: 5
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn stored_batch_with_negative_last_offset_delta_is_refused() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, -1);
+        rewrite_crc(&mut buf);
+        assert_eq!(
+            validate_stored_batch(&buf).unwrap_err(),
+            BatchError::NegativeLastOffsetDelta {
+                last_offset_delta: -1
+            }
+        );
+    }
+
+    #[test]
+    fn stored_batch_with_negative_records_count_is_refused() {
+        let mut buf = three_records();
+        put_i32(&mut buf, OFF_RECORDS_COUNT, -3);
+        rewrite_crc(&mut buf);
+        assert_eq!(
+            validate_stored_batch(&buf).unwrap_err(),
+            BatchError::NegativeRecordsCount { records_count: -3 }
+        );
+        assert_eq!(
+            validate_client_batch(&buf, LIMIT),
+            Err(BatchError::EmptyBatch)
+        );
+    }
+
+    #[test]
+    fn stored_batch_is_returned_without_the_bytes_after_it() {
+        let first = three_records();
+        let mut buf = first.clone();
+        buf.extend_from_slice(&[0; 30]);
+        assert_eq!(validate_stored_batch(&buf).unwrap().as_bytes(), &first[..]);
+    }
+
+    #[test]
+    fn producer_id_field_is_covered_by_the_crc() {
+        let mut buf = three_records();
+        buf[OFF_PRODUCER_ID + 7] ^= 1;
+        assert!(matches!(
+            validate_stored_batch(&buf),
+            Err(BatchError::CrcMismatch { .. })
+        ));
+    }
 }

@@ -1,0 +1,304 @@
+//! The codecs of compressed batches (kafka-format.md §1.5). Everything after byte 61 of a
+//! compressed batch is one stream holding the concatenated records.
+//!
+//! | codec  | framing                                                                        |
+//! |--------|--------------------------------------------------------------------------------|
+//! | gzip   | gzip stream (several members are accepted, as Java's `GZIPInputStream` does)   |
+//! | snappy | xerial `SnappyOutputStream`: `82 'SNAPPY' 00`, int32 version, int32 compatible |
+//! |        | version, then `[int32 BE length][raw snappy block]` chunks; or one raw block   |
+//! | lz4    | LZ4 frame (magic 0x184D2204)                                                   |
+//! | zstd   | zstd frame                                                                     |
+//!
+//! Decompression is always bounded: the output may not exceed a limit, and no codec is allowed
+//! to allocate according to a size the input merely claims. A fuzzed or hostile batch of a few
+//! bytes must not be able to exhaust memory.
+
+use std::io::{Read, Write};
+
+use super::batch::Compression;
+use super::error::BatchError;
+
+/// Default cap on the decompressed records of one batch. Kafka's default batch limit is 1 MiB;
+/// 64 MiB leaves room for highly compressible data and large configured limits.
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
+
+/// The header `SnappyOutputStream` writes before its chunks.
+pub const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+const XERIAL_HEADER_SIZE: usize = 16;
+/// The chunk size of xerial's default stream, which we reuse when writing.
+const XERIAL_BLOCK_SIZE: usize = 32 * 1024;
+/// Largest zstd window we accept (2^26 = 64 MiB): larger windows only serve outputs beyond
+/// the default limit, and the window is allocated up front from the frame header.
+const ZSTD_WINDOW_LOG_MAX: u32 = 26;
+
+/// Decompresses `data` compressed with `codec`, refusing an output above `max_bytes`.
+pub fn decompress(
+    codec: Compression,
+    data: &[u8],
+    max_bytes: usize,
+) -> Result<Vec<u8>, BatchError> {
+    match codec {
+        Compression::None => {
+            if data.len() > max_bytes {
+                return Err(BatchError::DecompressedTooLarge {
+                    codec,
+                    limit: max_bytes,
+                });
+            }
+            Ok(data.to_vec())
+        }
+        Compression::Gzip => {
+            read_bounded(codec, flate2::read::MultiGzDecoder::new(data), max_bytes)
+        }
+        Compression::Snappy => decompress_snappy(data, max_bytes),
+        Compression::Lz4 => {
+            read_bounded(codec, lz4_flex::frame::FrameDecoder::new(data), max_bytes)
+        }
+        Compression::Zstd => {
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(data)
+                .map_err(|e| decompression_error(codec, e))?;
+            decoder
+                .window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(|e| decompression_error(codec, e))?;
+            read_bounded(codec, decoder, max_bytes)
+        }
+    }
+}
+
+/// Compresses `data` with `codec`, in the framing Kafka's Java client writes.
+pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> {
+    let fail = |e: std::io::Error| BatchError::CompressionFailed {
+        codec,
+        message: e.to_string(),
+    };
+    match codec {
+        Compression::None => Ok(data.to_vec()),
+        Compression::Gzip => {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            enc.write_all(data).map_err(fail)?;
+            enc.finish().map_err(fail)
+        }
+        Compression::Snappy => compress_snappy_xerial(data),
+        Compression::Lz4 => {
+            // Kafka writes 64 KiB blocks (§1.5).
+            let info =
+                lz4_flex::frame::FrameInfo::new().block_size(lz4_flex::frame::BlockSize::Max64KB);
+            let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+            enc.write_all(data).map_err(fail)?;
+            enc.finish().map_err(|e| BatchError::CompressionFailed {
+                codec,
+                message: e.to_string(),
+            })
+        }
+        Compression::Zstd => zstd::bulk::compress(data, 3).map_err(fail),
+    }
+}
+
+fn decompression_error(codec: Compression, e: impl std::fmt::Display) -> BatchError {
+    BatchError::Decompression {
+        codec,
+        message: e.to_string(),
+    }
+}
+
+/// Reads a decoder to its end, but never more than `max_bytes` + 1 bytes: one byte beyond the
+/// limit is enough to know the limit is broken.
+fn read_bounded(
+    codec: Compression,
+    reader: impl Read,
+    max_bytes: usize,
+) -> Result<Vec<u8>, BatchError> {
+    let mut out = Vec::new();
+    let cap = (max_bytes as u64).saturating_add(1);
+    reader
+        .take(cap)
+        .read_to_end(&mut out)
+        .map_err(|e| decompression_error(codec, e))?;
+    if out.len() > max_bytes {
+        return Err(BatchError::DecompressedTooLarge {
+            codec,
+            limit: max_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// Appends one raw snappy block to `out`, checking its claimed size against the limit before
+/// allocating for it.
+fn append_snappy_block(
+    block: &[u8],
+    out: &mut Vec<u8>,
+    max_bytes: usize,
+) -> Result<(), BatchError> {
+    let codec = Compression::Snappy;
+    let len = snap::raw::decompress_len(block).map_err(|e| decompression_error(codec, e))?;
+    if out.len().saturating_add(len) > max_bytes {
+        return Err(BatchError::DecompressedTooLarge {
+            codec,
+            limit: max_bytes,
+        });
+    }
+    let start = out.len();
+    out.resize(start + len, 0);
+    let written = snap::raw::Decoder::new()
+        .decompress(block, &mut out[start..])
+        .map_err(|e| decompression_error(codec, e))?;
+    out.truncate(start + written);
+    Ok(())
+}
+
+/// Snappy as Kafka's Java client writes it (xerial framing), or a single raw block when the
+/// xerial magic is absent (some clients, e.g. kafka-python and aiokafka, write that).
+fn decompress_snappy(data: &[u8], max_bytes: usize) -> Result<Vec<u8>, BatchError> {
+    let codec = Compression::Snappy;
+    let mut out = Vec::new();
+    if !data.starts_with(&XERIAL_MAGIC) {
+        append_snappy_block(data, &mut out, max_bytes)?;
+        return Ok(out);
+    }
+    let mut rest = data
+        .get(XERIAL_HEADER_SIZE..)
+        .ok_or_else(|| BatchError::Decompression {
+            codec,
+            message: format!(
+                "xerial header needs {XERIAL_HEADER_SIZE} bytes, got {}",
+                data.len()
+            ),
+        })?;
+    while !rest.is_empty() {
+        let Some(len_bytes) = rest.get(..4) else {
+            return Err(BatchError::Decompression {
+                codec,
+                message: format!("xerial chunk length cut after {} bytes", rest.len()),
+            });
+        };
+        let len = i32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
+        let block = usize::try_from(len)
+            .ok()
+            .and_then(|len| rest.get(4..4 + len))
+            .ok_or_else(|| BatchError::Decompression {
+                codec,
+                message: format!("xerial chunk of {len} bytes, {} available", rest.len() - 4),
+            })?;
+        append_snappy_block(block, &mut out, max_bytes)?;
+        rest = &rest[4 + block.len()..];
+    }
+    Ok(out)
+}
+
+fn compress_snappy_xerial(data: &[u8]) -> Result<Vec<u8>, BatchError> {
+    let mut out = Vec::with_capacity(XERIAL_HEADER_SIZE + data.len() / 2 + 32);
+    out.extend_from_slice(&XERIAL_MAGIC);
+    // Version 1, minimum compatible version 1: what SnappyOutputStream writes.
+    out.extend_from_slice(&1i32.to_be_bytes());
+    out.extend_from_slice(&1i32.to_be_bytes());
+    let mut encoder = snap::raw::Encoder::new();
+    for chunk in data.chunks(XERIAL_BLOCK_SIZE) {
+        let block = encoder
+            .compress_vec(chunk)
+            .map_err(|e| BatchError::CompressionFailed {
+                codec: Compression::Snappy,
+                message: e.to_string(),
+            })?;
+        out.extend_from_slice(&(block.len() as i32).to_be_bytes());
+        out.extend_from_slice(&block);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    fn sample() -> Vec<u8> {
+        (0..100_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn every_codec_round_trips() {
+        let data = sample();
+        for codec in CODECS {
+            let packed = compress(codec, &data).unwrap();
+            assert_eq!(
+                decompress(codec, &packed, data.len()).unwrap(),
+                data,
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_beyond_the_limit_is_refused_for_every_codec() {
+        let data = vec![0u8; 1 << 20];
+        for codec in CODECS {
+            let packed = compress(codec, &data).unwrap();
+            assert_eq!(
+                decompress(codec, &packed, 1000),
+                Err(BatchError::DecompressedTooLarge { codec, limit: 1000 }),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn snappy_writes_the_xerial_framing() {
+        let packed = compress(Compression::Snappy, b"hello").unwrap();
+        assert!(packed.starts_with(&XERIAL_MAGIC));
+        assert_eq!(&packed[8..16], &[0, 0, 0, 1, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn snappy_raw_block_without_xerial_magic_is_accepted() {
+        let block = snap::raw::Encoder::new()
+            .compress_vec(b"raw block records")
+            .unwrap();
+        assert_eq!(
+            decompress(Compression::Snappy, &block, 1 << 10).unwrap(),
+            b"raw block records"
+        );
+    }
+
+    #[test]
+    fn snappy_chunk_longer_than_the_stream_is_refused() {
+        let mut packed = compress(Compression::Snappy, b"hello hello").unwrap();
+        packed[16..20].copy_from_slice(&1000i32.to_be_bytes());
+        assert!(matches!(
+            decompress(Compression::Snappy, &packed, 1 << 10),
+            Err(BatchError::Decompression {
+                codec: Compression::Snappy,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn snappy_block_claiming_a_huge_output_is_refused_before_allocating() {
+        // A raw block whose varint preamble claims ~4 GiB.
+        let block = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
+        assert!(decompress(Compression::Snappy, &block, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn garbage_is_a_decompression_error_for_every_codec() {
+        let garbage = [0x13u8, 0x37, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x01];
+        for codec in CODECS.into_iter().skip(1) {
+            assert!(
+                matches!(
+                    decompress(codec, &garbage, 1 << 20),
+                    Err(BatchError::Decompression { .. })
+                ),
+                "{codec:?}"
+            );
+        }
+    }
+}
