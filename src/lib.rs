@@ -3,3 +3,4 @@
 
 pub mod format;
 pub mod io;
+pub mod producer;
