@@ -4,6 +4,7 @@
 mod config;
 mod entry;
 mod error;
+pub mod snapshot;
 mod state;
 mod window;
 
@@ -13,5 +14,6 @@ pub use config::{
 };
 pub use entry::{ProducerEntry, NO_EPOCH};
 pub use error::ProducerError;
+pub use snapshot::{Snapshot, SnapshotError, SnapshotVersion};
 pub use state::{CompletedTxn, Decision, IncomingBatch, ProducerStateTable, TxnMarker};
 pub use window::{BatchMetadata, BatchWindow};

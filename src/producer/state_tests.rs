@@ -511,5 +511,8 @@ fn load_applies_the_eviction_limit() {
     let mut t = limited(2, ProducerLimitPolicy::EvictLongestIdle);
     t.load((0..4).map(|pid| ProducerEntry::restore(pid, 0, -1, 0, None, 100 - pid, vec![])));
     assert_eq!(t.len(), 2);
-    assert!(t.get(2).is_none() && t.get(3).is_none(), "pids 2 and 3 appended longest ago");
+    assert!(
+        t.get(2).is_none() && t.get(3).is_none(),
+        "pids 2 and 3 appended longest ago"
+    );
 }
