@@ -5,6 +5,7 @@ mod config;
 mod entry;
 mod error;
 pub mod snapshot;
+pub mod snapshot_files;
 mod state;
 mod window;
 
