@@ -4,6 +4,8 @@
 mod config;
 mod entry;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod snapshot;
 pub mod snapshot_files;
 mod state;
