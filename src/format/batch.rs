@@ -144,10 +144,7 @@ pub enum BatchFrame {
 /// 61-byte header (a zero-filled tail lands here), or a magic other than 2.
 pub fn frame(buf: &[u8]) -> Result<BatchFrame, BatchError> {
     if buf.len() < MAGIC_PREFIX {
-        return Ok(BatchFrame::Incomplete {
-            needed: MAGIC_PREFIX,
-            available: buf.len(),
-        });
+        return Ok(BatchFrame::Incomplete { needed: MAGIC_PREFIX, available: buf.len() });
     }
     let batch_length = be_i32(buf, OFF_BATCH_LENGTH);
     if batch_length < (HEADER_SIZE - LOG_OVERHEAD) as i32 {
@@ -159,10 +156,7 @@ pub fn frame(buf: &[u8]) -> Result<BatchFrame, BatchError> {
     }
     let size = LOG_OVERHEAD + batch_length as usize;
     if buf.len() < size {
-        return Ok(BatchFrame::Incomplete {
-            needed: size,
-            available: buf.len(),
-        });
+        return Ok(BatchFrame::Incomplete { needed: size, available: buf.len() });
     }
     Ok(BatchFrame::Complete { size })
 }
@@ -179,9 +173,7 @@ impl<'a> RecordBatch<'a> {
     /// The batch at the start of `buf` (which may hold more bytes after it).
     pub fn parse(buf: &'a [u8]) -> Result<RecordBatch<'a>, BatchError> {
         match frame(buf)? {
-            BatchFrame::Complete { size } => Ok(RecordBatch {
-                bytes: &buf[..size],
-            }),
+            BatchFrame::Complete { size } => Ok(RecordBatch { bytes: &buf[..size] }),
             BatchFrame::Incomplete { needed, available } => {
                 Err(BatchError::Truncated { needed, available })
             }
@@ -274,8 +266,7 @@ impl<'a> RecordBatch<'a> {
     }
     /// baseOffset + lastOffsetDelta.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset()
-            .wrapping_add(self.last_offset_delta() as i64)
+        self.base_offset().wrapping_add(self.last_offset_delta() as i64)
     }
     /// The sequence of the last record (wrapping at i32::MAX, §1.6), or -1 without one.
     pub fn last_sequence(&self) -> i32 {
@@ -319,11 +310,7 @@ pub struct BatchIter<'a> {
 
 impl<'a> BatchIter<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
-        BatchIter {
-            buf,
-            pos: 0,
-            done: false,
-        }
+        BatchIter { buf, pos: 0, done: false }
     }
     /// Byte position of the next batch.
     pub fn position(&self) -> usize {

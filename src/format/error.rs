@@ -25,25 +25,15 @@ pub enum BatchError {
     #[error("a client batch must hold at least one record")]
     EmptyBatch,
     #[error("lastOffsetDelta {last_offset_delta} + 1 != recordsCount {records_count}")]
-    CountMismatch {
-        last_offset_delta: i32,
-        records_count: i32,
-    },
+    CountMismatch { last_offset_delta: i32, records_count: i32 },
     #[error("negative lastOffsetDelta {last_offset_delta}")]
     NegativeLastOffsetDelta { last_offset_delta: i32 },
     #[error("clients may not produce control batches")]
     ControlBatchFromClient,
     #[error("producer id {producer_id} requires a base sequence >= 0, got {base_sequence}")]
-    MissingSequence {
-        producer_id: i64,
-        base_sequence: i32,
-    },
+    MissingSequence { producer_id: i64, base_sequence: i32 },
     #[error("record {index} at batch byte {position}: {reason}")]
-    InvalidRecord {
-        index: i32,
-        position: usize,
-        reason: RecordError,
-    },
+    InvalidRecord { index: i32, position: usize, reason: RecordError },
     #[error("{extra} bytes left after the {records_count} declared records")]
     RecordsTrailing { records_count: i32, extra: usize },
     #[error("cannot decompress {codec:?} records: {message}")]
@@ -56,10 +46,7 @@ pub enum RecordError {
     #[error("the record runs past the end of the batch")]
     Truncated,
     #[error("{field} varint is longer than {max_bytes} bytes")]
-    VarintTooLong {
-        field: &'static str,
-        max_bytes: usize,
-    },
+    VarintTooLong { field: &'static str, max_bytes: usize },
     #[error("{field} is negative ({value})")]
     NegativeLength { field: &'static str, value: i64 },
     #[error("offsetDelta {got}, expected {expected}: offsets must be dense")]

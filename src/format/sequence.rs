@@ -38,11 +38,7 @@ mod tests {
     #[test]
     fn sub_inverts_add() {
         for (base, delta) in [(0, 0), (5, 4), (i32::MAX, 1), (i32::MAX - 1, 3), (100, 99)] {
-            assert_eq!(
-                sub(add(base, delta), delta),
-                base,
-                "base {base} delta {delta}"
-            );
+            assert_eq!(sub(add(base, delta), delta), base, "base {base} delta {delta}");
         }
     }
 

@@ -13,21 +13,15 @@ pub struct IoError {
 
 impl IoError {
     pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> IoError {
-        IoError {
-            op,
-            path: path.into(),
-            source,
-        }
+        IoError { op, path: path.into(), source }
     }
     pub fn kind(&self) -> io::ErrorKind {
         self.source.kind()
     }
     /// Whether the disk (or quota) is full.
     pub fn is_out_of_space(&self) -> bool {
-        matches!(
-            self.source.raw_os_error(),
-            Some(libc::ENOSPC) | Some(libc::EDQUOT)
-        ) || self.source.kind() == io::ErrorKind::StorageFull
+        matches!(self.source.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+            || self.source.kind() == io::ErrorKind::StorageFull
     }
 }
 

@@ -60,10 +60,7 @@ impl Mapping {
         writable: bool,
         backing: Box<dyn MapBacking>,
     ) -> Mapping {
-        assert!(
-            published <= len,
-            "published {published} beyond map length {len}"
-        );
+        assert!(published <= len, "published {published} beyond map length {len}");
         Mapping {
             ptr: NonNull::new(ptr).unwrap_or(NonNull::dangling()),
             len,
@@ -81,15 +78,7 @@ impl Mapping {
         // until it drops; the caller mapped it read-write iff `writable`. Other processes
         // writing the same file are outside oncelog's contract (a log directory belongs to one
         // process).
-        unsafe {
-            Mapping::from_raw(
-                ptr,
-                len,
-                published.min(len),
-                writable,
-                Box::new(RealMap(raw)),
-            )
-        }
+        unsafe { Mapping::from_raw(ptr, len, published.min(len), writable, Box::new(RealMap(raw))) }
     }
 
     /// An empty mapping (of an empty file, which `mmap` refuses).
@@ -102,15 +91,7 @@ impl Mapping {
         }
         // SAFETY: a zero-length region needs no valid memory; `ptr` is never dereferenced for
         // a non-empty range because every access is bounded by `len` = 0.
-        unsafe {
-            Mapping::from_raw(
-                NonNull::dangling().as_ptr(),
-                0,
-                0,
-                false,
-                Box::new(NoBacking),
-            )
-        }
+        unsafe { Mapping::from_raw(NonNull::dangling().as_ptr(), 0, 0, false, Box::new(NoBacking)) }
     }
 
     /// Mapped length in bytes.
@@ -146,11 +127,7 @@ impl Mapping {
     /// A zero-copy [`Bytes`] of the published range `[start, end)` that keeps the map alive.
     pub fn bytes(self: &Arc<Self>, start: usize, end: usize) -> Option<Bytes> {
         self.slice(start, end)?;
-        Some(Bytes::from_owner(MapSlice {
-            map: Arc::clone(self),
-            start,
-            end,
-        }))
+        Some(Bytes::from_owner(MapSlice { map: Arc::clone(self), start, end }))
     }
 
     /// msync of `[offset, offset + len)`.
@@ -168,9 +145,7 @@ impl Mapping {
         if !self.writable || self.writer_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
-        Some(MapWriter {
-            map: Arc::clone(self),
-        })
+        Some(MapWriter { map: Arc::clone(self) })
     }
 }
 
@@ -267,8 +242,7 @@ impl MapWriter {
 
     /// Copies `src` to `at` (unpublished).
     pub fn write(&mut self, at: usize, src: &[u8]) {
-        self.unpublished_mut(at, at + src.len())
-            .copy_from_slice(src);
+        self.unpublished_mut(at, at + src.len()).copy_from_slice(src);
     }
 
     /// Makes `[0, end)` visible to readers. `end` must not go backwards.

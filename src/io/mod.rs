@@ -84,9 +84,7 @@ pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     let mut buf = vec![0u8; len];
     let mut done = 0;
     while done < len {
-        let n = file
-            .read_at(&mut buf[done..], done as u64)
-            .ctx("read", path)?;
+        let n = file.read_at(&mut buf[done..], done as u64).ctx("read", path)?;
         if n == 0 {
             break;
         }
@@ -98,30 +96,21 @@ pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
 
 /// The name a file is written under before it is renamed into place.
 pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
+    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
     name.push(".tmp");
     path.with_file_name(name)
 }
 
 /// Writes a small metadata file so that a crash leaves either the old or the new content,
 /// never a mix (DESIGN.md §4): temp file, fsync, rename over the target, fsync the directory.
-pub fn write_file_atomically(
-    fs: &dyn FileSystem,
-    path: &Path,
-    bytes: &[u8],
-) -> Result<(), IoError> {
+pub fn write_file_atomically(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     write_file_synced(fs, &temp_path(path), bytes)?;
     publish_file(fs, &temp_path(path), path)
 }
 
 /// Writes and fsyncs `path` (the first half of [`write_file_atomically`]).
 pub fn write_file_synced(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
-    let file = fs
-        .open(path, OpenMode::CreateTruncate)
-        .ctx("create", path)?;
+    let file = fs.open(path, OpenMode::CreateTruncate).ctx("create", path)?;
     file.write_all_at(bytes, 0).ctx("write", path)?;
     file.sync_data().ctx("fsync", path)
 }

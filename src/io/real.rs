@@ -38,10 +38,7 @@ impl FileSystem for RealFs {
             OpenMode::Create => o.read(true).write(true).create(true),
             OpenMode::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
         };
-        Ok(Box::new(RealFile {
-            file: o.open(path)?,
-            writable: mode != OpenMode::Read,
-        }))
+        Ok(Box::new(RealFile { file: o.open(path)?, writable: mode != OpenMode::Read }))
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -116,10 +113,7 @@ impl File for RealFile {
             MapMode::ReadWrite { published } => (true, published.min(len)),
         };
         if writable && !self.writable {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                "file opened read-only",
-            ));
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "file opened read-only"));
         }
         let raw = if writable {
             MmapOptions::new().len(len).map_raw(&self.file)?
