@@ -212,12 +212,15 @@ pub fn delete_below(fs: &dyn FileSystem, dir: &Path, offset: i64) -> Result<Vec<
 /// above the largest base offset (the end-of-log snapshot of a clean close, or the latest
 /// interval snapshot).
 pub fn stray_snapshots(snapshots: &[i64], segment_bases: &[i64]) -> Vec<i64> {
-    let largest_base = segment_bases.iter().copied().max();
+    // Sorted for binary search: a partition can have tens of thousands of segments.
+    let mut bases = segment_bases.to_vec();
+    bases.sort_unstable();
+    let largest_base = bases.last().copied();
     let newest = snapshots.iter().copied().max();
     snapshots
         .iter()
         .copied()
-        .filter(|o| !segment_bases.contains(o))
+        .filter(|o| bases.binary_search(o).is_err())
         .filter(|o| {
             let newest_at_end = match largest_base {
                 Some(b) => *o >= b,
@@ -235,9 +238,7 @@ pub fn remove_strays(
     segment_bases: &[i64],
 ) -> Result<Vec<i64>, IoError> {
     let offsets: Vec<i64> = list(fs, dir)?.into_iter().map(|(o, _)| o).collect();
-    let mut bases = segment_bases.to_vec();
-    bases.sort_unstable();
-    let doomed: Vec<i64> = stray_snapshots(&offsets, &bases)
+    let doomed: Vec<i64> = stray_snapshots(&offsets, segment_bases)
         .into_iter()
         .filter(|o| Some(*o) != offsets.last().copied())
         .collect();
