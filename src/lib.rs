@@ -4,6 +4,7 @@
 pub mod format;
 pub mod io;
 pub mod log;
+pub mod producer;
 pub mod segment;
 
 pub use log::{

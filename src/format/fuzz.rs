@@ -203,7 +203,11 @@ mod tests {
                 std::fs::write(&path, &seed).expect("write seed");
             }
             let stored = std::fs::read(&path).ok();
-            assert_eq!(stored, Some(seed), "{path} is stale: rerun with ONCELOG_WRITE_SEEDS=1");
+            assert_eq!(
+                stored,
+                Some(seed),
+                "{path} is stale: rerun with ONCELOG_WRITE_SEEDS=1"
+            );
         }
     }
 }

@@ -61,6 +61,9 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
 /// One open file.
 pub trait File: Send + Sync + Debug {
     fn len(&self) -> io::Result<u64>;
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Grows (with zeros) or shrinks the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes sure `[0, len)` is backed by really allocated blocks (fallocate, not a sparse

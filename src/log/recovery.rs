@@ -16,7 +16,7 @@ use crate::format::BatchIter;
 use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
 use crate::segment::ScanStop;
 use crate::segment::{
-    self, names, BatchInfo, IndexSource, Opened, Segment, SegmentConfig, SegmentWriter,
+    self, names, BatchInfo, IndexSource, OpenSpec, Opened, Segment, SegmentConfig, SegmentWriter,
 };
 
 /// What opening the log found and did.
@@ -140,16 +140,13 @@ pub(crate) fn open(
             Some(batches) => IndexSource::Rebuild(batches),
             None => IndexSource::Stored,
         };
-        let (opened, notes) = segment::open(
-            fs,
-            dir,
-            p.base,
-            &cfg,
-            p.log_size,
-            i == last,
+        let spec = OpenSpec {
+            base_offset: p.base,
+            log_size: p.log_size,
+            active: i == last,
             indexes,
-            now_ms,
-        )?;
+        };
+        let (opened, notes) = segment::open(fs, dir, &cfg, spec, now_ms)?;
         report.indexes_rebuilt.extend(notes.rebuilt);
         match opened {
             Opened::Sealed(s) => sealed.push(s),

@@ -226,18 +226,31 @@ pub fn create(
     files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
 }
 
-/// Opens an existing segment whose first `log_size` bytes are its valid batches, as the active
-/// segment (mapped writable and preallocated again) or sealed (trimmed to `log_size`).
+/// Which segment [`open`] opens, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenSpec<'a> {
+    pub base_offset: i64,
+    /// Bytes of valid batches from the start of the `.log`; anything after is cut.
+    pub log_size: usize,
+    /// Open as the active segment (mapped writable, preallocated again) or sealed (trimmed).
+    pub active: bool,
+    pub indexes: IndexSource<'a>,
+}
+
+/// Opens an existing segment as `spec` says.
 pub fn open(
     fs: &dyn FileSystem,
     dir: &Path,
-    base_offset: i64,
     cfg: &SegmentConfig,
-    log_size: usize,
-    active: bool,
-    indexes: IndexSource<'_>,
+    spec: OpenSpec<'_>,
     now_ms: i64,
 ) -> Result<(Opened, OpenNotes), OpenSegmentError> {
+    let OpenSpec {
+        base_offset,
+        log_size,
+        active,
+        indexes,
+    } = spec;
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::Create)?;
     let mut notes = OpenNotes::default();
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;

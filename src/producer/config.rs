@@ -1,0 +1,137 @@
+//! Configuration of the producer-state table (DESIGN.md §6).
+
+/// The smallest allowed dedup window.
+pub const MIN_WINDOW: usize = 1;
+/// The largest allowed dedup window (batches retained per producer). Also the bound a snapshot
+/// decoder accepts for one producer's batch count.
+pub const MAX_WINDOW: usize = 65_536;
+/// Kafka's `NUM_BATCHES_TO_RETAIN`, which is also the Kafka client's default
+/// `max.in.flight.requests.per.connection`.
+pub const DEFAULT_WINDOW: usize = 5;
+/// Kafka's `producer.id.expiration.ms` default (KIP-854, Kafka 3.4): one day.
+pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
+
+/// What to do when a new producer arrives and the table already holds `max_producers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProducerLimitPolicy {
+    /// Admit the new producer and forget the one idle the longest (oldest append wall clock)
+    /// among those without an open transaction. A forgotten producer's retries are answered
+    /// like an unknown producer's.
+    #[default]
+    EvictLongestIdle,
+    /// Refuse the new producer's batch with [`super::ProducerError::TooManyProducers`].
+    Reject,
+}
+
+/// Settings of a [`super::ProducerStateTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStateConfig {
+    /// Batches retained per producer for duplicate detection. Kafka: 5, fixed. Valid
+    /// `MIN_WINDOW..=MAX_WINDOW`.
+    pub window: usize,
+    /// The most producers kept; `None` (Kafka's behaviour) means no limit beyond expiry.
+    pub max_producers: Option<usize>,
+    /// What happens at `max_producers`.
+    pub limit_policy: ProducerLimitPolicy,
+    /// A producer without an open transaction whose last append (by wall clock) is at least
+    /// this old is forgotten by [`super::ProducerStateTable::expire`]. Kafka:
+    /// `producer.id.expiration.ms`, default 86 400 000 (one day).
+    pub expiration_ms: i64,
+}
+
+impl Default for ProducerStateConfig {
+    fn default() -> Self {
+        ProducerStateConfig {
+            window: DEFAULT_WINDOW,
+            max_producers: None,
+            limit_policy: ProducerLimitPolicy::default(),
+            expiration_ms: DEFAULT_EXPIRATION_MS,
+        }
+    }
+}
+
+/// A [`ProducerStateConfig`] value out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("dedup window of {got} batches is out of range {min}..={max}")]
+    WindowOutOfRange { got: usize, min: usize, max: usize },
+    #[error("max_producers must be at least 1, got 0")]
+    ZeroMaxProducers,
+    #[error("expiration_ms must be positive, got {got}")]
+    NonPositiveExpiration { got: i64 },
+}
+
+impl ProducerStateConfig {
+    /// Checks every field against its valid range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(MIN_WINDOW..=MAX_WINDOW).contains(&self.window) {
+            return Err(ConfigError::WindowOutOfRange {
+                got: self.window,
+                min: MIN_WINDOW,
+                max: MAX_WINDOW,
+            });
+        }
+        if self.max_producers == Some(0) {
+            return Err(ConfigError::ZeroMaxProducers);
+        }
+        if self.expiration_ms <= 0 {
+            return Err(ConfigError::NonPositiveExpiration {
+                got: self.expiration_ms,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_kafkas_and_valid() {
+        let c = ProducerStateConfig::default();
+        assert_eq!(c.window, 5);
+        assert_eq!(c.expiration_ms, 86_400_000);
+        assert_eq!(c.max_producers, None);
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn window_range_is_enforced() {
+        let bad = |window| {
+            ProducerStateConfig {
+                window,
+                ..Default::default()
+            }
+            .validate()
+        };
+        assert_eq!(
+            bad(0),
+            Err(ConfigError::WindowOutOfRange {
+                got: 0,
+                min: 1,
+                max: MAX_WINDOW
+            })
+        );
+        assert!(bad(MAX_WINDOW + 1).is_err());
+        assert_eq!(bad(1024), Ok(()));
+        assert_eq!(bad(1), Ok(()));
+    }
+
+    #[test]
+    fn zero_limit_and_non_positive_expiry_are_refused() {
+        let c = ProducerStateConfig {
+            max_producers: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::ZeroMaxProducers));
+        let c = ProducerStateConfig {
+            expiration_ms: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::NonPositiveExpiration { got: 0 })
+        );
+    }
+}
