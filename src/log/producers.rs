@@ -73,7 +73,15 @@ impl ProducerState {
             .map(|q| (q.moved_to.clone(), q.error.to_string()))
             .collect();
         let mut from = log_start;
-        if let Some((offset, snap)) = loaded.newest {
+        if let Some((offset, mut snap)) = loaded.newest {
+            if snap.version == SnapshotVersion::V1 {
+                // Kafka's format has no append wall clock, only record timestamps, which client
+                // clocks can skew: count the producers as appended now, so a restart can
+                // delay their expiry but never hasten it.
+                for entry in &mut snap.entries {
+                    entry.set_last_append_ms(now_ms);
+                }
+            }
             table.load(snap.entries);
             report.snapshot_offset = Some(offset);
             from = offset.max(log_start);
