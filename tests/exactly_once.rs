@@ -12,13 +12,22 @@ use oncelog::{AppendError, AppendOutcome, DuplicateInfo, Log, LogConfig};
 fn batch(pid: i64, epoch: i16, seq: i32, records: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new().producer(pid, epoch, seq);
     for i in 0..records {
-        b.append(1_700_000_000_000 + i as i64, Some(b"k"), Some(&[7u8; 50][..]), &[]);
+        b.append(
+            1_700_000_000_000 + i as i64,
+            Some(b"k"),
+            Some(&[7u8; 50][..]),
+            &[],
+        );
     }
     b.build().expect("valid batch")
 }
 
 fn config() -> LogConfig {
-    LogConfig { segment_bytes: 8 * 1024, segment_index_bytes: 1024, ..LogConfig::default() }
+    LogConfig {
+        segment_bytes: 8 * 1024,
+        segment_index_bytes: 1024,
+        ..LogConfig::default()
+    }
 }
 
 fn appended(outcome: AppendOutcome) -> (i64, i64) {
@@ -30,9 +39,10 @@ fn appended(outcome: AppendOutcome) -> (i64, i64) {
 
 fn duplicate(outcome: Result<AppendOutcome, AppendError>) -> (i64, i64) {
     match outcome {
-        Ok(AppendOutcome::Duplicate(DuplicateInfo { first_offset, last_offset })) => {
-            (first_offset, last_offset)
-        }
+        Ok(AppendOutcome::Duplicate(DuplicateInfo {
+            first_offset,
+            last_offset,
+        })) => (first_offset, last_offset),
         other => panic!("expected duplicate, got {other:?}"),
     }
 }
@@ -72,7 +82,11 @@ fn every_batch_of_the_window_is_a_duplicate_after_a_clean_restart() {
     drop(log);
     let log = Log::open(dir.path(), config()).unwrap();
     assert!(log.recovery_report().clean_shutdown);
-    assert_eq!(log.producer_load_report().batches_replayed, 0, "the close snapshot covers all");
+    assert_eq!(
+        log.producer_load_report().batches_replayed,
+        0,
+        "the close snapshot covers all"
+    );
     for (b, offsets) in &sent[35..] {
         assert_eq!(duplicate(log.append(b)), *offsets);
     }
@@ -108,7 +122,11 @@ fn gaps_stale_epochs_and_epoch_bumps_follow_kafkas_rules() {
     let log = Log::open(dir.path(), config()).unwrap();
     log.append(&batch(5, 3, 0, 2)).unwrap();
     match log.append(&batch(5, 3, 5, 1)) {
-        Err(AppendError::Producer(ProducerError::OutOfOrderSequence { producer_id, expected, got })) => {
+        Err(AppendError::Producer(ProducerError::OutOfOrderSequence {
+            producer_id,
+            expected,
+            got,
+        })) => {
             assert_eq!((producer_id, expected, got), (5, 2, 5));
         }
         other => panic!("{other:?}"),
@@ -122,7 +140,11 @@ fn gaps_stale_epochs_and_epoch_bumps_follow_kafkas_rules() {
     // A new epoch must start at sequence 0.
     assert!(matches!(
         log.append(&batch(5, 4, 2, 1)),
-        Err(AppendError::Producer(ProducerError::OutOfOrderSequence { expected: 0, got: 2, .. }))
+        Err(AppendError::Producer(ProducerError::OutOfOrderSequence {
+            expected: 0,
+            got: 2,
+            ..
+        }))
     ));
     appended(log.append(&batch(5, 4, 0, 1)).unwrap());
     // An unknown producer is accepted at any sequence.
@@ -152,7 +174,10 @@ fn a_corrupt_newest_snapshot_is_set_aside_and_state_is_rebuilt_from_the_log() {
     let log = Log::open(dir.path(), config()).unwrap();
     let report = log.producer_load_report().clone();
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
-    assert!(report.quarantined[0].0.exists(), "renamed aside, not deleted");
+    assert!(
+        report.quarantined[0].0.exists(),
+        "renamed aside, not deleted"
+    );
     assert!(report.batches_replayed > 0);
     for (b, offsets) in &sent[25..] {
         assert_eq!(duplicate(log.append(b)), *offsets);
@@ -183,7 +208,10 @@ fn deleting_every_snapshot_by_hand_replays_the_whole_log() {
 #[test]
 fn version_1_snapshots_keep_only_the_newest_batch_like_kafka() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig { snapshot_version: SnapshotVersion::V1, ..config() };
+    let cfg = LogConfig {
+        snapshot_version: SnapshotVersion::V1,
+        ..config()
+    };
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let sent = produce(&log, 4, 10);
     log.close().unwrap();
@@ -192,7 +220,9 @@ fn version_1_snapshots_keep_only_the_newest_batch_like_kafka() {
     assert_eq!(duplicate(log.append(&sent[9].0)), sent[9].1);
     assert!(matches!(
         log.append(&sent[8].0),
-        Err(AppendError::Producer(ProducerError::OutOfOrderSequence { .. }))
+        Err(AppendError::Producer(
+            ProducerError::OutOfOrderSequence { .. }
+        ))
     ));
 }
 
@@ -200,7 +230,10 @@ fn version_1_snapshots_keep_only_the_newest_batch_like_kafka() {
 fn a_wider_window_keeps_more_batches_across_restart() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = LogConfig {
-        producer_state: ProducerStateConfig { window: 1024, ..Default::default() },
+        producer_state: ProducerStateConfig {
+            window: 1024,
+            ..Default::default()
+        },
         segment_bytes: 1 << 20,
         ..config()
     };
@@ -209,14 +242,21 @@ fn a_wider_window_keeps_more_batches_across_restart() {
     log.close().unwrap();
     drop(log);
     let log = Log::open(dir.path(), cfg).unwrap();
-    assert_eq!(duplicate(log.append(&sent[1100 - 1024].0)), sent[1100 - 1024].1);
+    assert_eq!(
+        duplicate(log.append(&sent[1100 - 1024].0)),
+        sent[1100 - 1024].1
+    );
     assert!(log.append(&sent[1100 - 1025].0).is_err());
 }
 
 #[test]
 fn interval_snapshots_bound_the_replay_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig { segment_bytes: 1 << 20, snapshot_interval_bytes: 4096, ..config() };
+    let cfg = LogConfig {
+        segment_bytes: 1 << 20,
+        snapshot_interval_bytes: 4096,
+        ..config()
+    };
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let sent = produce(&log, 8, 100);
     log.flush().unwrap();
@@ -256,9 +296,15 @@ fn max_producers_with_reject_refuses_new_producers() {
 fn max_producers_with_eviction_forgets_the_longest_idle() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(1_000)));
-    let env = Environment { clock: clock.clone(), ..Environment::default() };
+    let env = Environment {
+        clock: clock.clone(),
+        ..Environment::default()
+    };
     let cfg = LogConfig {
-        producer_state: ProducerStateConfig { max_producers: Some(2), ..Default::default() },
+        producer_state: ProducerStateConfig {
+            max_producers: Some(2),
+            ..Default::default()
+        },
         ..config()
     };
     let log = Log::open_in(env, dir.path(), cfg).unwrap();
@@ -286,9 +332,15 @@ impl Clock for TestClock {
 fn producers_expire_by_append_wall_clock_not_record_timestamps() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(10_000_000)));
-    let env = Environment { clock: clock.clone(), ..Environment::default() };
+    let env = Environment {
+        clock: clock.clone(),
+        ..Environment::default()
+    };
     let cfg = LogConfig {
-        producer_state: ProducerStateConfig { expiration_ms: 60_000, ..Default::default() },
+        producer_state: ProducerStateConfig {
+            expiration_ms: 60_000,
+            ..Default::default()
+        },
         ..config()
     };
     let log = Log::open_in(env, dir.path(), cfg).unwrap();
@@ -311,7 +363,10 @@ fn concurrent_retries_of_one_batch_are_written_once() {
         })
         .collect();
     let outcomes: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let written = outcomes.iter().filter(|o| matches!(o, AppendOutcome::Appended(_))).count();
+    let written = outcomes
+        .iter()
+        .filter(|o| matches!(o, AppendOutcome::Appended(_)))
+        .count();
     assert_eq!(written, 1, "{outcomes:?}");
     assert_eq!(log.log_end_offset(), 4);
     for o in outcomes {

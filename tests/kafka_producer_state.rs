@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use oncelog::producer::snapshot;
 use oncelog::{Log, LogConfig};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/kafka-logdirs");
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/kafka-logdirs"
+);
 
 /// Every partition directory of the fixtures that holds a producer snapshot.
 fn partitions_with_snapshots() -> Vec<PathBuf> {
@@ -66,7 +69,9 @@ fn state_replayed_from_real_kafka_logs_equals_the_brokers_newest_snapshot() {
             .entries
             .iter()
             .map(|e| {
-                let b = e.newest_batch().expect("Kafka's entries here all have a batch");
+                let b = e
+                    .newest_batch()
+                    .expect("Kafka's entries here all have a batch");
                 let fields = Fields {
                     epoch: e.epoch(),
                     last_sequence: e.last_seq(),
@@ -88,11 +93,19 @@ fn state_replayed_from_real_kafka_logs_equals_the_brokers_newest_snapshot() {
         }
         let log = Log::open(dir.path(), LogConfig::default()).unwrap();
         assert_eq!(log.producer_load_report().snapshot_offset, None);
-        let newest_offset: i64 = newest.file_stem().unwrap().to_str().unwrap().parse().unwrap();
+        let newest_offset: i64 = newest
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(log.log_end_offset(), newest_offset, "{}", part.display());
         assert_eq!(log.producer_count(), expected.len(), "{}", part.display());
         for (pid, want) in &expected {
-            let e = log.producer(*pid).unwrap_or_else(|| panic!("{}: pid {pid}", part.display()));
+            let e = log
+                .producer(*pid)
+                .unwrap_or_else(|| panic!("{}: pid {pid}", part.display()));
             let b = *e.newest_batch().unwrap();
             let got = Fields {
                 epoch: e.epoch(),
