@@ -87,7 +87,10 @@ pub struct CompletedTxn {
 #[derive(Debug, Clone)]
 pub struct ProducerStateTable {
     config: ProducerStateConfig,
-    producers: HashMap<i64, ProducerEntry>,
+    /// Keyed by producer id with foldhash: several times faster than SipHash for integer
+    /// keys (append path, snapshot load), and still seeded per table, so client-chosen ids
+    /// cannot be aimed at one bucket.
+    producers: HashMap<i64, ProducerEntry, foldhash::fast::RandomState>,
     idle: BTreeSet<(i64, i64)>,
 }
 
@@ -104,7 +107,7 @@ impl ProducerStateTable {
         config.validate()?;
         Ok(ProducerStateTable {
             config,
-            producers: HashMap::new(),
+            producers: HashMap::default(),
             idle: BTreeSet::new(),
         })
     }
