@@ -6,6 +6,7 @@ pub mod io;
 pub mod log;
 pub mod producer;
 pub mod segment;
+pub mod verify;
 
 pub use log::{
     AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FlushError, FlushPolicy,

@@ -5,7 +5,7 @@
 //! is taken); readers never take it. They find a segment under a read lock held for the length
 //! of one index lookup and a short scan, and get back `Bytes` that own the segment's map.
 
-mod checkpoint;
+pub mod checkpoint;
 mod config;
 mod error;
 mod producers;
