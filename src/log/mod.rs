@@ -8,6 +8,8 @@
 pub mod checkpoint;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod fuzz;
 mod producers;
 mod recovery;
 

@@ -8,6 +8,8 @@
 pub mod names;
 pub mod offset_index;
 pub mod scan;
+#[doc(hidden)]
+pub mod fuzz;
 mod search;
 pub mod time_index;
 mod writer;
