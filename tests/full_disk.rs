@@ -30,7 +30,10 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -60,7 +63,9 @@ fn read_all(log: &Log) -> Vec<(i64, i64)> {
 #[test]
 fn a_full_tmpfs_refuses_appends_with_a_typed_error_and_they_resume_when_space_returns() {
     let Some(fs) = Tmpfs::mount("1m") else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root); the simulated full disk covers this");
+        eprintln!(
+            "skipped: cannot mount a tmpfs here (needs root); the simulated full disk covers this"
+        );
         return;
     };
     // Ballast that takes a third of the space, to give it back later.
@@ -98,7 +103,9 @@ fn a_full_tmpfs_refuses_appends_with_a_typed_error_and_they_resume_when_space_re
     assert!(log.append(&batch(seq)).is_err());
     // Space comes back: appends resume at the next offset.
     std::fs::remove_file(&ballast).unwrap();
-    let AppendOutcome::Appended(info) = log.append(&batch(seq)).unwrap() else { panic!() };
+    let AppendOutcome::Appended(info) = log.append(&batch(seq)).unwrap() else {
+        panic!()
+    };
     assert_eq!(info.first_offset, acked.last().unwrap().1 + 1);
     acked.push((info.first_offset, info.last_offset));
     log.close().unwrap();

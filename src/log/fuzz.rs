@@ -43,7 +43,9 @@ pub fn fuzz_open_dir(data: &[u8]) {
             recovery_mode: mode,
             ..LogConfig::default()
         };
-        let Ok(log) = Log::open(dir.path(), config) else { continue };
+        let Ok(log) = Log::open(dir.path(), config) else {
+            continue;
+        };
         let mut next = log.log_start_offset();
         while next < log.log_end_offset() {
             match log.read(next, 1 << 16) {

@@ -7,7 +7,11 @@ use crate::format::batch::be_i64;
 /// bytes (if present) choose the base offset, the rest is the file content.
 #[doc(hidden)]
 pub fn fuzz_index(data: &[u8]) {
-    let (base, body) = if data.len() >= 8 { (be_i64(data, 0) >> 8, &data[8..]) } else { (0, data) };
+    let (base, body) = if data.len() >= 8 {
+        (be_i64(data, 0) >> 8, &data[8..])
+    } else {
+        (0, data)
+    };
     let _ = offset_index::check(body, base, body.len());
     let _ = offset_index::decode(body, base).count();
     let _ = time_index::check(body, base, base.saturating_add(i32::MAX as i64));

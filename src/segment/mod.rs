@@ -5,11 +5,11 @@
 //! one writer of the active segment. Files are preallocated with a real allocation before they
 //! are mapped, and trimmed to their logical size when the segment is sealed.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod names;
 pub mod offset_index;
 pub mod scan;
-#[doc(hidden)]
-pub mod fuzz;
 mod search;
 pub mod time_index;
 mod writer;
