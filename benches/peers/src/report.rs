@@ -145,8 +145,8 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         json_num(ratio(append, best_peer(Workload::Append).map(|b| b.0))),
         json_num(ratio(append, get(Workload::Append, BARE_MMAP))),
         json_num(ratio(
-            get(Workload::Read, ONCELOG),
-            best_peer(Workload::Read).map(|b| b.0)
+            get(Workload::ReadWarm, ONCELOG),
+            best_peer(Workload::ReadWarm).map(|b| b.0)
         )),
         json_num(ratio(
             get(Workload::Recovery, ONCELOG),
@@ -158,6 +158,10 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         )),
     );
 
+    let read_cold = json_num(ratio(
+        get(Workload::Read, ONCELOG),
+        best_peer(Workload::Read).map(|b| b.0),
+    ));
     let commit = shell("git", &["rev-parse", "--short", "HEAD"]);
     let dirty = !shell("git", &["status", "--porcelain", "--", "src", "Cargo.toml"]).is_empty();
     let n = data.sizes.batches;
@@ -175,7 +179,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - rounds: {rounds}, interleaved (each round runs every engine × workload once); every number is the median of the rounds\n\
          - page cache: {caches}\n\n\
          ## Results\n\n{table}\n\
-         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery; group commit over one fsync per batch):\n\n\
+         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery; group commit over one fsync per batch; `read_vs_best_peer` is the warm-cache read; from a cold cache it is {read_cold}):\n\n\
          ```json\n{json}\n```\n\n\
          ## Method\n\n\
          - Data: {msgs} messages of {mb} B (incompressible) in batches of {pb}: {n} batches, {kb} B as Kafka RecordBatch v2 (records without key). \
@@ -185,7 +189,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          Building batches, `MessageBuf`s and `LogBatch`es is outside the timing for everyone.\n\
          - MB/s is payload: {mb} B × messages / time, the same numerator for every engine, so ratios are ratios of time.\n\
          - \"Best peer\" is the best of the log-shaped peers, commitlog and raft-engine; fjall and redb are general stores shown for context.\n\
-         - Before every timed region: `sync(2)`{drop}. Stores are opened before and flushed/closed after the timed region.\n\
+         - Before every timed region: `sync(2)`; before the cold reads and the recoveries also {drop}. Stores are opened before and flushed/closed after the timed region.\n\
          - (a) append without fsync: appends only are timed (oncelog `FlushPolicy::Manual`; commitlog `append`; raft-engine `write(.., false)`; \
          fjall `insert`; redb one transaction per batch with `Durability::None`). After the timing each store is made durable \
          (oncelog `close`; commitlog `flush` plus an fdatasync of its segment, because its segment flush is `File::flush`, a no-op; \
@@ -196,8 +200,8 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          fjall `insert` + `persist(SyncData)`; redb `Durability::Immediate`; bare `write(2)` + fdatasync. Per-batch p50/p99 latency in the notes.\n\
          - (c) group commit: the same {ns} batches from {threads} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
          raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync).\n\
-         - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
-         commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall and redb full range scans. The reader counts messages and touches nothing else.\n\
+         - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
+         commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall (its memtable flushed to a table before close) and redb full range scans. The reader counts messages and touches nothing else.\n\
          - (e) reopen after an unclean shutdown: {n} batches appended without any flush; oncelog `abandon()`, raft-engine dropped without sync or purge; then `sync(2)` and the timed open, which validates the tail. \
          MB/s is payload recovered per second.\n\
          - (f) oncelog only: one appender (as in (a)) with 1, 2 and 4 threads tailing it (`read` from their next offset, yielding when at the end); \
@@ -210,11 +214,15 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
         dirty = if dirty { " (with uncommitted changes)" } else { "" },
         caches = if drop_caches {
-            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before every timed region"
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before each cold read and each recovery; appends start from `sync(2)` only"
         } else {
-            "NOT dropped: writing /proc/sys/vm/drop_caches is not permitted here, so reads and recovery run from the page cache for every engine alike"
+            "NOT dropped: writing /proc/sys/vm/drop_caches is not permitted here, so cold reads and recovery run from the page cache for every engine alike"
         },
-        drop = if drop_caches { " and drop_caches" } else { " (drop_caches not permitted)" },
+        drop = if drop_caches {
+            "`echo 3 > /proc/sys/vm/drop_caches`"
+        } else {
+            "drop_caches, which is not permitted here, so \"cold\" runs are warm too"
+        },
         msgs = data.messages(n),
         mb = MESSAGE_BYTES,
         pb = PER_BATCH,
