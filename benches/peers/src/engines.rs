@@ -105,7 +105,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Times a full sequential read twice: from a cold page cache, then again warm.
-fn read_twice(r: &mut Results, engine: &'static str, messages: u64, mut read_all: impl FnMut() -> u64) {
+fn read_twice(
+    r: &mut Results,
+    engine: &'static str,
+    messages: u64,
+    mut read_all: impl FnMut() -> u64,
+) {
     let mut count = 0;
     let cold = timed_cold(messages, || count = read_all());
     assert_eq!(count, messages, "{engine} read every message (cold)");
@@ -166,7 +171,11 @@ pub fn round(data: &Data, scratch: &Path, r: &mut Results) {
     raft_recovery(data, scratch, n, r);
 
     // (f) one appender, tailing readers.
-    for (readers, w) in [(1, Workload::Tail1), (2, Workload::Tail2), (4, Workload::Tail4)] {
+    for (readers, w) in [
+        (1, Workload::Tail1),
+        (2, Workload::Tail2),
+        (4, Workload::Tail4),
+    ] {
         oncelog_tail(data, scratch, n, readers, w, r);
     }
 }
@@ -265,7 +274,12 @@ fn bare_write_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     });
     drop(f);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, BARE_WRITE_FSYNC, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        BARE_WRITE_FSYNC,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 // ---------------------------------------------------------------- oncelog
@@ -336,7 +350,12 @@ fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     log.close().expect("close");
     drop(log);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, ONCELOG, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        ONCELOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 fn oncelog_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -363,7 +382,12 @@ fn oncelog_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(log);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    push(r, Workload::GroupCommit, ONCELOG, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::GroupCommit,
+        ONCELOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 fn oncelog_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -394,7 +418,14 @@ fn oncelog_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     push(r, Workload::Recovery, ONCELOG, s);
 }
 
-fn oncelog_tail(data: &Data, scratch: &Path, n: usize, readers: usize, w: Workload, r: &mut Results) {
+fn oncelog_tail(
+    data: &Data,
+    scratch: &Path,
+    n: usize,
+    readers: usize,
+    w: Workload,
+    r: &mut Results,
+) {
     let dir = fresh(scratch, "oncelog-tail");
     let log = Arc::new(oncelog_open(&dir, FlushPolicy::Manual));
     let done = AtomicBool::new(false);
@@ -432,7 +463,10 @@ fn oncelog_tail(data: &Data, scratch: &Path, n: usize, readers: usize, w: Worklo
                         offset = batch.last_offset() + 1;
                     }
                 }
-                caught_up.lock().unwrap().push(start.elapsed().as_secs_f64());
+                caught_up
+                    .lock()
+                    .unwrap()
+                    .push(start.elapsed().as_secs_f64());
             });
         }
         for b in &data.kafka[..n] {
@@ -465,7 +499,10 @@ fn oncelog_tail(data: &Data, scratch: &Path, n: usize, readers: usize, w: Worklo
                     "mean reader lag (msgs)",
                     lag_sum.load(Ordering::Relaxed) as f64 / samples as f64,
                 ),
-                ("max reader lag (msgs)", lag_max.load(Ordering::Relaxed) as f64),
+                (
+                    "max reader lag (msgs)",
+                    lag_max.load(Ordering::Relaxed) as f64,
+                ),
                 ("reader catch-up ms", catch_up_ms),
             ],
         },
@@ -557,7 +594,12 @@ fn commitlog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     });
     drop(log);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, COMMITLOG, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        COMMITLOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 // ---------------------------------------------------------------- raft-engine
@@ -588,7 +630,8 @@ fn raft_batches(data: &Data, n: usize) -> Vec<raft_engine::LogBatch> {
                 .map(|(m, p)| Entry::new((b * PER_BATCH + m) as u64 + 1, p.clone()))
                 .collect();
             let mut lb = raft_engine::LogBatch::with_capacity(PER_BATCH);
-            lb.add_entries::<EntryExt>(REGION, &entries).expect("add entries");
+            lb.add_entries::<EntryExt>(REGION, &entries)
+                .expect("add entries");
             lb
         })
         .collect()
@@ -654,7 +697,12 @@ fn raft_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     });
     drop(engine);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, RAFT, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        RAFT,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -703,7 +751,12 @@ fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(engine);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    push(r, Workload::GroupCommit, RAFT, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::GroupCommit,
+        RAFT,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 fn raft_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -789,7 +842,12 @@ fn fjall_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(ks);
     drop(db);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, FJALL, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        FJALL,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }
 
 // ---------------------------------------------------------------- redb
@@ -850,5 +908,10 @@ fn redb_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     });
     drop(db);
     cleanup(&dir);
-    push(r, Workload::FsyncPerBatch, REDB, latency_sample(s.messages, lat, s.secs));
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        REDB,
+        latency_sample(s.messages, lat, s.secs),
+    );
 }

@@ -168,7 +168,9 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: oncelog-peers [--rounds N (default 5)] [--quick] [--dir SCRATCH] [--out FILE.md]");
+    eprintln!(
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--dir SCRATCH] [--out FILE.md]"
+    );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 

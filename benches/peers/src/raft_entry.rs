@@ -5,9 +5,7 @@
 
 use protobuf::rt;
 use protobuf::wire_format::WireType;
-use protobuf::{
-    CodedInputStream, CodedOutputStream, Message, ProtobufResult, UnknownFields,
-};
+use protobuf::{CodedInputStream, CodedOutputStream, Message, ProtobufResult, UnknownFields};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Entry {
