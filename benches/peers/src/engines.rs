@@ -1,0 +1,917 @@
+//! Every engine × workload. Each function prepares its input and its store outside the timed
+//! region, times only the work the workload names, and finishes (flush, close, drop) outside it.
+//!
+//! Common rules:
+//! - before every timed region: `sync(2)` (so write-back of the previous run does not land in
+//!   this one) and, where permitted, `drop_caches`;
+//! - no-fsync append (a): appends only are timed; the final durable flush/close is outside the
+//!   timing for everyone;
+//! - read (d): the store written by (a) is closed, reopened (untimed), and read from the start;
+//!   the reader counts messages and touches nothing else;
+//! - batch building (Kafka batches, commitlog `MessageBuf`s, raft-engine `LogBatch`es) is
+//!   outside the timing for everyone.
+
+use std::fs::File;
+use std::io::Write;
+use std::ops::Sub;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use oncelog::format::BatchIter;
+use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig};
+
+use crate::raft_entry::{Entry, EntryExt};
+use crate::{Data, Results, Sample, Workload, PER_BATCH};
+
+pub const ONCELOG: &str = "oncelog";
+pub const COMMITLOG: &str = "commitlog 0.2";
+pub const RAFT: &str = "raft-engine 0.4";
+pub const FJALL: &str = "fjall 3";
+pub const REDB: &str = "redb 4";
+pub const BARE_MEMCPY: &str = "bare: memcpy";
+pub const BARE_CRC: &str = "bare: CRC-32C";
+pub const BARE_WRITE: &str = "bare: write(2)+CRC";
+pub const BARE_MMAP: &str = "bare: mmap copy+CRC";
+pub const BARE_WRITE_FSYNC: &str = "bare: write(2)+CRC+fdatasync";
+
+/// The log-shaped peers the targets compare against; fjall and redb are context.
+pub const PEERS: [&str; 2] = [COMMITLOG, RAFT];
+
+/// Group-commit threads.
+pub const THREADS: usize = 4;
+
+/// Tries to drop the page cache (needs root outside a restricted container).
+pub fn drop_caches() -> bool {
+    sync_all();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
+}
+
+fn sync_all() {
+    // SAFETY: sync(2) has no preconditions.
+    unsafe { libc::sync() };
+}
+
+/// Settles the machine before a timed region: write-back of earlier runs is finished.
+fn settle() {
+    sync_all();
+}
+
+fn fresh(scratch: &Path, name: &str) -> PathBuf {
+    let dir = scratch.join(name.replace([' ', ':', '(', ')', '+'], "_"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create run dir");
+    dir
+}
+
+fn cleanup(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn push(results: &mut Results, w: Workload, engine: &'static str, s: Sample) {
+    results.entry((w, engine)).or_default().push(s);
+}
+
+fn timed(messages: u64, f: impl FnOnce()) -> Sample {
+    settle();
+    timed_now(messages, f)
+}
+
+/// Like [`timed`], but from a cold page cache (where dropping it is permitted): reads and
+/// recovery, where the cache decides what is measured.
+fn timed_cold(messages: u64, f: impl FnOnce()) -> Sample {
+    drop_caches();
+    timed_now(messages, f)
+}
+
+fn timed_now(messages: u64, f: impl FnOnce()) -> Sample {
+    let t = Instant::now();
+    f();
+    Sample {
+        secs: t.elapsed().as_secs_f64(),
+        messages,
+        extra: Vec::new(),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+/// Times a full sequential read twice: from a cold page cache, then again warm.
+fn read_twice(
+    r: &mut Results,
+    engine: &'static str,
+    messages: u64,
+    mut read_all: impl FnMut() -> u64,
+) {
+    let mut count = 0;
+    let cold = timed_cold(messages, || count = read_all());
+    assert_eq!(count, messages, "{engine} read every message (cold)");
+    push(r, Workload::Read, engine, cold);
+    let warm = timed(messages, || count = read_all());
+    assert_eq!(count, messages, "{engine} read every message (warm)");
+    push(r, Workload::ReadWarm, engine, warm);
+}
+
+/// A per-batch-latency sample: total time plus p50/p99 per batch in µs.
+fn latency_sample(messages: u64, mut lat: Vec<f64>, secs: f64) -> Sample {
+    lat.sort_by(f64::total_cmp);
+    Sample {
+        secs,
+        messages,
+        extra: vec![
+            ("p50 µs/batch", percentile(&lat, 0.5) * 1e6),
+            ("p99 µs/batch", percentile(&lat, 0.99) * 1e6),
+        ],
+    }
+}
+
+fn kafka_crc(batch: &[u8]) -> u32 {
+    // Kafka's CRC-32C covers attributes .. end (from byte 21).
+    crc32c::crc32c(&batch[21..])
+}
+
+/// One round: every engine × workload once, in a fixed order.
+pub fn round(data: &Data, scratch: &Path, r: &mut Results) {
+    let n = data.sizes.batches;
+    let ns = data.sizes.sync_batches;
+
+    // (a) + (d): append without fsync, then read back what was appended.
+    bare_memcpy(data, n, r);
+    bare_crc(data, n, r);
+    bare_write(data, scratch, n, r);
+    bare_mmap(data, scratch, n, r);
+    oncelog_append_read(data, scratch, n, r);
+    commitlog_append_read(data, scratch, n, r);
+    raft_append_read(data, scratch, n, r);
+    fjall_append_read(data, scratch, n, r);
+    redb_append_read(data, scratch, n, r);
+
+    // (b) fsync per batch.
+    bare_write_fsync(data, scratch, ns, r);
+    oncelog_fsync(data, scratch, ns, r);
+    commitlog_fsync(data, scratch, ns, r);
+    raft_fsync(data, scratch, ns, r);
+    fjall_fsync(data, scratch, ns, r);
+    redb_fsync(data, scratch, ns, r);
+
+    // (c) group commit.
+    oncelog_group(data, scratch, ns, r);
+    raft_group(data, scratch, ns, r);
+
+    // (e) recovery of an unflushed tail.
+    oncelog_recovery(data, scratch, n, r);
+    raft_recovery(data, scratch, n, r);
+
+    // (f) one appender, tailing readers.
+    for (readers, w) in [
+        (1, Workload::Tail1),
+        (2, Workload::Tail2),
+        (4, Workload::Tail4),
+    ] {
+        oncelog_tail(data, scratch, n, readers, w, r);
+    }
+}
+
+// ---------------------------------------------------------------- bare baselines
+
+fn bare_memcpy(data: &Data, n: usize, r: &mut Results) {
+    let total = data.kafka_bytes(n);
+    let mut dst = vec![1u8; total]; // written, so every page is faulted in before timing
+    let s = timed(data.messages(n), || {
+        let mut pos = 0;
+        for b in &data.kafka[..n] {
+            dst[pos..pos + b.len()].copy_from_slice(b);
+            pos += b.len();
+        }
+    });
+    std::hint::black_box(&dst);
+    push(r, Workload::Append, BARE_MEMCPY, s);
+}
+
+fn bare_crc(data: &Data, n: usize, r: &mut Results) {
+    let mut acc = 0u32;
+    let s = timed(data.messages(n), || {
+        for b in &data.kafka[..n] {
+            acc ^= kafka_crc(b);
+        }
+    });
+    std::hint::black_box(acc);
+    push(r, Workload::Append, BARE_CRC, s);
+}
+
+fn bare_write(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "bare-write");
+    let mut f = File::create(dir.join("data")).expect("create");
+    let mut acc = 0u32;
+    let s = timed(data.messages(n), || {
+        for b in &data.kafka[..n] {
+            acc ^= kafka_crc(b);
+            f.write_all(b).expect("write");
+        }
+    });
+    std::hint::black_box(acc);
+    f.sync_data().expect("fdatasync");
+    drop(f);
+    cleanup(&dir);
+    push(r, Workload::Append, BARE_WRITE, s);
+}
+
+fn bare_mmap(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "bare-mmap");
+    let total = data.kafka_bytes(n);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("data"))
+        .expect("create");
+    // SAFETY: plain fallocate on an fd we own.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, total as libc::off_t) };
+    if rc != 0 {
+        f.set_len(total as u64).expect("set_len");
+    }
+    // SAFETY: the file is private to this run and not resized while mapped.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("mmap");
+    let mut acc = 0u32;
+    let s = timed(data.messages(n), || {
+        let mut pos = 0;
+        for b in &data.kafka[..n] {
+            acc ^= kafka_crc(b);
+            map[pos..pos + b.len()].copy_from_slice(b);
+            pos += b.len();
+        }
+    });
+    std::hint::black_box(acc);
+    map.flush().expect("msync");
+    drop(map);
+    f.sync_data().expect("fdatasync");
+    drop(f);
+    cleanup(&dir);
+    push(r, Workload::Append, BARE_MMAP, s);
+}
+
+fn bare_write_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "bare-write-fsync");
+    let mut f = File::create(dir.join("data")).expect("create");
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for b in &data.kafka[..n] {
+            let t = Instant::now();
+            let _ = kafka_crc(b);
+            f.write_all(b).expect("write");
+            f.sync_data().expect("fdatasync");
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(f);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        BARE_WRITE_FSYNC,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+// ---------------------------------------------------------------- oncelog
+
+fn oncelog_open(dir: &Path, policy: FlushPolicy) -> Log {
+    Log::open(
+        dir,
+        LogConfig {
+            flush_policy: policy,
+            ..LogConfig::default()
+        },
+    )
+    .expect("oncelog open")
+}
+
+fn oncelog_append_one(log: &Log, b: &[u8]) {
+    match log.append(b).expect("oncelog append") {
+        AppendOutcome::Appended(_) => {}
+        other => panic!("unexpected append outcome {other:?}"),
+    }
+}
+
+fn oncelog_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "oncelog");
+    let log = oncelog_open(&dir, FlushPolicy::Manual);
+    let s = timed(data.messages(n), || {
+        for b in &data.kafka[..n] {
+            oncelog_append_one(&log, b);
+        }
+    });
+    log.close().expect("close");
+    drop(log);
+    push(r, Workload::Append, ONCELOG, s);
+
+    let log = oncelog_open(&dir, FlushPolicy::Manual);
+    read_twice(r, ONCELOG, data.messages(n), || {
+        let mut count = 0u64;
+        let mut offset = 0i64;
+        loop {
+            let bytes = log.read(offset, 1 << 20).expect("read");
+            if bytes.is_empty() {
+                break;
+            }
+            for item in BatchIter::new(&bytes) {
+                let (_, batch) = item.expect("valid batch");
+                count += batch.records_count() as u64;
+                offset = batch.last_offset() + 1;
+            }
+        }
+        count
+    });
+    log.close().expect("close");
+    drop(log);
+    cleanup(&dir);
+}
+
+fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "oncelog-fsync");
+    let log = oncelog_open(&dir, FlushPolicy::Always);
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for b in &data.kafka[..n] {
+            let t = Instant::now();
+            oncelog_append_one(&log, b);
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    log.close().expect("close");
+    drop(log);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        ONCELOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+fn oncelog_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "oncelog-group");
+    let log = Arc::new(oncelog_open(&dir, FlushPolicy::Always));
+    let lat = Mutex::new(Vec::with_capacity(n));
+    let s = timed(data.messages(n), || {
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let (log, lat) = (&log, &lat);
+                scope.spawn(move || {
+                    let mut mine = Vec::with_capacity(n / THREADS + 1);
+                    for b in data.kafka[..n].iter().skip(t).step_by(THREADS) {
+                        let start = Instant::now();
+                        oncelog_append_one(log, b);
+                        mine.push(start.elapsed().as_secs_f64());
+                    }
+                    lat.lock().unwrap().extend(mine);
+                });
+            }
+        });
+    });
+    log.close().expect("close");
+    drop(log);
+    cleanup(&dir);
+    let lat = lat.into_inner().unwrap();
+    push(
+        r,
+        Workload::GroupCommit,
+        ONCELOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+fn oncelog_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "oncelog-recovery");
+    let log = oncelog_open(&dir, FlushPolicy::Manual);
+    for b in &data.kafka[..n] {
+        oncelog_append_one(&log, b);
+    }
+    log.abandon();
+    let mut validated = 0u64;
+    let mut reopened = None;
+    let s = timed_cold(data.messages(n), || {
+        let log = oncelog_open(&dir, FlushPolicy::Manual);
+        validated = log.recovery_report().bytes_validated;
+        reopened = Some(log);
+    });
+    let log = reopened.expect("reopened");
+    assert_eq!(
+        log.log_end_offset(),
+        data.messages(n) as i64,
+        "oncelog recovered every batch"
+    );
+    log.close().expect("close");
+    drop(log);
+    cleanup(&dir);
+    let mut s = s;
+    s.extra.push(("MB validated", validated as f64 / 1e6));
+    push(r, Workload::Recovery, ONCELOG, s);
+}
+
+fn oncelog_tail(
+    data: &Data,
+    scratch: &Path,
+    n: usize,
+    readers: usize,
+    w: Workload,
+    r: &mut Results,
+) {
+    let dir = fresh(scratch, "oncelog-tail");
+    let log = Arc::new(oncelog_open(&dir, FlushPolicy::Manual));
+    let done = AtomicBool::new(false);
+    let lag_sum = AtomicU64::new(0);
+    let lag_samples = AtomicU64::new(0);
+    let lag_max = AtomicU64::new(0);
+    let total = data.messages(n) as i64;
+    let mut append_secs = 0.0;
+    let caught_up = Mutex::new(Vec::new());
+    settle();
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..readers {
+            let (log, done) = (&log, &done);
+            let (lag_sum, lag_samples, lag_max) = (&lag_sum, &lag_samples, &lag_max);
+            let caught_up = &caught_up;
+            scope.spawn(move || {
+                let mut offset = 0i64;
+                while offset < total {
+                    let end = log.log_end_offset();
+                    let lag = (end - offset).max(0) as u64;
+                    lag_sum.fetch_add(lag, Ordering::Relaxed);
+                    lag_samples.fetch_add(1, Ordering::Relaxed);
+                    lag_max.fetch_max(lag, Ordering::Relaxed);
+                    let bytes = log.read(offset, 1 << 20).expect("tail read");
+                    if bytes.is_empty() {
+                        if done.load(Ordering::Acquire) && log.log_end_offset() == offset {
+                            break;
+                        }
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    for item in BatchIter::new(&bytes) {
+                        let (_, batch) = item.expect("valid batch");
+                        offset = batch.last_offset() + 1;
+                    }
+                }
+                caught_up
+                    .lock()
+                    .unwrap()
+                    .push(start.elapsed().as_secs_f64());
+            });
+        }
+        for b in &data.kafka[..n] {
+            oncelog_append_one(&log, b);
+        }
+        append_secs = start.elapsed().as_secs_f64();
+        done.store(true, Ordering::Release);
+    });
+    // How long after the last append the slowest reader had read everything.
+    let catch_up_ms = caught_up
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .fold(append_secs, f64::max)
+        .sub(append_secs)
+        * 1e3;
+    log.close().expect("close");
+    drop(log);
+    cleanup(&dir);
+    let samples = lag_samples.load(Ordering::Relaxed).max(1);
+    push(
+        r,
+        w,
+        ONCELOG,
+        Sample {
+            secs: append_secs,
+            messages: data.messages(n),
+            extra: vec![
+                (
+                    "mean reader lag (msgs)",
+                    lag_sum.load(Ordering::Relaxed) as f64 / samples as f64,
+                ),
+                (
+                    "max reader lag (msgs)",
+                    lag_max.load(Ordering::Relaxed) as f64,
+                ),
+                ("reader catch-up ms", catch_up_ms),
+            ],
+        },
+    );
+}
+
+// ---------------------------------------------------------------- commitlog
+
+fn commitlog_open(dir: &Path) -> commitlog::CommitLog {
+    let mut opts = commitlog::LogOptions::new(dir);
+    opts.segment_max_bytes(1 << 30);
+    opts.index_max_items(2_000_000);
+    opts.message_max_bytes(1 << 24);
+    commitlog::CommitLog::new(opts).expect("commitlog open")
+}
+
+fn commitlog_bufs(data: &Data, n: usize) -> Vec<commitlog::message::MessageBuf> {
+    data.payloads[..n]
+        .iter()
+        .map(|batch| {
+            let mut buf = commitlog::message::MessageBuf::default();
+            for p in batch {
+                buf.push(p).expect("push");
+            }
+            buf
+        })
+        .collect()
+}
+
+fn commitlog_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    use commitlog::message::MessageSet;
+    let dir = fresh(scratch, "commitlog");
+    let mut bufs = commitlog_bufs(data, n);
+    let mut log = commitlog_open(&dir);
+    let s = timed(data.messages(n), || {
+        for buf in bufs.iter_mut() {
+            log.append(buf).expect("commitlog append");
+        }
+    });
+    drop(bufs);
+    log.flush().expect("flush");
+    // commitlog's flush syncs only its index (its segment flush is `File::flush`, a no-op):
+    // make the data durable as every other engine's is at this point.
+    File::open(dir.join(format!("{:020}.log", 0)))
+        .and_then(|f| f.sync_data())
+        .expect("fdatasync segment");
+    drop(log);
+    push(r, Workload::Append, COMMITLOG, s);
+
+    let log = commitlog_open(&dir);
+    read_twice(r, COMMITLOG, data.messages(n), || {
+        let mut count = 0u64;
+        let mut offset = 0u64;
+        loop {
+            let buf = log
+                .read(offset, commitlog::ReadLimit::max_bytes(1 << 20))
+                .expect("commitlog read");
+            let mut last = None;
+            for m in buf.iter() {
+                count += 1;
+                last = Some(m.offset());
+            }
+            match last {
+                Some(o) => offset = o + 1,
+                None => break,
+            }
+        }
+        count
+    });
+    drop(log);
+    cleanup(&dir);
+}
+
+fn commitlog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "commitlog-fsync");
+    let mut bufs = commitlog_bufs(data, n);
+    let mut log = commitlog_open(&dir);
+    // Its flush does not sync the segment; sync it through a second descriptor of the file.
+    let segment = File::open(dir.join(format!("{:020}.log", 0))).expect("open segment");
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for buf in bufs.iter_mut() {
+            let t = Instant::now();
+            log.append(buf).expect("commitlog append");
+            log.flush().expect("flush");
+            segment.sync_data().expect("fdatasync");
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(log);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        COMMITLOG,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+// ---------------------------------------------------------------- raft-engine
+
+type RaftEngine = raft_engine::Engine;
+
+const REGION: u64 = 1;
+
+fn raft_open(dir: &Path) -> RaftEngine {
+    let cfg = raft_engine::Config {
+        dir: dir.to_str().expect("utf-8 path").to_owned(),
+        // 0 = never compress.
+        batch_compression_threshold: raft_engine::ReadableSize(0),
+        ..raft_engine::Config::default()
+    };
+    raft_engine::Engine::open(cfg).expect("raft-engine open")
+}
+
+/// One `LogBatch` per Kafka batch: 100 entries, entry index = message number + 1.
+fn raft_batches(data: &Data, n: usize) -> Vec<raft_engine::LogBatch> {
+    data.payloads[..n]
+        .iter()
+        .enumerate()
+        .map(|(b, batch)| {
+            let entries: Vec<Entry> = batch
+                .iter()
+                .enumerate()
+                .map(|(m, p)| Entry::new((b * PER_BATCH + m) as u64 + 1, p.clone()))
+                .collect();
+            let mut lb = raft_engine::LogBatch::with_capacity(PER_BATCH);
+            lb.add_entries::<EntryExt>(REGION, &entries)
+                .expect("add entries");
+            lb
+        })
+        .collect()
+}
+
+/// raft-engine 0.4.2's `sync()` writes an empty batch, which returns before syncing: force a
+/// sync with a real synced write.
+fn raft_force_sync(engine: &RaftEngine) {
+    let mut lb = raft_engine::LogBatch::default();
+    lb.put(REGION + 1, b"sync".to_vec(), b"1".to_vec())
+        .expect("put");
+    engine.write(&mut lb, true).expect("synced write");
+}
+
+fn raft_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "raft");
+    let mut batches = raft_batches(data, n);
+    let engine = raft_open(&dir);
+    let s = timed(data.messages(n), || {
+        for lb in batches.iter_mut() {
+            engine.write(lb, false).expect("raft write");
+        }
+    });
+    drop(batches);
+    raft_force_sync(&engine);
+    drop(engine);
+    push(r, Workload::Append, RAFT, s);
+
+    let engine = raft_open(&dir);
+    let total = data.messages(n);
+    read_twice(r, RAFT, total, || {
+        let mut count = 0u64;
+        let mut next = 1u64;
+        let mut out: Vec<Entry> = Vec::with_capacity(16_384);
+        while next <= total {
+            out.clear();
+            let got = engine
+                .fetch_entries_to::<EntryExt>(REGION, next, total + 1, Some(1 << 20), &mut out)
+                .expect("fetch");
+            if got == 0 {
+                break;
+            }
+            count += got as u64;
+            next = out.last().expect("fetched").index + 1;
+        }
+        count
+    });
+    drop(engine);
+    cleanup(&dir);
+}
+
+fn raft_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "raft-fsync");
+    let mut batches = raft_batches(data, n);
+    let engine = raft_open(&dir);
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for lb in batches.iter_mut() {
+            let t = Instant::now();
+            engine.write(lb, true).expect("raft write");
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(engine);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        RAFT,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "raft-group");
+    // Raft indexes are contiguous per region, so each thread writes the batches it was dealt
+    // to its own region, as separate Raft groups do.
+    let per_thread: Vec<Vec<raft_engine::LogBatch>> = (0..THREADS)
+        .map(|t| {
+            data.payloads[..n]
+                .iter()
+                .skip(t)
+                .step_by(THREADS)
+                .enumerate()
+                .map(|(k, batch)| {
+                    let entries: Vec<Entry> = batch
+                        .iter()
+                        .enumerate()
+                        .map(|(m, p)| Entry::new((k * PER_BATCH + m) as u64 + 1, p.clone()))
+                        .collect();
+                    let mut lb = raft_engine::LogBatch::with_capacity(PER_BATCH);
+                    lb.add_entries::<EntryExt>(REGION + 10 + t as u64, &entries)
+                        .expect("add entries");
+                    lb
+                })
+                .collect()
+        })
+        .collect();
+    let engine = raft_open(&dir);
+    let lat = Mutex::new(Vec::with_capacity(n));
+    let s = timed(data.messages(n), || {
+        std::thread::scope(|scope| {
+            for mut mine in per_thread {
+                let (engine, lat) = (&engine, &lat);
+                scope.spawn(move || {
+                    let mut l = Vec::with_capacity(mine.len());
+                    for lb in mine.iter_mut() {
+                        let t = Instant::now();
+                        engine.write(lb, true).expect("raft write");
+                        l.push(t.elapsed().as_secs_f64());
+                    }
+                    lat.lock().unwrap().extend(l);
+                });
+            }
+        });
+    });
+    drop(engine);
+    cleanup(&dir);
+    let lat = lat.into_inner().unwrap();
+    push(
+        r,
+        Workload::GroupCommit,
+        RAFT,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+fn raft_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "raft-recovery");
+    let mut batches = raft_batches(data, n);
+    let engine = raft_open(&dir);
+    for lb in batches.iter_mut() {
+        engine.write(lb, false).expect("raft write");
+    }
+    drop(batches);
+    drop(engine); // no purge, no sync: the whole tail is unsynced
+    let mut reopened = None;
+    let s = timed_cold(data.messages(n), || {
+        reopened = Some(raft_open(&dir));
+    });
+    let engine = reopened.expect("reopened");
+    assert_eq!(
+        engine.last_index(REGION),
+        Some(data.messages(n)),
+        "raft-engine recovered every entry"
+    );
+    drop(engine);
+    cleanup(&dir);
+    push(r, Workload::Recovery, RAFT, s);
+}
+
+// ---------------------------------------------------------------- fjall
+
+fn fjall_open(dir: &Path) -> (fjall::Database, fjall::Keyspace) {
+    let db = fjall::Database::builder(dir).open().expect("fjall open");
+    let ks = db
+        .keyspace("log", fjall::KeyspaceCreateOptions::default)
+        .expect("keyspace");
+    (db, ks)
+}
+
+fn key(batch: usize) -> [u8; 8] {
+    ((batch * PER_BATCH) as u64).to_be_bytes()
+}
+
+fn fjall_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "fjall");
+    let (db, ks) = fjall_open(&dir);
+    let s = timed(data.messages(n), || {
+        for (i, b) in data.kafka[..n].iter().enumerate() {
+            ks.insert(key(i), b.as_slice()).expect("insert");
+        }
+    });
+    db.persist(fjall::PersistMode::SyncAll).expect("persist");
+    // Flush the memtable into a table, so the read below scans tables rather than a memtable
+    // replayed from the journal at open.
+    ks.rotate_memtable_and_wait().expect("flush memtable");
+    drop(ks);
+    drop(db);
+    push(r, Workload::Append, FJALL, s);
+
+    let (db, ks) = fjall_open(&dir);
+    read_twice(r, FJALL, data.messages(n), || {
+        let mut count = 0u64;
+        for kv in ks.iter() {
+            let v = kv.value().expect("value");
+            count += PER_BATCH as u64 * u64::from(!v.is_empty());
+        }
+        count
+    });
+    drop(ks);
+    drop(db);
+    cleanup(&dir);
+}
+
+fn fjall_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "fjall-fsync");
+    let (db, ks) = fjall_open(&dir);
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for (i, b) in data.kafka[..n].iter().enumerate() {
+            let t = Instant::now();
+            ks.insert(key(i), b.as_slice()).expect("insert");
+            db.persist(fjall::PersistMode::SyncData).expect("persist");
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(ks);
+    drop(db);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        FJALL,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
+// ---------------------------------------------------------------- redb
+
+const TABLE: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("log");
+
+fn redb_write(db: &redb::Database, i: usize, b: &[u8], durability: redb::Durability) {
+    let mut tx = db.begin_write().expect("begin");
+    tx.set_durability(durability).expect("durability");
+    {
+        let mut t = tx.open_table(TABLE).expect("table");
+        t.insert(key(i).as_slice(), b).expect("insert");
+    }
+    tx.commit().expect("commit");
+}
+
+fn redb_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    use redb::{ReadableDatabase, ReadableTable};
+    let dir = fresh(scratch, "redb");
+    let path = dir.join("db.redb");
+    let db = redb::Database::create(&path).expect("redb create");
+    let s = timed(data.messages(n), || {
+        for (i, b) in data.kafka[..n].iter().enumerate() {
+            redb_write(&db, i, b, redb::Durability::None);
+        }
+    });
+    // A durable commit persists the non-durable ones before it.
+    let tx = db.begin_write().expect("begin");
+    tx.commit().expect("durable commit");
+    drop(db);
+    push(r, Workload::Append, REDB, s);
+
+    let db = redb::Database::create(&path).expect("redb open");
+    read_twice(r, REDB, data.messages(n), || {
+        let mut count = 0u64;
+        let tx = db.begin_read().expect("begin read");
+        let t = tx.open_table(TABLE).expect("table");
+        for kv in t.iter().expect("iter") {
+            let (_, v) = kv.expect("kv");
+            count += PER_BATCH as u64 * u64::from(!v.value().is_empty());
+        }
+        count
+    });
+    drop(db);
+    cleanup(&dir);
+}
+
+fn redb_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    let dir = fresh(scratch, "redb-fsync");
+    let db = redb::Database::create(dir.join("db.redb")).expect("redb create");
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        for (i, b) in data.kafka[..n].iter().enumerate() {
+            let t = Instant::now();
+            redb_write(&db, i, b, redb::Durability::Immediate);
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(db);
+    cleanup(&dir);
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        REDB,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}

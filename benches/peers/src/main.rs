@@ -1,0 +1,232 @@
+//! Side-by-side benchmarks of oncelog against peer engines and bare baselines (issue 5,
+//! DESIGN.md §10). One process, rounds interleaved, medians of N.
+//!
+//! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
+//!  [--quick] [--dir SCRATCH] [--out docs/benchmarks.md]`
+
+mod engines;
+mod raft_entry;
+mod report;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use oncelog::format::BatchBuilder;
+
+/// Bytes of each message's payload (the Kafka record value; records have no key).
+pub const MESSAGE_BYTES: usize = 100;
+/// Messages per batch.
+pub const PER_BATCH: usize = 100;
+
+pub struct Args {
+    pub rounds: usize,
+    pub quick: bool,
+    pub dir: Option<PathBuf>,
+    pub out: PathBuf,
+}
+
+/// Sizes of each workload.
+#[derive(Clone, Copy)]
+pub struct Sizes {
+    /// Batches of the no-fsync append, read, recovery and tailing workloads.
+    pub batches: usize,
+    /// Batches of the fsync-per-batch and group-commit workloads.
+    pub sync_batches: usize,
+}
+
+/// The same messages in every engine's shape. Built once, outside every timed region.
+pub struct Data {
+    pub sizes: Sizes,
+    /// `payloads[b][m]`: message `m` of batch `b`.
+    pub payloads: Vec<Vec<Vec<u8>>>,
+    /// Kafka RecordBatch v2 client batches (baseOffset 0), one per payload batch.
+    pub kafka: Vec<Vec<u8>>,
+}
+
+impl Data {
+    fn new(sizes: Sizes) -> Data {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            // xorshift64*: incompressible, deterministic payloads
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        let mut payloads = Vec::with_capacity(sizes.batches);
+        let mut kafka = Vec::with_capacity(sizes.batches);
+        for b in 0..sizes.batches {
+            let batch: Vec<Vec<u8>> = (0..PER_BATCH)
+                .map(|_| {
+                    let mut p = Vec::with_capacity(MESSAGE_BYTES + 8);
+                    while p.len() < MESSAGE_BYTES {
+                        p.extend_from_slice(&next().to_le_bytes());
+                    }
+                    p.truncate(MESSAGE_BYTES);
+                    p
+                })
+                .collect();
+            let mut builder = BatchBuilder::new();
+            let ts = 1_700_000_000_000 + b as i64;
+            for p in &batch {
+                builder.append(ts, None, Some(p), &[]);
+            }
+            kafka.push(builder.build().expect("uncompressed batch builds"));
+            payloads.push(batch);
+        }
+        Data {
+            sizes,
+            payloads,
+            kafka,
+        }
+    }
+
+    pub fn messages(&self, batches: usize) -> u64 {
+        (batches * PER_BATCH) as u64
+    }
+
+    pub fn kafka_bytes(&self, batches: usize) -> usize {
+        self.kafka[..batches].iter().map(Vec::len).sum()
+    }
+}
+
+/// One timed run.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub secs: f64,
+    /// Messages (records) handled in the timed region.
+    pub messages: u64,
+    /// Named secondary measurements (latency percentiles, lag), each a median over rounds.
+    pub extra: Vec<(&'static str, f64)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Workload {
+    Append,
+    FsyncPerBatch,
+    GroupCommit,
+    Read,
+    ReadWarm,
+    Recovery,
+    Tail1,
+    Tail2,
+    Tail4,
+}
+
+impl Workload {
+    pub fn title(self) -> &'static str {
+        match self {
+            Workload::Append => "(a) append, no fsync",
+            Workload::FsyncPerBatch => "(b) append, fsync per batch",
+            Workload::GroupCommit => "(c) group commit, 4 threads",
+            Workload::Read => "(d) sequential read, cold cache",
+            Workload::ReadWarm => "(d) sequential read, warm cache",
+            Workload::Recovery => "(e) reopen after unclean shutdown",
+            Workload::Tail1 => "(f) append with 1 tailing reader",
+            Workload::Tail2 => "(f) append with 2 tailing readers",
+            Workload::Tail4 => "(f) append with 4 tailing readers",
+        }
+    }
+}
+
+pub type Results = BTreeMap<(Workload, &'static str), Vec<Sample>>;
+
+fn parse_args() -> Args {
+    let root = repo_root();
+    let mut args = Args {
+        rounds: 5,
+        quick: false,
+        dir: None,
+        out: root.join("docs/benchmarks.md"),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{name} needs a value")))
+        };
+        match a.as_str() {
+            "--rounds" => {
+                args.rounds = value("--rounds")
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| usage("--rounds needs a positive number"))
+            }
+            "--quick" => args.quick = true,
+            "--dir" => args.dir = Some(PathBuf::from(value("--dir"))),
+            "--out" => args.out = PathBuf::from(value("--out")),
+            "-h" | "--help" => usage(""),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    args
+}
+
+fn usage(msg: &str) -> ! {
+    if !msg.is_empty() {
+        eprintln!("error: {msg}");
+    }
+    eprintln!(
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--dir SCRATCH] [--out FILE.md]"
+    );
+    std::process::exit(if msg.is_empty() { 0 } else { 2 })
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn main() {
+    let args = parse_args();
+    let sizes = if args.quick {
+        Sizes {
+            batches: 1_000,
+            sync_batches: 100,
+        }
+    } else {
+        Sizes {
+            batches: 10_000,
+            sync_batches: 1_000,
+        }
+    };
+    let scratch_parent = match &args.dir {
+        Some(d) => d.clone(),
+        None => repo_root().join("target"),
+    };
+    std::fs::create_dir_all(&scratch_parent).expect("create scratch parent");
+    let scratch = tempfile::Builder::new()
+        .prefix("peers-scratch-")
+        .tempdir_in(&scratch_parent)
+        .expect("create scratch dir");
+    let drop_caches = engines::drop_caches();
+    eprintln!(
+        "scratch {} | {} batches x {} x {} B | fsync workloads {} batches | rounds {} | drop_caches {}",
+        scratch.path().display(),
+        sizes.batches,
+        PER_BATCH,
+        MESSAGE_BYTES,
+        sizes.sync_batches,
+        args.rounds,
+        if drop_caches { "ok" } else { "not permitted" }
+    );
+    let t = Instant::now();
+    let data = Data::new(sizes);
+    eprintln!(
+        "built {} batches ({} B of Kafka batches) in {:.2?}",
+        data.kafka.len(),
+        data.kafka_bytes(sizes.batches),
+        t.elapsed()
+    );
+
+    let mut results = Results::new();
+    let started = Instant::now();
+    for round in 1..=args.rounds {
+        let t = Instant::now();
+        engines::round(&data, scratch.path(), &mut results);
+        eprintln!("round {round}/{} took {:.1?}", args.rounds, t.elapsed());
+    }
+    eprintln!("total {:.1?}", started.elapsed());
+    report::report(&args, &data, &results, drop_caches);
+}

@@ -1,0 +1,238 @@
+//! Medians, the markdown table, `docs/benchmarks.md`, and the JSON ratio line.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use crate::engines::{self, BARE_MMAP, ONCELOG, PEERS, RAFT};
+use crate::{Args, Data, Results, Sample, Workload, MESSAGE_BYTES, PER_BATCH};
+
+/// Median of the samples by time, with each extra the median of its own values.
+fn median(samples: &[Sample]) -> Sample {
+    let mut secs: Vec<f64> = samples.iter().map(|s| s.secs).collect();
+    secs.sort_by(f64::total_cmp);
+    let extra = samples[0]
+        .extra
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let mut v: Vec<f64> = samples.iter().map(|s| s.extra[i].1).collect();
+            v.sort_by(f64::total_cmp);
+            (*name, mid(&v))
+        })
+        .collect();
+    Sample {
+        secs: mid(&secs),
+        messages: samples[0].messages,
+        extra,
+    }
+}
+
+fn mid(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// Payload MB/s: 100 B per message, whatever framing each engine adds.
+fn mbps(s: &Sample) -> f64 {
+    (s.messages * MESSAGE_BYTES as u64) as f64 / s.secs / 1e6
+}
+
+fn records_per_sec(s: &Sample) -> f64 {
+    s.messages as f64 / s.secs
+}
+
+fn shell(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .current_dir(crate::repo_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn json_num(v: Option<f64>) -> String {
+    v.filter(|x| x.is_finite())
+        .map(|x| format!("{x:.3}"))
+        .unwrap_or_else(|| "null".to_owned())
+}
+
+fn fmt_rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
+    let medians: Vec<((Workload, &'static str), Sample)> =
+        results.iter().map(|(k, v)| (*k, median(v))).collect();
+    let get = |w: Workload, e: &str| -> Option<f64> {
+        medians
+            .iter()
+            .find(|((mw, me), _)| *mw == w && *me == e)
+            .map(|(_, s)| mbps(s))
+    };
+    let best_peer = |w: Workload| -> Option<(f64, &'static str)> {
+        PEERS
+            .iter()
+            .filter_map(|p| get(w, p).map(|v| (v, *p)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    };
+
+    let mut table = String::new();
+    table.push_str(
+        "| workload | engine | MB/s | records/s | vs best peer | notes |\n|---|---|---:|---:|---:|---|\n",
+    );
+    let mut last = None;
+    for ((w, e), s) in &medians {
+        let label = if last == Some(*w) { "" } else { w.title() };
+        last = Some(*w);
+        let vs = best_peer(*w)
+            .map(|(b, _)| format!("{:.2}x", mbps(s) / b))
+            .unwrap_or_default();
+        let mut notes: Vec<String> = s
+            .extra
+            .iter()
+            .map(|(name, v)| format!("{name} {v:.1}"))
+            .collect();
+        if *w == Workload::Append && *e == ONCELOG {
+            if let Some(b) = get(Workload::Append, BARE_MMAP) {
+                notes.push(format!("{:.2}x bare mmap", mbps(s) / b));
+            }
+        }
+        let _ = writeln!(
+            table,
+            "| {label} | {e} | {:.0} | {} | {vs} | {} |",
+            mbps(s),
+            fmt_rate(records_per_sec(s)),
+            notes.join(", ")
+        );
+    }
+
+    let append = get(Workload::Append, ONCELOG);
+    let json = format!(
+        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{}}}",
+        json_num(ratio(append, best_peer(Workload::Append).map(|b| b.0))),
+        json_num(ratio(append, get(Workload::Append, BARE_MMAP))),
+        json_num(ratio(
+            get(Workload::Read, ONCELOG),
+            best_peer(Workload::Read).map(|b| b.0)
+        )),
+        json_num(ratio(
+            get(Workload::Recovery, ONCELOG),
+            get(Workload::Recovery, RAFT)
+        )),
+        json_num(ratio(
+            get(Workload::GroupCommit, ONCELOG),
+            get(Workload::FsyncPerBatch, ONCELOG)
+        )),
+    );
+
+    let read_warm = json_num(ratio(
+        get(Workload::ReadWarm, ONCELOG),
+        best_peer(Workload::ReadWarm).map(|b| b.0),
+    ));
+    let commit = shell("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = !shell("git", &["status", "--porcelain", "--", "src", "Cargo.toml"]).is_empty();
+    let n = data.sizes.batches;
+    let ns = data.sizes.sync_batches;
+    let mut doc = String::new();
+    let _ = write!(
+        doc,
+        "# Benchmarks: oncelog against peers\n\n\
+         Generated by `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds {rounds}{quick}`\n\
+         (issue 5, DESIGN.md §10). Do not edit by hand: the run overwrites this file.\n\n\
+         - date: {date}\n\
+         - machine: `{uname}`\n\
+         - CPU: {cpu} ({cores} logical CPUs)\n\
+         - commit: {commit}{dirty}\n\
+         - rounds: {rounds}, interleaved (each round runs every engine × workload once); every number is the median of the rounds\n\
+         - page cache: {caches}\n\n\
+         ## Results\n\n{table}\n\
+         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery; group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}, but there a zero-copy reader (oncelog, and redb over its cache) hands out views and the counting reader touches only batch headers, so that ratio measures copying avoided, not a consumer's speed):\n\n\
+         ```json\n{json}\n```\n\n\
+         ## Method\n\n\
+         - Data: {msgs} messages of {mb} B (incompressible) in batches of {pb}: {n} batches, {kb} B as Kafka RecordBatch v2 (records without key). \
+         Every engine stores the same payloads: oncelog the Kafka batches; commitlog one `MessageBuf` of {pb} messages per batch; \
+         raft-engine one `LogBatch` of {pb} entries (protobuf `index` + `data`) per batch, compression off (threshold 0, default features off); \
+         fjall 3 (default features off: no lz4) and redb 4 one key per batch (big-endian base offset) whose value is the Kafka batch. \
+         Building batches, `MessageBuf`s and `LogBatch`es is outside the timing for everyone.\n\
+         - MB/s is payload: {mb} B × messages / time, the same numerator for every engine, so ratios are ratios of time.\n\
+         - \"Best peer\" is the best of the log-shaped peers, commitlog and raft-engine; fjall and redb are general stores shown for context.\n\
+         - Before every timed region: `sync(2)`; before the cold reads and the recoveries also {drop}. Stores are opened before and flushed/closed after the timed region.\n\
+         - (a) append without fsync: appends only are timed (oncelog `FlushPolicy::Manual`; commitlog `append`; raft-engine `write(.., false)`; \
+         fjall `insert`; redb one transaction per batch with `Durability::None`). After the timing each store is made durable \
+         (oncelog `close`; commitlog `flush` plus an fdatasync of its segment, because its segment flush is `File::flush`, a no-op; \
+         raft-engine a synced write of a non-empty batch, because 0.4.2's `sync()` writes an empty batch and returns early; fjall `persist(SyncAll)`; redb a durable commit). \
+         Bare loops on the same batches: memcpy into a prefaulted buffer; CRC-32C of each batch; `write(2)` of each batch after its CRC; \
+         copy + CRC into a fresh fallocate'd, mmap'd file (the loop oncelog's append is compared with; creation and mapping are untimed, page faults are timed).\n\
+         - (b) fsync per batch, {ns} batches: oncelog `FlushPolicy::Always`; commitlog `append` + `flush` + fdatasync of the segment; raft-engine `write(.., true)`; \
+         fjall `insert` + `persist(SyncData)`; redb `Durability::Immediate`; bare `write(2)` + fdatasync. Per-batch p50/p99 latency in the notes.\n\
+         - (c) group commit: the same {ns} batches from {threads} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
+         raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync).\n\
+         - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
+         commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall (its memtable flushed to a table before close) and redb full range scans. The reader counts messages and touches nothing else.\n\
+         - (e) reopen after an unclean shutdown: {n} batches appended without any flush; oncelog `abandon()`, raft-engine dropped without sync or purge; then `sync(2)` and the timed open, which validates the tail. \
+         MB/s is payload recovered per second.\n\
+         - (f) oncelog only: one appender (as in (a)) with 1, 2 and 4 threads tailing it (`read` from their next offset, yielding when at the end); \
+         MB/s is the appender's; lag is log end offset minus the reader's next offset at each poll; catch-up is how long after the last append the slowest reader was done.\n",
+        rounds = args.rounds,
+        quick = if args.quick { " --quick" } else { "" },
+        date = shell("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"]),
+        uname = shell("uname", &["-a"]),
+        cpu = cpu_model(),
+        cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
+        dirty = if dirty { " (with uncommitted changes)" } else { "" },
+        caches = if drop_caches {
+            "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`) before each cold read and each recovery; appends start from `sync(2)` only"
+        } else {
+            "NOT dropped: writing /proc/sys/vm/drop_caches is not permitted here, so cold reads and recovery run from the page cache for every engine alike"
+        },
+        drop = if drop_caches {
+            "`echo 3 > /proc/sys/vm/drop_caches`"
+        } else {
+            "drop_caches, which is not permitted here, so \"cold\" runs are warm too"
+        },
+        msgs = data.messages(n),
+        mb = MESSAGE_BYTES,
+        pb = PER_BATCH,
+        kb = data.kafka_bytes(n),
+        threads = engines::THREADS,
+    );
+
+    println!("{table}");
+    if let Err(e) = std::fs::write(&args.out, &doc) {
+        eprintln!("could not write {}: {e}", args.out.display());
+    } else {
+        eprintln!("wrote {}", args.out.display());
+    }
+    println!("{json}");
+}
