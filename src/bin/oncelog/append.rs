@@ -24,15 +24,28 @@ pub struct AppendArgs {
 #[derive(Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 enum Line {
-    Appended { first_offset: i64, last_offset: i64 },
-    Duplicate { first_offset: i64, last_offset: i64 },
-    Error { error: &'static str, message: String },
+    Appended {
+        first_offset: i64,
+        last_offset: i64,
+    },
+    Duplicate {
+        first_offset: i64,
+        last_offset: i64,
+    },
+    Error {
+        error: &'static str,
+        message: String,
+    },
 }
 
 pub fn run(args: &AppendArgs) -> Result<Status, CliError> {
     let input = read_input(&args.file)?;
-    let log = Log::open(&args.dir, LogConfig::default())
-        .map_err(|e| CliError(format!("cannot open the log in {}: {e}", args.dir.display())))?;
+    let log = Log::open(&args.dir, LogConfig::default()).map_err(|e| {
+        CliError(format!(
+            "cannot open the log in {}: {e}",
+            args.dir.display()
+        ))
+    })?;
     let mut out = Out::stdout();
     let mut all_accepted = true;
     let mut pos = 0;

@@ -380,9 +380,7 @@ impl Dumper {
         match target.kind {
             FileKind::Log => self.log(&file, &bytes),
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
-            FileKind::TimeIndex => {
-                self.time_index(&file, &bytes, target.base_offset.unwrap_or(0))
-            }
+            FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::Snapshot => self.snapshot(&file, &bytes),
         }
     }
@@ -407,10 +405,7 @@ impl Dumper {
                         self.error(
                             file,
                             position,
-                            format!(
-                                "{error}; the remaining {} bytes are not parsed",
-                                rest.len()
-                            ),
+                            format!("{error}; the remaining {} bytes are not parsed", rest.len()),
                         )?;
                     }
                 }
@@ -420,8 +415,8 @@ impl Dumper {
     }
 
     fn offset_index(&mut self, file: &str, bytes: &[u8], base: i64) -> Result<(), CliError> {
-        let whole = self.index_entries(file, bytes, offset_index::ENTRY_SIZE)?;
-        for e in offset_index::decode(&bytes[..whole], base) {
+        let used = Self::used_index_bytes(bytes, offset_index::ENTRY_SIZE);
+        for e in offset_index::decode(&bytes[..used], base) {
             let line = OffsetIndexLine {
                 kind: "offset_index",
                 file,
@@ -437,12 +432,12 @@ impl Dumper {
                 ))?;
             }
         }
-        Ok(())
+        self.index_tail(file, bytes, offset_index::ENTRY_SIZE, used)
     }
 
     fn time_index(&mut self, file: &str, bytes: &[u8], base: i64) -> Result<(), CliError> {
-        let whole = self.index_entries(file, bytes, time_index::ENTRY_SIZE)?;
-        for e in time_index::decode(&bytes[..whole], base) {
+        let used = Self::used_index_bytes(bytes, time_index::ENTRY_SIZE);
+        for e in time_index::decode(&bytes[..used], base) {
             let line = TimeIndexLine {
                 kind: "time_index",
                 file,
@@ -458,25 +453,33 @@ impl Dumper {
                 ))?;
             }
         }
-        Ok(())
+        self.index_tail(file, bytes, time_index::ENTRY_SIZE, used)
     }
 
     /// How many leading bytes of an index hold entries. Trailing all-zero entries are the
     /// preallocated space of an untrimmed file (no real entry is all zeros: Kafka never indexes
-    /// position 0, and a time-index timestamp of 0 is not written by any real producer), and a
-    /// partial entry at the end is damage.
-    fn index_entries(
+    /// position 0, and no real producer writes timestamp 0 with relative offset 0).
+    fn used_index_bytes(bytes: &[u8], entry_size: usize) -> usize {
+        let whole = bytes.len() - bytes.len() % entry_size;
+        bytes[..whole]
+            .chunks_exact(entry_size)
+            .rposition(|e| !is_zero(e))
+            .map_or(0, |i| (i + 1) * entry_size)
+    }
+
+    /// After the entries: the preallocated zeros, then a partial entry at the end (damage).
+    fn index_tail(
         &mut self,
         file: &str,
         bytes: &[u8],
         entry_size: usize,
-    ) -> Result<usize, CliError> {
+        used: usize,
+    ) -> Result<(), CliError> {
         let partial = bytes.len() % entry_size;
         let whole = bytes.len() - partial;
-        let used = bytes[..whole]
-            .chunks_exact(entry_size)
-            .rposition(|e| !is_zero(e))
-            .map_or(0, |i| (i + 1) * entry_size);
+        if used < whole {
+            self.preallocated(file, used, whole - used)?;
+        }
         if partial != 0 {
             self.error(
                 file,
@@ -488,10 +491,7 @@ impl Dumper {
                 ),
             )?;
         }
-        if used < whole {
-            self.preallocated(file, used, whole - used)?;
-        }
-        Ok(used)
+        Ok(())
     }
 
     fn snapshot(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {

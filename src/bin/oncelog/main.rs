@@ -14,7 +14,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "oncelog", version, about = "Kafka-format partition log with exactly-once appends")]
+#[command(
+    name = "oncelog",
+    version,
+    about = "Kafka-format partition log with exactly-once appends"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
