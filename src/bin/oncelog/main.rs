@@ -8,7 +8,6 @@ mod bench;
 mod dump;
 mod output;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -74,5 +73,5 @@ fn main() -> ExitCode {
 
 /// `-` means standard input.
 pub fn is_stdin(path: &std::path::Path) -> bool {
-    path == PathBuf::from("-")
+    path == std::path::Path::new("-")
 }
