@@ -1,5 +1,6 @@
 //! oncelog: an embeddable Kafka-format partition log with exactly-once idempotent appends.
 #![deny(unsafe_code)]
+#![doc = include_str!("../README.md")]
 
 pub mod format;
 pub mod io;
