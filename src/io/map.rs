@@ -28,6 +28,8 @@ use bytes::Bytes;
 pub trait MapBacking: Send + Sync + 'static {
     /// Writes the dirty pages of `[offset, offset + len)` back to the file (msync).
     fn flush(&self, offset: usize, len: usize) -> io::Result<()>;
+    /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
+    fn writer_dropped(&self) {}
 }
 
 /// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
@@ -346,7 +348,8 @@ pub trait SharedFlush: Send + Sync + 'static {
 
 struct SharedBacking {
     buffer: Arc<SharedBuffer>,
-    writable: bool,
+    /// Counted as the buffer's writable mapping until its writer is dropped.
+    writable: std::sync::atomic::AtomicBool,
     sink: Box<dyn SharedFlush>,
 }
 
@@ -368,12 +371,22 @@ impl MapBacking for SharedBacking {
             unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr().add(offset), len) };
         self.sink.flush(offset, bytes)
     }
+
+    fn writer_dropped(&self) {
+        // A writer is never taken again (`writer_taken` stays set), so from now on this is a
+        // read-only mapping: the buffer may be read, and mapped by others, again.
+        let mut maps = self.buffer.maps.lock();
+        if self.writable.swap(false, Ordering::AcqRel) {
+            maps.writable -= 1;
+            maps.read_only += 1;
+        }
+    }
 }
 
 impl Drop for SharedBacking {
     fn drop(&mut self) {
         let mut maps = self.buffer.maps.lock();
-        if self.writable {
+        if self.writable.load(Ordering::Acquire) {
             maps.writable -= 1;
         } else {
             maps.read_only -= 1;
@@ -411,7 +424,7 @@ impl Mapping {
         let published = if writable { published.min(len) } else { len };
         let backing = SharedBacking {
             buffer: Arc::clone(buffer),
-            writable,
+            writable: AtomicBool::new(writable),
             sink,
         };
         // SAFETY: `[0, len)` lies inside the buffer's allocation, which the backing keeps alive
@@ -510,6 +523,12 @@ impl MapWriter {
             }
             i += PAGE;
         }
+    }
+}
+
+impl Drop for MapWriter {
+    fn drop(&mut self) {
+        self.map.backing.writer_dropped();
     }
 }
 

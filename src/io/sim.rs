@@ -306,15 +306,14 @@ impl State {
 }
 
 impl Inode {
-    /// Folds an attached buffer that no map uses any more back into the live image (the page
-    /// cache keeps what was written through a map after munmap). Fails while maps live.
+    /// Folds the attached buffer back into the live image once no writer can change it (the
+    /// page cache keeps what was written through a map after munmap). Read-only maps of it may
+    /// live on: their bytes never change, and a later msync of them is checked against the live
+    /// image ([`MsyncSink`]). Fails while a writer lives.
     fn detach(&mut self) -> io::Result<()> {
         let Some(a) = &self.attached else {
             return Ok(());
         };
-        if a.buffer.live_mappings() > 0 {
-            return Err(sim_error("the file is still mapped"));
-        }
         let n = a.valid.min(self.live.len());
         a.buffer
             .read_unwritten(0, &mut self.live[..n])
@@ -769,6 +768,7 @@ impl File for SimFile {
         let len = len as usize;
         SimFile::grow(&mut st, self.id, len)?;
         let inode = st.inode(self.id)?;
+        let _ = inode.detach();
         inode.live.truncate(len);
         inode.shrink_attached(len);
         Ok(())
@@ -783,13 +783,9 @@ impl File for SimFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut st = self.begin(OpKind::Read)?;
         let inode = st.inode(self.id)?;
-        if inode
-            .attached
-            .as_ref()
-            .is_some_and(|a| a.buffer.live_mappings() == 0)
-        {
-            inode.detach()?;
-        }
+        // With a writer alive the read is refused (by `live_view`): the engine never reads a
+        // file it is writing through a map.
+        let _ = inode.detach();
         let view = inode.live_view()?;
         let start = (offset as usize).min(view.len());
         let n = buf.len().min(view.len() - start);
@@ -804,14 +800,11 @@ impl File for SimFile {
         let end = offset + buf.len();
         {
             let inode = st.inode(self.id)?;
-            if let Some(a) = &inode.attached {
-                if a.buffer.live_mappings() > 0 && offset < a.valid {
-                    return Err(sim_error(format!(
-                        "{}: write_all_at into a mapped range",
-                        self.path.display()
-                    )));
-                }
-                inode.detach()?;
+            if inode.attached.is_some() && inode.detach().is_err() {
+                return Err(sim_error(format!(
+                    "{}: write_all_at into a file mapped for writing",
+                    self.path.display()
+                )));
             }
         }
         SimFile::grow(&mut st, self.id, end)?;
@@ -823,13 +816,8 @@ impl File for SimFile {
         let mut st = self.begin(OpKind::SyncData)?;
         st.counters.data_syncs += 1;
         let inode = st.inode(self.id)?;
-        if inode
-            .attached
-            .as_ref()
-            .is_some_and(|a| a.buffer.live_mappings() == 0)
-        {
-            inode.detach()?;
-        }
+        // Mapped writes reach the live image by msync, or by writeback once no writer is left.
+        let _ = inode.detach();
         inode.durable = inode.live.clone();
         Ok(())
     }
@@ -858,12 +846,10 @@ impl File for SimFile {
                 ),
             ));
         }
-        let in_use = inode
-            .attached
-            .as_ref()
-            .is_some_and(|a| a.buffer.live_mappings() > 0);
-        if !in_use {
-            inode.detach()?;
+        // Without a writer the old buffer is folded in and left to its readers; the new map
+        // gets a fresh buffer (its published bytes equal theirs). With a writer, the buffer
+        // is shared and `over_shared_buffer` refuses a second writer or a reader beside it.
+        if inode.detach().is_ok() {
             inode.attached = Some(Attached {
                 buffer: SharedBuffer::new(inode.live[..len].to_vec()),
                 id: fresh_id,
@@ -916,11 +902,15 @@ impl SharedFlush for MsyncSink {
         st.op(OpKind::Msync)?;
         st.counters.msyncs += 1;
         let inode = st.inode(self.id)?;
+        let end = offset + bytes.len();
         let valid = match &inode.attached {
             Some(a) if a.id == self.buffer_id => a.valid,
-            _ => return Err(sim_error("msync of a detached map")),
+            // A map whose buffer was folded into the live image (its writer is gone): its bytes
+            // are already there, unless the file was rewritten since, which the engine must not
+            // do under a map it still flushes.
+            _ if inode.live.get(offset..end) == Some(bytes) => return Ok(()),
+            _ => return Err(sim_error("msync of a stale map: the file changed under it")),
         };
-        let end = offset + bytes.len();
         if end > valid.min(inode.live.len()) {
             // On a real system, touching these bytes would be a SIGBUS: the file was shrunk.
             return Err(sim_error(format!(
