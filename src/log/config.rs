@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::format::TimestampType;
 use crate::io::{self, FileSystem};
+use crate::producer::{ProducerStateConfig, SnapshotVersion};
 
 /// When appends are made durable without an explicit [`super::Log::flush`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +74,15 @@ pub struct LogConfig {
     pub flush_policy: FlushPolicy,
     /// What recovery may cut after an unclean shutdown.
     pub recovery_mode: RecoveryMode,
+    /// The idempotent-producer table: dedup window (default 5 batches), `max_producers` and its
+    /// policy, expiry by append wall clock (default one day).
+    pub producer_state: ProducerStateConfig,
+    /// Version of the producer snapshots written: 2 (oncelog's, the whole dedup window; the
+    /// default) or 1 (Kafka's, only the newest batch per producer). Both are always readable.
+    pub snapshot_version: SnapshotVersion,
+    /// A producer snapshot is also taken once this many bytes were appended since the last
+    /// one, so a restart replays at most this much of the log. Default 64 MiB.
+    pub snapshot_interval_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -88,6 +98,9 @@ impl Default for LogConfig {
             leader_epoch: 0,
             flush_policy: FlushPolicy::Manual,
             recovery_mode: RecoveryMode::TolerateTailCorruption,
+            producer_state: ProducerStateConfig::default(),
+            snapshot_version: SnapshotVersion::V2,
+            snapshot_interval_bytes: 64 << 20,
         }
     }
 }
@@ -149,6 +162,16 @@ impl LogConfig {
                 "must be at least 61 (one batch header)",
             ));
         }
+        if let Err(e) = self.producer_state.validate() {
+            return Err(ConfigError {
+                field: "producer_state",
+                value: format!("{:?}", self.producer_state),
+                rule: leak_rule(e),
+            });
+        }
+        if self.snapshot_interval_bytes == 0 {
+            return Err(bad("snapshot_interval_bytes", 0, "must be at least 1"));
+        }
         if let FlushPolicy::EveryMessages(0) = self.flush_policy {
             return Err(bad(
                 "flush_policy",
@@ -157,6 +180,16 @@ impl LogConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// The rule a producer-state setting broke, as a static description.
+fn leak_rule(e: crate::producer::ConfigError) -> &'static str {
+    use crate::producer::ConfigError as E;
+    match e {
+        E::WindowOutOfRange { .. } => "window must be in 1 ..= 65536 batches",
+        E::ZeroMaxProducers => "max_producers must be at least 1",
+        E::NonPositiveExpiration { .. } => "expiration_ms must be positive",
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::config::{ConfigError, RecoveryMode};
 use crate::format::BatchError;
 use crate::io::IoError;
+use crate::producer::ProducerError;
 use crate::segment::{BatchProblem, CorruptSegment, OpenSegmentError};
 
 /// Bytes in a segment that are not whole, valid batches.
@@ -34,6 +35,8 @@ pub enum OpenError {
     },
     #[error(transparent)]
     Segment(#[from] OpenSegmentError),
+    #[error(transparent)]
+    CorruptSegment(#[from] CorruptSegment),
     #[error("segment {}: {reason}", path.display())]
     Layout { path: PathBuf, reason: String },
 }
@@ -44,6 +47,10 @@ pub enum AppendError {
     /// The batch is malformed or breaks a client rule (CORRUPT_MESSAGE / INVALID_RECORD).
     #[error("invalid batch: {0}")]
     Batch(#[from] BatchError),
+    /// The batch breaks its producer's rules: stale epoch, out-of-order sequence, too many
+    /// producers, ... (kafka-format.md §5.2).
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
     /// The batch cannot fit in any segment (RECORD_LIST_TOO_LARGE).
     #[error("batch of {size} bytes is larger than segment_bytes {segment_bytes}")]
     RecordListTooLarge { size: usize, segment_bytes: usize },
@@ -68,6 +75,15 @@ impl AppendError {
         match self {
             AppendError::Batch(BatchError::TooLarge { .. }) => "batch_too_large",
             AppendError::Batch(_) => "corrupt_batch",
+            AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+                "invalid_producer_epoch"
+            }
+            AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+                "out_of_order_sequence"
+            }
+            AppendError::Producer(ProducerError::InvalidTxnState { .. }) => "invalid_txn_state",
+            AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => "coordinator_fenced",
+            AppendError::Producer(ProducerError::TooManyProducers { .. }) => "too_many_producers",
             AppendError::RecordListTooLarge { .. } => "record_list_too_large",
             AppendError::UnexpectedAppendOffset { .. } => "unexpected_append_offset",
             AppendError::Io(_) => "io",

@@ -8,6 +8,7 @@
 mod checkpoint;
 mod config;
 mod error;
+mod producers;
 mod recovery;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::format::{self, batch, TimestampType};
 use crate::io::{IoError, IoResultExt};
+use crate::producer::{snapshot_files, Decision, IncomingBatch, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
 
 pub use checkpoint::{Checkpoint, FILE_NAME as CHECKPOINT_FILE_NAME};
@@ -27,6 +29,7 @@ pub use config::{
     Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
 };
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
+pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
 
 /// The answer to an append.
@@ -71,6 +74,8 @@ struct AppendState {
     unflushed_messages: u64,
     /// A segment file was created since the directory was last synced.
     dir_dirty: bool,
+    /// The idempotent-producer table and its snapshots.
+    producers: producers::ProducerState,
 }
 
 /// What the flusher remembers.
@@ -95,6 +100,7 @@ pub struct Log {
     abandoned: AtomicBool,
     roll_jitter_ms: i64,
     report: RecoveryReport,
+    producer_report: ProducerLoadReport,
 }
 
 impl std::fmt::Debug for Log {
@@ -131,6 +137,16 @@ impl Log {
         let active = loaded.active;
         segments.insert(active.base_offset(), Arc::clone(active.segment()));
         let log_end_offset = active.segment().next_offset();
+        let ordered: Vec<Arc<Segment>> = segments.values().cloned().collect();
+        let (producers, producer_report) = producers::ProducerState::load(
+            env.fs.as_ref(),
+            &dir,
+            &config,
+            &ordered,
+            loaded.log_start_offset,
+            log_end_offset,
+            now,
+        )?;
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         Ok(Log {
             dir,
@@ -145,6 +161,7 @@ impl Log {
                 failure: None,
                 unflushed_messages: 0,
                 dir_dirty: false,
+                producers,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
@@ -153,6 +170,7 @@ impl Log {
             abandoned: AtomicBool::new(false),
             roll_jitter_ms,
             report: loaded.report,
+            producer_report,
             config,
             env,
         })
@@ -167,6 +185,24 @@ impl Log {
     /// What opening the log found and did.
     pub fn recovery_report(&self) -> &RecoveryReport {
         &self.report
+    }
+    /// How the producer state was rebuilt on open: snapshot used, snapshots set aside, batches
+    /// replayed.
+    pub fn producer_load_report(&self) -> &ProducerLoadReport {
+        &self.producer_report
+    }
+    /// The producer-state entry of `producer_id` (its epoch and retained batches), if known.
+    pub fn producer(&self, producer_id: i64) -> Option<ProducerEntry> {
+        self.append.lock().producers.producer(producer_id)
+    }
+    /// Number of producers in the table.
+    pub fn producer_count(&self) -> usize {
+        self.append.lock().producers.table().len()
+    }
+    /// Forgets producers whose last append (wall clock) is at least `producer_state.
+    /// expiration_ms` before `now_ms` and that have no open transaction. Returns how many.
+    pub fn expire_producers(&self, now_ms: i64) -> usize {
+        self.append.lock().producers.expire(now_ms)
     }
     /// The first offset that can be read.
     pub fn log_start_offset(&self) -> i64 {
@@ -212,9 +248,18 @@ impl Log {
         };
         let header_max_timestamp = batch::be_i64(batch, 35);
         let leader_epoch = self.config.leader_epoch;
+        let incoming = producers::incoming(&summary);
 
+        // The producer check, the write and the state update happen under one lock, so two
+        // racing retries of one batch can never both be written.
         let mut st = self.append.lock();
         self.check_writable(&st)?;
+        if let Some(b) = &incoming {
+            if let Decision::Duplicate(original) = st.producers.check(b)? {
+                drop(st);
+                return self.answer_duplicate(original.first_offset(), original.last_offset);
+            }
+        }
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
         self.maybe_roll(
@@ -225,6 +270,7 @@ impl Log {
             last_offset,
             now,
         )?;
+        self.maybe_snapshot(&mut st, first_offset)?;
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
         let position = writer
@@ -241,6 +287,8 @@ impl Log {
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
         self.log_end_offset
             .store(last_offset + 1, Ordering::Release);
+        st.producers
+            .record(incoming.as_ref(), first_offset, summary.size, now);
         st.unflushed_messages += summary.records_count as u64;
         let flush = match self.config.flush_policy {
             FlushPolicy::Manual => false,
@@ -295,12 +343,16 @@ impl Log {
         for b in &parsed {
             let (first, last) = (b.base_offset(), b.last_offset());
             self.maybe_roll(&mut st, b.size(), b.max_timestamp(), first, last, now)?;
+            let log_end = self.log_end_offset.load(Ordering::Relaxed);
+            self.maybe_snapshot(&mut st, log_end)?;
             let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
             let position = writer
                 .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
                 .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
             let segment_base_offset = writer.base_offset();
             self.log_end_offset.store(last + 1, Ordering::Release);
+            let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
+            st.producers.record(incoming.as_ref(), first, b.size(), now);
             st.unflushed_messages += b.records_count().max(0) as u64;
             info = Some(match info {
                 None => AppendInfo {
@@ -317,6 +369,33 @@ impl Log {
             });
         }
         Ok(info)
+    }
+
+    /// A retry of a retained batch: nothing is written. Under `FlushPolicy::Always` the answer
+    /// waits until the original is durable, as its first answer would have.
+    fn answer_duplicate(
+        &self,
+        first_offset: i64,
+        last_offset: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        if self.config.flush_policy == FlushPolicy::Always {
+            self.flush_to(last_offset + 1)
+                .map_err(flush_to_append_error)?;
+        }
+        Ok(AppendOutcome::Duplicate(DuplicateInfo {
+            first_offset,
+            last_offset,
+        }))
+    }
+
+    /// Takes the interval snapshot before the next batch when enough bytes went by since the
+    /// last one. A failure (a full disk) refuses the append with nothing written.
+    fn maybe_snapshot(&self, st: &mut AppendState, log_end: i64) -> Result<(), AppendError> {
+        if st.producers.snapshot_due() {
+            st.producers
+                .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+        }
+        Ok(())
     }
 
     fn check_writable(&self, st: &AppendState) -> Result<(), AppendError> {
@@ -367,6 +446,10 @@ impl Log {
     /// created (and its space allocated) first, so a full disk fails here with the old segment
     /// still active and nothing changed.
     fn roll(&self, st: &mut AppendState, new_base: i64, now: i64) -> Result<(), AppendError> {
+        // The snapshot at the new base offset comes first: if it cannot be written (a full
+        // disk) nothing has changed yet.
+        st.producers
+            .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base)?;
         let cfg = recovery::segment_config(&self.config);
         let new =
             segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
@@ -464,7 +547,7 @@ impl Log {
         if offset != i64::MAX && self.recovery_point() >= offset {
             return Ok(());
         }
-        let (sealed, active, end_position, log_end, dir_dirty) = {
+        let (sealed, active, end_position, log_end, dir_dirty, pending) = {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {
                 return Err(FlushError::ReadOnly {
@@ -480,12 +563,14 @@ impl Log {
                 self.log_end_offset.load(Ordering::Acquire),
             );
             st.unflushed_messages = 0;
+            let pending = st.producers.take_pending();
             (
                 std::mem::take(&mut st.unflushed_sealed),
                 out.0,
                 out.1,
                 out.2,
                 std::mem::take(&mut st.dir_dirty),
+                pending,
             )
         };
         let from = if fst.segment_base == active.base_offset() {
@@ -503,7 +588,12 @@ impl Log {
                     .sync_dir(&self.dir)
                     .ctx("fsync directory", &self.dir)?;
             }
-            active.flush_log(from, end_position)
+            active.flush_log(from, end_position)?;
+            if let Some(snapshot) = pending {
+                snapshot.finish(self.env.fs.as_ref())?;
+                self.remove_stray_snapshots()?;
+            }
+            Ok(())
         })();
         if let Err(e) = result {
             let cause = Arc::new(e);
@@ -518,6 +608,12 @@ impl Log {
             self.write_checkpoint(false)?;
         }
         Ok(())
+    }
+
+    /// Keeps one snapshot per segment base offset plus the newest (kafka-format.md §6).
+    fn remove_stray_snapshots(&self) -> Result<(), IoError> {
+        let bases = self.segment_base_offsets();
+        snapshot_files::remove_strays(self.env.fs.as_ref(), &self.dir, &bases).map(|_| ())
     }
 
     fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
@@ -546,7 +642,11 @@ impl Log {
         self.closed.store(true, Ordering::Release);
         let segment = writer.seal()?;
         segment.flush_all()?;
+        let log_end = self.log_end_offset();
+        st.producers
+            .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
         drop(st);
+        self.remove_stray_snapshots()?;
         self.write_checkpoint(true)?;
         Ok(())
     }
