@@ -112,7 +112,10 @@ fn reopen_after_crash(
 ) -> Log {
     let log = match open(fs, clock, cfg) {
         Ok(l) => l,
-        Err(e) => ctx.fail(format!("open after crash: {e}")),
+        Err(e) => ctx.fail(format!(
+            "open after crash: {e}\n{}",
+            common_sim::describe_dir(fs)
+        )),
     };
     ctx.note(format!("reopened: {:?}", log.recovery_report()));
     model.check_recovered(ctx, &log);

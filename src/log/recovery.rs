@@ -115,6 +115,12 @@ pub(crate) fn open(
 
     // From here on the directory changes. Mark the log open (not clean) first, so a crash
     // while applying, or while the log is in use, is recovered as unclean.
+    //
+    // The recovery point written here stops at the base of the segment that becomes active:
+    // that segment is extended again (preallocated), and if it rolls before the next flush
+    // its trim at roll is not durable, so after a crash it must be validated (and its
+    // preallocated zeros cut) even though all its batches are below the old recovery point.
+    // The next flush after a roll writes the real recovery point again.
     let mut log_start_offset =
         cp.map_or(bases.first().copied().unwrap_or(0), |c| c.log_start_offset);
     checkpoint::write(
@@ -122,7 +128,9 @@ pub(crate) fn open(
         dir,
         &Checkpoint {
             clean_shutdown: false,
-            recovery_point,
+            recovery_point: plans
+                .last()
+                .map_or(recovery_point, |p| recovery_point.min(p.base)),
             log_start_offset,
         },
     )?;

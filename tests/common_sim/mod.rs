@@ -86,6 +86,22 @@ pub fn dir() -> PathBuf {
     PathBuf::from(DIR)
 }
 
+/// The files of the log directory with their lengths, and the checkpoint (failure messages).
+pub fn describe_dir(fs: &SimFs) -> String {
+    use oncelog::io::FileSystem;
+    let mut names = fs.list(&dir()).unwrap_or_default();
+    names.sort();
+    let mut out = String::new();
+    for n in names {
+        let live = fs.read_live(&dir().join(&n)).map(|b| b.len());
+        out.push_str(&format!("{n}: {live:?}\n"));
+    }
+    if let Ok(cp) = fs.read_live(&dir().join("oncelog.checkpoint")) {
+        out.push_str(&String::from_utf8_lossy(&cp));
+    }
+    out
+}
+
 /// An idempotent producer's identity and the sequence of its first record in a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerSeq {
