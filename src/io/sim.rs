@@ -527,22 +527,22 @@ fn crash_image(
             0 => report.pages_lost += 1,
             1 => {
                 report.pages_kept += 1;
-                for i in a..b {
-                    out[i] = byte(live, i);
+                for (i, o) in out.iter_mut().enumerate().take(b).skip(a) {
+                    *o = byte(live, i);
                 }
             }
             2 => {
                 report.pages_torn += 1;
                 let cut = a + rng.below((b - a) as u64 + 1) as usize;
-                for i in a..cut {
-                    out[i] = byte(live, i);
+                for (i, o) in out.iter_mut().enumerate().take(cut).skip(a) {
+                    *o = byte(live, i);
                 }
             }
             _ => {
                 report.pages_zeroed += 1;
-                for i in a..b {
+                for (i, o) in out.iter_mut().enumerate().take(b).skip(a) {
                     if byte(live, i) != byte(durable, i) {
-                        out[i] = 0;
+                        *o = 0;
                     }
                 }
             }

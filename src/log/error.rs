@@ -18,7 +18,9 @@ pub enum Damage {
     #[error("{0}")]
     Invalid(BatchProblem),
     /// The segment's batches end at `next_offset`, but the next segment starts later.
-    #[error("batches end at offset {next_offset}, but the next segment starts at {next_segment_base}")]
+    #[error(
+        "batches end at offset {next_offset}, but the next segment starts at {next_segment_base}"
+    )]
     MissingOffsets {
         next_offset: i64,
         next_segment_base: i64,

@@ -246,18 +246,20 @@ fn plan(
             // lost while the next segment's file survived (its directory entry can reach the
             // disk before this file's data). Keeping the next segment would leave a hole in
             // the offsets, so the log is cut here like after a torn tail.
-            ScanStop::End => bases
-                .get(i + 1)
-                .filter(|&&next| next > next_expected)
-                .map(|&next_segment_base| {
-                    (
-                        result.valid_len,
-                        Damage::MissingOffsets {
-                            next_offset: next_expected,
-                            next_segment_base,
-                        },
-                    )
-                }),
+            ScanStop::End => {
+                bases
+                    .get(i + 1)
+                    .filter(|&&next| next > next_expected)
+                    .map(|&next_segment_base| {
+                        (
+                            result.valid_len,
+                            Damage::MissingOffsets {
+                                next_offset: next_expected,
+                                next_segment_base,
+                            },
+                        )
+                    })
+            }
         };
         if let Some((position, damage)) = damage {
             let durable = next_expected < recovery_point;

@@ -50,7 +50,7 @@ impl Ctx {
     }
     pub fn note(&mut self, what: impl Into<String>) {
         self.history.push(what.into());
-        if self.history.len() > 40 {
+        if self.history.len() > 60 {
             self.history.remove(0);
         }
     }
@@ -179,6 +179,7 @@ impl Model {
     }
 
     /// Records a batch the log just appended at `first..=last`, reading it back.
+    #[allow(clippy::too_many_arguments)]
     pub fn appended(
         &mut self,
         ctx: &Ctx,
