@@ -28,6 +28,8 @@ use bytes::Bytes;
 pub trait MapBacking: Send + Sync + 'static {
     /// Writes the dirty pages of `[offset, offset + len)` back to the file (msync).
     fn flush(&self, offset: usize, len: usize) -> io::Result<()>;
+    /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
+    fn writer_dropped(&self) {}
 }
 
 /// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
@@ -153,12 +155,20 @@ impl Mapping {
         }))
     }
 
-    /// msync of `[offset, offset + len)`.
+    /// msync of `[offset, offset + len)`. The range must be published: the engine only ever
+    /// makes whole, published batches durable, and a [`SharedBuffer`] backing relies on it to
+    /// copy the range while the writer may be writing above the watermark.
     pub fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
-        debug_assert!(offset + len <= self.len);
+        let published = self.published();
+        if offset.checked_add(len).is_none_or(|end| end > published) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("msync of [{offset}, +{len}) beyond the published {published} bytes"),
+            ));
+        }
         self.backing.flush(offset, len)
     }
 
@@ -215,6 +225,221 @@ pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
     match unsafe { libc::posix_fallocate(fd, 0, len) } {
         0 => Ok(()),
         errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// A fixed-size heap allocation that stands in for the page cache of a mapped file in the
+/// simulated file system (`io::sim`): [`Mapping::over_shared_buffer`] maps it, the engine writes
+/// it through a [`MapWriter`] as it would a real map, and the simulator copies ranges out of it.
+///
+/// Soundness rests on two rules, both enforced here under `maps`:
+/// * a buffer has either one writable mapping or any number of read-only ones, never both, so
+///   there is never more than one writer and no reader can see bytes a writer changes;
+/// * bytes are copied out only where they cannot be changing: a flushed range (published, so
+///   immutable; see [`Mapping::flush`]) or any range while no writable mapping exists
+///   ([`SharedBuffer::read_unwritten`], which holds the lock during the copy so no writer can
+///   appear meanwhile).
+///
+/// Nothing writes the buffer except a `MapWriter`: the initial content is copied in before the
+/// buffer is shared.
+pub struct SharedBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    maps: parking_lot::Mutex<MapCount>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct MapCount {
+    read_only: usize,
+    writable: usize,
+}
+
+// SAFETY: the memory is only written through the unique `MapWriter` of the one writable
+// mapping (disjoint from what readers may see) and only read under the rules above; the counts
+// are behind a mutex.
+unsafe impl Send for SharedBuffer {}
+// SAFETY: as above.
+unsafe impl Sync for SharedBuffer {}
+
+/// Why [`SharedBuffer::read_unwritten`] or [`Mapping::over_shared_buffer`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SharedBufferBusy {
+    #[error("the buffer has a live writable mapping")]
+    Writable,
+    #[error("the buffer has live read-only mappings")]
+    ReadOnly,
+    #[error("range beyond the buffer")]
+    OutOfRange,
+}
+
+impl SharedBuffer {
+    /// A buffer holding `content` (its length is the buffer's length).
+    pub fn new(content: Vec<u8>) -> Arc<SharedBuffer> {
+        let len = content.len();
+        let raw: *mut [u8] = Box::into_raw(content.into_boxed_slice());
+        SharedBuffer {
+            ptr: NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling()),
+            len,
+            maps: parking_lot::Mutex::new(MapCount::default()),
+        }
+        .into()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Mappings of the buffer that are still alive (read-only and writable).
+    pub fn live_mappings(&self) -> usize {
+        let m = self.maps.lock();
+        m.read_only + m.writable
+    }
+
+    /// Copies `[offset, offset + dst.len())` into `dst`, provided no writable mapping lives
+    /// (then nothing can be writing the buffer).
+    pub fn read_unwritten(&self, offset: usize, dst: &mut [u8]) -> Result<(), SharedBufferBusy> {
+        let maps = self.maps.lock();
+        if maps.writable > 0 {
+            return Err(SharedBufferBusy::Writable);
+        }
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return Err(SharedBufferBusy::OutOfRange);
+        }
+        // SAFETY: the range is inside the allocation (checked above), and with no writable
+        // mapping there is no `MapWriter`; one cannot appear while `maps` is locked, because
+        // `over_shared_buffer` takes the same lock. So nothing writes these bytes now.
+        let src = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), dst.len()) };
+        dst.copy_from_slice(src);
+        drop(maps);
+        Ok(())
+    }
+}
+
+impl Drop for SharedBuffer {
+    fn drop(&mut self) {
+        let raw = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: `ptr`/`len` came from `Box::into_raw` of a boxed slice in `new` (a zero
+        // length box has a dangling, never-freed pointer, which `Box` handles); every mapping
+        // holds an `Arc` of the buffer, so none is left when it drops.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+}
+
+impl fmt::Debug for SharedBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedBuffer")
+            .field("len", &self.len)
+            .field("maps", &*self.maps.lock())
+            .finish()
+    }
+}
+
+/// Where a [`SharedBuffer`] mapping's msync goes (the simulated file).
+pub trait SharedFlush: Send + Sync + 'static {
+    /// msync of `[offset, offset + bytes.len())`; `bytes` are published and never change.
+    fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
+}
+
+struct SharedBacking {
+    buffer: Arc<SharedBuffer>,
+    /// Counted as the buffer's writable mapping until its writer is dropped.
+    writable: std::sync::atomic::AtomicBool,
+    sink: Box<dyn SharedFlush>,
+}
+
+impl MapBacking for SharedBacking {
+    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.buffer.len)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "msync beyond the mapping",
+            ));
+        }
+        // SAFETY: this backing is private to this module and only reached through
+        // `Mapping::flush`, which refuses ranges that are not published; published bytes are
+        // never written again, so reading them races with nothing.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr().add(offset), len) };
+        self.sink.flush(offset, bytes)
+    }
+
+    fn writer_dropped(&self) {
+        // A writer is never taken again (`writer_taken` stays set), so from now on this is a
+        // read-only mapping: the buffer may be read, and mapped by others, again.
+        let mut maps = self.buffer.maps.lock();
+        if self.writable.swap(false, Ordering::AcqRel) {
+            maps.writable -= 1;
+            maps.read_only += 1;
+        }
+    }
+}
+
+impl Drop for SharedBacking {
+    fn drop(&mut self) {
+        let mut maps = self.buffer.maps.lock();
+        if self.writable.load(Ordering::Acquire) {
+            maps.writable -= 1;
+        } else {
+            maps.read_only -= 1;
+        }
+    }
+}
+
+impl Mapping {
+    /// Maps `[0, len)` of a [`SharedBuffer`] (the simulated file system's maps). A writable
+    /// mapping is refused while any other mapping of the buffer lives, a read-only one while a
+    /// writable one lives: one writer, and readers never see a byte change.
+    pub fn over_shared_buffer(
+        buffer: &Arc<SharedBuffer>,
+        len: usize,
+        published: usize,
+        writable: bool,
+        sink: Box<dyn SharedFlush>,
+    ) -> Result<Mapping, SharedBufferBusy> {
+        if len > buffer.len {
+            return Err(SharedBufferBusy::OutOfRange);
+        }
+        let mut maps = buffer.maps.lock();
+        if maps.writable > 0 {
+            return Err(SharedBufferBusy::Writable);
+        }
+        if writable && maps.read_only > 0 {
+            return Err(SharedBufferBusy::ReadOnly);
+        }
+        if writable {
+            maps.writable += 1;
+        } else {
+            maps.read_only += 1;
+        }
+        drop(maps);
+        let published = if writable { published.min(len) } else { len };
+        let backing = SharedBacking {
+            buffer: Arc::clone(buffer),
+            writable: AtomicBool::new(writable),
+            sink,
+        };
+        // SAFETY: `[0, len)` lies inside the buffer's allocation, which the backing keeps alive
+        // (an `Arc`) as long as the mapping. Only this mapping's `MapWriter` can write it: the
+        // counts above admit one writable mapping and no readers beside it, and the buffer is
+        // never written otherwise.
+        Ok(unsafe {
+            Mapping::from_raw(
+                buffer.ptr.as_ptr(),
+                len,
+                published,
+                writable,
+                Box::new(backing),
+            )
+        })
     }
 }
 
@@ -298,6 +523,12 @@ impl MapWriter {
             }
             i += PAGE;
         }
+    }
+}
+
+impl Drop for MapWriter {
+    fn drop(&mut self) {
+        self.map.backing.writer_dropped();
     }
 }
 

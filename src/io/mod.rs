@@ -11,6 +11,7 @@ mod error;
 #[allow(unsafe_code)]
 mod map;
 mod real;
+pub mod sim;
 
 use std::fmt::Debug;
 use std::io;
@@ -18,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::{IoError, IoResultExt};
-pub use map::{MapBacking, MapWriter, Mapping};
+pub use map::{MapBacking, MapWriter, Mapping, SharedBuffer, SharedBufferBusy, SharedFlush};
 pub use real::RealFs;
+pub use sim::{OpKind as SimOp, SimFs};
 
 /// How [`FileSystem::open`] opens a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,14 @@ pub enum Damage {
     Torn { needed: usize, available: usize },
     #[error("{0}")]
     Invalid(BatchProblem),
+    /// The segment's batches end at `next_offset`, but the next segment starts later.
+    #[error(
+        "batches end at offset {next_offset}, but the next segment starts at {next_segment_base}"
+    )]
+    MissingOffsets {
+        next_offset: i64,
+        next_segment_base: i64,
+    },
 }
 
 /// Why a log could not be opened. A refused open changes nothing on disk.

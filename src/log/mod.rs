@@ -619,12 +619,22 @@ impl Log {
     }
 
     fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
+        // Recovery trusts every segment wholly below the recovery point, file length included.
+        // The active segment is preallocated, and if it rolls exactly at the recovery point
+        // its trim is not durable until the next flush, so an unclean checkpoint never vouches
+        // past its base (a clean close trims and syncs everything first).
+        let mut recovery_point = self.recovery_point();
+        if !clean {
+            if let Some(&active_base) = self.segments.read().keys().next_back() {
+                recovery_point = recovery_point.min(active_base);
+            }
+        }
         checkpoint::write(
             self.env.fs.as_ref(),
             &self.dir,
             &Checkpoint {
                 clean_shutdown: clean,
-                recovery_point: self.recovery_point(),
+                recovery_point,
                 log_start_offset: self.log_start_offset(),
             },
         )

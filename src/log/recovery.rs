@@ -115,6 +115,12 @@ pub(crate) fn open(
 
     // From here on the directory changes. Mark the log open (not clean) first, so a crash
     // while applying, or while the log is in use, is recovered as unclean.
+    //
+    // The recovery point written here stops at the base of the segment that becomes active:
+    // that segment is extended again (preallocated), and if it rolls before the next flush
+    // its trim at roll is not durable, so after a crash it must be validated (and its
+    // preallocated zeros cut) even though all its batches are below the old recovery point.
+    // The next flush after a roll writes the real recovery point again.
     let mut log_start_offset =
         cp.map_or(bases.first().copied().unwrap_or(0), |c| c.log_start_offset);
     checkpoint::write(
@@ -122,7 +128,9 @@ pub(crate) fn open(
         dir,
         &Checkpoint {
             clean_shutdown: false,
-            recovery_point,
+            recovery_point: plans
+                .last()
+                .map_or(recovery_point, |p| recovery_point.min(p.base)),
             log_start_offset,
         },
     )?;
@@ -226,15 +234,34 @@ fn plan(
         });
         report.segments_validated += 1;
         report.bytes_validated += result.valid_len as u64;
-        if let Some(position) = result.stop.position() {
-            let damage = match result.stop {
-                ScanStop::Torn {
-                    needed, available, ..
-                } => Damage::Torn { needed, available },
-                ScanStop::Invalid { problem, .. } => Damage::Invalid(problem),
-                ScanStop::End => unreachable!("End has no position"),
-            };
-            let next_expected = result.last_offset.or(previous_last).map_or(base, |l| l + 1);
+        let next_expected = result.last_offset.or(previous_last).map_or(base, |l| l + 1);
+        let damage = match result.stop {
+            ScanStop::Torn {
+                position,
+                needed,
+                available,
+            } => Some((position, Damage::Torn { needed, available })),
+            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
+            // The data ends cleanly but short of the next segment: the tail of this segment was
+            // lost while the next segment's file survived (its directory entry can reach the
+            // disk before this file's data). Keeping the next segment would leave a hole in
+            // the offsets, so the log is cut here like after a torn tail.
+            ScanStop::End => {
+                bases
+                    .get(i + 1)
+                    .filter(|&&next| next > next_expected)
+                    .map(|&next_segment_base| {
+                        (
+                            result.valid_len,
+                            Damage::MissingOffsets {
+                                next_offset: next_expected,
+                                next_segment_base,
+                            },
+                        )
+                    })
+            }
+        };
+        if let Some((position, damage)) = damage {
             let durable = next_expected < recovery_point;
             let refuse = match mode {
                 RecoveryMode::AbsoluteConsistency => true,

@@ -290,7 +290,14 @@ pub fn open(
             .rebuilt
             .push((files.index_path.clone(), "rebuilt by recovery".to_string()));
     }
-    let tail = tail_info(log_map.published_slice(), &files, base_offset)?;
+    // Stored index files are only a shortcut to the tail once they passed their checks; when
+    // they are rebuilt, their entries may point anywhere (a crash keeps any mix of their pages),
+    // and the batch list already says what the tail is.
+    let tail = if rebuild {
+        tail_from_batches(&batches)
+    } else {
+        tail_info(log_map.published_slice(), &files, base_offset)?
+    };
     drop(log_map);
     if !active && !rebuild {
         let segment = files.into_sealed(base_offset, log_size, tail)?;
@@ -349,6 +356,15 @@ struct TailInfo {
     last_offset: Option<i64>,
     first_batch_timestamp: i64,
     max_timestamp: Option<i64>,
+}
+
+/// The tail of a segment whose batches were all listed (validated or walked).
+fn tail_from_batches(batches: &[BatchInfo]) -> TailInfo {
+    TailInfo {
+        last_offset: batches.last().map(|b| b.last_offset),
+        first_batch_timestamp: batches.first().map_or(-1, |b| b.max_timestamp),
+        max_timestamp: batches.iter().map(|b| b.max_timestamp).max(),
+    }
 }
 
 /// Reads the first batch's timestamp and walks from the last offset-index entry to the end for
@@ -550,6 +566,9 @@ impl SegmentFiles {
             cfg.index_interval_bytes,
             now_ms,
         );
+        if !keep_indexes {
+            writer.restart_index_rebuild();
+        }
         for b in batches {
             writer
                 .index_batch(b.position, b.size, b.last_offset, b.max_timestamp)

@@ -1,0 +1,230 @@
+use super::*;
+
+const DIR: &str = "/d";
+
+fn fs_with_dir() -> SimFs {
+    let fs = SimFs::new();
+    fs.create_dir_all(Path::new(DIR)).expect("mkdir");
+    fs
+}
+
+fn p(name: &str) -> PathBuf {
+    Path::new(DIR).join(name)
+}
+
+fn write(fs: &SimFs, name: &str, bytes: &[u8]) -> Box<dyn File> {
+    let f = fs.open(&p(name), OpenMode::Create).expect("open");
+    f.write_all_at(bytes, 0).expect("write");
+    f
+}
+
+#[test]
+fn sync_data_and_sync_dir_make_a_file_survive_every_crash() {
+    for seed in 0..50 {
+        let fs = fs_with_dir();
+        let f = write(&fs, "a", &[7u8; 10_000]);
+        f.sync_data().expect("sync");
+        fs.sync_dir(Path::new(DIR)).expect("sync dir");
+        drop(f);
+        fs.crash(seed);
+        assert_eq!(fs.read_live(&p("a")).expect("a"), vec![7u8; 10_000]);
+    }
+}
+
+#[test]
+fn unsynced_writes_are_lost_kept_or_torn_depending_on_the_seed() {
+    let (mut lost, mut kept, mut torn) = (0, 0, 0);
+    for seed in 0..200 {
+        let fs = fs_with_dir();
+        let f = write(&fs, "a", &[1u8; PAGE]);
+        f.sync_data().expect("sync");
+        fs.sync_dir(Path::new(DIR)).expect("sync dir");
+        f.write_all_at(&[2u8; PAGE], 0).expect("write");
+        drop(f);
+        fs.crash(seed);
+        let after = fs.read_live(&p("a")).expect("a");
+        assert_eq!(after.len(), PAGE);
+        let new = after.iter().take_while(|&&b| b == 2).count();
+        assert!(
+            after[new..].iter().all(|&b| b == 1 || b == 0),
+            "seed {seed}"
+        );
+        match new {
+            0 if after[0] == 1 => lost += 1,
+            PAGE => kept += 1,
+            _ => torn += 1,
+        }
+    }
+    assert!(lost > 0 && kept > 0 && torn > 0, "{lost} {kept} {torn}");
+}
+
+#[test]
+fn a_rename_without_a_directory_sync_can_be_undone() {
+    let mut undone = 0;
+    for seed in 0..50 {
+        let fs = fs_with_dir();
+        let f = write(&fs, "a.tmp", b"new");
+        f.sync_data().expect("sync");
+        fs.sync_dir(Path::new(DIR)).expect("sync dir");
+        fs.rename(&p("a.tmp"), &p("a")).expect("rename");
+        drop(f);
+        fs.crash(seed);
+        let names = fs.list(Path::new(DIR)).expect("list");
+        match (names.contains(&"a".into()), names.contains(&"a.tmp".into())) {
+            (true, false) => assert_eq!(fs.read_live(&p("a")).expect("a"), b"new"),
+            (false, true) => undone += 1,
+            other => panic!("seed {seed}: half a rename {other:?}"),
+        }
+    }
+    assert!(undone > 0);
+    // With the directory synced, the rename always stays.
+    for seed in 0..20 {
+        let fs = fs_with_dir();
+        let f = write(&fs, "a.tmp", b"new");
+        f.sync_data().expect("sync");
+        fs.rename(&p("a.tmp"), &p("a")).expect("rename");
+        fs.sync_dir(Path::new(DIR)).expect("sync dir");
+        drop(f);
+        fs.crash(seed);
+        assert_eq!(fs.read_live(&p("a")).expect("a"), b"new");
+    }
+}
+
+#[test]
+fn an_unsynced_creation_can_disappear() {
+    let gone = (0..50)
+        .filter(|&seed| {
+            let fs = fs_with_dir();
+            let f = write(&fs, "a", b"x");
+            f.sync_data().expect("sync");
+            drop(f);
+            fs.crash(seed);
+            !fs.exists(&p("a")).expect("exists")
+        })
+        .count();
+    assert!(gone > 0 && gone < 50, "{gone}");
+}
+
+#[test]
+fn an_injected_fault_fires_exactly_on_the_nth_operation_of_its_kind() {
+    let fs = fs_with_dir();
+    let f = write(&fs, "a", b"x");
+    fs.fail_next(OpKind::SyncData, 3, libc::EIO);
+    f.sync_data().expect("1st");
+    f.write_all_at(b"y", 0).expect("other kinds do not count");
+    f.sync_data().expect("2nd");
+    let err = f.sync_data().expect_err("3rd fails");
+    assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    f.sync_data().expect("once only");
+    assert_eq!(fs.counters().injected_failures, 1);
+
+    fs.fail_from(OpKind::Any, 2, libc::EIO);
+    f.len().expect("1st op");
+    assert!(f.len().is_err() && f.sync_data().is_err() && fs.list(Path::new(DIR)).is_err());
+    fs.clear_faults();
+    f.len().expect("cleared");
+}
+
+#[test]
+fn a_full_disk_fails_allocations_with_enospc_until_space_returns() {
+    let fs = fs_with_dir();
+    let f = write(&fs, "a", &[1u8; 100]);
+    fs.set_capacity(Some(1000));
+    f.allocate(1000).expect("fits");
+    let err = f.allocate(1001).expect_err("full");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    let err = f.write_all_at(b"x", 1000).expect_err("full");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    fs.set_capacity(Some(2000));
+    f.allocate(1500).expect("space is back");
+    assert_eq!(fs.used_bytes(), 1500);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_crash_image() {
+    let image = |seed: u64| {
+        let fs = fs_with_dir();
+        let f = write(&fs, "a", &[1u8; 5 * PAGE]);
+        f.sync_data().expect("sync");
+        fs.sync_dir(Path::new(DIR)).expect("sync dir");
+        let noise: Vec<u8> = (0..7 * PAGE).map(|i| (i % 251) as u8 + 3).collect();
+        f.write_all_at(&noise, 0).expect("write");
+        drop(f);
+        let report = fs.crash(seed);
+        (fs.read_live(&p("a")).expect("a"), report)
+    };
+    for seed in 0..20 {
+        assert_eq!(image(seed), image(seed), "seed {seed}");
+    }
+    assert!((0..20).any(|s| image(s) != image(s + 1)));
+}
+
+#[test]
+fn writes_through_a_map_become_durable_only_with_msync_and_sync_data() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("log"), OpenMode::Create).expect("open");
+    f.allocate(2 * PAGE as u64).expect("allocate");
+    f.sync_data().expect("sync length");
+    fs.sync_dir(Path::new(DIR)).expect("sync dir");
+    let map = Arc::new(
+        f.map(2 * PAGE, MapMode::ReadWrite { published: 0 })
+            .expect("map"),
+    );
+    let mut w = map.writer().expect("writer");
+    w.write(0, b"hello");
+    w.publish(5);
+    f.sync_data().expect("sync without msync");
+    assert_eq!(fs.read_durable(&p("log")).expect("durable")[..5], [0u8; 5]);
+    assert!(
+        map.flush(0, 6).is_err(),
+        "unpublished bytes cannot be msynced"
+    );
+    map.flush(0, 5).expect("msync");
+    f.sync_data().expect("sync");
+    assert_eq!(&fs.read_durable(&p("log")).expect("durable")[..5], b"hello");
+    assert!(
+        f.map(PAGE, MapMode::ReadOnly).is_err(),
+        "one writer, no readers beside it"
+    );
+    drop(w);
+    drop(map);
+    drop(f);
+    fs.crash(1);
+    assert_eq!(&fs.read_live(&p("log")).expect("log")[..5], b"hello");
+}
+
+#[test]
+fn a_mapped_file_shrunk_keeps_its_bytes_for_readers() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("log"), OpenMode::Create).expect("open");
+    f.allocate(PAGE as u64).expect("allocate");
+    let map = Arc::new(
+        f.map(PAGE, MapMode::ReadWrite { published: 0 })
+            .expect("map"),
+    );
+    let mut w = map.writer().expect("writer");
+    w.write(0, b"abcdef");
+    w.publish(6);
+    let bytes = map.bytes(0, 6).expect("published");
+    f.set_len(6).expect("trim while mapped");
+    assert_eq!(f.len().expect("len"), 6);
+    map.flush(0, 6).expect("msync below the new end");
+    drop((w, map));
+    assert_eq!(&bytes[..], b"abcdef");
+    drop(bytes);
+    let mut buf = [0u8; 16];
+    assert_eq!(f.read_at(&mut buf, 0).expect("read"), 6);
+    assert_eq!(&buf[..6], b"abcdef");
+}
+
+#[test]
+#[should_panic(expected = "live writable map")]
+fn crashing_with_a_live_writer_is_refused() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("log"), OpenMode::Create).expect("open");
+    f.allocate(PAGE as u64).expect("allocate");
+    let _map = f
+        .map(PAGE, MapMode::ReadWrite { published: 0 })
+        .expect("map");
+    fs.crash(0);
+}

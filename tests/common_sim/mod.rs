@@ -1,0 +1,283 @@
+//! Helpers of the crash tests on the simulated file system: a clock, batches, and the model of
+//! what the log must hold (DESIGN.md §2).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use oncelog::format::{BatchBuilder, BatchIter};
+use oncelog::io::sim::SplitMix64;
+use oncelog::io::SimFs;
+use oncelog::log::Clock;
+use oncelog::{Environment, Log, LogConfig, OpenError};
+
+pub const DIR: &str = "/data/topic-0";
+
+/// A clock that moves one millisecond per reading: deterministic, and never triggers a time roll.
+#[derive(Debug)]
+pub struct StepClock(AtomicI64);
+
+impl StepClock {
+    pub fn new() -> Arc<StepClock> {
+        Arc::new(StepClock(AtomicI64::new(1_700_000_000_000)))
+    }
+}
+
+impl Clock for StepClock {
+    fn now_ms(&self) -> i64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Where a failure came from and how to replay it.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub seed: u64,
+    pub test: &'static str,
+    pub history: Vec<String>,
+}
+
+impl Ctx {
+    pub fn new(seed: u64, test: &'static str) -> Ctx {
+        Ctx {
+            seed,
+            test,
+            history: Vec::new(),
+        }
+    }
+    pub fn note(&mut self, what: impl Into<String>) {
+        self.history.push(what.into());
+        if self.history.len() > 60 {
+            self.history.remove(0);
+        }
+    }
+    pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
+        panic!(
+            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: ONCELOG_CRASH_SEED={seed} cargo test --test crash_sim {test} -- --nocapture",
+            self.history,
+            seed = self.seed,
+            test = self.test,
+        )
+    }
+}
+
+/// A small log on the simulated file system.
+pub fn config(rng: &mut SplitMix64) -> LogConfig {
+    LogConfig {
+        segment_bytes: (16 + rng.below(49) as usize) * 1024,
+        segment_index_bytes: 96 + 12 * rng.below(40) as usize,
+        index_interval_bytes: rng.below(2048) as usize,
+        ..LogConfig::default()
+    }
+}
+
+pub fn open(fs: &SimFs, clock: &Arc<StepClock>, config: &LogConfig) -> Result<Log, OpenError> {
+    let env = Environment {
+        fs: fs.as_dyn(),
+        clock: clock.clone(),
+    };
+    Log::open_in(env, Path::new(DIR), config.clone())
+}
+
+pub fn dir() -> PathBuf {
+    PathBuf::from(DIR)
+}
+
+/// The files of the log directory with their lengths, and the checkpoint (failure messages).
+pub fn describe_dir(fs: &SimFs) -> String {
+    use oncelog::io::FileSystem;
+    let mut names = fs.list(&dir()).unwrap_or_default();
+    names.sort();
+    let mut out = String::new();
+    for n in names {
+        let live = fs.read_live(&dir().join(&n)).map(|b| b.len());
+        out.push_str(&format!("{n}: {live:?}\n"));
+    }
+    if let Ok(cp) = fs.read_live(&dir().join("oncelog.checkpoint")) {
+        out.push_str(&String::from_utf8_lossy(&cp));
+    }
+    out
+}
+
+/// An idempotent producer's identity and the sequence of its first record in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSeq {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// A client batch (baseOffset 0) of `records` records with values of `value_len` bytes.
+pub fn client_batch(
+    records: usize,
+    value_len: usize,
+    ts: i64,
+    producer: Option<ProducerSeq>,
+    fill: u8,
+) -> Vec<u8> {
+    let mut b = BatchBuilder::new();
+    if let Some(p) = producer {
+        b = b.producer(p.producer_id, p.epoch, p.base_sequence);
+    }
+    let value = vec![fill; value_len];
+    for i in 0..records {
+        b.append(ts + i as i64, Some(b"k"), Some(&value), &[]);
+    }
+    b.build().expect("build batch")
+}
+
+/// One batch the log accepted.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub first: i64,
+    pub last: i64,
+    /// The bytes as read back right after the append (offsets assigned).
+    pub bytes: Vec<u8>,
+    /// The bytes the client sent (for retries).
+    pub client: Vec<u8>,
+    pub producer: Option<ProducerSeq>,
+    pub records: i32,
+}
+
+/// What the log must hold: every accepted batch in offset order, and how far they are durable.
+#[derive(Debug, Default)]
+pub struct Model {
+    pub batches: Vec<Stored>,
+    /// Every batch below this offset is durable (a completed flush or clean close covered it).
+    pub durable_end: i64,
+}
+
+impl Model {
+    pub fn end(&self) -> i64 {
+        self.batches.last().map_or(0, |b| b.last + 1)
+    }
+
+    /// The next base sequence of each producer that has batches in the log.
+    pub fn next_sequences(&self) -> BTreeMap<i64, i32> {
+        let mut next = BTreeMap::new();
+        for b in &self.batches {
+            if let Some(p) = b.producer {
+                next.insert(p.producer_id, p.base_sequence.wrapping_add(b.records));
+            }
+        }
+        next
+    }
+
+    /// The last `window` batches of `producer_id` still in the log, oldest first.
+    pub fn window(&self, producer_id: i64, window: usize) -> Vec<&Stored> {
+        let mut mine: Vec<&Stored> = self
+            .batches
+            .iter()
+            .filter(|b| b.producer.is_some_and(|p| p.producer_id == producer_id))
+            .collect();
+        let cut = mine.len().saturating_sub(window);
+        mine.drain(..cut);
+        mine
+    }
+
+    /// Records a batch the log just appended at `first..=last`, reading it back.
+    #[allow(clippy::too_many_arguments)]
+    pub fn appended(
+        &mut self,
+        ctx: &Ctx,
+        log: &Log,
+        first: i64,
+        last: i64,
+        client: Vec<u8>,
+        producer: Option<ProducerSeq>,
+        records: i32,
+    ) {
+        if first != self.end() {
+            ctx.fail(format!(
+                "append got offset {first}, the log should continue at {}",
+                self.end()
+            ));
+        }
+        let bytes = match log.read(first, 1) {
+            Ok(b) => b,
+            Err(e) => ctx.fail(format!("read back of {first}: {e}")),
+        };
+        let Some(Ok((_, batch))) = BatchIter::new(&bytes).next() else {
+            ctx.fail(format!("read back of {first} gave no whole batch"))
+        };
+        if batch.base_offset() != first || batch.last_offset() != last {
+            ctx.fail(format!(
+                "read back of {first} gave {}..={}",
+                batch.base_offset(),
+                batch.last_offset()
+            ));
+        }
+        self.batches.push(Stored {
+            first,
+            last,
+            bytes: batch.as_bytes().to_vec(),
+            client,
+            producer,
+            records,
+        });
+    }
+
+    /// Checks a reopened log against the model (DESIGN.md §2.1): offsets dense from 0, every
+    /// batch whole with a valid CRC and identical to what was appended at that offset, every
+    /// durable batch present, and the end a batch boundary of the model (a prefix, no holes).
+    /// Then forgets the batches the crash took.
+    pub fn check_recovered(&mut self, ctx: &Ctx, log: &Log) {
+        if log.log_start_offset() != 0 {
+            ctx.fail(format!("log start moved to {}", log.log_start_offset()));
+        }
+        let end = log.log_end_offset();
+        if end < self.durable_end {
+            ctx.fail(format!(
+                "log ends at {end} after recovery, but offsets below {} were durable (report: {:?})",
+                self.durable_end,
+                log.recovery_report()
+            ));
+        }
+        let mut next = 0;
+        let mut index = 0;
+        while next < end {
+            let bytes = match log.read(next, 64 * 1024) {
+                Ok(b) if !b.is_empty() => b,
+                Ok(_) => ctx.fail(format!("empty read at {next} below the end {end}")),
+                Err(e) => ctx.fail(format!("read at {next}: {e}")),
+            };
+            for item in BatchIter::new(&bytes) {
+                let batch = match item {
+                    Ok((_, b)) => b,
+                    Err((at, e)) => ctx.fail(format!("read at {next}: bad batch at +{at}: {e}")),
+                };
+                if !batch.is_crc_valid() {
+                    ctx.fail(format!("batch at {} has a bad CRC", batch.base_offset()));
+                }
+                if batch.base_offset() != next {
+                    ctx.fail(format!(
+                        "offsets not dense: batch at {} where {next} was expected",
+                        batch.base_offset()
+                    ));
+                }
+                match self.batches.get(index) {
+                    Some(m) if m.bytes == batch.as_bytes() => {}
+                    Some(m) => ctx.fail(format!(
+                        "batch at {next} differs from the one appended at {}..={}",
+                        m.first, m.last
+                    )),
+                    None => ctx.fail(format!(
+                        "batch at {next} was never appended (model ends at {})",
+                        self.end()
+                    )),
+                }
+                next = batch.last_offset() + 1;
+                index += 1;
+            }
+        }
+        if next != end {
+            ctx.fail(format!("batches end at {next}, log end offset is {end}"));
+        }
+        self.batches.truncate(index);
+        // What recovery accepted is on disk: a second crash must not lose it.
+        self.durable_end = end;
+    }
+}
