@@ -155,9 +155,19 @@ pub(crate) fn open(
             indexes,
         };
         let (opened, notes) = segment::open(fs, dir, &cfg, spec, now_ms)?;
+        let rewritten = p.rebuild.is_some() || !notes.rebuilt.is_empty();
         report.indexes_rebuilt.extend(notes.rebuilt);
         match opened {
-            Opened::Sealed(s) => sealed.push(s),
+            Opened::Sealed(s) => {
+                // Recovery trimmed this segment and rebuilt its indexes in the page cache. The
+                // recovery point will soon cover it and it is never flushed again, so it must
+                // be durable now, or a second crash could bring back its old length or lose its
+                // index while it counts as trusted.
+                if rewritten {
+                    s.flush_all()?;
+                }
+                sealed.push(s)
+            }
             Opened::Active(w) => active = Some(w),
         }
     }
