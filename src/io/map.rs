@@ -30,6 +30,10 @@ pub trait MapBacking: Send + Sync + 'static {
     fn flush(&self, offset: usize, len: usize) -> io::Result<()>;
     /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
     fn writer_dropped(&self) {}
+    /// Faults in the pages of `[offset, offset + len)` ahead of the writer, readable (`write`
+    /// false: the page-cache pages are allocated and zeroed, a first write still takes a cheap
+    /// write-protect fault) or writable. A hint: doing nothing is correct.
+    fn populate(&self, _offset: usize, _len: usize, _write: bool) {}
 }
 
 /// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
@@ -158,6 +162,13 @@ impl Mapping {
     /// msync of `[offset, offset + len)`. The range must be published: the engine only ever
     /// makes whole, published batches durable, and a [`SharedBuffer`] backing relies on it to
     /// copy the range while the writer may be writing above the watermark.
+    /// Faults in `[offset, offset + len)` ahead of the writer (see [`MapBacking::populate`]).
+    pub fn populate(&self, offset: usize, len: usize, write: bool) {
+        if offset < self.len && len > 0 {
+            self.backing.populate(offset, len.min(self.len - offset), write);
+        }
+    }
+
     pub fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         if len == 0 {
             return Ok(());
@@ -197,8 +208,29 @@ impl fmt::Debug for Mapping {
 struct RealMap(memmap2::MmapRaw);
 
 impl MapBacking for RealMap {
+    /// `MS_ASYNC`: on Linux, `msync(MS_SYNC)` is itself a ranged fsync, and the `fdatasync`
+    /// that every flush does next writes back every dirty page of the file, the ones dirtied
+    /// through this map included. Syncing twice doubled the journal commits of a durable append.
     fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
-        self.0.flush_range(offset, len)
+        self.0.flush_async_range(offset, len)
+    }
+
+    fn populate(&self, offset: usize, len: usize, write: bool) {
+        const PAGE: usize = 4096;
+        let start = offset & !(PAGE - 1);
+        let end = (offset + len).min(self.0.len());
+        if end <= start {
+            return;
+        }
+        let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
+        // SAFETY: `[start, end)` lies inside the mapping (start is rounded down to the page that
+        // holds `offset`, end is clamped to the length), which stays mapped while `self` lives.
+        // madvise touches no byte from user space: the kernel faults the pages in, racing
+        // safely with the writer's copies. An error (a kernel before 5.14 lacks the advice)
+        // only means the pages are faulted in on first touch instead.
+        unsafe {
+            libc::madvise(self.0.as_mut_ptr().add(start).cast(), end - start, advice);
+        }
     }
 }
 

@@ -10,6 +10,7 @@ mod config;
 mod error;
 #[doc(hidden)]
 pub mod fuzz;
+mod prefault;
 mod producers;
 mod recovery;
 
@@ -78,6 +79,8 @@ struct AppendState {
     dir_dirty: bool,
     /// The idempotent-producer table and its snapshots.
     producers: producers::ProducerState,
+    /// How far ahead of the active segment's writer pages were faulted in.
+    prefault: prefault::Prefault,
 }
 
 /// What the flusher remembers.
@@ -164,6 +167,7 @@ impl Log {
                 unflushed_messages: 0,
                 dir_dirty: false,
                 producers,
+                prefault: prefault::Prefault::default(),
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
@@ -291,6 +295,7 @@ impl Log {
             .store(last_offset + 1, Ordering::Release);
         st.producers
             .record(incoming.as_ref(), first_offset, summary.size, now);
+        self.prefault_ahead(&mut st);
         st.unflushed_messages += summary.records_count as u64;
         let flush = match self.config.flush_policy {
             FlushPolicy::Manual => false,
@@ -355,6 +360,7 @@ impl Log {
             self.log_end_offset.store(last + 1, Ordering::Release);
             let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
             st.producers.record(incoming.as_ref(), first, b.size(), now);
+            self.prefault_ahead(&mut st);
             st.unflushed_messages += b.records_count().max(0) as u64;
             info = Some(match info {
                 None => AppendInfo {
@@ -398,6 +404,15 @@ impl Log {
                 .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
         }
         Ok(())
+    }
+
+    /// Keeps `prefault_bytes` ahead of the writer faulted in, by the background thread. Under
+    /// `FlushPolicy::Always` the pages are faulted in readable only: writable ones would be
+    /// dirty, and every fdatasync would write them back as zeros ahead of the data.
+    fn prefault_ahead(&self, st: &mut AppendState) {
+        let AppendState { active: Some(w), prefault, .. } = st else { return };
+        let write = self.config.flush_policy != FlushPolicy::Always;
+        prefault.advance(w.log_mapping(), w.size(), self.config.prefault_bytes, write);
     }
 
     fn check_writable(&self, st: &AppendState) -> Result<(), AppendError> {
@@ -466,6 +481,7 @@ impl Log {
             })?;
         let new_segment = Arc::clone(new.segment());
         let old = st.active.replace(new).ok_or(AppendError::Closed)?;
+        st.prefault = prefault::Prefault::default();
         self.segments.write().insert(new_base, new_segment);
         st.dir_dirty = true;
         match old.seal() {

@@ -53,6 +53,10 @@ impl SegmentWriter {
         }
     }
 
+    /// The `.log` map (to fault pages in ahead of the writer).
+    pub fn log_mapping(&self) -> &Arc<crate::io::Mapping> {
+        self.log.mapping()
+    }
     pub fn segment(&self) -> &Arc<Segment> {
         &self.segment
     }
