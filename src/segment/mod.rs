@@ -548,6 +548,9 @@ impl SegmentFiles {
             cfg.index_interval_bytes,
             now_ms,
         );
+        if !keep_indexes {
+            writer.restart_index_rebuild();
+        }
         for b in batches {
             writer
                 .index_batch(b.position, b.size, b.last_offset, b.max_timestamp)

@@ -80,6 +80,15 @@ impl SegmentWriter {
         self.index.is_full() || self.time.is_full()
     }
 
+    /// Forgets the index progress taken from the stored files, before the indexes are rebuilt
+    /// by replaying every batch from position 0: the byte counter must restart at 0 too, or the
+    /// first batch would be indexed and every later entry shifted (Kafka never indexes the
+    /// first batch of a segment, §4.2).
+    pub(super) fn restart_index_rebuild(&mut self) {
+        self.bytes_since_index_entry = 0;
+        self.max_timestamp = None;
+    }
+
     /// Restores what a reopened segment knew of its data (from recovery or a scan of the tail).
     pub(crate) fn restore(&mut self, last_offset: Option<i64>, first_batch_timestamp: i64) {
         self.last_offset = last_offset;
