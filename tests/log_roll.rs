@@ -328,3 +328,22 @@ fn offset_for_timestamp_finds_the_first_batch_reaching_the_target() {
     let log = Log::open(dir.path(), small_config()).unwrap();
     check(&log);
 }
+
+#[test]
+fn indexes_rebuilt_by_recovery_follow_the_same_rule_as_the_append_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    for i in 0..120 {
+        log.append(&batch(2, T0 + i, 900)).unwrap();
+    }
+    log.abandon();
+    // No flush: every segment is validated and its indexes rebuilt from position 0.
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    assert!(!log.recovery_report().indexes_rebuilt.is_empty());
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() > 1);
+    log.close().unwrap();
+    for base in bases {
+        check_sealed_files(dir.path(), base, 4096);
+    }
+}
