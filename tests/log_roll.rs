@@ -230,7 +230,14 @@ fn roll_when_the_relative_offset_would_overflow_int32() {
     assert_eq!(log.segment_base_offsets(), vec![0, max + 1]);
     let wide = replicated_batch(2 * max + 1, 2, T0, 10); // last - (max + 1) = max + 1
     let info = log.append_replicated(&wide).unwrap().unwrap();
-    assert_eq!(info.segment_base_offset, 2 * max + 1);
+    // The new segment starts at the lowest base that indexes the batch in int32: the log end
+    // (max + 6), not the batch's first offset as Kafka picks. Segments stay contiguous across a
+    // replicated gap, so recovery can tell a gap from a lost tail.
+    assert_eq!(info.segment_base_offset, max + 6);
+    assert_eq!(info.first_offset, 2 * max + 1);
+    log.close().unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    assert_eq!(log.log_end_offset(), 2 * max + 3);
 }
 
 #[test]

@@ -165,7 +165,8 @@ impl Mapping {
     /// Faults in `[offset, offset + len)` ahead of the writer (see [`MapBacking::populate`]).
     pub fn populate(&self, offset: usize, len: usize, write: bool) {
         if offset < self.len && len > 0 {
-            self.backing.populate(offset, len.min(self.len - offset), write);
+            self.backing
+                .populate(offset, len.min(self.len - offset), write);
         }
     }
 
@@ -222,7 +223,11 @@ impl MapBacking for RealMap {
         if end <= start {
             return;
         }
-        let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
         // SAFETY: `[start, end)` lies inside the mapping (start is rounded down to the page that
         // holds `offset`, end is clamped to the length), which stays mapped while `self` lives.
         // madvise touches no byte from user space: the kernel faults the pages in, racing

@@ -268,14 +268,7 @@ impl Log {
         }
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
-        self.maybe_roll(
-            &mut st,
-            summary.size,
-            max_timestamp,
-            first_offset,
-            last_offset,
-            now,
-        )?;
+        self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
         self.maybe_snapshot(&mut st, first_offset)?;
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
@@ -349,7 +342,7 @@ impl Log {
         let mut info: Option<AppendInfo> = None;
         for b in &parsed {
             let (first, last) = (b.base_offset(), b.last_offset());
-            self.maybe_roll(&mut st, b.size(), b.max_timestamp(), first, last, now)?;
+            self.maybe_roll(&mut st, b.size(), b.max_timestamp(), last, now)?;
             let log_end = self.log_end_offset.load(Ordering::Relaxed);
             self.maybe_snapshot(&mut st, log_end)?;
             let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
@@ -410,7 +403,14 @@ impl Log {
     /// `FlushPolicy::Always` the pages are faulted in readable only: writable ones would be
     /// dirty, and every fdatasync would write them back as zeros ahead of the data.
     fn prefault_ahead(&self, st: &mut AppendState) {
-        let AppendState { active: Some(w), prefault, .. } = st else { return };
+        let AppendState {
+            active: Some(w),
+            prefault,
+            ..
+        } = st
+        else {
+            return;
+        };
         let write = self.config.flush_policy != FlushPolicy::Always;
         prefault.advance(w.log_mapping(), w.size(), self.config.prefault_bytes, write);
     }
@@ -433,7 +433,6 @@ impl Log {
         st: &mut AppendState,
         size: usize,
         max_timestamp: i64,
-        first_offset: i64,
         last_offset: i64,
         now: i64,
     ) -> Result<(), AppendError> {
@@ -452,7 +451,14 @@ impl Log {
         if !roll {
             return Ok(());
         }
-        let new_base = first_offset.max(self.log_end_offset.load(Ordering::Relaxed));
+        // The lowest base that still indexes this batch in int32 (kafka-format.md §3.2 takes
+        // the batch's first offset; the log end is also valid and keeps segments contiguous
+        // across a replicated gap, so recovery can tell a lost tail from a gap: only a gap
+        // wider than int32 leaves offsets out between segments).
+        let new_base = self
+            .log_end_offset
+            .load(Ordering::Relaxed)
+            .max(last_offset.saturating_sub(i32::MAX as i64));
         if seg_size == 0 && new_base == w.base_offset() {
             return Ok(());
         }
@@ -635,16 +641,10 @@ impl Log {
     }
 
     fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
-        // Recovery trusts every segment wholly below the recovery point, file length included.
-        // The active segment is preallocated, and if it rolls exactly at the recovery point
-        // its trim is not durable until the next flush, so an unclean checkpoint never vouches
-        // past its base (a clean close trims and syncs everything first).
-        let mut recovery_point = self.recovery_point();
-        if !clean {
-            if let Some(&active_base) = self.segments.read().keys().next_back() {
-                recovery_point = recovery_point.min(active_base);
-            }
-        }
+        // Every offset below the recovery point was fdatasync'ed. A segment wholly below it may
+        // still be untrimmed (rolled after this was written), which recovery tolerates
+        // (`segment::trusted_log_size`).
+        let recovery_point = self.recovery_point();
         checkpoint::write(
             self.env.fs.as_ref(),
             &self.dir,

@@ -25,11 +25,13 @@ fn worker() -> &'static Mutex<Sender<Job>> {
     WORKER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
         // If the thread cannot be spawned the jobs are simply dropped: prefaulting is a hint.
-        let _ = std::thread::Builder::new().name("oncelog-prefault".into()).spawn(move || {
-            for job in rx {
-                job.map.populate(job.from, job.to - job.from, job.write);
-            }
-        });
+        let _ = std::thread::Builder::new()
+            .name("oncelog-prefault".into())
+            .spawn(move || {
+                for job in rx {
+                    job.map.populate(job.from, job.to - job.from, job.write);
+                }
+            });
         Mutex::new(tx)
     })
 }
@@ -57,7 +59,12 @@ impl Prefault {
         }
         self.requested = target;
         if let Ok(tx) = worker().lock() {
-            let _ = tx.send(Job { map: Arc::clone(map), from, to: target, write });
+            let _ = tx.send(Job {
+                map: Arc::clone(map),
+                from,
+                to: target,
+                write,
+            });
         }
     }
 }

@@ -87,7 +87,7 @@ pub(crate) fn open(
 ) -> Result<Loaded, OpenError> {
     let mut report = RecoveryReport::default();
     fs.create_dir_all(dir).ctx("create directory", dir)?;
-    finish_interrupted_operations(fs, dir, &mut report)?;
+    let garbage = finish_interrupted_operations(fs, dir, &mut report)?;
 
     let cp = match checkpoint::read(fs, dir) {
         Ok(cp) => cp,
@@ -113,27 +113,27 @@ pub(crate) fn open(
         &mut report,
     )?;
 
-    // From here on the directory changes. Mark the log open (not clean) first, so a crash
-    // while applying, or while the log is in use, is recovered as unclean.
-    //
-    // The recovery point written here stops at the base of the segment that becomes active:
-    // that segment is extended again (preallocated), and if it rolls before the next flush
-    // its trim at roll is not durable, so after a crash it must be validated (and its
-    // preallocated zeros cut) even though all its batches are below the old recovery point.
-    // The next flush after a roll writes the real recovery point again.
+    // From here on the directory changes. A checkpoint that says "clean" is rewritten first,
+    // so a crash while applying, or while the log is in use, is recovered as unclean (Kafka
+    // deletes its clean-shutdown marker at once for the same reason). One that already says
+    // "unclean" stays as it is: rewriting it would cost three fsyncs and change nothing.
+    for path in garbage {
+        fs.remove_file(&path).ctx("remove", &path)?;
+        report.leftovers.push(path);
+    }
     let mut log_start_offset =
         cp.map_or(bases.first().copied().unwrap_or(0), |c| c.log_start_offset);
-    checkpoint::write(
-        fs,
-        dir,
-        &Checkpoint {
-            clean_shutdown: false,
-            recovery_point: plans
-                .last()
-                .map_or(recovery_point, |p| recovery_point.min(p.base)),
-            log_start_offset,
-        },
-    )?;
+    if clean {
+        checkpoint::write(
+            fs,
+            dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                recovery_point,
+                log_start_offset,
+            },
+        )?;
+    }
     for base in doomed {
         remove_segment_files(fs, dir, base, &mut report.segments_deleted)?;
     }
@@ -229,9 +229,17 @@ fn plan(
         let file_len = file.len().ctx("stat", &path)? as usize;
         let below_recovery_point = bases.get(i + 1).is_some_and(|&next| next <= recovery_point);
         if clean || below_recovery_point {
+            let log_size = if clean {
+                file_len
+            } else {
+                let map = file.map(file_len, MapMode::ReadOnly).ctx("mmap", &path)?;
+                let index_path = names::file_path(dir, base, names::INDEX_EXT);
+                let index = crate::io::read_file(fs, &index_path).unwrap_or_default();
+                segment::trusted_log_size(map.published_slice(), &index, base)
+            };
             plans.push(SegmentPlan {
                 base,
-                log_size: file_len,
+                log_size,
                 rebuild: None,
             });
             previous_last = None;
@@ -256,20 +264,19 @@ fn plan(
             // lost while the next segment's file survived (its directory entry can reach the
             // disk before this file's data). Keeping the next segment would leave a hole in
             // the offsets, so the log is cut here like after a torn tail.
-            ScanStop::End => {
-                bases
-                    .get(i + 1)
-                    .filter(|&&next| next > next_expected)
-                    .map(|&next_segment_base| {
-                        (
-                            result.valid_len,
-                            Damage::MissingOffsets {
-                                next_offset: next_expected,
-                                next_segment_base,
-                            },
-                        )
-                    })
-            }
+            ScanStop::End => bases
+                .get(i + 1)
+                .filter(|&&next| next > next_expected)
+                .filter(|&&next| !is_offset_overflow_gap(fs, dir, next, next_expected))
+                .map(|&next_segment_base| {
+                    (
+                        result.valid_len,
+                        Damage::MissingOffsets {
+                            next_offset: next_expected,
+                            next_segment_base,
+                        },
+                    )
+                }),
         };
         if let Some((position, damage)) = damage {
             let durable = next_expected < recovery_point;
@@ -302,6 +309,32 @@ fn plan(
         });
     }
     Ok((plans, doomed))
+}
+
+/// Whether the segment at `next_base` starts past `next_expected` because its first batch could
+/// not have been indexed relative to `next_expected` (a replicated gap wider than int32): the
+/// only case in which a roll leaves offsets out between segments (`Log::roll` picks the lowest
+/// base that fits). Anything else is a lost tail.
+fn is_offset_overflow_gap(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    next_base: i64,
+    next_expected: i64,
+) -> bool {
+    let path = names::file_path(dir, next_base, names::LOG_EXT);
+    let Ok(file) = fs.open(&path, OpenMode::Read) else {
+        return false;
+    };
+    let mut header = [0u8; crate::format::HEADER_SIZE];
+    if !file
+        .read_at(&mut header, 0)
+        .is_ok_and(|n| n == header.len())
+    {
+        return false;
+    }
+    let last = crate::format::batch::be_i64(&header, 0)
+        .saturating_add(crate::format::batch::be_i32(&header, 23) as i64);
+    crate::segment::offset_index::relative_offset(next_expected, last).is_none()
 }
 
 /// Base offsets of the `.log` files, sorted.
@@ -366,16 +399,19 @@ fn remove_segment_files(
 
 /// Kafka's startup handling of temporary files (kafka-format.md §8.2 steps 3-4), plus
 /// oncelog's own `.tmp` files (a metadata file whose rename never happened).
+///
+/// Interrupted swaps are completed at once, since they decide which segments exist. Files that
+/// are plain garbage (`.tmp`, `.deleted`, `.cleaned`, abandoned `.swap`) are returned instead, to
+/// be removed only once recovery has decided to go ahead: a refused open changes nothing.
 fn finish_interrupted_operations(
     fs: &dyn FileSystem,
     dir: &Path,
     report: &mut RecoveryReport,
-) -> Result<(), OpenError> {
+) -> Result<Vec<PathBuf>, OpenError> {
     let names = fs.list(dir).ctx("list", dir)?;
-    let remove = |name: &str, report: &mut RecoveryReport| -> Result<(), OpenError> {
-        let path = dir.join(name);
-        fs.remove_file(&path).ctx("remove", &path)?;
-        report.leftovers.push(path);
+    let mut garbage = Vec::new();
+    let mut remove = |name: &str, _: &mut RecoveryReport| -> Result<(), OpenError> {
+        garbage.push(dir.join(name));
         Ok(())
     };
     let min_cleaned = names
@@ -403,7 +439,7 @@ fn finish_interrupted_operations(
         }
     }
     if swaps.is_empty() {
-        return Ok(());
+        return Ok(garbage);
     }
     // The swapped-in segments replace every old file whose offset falls in their range.
     let mut lo = i64::MAX;
@@ -424,7 +460,10 @@ fn finish_interrupted_operations(
             continue;
         };
         if p.suffix.is_none() && p.ext != names::SNAPSHOT_EXT && p.offset >= lo && p.offset < hi {
-            remove(name, report)?;
+            // Superseded by the swapped-in segments: removed now, before segments are listed.
+            let path = dir.join(name);
+            fs.remove_file(&path).ctx("remove", &path)?;
+            report.leftovers.push(path);
         }
     }
     for (_, _, name) in &swaps {
@@ -434,5 +473,5 @@ fn finish_interrupted_operations(
         report.leftovers.push(from);
     }
     fs.sync_dir(dir).ctx("fsync directory", dir)?;
-    Ok(())
+    Ok(garbage)
 }

@@ -329,6 +329,45 @@ pub enum OpenSegmentError {
     Index { path: PathBuf, error: IndexError },
 }
 
+/// The logical size of a segment trusted without validation (wholly below the recovery point).
+/// Its batches are durable, but if it was rolled away from after the checkpoint was written,
+/// its trim and its index may not be: the file can still be preallocated, ending in zeros. The
+/// walk over batch frames (no CRC) starts at the last index entry that verifiably points at a
+/// batch ending at its offset, so a trimmed segment costs a few header reads; it stops at the
+/// end of the file or at a zero tail. Damage is left for the open to report.
+pub fn trusted_log_size(data: &[u8], index: &[u8], base_offset: i64) -> usize {
+    let hint = offset_index::decode(index, base_offset)
+        .filter(|e| {
+            let at = e.position as usize;
+            at > 0
+                && format::RecordBatch::parse(data.get(at..).unwrap_or(&[]))
+                    .is_ok_and(|b| b.last_offset() == e.offset)
+        })
+        .last()
+        .map_or(0, |e| e.position as usize);
+    for start in [hint, 0] {
+        let mut pos = start;
+        loop {
+            match format::frame(&data[pos..]) {
+                Ok(BatchFrame::Complete { size }) => pos += size,
+                _ => break,
+            }
+        }
+        let rest = &data[pos..];
+        if rest.is_empty()
+            || rest[..rest.len().min(scan::ZERO_CHECK_WINDOW)]
+                .iter()
+                .all(|&b| b == 0)
+        {
+            return pos;
+        }
+        if start == 0 {
+            break;
+        }
+    }
+    data.len()
+}
+
 /// Batch positions of trusted log bytes, by their frames only (no CRC): enough to rebuild
 /// indexes of data that was validated before.
 fn walk(data: &[u8], path: &Path) -> Result<Vec<BatchInfo>, CorruptSegment> {
