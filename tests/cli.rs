@@ -999,3 +999,27 @@ fn demo_exits_0_and_tells_every_step() {
     // The kept directory is a clean log.
     assert_eq!(run_path(&["verify"], &dir).status.code(), Some(0));
 }
+
+/// Leftovers of an interrupted operation are finished before recovery plans its cuts, so a
+/// mode that then refuses has already removed them. Un-ignore once recovery plans the leftovers
+/// too (src/log/recovery.rs, `finish_interrupted_operations` runs before `plan`).
+#[test]
+#[ignore = "library bug: a refused open has already removed leftover .tmp/.deleted/.cleaned files"]
+fn recover_refused_with_leftover_files_changes_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 2, 2);
+    tear_last_batch(dir.path(), &batches);
+    fs::write(
+        dir.path().join("00000000000000000010.snapshot.tmp"),
+        b"half",
+    )
+    .unwrap();
+    let before = contents(dir.path());
+    let o = run_path(&["recover", "--mode", "absolute"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert_eq!(
+        contents(dir.path()).keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "a refused recovery removed files"
+    );
+}
