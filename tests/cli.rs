@@ -1023,3 +1023,30 @@ fn recover_refused_with_leftover_files_changes_no_byte() {
         "a refused recovery removed files"
     );
 }
+
+#[test]
+fn verify_after_a_crash_lists_the_untrimmed_indexes_until_recover_rebuilds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    crashed_log(dir.path(), 30, 10);
+    let o = run_path(&["verify", "--json"], dir.path());
+    let r = json_object(&o);
+    let problems = r["problems"].as_array().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{r}");
+    assert!(
+        problems
+            .iter()
+            .all(|p| p["file"].as_str().unwrap().ends_with("index")
+                && p["reason"].as_str().unwrap().contains("preallocated")),
+        "{problems:?}"
+    );
+    assert_eq!(r["batches"], 40);
+    assert!(r["preallocated_bytes"].as_u64().unwrap() > 0);
+
+    let o = run_path(&["recover", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["truncations"], serde_json::json!([]));
+    assert_eq!(r["log_end_offset"], 200);
+    let o = run_path(&["verify"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
