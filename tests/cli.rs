@@ -701,3 +701,352 @@ fn bench_into_a_given_directory_leaves_a_dumpable_log() {
     let o = run(&["bench", "--messages", "10", "--dir", dir_arg]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// A log left as a crash leaves it: `flushed` batches of producer 9 made durable, `more` after
+/// them only in the page cache, then dropped without closing (files untrimmed, the checkpoint
+/// not marked clean). Returns every batch appended.
+fn crashed_log(dir: &Path, flushed: usize, more: usize) -> Vec<Vec<u8>> {
+    let batches: Vec<Vec<u8>> = (0..flushed + more)
+        .map(|i| batch(5, Some((9, 0, 5 * i as i32))))
+        .collect();
+    let log = Log::open(dir, small_config()).expect("open");
+    for (i, b) in batches.iter().enumerate() {
+        assert!(matches!(
+            log.append(b).expect("append"),
+            AppendOutcome::Appended(_)
+        ));
+        if i + 1 == flushed {
+            log.flush().expect("flush");
+        }
+    }
+    log.abandon();
+    batches
+}
+
+/// Zeros the last 20 bytes of the last batch, as a torn page write leaves it; returns the
+/// position where that batch starts.
+fn tear_last_batch(dir: &Path, batches: &[Vec<u8>]) -> usize {
+    let start: usize = batches[..batches.len() - 1].iter().map(Vec::len).sum();
+    let end = start + batches[batches.len() - 1].len();
+    let path = segment_log(dir);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[end - 20..end].fill(0);
+    fs::write(&path, &bytes).unwrap();
+    start
+}
+
+fn json_object(o: &Output) -> Value {
+    let lines = json_lines(o);
+    assert_eq!(lines.len(), 1, "{}", stdout(o));
+    lines.into_iter().next().unwrap()
+}
+
+#[test]
+fn verify_of_a_cleanly_closed_log_is_clean_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = fresh_log(dir.path());
+    let o = run_path(&["verify", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["clean"], true);
+    assert_eq!(r["segments"], 1);
+    assert_eq!(r["batches"], 3);
+    assert_eq!(r["bytes"], batches.concat().len() as u64);
+    assert_eq!(r["snapshots"], 1);
+    assert_eq!(r["problems"], serde_json::json!([]));
+
+    let o = run_path(&["verify"], dir.path());
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    assert!(text.contains("1 segments, 3 batches"), "{text}");
+    assert!(text.ends_with("clean\n"), "{text}");
+}
+
+#[test]
+fn verify_lists_each_problem_with_file_and_byte_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = fresh_log(dir.path());
+    let path = segment_log(dir.path());
+    let mut bytes = fs::read(&path).unwrap();
+    let second = batches[0].len();
+    bytes[second + 70] ^= 0x01; // inside the second batch's records: its CRC no longer matches
+    fs::write(&path, &bytes).unwrap();
+    let before = contents(dir.path());
+
+    let o = run_path(&["verify", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["clean"], false);
+    let problems = r["problems"].as_array().unwrap();
+    let crc = problems
+        .iter()
+        .find(|p| p["reason"].as_str().unwrap().contains("CRC"))
+        .unwrap_or_else(|| panic!("no CRC problem in {problems:?}"));
+    assert!(crc["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("00000000000000000000.log"));
+    assert_eq!(crc["position"], second as u64);
+
+    let text = stdout(&run_path(&["verify"], dir.path()));
+    assert!(
+        text.contains(&format!("00000000000000000000.log: byte {second}: CRC")),
+        "{text}"
+    );
+    assert!(text.contains("problem(s)"), "{text}");
+    assert_eq!(
+        contents(dir.path()),
+        before,
+        "verify must not change a byte"
+    );
+}
+
+#[test]
+fn recover_cuts_a_torn_tail_and_reports_file_position_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 2, 2);
+    let torn_at = tear_last_batch(dir.path(), &batches);
+    let file_len = fs::metadata(segment_log(dir.path())).unwrap().len();
+    assert_eq!(run_path(&["verify"], dir.path()).status.code(), Some(1));
+
+    let o = run_path(&["recover", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["mode"], "tolerate-tail");
+    assert_eq!(r["clean_shutdown"], false);
+    assert_eq!(r["checkpoint_found"], true);
+    assert_eq!(r["bytes_validated"], torn_at as u64);
+    let cuts = r["truncations"].as_array().unwrap();
+    assert_eq!(cuts.len(), 1, "{cuts:?}");
+    assert!(cuts[0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("00000000000000000000.log"));
+    assert_eq!(cuts[0]["position"], torn_at as u64);
+    assert_eq!(cuts[0]["file_len"], file_len);
+    assert_eq!(cuts[0]["bytes_cut"], file_len - torn_at as u64);
+    assert!(
+        cuts[0]["damage"].as_str().unwrap().contains("CRC"),
+        "{cuts:?}"
+    );
+    assert_eq!(r["log_end_offset"], 15);
+    assert_eq!(r["producer_state"]["producers"], 1);
+
+    // Closed cleanly: the directory now verifies clean and dumps without damage.
+    let o = run_path(&["verify"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(run_path(&["dump"], dir.path()).status.code(), Some(0));
+    let text = stdout(&run_path(&["recover"], dir.path()));
+    assert!(text.contains("last shutdown: clean"), "{text}");
+}
+
+#[test]
+fn recover_text_names_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 1, 2);
+    let torn_at = tear_last_batch(dir.path(), &batches);
+    let o = run_path(&["recover"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let text = stdout(&o);
+    assert!(text.contains("last shutdown: unclean"), "{text}");
+    assert!(
+        text.contains(&format!("00000000000000000000.log at byte {torn_at}: ")),
+        "{text}"
+    );
+    assert!(text.contains("producer state: "), "{text}");
+    assert!(text.contains("closed cleanly"), "{text}");
+}
+
+#[test]
+fn recover_refused_by_its_mode_exits_1_and_changes_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 2, 2);
+    let torn_at = tear_last_batch(dir.path(), &batches);
+    let before = contents(dir.path());
+
+    let o = run_path(&["recover", "--mode", "absolute", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["refused"], true);
+    assert_eq!(r["mode"], "absolute");
+    assert!(r["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("00000000000000000000.log"));
+    assert_eq!(r["position"], torn_at as u64);
+    assert!(r["damage"].as_str().unwrap().contains("CRC"), "{r}");
+    assert_eq!(
+        contents(dir.path()),
+        before,
+        "a refused recovery changed the directory"
+    );
+
+    let o = run_path(&["recover", "--mode", "absolute"], dir.path());
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains(&format!("00000000000000000000.log: byte {torn_at}: ")),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        contents(dir.path()),
+        before,
+        "a refused recovery changed the directory"
+    );
+
+    // The tolerant modes cut it.
+    let o = run_path(&["recover", "--mode", "tolerate-any"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}
+
+#[test]
+fn recover_and_verify_refuse_a_missing_directory_without_creating_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-partition");
+    for cmd in ["recover", "verify"] {
+        let o = run_path(&[cmd], &missing);
+        assert_eq!(o.status.code(), Some(1), "{cmd}");
+        assert!(!missing.exists(), "{cmd} created the directory");
+    }
+}
+
+#[test]
+fn dump_after_a_crash_shows_exactly_the_whole_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 3, 2);
+    let o = run_path(&["dump", "--json"], &segment_log(dir.path()));
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let lines = json_lines(&o);
+    let found: Vec<(i64, i64)> = of_type(&lines, "batch")
+        .iter()
+        .map(|b| {
+            assert_eq!(b["crc_valid"], true);
+            (
+                b["base_offset"].as_i64().unwrap(),
+                b["last_offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(i64, i64)> = (0..batches.len() as i64)
+        .map(|i| (5 * i, 5 * i + 4))
+        .collect();
+    assert_eq!(found, expected);
+    let preallocated = of_type(&lines, "preallocated");
+    assert_eq!(preallocated.len(), 1, "{lines:?}");
+    assert_eq!(preallocated[0]["position"], batches.concat().len() as u64);
+    assert_eq!(
+        lines.len(),
+        batches.len() + 1,
+        "garbage or errors: {lines:?}"
+    );
+
+    // The whole directory: nothing damaged, only batches, index entries and preallocated space.
+    let o = run_path(&["dump", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let lines = json_lines(&o);
+    assert!(of_type(&lines, "error").is_empty(), "{lines:?}");
+    assert_eq!(of_type(&lines, "batch").len(), batches.len());
+}
+
+#[test]
+fn append_reports_a_client_rule_violation_as_invalid_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut bad = batch(2, None);
+    bad[7] = 5; // baseOffset 5: a client must send 0 (the CRC does not cover it)
+    let input = write_input(tmp.path(), &[bad]);
+    let (code, lines) = append(&tmp.path().join("log"), &input);
+    assert_eq!(code, Some(1));
+    assert_eq!(lines[0]["outcome"], "error");
+    assert_eq!(lines[0]["error"], "invalid_record");
+}
+
+#[test]
+fn demo_exits_0_and_tells_every_step() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let o = Command::new(BIN)
+        .arg("demo")
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = stdout(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for step in 1..=6 {
+        assert!(
+            text.contains(&format!("step {step}: ")),
+            "step {step}: {text}"
+        );
+    }
+    for expected in [
+        "appended at offsets 0..2",
+        "duplicate, the original offsets 9..11",
+        "killed by signal 9 (SIGKILL)",
+        "unclean shutdown",
+        "out_of_order_sequence: expected 21, got 24",
+        "invalid_producer_epoch: current 1, got 0",
+        "exactly once",
+        "demo passed",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}`: {text}");
+    }
+    assert_eq!(text.matches("-> duplicate").count(), 1 + 5, "{text}");
+    // The kept directory is a clean log.
+    assert_eq!(run_path(&["verify"], &dir).status.code(), Some(0));
+}
+
+/// Leftovers of an interrupted operation are finished before recovery plans its cuts, so a
+/// mode that then refuses has already removed them. Un-ignore once recovery plans the leftovers
+/// too (src/log/recovery.rs, `finish_interrupted_operations` runs before `plan`).
+#[test]
+#[ignore = "library bug: a refused open has already removed leftover .tmp/.deleted/.cleaned files"]
+fn recover_refused_with_leftover_files_changes_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let batches = crashed_log(dir.path(), 2, 2);
+    tear_last_batch(dir.path(), &batches);
+    fs::write(
+        dir.path().join("00000000000000000010.snapshot.tmp"),
+        b"half",
+    )
+    .unwrap();
+    let before = contents(dir.path());
+    let o = run_path(&["recover", "--mode", "absolute"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert_eq!(
+        contents(dir.path()).keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "a refused recovery removed files"
+    );
+}
+
+#[test]
+fn verify_after_a_crash_lists_the_untrimmed_indexes_until_recover_rebuilds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    crashed_log(dir.path(), 30, 10);
+    let o = run_path(&["verify", "--json"], dir.path());
+    let r = json_object(&o);
+    let problems = r["problems"].as_array().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{r}");
+    assert!(
+        problems
+            .iter()
+            .all(|p| p["file"].as_str().unwrap().ends_with("index")
+                && p["reason"].as_str().unwrap().contains("preallocated")),
+        "{problems:?}"
+    );
+    assert_eq!(r["batches"], 40);
+    assert!(r["preallocated_bytes"].as_u64().unwrap() > 0);
+
+    let o = run_path(&["recover", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let r = json_object(&o);
+    assert_eq!(r["truncations"], serde_json::json!([]));
+    assert_eq!(r["log_end_offset"], 200);
+    let o = run_path(&["verify"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

@@ -81,8 +81,7 @@ impl AppendError {
     /// A stable snake_case name for the kind of error (the CLI's JSON `error` field).
     pub fn kind(&self) -> &'static str {
         match self {
-            AppendError::Batch(BatchError::TooLarge { .. }) => "batch_too_large",
-            AppendError::Batch(_) => "corrupt_batch",
+            AppendError::Batch(e) => batch_error_kind(e),
             AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
                 "invalid_producer_epoch"
             }
@@ -98,6 +97,40 @@ impl AppendError {
             AppendError::ReadOnly { .. } => "read_only",
             AppendError::Closed => "closed",
         }
+    }
+}
+
+/// Kafka's split between CORRUPT_MESSAGE (the bytes are damaged: the frame, the CRC, or the
+/// records inside cannot be what any encoder wrote) and INVALID_RECORD (a well-formed batch that
+/// breaks a rule for what a client may send). A broker answers a retriable error for the first
+/// (the bytes may have been damaged in transit) and a fatal one for the second (resending the
+/// same batch cannot help). Every variant is listed so a new one must be classified here.
+fn batch_error_kind(e: &BatchError) -> &'static str {
+    match e {
+        BatchError::Truncated { .. }
+        | BatchError::SizeTooSmall { .. }
+        | BatchError::UnsupportedMagic { .. }
+        | BatchError::CrcMismatch { .. }
+        | BatchError::InvalidRecord { .. }
+        | BatchError::RecordsTrailing { .. }
+        | BatchError::Decompression { .. } => "corrupt_batch",
+        BatchError::NonZeroBaseOffset { .. }
+        | BatchError::EmptyBatch
+        | BatchError::CountMismatch { .. }
+        // Header counts that describe no records: the same family as CountMismatch (Kafka's
+        // validateBatch and record iterator raise InvalidRecordException for both).
+        | BatchError::NegativeLastOffsetDelta { .. }
+        | BatchError::NegativeRecordsCount { .. }
+        | BatchError::ControlBatchFromClient
+        | BatchError::MissingSequence { .. }
+        | BatchError::TrailingBytes { .. }
+        | BatchError::UnknownCompression { .. } => "invalid_record",
+        // A limit, not damage: the same batch split smaller would be accepted.
+        BatchError::TooLarge { .. } | BatchError::DecompressedTooLarge { .. } => {
+            "batch_too_large"
+        }
+        // Raised only when oncelog itself compresses (the builder), never by a batch's bytes.
+        BatchError::CompressionFailed { .. } => "compression_failed",
     }
 }
 
@@ -138,4 +171,76 @@ pub enum Error {
     Read(#[from] ReadError),
     #[error(transparent)]
     Flush(#[from] FlushError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordError;
+
+    fn kind(e: BatchError) -> &'static str {
+        AppendError::Batch(e).kind()
+    }
+
+    #[test]
+    fn damaged_bytes_are_corrupt_batch() {
+        assert_eq!(
+            kind(BatchError::CrcMismatch {
+                stored: 1,
+                computed: 2
+            }),
+            "corrupt_batch"
+        );
+        assert_eq!(
+            kind(BatchError::Truncated {
+                needed: 70,
+                available: 61
+            }),
+            "corrupt_batch"
+        );
+        assert_eq!(
+            kind(BatchError::InvalidRecord {
+                index: 0,
+                position: 61,
+                reason: RecordError::Truncated
+            }),
+            "corrupt_batch"
+        );
+    }
+
+    #[test]
+    fn client_rule_violations_are_invalid_record() {
+        assert_eq!(
+            kind(BatchError::NonZeroBaseOffset { base_offset: 5 }),
+            "invalid_record"
+        );
+        assert_eq!(kind(BatchError::EmptyBatch), "invalid_record");
+        assert_eq!(kind(BatchError::ControlBatchFromClient), "invalid_record");
+        assert_eq!(
+            kind(BatchError::MissingSequence {
+                producer_id: 1,
+                base_sequence: -1
+            }),
+            "invalid_record"
+        );
+        assert_eq!(
+            kind(BatchError::TrailingBytes {
+                batch_size: 70,
+                extra: 1
+            }),
+            "invalid_record"
+        );
+        assert_eq!(
+            kind(BatchError::UnknownCompression { codec: 7 }),
+            "invalid_record"
+        );
+    }
+
+    #[test]
+    fn limits_are_batch_too_large() {
+        assert_eq!(
+            kind(BatchError::TooLarge { size: 2, max: 1 }),
+            "batch_too_large"
+        );
+    }
 }

@@ -1,0 +1,286 @@
+//! `oncelog recover DIR [--mode ...]`: opens the log with a recovery mode, as a broker would on
+//! start, reports everything recovery validated, cut, rebuilt and removed and how the producer
+//! state was loaded, and closes cleanly.
+//!
+//! When the mode refuses (damage it may not cut), `Log::open` changes nothing on disk; the
+//! refusal is printed with the file, byte position and damage, and the exit status is 1, so an
+//! operator can look (`verify`, `dump`) before choosing a more tolerant mode.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use oncelog::log::{ProducerLoadReport, Truncation};
+use oncelog::{Log, LogConfig, OpenError, RecoveryMode, RecoveryReport};
+use serde::Serialize;
+
+use crate::output::Out;
+use crate::{CliError, Status};
+
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// What recovery may cut: `tolerate-tail` (a damaged tail after the recovery point),
+    /// `tolerate-any` (everything from the first bad batch anywhere), `absolute` (nothing:
+    /// any damage is refused).
+    #[arg(long, value_enum, default_value_t = Mode::TolerateTail)]
+    mode: Mode,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// The partition directory.
+    dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    TolerateTail,
+    TolerateAny,
+    Absolute,
+}
+
+impl From<Mode> for RecoveryMode {
+    fn from(m: Mode) -> RecoveryMode {
+        match m {
+            Mode::TolerateTail => RecoveryMode::TolerateTailCorruption,
+            Mode::TolerateAny => RecoveryMode::TolerateAnyCorruption,
+            Mode::Absolute => RecoveryMode::AbsoluteConsistency,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Report {
+    dir: String,
+    mode: &'static str,
+    clean_shutdown: bool,
+    checkpoint_found: bool,
+    bad_checkpoint: Option<String>,
+    recovery_point: i64,
+    segments_validated: usize,
+    bytes_validated: u64,
+    truncations: Vec<Cut>,
+    segments_deleted: Vec<String>,
+    indexes_rebuilt: Vec<FileReason>,
+    leftovers: Vec<String>,
+    producer_state: ProducerState,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    segments: usize,
+}
+
+#[derive(Serialize)]
+struct Cut {
+    file: String,
+    /// Bytes kept: the file now ends here.
+    position: usize,
+    /// Bytes removed, preallocated zeros included.
+    bytes_cut: usize,
+    file_len: usize,
+    damage: String,
+}
+
+impl Cut {
+    fn new(t: &Truncation) -> Cut {
+        Cut {
+            file: t.path.display().to_string(),
+            position: t.position,
+            bytes_cut: t.file_len.saturating_sub(t.position),
+            file_len: t.file_len,
+            damage: t.damage.to_string(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct FileReason {
+    file: String,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct ProducerState {
+    /// The snapshot loaded; `null` when the producer state was replayed from the log start.
+    snapshot_offset: Option<i64>,
+    batches_replayed: u64,
+    producers: usize,
+    quarantined: Vec<FileReason>,
+    removed_above_end: Vec<i64>,
+}
+
+#[derive(Serialize)]
+struct Refusal {
+    refused: bool,
+    mode: &'static str,
+    file: String,
+    position: usize,
+    damage: String,
+    message: String,
+}
+
+pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
+    // `Log::open` would create a missing directory: recovering a typo must not do that.
+    if !args.dir.is_dir() {
+        return Err(CliError(format!(
+            "{}: not a partition directory",
+            args.dir.display()
+        )));
+    }
+    let mode = RecoveryMode::from(args.mode);
+    let config = LogConfig {
+        recovery_mode: mode,
+        ..LogConfig::default()
+    };
+    let mut out = Out::stdout();
+    let log = match Log::open(&args.dir, config) {
+        Ok(log) => log,
+        Err(e @ OpenError::Corrupt { .. }) => {
+            print_refusal(&mut out, args.json, &e)?;
+            out.flush()?;
+            return Ok(Status::Failed);
+        }
+        Err(e) => {
+            return Err(CliError(format!(
+                "cannot open the log in {}: {e}",
+                args.dir.display()
+            )))
+        }
+    };
+    let report = Report::new(&args.dir, mode, &log);
+    log.close()
+        .map_err(|e| CliError(format!("closing the log in {}: {e}", args.dir.display())))?;
+    if args.json {
+        out.json(&report)?;
+    } else {
+        print_text(&mut out, &report)?;
+    }
+    out.flush()?;
+    Ok(Status::Ok)
+}
+
+fn print_refusal(out: &mut Out, json: bool, e: &OpenError) -> Result<(), CliError> {
+    let OpenError::Corrupt {
+        path,
+        position,
+        damage,
+        mode,
+    } = e
+    else {
+        return Ok(());
+    };
+    if json {
+        out.json(&Refusal {
+            refused: true,
+            mode: mode.name(),
+            file: path.display().to_string(),
+            position: *position,
+            damage: damage.to_string(),
+            message: e.to_string(),
+        })?;
+    } else {
+        out.line(&format!(
+            "REFUSED by mode {}: {}: byte {position}: {damage}",
+            mode.name(),
+            path.display()
+        ))?;
+        out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
+    }
+    Ok(())
+}
+
+impl Report {
+    fn new(dir: &Path, mode: RecoveryMode, log: &Log) -> Report {
+        let r: &RecoveryReport = log.recovery_report();
+        let p: &ProducerLoadReport = log.producer_load_report();
+        let reasons = |v: &[(PathBuf, String)]| {
+            v.iter()
+                .map(|(f, reason)| FileReason {
+                    file: f.display().to_string(),
+                    reason: reason.clone(),
+                })
+                .collect()
+        };
+        let names = |v: &[PathBuf]| v.iter().map(|f| f.display().to_string()).collect();
+        Report {
+            dir: dir.display().to_string(),
+            mode: mode.name(),
+            clean_shutdown: r.clean_shutdown,
+            checkpoint_found: r.checkpoint_found,
+            bad_checkpoint: r.bad_checkpoint.clone(),
+            recovery_point: r.recovery_point,
+            segments_validated: r.segments_validated,
+            bytes_validated: r.bytes_validated,
+            truncations: r.truncations.iter().map(Cut::new).collect(),
+            segments_deleted: names(&r.segments_deleted),
+            indexes_rebuilt: reasons(&r.indexes_rebuilt),
+            leftovers: names(&r.leftovers),
+            producer_state: ProducerState {
+                snapshot_offset: p.snapshot_offset,
+                batches_replayed: p.batches_replayed,
+                producers: p.producers,
+                quarantined: reasons(&p.quarantined),
+                removed_above_end: p.removed_above_end.clone(),
+            },
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            segments: log.segment_count(),
+        }
+    }
+}
+
+fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
+    out.line(&format!("recovered {} with mode {}", r.dir, r.mode))?;
+    let shutdown = match (r.checkpoint_found, r.clean_shutdown) {
+        (true, true) => "clean (nothing to validate)",
+        (true, false) => "unclean: everything after the recovery point was validated",
+        (false, _) => "unknown (no checkpoint): everything was validated",
+    };
+    out.line(&format!("last shutdown: {shutdown}"))?;
+    if let Some(reason) = &r.bad_checkpoint {
+        out.line(&format!("bad checkpoint, ignored: {reason}"))?;
+    }
+    out.line(&format!(
+        "recovery point {}; validated {} segment(s), {} bytes of batches",
+        r.recovery_point, r.segments_validated, r.bytes_validated
+    ))?;
+    for c in &r.truncations {
+        out.line(&format!(
+            "CUT {} at byte {}: {} bytes removed (file was {} bytes): {}",
+            c.file, c.position, c.bytes_cut, c.file_len, c.damage
+        ))?;
+    }
+    for f in &r.segments_deleted {
+        out.line(&format!("DELETED {f} (it followed a cut)"))?;
+    }
+    for f in &r.indexes_rebuilt {
+        out.line(&format!("REBUILT {}: {}", f.file, f.reason))?;
+    }
+    for f in &r.leftovers {
+        out.line(&format!(
+            "LEFTOVER {f} of an interrupted operation, finished"
+        ))?;
+    }
+    let p = &r.producer_state;
+    let source = match p.snapshot_offset {
+        Some(offset) => format!("snapshot at offset {offset}"),
+        None => "no snapshot, replayed from the log start".to_string(),
+    };
+    out.line(&format!(
+        "producer state: {source}; {} batch header(s) replayed; {} producer(s)",
+        p.batches_replayed, p.producers
+    ))?;
+    for q in &p.quarantined {
+        out.line(&format!(
+            "QUARANTINED snapshot {}: {} (renamed aside)",
+            q.file, q.reason
+        ))?;
+    }
+    for offset in &p.removed_above_end {
+        out.line(&format!(
+            "REMOVED snapshot at offset {offset}: above the log end"
+        ))?;
+    }
+    out.line(&format!(
+        "log: offsets {}..{}, {} segment(s); closed cleanly",
+        r.log_start_offset, r.log_end_offset, r.segments
+    ))?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! `oncelog verify DIR`: the library's deep, read-only check of a partition directory
+//! ([`oncelog::verify::verify_dir`]) as a report and an exit status an operator or a script can
+//! act on. Like `dump`, it never opens the log (which would recover it) and changes nothing.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use oncelog::io::RealFs;
+use oncelog::verify::{self, Problem, VerifyReport};
+use serde::Serialize;
+
+use crate::output::Out;
+use crate::{CliError, Status};
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// The partition directory.
+    dir: PathBuf,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    dir: String,
+    clean: bool,
+    segments: usize,
+    batches: u64,
+    bytes: u64,
+    index_entries: u64,
+    time_index_entries: u64,
+    snapshots: usize,
+    preallocated_bytes: u64,
+    problems: Vec<ProblemLine<'a>>,
+}
+
+#[derive(Serialize)]
+struct ProblemLine<'a> {
+    file: String,
+    /// Byte position in the file, `null` when the problem is the file as a whole.
+    position: Option<usize>,
+    reason: &'a str,
+}
+
+impl<'a> ProblemLine<'a> {
+    fn new(p: &'a Problem) -> ProblemLine<'a> {
+        ProblemLine {
+            file: p.file.display().to_string(),
+            position: p.position,
+            reason: &p.reason,
+        }
+    }
+
+    fn text(&self) -> String {
+        match self.position {
+            Some(position) => format!("PROBLEM {}: byte {position}: {}", self.file, self.reason),
+            None => format!("PROBLEM {}: {}", self.file, self.reason),
+        }
+    }
+}
+
+pub fn run(args: &VerifyArgs) -> Result<Status, CliError> {
+    if !args.dir.is_dir() {
+        return Err(CliError(format!(
+            "{}: not a partition directory",
+            args.dir.display()
+        )));
+    }
+    let report = verify::verify_dir(&RealFs, &args.dir)?;
+    let mut out = Out::stdout();
+    if args.json {
+        out.json(&to_json(&args.dir, &report))?;
+    } else {
+        print_text(&mut out, &args.dir, &report)?;
+    }
+    out.flush()?;
+    Ok(if report.is_clean() {
+        Status::Ok
+    } else {
+        Status::Failed
+    })
+}
+
+fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
+    Report {
+        dir: dir.display().to_string(),
+        clean: r.is_clean(),
+        segments: r.segments,
+        batches: r.batches,
+        bytes: r.bytes,
+        index_entries: r.index_entries,
+        time_index_entries: r.time_index_entries,
+        snapshots: r.snapshots,
+        preallocated_bytes: r.preallocated_bytes,
+        problems: r.problems.iter().map(ProblemLine::new).collect(),
+    }
+}
+
+fn print_text(out: &mut Out, dir: &std::path::Path, r: &VerifyReport) -> Result<(), CliError> {
+    out.line(&format!(
+        "{}: {} segments, {} batches, {} bytes of batches, {} index entries, {} time-index \
+         entries, {} snapshots, {} bytes of preallocated space",
+        dir.display(),
+        r.segments,
+        r.batches,
+        r.bytes,
+        r.index_entries,
+        r.time_index_entries,
+        r.snapshots,
+        r.preallocated_bytes,
+    ))?;
+    for p in &r.problems {
+        out.line(&ProblemLine::new(p).text())?;
+    }
+    if r.is_clean() {
+        out.line("clean")?;
+    } else {
+        out.line(&format!("{} problem(s)", r.problems.len()))?;
+    }
+    Ok(())
+}
