@@ -116,14 +116,15 @@ pub(crate) fn open(
     // From here on the directory changes. A checkpoint that says "clean" is rewritten first,
     // so a crash while applying, or while the log is in use, is recovered as unclean (Kafka
     // deletes its clean-shutdown marker at once for the same reason). One that already says
-    // "unclean" stays as it is: rewriting it would cost three fsyncs and change nothing.
+    // "unclean" stays as it is: rewriting it would cost three fsyncs and change nothing. A
+    // directory without one (new, or Kafka's) gets one, recording its log start.
     for path in garbage {
         fs.remove_file(&path).ctx("remove", &path)?;
         report.leftovers.push(path);
     }
     let mut log_start_offset =
         cp.map_or(bases.first().copied().unwrap_or(0), |c| c.log_start_offset);
-    if clean {
+    if clean || cp.is_none() {
         checkpoint::write(
             fs,
             dir,

@@ -347,11 +347,8 @@ pub fn trusted_log_size(data: &[u8], index: &[u8], base_offset: i64) -> usize {
         .map_or(0, |e| e.position as usize);
     for start in [hint, 0] {
         let mut pos = start;
-        loop {
-            match format::frame(&data[pos..]) {
-                Ok(BatchFrame::Complete { size }) => pos += size,
-                _ => break,
-            }
+        while let Ok(BatchFrame::Complete { size }) = format::frame(&data[pos..]) {
+            pos += size;
         }
         let rest = &data[pos..];
         if rest.is_empty()
