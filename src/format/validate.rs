@@ -79,7 +79,11 @@ pub fn validate_client_batch(
         });
     }
     let max_timestamp = match compression {
-        Compression::None => max_record_timestamp(&batch)?,
+        Compression::None => match fast_max_record_timestamp(&batch) {
+            Some(max) => max,
+            // Something is off: the thorough walk finds what, and where.
+            None => max_record_timestamp(&batch)?,
+        },
         _ => batch.max_timestamp(),
     };
     Ok(BatchSummary {
@@ -97,10 +101,105 @@ pub fn validate_client_batch(
     })
 }
 
+/// The append hot path's record walk: the same rules as [`max_record_timestamp`] (every record
+/// well formed, offsetDelta equal to its index, nothing left over), but only a yes or no,
+/// without building records or errors. `Some(max timestamp)` only when every rule holds; on
+/// `None` the thorough walk runs to name the problem. A property test pins that the two agree.
+fn fast_max_record_timestamp(batch: &RecordBatch<'_>) -> Option<i64> {
+    if batch.timestamp_type() != crate::format::TimestampType::CreateTime {
+        return None;
+    }
+    let data = batch.records_data();
+    let base_timestamp = batch.base_timestamp();
+    let mut pos = 0usize;
+    let mut max_timestamp = i64::MIN;
+    for index in 0..batch.records_count() {
+        let length = zigzag32(uvarint(data, &mut pos, 5)?);
+        let body_start = pos;
+        let body_end = body_start.checked_add(usize::try_from(length).ok()?)?;
+        if body_end > data.len() {
+            return None;
+        }
+        pos += 1; // attributes
+        let timestamp_delta = zigzag64(uvarint(data, &mut pos, 10)?);
+        if zigzag32(uvarint(data, &mut pos, 5)?) != index {
+            return None;
+        }
+        skip_nullable(data, &mut pos)?; // key
+        skip_nullable(data, &mut pos)?; // value
+        let headers = zigzag32(uvarint(data, &mut pos, 5)?);
+        if headers < 0 || headers as usize > body_end.saturating_sub(pos) {
+            return None;
+        }
+        for _ in 0..headers {
+            let key = zigzag32(uvarint(data, &mut pos, 5)?);
+            if key < 0 {
+                return None;
+            }
+            pos = pos.checked_add(key as usize).filter(|&p| p <= data.len())?;
+            skip_nullable(data, &mut pos)?;
+        }
+        if pos != body_end {
+            return None;
+        }
+        max_timestamp = max_timestamp.max(base_timestamp.wrapping_add(timestamp_delta));
+    }
+    (pos == data.len()).then_some(max_timestamp)
+}
+
+/// An unsigned LEB128 of at most `max_bytes` (≥ 2) at `*pos`, with one- and two-byte fast
+/// paths (record lengths, deltas and value lengths under 8 KiB are one or two bytes).
+#[inline(always)]
+fn uvarint(data: &[u8], pos: &mut usize, max_bytes: usize) -> Option<u64> {
+    let first = *data.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(u64::from(first));
+    }
+    let second = *data.get(*pos + 1)?;
+    if second < 0x80 {
+        *pos += 2;
+        return Some(u64::from(first & 0x7f) | u64::from(second) << 7);
+    }
+    let mut value = u64::from(first & 0x7f) | u64::from(second & 0x7f) << 7;
+    for i in 2..max_bytes {
+        let b = *data.get(*pos + i)?;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            *pos += i + 1;
+            return Some(value);
+        }
+    }
+    None
+}
+
+#[inline(always)]
+fn zigzag32(raw: u64) -> i32 {
+    let raw = raw as u32;
+    ((raw >> 1) as i32) ^ -((raw & 1) as i32)
+}
+
+#[inline(always)]
+fn zigzag64(raw: u64) -> i64 {
+    ((raw >> 1) as i64) ^ -((raw & 1) as i64)
+}
+
+/// Skips a nullable byte string (length -1 is null; below -1 is invalid).
+#[inline(always)]
+fn skip_nullable(data: &[u8], pos: &mut usize) -> Option<()> {
+    let len = zigzag32(uvarint(data, pos, 5)?);
+    if len >= 0 {
+        *pos = pos.checked_add(len as usize).filter(|&p| p <= data.len())?;
+    } else if len < -1 {
+        return None;
+    }
+    Some(())
+}
+
 /// Walks the raw records once: every record must be well formed and carry offsetDelta equal to
 /// its index. Kafka's uncompressed in-place path skips the delta check; oncelog does not, since
 /// a gap would make the offsets it assigns disagree with what readers compute (DESIGN.md).
-fn max_record_timestamp(batch: &RecordBatch<'_>) -> Result<i64, BatchError> {
+pub(crate) fn max_record_timestamp(batch: &RecordBatch<'_>) -> Result<i64, BatchError> {
     let mut max_timestamp = i64::MIN;
     let mut position = HEADER_SIZE;
     for (index, record) in (0i32..).zip(batch.iter_records(batch.records_data())) {
@@ -516,5 +615,55 @@ mod tests {
             validate_stored_batch(&buf),
             Err(BatchError::CrcMismatch { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod fast_walk_tests {
+    use super::*;
+    use crate::format::BatchBuilder;
+    use proptest::prelude::*;
+
+    fn batch(values: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)]) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        for (ts, k, v, headers) in values {
+            let hs: Vec<crate::format::Header<'_>> = (0..*headers)
+                .map(|_| crate::format::Header {
+                    key: b"h",
+                    value: Some(b"v"),
+                })
+                .collect();
+            b.append(*ts, k.as_deref(), v.as_deref(), &hs);
+        }
+        b.build().unwrap()
+    }
+
+    proptest! {
+        /// The fast walk accepts exactly what the thorough walk accepts, with the same maximum,
+        /// on valid batches and on any single-byte change of their records (CRC aside).
+        #[test]
+        fn fast_and_thorough_walks_agree(
+            records in proptest::collection::vec(
+                (0i64..1 << 40,
+                 proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+                 proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+                 0usize..3),
+                1..20),
+            flip in any::<(usize, u8)>(),
+        ) {
+            let mut bytes = batch(&records);
+            for mutate in [false, true] {
+                if mutate {
+                    let at = HEADER_SIZE + flip.0 % (bytes.len() - HEADER_SIZE);
+                    bytes[at] ^= flip.1 | 1;
+                }
+                let b = RecordBatch::parse(&bytes).unwrap();
+                let thorough = max_record_timestamp(&b).ok();
+                match fast_max_record_timestamp(&b) {
+                    Some(max) => prop_assert_eq!(Some(max), thorough),
+                    None => prop_assert!(mutate || thorough.is_none(), "fast walk refused a valid batch"),
+                }
+            }
+        }
     }
 }
