@@ -624,7 +624,10 @@ mod fast_walk_tests {
     use crate::format::BatchBuilder;
     use proptest::prelude::*;
 
-    fn batch(values: &[(i64, Option<Vec<u8>>, Option<Vec<u8>>, usize)]) -> Vec<u8> {
+    /// (timestamp, key, value, header count) of each record.
+    type Spec = (i64, Option<Vec<u8>>, Option<Vec<u8>>, usize);
+
+    fn batch(values: &[Spec]) -> Vec<u8> {
         let mut b = BatchBuilder::new();
         for (ts, k, v, headers) in values {
             let hs: Vec<crate::format::Header<'_>> = (0..*headers)
