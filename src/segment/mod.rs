@@ -628,10 +628,10 @@ impl SegmentFiles {
         } else {
             0
         };
+        // A rebuilt index is written over the old file from the start rather than truncated and
+        // allocated again: that would drop and re-fault its page cache on every unclean open.
+        // Entries past the published count are never read, and the file is trimmed at seal.
         let published = stored - stored % entry_size;
-        if !keep {
-            file.set_len(0).ctx("truncate", path)?;
-        }
         let capacity = (index_bytes - index_bytes % entry_size).max(published);
         file.allocate(capacity as u64).ctx("fallocate", path)?;
         let map = Arc::new(
