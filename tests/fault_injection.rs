@@ -1,0 +1,567 @@
+//! Full disks and failing I/O on the simulated file system (DESIGN.md §2.5, §5, §7; issue 4
+//! item 6): every injected error comes back as a typed error (never a panic), nothing
+//! acknowledged is lost, the log stays usable (read-only after a failed fsync) and resumes, or
+//! reopens, once the cause is gone. Open itself is cut at every one of its file operations and
+//! must be recoverable again, and an open that is refused must leave the disk untouched.
+//!
+//! Environment:
+//! * `ONCELOG_FAULT_POINTS=<n>`: faults injected by the random sweep (default 300).
+//! * `ONCELOG_FAULT_SEED=<n>`: replay one seed of the random sweep (a failure prints its seed).
+
+mod common_sim;
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common_sim::{client_batch, dir, open, Ctx, Model, ProducerSeq, StepClock};
+use oncelog::io::sim::{OpKind, SplitMix64};
+use oncelog::io::{FileSystem, IoError, OpenMode, SimFs};
+use oncelog::log::Damage;
+use oncelog::segment::OpenSegmentError;
+use oncelog::{
+    AppendError, AppendInfo, AppendOutcome, FlushError, Log, LogConfig, OpenError, RecoveryMode,
+};
+
+/// Kafka's (and oncelog's default) producer dedup window.
+const DEDUP_WINDOW: usize = 5;
+const DEFAULT_FAULT_POINTS: u64 = 300;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+/// `common_sim::Ctx` prints crash_sim's replay command; this prints the one of this file.
+fn replayable<T>(seed: u64, test: &str, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(panic) => {
+            eprintln!(
+                "fault_injection: seed {seed} failed; replay with \
+                 ONCELOG_FAULT_SEED={seed} cargo test --test fault_injection {test} -- --nocapture"
+            );
+            resume_unwind(panic)
+        }
+    }
+}
+
+/// Small segments and indexes, so a few dozen batches roll several times.
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 * 1024,
+        segment_index_bytes: 1024,
+        index_interval_bytes: 1024,
+        ..LogConfig::default()
+    }
+}
+
+/// A client batch not yet appended, kept to be sent again.
+#[derive(Debug, Clone)]
+struct Next {
+    client: Vec<u8>,
+    producer: Option<ProducerSeq>,
+    records: i32,
+}
+
+/// A random batch continuing the model's producers (three of them, plus non-idempotent ones).
+fn next_batch(model: &Model, rng: &mut SplitMix64) -> Next {
+    let records = 1 + rng.below(8) as usize;
+    let value_len = 40 + rng.below(300) as usize;
+    let producer = rng.chance(3, 4).then(|| {
+        let producer_id = 1 + rng.below(3) as i64;
+        let base_sequence = model
+            .next_sequences()
+            .get(&producer_id)
+            .copied()
+            .unwrap_or(0);
+        ProducerSeq {
+            producer_id,
+            epoch: 0,
+            base_sequence,
+        }
+    });
+    let fill = rng.below(256) as u8;
+    Next {
+        client: client_batch(records, value_len, 1_700_000_000_000, producer, fill),
+        producer,
+        records: records as i32,
+    }
+}
+
+/// Appends `b`; on success records it in the model (reading it back), on failure checks that
+/// nothing moved.
+fn try_append(
+    ctx: &Ctx,
+    log: &Log,
+    model: &mut Model,
+    b: &Next,
+) -> Result<AppendInfo, AppendError> {
+    let end = log.log_end_offset();
+    match log.append(&b.client) {
+        Ok(AppendOutcome::Appended(info)) => {
+            model.appended(
+                ctx,
+                log,
+                info.first_offset,
+                info.last_offset,
+                b.client.clone(),
+                b.producer,
+                b.records,
+            );
+            Ok(info)
+        }
+        Ok(other) => ctx.fail(format!("a new batch answered {other:?}")),
+        Err(e) => {
+            if log.log_end_offset() != end {
+                ctx.fail(format!(
+                    "a failed append ({e}) moved the log end from {end} to {}",
+                    log.log_end_offset()
+                ));
+            }
+            Err(e)
+        }
+    }
+}
+
+fn append_ok(ctx: &Ctx, log: &Log, model: &mut Model, rng: &mut SplitMix64) -> AppendInfo {
+    let b = next_batch(model, rng);
+    try_append(ctx, log, model, &b).unwrap_or_else(|e| ctx.fail(format!("append: {e}")))
+}
+
+fn flush_ok(ctx: &Ctx, log: &Log, model: &mut Model) {
+    if let Err(e) = log.flush() {
+        ctx.fail(format!("flush: {e}"));
+    }
+    model.durable_end = model.end();
+}
+
+/// Checks a live log holds every batch the model has, readable and whole.
+fn check_live(ctx: &Ctx, log: &Log, model: &mut Model) {
+    if log.log_end_offset() != model.end() {
+        ctx.fail(format!(
+            "the log ends at {}, but batches up to {} were appended",
+            log.log_end_offset(),
+            model.end()
+        ));
+    }
+    // `check_recovered` counts what it found as durable; a live log's tail is not.
+    let durable = model.durable_end;
+    model.check_recovered(ctx, log);
+    model.durable_end = durable;
+}
+
+/// Every batch still in its producer's window must come back as a duplicate with its offsets.
+fn retry_window(ctx: &Ctx, log: &Log, model: &Model) {
+    for pid in model.next_sequences().keys() {
+        for b in model.window(*pid, DEDUP_WINDOW) {
+            let end = log.log_end_offset();
+            match log.append(&b.client) {
+                Ok(AppendOutcome::Duplicate(d))
+                    if d.first_offset == b.first && d.last_offset == b.last => {}
+                other => ctx.fail(format!(
+                    "retry of the batch at {}..={} answered {other:?}, expected Duplicate",
+                    b.first, b.last
+                )),
+            }
+            if log.log_end_offset() != end {
+                ctx.fail("a duplicate was written");
+            }
+        }
+    }
+}
+
+/// Opens the log after a crash or a failure and checks it against the model (DESIGN.md §2):
+/// every durable batch exactly once at its offsets, dense, retries still duplicates.
+fn reopen_and_check(
+    ctx: &Ctx,
+    fs: &SimFs,
+    clock: &Arc<StepClock>,
+    cfg: &LogConfig,
+    model: &mut Model,
+) -> Log {
+    let log = open(fs, clock, cfg).unwrap_or_else(|e| {
+        ctx.fail(format!(
+            "open after the fault was gone: {e}\n{}",
+            common_sim::describe_dir(fs)
+        ))
+    });
+    model.check_recovered(ctx, &log);
+    retry_window(ctx, &log, model);
+    log
+}
+
+fn errno(e: &IoError) -> Option<i32> {
+    e.source.raw_os_error()
+}
+
+fn same_model(m: &Model) -> Model {
+    Model {
+        batches: m.batches.clone(),
+        durable_end: m.durable_end,
+    }
+}
+
+#[test]
+fn full_disk_at_roll_returns_error_and_appends_resume_after_space_returns() {
+    const TEST: &str = "full_disk_at_roll_returns_error_and_appends_resume_after_space_returns";
+    let mut failed_on = BTreeMap::<String, u32>::new();
+    for seed in 0..12 {
+        replayable(seed, TEST, || {
+            let what = full_disk_at_roll(seed);
+            *failed_on.entry(what).or_default() += 1;
+        });
+    }
+    // The slack varies where the roll runs out: the snapshot temp file or a segment file.
+    assert!(failed_on.len() >= 2, "the disk always filled at {failed_on:?}");
+}
+
+/// One full-disk run; returns the kind of file whose growth failed.
+fn full_disk_at_roll(seed: u64) -> String {
+    let ctx = Ctx::new(seed, "full_disk_at_roll");
+    let mut rng = SplitMix64::new(seed);
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = small_config();
+    let mut model = Model::default();
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    // Room for about two more segments: one of the next rolls cannot get its space.
+    let segment_room = (cfg.segment_bytes + 2 * cfg.segment_index_bytes + 512) as u64;
+    fs.set_capacity(Some(
+        fs.used_bytes() + 2 * segment_room + rng.below(segment_room),
+    ));
+    let mut appended = 0;
+    let (pending, err) = loop {
+        let b = next_batch(&model, &mut rng);
+        let segments = log.segment_count();
+        match try_append(&ctx, &log, &mut model, &b) {
+            Ok(_) => {}
+            Err(e) => {
+                if log.segment_count() != segments {
+                    ctx.fail(format!("a failed roll ({e}) changed the segments"));
+                }
+                break (b, e);
+            }
+        }
+        appended += 1;
+        if appended % 4 == 0 {
+            flush_ok(&ctx, &log, &mut model);
+        }
+        if appended > 1000 {
+            ctx.fail("the disk never filled");
+        }
+    };
+    let AppendError::Io(io) = &err else {
+        ctx.fail(format!("a full disk answered {err:?}, expected AppendError::Io"));
+    };
+    if !io.is_out_of_space() || err.kind() != "io" {
+        ctx.fail(format!("not an out-of-space error: {err}"));
+    }
+    // The roll failed: what ran out is a file of the next segment, or its snapshot.
+    let name = io.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let prefix = format!("{:020}.", model.end());
+    let Some(name) = name.filter(|n| n.starts_with(&prefix)) else {
+        ctx.fail(format!("the error names {}, not a file at {prefix}", io.path.display()));
+    };
+    let what = name[prefix.len()..].to_string();
+
+    // Still full: the same append fails again, with nothing written; reads and flushes work.
+    match try_append(&ctx, &log, &mut model, &pending) {
+        Err(AppendError::Io(e)) if e.is_out_of_space() => {}
+        other => ctx.fail(format!("a second append on the full disk answered {other:?}")),
+    }
+    check_live(&ctx, &log, &mut model);
+    flush_ok(&ctx, &log, &mut model);
+
+    if seed % 2 == 1 {
+        // Closing on the full disk: close may fail (its snapshot needs space) but only with a
+        // typed error; a reopen that cannot preallocate its segment is refused, typed.
+        match log.close() {
+            Ok(()) => {}
+            Err(FlushError::Io(e)) if e.is_out_of_space() => {}
+            Err(e) => ctx.fail(format!("close on a full disk: {e:?}")),
+        }
+        drop(log);
+        match open(&fs, &clock, &cfg) {
+            Ok(l) => l.abandon(),
+            Err(OpenError::Io(e) | OpenError::Segment(OpenSegmentError::Io(e)))
+                if e.is_out_of_space() => {}
+            Err(e) => ctx.fail(format!("open on a full disk: {e:?}")),
+        }
+        fs.set_capacity(None);
+        let log = reopen_and_check(&ctx, &fs, &clock, &cfg, &mut model);
+        if log.log_end_offset() != model.end() {
+            ctx.fail("the reopened log lost appended batches (no crash happened)");
+        }
+        try_append(&ctx, &log, &mut model, &pending)
+            .unwrap_or_else(|e| ctx.fail(format!("append after space returned: {e}")));
+        flush_ok(&ctx, &log, &mut model);
+        log.abandon();
+    } else {
+        // Space returns: the very same append succeeds at the next offset.
+        fs.set_capacity(None);
+        let expected = model.end();
+        let info = try_append(&ctx, &log, &mut model, &pending)
+            .unwrap_or_else(|e| ctx.fail(format!("append after space returned: {e}")));
+        if info.first_offset != expected {
+            ctx.fail(format!("resumed at {}, not {expected}", info.first_offset));
+        }
+        for _ in 0..30 {
+            append_ok(&ctx, &log, &mut model, &mut rng);
+        }
+        flush_ok(&ctx, &log, &mut model);
+        retry_window(&ctx, &log, &model);
+        if let Err(e) = log.close() {
+            ctx.fail(format!("close: {e}"));
+        }
+        drop(log);
+        let log = reopen_and_check(&ctx, &fs, &clock, &cfg, &mut model);
+        if !log.recovery_report().clean_shutdown {
+            ctx.fail("the clean close was not seen");
+        }
+        for _ in 0..10 {
+            append_ok(&ctx, &log, &mut model, &mut rng);
+        }
+        flush_ok(&ctx, &log, &mut model);
+        log.abandon();
+    }
+    // And after a power cut: everything flushed is there.
+    fs.crash(rng.next_u64());
+    let log = reopen_and_check(&ctx, &fs, &clock, &cfg, &mut model);
+    log.abandon();
+    what
+}
+
+#[test]
+fn failed_fsync_makes_the_log_read_only() {
+    const TEST: &str = "failed_fsync_makes_the_log_read_only";
+    let (mut read_only, mut checkpoint_only) = (0, 0);
+    // The nth fsync of a flush that seals a rolled segment and finishes its snapshot.
+    for nth in 1.. {
+        let mut fired = false;
+        for crash in [false, true] {
+            let seed = nth * 2 + crash as u64;
+            replayable(seed, TEST, || match failed_fsync(seed, nth, crash) {
+                Fsync::NotReached => {}
+                Fsync::ReadOnly => {
+                    fired = true;
+                    read_only += 1;
+                }
+                Fsync::CheckpointOnly => {
+                    fired = true;
+                    checkpoint_only += 1;
+                }
+            });
+        }
+        if !fired {
+            break;
+        }
+    }
+    assert!(read_only >= 8, "only {read_only} fsync failures made the log read-only");
+    eprintln!("{read_only} read-only, {checkpoint_only} checkpoint fsync failures");
+}
+
+enum Fsync {
+    /// The flush had fewer fsyncs than `nth`.
+    NotReached,
+    ReadOnly,
+    /// The checkpoint's temp file failed its fsync after the data was durable.
+    CheckpointOnly,
+}
+
+fn failed_fsync(seed: u64, nth: u64, crash: bool) -> Fsync {
+    let ctx = Ctx::new(seed, "failed_fsync");
+    let mut rng = SplitMix64::new(seed);
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = small_config();
+    let mut model = Model::default();
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    for _ in 0..12 {
+        append_ok(&ctx, &log, &mut model, &mut rng);
+    }
+    flush_ok(&ctx, &log, &mut model);
+    // Unflushed appends across a roll: the next flush has everything to do.
+    let segments = log.segment_count();
+    while log.segment_count() < segments + 1 {
+        append_ok(&ctx, &log, &mut model, &mut rng);
+    }
+    append_ok(&ctx, &log, &mut model, &mut rng);
+
+    let before = fs.counters().injected_failures;
+    fs.fail_next(OpKind::SyncData, nth, libc::EIO);
+    let result = log.flush();
+    fs.clear_faults();
+    if fs.counters().injected_failures == before {
+        if let Err(e) = result {
+            ctx.fail(format!("flush without a fault: {e}"));
+        }
+        log.abandon();
+        return Fsync::NotReached;
+    }
+    let outcome = match result {
+        Ok(()) => ctx.fail(format!("fsync {nth} failed, but the flush succeeded")),
+        Err(FlushError::ReadOnly { cause }) => {
+            if errno(&cause) != Some(libc::EIO) {
+                ctx.fail(format!("the cause lost its errno: {cause}"));
+            }
+            let b = next_batch(&model, &mut rng);
+            match try_append(&ctx, &log, &mut model, &b) {
+                Err(e @ AppendError::ReadOnly { .. }) if e.kind() == "read_only" => {}
+                other => ctx.fail(format!("append after a failed fsync answered {other:?}")),
+            }
+            match log.flush() {
+                Err(FlushError::ReadOnly { .. }) => {}
+                other => ctx.fail(format!("flush after a failed fsync answered {other:?}")),
+            }
+            Fsync::ReadOnly
+        }
+        // The checkpoint is written after the data and indexes are durable; its temp file
+        // failing to sync loses nothing (it is rewritten whole next time), so the log goes on.
+        Err(FlushError::Io(e)) if e.path.ends_with("oncelog.checkpoint.tmp") => {
+            model.durable_end = model.end();
+            append_ok(&ctx, &log, &mut model, &mut rng);
+            Fsync::CheckpointOnly
+        }
+        Err(e) => ctx.fail(format!("a failed fsync answered {e:?}")),
+    };
+    // Reads still work, and see every batch (flushed or not).
+    check_live(&ctx, &log, &mut model);
+    if crash {
+        log.abandon();
+        fs.crash(rng.next_u64());
+    } else {
+        // Dropping it tries to close, which must fail quietly (the log is read-only).
+        drop(log);
+    }
+    let log = reopen_and_check(&ctx, &fs, &clock, &cfg, &mut model);
+    append_ok(&ctx, &log, &mut model, &mut rng);
+    flush_ok(&ctx, &log, &mut model);
+    log.abandon();
+    outcome
+}
+
+/// Every file of the log directory: its live and durable bytes.
+fn disk_image(fs: &SimFs) -> BTreeMap<String, (Vec<u8>, Option<Vec<u8>>)> {
+    let mut names = fs.list(&dir()).expect("list");
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let p = dir().join(&n);
+            let live = fs.read_live(&p).expect("read live");
+            (n, (live, fs.read_durable(&p)))
+        })
+        .collect()
+}
+
+#[test]
+fn a_failed_open_changes_nothing_on_disk() {
+    const TEST: &str = "a_failed_open_changes_nothing_on_disk";
+    for seed in 0..6 {
+        replayable(seed, TEST, || failed_open_changes_nothing(seed));
+    }
+}
+
+fn failed_open_changes_nothing(seed: u64) {
+    let ctx = Ctx::new(seed, "failed_open_changes_nothing");
+    let mut rng = SplitMix64::new(seed);
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = small_config();
+    let mut model = Model::default();
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let mut placed = Vec::new();
+    while log.segment_count() < 4 {
+        let info = append_ok(&ctx, &log, &mut model, &mut rng);
+        placed.push(info);
+        if rng.chance(1, 3) {
+            flush_ok(&ctx, &log, &mut model);
+        }
+    }
+    flush_ok(&ctx, &log, &mut model);
+    log.abandon();
+    // Even seeds: damage in the last segment, which an unclean open validates. Odd seeds: no
+    // checkpoint (as in a Kafka directory), so every segment is validated; damage anywhere.
+    let victims: Vec<&AppendInfo> = if seed % 2 == 0 {
+        let last = placed.last().map_or(0, |i| i.segment_base_offset);
+        placed
+            .iter()
+            .filter(|i| i.segment_base_offset == last)
+            .collect()
+    } else {
+        fs.remove_file(&dir().join("oncelog.checkpoint"))
+            .expect("remove checkpoint");
+        fs.sync_dir(&dir()).expect("sync dir");
+        placed.iter().collect()
+    };
+    let victim = victims[rng.below(victims.len() as u64) as usize];
+    // A flipped byte in the records: the CRC no longer matches. Durable, on the platter.
+    let size = model
+        .batches
+        .iter()
+        .find(|b| b.first == victim.first_offset)
+        .map_or(0, |b| b.bytes.len());
+    let at = victim.position as u64 + 61 + rng.below(size as u64 - 61);
+    let path = dir().join(format!("{:020}.log", victim.segment_base_offset));
+    {
+        let f = fs.open(&path, OpenMode::ReadWrite).expect("open segment");
+        let mut byte = [0u8];
+        f.read_at(&mut byte, at).expect("read");
+        f.write_all_at(&[byte[0] ^ 0x5A], at).expect("write");
+        f.sync_data().expect("sync");
+    }
+    let before = disk_image(&fs);
+    let ops = fs.counters().ops;
+    let strict = LogConfig {
+        recovery_mode: RecoveryMode::AbsoluteConsistency,
+        ..cfg.clone()
+    };
+    match open(&fs, &clock, &strict) {
+        Err(OpenError::Corrupt {
+            path: p,
+            position,
+            damage: Damage::Invalid(_),
+            mode: RecoveryMode::AbsoluteConsistency,
+        }) if p == path && position == victim.position as usize => {}
+        Err(e) => ctx.fail(format!(
+            "expected Corrupt at {} byte {}, got {e:?}",
+            path.display(),
+            victim.position
+        )),
+        Ok(_) => ctx.fail("a damaged durable segment was accepted"),
+    }
+    if fs.counters().ops == ops {
+        ctx.fail("the refused open did not even look");
+    }
+    let after = disk_image(&fs);
+    if before != after {
+        let changed: Vec<&String> = before
+            .keys()
+            .chain(after.keys())
+            .filter(|n| before.get(*n) != after.get(*n))
+            .collect();
+        ctx.fail(format!("the refused open changed {changed:?}"));
+    }
+    if seed % 2 == 0 {
+        // The default mode cuts the damaged tail from that batch on, and says so.
+        let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+        let cut: Vec<(PathBuf, usize)> = log
+            .recovery_report()
+            .truncations
+            .iter()
+            .map(|t| (t.path.clone(), t.position))
+            .collect();
+        if cut != [(path, victim.position as usize)] {
+            ctx.fail(format!("the tail was cut at {cut:?}"));
+        }
+        if log.log_end_offset() != victim.first_offset {
+            ctx.fail(format!("the log ends at {}", log.log_end_offset()));
+        }
+        log.abandon();
+    }
+}
