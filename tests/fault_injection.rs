@@ -217,7 +217,10 @@ fn full_disk_at_roll_returns_error_and_appends_resume_after_space_returns() {
         });
     }
     // The slack varies where the roll runs out: the snapshot temp file or a segment file.
-    assert!(failed_on.len() >= 2, "the disk always filled at {failed_on:?}");
+    assert!(
+        failed_on.len() >= 2,
+        "the disk always filled at {failed_on:?}"
+    );
 }
 
 /// One full-disk run; returns the kind of file whose growth failed.
@@ -256,23 +259,33 @@ fn full_disk_at_roll(seed: u64) -> String {
         }
     };
     let AppendError::Io(io) = &err else {
-        ctx.fail(format!("a full disk answered {err:?}, expected AppendError::Io"));
+        ctx.fail(format!(
+            "a full disk answered {err:?}, expected AppendError::Io"
+        ));
     };
     if !io.is_out_of_space() || err.kind() != "io" {
         ctx.fail(format!("not an out-of-space error: {err}"));
     }
     // The roll failed: what ran out is a file of the next segment, or its snapshot.
-    let name = io.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = io
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
     let prefix = format!("{:020}.", model.end());
     let Some(name) = name.filter(|n| n.starts_with(&prefix)) else {
-        ctx.fail(format!("the error names {}, not a file at {prefix}", io.path.display()));
+        ctx.fail(format!(
+            "the error names {}, not a file at {prefix}",
+            io.path.display()
+        ));
     };
     let what = name[prefix.len()..].to_string();
 
     // Still full: the same append fails again, with nothing written; reads and flushes work.
     match try_append(&ctx, &log, &mut model, &pending) {
         Err(AppendError::Io(e)) if e.is_out_of_space() => {}
-        other => ctx.fail(format!("a second append on the full disk answered {other:?}")),
+        other => ctx.fail(format!(
+            "a second append on the full disk answered {other:?}"
+        )),
     }
     check_live(&ctx, &log, &mut model);
     flush_ok(&ctx, &log, &mut model);
@@ -361,7 +374,10 @@ fn failed_fsync_makes_the_log_read_only() {
             break;
         }
     }
-    assert!(read_only >= 8, "only {read_only} fsync failures made the log read-only");
+    assert!(
+        read_only >= 8,
+        "only {read_only} fsync failures made the log read-only"
+    );
     eprintln!("{read_only} read-only, {checkpoint_only} checkpoint fsync failures");
 }
 
@@ -563,5 +579,285 @@ fn failed_open_changes_nothing(seed: u64) {
             ctx.fail(format!("the log ends at {}", log.log_end_offset()));
         }
         log.abandon();
+    }
+}
+
+/// A log on a fresh simulated disk, built deterministically from a seed.
+struct Scenario {
+    ctx: Ctx,
+    rng: SplitMix64,
+    fs: SimFs,
+    clock: Arc<StepClock>,
+    cfg: LogConfig,
+    log: Option<Log>,
+    model: Model,
+}
+
+impl Scenario {
+    /// `batches` appended; after each third of the first `flush_below` a flush.
+    fn new(seed: u64, batches: usize, flush_below: usize) -> Scenario {
+        let ctx = Ctx::new(seed, "scenario");
+        let fs = SimFs::new();
+        let clock = StepClock::new();
+        let cfg = small_config();
+        let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+        let mut s = Scenario {
+            ctx,
+            rng: SplitMix64::new(seed),
+            fs,
+            clock,
+            cfg,
+            log: Some(log),
+            model: Model::default(),
+        };
+        for i in 0..batches {
+            s.append();
+            if i % 3 == 2 && i < flush_below {
+                s.flush();
+            }
+        }
+        s
+    }
+
+    fn log(&self) -> &Log {
+        self.log.as_ref().expect("log")
+    }
+
+    fn append(&mut self) -> AppendInfo {
+        let log = self.log.as_ref().expect("log");
+        append_ok(&self.ctx, log, &mut self.model, &mut self.rng)
+    }
+
+    fn flush(&mut self) {
+        let log = self.log.as_ref().expect("log");
+        flush_ok(&self.ctx, log, &mut self.model);
+    }
+
+    /// Batches before the one that makes the second roll (for the same seed).
+    fn batches_before_second_roll(seed: u64) -> usize {
+        let mut s = Scenario::new(seed, 0, 0);
+        for n in 0..1000 {
+            s.append();
+            if n % 3 == 2 {
+                s.flush();
+            }
+            if s.log().segment_count() == 3 {
+                s.log.take().expect("log").abandon();
+                return n;
+            }
+        }
+        s.ctx.fail("the log never rolled twice")
+    }
+
+    /// After the fault is gone: a log that stayed writable takes `retry` (or a new batch) at the
+    /// next offset and closes cleanly; any log reopens with every acknowledged batch. With
+    /// `crash` the power is cut first instead.
+    fn resume(mut self, writable: bool, retry: Option<Next>, crash: bool) {
+        self.fs.clear_faults();
+        self.fs.set_capacity(None);
+        let log = self.log.take().expect("log");
+        if crash {
+            log.abandon();
+            self.fs.crash(self.rng.next_u64());
+        } else if writable {
+            let b = retry.unwrap_or_else(|| next_batch(&self.model, &mut self.rng));
+            let expected = self.model.end();
+            match try_append(&self.ctx, &log, &mut self.model, &b) {
+                Ok(info) if info.first_offset == expected => {}
+                other => self.ctx.fail(format!(
+                    "append after the fault was gone answered {other:?}, expected offset {expected}"
+                )),
+            }
+            flush_ok(&self.ctx, &log, &mut self.model);
+            if let Err(e) = log.close() {
+                self.ctx
+                    .fail(format!("close after the fault was gone: {e}"));
+            }
+        } else {
+            drop(log);
+        }
+        let log = reopen_and_check(&self.ctx, &self.fs, &self.clock, &self.cfg, &mut self.model);
+        append_ok(&self.ctx, &log, &mut self.model, &mut self.rng);
+        flush_ok(&self.ctx, &log, &mut self.model);
+        log.abandon();
+    }
+}
+
+/// The I/O error inside an append error, if it is one.
+fn append_io(e: &AppendError) -> Option<&IoError> {
+    match e {
+        AppendError::Io(e) => Some(e),
+        AppendError::ReadOnly { cause } => Some(cause),
+        _ => None,
+    }
+}
+
+fn flush_io(e: &FlushError) -> Option<&IoError> {
+    match e {
+        FlushError::Io(e) => Some(e),
+        FlushError::ReadOnly { cause } => Some(cause),
+        FlushError::Closed => None,
+    }
+}
+
+fn open_io(e: &OpenError) -> Option<&IoError> {
+    match e {
+        OpenError::Io(e) | OpenError::Segment(OpenSegmentError::Io(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// `00000000000000000254.snapshot.tmp` → `snapshot.tmp`, `oncelog.checkpoint.tmp` →
+/// `checkpoint.tmp`.
+fn file_kind(e: &IoError) -> String {
+    let name = e
+        .path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    match name.split_once('.') {
+        Some((_, rest)) => rest.to_string(),
+        None => name,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The append that rolls: the snapshot at the new base goes to its temp file.
+    Roll,
+    /// The flush after the roll: sealed segment, snapshot finished, checkpoint.
+    Flush,
+    /// Close: last snapshot and the clean checkpoint.
+    Close,
+}
+
+#[test]
+fn enospc_on_snapshot_or_checkpoint_write_is_an_error_not_a_panic() {
+    const TEST: &str = "enospc_on_snapshot_or_checkpoint_write_is_an_error_not_a_panic";
+    let mut hit = std::collections::BTreeSet::new();
+    for phase in [Phase::Roll, Phase::Flush, Phase::Close] {
+        for kind in [OpKind::Write, OpKind::SyncData, OpKind::Rename] {
+            for nth in 1.. {
+                let mut fired = false;
+                for crash in [false, true] {
+                    let seed = nth * 2 + crash as u64;
+                    replayable(seed, TEST, || {
+                        if let Some(file) = enospc_at(seed, phase, kind, nth, crash) {
+                            fired = true;
+                            hit.insert(format!("{phase:?} {kind:?} {file}"));
+                        }
+                    });
+                }
+                if !fired {
+                    break;
+                }
+            }
+        }
+    }
+    eprintln!("ENOSPC failed: {hit:?}");
+    for want in [
+        "Roll Write snapshot.tmp",
+        "Flush SyncData snapshot.tmp",
+        "Flush Rename snapshot.tmp",
+        "Flush Write checkpoint.tmp",
+        "Flush SyncData checkpoint.tmp",
+        "Flush Rename checkpoint.tmp",
+        "Close Write snapshot.tmp",
+        "Close SyncData snapshot.tmp",
+        "Close Rename snapshot.tmp",
+        "Close Write checkpoint.tmp",
+        "Close SyncData checkpoint.tmp",
+        "Close Rename checkpoint.tmp",
+    ] {
+        assert!(hit.contains(want), "never failed: {want}; failed: {hit:#?}");
+    }
+}
+
+/// Fails the `nth` operation of `kind` in `phase` with ENOSPC; returns the kind of file that
+/// failed, or `None` if the phase has fewer such operations.
+fn enospc_at(seed: u64, phase: Phase, kind: OpKind, nth: u64, crash: bool) -> Option<String> {
+    const SCENARIO_SEED: u64 = 3;
+    let k = Scenario::batches_before_second_roll(SCENARIO_SEED);
+    let mut roll = None;
+    let mut s = match phase {
+        Phase::Roll => {
+            let mut s = Scenario::new(SCENARIO_SEED, k, k);
+            roll = Some(next_batch(&s.model, &mut s.rng));
+            s
+        }
+        Phase::Flush => Scenario::new(SCENARIO_SEED, k + 2, k),
+        Phase::Close => {
+            let mut s = Scenario::new(SCENARIO_SEED, k + 2, k);
+            s.flush();
+            s.append();
+            s
+        }
+    };
+    s.ctx = Ctx::new(seed, "enospc_at");
+    s.rng = SplitMix64::new(seed);
+    let segments = s.log().segment_count();
+    let before = s.fs.counters().injected_failures;
+    s.fs.fail_next(kind, nth, libc::ENOSPC);
+    // (file that failed, out of space, the log stays writable)
+    let failure = match phase {
+        Phase::Roll => {
+            let b = roll.as_ref().expect("batch");
+            match try_append(&s.ctx, s.log.as_ref().expect("log"), &mut s.model, b) {
+                Ok(_) => {
+                    if s.log().segment_count() == segments {
+                        s.ctx.fail("the batch meant to roll did not");
+                    }
+                    None
+                }
+                Err(e) => {
+                    let io = append_io(&e)
+                        .unwrap_or_else(|| s.ctx.fail(format!("ENOSPC answered {e:?}")));
+                    let writable = matches!(e, AppendError::Io(_));
+                    if writable && s.log().segment_count() != segments {
+                        s.ctx
+                            .fail(format!("a failed roll ({e}) changed the segments"));
+                    }
+                    Some((file_kind(io), io.is_out_of_space(), writable))
+                }
+            }
+        }
+        Phase::Flush | Phase::Close => {
+            let r = match phase {
+                Phase::Flush => s.log().flush(),
+                _ => s.log().close(),
+            };
+            match r {
+                Ok(()) => None,
+                Err(e) => {
+                    let io = flush_io(&e)
+                        .unwrap_or_else(|| s.ctx.fail(format!("ENOSPC answered {e:?}")));
+                    // A failed checkpoint write after a flush leaves the log writable; any
+                    // failed fsync or a failed close does not.
+                    let writable = phase == Phase::Flush && matches!(e, FlushError::Io(_));
+                    Some((file_kind(io), io.is_out_of_space(), writable))
+                }
+            }
+        }
+    };
+    let fired = s.fs.counters().injected_failures > before;
+    s.fs.clear_faults();
+    match (fired, failure) {
+        (false, None) => {
+            s.log.take().expect("log").abandon();
+            None
+        }
+        (false, Some((file, ..))) => s.ctx.fail(format!("{file} failed without a fault")),
+        (true, None) => s.ctx.fail(format!(
+            "ENOSPC on {kind:?} {nth} was swallowed: the {phase:?} succeeded"
+        )),
+        (true, Some((file, out_of_space, writable))) => {
+            if !out_of_space {
+                s.ctx.fail(format!("{file}: the error lost its ENOSPC"));
+            }
+            if phase != Phase::Close {
+                check_live(&s.ctx, s.log.as_ref().expect("log"), &mut s.model);
+            }
+            s.resume(writable, roll, crash);
+            Some(file)
+        }
     }
 }
