@@ -476,14 +476,24 @@ impl Log {
         let cfg = recovery::segment_config(&self.config);
         let new =
             segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
-                match e {
-                    segment::OpenSegmentError::Io(e) => AppendError::Io(e),
-                    other => AppendError::Io(IoError::new(
+                let e = match e {
+                    segment::OpenSegmentError::Io(e) => e,
+                    other => IoError::new(
                         "create segment",
                         &self.dir,
                         std::io::Error::other(other.to_string()),
-                    )),
+                    ),
+                };
+                // `create` removes what it made when it fails. If even that failed, the old
+                // segment must not take the offsets the leftover is named after (a clean open
+                // would trust the leftover): read-only, so the next open is unclean and cuts it.
+                let log = segment::names::file_path(&self.dir, new_base, segment::names::LOG_EXT);
+                if self.env.fs.exists(&log).unwrap_or(true) {
+                    let cause = Arc::new(e);
+                    st.failure = Some(Arc::clone(&cause));
+                    return AppendError::ReadOnly { cause };
                 }
+                AppendError::Io(e)
             })?;
         let new_segment = Arc::clone(new.segment());
         let old = st.active.replace(new).ok_or(AppendError::Closed)?;

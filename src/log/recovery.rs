@@ -246,6 +246,7 @@ fn plan(
             previous_last = None;
             continue;
         }
+        let overlaps = previous_last.is_some_and(|last| base <= last);
         let map = file.map(file_len, MapMode::ReadOnly).ctx("mmap", &path)?;
         let mut batches = Vec::new();
         let result = segment::scan(map.published_slice(), base, previous_last, &mut |b| {
@@ -294,13 +295,23 @@ fn plan(
                     mode,
                 });
             }
-            report.truncations.push(Truncation {
-                path,
-                position,
-                file_len,
-                damage,
-            });
-            cut = true;
+            if !(overlaps && result.batches == 0) {
+                report.truncations.push(Truncation {
+                    path,
+                    position,
+                    file_len,
+                    damage,
+                });
+                cut = true;
+            }
+        }
+        if overlaps && result.batches == 0 {
+            // A segment starting at or below offsets the previous one holds is the leftover of
+            // a roll that failed (its creation reached the disk, its removal did not) while the
+            // previous segment took more batches. It holds no batch of the log; opened as the
+            // active segment it would move the log end back onto offsets already used.
+            doomed.push(base);
+            continue;
         }
         previous_last = result.last_offset.or(previous_last);
         plans.push(SegmentPlan {

@@ -215,6 +215,7 @@ pub struct OpenNotes {
 }
 
 /// Creates an empty active segment at `base_offset`, replacing leftover files of that name.
+/// All or nothing: on failure the files it made are removed again.
 pub fn create(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -223,9 +224,25 @@ pub fn create(
     now_ms: i64,
 ) -> Result<SegmentWriter, OpenSegmentError> {
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::CreateTruncate)?;
-    files.index.set_len(0).ctx("truncate", &files.index_path)?;
-    files.time.set_len(0).ctx("truncate", &files.time_path)?;
-    files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
+    let paths = [
+        files.log_path.clone(),
+        files.index_path.clone(),
+        files.time_path.clone(),
+    ];
+    let made = (move || {
+        files.index.set_len(0).ctx("truncate", &files.index_path)?;
+        files.time.set_len(0).ctx("truncate", &files.time_path)?;
+        files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
+    })();
+    if made.is_err() {
+        // A half-made segment (a full disk after the `.log` was preallocated) would hold its
+        // space on the full disk, and after a clean close the next open would trust its zeros
+        // as batches and be refused. Best effort: this is already a failure path.
+        for path in &paths {
+            let _ = fs.remove_file(path);
+        }
+    }
+    made
 }
 
 /// Which segment [`open`] opens, and how.
