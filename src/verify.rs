@@ -100,7 +100,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             });
         }
     }
-    if let Err(bad) = checkpoint::read(fs, dir) {
+    if let Err(bad) = checkpoint::read(fs, dir)? {
         report.problems.push(Problem {
             file: bad.path,
             position: None,

@@ -557,8 +557,31 @@ fn failed_open_changes_nothing(seed: u64) {
         ctx.fail(format!("the refused open changed {changed:?}"));
     }
     if seed % 2 == 0 {
-        // The default mode cuts the damaged tail from that batch on, and says so.
-        let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+        // The default mode refuses damage below the recorded recovery point (durable data) and
+        // cuts damage at or after it (a tail that was never promised), saying so.
+        let checkpoint = oncelog::io::read_file(&fs, &dir().join("oncelog.checkpoint"))
+            .expect("checkpoint written by the flushes");
+        let recovery_point =
+            oncelog::log::checkpoint::decode(&String::from_utf8_lossy(&checkpoint))
+                .expect("valid checkpoint")
+                .recovery_point;
+        let opened = open(&fs, &clock, &cfg);
+        if victim.first_offset < recovery_point {
+            match opened {
+                Err(OpenError::Corrupt { path: p, position, mode: RecoveryMode::TolerateTailCorruption, .. })
+                    if p == path && position == victim.position as usize => {}
+                other => ctx.fail(format!(
+                    "damage at offset {} below the recovery point {recovery_point}: expected a refusal, got {:?}",
+                    victim.first_offset,
+                    other.map(|l| l.log_end_offset())
+                )),
+            }
+            if disk_image(&fs) != before {
+                ctx.fail("the refused default-mode open changed files");
+            }
+            return;
+        }
+        let log = opened.unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
         let cut: Vec<(PathBuf, usize)> = log
             .recovery_report()
             .truncations

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::io::{self, FileSystem, IoError};
+use crate::io::{self, FileSystem, IoError, IoResultExt};
 
 pub const FILE_NAME: &str = "oncelog.checkpoint";
 const VERSION: &str = "0";
@@ -78,29 +78,27 @@ pub fn decode(text: &str) -> Result<Checkpoint, String> {
 }
 
 /// Reads the checkpoint of `dir`: `Ok(None)` without one, `Err` if it is unreadable.
-pub fn read(fs: &dyn FileSystem, dir: &Path) -> Result<Option<Checkpoint>, BadCheckpoint> {
+/// Reads the checkpoint of `dir`: `Ok(Ok(None))` without one, `Ok(Err(..))` if its content is
+/// unusable (it is then ignored), and `Err` if it could not be read at all: a transient I/O
+/// error must not be mistaken for a missing checkpoint, which would forget the recovery point.
+pub fn read(
+    fs: &dyn FileSystem,
+    dir: &Path,
+) -> Result<Result<Option<Checkpoint>, BadCheckpoint>, IoError> {
     let p = path(dir);
-    match fs.exists(&p) {
-        Ok(false) => return Ok(None),
-        Ok(true) => {}
-        Err(e) => {
-            return Err(BadCheckpoint {
-                path: p,
-                reason: e.to_string(),
-            })
-        }
+    if !fs.exists(&p).ctx("stat", &p)? {
+        return Ok(Ok(None));
     }
-    let bytes = io::read_file(fs, &p).map_err(|e| BadCheckpoint {
-        path: p.clone(),
-        reason: e.to_string(),
-    })?;
-    let text = String::from_utf8(bytes).map_err(|_| BadCheckpoint {
-        path: p.clone(),
-        reason: "not UTF-8".into(),
-    })?;
-    decode(&text)
+    let bytes = io::read_file(fs, &p)?;
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Ok(Err(BadCheckpoint {
+            path: p,
+            reason: "not UTF-8".into(),
+        }));
+    };
+    Ok(decode(&text)
         .map(Some)
-        .map_err(|reason| BadCheckpoint { path: p, reason })
+        .map_err(|reason| BadCheckpoint { path: p, reason }))
 }
 
 pub fn write(fs: &dyn FileSystem, dir: &Path, c: &Checkpoint) -> Result<(), IoError> {

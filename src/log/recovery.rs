@@ -89,7 +89,7 @@ pub(crate) fn open(
     fs.create_dir_all(dir).ctx("create directory", dir)?;
     let garbage = finish_interrupted_operations(fs, dir, &mut report)?;
 
-    let cp = match checkpoint::read(fs, dir) {
+    let cp = match checkpoint::read(fs, dir)? {
         Ok(cp) => cp,
         Err(bad) => {
             report.bad_checkpoint = Some(bad.to_string());
