@@ -217,7 +217,8 @@ fn every_fixture_partition_reads_back_exactly_as_kafka_wrote_it() {
             assert_eq!(bytes.len(), b.size(), "{name}: max_bytes 1 gives one batch");
         }
 
-        // offset_for_timestamp: the first batch whose max timestamp reaches the target.
+        // offset_for_timestamp: the first batch whose max timestamp reaches the target, then
+        // its first record that does (Kafka's ListOffsets).
         let stamps: Vec<(i64, i64)> = all_batches
             .iter()
             .map(|b| {
@@ -225,14 +226,27 @@ fn every_fixture_partition_reads_back_exactly_as_kafka_wrote_it() {
                 (b.max_timestamp(), b.base_offset())
             })
             .collect();
+        let first_record_at_or_after = |t: i64| -> Option<(i64, i64)> {
+            let raw = all_batches
+                .iter()
+                .find(|b| RecordBatch::parse(b).expect("batch").max_timestamp() >= t)?;
+            let b = RecordBatch::parse(raw).expect("batch");
+            let buf = b.records_buf().expect("records");
+            let found = b
+                .iter_records(&buf)
+                .map(|r| r.expect("record"))
+                .find(|r| r.timestamp >= t)
+                .map(|r| (r.timestamp, r.offset));
+            Some(found.unwrap_or((b.max_timestamp(), b.base_offset())))
+        };
         let global_max = stamps.iter().map(|s| s.0).max().expect("non-empty");
         let mut targets: Vec<i64> = stamps.iter().map(|s| s.0).collect();
         targets.extend(stamps.iter().map(|s| s.0 - 1));
         targets.push(i64::MIN);
         for t in targets {
-            let want = stamps.iter().find(|s| s.0 >= t).expect("some batch");
+            let want = first_record_at_or_after(t).expect("some batch");
             let got = log.offset_for_timestamp(t).expect("lookup").expect("found");
-            assert_eq!((got.timestamp, got.offset), *want, "{name}: timestamp {t}");
+            assert_eq!((got.timestamp, got.offset), want, "{name}: timestamp {t}");
         }
         assert_eq!(
             log.offset_for_timestamp(global_max + 1).expect("lookup"),

@@ -304,7 +304,7 @@ fn create_time_keeps_client_timestamps_fixes_a_wrong_max_and_stamps_the_epoch() 
 }
 
 #[test]
-fn offset_for_timestamp_finds_the_first_batch_reaching_the_target() {
+fn offset_for_timestamp_finds_the_first_record_reaching_the_target() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_config()).unwrap();
     // Timestamps that go back and forth, over several segments and index entries.
@@ -312,7 +312,7 @@ fn offset_for_timestamp_finds_the_first_batch_reaching_the_target() {
     for i in 0..200i64 {
         let ts = T0 + (i * 7919) % 1000 + i * 3;
         let info = appended(log.append(&batch(2, ts, 700)).unwrap());
-        stamps.push((ts + 1, info.first_offset));
+        stamps.push((ts, info.first_offset)); // records (ts, first) and (ts + 1, first + 1)
     }
     assert!(log.segment_count() > 2);
     let check = |log: &Log| {
@@ -322,7 +322,14 @@ fn offset_for_timestamp_finds_the_first_batch_reaching_the_target() {
             .collect();
         targets.extend([i64::MIN, 0, T0 - 1]);
         for t in targets {
-            let want = stamps.iter().find(|s| s.0 >= t).copied();
+            // Kafka: the first batch whose max timestamp reaches t, then its first record that does.
+            let want = stamps.iter().find(|s| s.0 + 1 >= t).map(|&(ts, first)| {
+                if ts >= t {
+                    (ts, first)
+                } else {
+                    (ts + 1, first + 1)
+                }
+            });
             let got = log
                 .offset_for_timestamp(t)
                 .unwrap()

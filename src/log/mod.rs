@@ -541,8 +541,9 @@ impl Log {
         Ok(Bytes::new())
     }
 
-    /// The first batch whose max timestamp is ≥ `timestamp`: its base offset and max timestamp
-    /// (Kafka's ListOffsets by time, at batch granularity), or `None` if every batch is older.
+    /// The first record whose timestamp is ≥ `timestamp`: its offset and timestamp (Kafka's
+    /// ListOffsets by time), or `None` if every record is older. The time index and offset
+    /// index find the batch; its records are then read (decompressed if need be).
     pub fn offset_for_timestamp(
         &self,
         timestamp: i64,
@@ -558,10 +559,29 @@ impl Log {
                             error,
                         }
                     })?;
-                let offset = batch.base_offset().max(self.log_start_offset());
+                let corrupt = |error| segment::CorruptSegment {
+                    path: segment.log_path().to_path_buf(),
+                    position,
+                    error,
+                };
+                // Kafka answers with the first record at or after the target, not its batch.
+                let records = batch.records_buf().map_err(corrupt)?;
+                let start = self.log_start_offset();
+                for record in batch.iter_records(&records) {
+                    let record = record.map_err(corrupt)?;
+                    if record.timestamp >= timestamp && record.offset >= start {
+                        return Ok(Some(segment::TimestampOffset {
+                            timestamp: record.timestamp,
+                            offset: record.offset,
+                        }));
+                    }
+                }
+                // maxTimestamp said a record qualifies; if none did (a header that lies, or
+                // every such record below the log start), answer with the batch like Kafka's
+                // shallow fallback.
                 return Ok(Some(segment::TimestampOffset {
                     timestamp: batch.max_timestamp(),
-                    offset,
+                    offset: batch.base_offset().max(start),
                 }));
             }
         }
