@@ -9,12 +9,11 @@ mod common_sim;
 use std::collections::BTreeMap;
 
 use common_sim::faults::{
-    append_ok, check_live, errno, flush_ok, next_batch, reopen_and_check, replayable, small_config,
-    try_append, Next, Scenario,
+    append_ok, check_live, errno, flush_ok, next_batch, reopen_and_check, replayable, try_append,
+    Next, Scenario,
 };
-use common_sim::{client_batch, dir, open, retry_window, Ctx, Model, StepClock};
-use oncelog::io::sim::{OpKind, SplitMix64};
-use oncelog::io::SimFs;
+use common_sim::{client_batch, dir, open, retry_window, Ctx};
+use oncelog::io::sim::OpKind;
 use oncelog::segment::OpenSegmentError;
 use oncelog::{AppendError, FlushError, OpenError};
 
@@ -37,13 +36,16 @@ fn full_disk_at_roll_returns_error_and_appends_resume_after_space_returns() {
 
 /// One full-disk run; returns the kind of file whose growth failed.
 fn full_disk_at_roll(seed: u64) -> String {
-    let ctx = Ctx::new(seed, "full_disk_at_roll");
-    let mut rng = SplitMix64::new(seed);
-    let fs = SimFs::new();
-    let clock = StepClock::new();
-    let cfg = small_config();
-    let mut model = Model::default();
-    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let Scenario {
+        ctx,
+        mut rng,
+        fs,
+        clock,
+        cfg,
+        log,
+        mut model,
+    } = Scenario::empty(seed, "full_disk_at_roll");
+    let log = log.expect("log");
     // Room for about two more segments: one of the next rolls cannot get its space.
     let segment_room = (cfg.segment_bytes + 2 * cfg.segment_index_bytes + 512) as u64;
     fs.set_capacity(Some(
@@ -202,13 +204,16 @@ enum Fsync {
 }
 
 fn failed_fsync(seed: u64, nth: u64, crash: bool) -> Fsync {
-    let ctx = Ctx::new(seed, "failed_fsync");
-    let mut rng = SplitMix64::new(seed);
-    let fs = SimFs::new();
-    let clock = StepClock::new();
-    let cfg = small_config();
-    let mut model = Model::default();
-    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let Scenario {
+        ctx,
+        mut rng,
+        fs,
+        clock,
+        cfg,
+        log,
+        mut model,
+    } = Scenario::empty(seed, "failed_fsync");
+    let log = log.expect("log");
     for _ in 0..12 {
         append_ok(&ctx, &log, &mut model, &mut rng);
     }

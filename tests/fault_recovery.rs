@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use common_sim::faults::{
     append_io, append_ok, errno, flush_io, flush_ok, next_batch, open_io, reopen_and_check,
-    replayable, small_config, try_append, Scenario,
+    replayable, try_append, Scenario,
 };
 use common_sim::{dir, open, sweep_seeds, Ctx, Model, StepClock, DEDUP_WINDOW};
 use oncelog::io::sim::{OpKind, SplitMix64};
@@ -50,13 +50,16 @@ fn a_failed_open_changes_nothing_on_disk() {
 }
 
 fn failed_open_changes_nothing(seed: u64) {
-    let ctx = Ctx::new(seed, "failed_open_changes_nothing");
-    let mut rng = SplitMix64::new(seed);
-    let fs = SimFs::new();
-    let clock = StepClock::new();
-    let cfg = small_config();
-    let mut model = Model::default();
-    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let Scenario {
+        ctx,
+        mut rng,
+        fs,
+        clock,
+        cfg,
+        log,
+        mut model,
+    } = Scenario::empty(seed, "failed_open_changes_nothing");
+    let log = log.expect("log");
     let mut placed = Vec::new();
     while log.segment_count() < 4 {
         let info = append_ok(&ctx, &log, &mut model, &mut rng);

@@ -158,14 +158,14 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// `batches` appended; after each third of the first `flush_below` a flush.
-    pub fn new(seed: u64, batches: usize, flush_below: usize) -> Scenario {
-        let ctx = Ctx::new(seed, "scenario");
+    /// An empty log with [`small_config`]; `test` names the failures of the test using it.
+    pub fn empty(seed: u64, test: &'static str) -> Scenario {
+        let ctx = Ctx::new(seed, test);
         let fs = SimFs::new();
         let clock = StepClock::new();
         let cfg = small_config();
         let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
-        let mut s = Scenario {
+        Scenario {
             ctx,
             rng: SplitMix64::new(seed),
             fs,
@@ -173,7 +173,12 @@ impl Scenario {
             cfg,
             log: Some(log),
             model: Model::default(),
-        };
+        }
+    }
+
+    /// `batches` appended; after each third of the first `flush_below` a flush.
+    pub fn new(seed: u64, batches: usize, flush_below: usize) -> Scenario {
+        let mut s = Scenario::empty(seed, "scenario");
         for i in 0..batches {
             s.append();
             if i % 3 == 2 && i < flush_below {
