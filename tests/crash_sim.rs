@@ -12,38 +12,27 @@ mod common_sim;
 
 use std::sync::Arc;
 
-use common_sim::{client_batch, config, open, Ctx, Model, ProducerSeq, StepClock};
+use common_sim::{
+    client_batch, config, expect_duplicate, open, retry_window, sweep_seeds, Ctx, Model, StepClock,
+    DEDUP_WINDOW,
+};
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{AppendOutcome, Log, LogConfig};
 
 const DEFAULT_CRASH_POINTS: u64 = 2_000;
-/// Kafka's (and oncelog's default) producer dedup window.
-const DEDUP_WINDOW: usize = 5;
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-    )
-}
 
 /// Runs `one_seed` over seeds from `first_seed` until `ONCELOG_CRASH_POINTS` crash points were
 /// checked, or just `ONCELOG_CRASH_SEED`. Returns the crash points covered.
-fn for_each_seed(first_seed: u64, mut one_seed: impl FnMut(u64) -> u64) -> u64 {
-    if let Some(seed) = env_u64("ONCELOG_CRASH_SEED") {
-        return one_seed(seed);
-    }
-    let target = env_u64("ONCELOG_CRASH_POINTS").unwrap_or(DEFAULT_CRASH_POINTS);
-    let mut points = 0;
-    let mut seed = first_seed;
-    while points < target {
-        points += one_seed(seed);
-        seed += 1;
-    }
-    eprintln!("{points} crash points, seeds {first_seed}..{seed}");
-    points
+fn for_each_seed(first_seed: u64, one_seed: impl FnMut(u64) -> u64) -> u64 {
+    sweep_seeds(
+        "ONCELOG_CRASH_SEED",
+        "ONCELOG_CRASH_POINTS",
+        DEFAULT_CRASH_POINTS,
+        first_seed,
+        "crash points",
+        one_seed,
+    )
 }
 
 /// What a workload step may include.
@@ -96,7 +85,9 @@ fn crash_cycles(seed: u64, test: &'static str, workload: Workload) -> u64 {
         ctx.note(format!("crash: {report:?}"));
         log = reopen_after_crash(&mut ctx, &fs, &clock, &cfg, &mut model);
         if workload.retries {
-            retry_durable_window(&mut ctx, &log, &model);
+            // Every batch still in its producer's window was durable (it is in the recovered
+            // log), so each must come back as a duplicate with its original offsets.
+            retry_window(&ctx, &log, &model);
         }
     }
     log.abandon();
@@ -120,32 +111,6 @@ fn reopen_after_crash(
     ctx.note(format!("reopened: {:?}", log.recovery_report()));
     model.check_recovered(ctx, &log);
     log
-}
-
-/// Retries every batch still in its producer's window after a crash: each was durable (it is in
-/// the recovered log), so each must come back as a duplicate with its original offsets.
-fn retry_durable_window(ctx: &mut Ctx, log: &Log, model: &Model) {
-    let producers = model.next_sequences();
-    for &pid in producers.keys() {
-        for b in model.window(pid, DEDUP_WINDOW) {
-            expect_duplicate(ctx, log, b.client.as_slice(), b.first, b.last);
-        }
-    }
-}
-
-/// The dedup check (DESIGN.md §2.2): a retry of a batch in its producer's window returns the
-/// original offsets and writes nothing.
-fn expect_duplicate(ctx: &mut Ctx, log: &Log, client: &[u8], first: i64, last: i64) {
-    let end = log.log_end_offset();
-    match log.append(client) {
-        Ok(AppendOutcome::Duplicate(d)) if d.first_offset == first && d.last_offset == last => {}
-        other => ctx.fail(format!(
-            "retry of the batch at {first}..={last} answered {other:?}, expected Duplicate with those offsets"
-        )),
-    }
-    if log.log_end_offset() != end {
-        ctx.fail("a duplicate was written");
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -226,19 +191,9 @@ fn append_random(
 ) -> Step {
     let records = 1 + rng.below(12) as usize;
     let value_len = rng.below(400) as usize;
-    let producer = rng.chance(2, 3).then(|| {
-        let producer_id = 1 + rng.below(4) as i64;
-        let base_sequence = model
-            .next_sequences()
-            .get(&producer_id)
-            .copied()
-            .unwrap_or(0);
-        ProducerSeq {
-            producer_id,
-            epoch: 0,
-            base_sequence,
-        }
-    });
+    let producer = rng
+        .chance(2, 3)
+        .then(|| model.continue_producer(1 + rng.below(4) as i64));
     let fill = rng.below(256) as u8;
     let client = client_batch(records, value_len, 1_700_000_000_000, producer, fill);
     match log.append(&client) {

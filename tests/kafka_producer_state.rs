@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use oncelog::producer::snapshot;
+use oncelog::producer::{snapshot, ProducerEntry};
 use oncelog::{Log, LogConfig};
 
 const FIXTURES: &str = concat!(
@@ -58,6 +58,24 @@ struct Fields {
     current_txn_first_offset: Option<i64>,
 }
 
+impl Fields {
+    /// What a Kafka snapshot keeps of a producer: its entry and its newest batch.
+    fn of(e: &ProducerEntry) -> Fields {
+        let b = e
+            .newest_batch()
+            .expect("Kafka's entries here all have a batch");
+        Fields {
+            epoch: e.epoch(),
+            last_sequence: e.last_seq(),
+            last_offset: b.last_offset,
+            offset_delta: b.offset_delta,
+            timestamp: e.last_timestamp(),
+            coordinator_epoch: e.coordinator_epoch(),
+            current_txn_first_offset: e.current_txn_first_offset(),
+        }
+    }
+}
+
 #[test]
 fn state_replayed_from_real_kafka_logs_equals_the_brokers_newest_snapshot() {
     let partitions = partitions_with_snapshots();
@@ -68,21 +86,7 @@ fn state_replayed_from_real_kafka_logs_equals_the_brokers_newest_snapshot() {
             .unwrap()
             .entries
             .iter()
-            .map(|e| {
-                let b = e
-                    .newest_batch()
-                    .expect("Kafka's entries here all have a batch");
-                let fields = Fields {
-                    epoch: e.epoch(),
-                    last_sequence: e.last_seq(),
-                    last_offset: b.last_offset,
-                    offset_delta: b.offset_delta,
-                    timestamp: e.last_timestamp(),
-                    coordinator_epoch: e.coordinator_epoch(),
-                    current_txn_first_offset: e.current_txn_first_offset(),
-                };
-                (e.producer_id(), fields)
-            })
+            .map(|e| (e.producer_id(), Fields::of(e)))
             .collect();
 
         // Replay from the log alone: copy the partition without its snapshots.
@@ -106,17 +110,7 @@ fn state_replayed_from_real_kafka_logs_equals_the_brokers_newest_snapshot() {
             let e = log
                 .producer(*pid)
                 .unwrap_or_else(|| panic!("{}: pid {pid}", part.display()));
-            let b = *e.newest_batch().unwrap();
-            let got = Fields {
-                epoch: e.epoch(),
-                last_sequence: e.last_seq(),
-                last_offset: b.last_offset,
-                offset_delta: b.offset_delta,
-                timestamp: e.last_timestamp(),
-                coordinator_epoch: e.coordinator_epoch(),
-                current_txn_first_offset: e.current_txn_first_offset(),
-            };
-            assert_eq!(&got, want, "{} pid {pid}", part.display());
+            assert_eq!(&Fields::of(&e), want, "{} pid {pid}", part.display());
         }
     }
 }

@@ -10,8 +10,8 @@ use oncelog::format::{BatchBuilder, BatchError, RecordError};
 use oncelog::log::{ConfigError, Damage};
 use oncelog::segment::BatchProblem;
 use oncelog::{
-    AppendError, AppendOutcome, FlushError, FlushPolicy, Log, LogConfig, OpenError, ReadError,
-    RecoveryMode,
+    AppendError, AppendInfo, AppendOutcome, FlushError, FlushPolicy, Log, LogConfig, OpenError,
+    ReadError, RecoveryMode,
 };
 
 fn with_crc(mut b: Vec<u8>) -> Vec<u8> {
@@ -399,6 +399,21 @@ fn abandoned_log_with_durable_prefix() -> (tempfile::TempDir, i64, i64) {
     (dir, durable, base)
 }
 
+/// Ten unflushed batches, abandoned (no close): returns where the last one went, for the test to
+/// damage.
+fn abandoned_log_of_ten_batches(dir: &std::path::Path) -> AppendInfo {
+    let log = Log::open(dir, small_config()).unwrap();
+    let mut last = None;
+    for i in 0..10 {
+        if let AppendOutcome::Appended(info) = log.append(&batch(3, T0 + i, 200)).unwrap() {
+            last = Some(info);
+        }
+    }
+    let last = last.unwrap();
+    log.abandon();
+    last
+}
+
 fn log_path(dir: &std::path::Path, base: i64) -> std::path::PathBuf {
     dir.join(format!("{base:020}.log"))
 }
@@ -461,15 +476,7 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
 #[test]
 fn a_torn_tail_is_cut_and_reported_under_the_default_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), small_config()).unwrap();
-    let mut last = None;
-    for i in 0..10 {
-        if let AppendOutcome::Appended(info) = log.append(&batch(3, T0 + i, 200)).unwrap() {
-            last = Some(info);
-        }
-    }
-    let last = last.unwrap();
-    log.abandon();
+    let last = abandoned_log_of_ten_batches(dir.path());
     let path = log_path(dir.path(), last.segment_base_offset);
     let cut_at = last.position as u64 + 30;
     std::fs::OpenOptions::new()
@@ -494,15 +501,7 @@ fn a_torn_tail_is_cut_and_reported_under_the_default_mode() {
 #[test]
 fn a_zeroed_tail_is_not_reported_as_damage() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), small_config()).unwrap();
-    let mut last = None;
-    for i in 0..10 {
-        if let AppendOutcome::Appended(info) = log.append(&batch(3, T0 + i, 200)).unwrap() {
-            last = Some(info);
-        }
-    }
-    let last = last.unwrap();
-    log.abandon();
+    let last = abandoned_log_of_ten_batches(dir.path());
     // The last batch never reached the disk: its pages read back as zeros, like the
     // preallocated space after it.
     let path = log_path(dir.path(), last.segment_base_offset);

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod faults;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,9 +14,44 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::SimFs;
 use oncelog::log::Clock;
-use oncelog::{Environment, Log, LogConfig, OpenError};
+use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError};
 
 pub const DIR: &str = "/data/topic-0";
+/// Kafka's (and oncelog's default) producer dedup window.
+pub const DEDUP_WINDOW: usize = 5;
+
+pub fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+/// Runs `one_seed` over seeds from `first_seed` until `points_var` (default `default_points`)
+/// points were covered, or just the seed in `seed_var`. Returns the points covered; `what`
+/// names them in the summary line.
+pub fn sweep_seeds(
+    seed_var: &str,
+    points_var: &str,
+    default_points: u64,
+    first_seed: u64,
+    what: &str,
+    mut one_seed: impl FnMut(u64) -> u64,
+) -> u64 {
+    if let Some(seed) = env_u64(seed_var) {
+        return one_seed(seed);
+    }
+    let target = env_u64(points_var).unwrap_or(default_points);
+    let mut points = 0;
+    let mut seed = first_seed;
+    while points < target {
+        points += one_seed(seed);
+        seed += 1;
+    }
+    eprintln!("{points} {what}, seeds {first_seed}..{seed}");
+    points
+}
 
 /// A clock that moves one millisecond per reading: deterministic, and never triggers a time roll.
 #[derive(Debug)]
@@ -166,6 +203,21 @@ impl Model {
         next
     }
 
+    /// The next batch of `producer_id` (epoch 0): its sequence continues the model's batches, or
+    /// starts at 0 for a producer the log has not seen.
+    pub fn continue_producer(&self, producer_id: i64) -> ProducerSeq {
+        let base_sequence = self
+            .next_sequences()
+            .get(&producer_id)
+            .copied()
+            .unwrap_or(0);
+        ProducerSeq {
+            producer_id,
+            epoch: 0,
+            base_sequence,
+        }
+    }
+
     /// The last `window` batches of `producer_id` still in the log, oldest first.
     pub fn window(&self, producer_id: i64, window: usize) -> Vec<&Stored> {
         let mut mine: Vec<&Stored> = self
@@ -279,5 +331,29 @@ impl Model {
         self.batches.truncate(index);
         // What recovery accepted is on disk: a second crash must not lose it.
         self.durable_end = end;
+    }
+}
+
+/// The dedup check (DESIGN.md §2.2): a retry of a batch in its producer's window returns the
+/// original offsets and writes nothing.
+pub fn expect_duplicate(ctx: &Ctx, log: &Log, client: &[u8], first: i64, last: i64) {
+    let end = log.log_end_offset();
+    match log.append(client) {
+        Ok(AppendOutcome::Duplicate(d)) if d.first_offset == first && d.last_offset == last => {}
+        other => ctx.fail(format!(
+            "retry of the batch at {first}..={last} answered {other:?}, expected Duplicate with those offsets"
+        )),
+    }
+    if log.log_end_offset() != end {
+        ctx.fail("a duplicate was written");
+    }
+}
+
+/// Every batch still in its producer's window must come back as a duplicate with its offsets.
+pub fn retry_window(ctx: &Ctx, log: &Log, model: &Model) {
+    for &pid in model.next_sequences().keys() {
+        for b in model.window(pid, DEDUP_WINDOW) {
+            expect_duplicate(ctx, log, &b.client, b.first, b.last);
+        }
     }
 }

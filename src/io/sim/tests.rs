@@ -1,4 +1,5 @@
 use super::*;
+use crate::io::MapMode;
 
 const DIR: &str = "/d";
 

@@ -1,0 +1,245 @@
+//! An open simulated file, and where the msync of its maps lands.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use super::super::map::{SharedBuffer, SharedFlush};
+use super::super::{File, MapMode, Mapping};
+use super::{sim_error, Attached, OpKind, State};
+
+/// An open simulated file.
+pub(super) struct SimFile {
+    pub(super) state: Arc<Mutex<State>>,
+    pub(super) id: u64,
+    pub(super) epoch: u64,
+    pub(super) writable: bool,
+    pub(super) path: PathBuf,
+}
+
+impl fmt::Debug for SimFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimFile")
+            .field("path", &self.path)
+            .field("inode", &self.id)
+            .finish()
+    }
+}
+
+impl Drop for SimFile {
+    fn drop(&mut self) {
+        let mut st = self.state.lock();
+        if st.epoch == self.epoch {
+            if let Some(i) = st.inodes.get_mut(&self.id) {
+                i.handles = i.handles.saturating_sub(1);
+            }
+            st.collect_garbage();
+        }
+    }
+}
+
+impl SimFile {
+    /// Locks the state, counts the operation (and fires faults), and checks the handle is
+    /// from before no crash.
+    fn begin(&self, kind: OpKind) -> io::Result<parking_lot::MutexGuard<'_, State>> {
+        let mut st = self.state.lock();
+        if st.epoch != self.epoch {
+            return Err(sim_error(format!(
+                "{}: handle from before a crash",
+                self.path.display()
+            )));
+        }
+        st.op(kind)?;
+        Ok(st)
+    }
+
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("simfs: {} opened read-only", self.path.display()),
+            ))
+        }
+    }
+
+    /// Grows the live image to `len` (zeros), within the capacity.
+    fn grow(st: &mut State, id: u64, len: usize) -> io::Result<()> {
+        let cur = st.inode(id)?.live.len();
+        if len > cur {
+            st.reserve((len - cur) as u64)?;
+            st.inode(id)?.live.resize(len, 0);
+        }
+        Ok(())
+    }
+}
+
+impl File for SimFile {
+    fn len(&self) -> io::Result<u64> {
+        let mut st = self.begin(OpKind::Len)?;
+        Ok(st.inode(self.id)?.live.len() as u64)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut st = self.begin(OpKind::SetLen)?;
+        let len = len as usize;
+        SimFile::grow(&mut st, self.id, len)?;
+        let inode = st.inode(self.id)?;
+        let _ = inode.detach();
+        inode.live.truncate(len);
+        inode.shrink_attached(len);
+        Ok(())
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut st = self.begin(OpKind::Allocate)?;
+        SimFile::grow(&mut st, self.id, len as usize)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut st = self.begin(OpKind::Read)?;
+        let inode = st.inode(self.id)?;
+        // With a writer alive the read is refused (by `live_view`): the engine never reads a
+        // file it is writing through a map.
+        let _ = inode.detach();
+        let view = inode.live_view()?;
+        let start = (offset as usize).min(view.len());
+        let n = buf.len().min(view.len() - start);
+        buf[..n].copy_from_slice(&view[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut st = self.begin(OpKind::Write)?;
+        let offset = offset as usize;
+        let end = offset + buf.len();
+        {
+            let inode = st.inode(self.id)?;
+            if inode.attached.is_some() && inode.detach().is_err() {
+                return Err(sim_error(format!(
+                    "{}: write_all_at into a file mapped for writing",
+                    self.path.display()
+                )));
+            }
+        }
+        SimFile::grow(&mut st, self.id, end)?;
+        st.inode(self.id)?.live[offset..end].copy_from_slice(buf);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        let mut st = self.begin(OpKind::SyncData)?;
+        st.counters.data_syncs += 1;
+        let inode = st.inode(self.id)?;
+        // Mapped writes reach the live image by msync, or by writeback once no writer is left.
+        let _ = inode.detach();
+        inode.durable = inode.live.clone();
+        Ok(())
+    }
+
+    fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
+        let mut st = self.begin(OpKind::Map)?;
+        let (writable, published) = match mode {
+            MapMode::ReadOnly => (false, len),
+            MapMode::ReadWrite { published } => (true, published.min(len)),
+        };
+        if writable {
+            self.check_writable()?;
+        }
+        if len == 0 {
+            return Ok(Mapping::empty());
+        }
+        st.next_id += 1;
+        let fresh_id = st.next_id;
+        let inode = st.inode(self.id)?;
+        if inode.live.len() < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "simfs: cannot map {len} bytes of a {}-byte file",
+                    inode.live.len()
+                ),
+            ));
+        }
+        // Without a writer the old buffer is folded in and left to its readers; the new map
+        // gets a fresh buffer (its published bytes equal theirs). With a writer, the buffer
+        // is shared and `over_shared_buffer` refuses a second writer or a reader beside it.
+        if inode.detach().is_ok() {
+            inode.attached = Some(Attached {
+                buffer: SharedBuffer::new(inode.live[..len].to_vec()),
+                id: fresh_id,
+                valid: len,
+            });
+        }
+        let Some(a) = &inode.attached else {
+            return Err(sim_error("no buffer"));
+        };
+        if len > a.valid {
+            return Err(sim_error(format!(
+                "{}: mapping {len} bytes of a buffer shrunk to {} while mapped",
+                self.path.display(),
+                a.valid
+            )));
+        }
+        let sink = Box::new(MsyncSink {
+            state: Arc::downgrade(&self.state),
+            id: self.id,
+            buffer_id: a.id,
+            epoch: self.epoch,
+        });
+        Mapping::over_shared_buffer(&a.buffer, len, published, writable, sink).map_err(|e| {
+            sim_error(format!(
+                "{}: mapping refused (one writer or many readers): {e}",
+                self.path.display()
+            ))
+        })
+    }
+}
+
+/// Where a simulated map's msync lands: the file's live image.
+struct MsyncSink {
+    state: Weak<Mutex<State>>,
+    id: u64,
+    buffer_id: u64,
+    epoch: u64,
+}
+
+impl SharedFlush for MsyncSink {
+    fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        let state = self
+            .state
+            .upgrade()
+            .ok_or_else(|| sim_error("msync after the file system was dropped"))?;
+        let mut st = state.lock();
+        if st.epoch != self.epoch {
+            return Err(sim_error("msync of a map from before a crash"));
+        }
+        st.op(OpKind::Msync)?;
+        st.counters.msyncs += 1;
+        let inode = st.inode(self.id)?;
+        let end = offset + bytes.len();
+        let valid = match &inode.attached {
+            Some(a) if a.id == self.buffer_id => a.valid,
+            // A map whose buffer was folded into the live image (its writer is gone): its bytes
+            // are already there, unless the file was rewritten since, which the engine must not
+            // do under a map it still flushes.
+            _ if inode.live.get(offset..end) == Some(bytes) => return Ok(()),
+            _ => return Err(sim_error("msync of a stale map: the file changed under it")),
+        };
+        if end > valid.min(inode.live.len()) {
+            // On a real system, touching these bytes would be a SIGBUS: the file was shrunk.
+            return Err(sim_error(format!(
+                "msync of [{offset}, {end}) past the end {valid} of the mapped file"
+            )));
+        }
+        inode.live[offset..end].copy_from_slice(bytes);
+        Ok(())
+    }
+}
