@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::format::{self, batch, TimestampType};
 use crate::io::{IoError, IoResultExt};
@@ -85,8 +85,11 @@ struct AppendState {
 
 /// What the flusher remembers.
 struct FlushState {
+    /// Where the last sync of the active segment ended.
     segment_base: i64,
     position: usize,
+    /// A leader is syncing; others wait on `Log::flushed`.
+    in_progress: bool,
 }
 
 /// One partition log. `Send + Sync`: share it with `Arc`; any number of threads may read while
@@ -98,6 +101,8 @@ pub struct Log {
     segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
     append: Mutex<AppendState>,
     flush: Mutex<FlushState>,
+    /// Signalled when a sync ends (group commit).
+    flushed: Condvar,
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
@@ -159,7 +164,9 @@ impl Log {
             flush: Mutex::new(FlushState {
                 segment_base: active.base_offset(),
                 position: active.size(),
+                in_progress: false,
             }),
+            flushed: Condvar::new(),
             append: Mutex::new(AppendState {
                 active: Some(active),
                 unflushed_sealed: Vec::new(),
@@ -597,10 +604,55 @@ impl Log {
     /// Makes appends below `offset` durable; returns at once if they already are. Appenders
     /// waiting here share the `fdatasync` of whoever flushes first (group commit).
     fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+        // Leader and followers: one thread syncs (without holding the lock) while the others
+        // wait on the condition variable; when it is done every waiter wakes at once, those its
+        // sync covered return, and the first one that still needs a sync leads the next, which
+        // then covers everything appended in the meantime.
         let mut fst = self.flush.lock();
-        if offset != i64::MAX && self.recovery_point() >= offset {
-            return Ok(());
+        loop {
+            if offset != i64::MAX && self.recovery_point() >= offset {
+                return Ok(());
+            }
+            if !fst.in_progress {
+                break;
+            }
+            self.flushed.wait(&mut fst);
         }
+        fst.in_progress = true;
+        let (from_base, from_position) = (fst.segment_base, fst.position);
+        drop(fst);
+        let result = self.sync_once(from_base, from_position);
+        let mut fst = self.flush.lock();
+        fst.in_progress = false;
+        let outcome = match result {
+            Ok((base, position, sealed_flushed)) => {
+                fst.segment_base = base;
+                fst.position = position;
+                drop(fst);
+                self.flushed.notify_all();
+                if sealed_flushed {
+                    // A sealed segment became durable: record that recovery can start after it.
+                    // Data is durable whatever happens here, so a failure is reported but does
+                    // not make the log read-only.
+                    self.write_checkpoint(false)?;
+                }
+                return Ok(());
+            }
+            Err(e) => Err(e),
+        };
+        drop(fst);
+        self.flushed.notify_all();
+        outcome
+    }
+
+    /// One sync by the flush leader: takes what is unflushed under the append lock, makes it
+    /// durable, and moves the recovery point. Returns where the next flush of the active
+    /// segment starts, and whether sealed segments became durable.
+    fn sync_once(
+        &self,
+        from_base: i64,
+        from_position: usize,
+    ) -> Result<(i64, usize, bool), FlushError> {
         let (sealed, active, end_position, log_end, dir_dirty, pending) = {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {
@@ -611,24 +663,22 @@ impl Log {
             let Some(w) = st.active.as_ref() else {
                 return Err(FlushError::Closed);
             };
-            let out = (
-                Arc::clone(w.segment()),
-                w.size(),
-                self.log_end_offset.load(Ordering::Acquire),
-            );
+            let (segment, size) = (Arc::clone(w.segment()), w.size());
+            let log_end = self.log_end_offset.load(Ordering::Acquire);
             st.unflushed_messages = 0;
             let pending = st.producers.take_pending();
+            let sealed = std::mem::take(&mut st.unflushed_sealed);
             (
-                std::mem::take(&mut st.unflushed_sealed),
-                out.0,
-                out.1,
-                out.2,
+                sealed,
+                segment,
+                size,
+                log_end,
                 std::mem::take(&mut st.dir_dirty),
                 pending,
             )
         };
-        let from = if fst.segment_base == active.base_offset() {
-            fst.position
+        let from = if from_base == active.base_offset() {
+            from_position
         } else {
             0
         };
@@ -650,18 +700,14 @@ impl Log {
             Ok(())
         })();
         if let Err(e) = result {
+            // After a failed fsync the kernel may have dropped the dirty pages: writing on could
+            // lose acknowledged data silently, so the log becomes read-only.
             let cause = Arc::new(e);
             self.append.lock().failure = Some(Arc::clone(&cause));
             return Err(FlushError::ReadOnly { cause });
         }
-        fst.segment_base = active.base_offset();
-        fst.position = end_position;
         self.recovery_point.fetch_max(log_end, Ordering::AcqRel);
-        if !sealed.is_empty() {
-            // A sealed segment became durable: record that recovery can start after it.
-            self.write_checkpoint(false)?;
-        }
-        Ok(())
+        Ok((active.base_offset(), end_position, !sealed.is_empty()))
     }
 
     /// Keeps one snapshot per segment base offset plus the newest (kafka-format.md §6).
