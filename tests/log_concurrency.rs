@@ -74,6 +74,9 @@ fn tailing_readers_see_dense_valid_batches_and_keep_their_bytes_after_close_and_
                     let end = log.log_end_offset();
                     let max_bytes = (next(&mut rng) % 20_000) as usize;
                     let bytes = log.read(offset, max_bytes).unwrap();
+                    // Everything returned is counted by the log end: a batch published but not
+                    // yet committed must not be handed out.
+                    let end_after = log.log_end_offset();
                     reads += 1;
                     if bytes.is_empty() {
                         assert!(offset >= end, "empty read at {offset} below end {end}");
@@ -88,6 +91,10 @@ fn tailing_readers_see_dense_valid_batches_and_keep_their_bytes_after_close_and_
                         assert!(b.is_crc_valid(), "CRC at offset {}", b.base_offset());
                         assert_eq!(b.base_offset(), offset, "dense, increasing offsets");
                         assert!(b.last_offset() >= b.base_offset());
+                        assert!(
+                            b.last_offset() < end_after,
+                            "batch beyond the committed end"
+                        );
                         offset = b.last_offset() + 1;
                     }
                     if reads % 40 == 0 {

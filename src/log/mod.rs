@@ -541,7 +541,7 @@ impl Log {
             .into_iter()
             .chain(segments.range(offset + 1..).map(|(_, s)| s))
         {
-            if let Some(bytes) = segment.read(offset, max_bytes)? {
+            if let Some(bytes) = segment.read(offset, max_bytes, end)? {
                 return Ok(bytes);
             }
         }

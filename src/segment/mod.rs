@@ -116,7 +116,16 @@ impl Segment {
     /// Whole batches, zero-copy, starting with the first batch whose last offset is ≥ `target`
     /// and adding batches while they fit in `max_bytes` (the first is returned whole even if it
     /// is larger, like Kafka's fetch). `None` if no batch of this segment reaches `target`.
-    pub fn read(&self, target: i64, max_bytes: usize) -> Result<Option<Bytes>, CorruptSegment> {
+    ///
+    /// Only batches that start below `below` are returned: the writer publishes a batch's
+    /// bytes a moment before it moves the log end, and a reader must never see a batch the log
+    /// end does not yet count (its next read, at that batch's end, would be out of range).
+    pub fn read(
+        &self,
+        target: i64,
+        max_bytes: usize,
+        below: i64,
+    ) -> Result<Option<Bytes>, CorruptSegment> {
         let data = self.data();
         let start = self.offset_index.lookup(target).position as usize;
         if start >= data.len() {
@@ -131,6 +140,9 @@ impl Segment {
                 error,
             })?;
             let at = start + at;
+            if batch.base_offset() >= below {
+                break;
+            }
             match first {
                 None if batch.last_offset() < target => continue,
                 None => first = Some(at),
