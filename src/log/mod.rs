@@ -16,7 +16,7 @@ mod recovery;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -103,6 +103,8 @@ pub struct Log {
     flush: Mutex<FlushState>,
     /// Signalled when a sync ends (group commit).
     flushed: Condvar,
+    /// Client appends between entry and the end of their write (group commit waits for them).
+    appends_in_flight: AtomicUsize,
     log_end_offset: AtomicI64,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
@@ -167,6 +169,7 @@ impl Log {
                 in_progress: false,
             }),
             flushed: Condvar::new(),
+            appends_in_flight: AtomicUsize::new(0),
             append: Mutex::new(AppendState {
                 active: Some(active),
                 unflushed_sealed: Vec::new(),
@@ -245,6 +248,7 @@ impl Log {
     /// offsets by rewriting baseOffset in place, stamps the leader epoch (and LogAppendTime when
     /// configured), and writes it to the active segment, rolling first if needed.
     pub fn append(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
+        let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
         if summary.size > self.config.segment_bytes {
             return Err(AppendError::RecordListTooLarge {
@@ -270,6 +274,7 @@ impl Log {
         if let Some(b) = &incoming {
             if let Decision::Duplicate(original) = st.producers.check(b)? {
                 drop(st);
+                drop(in_flight);
                 return self.answer_duplicate(original.first_offset(), original.last_offset);
             }
         }
@@ -303,6 +308,7 @@ impl Log {
             FlushPolicy::EveryMessages(n) => st.unflushed_messages >= n,
         };
         drop(st);
+        drop(in_flight);
         if flush {
             self.flush_to(last_offset + 1)
                 .map_err(flush_to_append_error)?;
@@ -621,6 +627,17 @@ impl Log {
         fst.in_progress = true;
         let (from_base, from_position) = (fst.segment_base, fst.position);
         drop(fst);
+        if offset != i64::MAX {
+            // An appender about to lead a sync first lets the appends already under way finish
+            // writing, for at most a small fraction of an fsync, so one fdatasync covers them too
+            // (Postgres's `commit_delay`, but only while someone is actually appending).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_micros(100);
+            while self.appends_in_flight.load(Ordering::Acquire) > 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
+        }
         let result = self.sync_once(from_base, from_position);
         let mut fst = self.flush.lock();
         fst.in_progress = false;
@@ -768,6 +785,22 @@ impl Drop for Log {
             // Best effort, like a File's close: callers who care call `close` and see errors.
             let _ = self.close();
         }
+    }
+}
+
+/// Counts an append as in flight until dropped (on every path out of `append`).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> InFlight<'a> {
+        counter.fetch_add(1, Ordering::AcqRel);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
