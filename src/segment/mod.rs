@@ -530,6 +530,20 @@ impl SegmentFiles {
         time_index::check(&time, base, last).map_err(|e| format!("time index: {e}"))
     }
 
+    /// Maps a sealed segment's index read-only, whole entries only (a trailing partial entry
+    /// is never read).
+    fn map_sealed_index(
+        file: &dyn File,
+        path: &Path,
+        entry_size: usize,
+    ) -> Result<Arc<Mapping>, IoError> {
+        let len = file.len().ctx("stat", path)? as usize;
+        let len = len - len % entry_size;
+        Ok(Arc::new(
+            file.map(len, MapMode::ReadOnly).ctx("mmap", path)?,
+        ))
+    }
+
     fn into_sealed(
         self,
         base: i64,
@@ -541,20 +555,13 @@ impl SegmentFiles {
                 .map(log_size, MapMode::ReadOnly)
                 .ctx("mmap", &self.log_path)?,
         );
-        let index_len = self.index.len().ctx("stat", &self.index_path)? as usize;
-        let index_len = index_len - index_len % offset_index::ENTRY_SIZE;
-        let index = Arc::new(
-            self.index
-                .map(index_len, MapMode::ReadOnly)
-                .ctx("mmap", &self.index_path)?,
-        );
-        let time_len = self.time.len().ctx("stat", &self.time_path)? as usize;
-        let time_len = time_len - time_len % time_index::ENTRY_SIZE;
-        let time = Arc::new(
-            self.time
-                .map(time_len, MapMode::ReadOnly)
-                .ctx("mmap", &self.time_path)?,
-        );
+        let index = Self::map_sealed_index(
+            self.index.as_ref(),
+            &self.index_path,
+            offset_index::ENTRY_SIZE,
+        )?;
+        let time =
+            Self::map_sealed_index(self.time.as_ref(), &self.time_path, time_index::ENTRY_SIZE)?;
         let segment = Segment {
             base_offset: base,
             log_path: self.log_path,
