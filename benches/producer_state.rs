@@ -81,9 +81,9 @@ fn main() {
     let table_bytes = LIVE.load(Ordering::Relaxed) - before;
 
     let t = Instant::now();
-    let bytes = snapshot::encode(table.iter(), SnapshotVersion::V2);
+    let bytes = snapshot::encode(table.iter(), SnapshotVersion::V2, 0);
     let encode_s = t.elapsed().as_secs_f64();
-    let v1_size = snapshot::encode(table.iter(), SnapshotVersion::V1).len();
+    let v1_size = snapshot::encode(table.iter(), SnapshotVersion::V1, 0).len();
 
     let dir = tempfile::tempdir().unwrap();
     let end = offset;

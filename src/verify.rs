@@ -125,7 +125,11 @@ fn verify_segment(
     let map = file.map(len, MapMode::ReadOnly).ctx("mmap", &log_path)?;
     let data = map.published_slice();
     let mut starts: BTreeMap<usize, i64> = BTreeMap::new();
-    let result = scan(data, base, previous_last, &mut |b| {
+    let bounds = crate::segment::OffsetBounds {
+        segment_base: base,
+        next_segment_base: None,
+    };
+    let result = scan(data, bounds, previous_last, &mut |b| {
         starts.insert(b.position, b.last_offset);
     });
     report.batches += result.batches as u64;

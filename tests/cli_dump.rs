@@ -385,7 +385,7 @@ fn version_2_snapshot_shows_every_retained_batch() {
     ];
     let entry = ProducerEntry::restore(7, 2, 4, TS + 5, None, 123_456, window);
     let path = dir.path().join("00000000000000000061.snapshot");
-    fs::write(&path, snapshot::encode([&entry], SnapshotVersion::V2)).unwrap();
+    fs::write(&path, snapshot::encode([&entry], SnapshotVersion::V2, 0)).unwrap();
 
     let o = run_path(&["dump", "--json"], &path);
     assert_eq!(o.status.code(), Some(0));

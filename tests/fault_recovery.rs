@@ -33,6 +33,7 @@ fn disk_image(fs: &SimFs) -> BTreeMap<String, (Vec<u8>, Option<Vec<u8>>)> {
     names.sort();
     names
         .into_iter()
+        .filter(|n| n != oncelog::log::LOCK_FILE_NAME)
         .map(|n| {
             let p = dir().join(&n);
             let live = fs.read_live(&p).expect("read live");
@@ -72,7 +73,7 @@ fn failed_open_changes_nothing(seed: u64) {
     log.abandon();
     // Even seeds: damage in the last segment, which an unclean open validates. Odd seeds: no
     // checkpoint (as in a Kafka directory), so every segment is validated; damage anywhere.
-    let victims: Vec<&AppendInfo> = if seed % 2 == 0 {
+    let victims: Vec<&AppendInfo> = if seed.is_multiple_of(2) {
         let last = placed.last().map_or(0, |i| i.segment_base_offset);
         placed
             .iter()
@@ -107,9 +108,9 @@ fn failed_open_changes_nothing(seed: u64) {
         ..cfg.clone()
     };
     match open(&fs, &clock, &strict) {
-        Err(OpenError::Corrupt {
+        Err(OpenError::Refused {
             path: p,
-            position,
+            position: Some(position),
             damage: Damage::Invalid(_),
             mode: RecoveryMode::AbsoluteConsistency,
         }) if p == path && position == victim.position as usize => {}
@@ -132,7 +133,7 @@ fn failed_open_changes_nothing(seed: u64) {
             .collect();
         ctx.fail(format!("the refused open changed {changed:?}"));
     }
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         // The default mode refuses damage below the recorded recovery point (durable data) and
         // cuts damage at or after it (a tail that was never promised), saying so.
         let checkpoint = oncelog::io::read_file(&fs, &dir().join("oncelog.checkpoint"))
@@ -144,7 +145,7 @@ fn failed_open_changes_nothing(seed: u64) {
         let opened = open(&fs, &clock, &cfg);
         if victim.first_offset < recovery_point {
             match opened {
-                Err(OpenError::Corrupt { path: p, position, mode: RecoveryMode::TolerateTailCorruption, .. })
+                Err(OpenError::Refused { path: p, position: Some(position), mode: RecoveryMode::TolerateTailCorruption, .. })
                     if p == path && position == victim.position as usize => {}
                 other => ctx.fail(format!(
                     "damage at offset {} below the recovery point {recovery_point}: expected a refusal, got {:?}",

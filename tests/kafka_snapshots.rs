@@ -115,7 +115,7 @@ fn re_encoding_real_snapshots_as_v1_reproduces_them_byte_for_byte() {
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let snapshot = decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(
-            encode(&snapshot.entries, SnapshotVersion::V1),
+            encode(&snapshot.entries, SnapshotVersion::V1, 0),
             bytes,
             "{}",
             path.display()
@@ -128,7 +128,7 @@ fn real_kafka_snapshots_survive_a_v2_round_trip() {
     for (path, _) in manifest_snapshots() {
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
         let snapshot = decode(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let v2 = encode(&snapshot.entries, SnapshotVersion::V2);
+        let v2 = encode(&snapshot.entries, SnapshotVersion::V2, 0);
         assert_eq!(
             decode(&v2).map(|s| s.entries),
             Ok(snapshot.entries),

@@ -227,7 +227,7 @@ fn check_after_crash(dir: &str, acked: &[Ack], round: usize) {
             }
         }
     }
-    if round % 2 == 0 {
+    if round.is_multiple_of(2) {
         log.close().unwrap();
     } else {
         log.abandon();

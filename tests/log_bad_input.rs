@@ -436,14 +436,14 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
             ..small_config()
         };
         match Log::open(dir.path(), config) {
-            Err(OpenError::Corrupt {
+            Err(OpenError::Refused {
                 path: p,
                 position,
                 damage: Damage::Invalid(BatchProblem::Batch(BatchError::CrcMismatch { .. })),
                 mode: m,
             }) => {
                 assert_eq!(p, path);
-                assert_eq!(position, first);
+                assert_eq!(position, Some(first));
                 assert_eq!(m, mode);
             }
             other => panic!("{mode:?}: {other:?}"),

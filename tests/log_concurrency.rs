@@ -97,7 +97,7 @@ fn tailing_readers_see_dense_valid_batches_and_keep_their_bytes_after_close_and_
                         );
                         offset = b.last_offset() + 1;
                     }
-                    if reads % 40 == 0 {
+                    if reads.is_multiple_of(40) {
                         kept.push((bytes.clone(), bytes.to_vec()));
                     }
                 }

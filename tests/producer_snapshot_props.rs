@@ -29,11 +29,11 @@ fn v1_projection(e: &ProducerEntry) -> ProducerEntry {
 }
 
 fn assert_round_trips(entries: &[ProducerEntry]) -> Result<(), TestCaseError> {
-    let v2 = decode(&encode(entries, SnapshotVersion::V2))
+    let v2 = decode(&encode(entries, SnapshotVersion::V2, 0))
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(v2.version, SnapshotVersion::V2);
     prop_assert_eq!(&v2.entries, &entries.to_vec());
-    let v1 = decode(&encode(entries, SnapshotVersion::V1))
+    let v1 = decode(&encode(entries, SnapshotVersion::V1, 0))
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert_eq!(v1.version, SnapshotVersion::V1);
     let projected: Vec<ProducerEntry> = entries.iter().map(v1_projection).collect();
@@ -186,7 +186,7 @@ proptest! {
         assert_round_trips(&entries)?;
         // Loading the v2 snapshot into a fresh table gives back the same state.
         let mut reloaded = ProducerStateTable::new(*table.config()).unwrap_or_else(|e| panic!("{e}"));
-        let decoded = decode(&encode(table.iter(), SnapshotVersion::V2)).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let decoded = decode(&encode(table.iter(), SnapshotVersion::V2, 0)).map_err(|e| TestCaseError::fail(e.to_string()))?;
         reloaded.load(decoded.entries);
         prop_assert_eq!(reloaded.len(), table.len());
         for e in table.iter() {
@@ -211,7 +211,7 @@ fn docs_format_md_v2_example_matches_the_encoder() {
             timestamp: 1_700_000_000_000,
         }],
     );
-    let bytes = encode([&e], SnapshotVersion::V2);
+    let bytes = encode([&e], SnapshotVersion::V2, 0);
     let hex: String = bytes[6..].iter().map(|b| format!("{b:02x}")).collect();
     let doc = "00000001\
                0000000000000007 0002 00000004 0000018bcfe56800 ffffffffffffffff 000000000001e240 00000001\

@@ -46,12 +46,64 @@ pub enum MapMode {
     ReadWrite { published: usize },
 }
 
+/// What kind of directory entry a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file: the only kind the engine reads or writes.
+    File,
+    Dir,
+    /// Anything else (a FIFO, a socket, a device): never opened, since opening a FIFO blocks
+    /// until a writer appears and a device can be of any size.
+    Other(&'static str),
+}
+
+impl FileKind {
+    /// What to call it in an error message.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::File => "regular file",
+            FileKind::Dir => "directory",
+            FileKind::Other(name) => name,
+        }
+    }
+}
+
+/// What [`FileSystem::stat`] tells of a path (after following symbolic links).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub kind: FileKind,
+    pub len: u64,
+}
+
+/// An exclusive lock on a file, held until dropped (see [`FileSystem::try_lock`]).
+pub struct FileLock(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl FileLock {
+    /// Wraps whatever keeps the lock held (an open file, a simulated table entry).
+    pub fn new(guard: Box<dyn Send + Sync>) -> FileLock {
+        FileLock(guard)
+    }
+}
+
+impl std::fmt::Debug for FileLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileLock")
+    }
+}
+
 /// A directory tree of files: the operations the engine needs, and no more.
 pub trait FileSystem: Send + Sync + Debug + 'static {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names of the entries of `dir` (files and directories), in no particular order.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     fn exists(&self, path: &Path) -> io::Result<bool>;
+    /// The kind and length of what `path` names; `NotFound` if nothing.
+    fn stat(&self, path: &Path) -> io::Result<FileMeta>;
+    /// Takes an exclusive lock on `path` (created if missing) without waiting, and writes
+    /// `holder` into it for whoever is refused. `WouldBlock` if another holder has it: another
+    /// process, or another handle in this one. Released when the [`FileLock`] is dropped or the
+    /// process dies (`flock(2)` semantics).
+    fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock>;
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>>;
     /// Atomically replaces `to` with `from` (POSIX rename). Durable only after [`Self::sync_dir`].
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
@@ -82,7 +134,41 @@ pub trait File: Send + Sync + Debug {
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping>;
 }
 
-/// Reads a whole (small) file.
+/// What [`read_small_file`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SmallFile {
+    Missing,
+    /// Not a regular file (its kind); it was not opened.
+    NotAFile(&'static str),
+    /// Larger than the limit (its length); it was not read.
+    TooLarge(u64),
+    Bytes(Vec<u8>),
+}
+
+/// Reads a small metadata file (a checkpoint, a snapshot) whole, after checking that it is a
+/// regular file of at most `max_len` bytes: a FIFO would block the read and a huge sparse file
+/// would exhaust memory, so neither is opened.
+pub fn read_small_file(
+    fs: &dyn FileSystem,
+    path: &Path,
+    max_len: u64,
+) -> Result<SmallFile, IoError> {
+    let meta = match fs.stat(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(SmallFile::Missing),
+        Err(e) => return Err(IoError::new("stat", path, e)),
+    };
+    if meta.kind != FileKind::File {
+        return Ok(SmallFile::NotAFile(meta.kind.name()));
+    }
+    if meta.len > max_len {
+        return Ok(SmallFile::TooLarge(meta.len));
+    }
+    read_file(fs, path).map(SmallFile::Bytes)
+}
+
+/// Reads a whole (small) file. Callers that read what they did not write use
+/// [`read_small_file`].
 pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
     let len = file.len().ctx("stat", path)? as usize;

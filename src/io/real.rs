@@ -1,13 +1,31 @@
 //! The real file system: std files, `fallocate`, and `memmap2` maps.
 
 use std::fs;
-use std::io;
-use std::os::unix::fs::FileExt;
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
 use memmap2::MmapOptions;
 
-use super::{File, FileSystem, MapMode, Mapping, OpenMode};
+use super::{File, FileKind, FileLock, FileMeta, FileSystem, MapMode, Mapping, OpenMode};
+
+fn kind_of(t: fs::FileType) -> FileKind {
+    if t.is_file() {
+        FileKind::File
+    } else if t.is_dir() {
+        FileKind::Dir
+    } else if t.is_fifo() {
+        FileKind::Other("FIFO")
+    } else if t.is_socket() {
+        FileKind::Other("socket")
+    } else if t.is_block_device() {
+        FileKind::Other("block device")
+    } else if t.is_char_device() {
+        FileKind::Other("character device")
+    } else {
+        FileKind::Other("special file")
+    }
+}
 
 /// The operating system's file system.
 #[derive(Debug, Default, Clone, Copy)]
@@ -30,16 +48,30 @@ impl FileSystem for RealFs {
         path.try_exists()
     }
 
+    fn stat(&self, path: &Path) -> io::Result<FileMeta> {
+        let m = fs::metadata(path)?;
+        Ok(FileMeta {
+            kind: kind_of(m.file_type()),
+            len: m.len(),
+        })
+    }
+
+    fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock> {
+        let mut file = open_regular(path, OpenMode::Create)?;
+        // flock(2): owned by this open file description, so a second open in the same process
+        // is refused too, and the kernel releases it when the process dies.
+        file.try_lock().map_err(|e| match e {
+            fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+            fs::TryLockError::Error(e) => e,
+        })?;
+        file.set_len(0)?;
+        file.write_all(holder.as_bytes())?;
+        Ok(FileLock::new(Box::new(file)))
+    }
+
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>> {
-        let mut o = fs::OpenOptions::new();
-        match mode {
-            OpenMode::Read => o.read(true),
-            OpenMode::ReadWrite => o.read(true).write(true),
-            OpenMode::Create => o.read(true).write(true).create(true),
-            OpenMode::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
-        };
         Ok(Box::new(RealFile {
-            file: o.open(path)?,
+            file: open_regular(path, mode)?,
             writable: mode != OpenMode::Read,
         }))
     }
@@ -55,6 +87,33 @@ impl FileSystem for RealFs {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         fs::File::open(dir)?.sync_all()
     }
+}
+
+/// Opens a regular file. `O_NONBLOCK` keeps the open of a FIFO that appeared under a segment's
+/// name from waiting for a writer (it has no effect on regular files); anything that is not a
+/// regular file is then refused.
+fn open_regular(path: &Path, mode: OpenMode) -> io::Result<fs::File> {
+    let mut o = fs::OpenOptions::new();
+    match mode {
+        OpenMode::Read => o.read(true),
+        OpenMode::ReadWrite => o.read(true).write(true),
+        OpenMode::Create => o.read(true).write(true).create(true),
+        OpenMode::CreateTruncate => o.read(true).write(true).create(true).truncate(true),
+    };
+    o.custom_flags(libc::O_NONBLOCK);
+    let file = o.open(path)?;
+    let kind = kind_of(file.metadata()?.file_type());
+    if kind != FileKind::File {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is a {}, not a regular file",
+                path.display(),
+                kind.name()
+            ),
+        ));
+    }
+    Ok(file)
 }
 
 #[derive(Debug)]

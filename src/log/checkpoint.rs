@@ -1,37 +1,70 @@
-//! `oncelog.checkpoint`: what a standalone log needs to recover on its own (DESIGN.md §4).
+//! `oncelog.checkpoint`: what a standalone log needs to recover on its own, and what it vouches
+//! for (docs/design.md "Files and the checkpoint").
 //!
 //! A text file in the partition directory, in the spirit of Kafka's checkpoint files
-//! (kafka-format.md §8.1), written by temp file + fsync + rename + directory fsync:
+//! (docs/format.md "Checkpoint"), written by temp file + fsync + rename + directory fsync:
 //!
 //! ```text
-//! 0                       <- version
-//! clean_shutdown 1        <- 1 only when written by a clean close
-//! recovery_point 1234     <- every offset below it was durable, with its indexes
+//! 1                        <- version
+//! clean_shutdown 1         <- 1 only when written by a clean close
+//! recovery_point 3000      <- every offset below it was durable
 //! log_start_offset 0
+//! segments 4               <- the segments it vouches for, then one line each:
+//! 0 860 98986              <- "<base offset> <next offset> <.log size in bytes>"
+//! 860 1720 98986
+//! 1720 2580 98986
+//! 2580 3000 48342          <- after a clean close, the last segment too
 //! ```
 //!
-//! Opening a directory without it (a Kafka partition directory) is legal: everything is then
-//! validated, as after an unclean shutdown with recovery point 0.
+//! The record lists every segment that is wholly durable: sealed, flushed and trimmed (and, at
+//! a clean close, the last segment as well). Recovery holds the directory to it: a recorded
+//! segment that is missing, shorter or longer, or a segment file that appears where the record
+//! says there is none, is damage, not a fact to adapt to. Offsets and sizes of recorded
+//! segments are taken from the record, never from bytes that the CRC does not cover.
+//!
+//! Version 0 (the same file without the segment record) is still read: its segments are then
+//! checked as before, by walking their frames. A directory without the file (a Kafka partition
+//! directory) is validated batch by batch.
 
 use std::path::{Path, PathBuf};
 
-use crate::io::{self, FileSystem, IoError, IoResultExt};
+use crate::io::{self, FileSystem, IoError};
 
 pub const FILE_NAME: &str = "oncelog.checkpoint";
-const VERSION: &str = "0";
+const VERSION: i64 = 1;
+/// The largest checkpoint accepted: 1M segment lines of up to 60 characters. Anything larger
+/// is not a checkpoint this engine wrote, and is refused before it is read.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
+/// One segment the checkpoint vouches for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRecord {
+    pub base_offset: i64,
+    /// Last offset + 1 of its batches (the base offset when empty).
+    pub next_offset: i64,
+    /// Bytes of its `.log` file.
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub clean_shutdown: bool,
     pub recovery_point: i64,
     pub log_start_offset: i64,
+    /// The segments vouched for, in offset order; `None` for a version-0 file.
+    pub segments: Option<Vec<SegmentRecord>>,
 }
 
-/// Why a checkpoint file could not be used (it is then ignored and the log fully validated).
+/// A checkpoint that cannot be used: unreadable, malformed, or contradicting itself. Recovery
+/// refuses to open with it in every mode, and changes nothing: its numbers decide what is
+/// deleted and what is trusted, so a wrong one must never be acted on. Removing the file makes
+/// the next open validate every batch of the log instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {reason}", path.display())]
+#[error("{}: {}{reason} (remove the file to validate the whole log instead)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
 pub struct BadCheckpoint {
     pub path: PathBuf,
+    /// The 1-based line at fault, where one is.
+    pub line: Option<usize>,
     pub reason: String,
 }
 
@@ -40,65 +73,226 @@ pub fn path(dir: &Path) -> PathBuf {
 }
 
 pub fn encode(c: &Checkpoint) -> String {
-    format!(
+    let mut out = format!(
         "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\n",
         c.clean_shutdown as u8, c.recovery_point, c.log_start_offset
-    )
+    );
+    let segments = c.segments.as_deref().unwrap_or(&[]);
+    out.push_str(&format!("segments {}\n", segments.len()));
+    for s in segments {
+        out.push_str(&format!("{} {} {}\n", s.base_offset, s.next_offset, s.size));
+    }
+    out
 }
 
-pub fn decode(text: &str) -> Result<Checkpoint, String> {
-    let mut lines = text.lines();
-    match lines.next() {
-        Some(VERSION) => {}
-        other => return Err(format!("unsupported version line {other:?}")),
-    }
-    let mut field = |name: &str| -> Result<i64, String> {
-        let line = lines.next().ok_or_else(|| format!("missing {name}"))?;
-        let (key, value) = line
-            .split_once(' ')
-            .ok_or_else(|| format!("malformed line {line:?}"))?;
-        if key != name {
-            return Err(format!("expected {name}, found {key:?}"));
-        }
+/// A line-numbered reason a checkpoint text is unusable.
+type LineError = (Option<usize>, String);
+
+/// Parses a checkpoint and checks that its values agree with each other
+/// ([`Checkpoint::check`]).
+pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
+    let mut lines = text.split('\n').enumerate().map(|(i, l)| (i + 1, l));
+    let mut next_line = |what: &str| {
+        lines
+            .next()
+            .filter(|(_, l)| !l.is_empty())
+            .ok_or_else(|| (None, format!("ends before {what}")))
+    };
+    let (n, version) = next_line("the version")?;
+    let version = match version {
+        "0" => 0,
+        "1" => 1,
+        other => return Err((Some(n), format!("unsupported version {other:?}"))),
+    };
+    let mut field = |name: &str| -> Result<i64, LineError> {
+        let (n, line) = next_line(name)?;
+        let value = line
+            .strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .ok_or_else(|| {
+                (
+                    Some(n),
+                    format!("expected \"{name} <integer>\", found {line:?}"),
+                )
+            })?;
         value
             .parse::<i64>()
-            .map_err(|_| format!("{name} is not an integer: {value:?}"))
+            .map_err(|_| (Some(n), format!("{name} is not an integer: {value:?}")))
     };
     let clean = field("clean_shutdown")?;
     let recovery_point = field("recovery_point")?;
     let log_start_offset = field("log_start_offset")?;
-    if !(0..=1).contains(&clean) || recovery_point < 0 || log_start_offset < 0 {
-        return Err("values out of range".to_string());
+    let segments = if version == 0 {
+        None
+    } else {
+        let count = field("segments")?;
+        let mut records = Vec::new();
+        for _ in 0..count.max(0) {
+            let (n, line) = next_line("a segment line")?;
+            records.push(parse_segment_line(line).map_err(|r| (Some(n), r))?);
+        }
+        if count < 0 {
+            return Err((None, format!("negative segment count {count}")));
+        }
+        Some(records)
+    };
+    if let Some((n, extra)) = lines.find(|(_, l)| !l.is_empty()) {
+        return Err((Some(n), format!("unexpected line {extra:?}")));
     }
-    Ok(Checkpoint {
+    if !(0..=1).contains(&clean) {
+        return Err((
+            Some(2),
+            format!("clean_shutdown must be 0 or 1, not {clean}"),
+        ));
+    }
+    let c = Checkpoint {
         clean_shutdown: clean == 1,
         recovery_point,
         log_start_offset,
+        segments,
+    };
+    c.check().map_err(|reason| (None, reason))?;
+    Ok(c)
+}
+
+fn parse_segment_line(line: &str) -> Result<SegmentRecord, String> {
+    let mut fields = line.split(' ');
+    let mut number = |what: &str| -> Result<i64, String> {
+        let f = fields
+            .next()
+            .ok_or_else(|| format!("segment line {line:?} lacks its {what}"))?;
+        f.parse::<i64>()
+            .map_err(|_| format!("segment {what} is not an integer: {f:?}"))
+    };
+    let base_offset = number("base offset")?;
+    let next_offset = number("next offset")?;
+    let size = number("size")?;
+    if fields.next().is_some() {
+        return Err(format!("segment line {line:?} has more than three fields"));
+    }
+    let size = u64::try_from(size).map_err(|_| format!("negative segment size {size}"))?;
+    Ok(SegmentRecord {
+        base_offset,
+        next_offset,
+        size,
     })
 }
 
-/// Reads the checkpoint of `dir`: `Ok(None)` without one, `Err` if it is unreadable.
-/// Reads the checkpoint of `dir`: `Ok(Ok(None))` without one, `Ok(Err(..))` if its content is
-/// unusable (it is then ignored), and `Err` if it could not be read at all: a transient I/O
-/// error must not be mistaken for a missing checkpoint, which would forget the recovery point.
+impl Checkpoint {
+    /// The log end the checkpoint vouches for: every offset below it was durable.
+    pub fn durable_end(&self) -> i64 {
+        self.recovery_point
+    }
+
+    /// Whether the values agree with each other. Each rule is one a checkpoint written by this
+    /// engine always keeps, so a file that breaks one was damaged or edited by hand.
+    pub fn check(&self) -> Result<(), String> {
+        if self.recovery_point < 0 || self.log_start_offset < 0 {
+            return Err("offsets must not be negative".into());
+        }
+        if self.log_start_offset > self.recovery_point {
+            return Err(format!(
+                "log start offset {} is above the recovery point {}",
+                self.log_start_offset, self.recovery_point
+            ));
+        }
+        let Some(segments) = &self.segments else {
+            return Ok(());
+        };
+        let mut previous: Option<&SegmentRecord> = None;
+        for s in segments {
+            if s.base_offset < 0 || s.next_offset < s.base_offset {
+                return Err(format!(
+                    "segment {}: next offset {} is below its base",
+                    s.base_offset, s.next_offset
+                ));
+            }
+            // A batch is at least 61 bytes; an empty segment has no bytes at all.
+            let empty = s.next_offset == s.base_offset;
+            if empty != (s.size == 0) || (!empty && s.size < crate::format::HEADER_SIZE as u64) {
+                return Err(format!(
+                    "segment {}: {} bytes cannot hold offsets {}..{}",
+                    s.base_offset, s.size, s.base_offset, s.next_offset
+                ));
+            }
+            if s.size > i32::MAX as u64 {
+                return Err(format!(
+                    "segment {}: size {} is beyond a segment's int32 positions",
+                    s.base_offset, s.size
+                ));
+            }
+            if let Some(p) = previous {
+                if s.base_offset < p.next_offset {
+                    return Err(format!(
+                        "segment {} starts below the end {} of segment {}",
+                        s.base_offset, p.next_offset, p.base_offset
+                    ));
+                }
+            }
+            previous = Some(s);
+        }
+        if let Some(last) = previous {
+            if last.next_offset > self.recovery_point {
+                return Err(format!(
+                    "segment {} ends at {}, above the recovery point {}",
+                    last.base_offset, last.next_offset, self.recovery_point
+                ));
+            }
+            if self.clean_shutdown && last.next_offset != self.recovery_point {
+                return Err(format!(
+                    "a clean close records every segment, but they end at {} and the \
+                     recovery point is {}",
+                    last.next_offset, self.recovery_point
+                ));
+            }
+        } else if self.clean_shutdown {
+            return Err("a clean close records at least the last segment".into());
+        }
+        if let Some(first) = segments.first() {
+            let only = segments.len() == 1;
+            if self.log_start_offset < first.base_offset
+                || (self.log_start_offset >= first.next_offset && !only)
+            {
+                return Err(format!(
+                    "log start offset {} is not in the first segment [{}, {})",
+                    self.log_start_offset, first.base_offset, first.next_offset
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads the checkpoint of `dir`: `Ok(Ok(None))` without one, `Ok(Err(..))` if it is unusable,
+/// and `Err` if it could not be read at all: a transient I/O error must not be mistaken for a
+/// missing checkpoint, which would forget the recovery point.
 pub fn read(
     fs: &dyn FileSystem,
     dir: &Path,
 ) -> Result<Result<Option<Checkpoint>, BadCheckpoint>, IoError> {
     let p = path(dir);
-    if !fs.exists(&p).ctx("stat", &p)? {
-        return Ok(Ok(None));
-    }
-    let bytes = io::read_file(fs, &p)?;
+    let bad = |line, reason: String| BadCheckpoint {
+        path: p.clone(),
+        line,
+        reason,
+    };
+    let bytes = match io::read_small_file(fs, &p, MAX_FILE_BYTES)? {
+        io::SmallFile::Missing => return Ok(Ok(None)),
+        io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
+        io::SmallFile::TooLarge(len) => {
+            return Ok(Err(bad(
+                None,
+                format!("{len} bytes, more than any checkpoint ({MAX_FILE_BYTES})"),
+            )))
+        }
+        io::SmallFile::Bytes(b) => b,
+    };
     let Ok(text) = String::from_utf8(bytes) else {
-        return Ok(Err(BadCheckpoint {
-            path: p,
-            reason: "not UTF-8".into(),
-        }));
+        return Ok(Err(bad(None, "not UTF-8 text".into())));
     };
     Ok(decode(&text)
         .map(Some)
-        .map_err(|reason| BadCheckpoint { path: p, reason }))
+        .map_err(|(line, reason)| bad(line, reason)))
 }
 
 pub fn write(fs: &dyn FileSystem, dir: &Path, c: &Checkpoint) -> Result<(), IoError> {
@@ -109,32 +303,142 @@ pub fn write(fs: &dyn FileSystem, dir: &Path, c: &Checkpoint) -> Result<(), IoEr
 mod tests {
     use super::*;
 
-    #[test]
-    fn round_trips() {
-        let c = Checkpoint {
+    fn record(base: i64, next: i64, size: u64) -> SegmentRecord {
+        SegmentRecord {
+            base_offset: base,
+            next_offset: next,
+            size,
+        }
+    }
+
+    fn clean(segments: Vec<SegmentRecord>) -> Checkpoint {
+        let end = segments.last().map_or(0, |s| s.next_offset);
+        Checkpoint {
             clean_shutdown: true,
-            recovery_point: 1234,
-            log_start_offset: 7,
-        };
-        assert_eq!(decode(&encode(&c)), Ok(c));
+            recovery_point: end,
+            log_start_offset: segments.first().map_or(0, |s| s.base_offset),
+            segments: Some(segments),
+        }
+    }
+
+    #[test]
+    fn round_trips_with_its_segment_record() {
+        let c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        assert_eq!(decode(&encode(&c)), Ok(c.clone()));
         assert_eq!(
             encode(&c),
-            "0\nclean_shutdown 1\nrecovery_point 1234\nlog_start_offset 7\n"
+            "1\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\nsegments 2\n\
+             0 860 98986\n860 1000 16000\n"
         );
     }
 
     #[test]
-    fn malformed_files_are_refused_with_a_reason() {
-        for text in [
-            "",
-            "1\nclean_shutdown 1\nrecovery_point 0\nlog_start_offset 0\n",
-            "0\nclean_shutdown 1\n",
-            "0\nclean_shutdown 2\nrecovery_point 0\nlog_start_offset 0\n",
-            "0\nclean_shutdown 1\nrecovery_point x\nlog_start_offset 0\n",
-            "0\nrecovery_point 0\nclean_shutdown 1\nlog_start_offset 0\n",
-            "0\nclean_shutdown 0\nrecovery_point -5\nlog_start_offset 0\n",
-        ] {
-            assert!(decode(text).is_err(), "accepted {text:?}");
+    fn version_0_files_are_read_without_a_record() {
+        let c = decode("0\nclean_shutdown 1\nrecovery_point 1234\nlog_start_offset 7\n").unwrap();
+        assert_eq!(c.segments, None);
+        assert_eq!((c.recovery_point, c.log_start_offset), (1234, 7));
+    }
+
+    #[test]
+    fn malformed_files_are_refused_naming_the_line() {
+        let cases = [
+            ("", None),
+            ("2\nclean_shutdown 1\n", Some(1)),
+            ("1\nclean_shutdown 1\n", None),
+            (
+                "1\nclean_shutdown 2\nrecovery_point 0\nlog_start_offset 0\nsegments 0\n",
+                Some(2),
+            ),
+            (
+                "1\nclean_shutdown 0\nrecovery_point x\nlog_start_offset 0\nsegments 0\n",
+                Some(3),
+            ),
+            ("1\nrecovery_point 0\nclean_shutdown 1\n", Some(2)),
+            (
+                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 1\n0 5\n",
+                Some(6),
+            ),
+            (
+                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 2\n0 5 100\n",
+                None,
+            ),
+            (
+                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 0\nextra\n",
+                Some(6),
+            ),
+            (
+                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 1\n0 5 -3\n",
+                Some(6),
+            ),
+        ];
+        for (text, line) in cases {
+            match decode(text) {
+                Ok(c) => panic!("accepted {text:?} as {c:?}"),
+                Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
+            }
         }
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        let ok = clean(vec![record(0, 860, 9_000), record(860, 1000, 1_600)]);
+        assert_eq!(ok.check(), Ok(()));
+        let contradictions = [
+            // log start above the end
+            Checkpoint {
+                log_start_offset: 2_000,
+                ..ok.clone()
+            },
+            // recovery point above what a clean close recorded
+            Checkpoint {
+                recovery_point: 5_000,
+                ..ok.clone()
+            },
+            // a recorded segment above the recovery point
+            Checkpoint {
+                clean_shutdown: false,
+                recovery_point: 900,
+                ..ok.clone()
+            },
+            // overlapping segments
+            clean(vec![record(0, 860, 9_000), record(800, 1000, 1_600)]),
+            // a size that cannot hold the offsets
+            clean(vec![record(0, 860, 10), record(860, 1000, 1_600)]),
+            clean(vec![record(0, 0, 100)]),
+            // log start in a later segment: retention would have removed the first
+            Checkpoint {
+                log_start_offset: 900,
+                ..ok.clone()
+            },
+            // log start below the first segment
+            Checkpoint {
+                log_start_offset: 0,
+                ..clean(vec![record(100, 860, 9_000)])
+            },
+            // a clean close with no segment
+            clean(vec![]),
+        ];
+        for c in contradictions {
+            assert!(c.check().is_err(), "accepted {c:?}");
+            assert!(decode(&encode(&c)).is_err(), "decoded {c:?}");
+        }
+    }
+
+    #[test]
+    fn an_unclean_checkpoint_may_vouch_for_less_than_its_recovery_point() {
+        let c = Checkpoint {
+            clean_shutdown: false,
+            recovery_point: 1_500,
+            log_start_offset: 10,
+            segments: Some(vec![record(0, 860, 9_000)]),
+        };
+        assert_eq!(c.check(), Ok(()));
+        let empty_log = Checkpoint {
+            clean_shutdown: true,
+            recovery_point: 42,
+            log_start_offset: 42,
+            segments: Some(vec![record(42, 42, 0)]),
+        };
+        assert_eq!(empty_log.check(), Ok(()));
     }
 }

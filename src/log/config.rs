@@ -72,13 +72,19 @@ pub struct LogConfig {
     pub leader_epoch: i32,
     /// When appends become durable. Default [`FlushPolicy::Manual`].
     pub flush_policy: FlushPolicy,
-    /// What recovery may cut after an unclean shutdown.
+    /// What recovery may cut when it finds damage.
     pub recovery_mode: RecoveryMode,
+    /// Validate every batch of every segment on open, whatever the checkpoint vouches for
+    /// (`oncelog recover --deep`). By default a segment the checkpoint vouches for is held to
+    /// its record (size and offsets) without being read, so opening after a clean close costs
+    /// no data reads; a deep open reads the whole log. Default false.
+    pub deep_recovery: bool,
     /// The idempotent-producer table: dedup window (default 5 batches), `max_producers` and its
     /// policy, expiry by append wall clock (default one day).
     pub producer_state: ProducerStateConfig,
-    /// Version of the producer snapshots written: 2 (oncelog's, the whole dedup window; the
-    /// default) or 1 (Kafka's, only the newest batch per producer). Both are always readable.
+    /// Version of the producer snapshots written: 3 (oncelog's, the whole dedup window and the
+    /// offset it was taken at; the default), 2 (the same without the offset) or 1 (Kafka's, only
+    /// the newest batch per producer). All are always readable.
     pub snapshot_version: SnapshotVersion,
     /// Bytes of the active segment kept faulted in ahead of the writer by a background
     /// thread, so appends copy into resident pages (DESIGN.md §5). 0 turns it off. Default
@@ -102,8 +108,9 @@ impl Default for LogConfig {
             leader_epoch: 0,
             flush_policy: FlushPolicy::Manual,
             recovery_mode: RecoveryMode::TolerateTailCorruption,
+            deep_recovery: false,
             producer_state: ProducerStateConfig::default(),
-            snapshot_version: SnapshotVersion::V2,
+            snapshot_version: SnapshotVersion::V3,
             snapshot_interval_bytes: 64 << 20,
             prefault_bytes: 8 << 20,
         }

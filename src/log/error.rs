@@ -7,10 +7,13 @@ use std::sync::Arc;
 use super::config::{ConfigError, RecoveryMode};
 use crate::format::BatchError;
 use crate::io::IoError;
+use crate::log::checkpoint::BadCheckpoint;
 use crate::producer::ProducerError;
-use crate::segment::{BatchProblem, CorruptSegment, OpenSegmentError};
+use crate::segment::{BatchProblem, CorruptSegment};
 
-/// Bytes in a segment that are not whole, valid batches.
+/// What is wrong with the files of a log: damaged bytes, or files that disagree with what the
+/// checkpoint vouches for. Recovery judges each by where it is (docs/design.md "Recovery on
+/// open"): it is cut, or the open is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Damage {
     #[error("torn batch: {needed} bytes declared, {available} present")]
@@ -25,6 +28,49 @@ pub enum Damage {
         next_offset: i64,
         next_segment_base: i64,
     },
+    /// A segment the checkpoint vouches for has no `.log` file.
+    #[error("segment missing: the checkpoint vouches for offsets {base_offset}..{next_offset} in {size} bytes")]
+    SegmentMissing {
+        base_offset: i64,
+        next_offset: i64,
+        size: u64,
+    },
+    /// A segment's `.log` is not the size the checkpoint vouches for.
+    #[error("{found} bytes, but the checkpoint vouches for {expected}")]
+    SizeMismatch { expected: u64, found: u64 },
+    /// A segment file where the checkpoint says there is none.
+    #[error("segment not in the checkpoint's record of the log (offsets up to {record_end})")]
+    UnrecordedSegment { record_end: i64 },
+    /// The batches of a vouched-for segment do not end where the checkpoint says.
+    #[error("batches end at offset {found_next}, but the checkpoint vouches for {expected_next}")]
+    EndDisagrees { expected_next: i64, found_next: i64 },
+    /// After recovery the log would end below the offsets the checkpoint says were durable.
+    #[error("the log ends at offset {log_end}, but the checkpoint says offsets up to {recovery_point} were durable")]
+    DurableEndMissing { log_end: i64, recovery_point: i64 },
+    /// A file named like a segment that is not a regular file (never opened: a FIFO would block).
+    #[error("a {kind}, not a regular file")]
+    NotAFile { kind: &'static str },
+    /// A `.log` larger than any segment can be (positions are int32).
+    #[error("{len} bytes, larger than any segment ({max})")]
+    TooLarge { len: u64, max: u64 },
+}
+
+impl Damage {
+    /// A stable snake_case name for the kind of damage (the CLI's JSON `damage_kind`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Damage::Torn { .. } => "torn_batch",
+            Damage::Invalid(p) => p.kind(),
+            Damage::MissingOffsets { .. } => "missing_offsets",
+            Damage::SegmentMissing { .. } => "segment_missing",
+            Damage::SizeMismatch { .. } => "size_mismatch",
+            Damage::UnrecordedSegment { .. } => "unrecorded_segment",
+            Damage::EndDisagrees { .. } => "end_disagrees",
+            Damage::DurableEndMissing { .. } => "durable_end_missing",
+            Damage::NotAFile { .. } => "not_a_file",
+            Damage::TooLarge { .. } => "too_large",
+        }
+    }
 }
 
 /// Why a log could not be opened. A refused open changes nothing on disk.
@@ -34,19 +80,34 @@ pub enum OpenError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Io(#[from] IoError),
-    #[error("{}: byte {position}: {damage} (refused by recovery mode {})", path.display(), mode.name())]
-    Corrupt {
+    /// Another `Log` has the directory open, in this process or another.
+    #[error("{} is in use by another log ({holder})", dir.display())]
+    Locked { dir: PathBuf, holder: String },
+    /// The checkpoint is unreadable or contradicts itself.
+    #[error(transparent)]
+    BadCheckpoint(#[from] BadCheckpoint),
+    /// The recovery mode does not allow what recovery would have to cut.
+    #[error("{}{}: {damage} (refused by recovery mode {})", path.display(), position.map(|p| format!(": byte {p}")).unwrap_or_default(), mode.name())]
+    Refused {
         path: PathBuf,
-        position: usize,
+        /// Byte position in the file, where the damage has one.
+        position: Option<usize>,
         damage: Damage,
         mode: RecoveryMode,
     },
-    #[error(transparent)]
-    Segment(#[from] OpenSegmentError),
-    #[error(transparent)]
-    CorruptSegment(#[from] CorruptSegment),
-    #[error("segment {}: {reason}", path.display())]
-    Layout { path: PathBuf, reason: String },
+}
+
+impl OpenError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OpenError::Config(_) => "config",
+            OpenError::Io(_) => "io",
+            OpenError::Locked { .. } => "locked",
+            OpenError::BadCheckpoint(_) => "bad_checkpoint",
+            OpenError::Refused { .. } => "refused",
+        }
+    }
 }
 
 /// Why a batch was not appended. Nothing was written.
@@ -75,6 +136,13 @@ pub enum AppendError {
     ReadOnly { cause: Arc<IoError> },
     #[error("log is closed")]
     Closed,
+    /// A replicated append wrote its first batches and then failed: the log holds them (up to
+    /// `written.last_offset`), and none of the rest.
+    #[error("replicated append stopped after offset {}: {cause}", written.last_offset)]
+    PartiallyWritten {
+        written: super::AppendInfo,
+        cause: Box<AppendError>,
+    },
 }
 
 impl AppendError {
@@ -96,6 +164,7 @@ impl AppendError {
             AppendError::Io(_) => "io",
             AppendError::ReadOnly { .. } => "read_only",
             AppendError::Closed => "closed",
+            AppendError::PartiallyWritten { .. } => "partially_written",
         }
     }
 }

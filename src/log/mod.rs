@@ -23,11 +23,11 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::format::{self, batch, TimestampType};
-use crate::io::{IoError, IoResultExt};
+use crate::io::{FileLock, IoError, IoResultExt};
 use crate::producer::{snapshot_files, Decision, IncomingBatch, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
 
-pub use checkpoint::{Checkpoint, FILE_NAME as CHECKPOINT_FILE_NAME};
+pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
     Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
 };
@@ -92,11 +92,18 @@ struct FlushState {
     in_progress: bool,
 }
 
+/// The lock file of a partition directory: held (`flock`) for the life of a [`Log`], so a second
+/// open of the directory, in this process or another, is refused instead of two writers
+/// assigning the same offsets and trimming each other's mapped files.
+pub const LOCK_FILE_NAME: &str = "oncelog.lock";
+
 /// One partition log. `Send + Sync`: share it with `Arc`; any number of threads may read while
 /// one appends at a time.
 pub struct Log {
     env: Environment,
     dir: PathBuf,
+    /// The directory's lock: held until the log is closed or dropped.
+    lock: Mutex<Option<FileLock>>,
     config: LogConfig,
     segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
     append: Mutex<AppendState>,
@@ -141,7 +148,10 @@ impl Log {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = env.clock.now_ms();
-        let loaded = recovery::open(env.fs.as_ref(), &dir, &config, now)?;
+        let fs = env.fs.as_ref();
+        fs.create_dir_all(&dir).ctx("create directory", &dir)?;
+        let lock = lock_dir(fs, &dir)?;
+        let loaded = recovery::open(fs, &dir, &config, now)?;
         let mut segments = BTreeMap::new();
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);
@@ -149,19 +159,11 @@ impl Log {
         let active = loaded.active;
         segments.insert(active.base_offset(), Arc::clone(active.segment()));
         let log_end_offset = active.segment().next_offset();
-        let ordered: Vec<Arc<Segment>> = segments.values().cloned().collect();
-        let (producers, producer_report) = producers::ProducerState::load(
-            env.fs.as_ref(),
-            &dir,
-            &config,
-            &ordered,
-            loaded.log_start_offset,
-            log_end_offset,
-            now,
-        )?;
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
+        let (producers, producer_report) = (loaded.producers, loaded.producer_report);
         Ok(Log {
             dir,
+            lock: Mutex::new(Some(lock)),
             segments: RwLock::new(segments),
             flush: Mutex::new(FlushState {
                 segment_base: active.base_offset(),
@@ -302,11 +304,7 @@ impl Log {
             .record(incoming.as_ref(), first_offset, summary.size, now);
         self.prefault_ahead(&mut st);
         st.unflushed_messages += summary.records_count as u64;
-        let flush = match self.config.flush_policy {
-            FlushPolicy::Manual => false,
-            FlushPolicy::Always => true,
-            FlushPolicy::EveryMessages(n) => st.unflushed_messages >= n,
-        };
+        let flush = self.flush_due(&st);
         drop(st);
         drop(in_flight);
         if flush {
@@ -354,20 +352,21 @@ impl Log {
         }
         let mut info: Option<AppendInfo> = None;
         for b in &parsed {
+            let written = self.write_replicated(&mut st, b, now);
+            let (segment_base_offset, position) = match (written, info) {
+                (Ok(at), _) => at,
+                (Err(e), None) => return Err(e),
+                // The batches before this one are in the log: say so, or a caller retrying
+                // "nothing was written" would meet UnexpectedAppendOffset on a log it believes
+                // is unchanged.
+                (Err(e), Some(written)) => {
+                    return Err(AppendError::PartiallyWritten {
+                        written,
+                        cause: Box::new(e),
+                    })
+                }
+            };
             let (first, last) = (b.base_offset(), b.last_offset());
-            self.maybe_roll(&mut st, b.size(), b.max_timestamp(), last, now)?;
-            let log_end = self.log_end_offset.load(Ordering::Relaxed);
-            self.maybe_snapshot(&mut st, log_end)?;
-            let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
-            let position = writer
-                .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
-                .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
-            let segment_base_offset = writer.base_offset();
-            self.log_end_offset.store(last + 1, Ordering::Release);
-            let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
-            st.producers.record(incoming.as_ref(), first, b.size(), now);
-            self.prefault_ahead(&mut st);
-            st.unflushed_messages += b.records_count().max(0) as u64;
             info = Some(match info {
                 None => AppendInfo {
                     first_offset: first,
@@ -382,7 +381,46 @@ impl Log {
                 },
             });
         }
+        let flush = self.flush_due(&st);
+        drop(st);
+        if let (true, Some(i)) = (flush, info) {
+            self.flush_to(i.last_offset + 1)
+                .map_err(flush_to_append_error)?;
+        }
         Ok(info)
+    }
+
+    /// Writes one replicated batch (already checked); returns its segment and position.
+    fn write_replicated(
+        &self,
+        st: &mut AppendState,
+        b: &format::RecordBatch<'_>,
+        now: i64,
+    ) -> Result<(i64, u32), AppendError> {
+        let (first, last) = (b.base_offset(), b.last_offset());
+        self.maybe_roll(st, b.size(), b.max_timestamp(), last, now)?;
+        let log_end = self.log_end_offset.load(Ordering::Relaxed);
+        self.maybe_snapshot(st, log_end)?;
+        let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
+        let position = writer
+            .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
+            .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
+        let segment_base_offset = writer.base_offset();
+        self.log_end_offset.store(last + 1, Ordering::Release);
+        let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
+        st.producers.record(incoming.as_ref(), first, b.size(), now);
+        self.prefault_ahead(st);
+        st.unflushed_messages += b.records_count().max(0) as u64;
+        Ok((segment_base_offset, position))
+    }
+
+    /// Whether the flush policy wants a flush after what was just appended.
+    fn flush_due(&self, st: &AppendState) -> bool {
+        match self.config.flush_policy {
+            FlushPolicy::Manual => false,
+            FlushPolicy::Always => true,
+            FlushPolicy::EveryMessages(n) => st.unflushed_messages >= n,
+        }
     }
 
     /// A retry of a retained batch: nothing is written. Under `FlushPolicy::Always` the answer
@@ -407,7 +445,7 @@ impl Log {
     fn maybe_snapshot(&self, st: &mut AppendState, log_end: i64) -> Result<(), AppendError> {
         if st.producers.snapshot_due() {
             st.producers
-                .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+                .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end, false)?;
         }
         Ok(())
     }
@@ -485,7 +523,7 @@ impl Log {
         // The snapshot at the new base offset comes first: if it cannot be written (a full
         // disk) nothing has changed yet.
         st.producers
-            .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base)?;
+            .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         let cfg = recovery::segment_config(&self.config);
         let new =
             segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
@@ -564,19 +602,13 @@ impl Log {
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         for segment in segments.iter().filter(|s| s.max_timestamp() >= timestamp) {
             if let Some(position) = segment.find_timestamp(timestamp)? {
-                let batch =
-                    format::RecordBatch::parse(&segment.data()[position..]).map_err(|error| {
-                        segment::CorruptSegment {
-                            path: segment.log_path().to_path_buf(),
-                            position,
-                            error,
-                        }
-                    })?;
-                let corrupt = |error| segment::CorruptSegment {
+                let corrupt = |error: format::BatchError| segment::CorruptSegment {
                     path: segment.log_path().to_path_buf(),
                     position,
-                    error,
+                    problem: error.into(),
                 };
+                let batch =
+                    format::RecordBatch::parse(&segment.data()[position..]).map_err(corrupt)?;
                 // Kafka answers with the first record at or after the target, not its batch.
                 let records = batch.records_buf().map_err(corrupt)?;
                 let start = self.log_start_offset();
@@ -710,8 +742,10 @@ impl Log {
                     .ctx("fsync directory", &self.dir)?;
             }
             active.flush_log(from, end_position)?;
-            if let Some(snapshot) = pending {
-                snapshot.finish(self.env.fs.as_ref())?;
+            if !pending.is_empty() {
+                for snapshot in pending {
+                    snapshot.finish(self.env.fs.as_ref())?;
+                }
                 self.remove_stray_snapshots()?;
             }
             Ok(())
@@ -733,20 +767,42 @@ impl Log {
         snapshot_files::remove_strays(self.env.fs.as_ref(), &self.dir, &bases).map(|_| ())
     }
 
+    /// Records the recovery point and the segments that are wholly durable: every sealed
+    /// segment already flushed (trimmed, with its indexes), in order, up to the first that is
+    /// not; at a clean close (`clean`), every segment, the active one sealed by then.
     fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
-        // Every offset below the recovery point was fdatasync'ed. A segment wholly below it may
-        // still be untrimmed (rolled after this was written), which recovery tolerates
-        // (`segment::trusted_log_size`).
-        let recovery_point = self.recovery_point();
-        checkpoint::write(
-            self.env.fs.as_ref(),
-            &self.dir,
-            &Checkpoint {
+        let record = {
+            let st = self.append.lock();
+            let recovery_point = self.recovery_point();
+            let active = st.active.as_ref().map(|w| w.base_offset());
+            let unflushed: Vec<i64> = st
+                .unflushed_sealed
+                .iter()
+                .map(|s| s.base_offset())
+                .collect();
+            let segments = self.segments.read();
+            let mut record = Vec::with_capacity(segments.len());
+            for s in segments.values() {
+                let durable = Some(s.base_offset()) != active
+                    && !unflushed.contains(&s.base_offset())
+                    && s.next_offset() <= recovery_point;
+                if !durable {
+                    break;
+                }
+                record.push(SegmentRecord {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size: s.size() as u64,
+                });
+            }
+            Checkpoint {
                 clean_shutdown: clean,
                 recovery_point,
                 log_start_offset: self.log_start_offset(),
-            },
-        )
+                segments: Some(record),
+            }
+        };
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &record)
     }
 
     /// Flushes, trims the active segment to its logical size, and records a clean shutdown.
@@ -769,6 +825,8 @@ impl Log {
         drop(st);
         self.remove_stray_snapshots()?;
         self.write_checkpoint(true)?;
+        // Another `Log` may open the directory from now on.
+        self.lock.lock().take();
         Ok(())
     }
 
@@ -785,6 +843,34 @@ impl Drop for Log {
             // Best effort, like a File's close: callers who care call `close` and see errors.
             let _ = self.close();
         }
+    }
+}
+
+/// Takes the directory's lock, or says who holds it.
+fn lock_dir(fs: &dyn crate::io::FileSystem, dir: &Path) -> Result<FileLock, OpenError> {
+    let path = dir.join(LOCK_FILE_NAME);
+    let holder = format!("process {}", std::process::id());
+    match fs.try_lock(&path, &holder) {
+        Ok(lock) => Ok(lock),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            let named = crate::io::read_small_file(fs, &path, 256)
+                .ok()
+                .and_then(|f| match f {
+                    crate::io::SmallFile::Bytes(b) => String::from_utf8(b).ok(),
+                    _ => None,
+                })
+                .filter(|h| !h.is_empty());
+            let holder = match named {
+                Some(h) if h == holder => format!("{h}: this process has it open"),
+                Some(h) => h,
+                None => "unknown holder".to_string(),
+            };
+            Err(OpenError::Locked {
+                dir: dir.to_path_buf(),
+                holder,
+            })
+        }
+        Err(e) => Err(OpenError::Io(IoError::new("lock", &path, e))),
     }
 }
 

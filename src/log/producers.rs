@@ -1,24 +1,23 @@
 //! The log's producer state: the table, its snapshots beside the segments, and how it is
-//! rebuilt on open (DESIGN.md §6, kafka-format.md §6).
+//! rebuilt on open (docs/design.md "Producer state").
 //!
 //! Snapshots are taken at roll (at the new base offset), every `snapshot_interval_bytes`, and
 //! at close. The first two are written to a temp file under the append lock and made durable
 //! (fsync, rename, directory fsync) by the next flush, never on the append path; the close
-//! snapshot is written durably. On open the newest valid snapshot at or below the log end is
-//! loaded (bad ones are renamed aside, never deleted) and the batch headers after it replayed.
+//! snapshot is written durably. On open the newest snapshot at or below the log end that
+//! passes its checks is loaded (bad ones are renamed aside, never deleted) and the batches
+//! after it replayed.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use super::config::LogConfig;
-use super::error::OpenError;
-use crate::format::{sequence, BatchIter, BatchSummary};
-use crate::io::{FileSystem, IoError};
+use crate::format::{self, sequence, BatchIter, BatchSummary};
+use crate::io::{FileSystem, IoError, IoResultExt, MapMode, OpenMode};
 use crate::producer::{
     snapshot, snapshot_files, Decision, IncomingBatch, ProducerEntry, ProducerError,
-    ProducerStateTable, SnapshotVersion,
+    ProducerStateTable, SnapshotError, SnapshotVersion,
 };
-use crate::segment::{CorruptSegment, Segment};
+use crate::segment::{names, offset_index, BatchInfo, BatchProblem, OffsetBounds};
 
 /// What loading the producer state found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,40 +39,104 @@ pub(crate) struct ProducerState {
     version: SnapshotVersion,
     interval_bytes: u64,
     bytes_since_snapshot: u64,
-    /// A snapshot written to its temp file, waiting for a flush to make it durable.
-    pending: Option<snapshot_files::PendingSnapshot>,
+    /// Snapshots written to their temp files, waiting for a flush to make them durable: one per
+    /// roll since the last flush (each at a segment base, kept), plus at most one interval
+    /// snapshot (replaced by the next).
+    pending: Vec<Pending>,
 }
 
-impl ProducerState {
-    /// Loads the newest usable snapshot at or below `log_end` and replays the batches after it.
-    pub fn load(
+struct Pending {
+    snapshot: snapshot_files::PendingSnapshot,
+    at_segment_base: bool,
+}
+
+/// A segment as replay reads it.
+pub(crate) struct ReplaySegment<'a> {
+    pub base: i64,
+    pub path: &'a Path,
+    pub log_size: usize,
+    pub next_offset: i64,
+    pub next_segment_base: Option<i64>,
+    /// Every batch was validated already (frame, CRC, offsets).
+    pub validated: bool,
+    /// Its batches, where recovery listed them.
+    pub batches: Option<&'a [BatchInfo]>,
+}
+
+/// Why the producer state cannot be rebuilt.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    Io(IoError),
+    /// A batch replayed from bytes trusted without validation is damaged.
+    Damaged {
+        path: PathBuf,
+        position: usize,
+        problem: BatchProblem,
+    },
+}
+
+impl From<IoError> for LoadError {
+    fn from(e: IoError) -> Self {
+        LoadError::Io(e)
+    }
+}
+
+/// The producer state decided on open, and the changes to the snapshot files it needs.
+pub(crate) struct LoadPlan {
+    state: ProducerState,
+    report: ProducerLoadReport,
+    bad: Vec<(i64, PathBuf, SnapshotError)>,
+    above_end: Vec<i64>,
+}
+
+impl LoadPlan {
+    /// Sets bad snapshots aside and removes those above the log end.
+    pub fn apply(
+        mut self,
         fs: &dyn FileSystem,
         dir: &Path,
-        config: &LogConfig,
-        segments: &[Arc<Segment>],
-        log_start: i64,
-        log_end: i64,
-        now_ms: i64,
-    ) -> Result<(ProducerState, ProducerLoadReport), OpenError> {
-        let mut report = ProducerLoadReport {
-            removed_above_end: snapshot_files::delete_above(fs, dir, log_end)?,
-            ..Default::default()
-        };
-        let mut table = ProducerStateTable::new(config.producer_state).map_err(|e| {
-            crate::log::ConfigError {
-                field: "producer_state",
-                value: e.to_string(),
-                rule: "see ProducerStateConfig",
-            }
-        })?;
-        let loaded = snapshot_files::load_newest(fs, dir, log_end)?;
-        report.quarantined = loaded
-            .quarantined
+    ) -> Result<(ProducerState, ProducerLoadReport), IoError> {
+        let quarantined = snapshot_files::quarantine(fs, dir, std::mem::take(&mut self.bad))?;
+        self.report.quarantined = quarantined
             .iter()
             .map(|q| (q.moved_to.clone(), q.error.to_string()))
             .collect();
+        for &o in &self.above_end {
+            let p = snapshot_files::path(dir, o);
+            fs.remove_file(&p).ctx("remove", &p)?;
+        }
+        if !self.above_end.is_empty() {
+            fs.sync_dir(dir).ctx("fsync directory", dir)?;
+        }
+        self.report.removed_above_end = self.above_end;
+        Ok((self.state, self.report))
+    }
+}
+
+impl ProducerState {
+    /// Decides the producer state of a log about to be opened, reading only: the newest
+    /// snapshot at or below `log_end` that passes its checks, then the batches after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan(
+        fs: &dyn FileSystem,
+        config: &LogConfig,
+        snapshots: &[(i64, PathBuf)],
+        segments: &[ReplaySegment<'_>],
+        log_start: i64,
+        log_end: i64,
+        now_ms: i64,
+    ) -> Result<LoadPlan, LoadError> {
+        let mut table = ProducerStateTable::new(config.producer_state)
+            .map_err(|e| IoError::new("producer state", Path::new(""), std::io::Error::other(e)))?;
+        let above_end = snapshots
+            .iter()
+            .map(|(o, _)| *o)
+            .filter(|o| *o > log_end)
+            .collect();
+        let choice = snapshot_files::choose_newest(fs, snapshots, log_end)?;
+        let mut report = ProducerLoadReport::default();
         let mut from = log_start;
-        if let Some((offset, mut snap)) = loaded.newest {
+        if let Some((offset, mut snap)) = choice.newest {
             if snap.version == SnapshotVersion::V1 {
                 // Kafka's format has no append wall clock, only record timestamps, which client
                 // clocks can skew: count the producers as appended now, so a restart can
@@ -86,7 +149,7 @@ impl ProducerState {
             report.snapshot_offset = Some(offset);
             from = offset.max(log_start);
         }
-        report.batches_replayed = replay(&mut table, segments, from, now_ms)?;
+        report.batches_replayed = replay(fs, &mut table, segments, from, now_ms)?;
         table.expire(now_ms);
         report.producers = table.len();
         let state = ProducerState {
@@ -94,9 +157,14 @@ impl ProducerState {
             version: config.snapshot_version,
             interval_bytes: config.snapshot_interval_bytes,
             bytes_since_snapshot: 0,
-            pending: None,
+            pending: Vec::new(),
         };
-        Ok((state, report))
+        Ok(LoadPlan {
+            state,
+            report,
+            bad: choice.bad,
+            above_end,
+        })
     }
 
     pub fn table(&self) -> &ProducerStateTable {
@@ -127,28 +195,42 @@ impl ProducerState {
     }
 
     /// Writes the state as of `offset` (the log end) to a temp file, without fsync; the next
-    /// flush finishes it. Replaces an unfinished older one.
+    /// flush finishes it. A snapshot at a segment base (a roll) is kept until then; an interval
+    /// snapshot replaces the previous interval one, which would be a stray anyway.
     pub fn prepare_snapshot(
         &mut self,
         fs: &dyn FileSystem,
         dir: &Path,
         offset: i64,
+        at_segment_base: bool,
     ) -> Result<(), IoError> {
-        let bytes = snapshot::encode(self.table.iter(), self.version);
-        if let Some(old) = self.pending.take() {
-            // Its temp file is rewritten below if it has the same offset; otherwise removing it
-            // is housekeeping (a leftover .tmp is also removed on open).
-            if old.offset() != offset {
-                let _ = old.abandon(fs);
+        let bytes = snapshot::encode(self.table.iter(), self.version, offset);
+        let snapshot = snapshot_files::prepare(fs, dir, offset, &bytes)?;
+        let mut kept = Vec::with_capacity(self.pending.len() + 1);
+        for p in self.pending.drain(..) {
+            if p.snapshot.offset() == offset {
+                // The same temp file was just rewritten.
+                continue;
+            }
+            if p.at_segment_base {
+                kept.push(p);
+            } else {
+                // Housekeeping: a leftover .tmp is also removed on open.
+                let _ = p.snapshot.abandon(fs);
             }
         }
-        self.pending = Some(snapshot_files::prepare(fs, dir, offset, &bytes)?);
+        kept.push(Pending {
+            snapshot,
+            at_segment_base,
+        });
+        self.pending = kept;
         self.bytes_since_snapshot = 0;
         Ok(())
     }
 
-    pub fn take_pending(&mut self) -> Option<snapshot_files::PendingSnapshot> {
-        self.pending.take()
+    /// The snapshots waiting for a flush, oldest first.
+    pub fn take_pending(&mut self) -> Vec<snapshot_files::PendingSnapshot> {
+        self.pending.drain(..).map(|p| p.snapshot).collect()
     }
 
     /// Writes the state as of `offset` durably (at close).
@@ -158,12 +240,12 @@ impl ProducerState {
         dir: &Path,
         offset: i64,
     ) -> Result<(), IoError> {
-        if let Some(old) = self.pending.take() {
-            if old.offset() != offset {
-                let _ = old.abandon(fs);
+        for p in self.pending.drain(..) {
+            if p.snapshot.offset() != offset {
+                let _ = p.snapshot.abandon(fs);
             }
         }
-        let bytes = snapshot::encode(self.table.iter(), self.version);
+        let bytes = snapshot::encode(self.table.iter(), self.version, offset);
         snapshot_files::write(fs, dir, offset, &bytes)?;
         self.bytes_since_snapshot = 0;
         Ok(())
@@ -192,25 +274,58 @@ pub(crate) fn incoming(summary: &BatchSummary) -> Option<IncomingBatch> {
     })
 }
 
-/// Applies every batch at or after `from` to the table, reading only batch headers. Replayed
+/// Applies every batch at or after `from` to the table, reading only batch headers. Batches of
+/// segments that were not validated on open (their bytes were trusted) are checked as they
+/// are replayed (CRC and offsets), so damage there never becomes producer state. Replayed
 /// batches carry no append wall clock, so they count as appended now: a restart can delay a
 /// producer's expiry, never hasten it.
 fn replay(
+    fs: &dyn FileSystem,
     table: &mut ProducerStateTable,
-    segments: &[Arc<Segment>],
+    segments: &[ReplaySegment<'_>],
     from: i64,
     now_ms: i64,
-) -> Result<u64, CorruptSegment> {
+) -> Result<u64, LoadError> {
     let mut replayed = 0;
-    for segment in segments.iter().filter(|s| s.next_offset() > from) {
-        let data = segment.data();
-        let start = segment.offset_index().lookup(from).position as usize;
-        for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-            let (_, batch) = item.map_err(|(at, error)| CorruptSegment {
-                path: segment.log_path().to_path_buf(),
-                position: start + at,
-                error,
-            })?;
+    for segment in segments.iter().filter(|s| s.next_offset > from) {
+        if segment.log_size == 0 {
+            continue;
+        }
+        let file = fs
+            .open(segment.path, OpenMode::Read)
+            .ctx("open", segment.path)?;
+        let map = file
+            .map(segment.log_size, MapMode::ReadOnly)
+            .ctx("mmap", segment.path)?;
+        let data = map.published_slice();
+        let start = match segment.batches {
+            Some(batches) => {
+                let i = batches.partition_point(|b| b.last_offset < from);
+                batches.get(i).map_or(data.len(), |b| b.position)
+            }
+            None => stored_index_start(fs, segment, data, from),
+        };
+        let bounds = OffsetBounds {
+            segment_base: segment.base,
+            next_segment_base: segment.next_segment_base,
+        };
+        let damaged = |position: usize, problem: BatchProblem| LoadError::Damaged {
+            path: segment.path.to_path_buf(),
+            position,
+            problem,
+        };
+        let mut previous_last = None;
+        for item in BatchIter::new(&data[start..]) {
+            let (at, batch) = item.map_err(|(at, e)| damaged(start + at, e.into()))?;
+            let at = start + at;
+            if !segment.validated {
+                format::validate_stored_batch(batch.as_bytes())
+                    .map_err(|e| damaged(at, e.into()))?;
+                bounds
+                    .check(batch.base_offset(), batch.last_offset(), previous_last)
+                    .map_err(|p| damaged(at, p))?;
+                previous_last = Some(batch.last_offset());
+            }
             if batch.last_offset() < from || batch.producer_id() < 0 {
                 continue;
             }
@@ -223,4 +338,33 @@ fn replay(
         }
     }
     Ok(replayed)
+}
+
+/// Where replay starts in a segment with stored indexes: the index entry for `from` if it
+/// names its batch, else the segment's start.
+fn stored_index_start(
+    fs: &dyn FileSystem,
+    segment: &ReplaySegment<'_>,
+    data: &[u8],
+    from: i64,
+) -> usize {
+    let path = names::file_path(
+        segment.path.parent().unwrap_or(Path::new(".")),
+        segment.base,
+        names::INDEX_EXT,
+    );
+    let Ok(bytes) = crate::io::read_small_file(fs, &path, data.len() as u64 + 8) else {
+        return 0;
+    };
+    let crate::io::SmallFile::Bytes(index) = bytes else {
+        return 0;
+    };
+    offset_index::decode(&index, segment.base)
+        .take_while(|e| e.offset <= from)
+        .filter(|e| {
+            format::RecordBatch::parse(data.get(e.position as usize..).unwrap_or(&[]))
+                .is_ok_and(|b| b.last_offset() == e.offset)
+        })
+        .last()
+        .map_or(0, |e| e.position as usize)
 }

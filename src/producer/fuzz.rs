@@ -9,7 +9,7 @@ use super::snapshot::{decode, encode};
 #[doc(hidden)]
 pub fn fuzz_snapshot(data: &[u8]) {
     if let Ok(s) = decode(data) {
-        let again = encode(&s.entries, s.version);
+        let again = encode(&s.entries, s.version, s.offset.unwrap_or(0));
         assert_eq!(
             again.len(),
             data.len(),

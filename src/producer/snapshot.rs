@@ -1,8 +1,8 @@
-//! The producer snapshot codec: Kafka's version 1 and oncelog's version 2
-//! (kafka-format.md §6, DESIGN.md §4). A file `<offset>.snapshot` holds the producer state
+//! The producer snapshot codec: Kafka's version 1 and oncelog's versions 2 and 3
+//! (docs/format.md "Producer snapshots"). A file `<offset>.snapshot` holds the producer state
 //! after applying every offset below `offset`.
 //!
-//! Both versions share the header:
+//! Versions 1 and 2 share the header:
 //!
 //! | off | size | field |
 //! |---:|---:|---|
@@ -10,6 +10,17 @@
 //! | 2 | 4 | crc uint32: CRC-32C of bytes [6, EOF), which includes the count |
 //! | 6 | 4 | entry count int32 (≥ 0) |
 //! | 10 | … | entries |
+//!
+//! Version 3 (oncelog's default) is version 2 with the offset it was taken at in its header,
+//! so a snapshot copied or renamed to another offset is recognised ([`Snapshot::check_at`]):
+//!
+//! | off | size | field |
+//! |---:|---:|---|
+//! | 0 | 2 | version int16 = 3 |
+//! | 2 | 4 | crc uint32: CRC-32C of bytes [6, EOF) |
+//! | 6 | 8 | offset int64: the log offset of the file name |
+//! | 14 | 4 | entry count int32 (≥ 0) |
+//! | 18 | … | entries, as in version 2 |
 //!
 //! **Version 1** (Kafka's, 46 bytes per entry; only the newest batch of each producer):
 //!
@@ -27,7 +38,7 @@
 //! Version 1 has no append wall clock: a decoded v1 entry takes its last timestamp as
 //! `last_append_ms`, which is what Kafka expires by. Its one batch carries that timestamp too.
 //!
-//! **Version 2** (oncelog's: the whole window and the append wall clock). Per producer, a
+//! **Version 2** (and 3; oncelog's: the whole window and the append wall clock). Per producer, a
 //! 42-byte fixed part followed by its retained batches, oldest first, 24 bytes each:
 //!
 //! | off | size | field |
@@ -59,8 +70,10 @@ use super::config::MAX_WINDOW;
 use super::entry::{ProducerEntry, NO_TXN};
 use super::window::BatchMetadata;
 
-/// Bytes before the first entry.
+/// Bytes before the first entry (versions 1 and 2; version 3 adds the 8-byte offset).
 pub const HEADER_SIZE: usize = 10;
+/// Bytes before the first entry of a version-3 snapshot.
+pub const V3_HEADER_SIZE: usize = 18;
 /// Bytes of one version-1 entry.
 pub const V1_ENTRY_SIZE: usize = 46;
 /// Bytes of the fixed part of one version-2 entry.
@@ -74,9 +87,11 @@ const CRC_START: usize = 6;
 pub enum SnapshotVersion {
     /// Kafka's: readable by Kafka, keeps one batch per producer.
     V1,
-    /// oncelog's: keeps the whole window and the append wall clock.
-    #[default]
+    /// oncelog's first: keeps the whole window and the append wall clock.
     V2,
+    /// oncelog's: version 2 plus the offset it was taken at, checked against its file name.
+    #[default]
+    V3,
 }
 
 impl SnapshotVersion {
@@ -84,14 +99,21 @@ impl SnapshotVersion {
         match self {
             SnapshotVersion::V1 => 1,
             SnapshotVersion::V2 => 2,
+            SnapshotVersion::V3 => 3,
         }
     }
     pub fn from_number(n: i16) -> Option<SnapshotVersion> {
         match n {
             1 => Some(SnapshotVersion::V1),
             2 => Some(SnapshotVersion::V2),
+            3 => Some(SnapshotVersion::V3),
             _ => None,
         }
+    }
+    /// Whether the format keeps a producer's whole dedup window (2 and 3) or only its newest
+    /// batch (Kafka's 1).
+    pub fn keeps_window(self) -> bool {
+        self != SnapshotVersion::V1
     }
 }
 
@@ -99,7 +121,36 @@ impl SnapshotVersion {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub version: SnapshotVersion,
+    /// The offset stored in the header (version 3).
+    pub offset: Option<i64>,
     pub entries: Vec<ProducerEntry>,
+}
+
+impl Snapshot {
+    /// Checks the snapshot against the offset its file is named after: the offset in its header
+    /// (version 3) must be that one, and no entry may know an offset at or above it (a snapshot
+    /// holds the state of the offsets below its name). Versions 1 and 2 are checked by their
+    /// entries only.
+    pub fn check_at(&self, name_offset: i64) -> Result<(), SnapshotError> {
+        if let Some(header) = self.offset.filter(|o| *o != name_offset) {
+            return Err(SnapshotError::OffsetMismatch {
+                header,
+                name: name_offset,
+            });
+        }
+        for e in &self.entries {
+            let newest = e.batches().map(|b| b.last_offset).max();
+            let known = newest.max(e.current_txn_first_offset());
+            if let Some(offset) = known.filter(|o| *o >= name_offset) {
+                return Err(SnapshotError::EntryBeyondOffset {
+                    producer_id: e.producer_id(),
+                    offset,
+                    snapshot_offset: name_offset,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why bytes are not a valid snapshot; positions are byte offsets in the file.
@@ -107,7 +158,7 @@ pub struct Snapshot {
 pub enum SnapshotError {
     #[error("snapshot too short: {len} bytes, the header alone is {min}")]
     TooShort { len: usize, min: usize },
-    #[error("unsupported snapshot version {version} (known: 1, 2)")]
+    #[error("unsupported snapshot version {version} (known: 1, 2, 3)")]
     UnsupportedVersion { version: i16 },
     #[error("snapshot CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
     CrcMismatch { stored: u32, computed: u32 },
@@ -133,30 +184,71 @@ pub enum SnapshotError {
         field: &'static str,
         value: i64,
     },
+    #[error("snapshot header says offset {header}, but the file is named after offset {name}")]
+    OffsetMismatch { header: i64, name: i64 },
+    #[error("producer {producer_id} knows offset {offset}, not below the snapshot's offset {snapshot_offset}")]
+    EntryBeyondOffset {
+        producer_id: i64,
+        offset: i64,
+        snapshot_offset: i64,
+    },
+    #[error("snapshot file of {len} bytes is larger than any snapshot ({max})")]
+    TooLarge { len: u64, max: u64 },
+    #[error("snapshot is a {kind}, not a regular file")]
+    NotAFile { kind: &'static str },
 }
 
-/// Encodes entries in the given order. Version 1 keeps only each producer's newest batch.
+impl SnapshotError {
+    /// A stable snake_case name for the kind of problem.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SnapshotError::TooShort { .. } => "too_short",
+            SnapshotError::UnsupportedVersion { .. } => "unsupported_version",
+            SnapshotError::CrcMismatch { .. } => "crc_mismatch",
+            SnapshotError::InvalidCount { .. } => "invalid_count",
+            SnapshotError::Truncated { .. } => "truncated",
+            SnapshotError::CountMismatch { .. } => "count_mismatch",
+            SnapshotError::InvalidField { .. } => "invalid_field",
+            SnapshotError::OffsetMismatch { .. } => "offset_mismatch",
+            SnapshotError::EntryBeyondOffset { .. } => "entry_beyond_offset",
+            SnapshotError::TooLarge { .. } => "too_large",
+            SnapshotError::NotAFile { .. } => "not_a_file",
+        }
+    }
+}
+
+/// Encodes entries in the given order, as the snapshot taken at `offset` (its file name; stored
+/// in the header from version 3). Version 1 keeps only each producer's newest batch.
 pub fn encode<'a>(
     entries: impl IntoIterator<Item = &'a ProducerEntry>,
     version: SnapshotVersion,
+    offset: i64,
 ) -> Vec<u8> {
     let entries = entries.into_iter();
     let per_entry = match version {
         SnapshotVersion::V1 => V1_ENTRY_SIZE,
-        SnapshotVersion::V2 => V2_ENTRY_FIXED_SIZE + V2_BATCH_SIZE,
+        SnapshotVersion::V2 | SnapshotVersion::V3 => V2_ENTRY_FIXED_SIZE + V2_BATCH_SIZE,
     };
-    let mut out = Vec::with_capacity(HEADER_SIZE + per_entry * entries.size_hint().0);
+    let header = match version {
+        SnapshotVersion::V3 => V3_HEADER_SIZE,
+        _ => HEADER_SIZE,
+    };
+    let mut out = Vec::with_capacity(header + per_entry * entries.size_hint().0);
     out.extend_from_slice(&version.number().to_be_bytes());
-    out.extend_from_slice(&[0; 8]); // crc and count, patched below
+    out.extend_from_slice(&[0; 4]); // crc, patched below
+    if version == SnapshotVersion::V3 {
+        out.extend_from_slice(&offset.to_be_bytes());
+    }
+    out.extend_from_slice(&[0; 4]); // count, patched below
     let mut count: u32 = 0;
     for e in entries {
         count += 1;
         match version {
             SnapshotVersion::V1 => encode_v1_entry(&mut out, e),
-            SnapshotVersion::V2 => encode_v2_entry(&mut out, e),
+            SnapshotVersion::V2 | SnapshotVersion::V3 => encode_v2_entry(&mut out, e),
         }
     }
-    out[6..10].copy_from_slice(&count.to_be_bytes());
+    out[header - 4..header].copy_from_slice(&count.to_be_bytes());
     let crc = crc32c::crc32c(&out[CRC_START..]);
     out[2..6].copy_from_slice(&crc.to_be_bytes());
     out
@@ -211,11 +303,22 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     if stored != computed {
         return Err(SnapshotError::CrcMismatch { stored, computed });
     }
+    let offset = if version == SnapshotVersion::V3 {
+        if bytes.len() < V3_HEADER_SIZE {
+            return Err(SnapshotError::TooShort {
+                len: bytes.len(),
+                min: V3_HEADER_SIZE,
+            });
+        }
+        Some(r.i64())
+    } else {
+        None
+    };
     let count = r.i32();
     let count = usize::try_from(count).map_err(|_| SnapshotError::InvalidCount { count })?;
     let entries = match version {
         SnapshotVersion::V1 => decode_v1(&mut r, count)?,
-        SnapshotVersion::V2 => decode_v2(&mut r, count)?,
+        SnapshotVersion::V2 | SnapshotVersion::V3 => decode_v2(&mut r, count)?,
     };
     if r.pos != bytes.len() {
         return Err(SnapshotError::CountMismatch {
@@ -224,7 +327,11 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
             len: bytes.len(),
         });
     }
-    Ok(Snapshot { version, entries })
+    Ok(Snapshot {
+        version,
+        offset,
+        entries,
+    })
 }
 
 fn decode_v1(r: &mut Reader<'_>, count: usize) -> Result<Vec<ProducerEntry>, SnapshotError> {

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use super::snapshot::{self, Snapshot, SnapshotError};
-use crate::io::{self, File, FileSystem, IoError, IoResultExt, OpenMode};
+use crate::io::{self, FileSystem, IoError, IoResultExt, OpenMode};
 
 const SUFFIX: &str = ".snapshot";
 /// Appended to the name of a snapshot that failed its checks.
@@ -67,13 +67,14 @@ pub fn write(
 
 /// A snapshot written to its temp file but not yet fsynced nor visible under its real name.
 /// Created on the append path by [`prepare`]; [`PendingSnapshot::finish`] does the slow part
-/// (fsync, rename, directory fsync) elsewhere, as Kafka does since KAFKA-15046.
+/// (fsync, rename, directory fsync) elsewhere, as Kafka does since KAFKA-15046. It holds no
+/// file descriptor in between (the file is opened again to be synced), so any number of rolls
+/// between two flushes each keep their snapshot.
 #[derive(Debug)]
 pub struct PendingSnapshot {
     offset: i64,
     temp: PathBuf,
     target: PathBuf,
-    file: Box<dyn File>,
 }
 
 /// Writes `bytes` to the temp file of the snapshot at `offset`, without fsync.
@@ -93,7 +94,6 @@ pub fn prepare(
         offset,
         temp,
         target,
-        file,
     })
 }
 
@@ -104,15 +104,17 @@ impl PendingSnapshot {
 
     /// Makes the snapshot durable and visible. Returns its path.
     pub fn finish(self, fs: &dyn FileSystem) -> Result<PathBuf, IoError> {
-        self.file.sync_data().ctx("fsync", &self.temp)?;
-        drop(self.file);
+        let file = fs
+            .open(&self.temp, OpenMode::ReadWrite)
+            .ctx("open", &self.temp)?;
+        file.sync_data().ctx("fsync", &self.temp)?;
+        drop(file);
         io::publish_file(fs, &self.temp, &self.target)?;
         Ok(self.target)
     }
 
     /// Gives up: removes the temp file.
     pub fn abandon(self, fs: &dyn FileSystem) -> Result<(), IoError> {
-        drop(self.file);
         fs.remove_file(&self.temp).ctx("remove", &self.temp)
     }
 }
@@ -134,44 +136,87 @@ pub struct LoadedSnapshot {
     pub quarantined: Vec<Quarantined>,
 }
 
+/// The largest snapshot file read: 16 million producers with a full default window. A larger
+/// file (a damaged or sparse one) is set aside without being read.
+pub const MAX_FILE_BYTES: u64 = 4 << 30;
+
+/// What [`choose_newest`] decided, without changing anything.
+#[derive(Debug)]
+pub struct Choice {
+    /// The newest valid snapshot at or below the limit, with its offset.
+    pub newest: Option<(i64, Snapshot)>,
+    /// Newer snapshots that failed their checks, newest first: to be set aside.
+    pub bad: Vec<(i64, PathBuf, SnapshotError)>,
+}
+
+/// Finds the newest snapshot at or below `at_or_below` that passes its checks: decodes, and
+/// agrees with the offset it is named after ([`Snapshot::check_at`]). Reads only. An I/O error
+/// (as opposed to bad content) stops the search: a file that cannot be read is not known to be
+/// bad.
+pub fn choose_newest(
+    fs: &dyn FileSystem,
+    snapshots: &[(i64, PathBuf)],
+    at_or_below: i64,
+) -> Result<Choice, IoError> {
+    let mut bad = Vec::new();
+    for (offset, file) in snapshots.iter().rev().filter(|(o, _)| *o <= at_or_below) {
+        let checked = match io::read_small_file(fs, file, MAX_FILE_BYTES)? {
+            io::SmallFile::Missing => continue,
+            io::SmallFile::NotAFile(kind) => Err(SnapshotError::NotAFile { kind }),
+            io::SmallFile::TooLarge(len) => Err(SnapshotError::TooLarge {
+                len,
+                max: MAX_FILE_BYTES,
+            }),
+            io::SmallFile::Bytes(bytes) => {
+                snapshot::decode(&bytes).and_then(|s| s.check_at(*offset).map(|()| s))
+            }
+        };
+        match checked {
+            Ok(s) => {
+                return Ok(Choice {
+                    newest: Some((*offset, s)),
+                    bad,
+                })
+            }
+            Err(error) => bad.push((*offset, file.clone(), error)),
+        }
+    }
+    Ok(Choice { newest: None, bad })
+}
+
+/// Renames snapshots that failed their checks aside (`<name>.corrupt`), never deleting them.
+pub fn quarantine(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    bad: Vec<(i64, PathBuf, SnapshotError)>,
+) -> Result<Vec<Quarantined>, IoError> {
+    let mut out = Vec::new();
+    for (offset, file, error) in bad {
+        let moved_to = quarantine_path(&file);
+        fs.rename(&file, &moved_to).ctx("rename", &file)?;
+        out.push(Quarantined {
+            offset,
+            moved_to,
+            error,
+        });
+    }
+    if !out.is_empty() {
+        fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    }
+    Ok(out)
+}
+
 /// Loads the newest valid snapshot at or below `at_or_below`, newest first; each one that
-/// fails its checks is renamed aside and the next older one is tried. An I/O error (as
-/// opposed to bad content) stops the search: a file that cannot be read is not known to be bad.
+/// fails its checks is renamed aside and the next older one is tried.
 pub fn load_newest(
     fs: &dyn FileSystem,
     dir: &Path,
     at_or_below: i64,
 ) -> Result<LoadedSnapshot, IoError> {
-    let mut quarantined = Vec::new();
-    let mut newest = None;
-    for (offset, file) in list(fs, dir)?
-        .into_iter()
-        .rev()
-        .filter(|(o, _)| *o <= at_or_below)
-    {
-        let bytes = io::read_file(fs, &file)?;
-        match snapshot::decode(&bytes) {
-            Ok(s) => {
-                newest = Some((offset, s));
-                break;
-            }
-            Err(error) => {
-                let moved_to = quarantine_path(&file);
-                fs.rename(&file, &moved_to).ctx("rename", &file)?;
-                quarantined.push(Quarantined {
-                    offset,
-                    moved_to,
-                    error,
-                });
-            }
-        }
-    }
-    if !quarantined.is_empty() {
-        fs.sync_dir(dir).ctx("fsync directory", dir)?;
-    }
+    let choice = choose_newest(fs, &list(fs, dir)?, at_or_below)?;
     Ok(LoadedSnapshot {
-        newest,
-        quarantined,
+        newest: choice.newest,
+        quarantined: quarantine(fs, dir, choice.bad)?,
     })
 }
 

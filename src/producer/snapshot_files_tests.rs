@@ -17,6 +17,7 @@ fn snapshot_bytes(pid: i64) -> Vec<u8> {
     encode(
         [&ProducerEntry::restore(pid, 0, -1, 0, None, 0, vec![])],
         SnapshotVersion::V2,
+        0,
     )
 }
 

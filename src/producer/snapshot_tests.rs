@@ -70,7 +70,7 @@ fn windowed_entries() -> Vec<ProducerEntry> {
 
 #[test]
 fn v1_encoding_reproduces_tv7_byte_for_byte() {
-    assert_eq!(encode(&tv7_entries(), SnapshotVersion::V1), hex(TV7));
+    assert_eq!(encode(&tv7_entries(), SnapshotVersion::V1, 0), hex(TV7));
 }
 
 #[test]
@@ -80,6 +80,7 @@ fn v1_tv7_decodes_to_its_entries() {
         s,
         Ok(Snapshot {
             version: SnapshotVersion::V1,
+            offset: None,
             entries: tv7_entries()
         })
     );
@@ -88,11 +89,12 @@ fn v1_tv7_decodes_to_its_entries() {
 #[test]
 fn empty_v1_snapshot_matches_kafkas_bytes() {
     let empty = hex("000148674bc700000000");
-    assert_eq!(encode(&[], SnapshotVersion::V1), empty);
+    assert_eq!(encode(&[], SnapshotVersion::V1, 0), empty);
     assert_eq!(
         decode(&empty),
         Ok(Snapshot {
             version: SnapshotVersion::V1,
+            offset: None,
             entries: vec![]
         })
     );
@@ -100,7 +102,7 @@ fn empty_v1_snapshot_matches_kafkas_bytes() {
 
 #[test]
 fn v1_keeps_only_the_newest_batch() {
-    let bytes = encode(&windowed_entries(), SnapshotVersion::V1);
+    let bytes = encode(&windowed_entries(), SnapshotVersion::V1, 0);
     assert_eq!(bytes.len(), HEADER_SIZE + 3 * V1_ENTRY_SIZE);
     let entries = decode(&bytes).map(|s| s.entries).unwrap_or_default();
     let newest: Vec<Vec<i32>> = entries
@@ -114,7 +116,7 @@ fn v1_keeps_only_the_newest_batch() {
 #[test]
 fn v2_round_trips_whole_windows_and_wall_clock() {
     let entries = windowed_entries();
-    let bytes = encode(&entries, SnapshotVersion::V2);
+    let bytes = encode(&entries, SnapshotVersion::V2, 0);
     assert_eq!(
         bytes.len(),
         HEADER_SIZE + 3 * V2_ENTRY_FIXED_SIZE + 6 * V2_BATCH_SIZE
@@ -124,6 +126,7 @@ fn v2_round_trips_whole_windows_and_wall_clock() {
         decode(&bytes),
         Ok(Snapshot {
             version: SnapshotVersion::V2,
+            offset: None,
             entries
         })
     );
@@ -145,7 +148,7 @@ fn v2_layout_matches_the_documented_table() {
             timestamp: 0x7172737475767778,
         }],
     );
-    let bytes = encode([&e], SnapshotVersion::V2);
+    let bytes = encode([&e], SnapshotVersion::V2, 0);
     let expected = hex("00000000000000000001
          0102030405060708 0a0b 0c0d0e0f 1112131415161718 2122232425262728 3132333435363738 00000001
          41424344 5152535455565758 61626364 7172737475767778");
@@ -163,12 +166,54 @@ fn short_file_is_too_short() {
 
 #[test]
 fn unknown_version_is_unsupported() {
-    let mut bytes = encode(&[], SnapshotVersion::V2);
-    bytes[1] = 3;
+    let mut bytes = encode(&[], SnapshotVersion::V2, 0);
+    bytes[1] = 4;
     assert_eq!(
         decode(&bytes),
-        Err(SnapshotError::UnsupportedVersion { version: 3 })
+        Err(SnapshotError::UnsupportedVersion { version: 4 })
     );
+}
+
+#[test]
+fn version_3_keeps_the_offset_it_was_taken_at() {
+    let entries = windowed_entries();
+    let bytes = encode(&entries, SnapshotVersion::V3, 5_000);
+    assert_eq!(
+        bytes.len(),
+        encode(&entries, SnapshotVersion::V2, 0).len() + 8
+    );
+    let s = decode(&bytes).unwrap();
+    assert_eq!(s.version, SnapshotVersion::V3);
+    assert_eq!(s.offset, Some(5_000));
+    assert_eq!(s.entries, entries);
+    assert_eq!(s.check_at(5_000), Ok(()));
+    // A copy renamed to another offset is caught by its header.
+    assert_eq!(
+        s.check_at(6_000),
+        Err(SnapshotError::OffsetMismatch {
+            header: 5_000,
+            name: 6_000
+        })
+    );
+}
+
+#[test]
+fn a_snapshot_knowing_offsets_at_or_above_its_name_fails_its_check() {
+    let entries = windowed_entries();
+    let newest = entries
+        .iter()
+        .flat_map(|e| e.batches().map(|b| b.last_offset))
+        .max()
+        .unwrap();
+    let s = decode(&encode(&entries, SnapshotVersion::V2, 0)).unwrap();
+    assert_eq!(s.check_at(newest + 1), Ok(()));
+    assert!(matches!(
+        s.check_at(newest),
+        Err(SnapshotError::EntryBeyondOffset { offset, snapshot_offset, .. })
+            if offset == newest && snapshot_offset == newest
+    ));
+    let v1 = decode(&encode(&entries, SnapshotVersion::V1, 0)).unwrap();
+    assert!(v1.check_at(newest).is_err());
 }
 
 #[test]
@@ -193,7 +238,7 @@ fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
 
 #[test]
 fn truncated_file_names_the_entry_and_position() {
-    let bytes = encode(&windowed_entries(), SnapshotVersion::V2);
+    let bytes = encode(&windowed_entries(), SnapshotVersion::V2, 0);
     let cut = reseal(bytes[..HEADER_SIZE + V2_ENTRY_FIXED_SIZE + 5 * V2_BATCH_SIZE + 10].to_vec());
     assert_eq!(
         decode(&cut),
@@ -232,7 +277,7 @@ fn trailing_bytes_are_a_count_mismatch() {
 
 #[test]
 fn negative_entry_count_is_invalid() {
-    let mut bytes = encode(&[], SnapshotVersion::V2);
+    let mut bytes = encode(&[], SnapshotVersion::V2, 0);
     bytes[6..10].copy_from_slice(&(-1i32).to_be_bytes());
     assert_eq!(
         decode(&reseal(bytes)),
@@ -242,7 +287,7 @@ fn negative_entry_count_is_invalid() {
 
 #[test]
 fn huge_entry_count_fails_without_allocating_for_it() {
-    let mut bytes = encode(&[], SnapshotVersion::V2);
+    let mut bytes = encode(&[], SnapshotVersion::V2, 0);
     bytes[6..10].copy_from_slice(&i32::MAX.to_be_bytes());
     assert!(matches!(
         decode(&reseal(bytes)),
@@ -253,7 +298,7 @@ fn huge_entry_count_fails_without_allocating_for_it() {
 #[test]
 fn batch_count_beyond_the_bound_or_negative_is_an_invalid_field() {
     for bad in [-1i32, MAX_WINDOW as i32 + 1, i32::MAX] {
-        let mut bytes = encode(&windowed_entries()[2..], SnapshotVersion::V2);
+        let mut bytes = encode(&windowed_entries()[2..], SnapshotVersion::V2, 0);
         bytes[48..52].copy_from_slice(&bad.to_be_bytes());
         assert_eq!(
             decode(&reseal(bytes)),
@@ -269,7 +314,7 @@ fn batch_count_beyond_the_bound_or_negative_is_an_invalid_field() {
 
 #[test]
 fn negative_offset_delta_is_an_invalid_field() {
-    let mut bytes = encode(&windowed_entries()[1..2], SnapshotVersion::V2);
+    let mut bytes = encode(&windowed_entries()[1..2], SnapshotVersion::V2, 0);
     bytes[64..68].copy_from_slice(&(-5i32).to_be_bytes());
     assert_eq!(
         decode(&reseal(bytes)),
@@ -285,7 +330,7 @@ fn negative_offset_delta_is_an_invalid_field() {
 #[test]
 fn v1_entry_without_a_batch_restores_an_empty_window() {
     let e = ProducerEntry::restore(5, 1, 2, TS, None, TS, vec![]);
-    let bytes = encode([&e], SnapshotVersion::V1);
+    let bytes = encode([&e], SnapshotVersion::V1, 0);
     assert_eq!(
         &bytes[20..36],
         &hex("ffffffff ffffffffffffffff 00000000")[..]

@@ -17,7 +17,15 @@ pub fn fuzz_index(data: &[u8]) {
     let _ = time_index::check(body, base, base.saturating_add(i32::MAX as i64));
     let _ = time_index::decode(body, base).count();
     let mut batches = 0;
-    let _ = scan::scan(body, base, None, &mut |_| batches += 1);
+    let _ = scan::scan(
+        body,
+        scan::OffsetBounds {
+            segment_base: base,
+            next_segment_base: None,
+        },
+        None,
+        &mut |_| batches += 1,
+    );
     // The index search over whatever keys the bytes hold (sorted, as an index keeps them).
     let mut keys: Vec<i64> = offset_index::decode(body, base).map(|e| e.offset).collect();
     keys.sort_unstable();

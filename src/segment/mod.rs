@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::format::{self, BatchError, BatchFrame, BatchIter};
+use crate::format::{self, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
-pub use scan::{scan, BatchInfo, BatchProblem, ScanResult, ScanStop};
+pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use time_index::{TimeIndex, TimestampOffset};
 pub use writer::SegmentWriter;
 
@@ -57,14 +57,15 @@ pub struct Segment {
     max_timestamp: AtomicI64,
 }
 
-/// A read that met bytes that are not a batch (only possible in a segment that was trusted on
-/// open, such as a damaged segment below the recovery point).
+/// A read that met bytes that are not a batch, or a batch whose offsets contradict the
+/// segment (only possible in a segment trusted on open without being read, whose bytes were
+/// damaged since it was written).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} at byte {position}: {error}", path.display())]
+#[error("{} at byte {position}: {problem}", path.display())]
 pub struct CorruptSegment {
     pub path: PathBuf,
     pub position: usize,
-    pub error: BatchError,
+    pub problem: BatchProblem,
 }
 
 impl Segment {
@@ -120,6 +121,10 @@ impl Segment {
     /// Only batches that start below `below` are returned: the writer publishes a batch's
     /// bytes a moment before it moves the log end, and a reader must never see a batch the log
     /// end does not yet count (its next read, at that batch's end, would be out of range).
+    ///
+    /// Every batch handed out has offsets that fit the segment (see [`OffsetBounds`]): the
+    /// offsets are not covered by the CRC, so a reader of damaged bytes gets an error rather
+    /// than a batch claiming offsets it does not hold.
     pub fn read(
         &self,
         target: i64,
@@ -127,22 +132,27 @@ impl Segment {
         below: i64,
     ) -> Result<Option<Bytes>, CorruptSegment> {
         let data = self.data();
-        let start = self.offset_index.lookup(target).position as usize;
+        let start = self.index_start(target);
         if start >= data.len() {
             return Ok(None);
         }
+        let bounds = OffsetBounds {
+            segment_base: self.base_offset,
+            next_segment_base: None,
+        };
         let mut first: Option<usize> = None;
         let mut end = start;
+        let mut previous_last = None;
         for item in BatchIter::new(&data[start..]) {
-            let (at, batch) = item.map_err(|(at, error)| CorruptSegment {
-                path: self.log_path.clone(),
-                position: start + at,
-                error,
-            })?;
+            let (at, batch) = item.map_err(|(at, error)| self.corrupt(start + at, error.into()))?;
             let at = start + at;
             if batch.base_offset() >= below {
                 break;
             }
+            bounds
+                .check(batch.base_offset(), batch.last_offset(), previous_last)
+                .map_err(|problem| self.corrupt(at, problem))?;
+            previous_last = Some(batch.last_offset());
             match first {
                 None if batch.last_offset() < target => continue,
                 None => first = Some(at),
@@ -154,18 +164,38 @@ impl Segment {
         Ok(first.and_then(|f| self.log.bytes(f, end)))
     }
 
+    /// Where a scan for `target` starts: the index entry's position if the batch there is the
+    /// one the entry names, else the start of the segment. A damaged index entry then costs a
+    /// longer scan, never a wrong answer or an error blamed on the log.
+    fn index_start(&self, target: i64) -> usize {
+        let entry = self.offset_index.lookup(target);
+        let at = entry.position as usize;
+        let names_its_batch = at == 0
+            || format::RecordBatch::parse(self.data().get(at..).unwrap_or(&[]))
+                .is_ok_and(|b| b.last_offset() == entry.offset);
+        if names_its_batch {
+            at
+        } else {
+            0
+        }
+    }
+
+    fn corrupt(&self, position: usize, problem: BatchProblem) -> CorruptSegment {
+        CorruptSegment {
+            path: self.log_path.clone(),
+            position,
+            problem,
+        }
+    }
+
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
     /// time and offset indexes (kafka-format.md §4.3 lookup).
     pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<usize>, CorruptSegment> {
         let from = self.time_index.lookup(timestamp).offset;
-        let start = self.offset_index.lookup(from).position as usize;
+        let start = self.index_start(from);
         let data = self.data();
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-            let (at, batch) = item.map_err(|(at, error)| CorruptSegment {
-                path: self.log_path.clone(),
-                position: start + at,
-                error,
-            })?;
+            let (at, batch) = item.map_err(|(at, error)| self.corrupt(start + at, error.into()))?;
             if batch.max_timestamp() >= timestamp {
                 return Ok(Some(start + at));
             }
@@ -206,9 +236,9 @@ impl Segment {
 /// How a segment's indexes are obtained when it is opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexSource<'a> {
-    /// Use the stored files if they pass their checks; rebuild them from the log otherwise.
+    /// Use the stored files (recovery checked them).
     Stored,
-    /// Rebuild from these batches (recovery already validated them).
+    /// Rebuild from these batches (recovery listed them).
     Rebuild(&'a [BatchInfo]),
 }
 
@@ -217,13 +247,6 @@ pub enum IndexSource<'a> {
 pub enum Opened {
     Sealed(Arc<Segment>),
     Active(SegmentWriter),
-}
-
-/// What opening a segment did beyond reading it.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct OpenNotes {
-    /// Index files that were rebuilt from the log, and why.
-    pub rebuilt: Vec<(PathBuf, String)>,
 }
 
 /// Creates an empty active segment at `base_offset`, replacing leftover files of that name.
@@ -257,7 +280,7 @@ pub fn create(
     made
 }
 
-/// Which segment [`open`] opens, and how.
+/// Which segment [`open`] opens, and what recovery found out about it.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenSpec<'a> {
     pub base_offset: i64,
@@ -266,24 +289,26 @@ pub struct OpenSpec<'a> {
     /// Open as the active segment (mapped writable, preallocated again) or sealed (trimmed).
     pub active: bool,
     pub indexes: IndexSource<'a>,
+    pub tail: TailInfo,
 }
 
-/// Opens an existing segment as `spec` says.
+/// Opens an existing segment as recovery planned it: cuts what follows its valid bytes,
+/// rebuilds its indexes if told to, and maps it.
 pub fn open(
     fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     spec: OpenSpec<'_>,
     now_ms: i64,
-) -> Result<(Opened, OpenNotes), OpenSegmentError> {
+) -> Result<Opened, OpenSegmentError> {
     let OpenSpec {
         base_offset,
         log_size,
         active,
         indexes,
+        tail,
     } = spec;
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::Create)?;
-    let mut notes = OpenNotes::default();
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
         // Bytes past the valid end (a torn tail, or preallocated zeros after a crash) are cut
@@ -295,44 +320,15 @@ pub fn open(
             .ctx("truncate", &files.log_path)?;
         files.log.sync_data().ctx("fdatasync", &files.log_path)?;
     }
-    let log_map = Arc::new(
-        files
-            .log
-            .map(log_size, MapMode::ReadOnly)
-            .ctx("mmap", &files.log_path)?,
-    );
-    let batches = match indexes {
-        IndexSource::Rebuild(batches) => batches.to_vec(),
-        IndexSource::Stored => {
-            match files.check_stored_indexes(base_offset, log_map.published_slice()) {
-                Ok(()) => Vec::new(),
-                Err(reason) => {
-                    notes.rebuilt.push((files.index_path.clone(), reason));
-                    walk(log_map.published_slice(), &files.log_path)?
-                }
-            }
-        }
+    let (rebuild, batches): (bool, &[BatchInfo]) = match indexes {
+        IndexSource::Rebuild(batches) => (true, batches),
+        IndexSource::Stored => (false, &[]),
     };
-    let rebuild = matches!(indexes, IndexSource::Rebuild(_)) || !notes.rebuilt.is_empty();
-    if let IndexSource::Rebuild(_) = indexes {
-        notes
-            .rebuilt
-            .push((files.index_path.clone(), "rebuilt by recovery".to_string()));
-    }
-    // Stored index files are only a shortcut to the tail once they passed their checks; when
-    // they are rebuilt, their entries may point anywhere (a crash keeps any mix of their pages),
-    // and the batch list already says what the tail is.
-    let tail = if rebuild {
-        tail_from_batches(&batches)
-    } else {
-        tail_info(log_map.published_slice(), &files, base_offset)?
-    };
-    drop(log_map);
     if !active && !rebuild {
         let segment = files.into_sealed(base_offset, log_size, tail)?;
-        return Ok((Opened::Sealed(segment), notes));
+        return Ok(Opened::Sealed(segment));
     }
-    let mut writer = files.into_writer(base_offset, cfg, log_size, !rebuild, &batches, now_ms)?;
+    let mut writer = files.into_writer(base_offset, cfg, log_size, !rebuild, batches, now_ms)?;
     writer.restore(tail.last_offset, tail.first_batch_timestamp);
     if let Some(last) = tail.last_offset {
         writer.segment().set_next_offset(last + 1);
@@ -341,9 +337,9 @@ pub fn open(
         writer.segment().note_timestamp(ts);
     }
     if active {
-        Ok((Opened::Active(writer), notes))
+        Ok(Opened::Active(writer))
     } else {
-        Ok((Opened::Sealed(writer.seal()?), notes))
+        Ok(Opened::Sealed(writer.seal()?))
     }
 }
 
@@ -358,116 +354,26 @@ pub enum OpenSegmentError {
     Index { path: PathBuf, error: IndexError },
 }
 
-/// The logical size of a segment trusted without validation (wholly below the recovery point).
-/// Its batches are durable, but if it was rolled away from after the checkpoint was written,
-/// its trim and its index may not be: the file can still be preallocated, ending in zeros. The
-/// walk over batch frames (no CRC) starts at the last index entry that verifiably points at a
-/// batch ending at its offset, so a trimmed segment costs a few header reads; it stops at the
-/// end of the file or at a zero tail. Damage is left for the open to report.
-pub fn trusted_log_size(data: &[u8], index: &[u8], base_offset: i64) -> usize {
-    let hint = offset_index::decode(index, base_offset)
-        .filter(|e| {
-            let at = e.position as usize;
-            at > 0
-                && format::RecordBatch::parse(data.get(at..).unwrap_or(&[]))
-                    .is_ok_and(|b| b.last_offset() == e.offset)
-        })
-        .last()
-        .map_or(0, |e| e.position as usize);
-    for start in [hint, 0] {
-        let mut pos = start;
-        while let Ok(BatchFrame::Complete { size }) = format::frame(&data[pos..]) {
-            pos += size;
-        }
-        let rest = &data[pos..];
-        if rest.is_empty()
-            || rest[..rest.len().min(scan::ZERO_CHECK_WINDOW)]
-                .iter()
-                .all(|&b| b == 0)
-        {
-            return pos;
-        }
-        if start == 0 {
-            break;
+/// What a reopened segment needs to know of its data, as recovery found it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TailInfo {
+    /// The last offset of its batches, `None` when empty.
+    pub last_offset: Option<i64>,
+    /// maxTimestamp of the first batch (the time-based roll, §3.2), -1 if unknown.
+    pub first_batch_timestamp: i64,
+    /// The largest batch maxTimestamp, if known; otherwise the time index's last entry says.
+    pub max_timestamp: Option<i64>,
+}
+
+impl TailInfo {
+    /// The tail of a segment whose batches were all listed (validated or walked).
+    pub fn from_batches(batches: &[BatchInfo]) -> TailInfo {
+        TailInfo {
+            last_offset: batches.last().map(|b| b.last_offset),
+            first_batch_timestamp: batches.first().map_or(-1, |b| b.max_timestamp),
+            max_timestamp: batches.iter().map(|b| b.max_timestamp).max(),
         }
     }
-    data.len()
-}
-
-/// Batch positions of trusted log bytes, by their frames only (no CRC): enough to rebuild
-/// indexes of data that was validated before.
-fn walk(data: &[u8], path: &Path) -> Result<Vec<BatchInfo>, CorruptSegment> {
-    let mut out = Vec::new();
-    for item in BatchIter::new(data) {
-        let (position, b) = item.map_err(|(position, error)| CorruptSegment {
-            path: path.to_path_buf(),
-            position,
-            error,
-        })?;
-        out.push(BatchInfo {
-            position,
-            size: b.size(),
-            base_offset: b.base_offset(),
-            last_offset: b.last_offset(),
-            max_timestamp: b.max_timestamp(),
-        });
-    }
-    Ok(out)
-}
-
-/// What a reopened segment needs to know of its data.
-#[derive(Debug, Clone, Copy)]
-struct TailInfo {
-    last_offset: Option<i64>,
-    first_batch_timestamp: i64,
-    max_timestamp: Option<i64>,
-}
-
-/// The tail of a segment whose batches were all listed (validated or walked).
-fn tail_from_batches(batches: &[BatchInfo]) -> TailInfo {
-    TailInfo {
-        last_offset: batches.last().map(|b| b.last_offset),
-        first_batch_timestamp: batches.first().map_or(-1, |b| b.max_timestamp),
-        max_timestamp: batches.iter().map(|b| b.max_timestamp).max(),
-    }
-}
-
-/// Reads the first batch's timestamp and walks from the last offset-index entry to the end for
-/// the last offset: a short walk, not a scan of the whole segment.
-fn tail_info(
-    data: &[u8],
-    files: &SegmentFiles,
-    base_offset: i64,
-) -> Result<TailInfo, CorruptSegment> {
-    let first_batch_timestamp = match format::frame(data) {
-        Ok(BatchFrame::Complete { .. }) => format::RecordBatch::parse(data)
-            .map(|b| b.max_timestamp())
-            .unwrap_or(-1),
-        _ => -1,
-    };
-    let index = files.read_index_bytes();
-    let start = offset_index::decode(&index, base_offset)
-        .last()
-        .map(|e| e.position as usize)
-        .filter(|&p| p < data.len())
-        .unwrap_or(0);
-    let mut last_offset = None;
-    let mut max_timestamp = files.read_time_index_last(base_offset).map(|t| t.timestamp);
-    for item in BatchIter::new(&data[start..]) {
-        let (_, b) = item.map_err(|(position, error)| CorruptSegment {
-            path: files.log_path.clone(),
-            position: start + position,
-            error,
-        })?;
-        last_offset = Some(b.last_offset());
-        max_timestamp =
-            Some(max_timestamp.map_or(b.max_timestamp(), |m: i64| m.max(b.max_timestamp())));
-    }
-    Ok(TailInfo {
-        last_offset,
-        first_batch_timestamp,
-        max_timestamp,
-    })
 }
 
 /// The three open files of a segment.
@@ -501,33 +407,6 @@ impl SegmentFiles {
             index,
             time,
         })
-    }
-
-    fn read_all(file: &dyn File) -> Vec<u8> {
-        let len = file.len().unwrap_or(0) as usize;
-        let mut buf = vec![0u8; len];
-        let n = file.read_at(&mut buf, 0).unwrap_or(0);
-        buf.truncate(n);
-        buf
-    }
-
-    fn read_index_bytes(&self) -> Vec<u8> {
-        Self::read_all(self.index.as_ref())
-    }
-
-    fn read_time_index_last(&self, base: i64) -> Option<TimestampOffset> {
-        time_index::decode(&Self::read_all(self.time.as_ref()), base).last()
-    }
-
-    /// Checks stored index files against the log; `Err` says why they must be rebuilt.
-    fn check_stored_indexes(&self, base: i64, data: &[u8]) -> Result<(), String> {
-        let index = self.read_index_bytes();
-        offset_index::check(&index, base, data.len()).map_err(|e| format!("offset index: {e}"))?;
-        let time = Self::read_all(self.time.as_ref());
-        // The last offset of the segment bounds the time index; without an entry in the
-        // offset index the whole int32 range is allowed here and the walk checks the rest.
-        let last = i64::MAX;
-        time_index::check(&time, base, last).map_err(|e| format!("time index: {e}"))
     }
 
     /// Maps a sealed segment's index read-only, whole entries only (a trailing partial entry
@@ -572,8 +451,15 @@ impl SegmentFiles {
             offset_index: OffsetIndex::new(base, index),
             time_index: TimeIndex::new(base, time),
             next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
-            max_timestamp: AtomicI64::new(tail.max_timestamp.unwrap_or(-1)),
+            max_timestamp: AtomicI64::new(-1),
         };
+        // A sealed segment's time index ends with its largest timestamp (forced at seal).
+        let max_ts = tail
+            .max_timestamp
+            .or_else(|| segment.time_index.last().map(|t| t.timestamp));
+        segment
+            .max_timestamp
+            .store(max_ts.unwrap_or(-1), Ordering::Release);
         Ok(Arc::new(segment))
     }
 
@@ -659,16 +545,18 @@ impl SegmentFiles {
         entry_size: usize,
         keep: bool,
     ) -> Result<(Arc<Mapping>, crate::io::MapWriter), IoError> {
-        let stored = if keep {
-            file.len().ctx("stat", path)? as usize
-        } else {
-            0
-        };
+        let len = file.len().ctx("stat", path)? as usize;
+        let stored = if keep { len } else { 0 };
         // A rebuilt index is written over the old file from the start rather than truncated and
         // allocated again: that would drop and re-fault its page cache on every unclean open.
         // Entries past the published count are never read, and the file is trimmed at seal.
         let published = stored - stored % entry_size;
         let capacity = (index_bytes - index_bytes % entry_size).max(published);
+        if len > capacity {
+            // A rebuilt index larger than its capacity (a damaged file, possibly huge and
+            // sparse) would keep its stale length until the segment is sealed.
+            file.set_len(capacity as u64).ctx("truncate", path)?;
+        }
         file.allocate(capacity as u64).ctx("fallocate", path)?;
         let map = Arc::new(
             file.map(capacity, MapMode::ReadWrite { published })

@@ -96,7 +96,7 @@ pub fn encode(base_offset: i64, entry: OffsetPosition) -> [u8; ENTRY_SIZE] {
 /// Checks every entry of stored index bytes: whole entries, offsets strictly increasing and not
 /// below the base, positions inside the log.
 pub fn check(bytes: &[u8], base_offset: i64, log_size: usize) -> Result<(), IndexProblem> {
-    if bytes.len() % ENTRY_SIZE != 0 {
+    if !bytes.len().is_multiple_of(ENTRY_SIZE) {
         return Err(IndexProblem::Length {
             len: bytes.len(),
             entry_size: ENTRY_SIZE,

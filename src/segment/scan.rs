@@ -37,6 +37,69 @@ pub enum BatchProblem {
         last_offset: i64,
         segment_base: i64,
     },
+    #[error(
+        "last offset {last_offset} is not below the next segment's base offset {next_segment_base}"
+    )]
+    OffsetBeyondNextSegment {
+        last_offset: i64,
+        next_segment_base: i64,
+    },
+}
+
+impl BatchProblem {
+    /// A stable snake_case name for the kind of problem.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BatchProblem::Batch(_) => "invalid_batch",
+            BatchProblem::OffsetNotIncreasing { .. } => "offset_not_increasing",
+            BatchProblem::OffsetOutOfSegment { .. } => "offset_out_of_segment",
+            BatchProblem::OffsetBeyondNextSegment { .. } => "offset_beyond_next_segment",
+        }
+    }
+}
+
+/// The offsets a batch of a segment must respect: above the previous batch's, at or above the
+/// segment's base offset within its int32 range, and below the next segment's base. None of
+/// them is covered by the CRC, so each is checked wherever a batch header is believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetBounds {
+    pub segment_base: i64,
+    /// The base offset of the next segment, if there is one.
+    pub next_segment_base: Option<i64>,
+}
+
+impl OffsetBounds {
+    /// Checks one batch's offsets after the previous batch's last offset.
+    pub fn check(
+        &self,
+        base_offset: i64,
+        last_offset: i64,
+        previous_last: Option<i64>,
+    ) -> Result<(), BatchProblem> {
+        if let Some(previous_last) = previous_last.filter(|&p| base_offset <= p) {
+            return Err(BatchProblem::OffsetNotIncreasing {
+                base_offset,
+                previous_last,
+            });
+        }
+        if base_offset < self.segment_base
+            || last_offset < base_offset
+            || relative_offset(self.segment_base, last_offset).is_none()
+        {
+            return Err(BatchProblem::OffsetOutOfSegment {
+                base_offset,
+                last_offset,
+                segment_base: self.segment_base,
+            });
+        }
+        if let Some(next) = self.next_segment_base.filter(|&n| last_offset >= n) {
+            return Err(BatchProblem::OffsetBeyondNextSegment {
+                last_offset,
+                next_segment_base: next,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Where and why a scan stopped.
@@ -79,12 +142,34 @@ pub struct ScanResult {
     pub stop: ScanStop,
 }
 
-/// Validates every batch of `bytes` (frame, CRC, codec, offsets strictly increasing and inside
-/// the segment's int32 range) and calls `on_batch` for each valid one, in order.
+/// Validates every batch of `bytes` (frame, CRC, codec, offsets as [`OffsetBounds`] says) and
+/// calls `on_batch` for each valid one, in order.
 pub fn scan(
     bytes: &[u8],
-    segment_base: i64,
+    bounds: OffsetBounds,
     previous_last_offset: Option<i64>,
+    on_batch: &mut dyn FnMut(&BatchInfo),
+) -> ScanResult {
+    walk(bytes, bounds, previous_last_offset, true, on_batch)
+}
+
+/// Like [`scan`], but without the CRC and record checks: only frames and offsets. For bytes
+/// whose content is trusted (durable and validated before) when only their layout is needed,
+/// such as an index rebuild; the offsets, which no checksum covers, are checked all the same.
+pub fn walk_frames(
+    bytes: &[u8],
+    bounds: OffsetBounds,
+    previous_last_offset: Option<i64>,
+    on_batch: &mut dyn FnMut(&BatchInfo),
+) -> ScanResult {
+    walk(bytes, bounds, previous_last_offset, false, on_batch)
+}
+
+fn walk(
+    bytes: &[u8],
+    bounds: OffsetBounds,
+    previous_last_offset: Option<i64>,
+    validate: bool,
     on_batch: &mut dyn FnMut(&BatchInfo),
 ) -> ScanResult {
     let mut pos = 0;
@@ -96,7 +181,7 @@ pub fn scan(
             break ScanStop::End;
         }
         let rest = &bytes[pos..];
-        let batch = match check_batch(rest, segment_base, last) {
+        let batch = match check_batch(rest, bounds, last, validate) {
             Ok(batch) => batch,
             Err(stop) => break classify(rest, pos, stop),
         };
@@ -131,8 +216,9 @@ enum Halt {
 
 fn check_batch(
     rest: &[u8],
-    segment_base: i64,
+    bounds: OffsetBounds,
     previous_last: Option<i64>,
+    validate: bool,
 ) -> Result<RecordBatch<'_>, Halt> {
     match format::frame(rest) {
         Ok(BatchFrame::Complete { .. }) => {}
@@ -141,21 +227,15 @@ fn check_batch(
         }
         Err(e) => return Err(Halt::Invalid(e.into())),
     }
-    let batch = format::validate_stored_batch(rest).map_err(|e| Halt::Invalid(e.into()))?;
-    let (base_offset, last_offset) = (batch.base_offset(), batch.last_offset());
-    if let Some(previous_last) = previous_last.filter(|&p| base_offset <= p) {
-        return Err(Halt::Invalid(BatchProblem::OffsetNotIncreasing {
-            base_offset,
-            previous_last,
-        }));
+    let batch = if validate {
+        format::validate_stored_batch(rest)
+    } else {
+        RecordBatch::parse(rest)
     }
-    if base_offset < segment_base || relative_offset(segment_base, last_offset).is_none() {
-        return Err(Halt::Invalid(BatchProblem::OffsetOutOfSegment {
-            base_offset,
-            last_offset,
-            segment_base,
-        }));
-    }
+    .map_err(|e| Halt::Invalid(e.into()))?;
+    bounds
+        .check(batch.base_offset(), batch.last_offset(), previous_last)
+        .map_err(Halt::Invalid)?;
     Ok(batch)
 }
 

@@ -46,7 +46,7 @@ pub fn encode(base_offset: i64, entry: TimestampOffset) -> [u8; ENTRY_SIZE] {
 /// Checks every entry of stored time-index bytes: whole entries, timestamps and offsets never
 /// decreasing, offsets not below the base and not beyond the segment's last offset.
 pub fn check(bytes: &[u8], base_offset: i64, last_offset: i64) -> Result<(), IndexProblem> {
-    if bytes.len() % ENTRY_SIZE != 0 {
+    if !bytes.len().is_multiple_of(ENTRY_SIZE) {
         return Err(IndexProblem::Length {
             len: bytes.len(),
             entry_size: ENTRY_SIZE,

@@ -108,15 +108,19 @@ pub fn same_except_offset_and_epoch(stored: &[u8], appended: &[u8]) -> bool {
         && stored[16..] == appended[16..]
 }
 
-/// Every file of a directory with its contents (a before/after picture).
-pub fn dir_contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+/// Every file of a directory with its length and CRC-32C (a before/after picture that prints
+/// short when it differs). The lock file is left out: every open, even a refused one, holds it.
+pub fn dir_contents(dir: &Path) -> BTreeMap<String, (usize, u32)> {
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(dir).expect("read_dir") {
         let entry = entry.expect("entry");
-        if entry.file_type().expect("type").is_file() {
+        if entry.file_type().expect("type").is_file()
+            && entry.file_name() != oncelog::log::LOCK_FILE_NAME
+        {
+            let bytes = std::fs::read(entry.path()).expect("read");
             out.insert(
                 entry.file_name().to_string_lossy().into_owned(),
-                std::fs::read(entry.path()).expect("read"),
+                (bytes.len(), crc32c::crc32c(&bytes)),
             );
         }
     }

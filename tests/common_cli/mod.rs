@@ -84,15 +84,19 @@ pub fn segment_log(dir: &Path) -> PathBuf {
     dir.join("00000000000000000000.log")
 }
 
-/// Every file of a directory, by name, with its bytes.
-pub fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+/// Every file of a directory, by name, with its length and CRC-32C (a before/after picture
+/// that prints short when it differs). The lock file is not part of the log: every open, even
+/// a refused one, holds it.
+pub fn contents(dir: &Path) -> BTreeMap<String, (usize, u32)> {
     fs::read_dir(dir)
         .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name() != oncelog::log::LOCK_FILE_NAME)
         .map(|e| {
-            let e = e.unwrap();
+            let bytes = fs::read(e.path()).unwrap();
             (
                 e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
+                (bytes.len(), crc32c::crc32c(&bytes)),
             )
         })
         .collect()

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::{IoError, SimFs};
-use oncelog::segment::OpenSegmentError;
 use oncelog::{AppendError, AppendInfo, AppendOutcome, FlushError, Log, LogConfig, OpenError};
 
 use super::{client_batch, describe_dir, open, retry_window, Ctx, Model, ProducerSeq, StepClock};
@@ -271,7 +270,7 @@ pub fn flush_io(e: &FlushError) -> Option<&IoError> {
 
 pub fn open_io(e: &OpenError) -> Option<&IoError> {
     match e {
-        OpenError::Io(e) | OpenError::Segment(OpenSegmentError::Io(e)) => Some(e),
+        OpenError::Io(e) => Some(e),
         _ => None,
     }
 }

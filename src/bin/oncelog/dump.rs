@@ -280,7 +280,7 @@ impl<'a> SnapshotLine<'a> {
         let (last_sequence, last_offset, offset_delta) = e
             .newest_batch()
             .map_or((-1, -1, 0), |b| (b.last_seq, b.last_offset, b.offset_delta));
-        let v2 = version == SnapshotVersion::V2;
+        let v2 = version.keeps_window();
         SnapshotLine {
             kind: "producer_snapshot",
             file,
@@ -495,7 +495,9 @@ impl Dumper {
     }
 
     fn snapshot(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
-        let Snapshot { version, entries } = match snapshot::decode(bytes) {
+        let Snapshot {
+            version, entries, ..
+        } = match snapshot::decode(bytes) {
             Ok(s) => s,
             Err(e) => return self.error(file, 0, e.to_string()),
         };

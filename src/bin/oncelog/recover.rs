@@ -23,6 +23,10 @@ pub struct RecoverArgs {
     /// any damage is refused).
     #[arg(long, value_enum, default_value_t = Mode::TolerateTail)]
     mode: Mode,
+    /// Validate every batch of every segment, even those a clean checkpoint vouches for
+    /// (by default they are held to the checkpoint's record without being read).
+    #[arg(long)]
+    deep: bool,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -53,12 +57,13 @@ struct Report {
     mode: &'static str,
     clean_shutdown: bool,
     checkpoint_found: bool,
-    bad_checkpoint: Option<String>,
+    segments_recorded: bool,
+    deep: bool,
     recovery_point: i64,
     segments_validated: usize,
     bytes_validated: u64,
     truncations: Vec<Cut>,
-    segments_deleted: Vec<String>,
+    segments_deleted: Vec<FileReason>,
     indexes_rebuilt: Vec<FileReason>,
     leftovers: Vec<String>,
     producer_state: ProducerState,
@@ -111,8 +116,11 @@ struct Refusal {
     refused: bool,
     mode: &'static str,
     file: String,
-    position: usize,
+    /// Byte position in the file, or the line of a bad checkpoint; `null` for a whole file.
+    position: Option<usize>,
+    line: Option<usize>,
     damage: String,
+    damage_kind: &'static str,
     message: String,
 }
 
@@ -127,13 +135,14 @@ pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
     let mode = RecoveryMode::from(args.mode);
     let config = LogConfig {
         recovery_mode: mode,
+        deep_recovery: args.deep,
         ..LogConfig::default()
     };
     let mut out = Out::stdout();
     let log = match Log::open(&args.dir, config) {
         Ok(log) => log,
-        Err(e @ OpenError::Corrupt { .. }) => {
-            print_refusal(&mut out, args.json, &e)?;
+        Err(e @ (OpenError::Refused { .. } | OpenError::BadCheckpoint(_))) => {
+            print_refusal(&mut out, args.json, mode, &e)?;
             out.flush()?;
             return Ok(Status::Failed);
         }
@@ -156,32 +165,57 @@ pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
     Ok(Status::Ok)
 }
 
-fn print_refusal(out: &mut Out, json: bool, e: &OpenError) -> Result<(), CliError> {
-    let OpenError::Corrupt {
-        path,
-        position,
-        damage,
-        mode,
-    } = e
-    else {
-        return Ok(());
-    };
-    if json {
-        out.json(&Refusal {
+fn print_refusal(
+    out: &mut Out,
+    json: bool,
+    mode: RecoveryMode,
+    e: &OpenError,
+) -> Result<(), CliError> {
+    let refusal = match e {
+        OpenError::Refused {
+            path,
+            position,
+            damage,
+            mode,
+        } => Refusal {
             refused: true,
             mode: mode.name(),
             file: path.display().to_string(),
             position: *position,
+            line: None,
             damage: damage.to_string(),
+            damage_kind: damage.kind(),
             message: e.to_string(),
-        })?;
+        },
+        OpenError::BadCheckpoint(bad) => Refusal {
+            refused: true,
+            mode: mode.name(),
+            file: bad.path.display().to_string(),
+            position: None,
+            line: bad.line,
+            damage: bad.reason.clone(),
+            damage_kind: "bad_checkpoint",
+            message: e.to_string(),
+        },
+        _ => return Ok(()),
+    };
+    if json {
+        out.json(&refusal)?;
     } else {
+        let at = match (refusal.position, refusal.line) {
+            (Some(p), _) => format!(": byte {p}"),
+            (None, Some(l)) => format!(": line {l}"),
+            (None, None) => String::new(),
+        };
         out.line(&format!(
-            "REFUSED by mode {}: {}: byte {position}: {damage}",
-            mode.name(),
-            path.display()
+            "REFUSED by mode {}: {}{at}: {}",
+            refusal.mode, refusal.file, refusal.damage
         ))?;
-        out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
+        if matches!(e, OpenError::BadCheckpoint(_)) {
+            out.line("nothing was changed; remove the checkpoint to validate the whole log")?;
+        } else {
+            out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
+        }
     }
     Ok(())
 }
@@ -204,12 +238,13 @@ impl Report {
             mode: mode.name(),
             clean_shutdown: r.clean_shutdown,
             checkpoint_found: r.checkpoint_found,
-            bad_checkpoint: r.bad_checkpoint.clone(),
+            segments_recorded: r.segments_recorded,
+            deep: r.deep,
             recovery_point: r.recovery_point,
             segments_validated: r.segments_validated,
             bytes_validated: r.bytes_validated,
             truncations: r.truncations.iter().map(Cut::new).collect(),
-            segments_deleted: names(&r.segments_deleted),
+            segments_deleted: reasons(&r.segments_deleted),
             indexes_rebuilt: reasons(&r.indexes_rebuilt),
             leftovers: names(&r.leftovers),
             producer_state: ProducerState {
@@ -228,14 +263,22 @@ impl Report {
 
 fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
     out.line(&format!("recovered {} with mode {}", r.dir, r.mode))?;
-    let shutdown = match (r.checkpoint_found, r.clean_shutdown) {
-        (true, true) => "clean (nothing to validate)",
-        (true, false) => "unclean: everything after the recovery point was validated",
-        (false, _) => "unknown (no checkpoint): everything was validated",
+    let shutdown = match (r.checkpoint_found, r.clean_shutdown, r.segments_recorded) {
+        (true, true, true) => "clean: segments held to the checkpoint's record, not read",
+        (true, true, false) => {
+            "clean (old checkpoint without a segment record): everything was validated"
+        }
+        (true, false, true) => {
+            "unclean: segments the checkpoint vouches for held to its record, the rest validated"
+        }
+        (true, false, false) => {
+            "unclean (old checkpoint without a segment record): everything was validated"
+        }
+        (false, _, _) => "unknown (no checkpoint): everything was validated",
     };
     out.line(&format!("last shutdown: {shutdown}"))?;
-    if let Some(reason) = &r.bad_checkpoint {
-        out.line(&format!("bad checkpoint, ignored: {reason}"))?;
+    if r.deep {
+        out.line("deep: every segment was validated")?;
     }
     out.line(&format!(
         "recovery point {}; validated {} segment(s), {} bytes of batches",
@@ -248,7 +291,7 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         ))?;
     }
     for f in &r.segments_deleted {
-        out.line(&format!("DELETED {f} (it followed a cut)"))?;
+        out.line(&format!("DELETED {}: {}", f.file, f.reason))?;
     }
     for f in &r.indexes_rebuilt {
         out.line(&format!("REBUILT {}: {}", f.file, f.reason))?;

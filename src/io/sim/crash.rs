@@ -87,6 +87,8 @@ impl SimFs {
         }
         st.inodes = inodes;
         st.epoch += 1;
+        // The process died with the machine: its locks went with it.
+        st.locks.clear();
         report
     }
 }

@@ -47,7 +47,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::map::SharedBuffer;
-use super::{File, FileSystem, OpenMode};
+use super::{File, FileKind, FileLock, FileMeta, FileSystem, OpenMode};
 
 pub use crash::{CrashReport, PAGE};
 use faults::Fault;
@@ -62,6 +62,8 @@ pub enum OpKind {
     CreateDir,
     List,
     Exists,
+    Stat,
+    Lock,
     Open,
     Rename,
     Remove,
@@ -148,6 +150,9 @@ struct State {
     counters: Counters,
     faults: Vec<Fault>,
     capacity: Option<u64>,
+    /// Held locks by path, with the id of the guard holding each (a crash drops them all, as
+    /// the death of the process releases `flock` locks).
+    locks: HashMap<PathBuf, u64>,
 }
 
 fn sim_error(msg: impl Into<String>) -> io::Error {
@@ -357,6 +362,53 @@ impl FileSystem for SimFs {
             .is_some_and(|d| d.live.contains_key(&name)))
     }
 
+    fn stat(&self, path: &Path) -> io::Result<FileMeta> {
+        let path = normalize(path);
+        let mut st = self.state.lock();
+        st.op(OpKind::Stat)?;
+        if st.dirs.contains_key(&path) {
+            return Ok(FileMeta {
+                kind: FileKind::Dir,
+                len: 0,
+            });
+        }
+        let (dir, name) = split(&path)?;
+        let id = *st
+            .dirs
+            .get(&dir)
+            .and_then(|d| d.live.get(&name))
+            .ok_or_else(|| not_found(&path))?;
+        let len = st.inode(id)?.live.len() as u64;
+        Ok(FileMeta {
+            kind: FileKind::File,
+            len,
+        })
+    }
+
+    fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock> {
+        let file = self.open(path, OpenMode::Create)?;
+        let key = normalize(path);
+        let id = {
+            let mut st = self.state.lock();
+            st.op(OpKind::Lock)?;
+            if st.locks.contains_key(&key) {
+                return Err(io::Error::from(io::ErrorKind::WouldBlock));
+            }
+            st.next_id += 1;
+            let id = st.next_id;
+            st.locks.insert(key.clone(), id);
+            id
+        };
+        let guard = SimLock {
+            state: Arc::clone(&self.state),
+            key,
+            id,
+        };
+        file.set_len(0)?;
+        file.write_all_at(holder.as_bytes(), 0)?;
+        Ok(FileLock::new(Box::new(guard)))
+    }
+
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>> {
         let (dir, name) = split(path)?;
         let mut st = self.state.lock();
@@ -443,6 +495,22 @@ impl FileSystem for SimFs {
         d.pending.clear();
         st.collect_garbage();
         Ok(())
+    }
+}
+
+/// A held simulated lock; dropping it releases the lock unless a crash already did.
+struct SimLock {
+    state: Arc<Mutex<State>>,
+    key: PathBuf,
+    id: u64,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut st = self.state.lock();
+        if st.locks.get(&self.key) == Some(&self.id) {
+            st.locks.remove(&self.key);
+        }
     }
 }
 

@@ -1,0 +1,333 @@
+//! Opening a log directory (docs/design.md "Recovery on open"): leftover files, the checkpoint
+//! and the segments it vouches for, validation of everything it does not vouch for, index
+//! rebuilds, the cut of damage the recovery mode allows, and the producer state.
+//!
+//! Recovery first *plans*: it reads and validates without changing anything, producer state
+//! included, so a recovery mode that refuses leaves the directory as it found it, the
+//! checkpoint's clean flag too. Only then does it apply the plan, in an order that leaves a
+//! directory the next open can recover whatever step a crash stops it at.
+
+mod inventory;
+mod plan;
+mod report;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::checkpoint::{self, Checkpoint};
+use super::config::{LogConfig, RecoveryMode};
+use super::error::{Damage, OpenError};
+use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment};
+use crate::io::{FileSystem, IoError, IoResultExt};
+use crate::segment::{self, names, IndexSource, OpenSegmentError, OpenSpec, Opened, Segment};
+use crate::segment::{SegmentConfig, SegmentWriter};
+
+use inventory::Inventory;
+use plan::{Doomed, KeptSegment, Plan, PlanError, Planner, Trust};
+pub use report::{RecoveryReport, Truncation};
+
+/// The loaded log, ready for appends.
+pub(crate) struct Loaded {
+    pub sealed: Vec<Arc<Segment>>,
+    pub active: SegmentWriter,
+    pub log_start_offset: i64,
+    pub recovery_point: i64,
+    pub report: RecoveryReport,
+    pub producers: ProducerState,
+    pub producer_report: ProducerLoadReport,
+}
+
+pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
+    SegmentConfig {
+        segment_bytes: config.segment_bytes,
+        index_bytes: config.segment_index_bytes,
+        index_interval_bytes: config.index_interval_bytes,
+    }
+}
+
+pub(crate) fn open(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<Loaded, OpenError> {
+    let inv = Inventory::take(fs, dir)?;
+    let cp = checkpoint::read(fs, dir)??;
+    let mode = config.recovery_mode;
+    let mut deep = config.deep_recovery;
+    let refused = |path, position, damage| OpenError::Refused {
+        path,
+        position,
+        damage,
+        mode,
+    };
+    // Damage that replaying producer state finds in bytes the checkpoint vouched for means
+    // those bytes cannot be believed: under a mode that may cut, everything is validated
+    // again, which finds the damage where it can be cut.
+    let (report, plan, producers) = loop {
+        let mut report = RecoveryReport {
+            clean_shutdown: cp.as_ref().is_some_and(|c| c.clean_shutdown),
+            checkpoint_found: cp.is_some(),
+            segments_recorded: cp.as_ref().is_some_and(|c| c.segments.is_some()),
+            recovery_point: cp.as_ref().map_or(0, |c| c.recovery_point),
+            deep,
+            ..RecoveryReport::default()
+        };
+        let planner = Planner {
+            fs,
+            dir,
+            mode,
+            checkpoint: cp.as_ref(),
+            deep,
+        };
+        let plan = match planner.plan(&inv, &mut report) {
+            Ok(p) => p,
+            Err(PlanError::Io(e)) => return Err(e.into()),
+            Err(PlanError::Refused {
+                path,
+                position,
+                damage,
+            }) => return Err(refused(path, position, damage)),
+        };
+        match plan_producers(fs, config, &inv, &plan, now_ms) {
+            Ok(p) => break (report, plan, p),
+            Err(LoadError::Io(e)) => return Err(e.into()),
+            Err(LoadError::Damaged {
+                path,
+                position,
+                problem,
+            }) => {
+                if mode == RecoveryMode::TolerateAnyCorruption && !deep {
+                    deep = true;
+                    continue;
+                }
+                return Err(refused(path, Some(position), Damage::Invalid(problem)));
+            }
+        }
+    };
+    apply(
+        fs,
+        dir,
+        config,
+        now_ms,
+        &inv,
+        cp.as_ref(),
+        plan,
+        report,
+        producers,
+    )
+}
+
+fn plan_producers(
+    fs: &dyn FileSystem,
+    config: &LogConfig,
+    inv: &Inventory,
+    plan: &Plan,
+    now_ms: i64,
+) -> Result<super::producers::LoadPlan, LoadError> {
+    let segments: Vec<ReplaySegment<'_>> = plan
+        .segments
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ReplaySegment {
+            base: s.base,
+            path: &s.source,
+            log_size: s.log_size,
+            next_offset: s.next_offset,
+            next_segment_base: plan.segments.get(i + 1).map(|n| n.base),
+            validated: s.trust == Trust::Validated,
+            batches: s.rebuild.as_deref(),
+        })
+        .collect();
+    ProducerState::plan(
+        fs,
+        config,
+        &inv.snapshots,
+        &segments,
+        plan.log_start_offset,
+        plan.log_end(),
+        now_ms,
+    )
+}
+
+/// Carries out the plan. Order matters for a crash at any step:
+/// 1. complete interrupted swaps, remove leftovers and files that were never part of the log;
+/// 2. write a checkpoint that vouches only for what the remaining steps leave untouched (and
+///    clears the clean flag, so a crash from here on is recovered as unclean);
+/// 3. delete segments dropped after a cut, set bad snapshots aside;
+/// 4. open the segments: cut, rebuild indexes, flush what was rewritten;
+/// 5. write the checkpoint that vouches for every sealed segment, all durable by then.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+    inv: &Inventory,
+    old: Option<&Checkpoint>,
+    plan: Plan,
+    mut report: RecoveryReport,
+    producers: super::producers::LoadPlan,
+) -> Result<Loaded, OpenError> {
+    // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
+    let swaps = &plan.swaps;
+    for path in &swaps.superseded {
+        fs.remove_file(path).ctx("remove", path)?;
+        report.leftovers.push(path.clone());
+    }
+    for (from, to) in &swaps.renames {
+        fs.rename(from, to).ctx("rename", from)?;
+        report.leftovers.push(from.clone());
+    }
+    for path in inv.garbage.iter().chain(&swaps.discarded) {
+        fs.remove_file(path).ctx("remove", path)?;
+        report.leftovers.push(path.clone());
+    }
+    let (never_recorded, after_cut): (Vec<&Doomed>, Vec<&Doomed>) =
+        plan.doomed.iter().partition(|d| d.unrecorded);
+    for d in never_recorded {
+        remove_segment_files(fs, dir, d, &mut report)?;
+    }
+    if !swaps.superseded.is_empty() || !swaps.renames.is_empty() {
+        fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    }
+
+    // 2. The intent checkpoint.
+    let intent = plan.intent_checkpoint();
+    if old != Some(&intent) {
+        checkpoint::write(fs, dir, &intent)?;
+    }
+
+    // 3. What goes because of a cut, and snapshots.
+    for d in after_cut {
+        remove_segment_files(fs, dir, d, &mut report)?;
+    }
+    remove_orphan_indexes(fs, inv, &plan, &mut report)?;
+    let (producers, producer_report) = producers.apply(fs, dir)?;
+
+    // 4. The segments.
+    let cfg = segment_config(config);
+    let mut sealed = Vec::new();
+    let mut active = None;
+    let last = plan.segments.len().saturating_sub(1);
+    for (i, s) in plan.segments.iter().enumerate() {
+        let opened = open_segment(fs, dir, &cfg, s, i == last, now_ms, &mut report)?;
+        match opened {
+            Opened::Sealed(seg) => sealed.push(seg),
+            Opened::Active(w) => active = Some(w),
+        }
+    }
+    let active = match active {
+        Some(w) => w,
+        None => {
+            segment::create(fs, dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
+        }
+    };
+
+    // 5. The result checkpoint.
+    let result = plan.result_checkpoint();
+    if result != intent {
+        checkpoint::write(fs, dir, &result)?;
+    }
+    fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    let log_end = active.segment().next_offset();
+    Ok(Loaded {
+        sealed,
+        active,
+        log_start_offset: plan.log_start_offset,
+        recovery_point: result.recovery_point.min(log_end),
+        report,
+        producers,
+        producer_report,
+    })
+}
+
+fn open_segment(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    cfg: &SegmentConfig,
+    s: &KeptSegment,
+    active: bool,
+    now_ms: i64,
+    report: &mut RecoveryReport,
+) -> Result<Opened, OpenError> {
+    let indexes = match &s.rebuild {
+        Some(batches) => IndexSource::Rebuild(batches),
+        None => IndexSource::Stored,
+    };
+    if s.trust == Trust::Validated {
+        report.indexes_rebuilt.push((
+            names::file_path(dir, s.base, names::INDEX_EXT),
+            "rebuilt by recovery".to_string(),
+        ));
+    }
+    let spec = OpenSpec {
+        base_offset: s.base,
+        log_size: s.log_size,
+        active,
+        indexes,
+        tail: s.tail,
+    };
+    let opened = segment::open(fs, dir, cfg, spec, now_ms).map_err(segment_error)?;
+    if let Opened::Sealed(seg) = &opened {
+        // Recovery trimmed this segment or rebuilt its indexes in the page cache. The recovery
+        // point will soon cover it and it is never flushed again, so it must be durable now, or
+        // a second crash could bring back its old length or lose its index while it is trusted.
+        if s.rebuild.is_some() || s.log_changes() {
+            seg.flush_all()?;
+        }
+    }
+    Ok(opened)
+}
+
+/// Errors opening a segment that the plan already read: only I/O can fail here.
+fn segment_error(e: OpenSegmentError) -> OpenError {
+    match e {
+        OpenSegmentError::Io(e) => OpenError::Io(e),
+        other => OpenError::Io(IoError::new(
+            "open segment",
+            Path::new(""),
+            std::io::Error::other(other.to_string()),
+        )),
+    }
+}
+
+/// Index files without a `.log` are leftovers of a deleted segment (§8.2 step 5).
+fn remove_orphan_indexes(
+    fs: &dyn FileSystem,
+    inv: &Inventory,
+    plan: &Plan,
+    report: &mut RecoveryReport,
+) -> Result<(), OpenError> {
+    for (base, path) in &inv.indexes {
+        let live = plan.segments.iter().any(|s| s.base == *base);
+        if !live && !plan.swaps.superseded.contains(path) && fs.exists(path).ctx("stat", path)? {
+            fs.remove_file(path).ctx("remove", path)?;
+            report.leftovers.push(path.clone());
+        }
+    }
+    Ok(())
+}
+
+fn remove_segment_files(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    doomed: &Doomed,
+    report: &mut RecoveryReport,
+) -> Result<(), OpenError> {
+    for ext in [
+        names::LOG_EXT,
+        names::INDEX_EXT,
+        names::TIME_INDEX_EXT,
+        names::TXN_INDEX_EXT,
+    ] {
+        let path = names::file_path(dir, doomed.base, ext);
+        if fs.exists(&path).ctx("stat", &path)? {
+            fs.remove_file(&path).ctx("remove", &path)?;
+        }
+    }
+    report
+        .segments_deleted
+        .push((doomed.path.clone(), doomed.reason.clone()));
+    Ok(())
+}

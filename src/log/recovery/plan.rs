@@ -1,0 +1,865 @@
+//! The segment plan: which segments the log is made of after recovery, how far each is valid,
+//! which indexes are rebuilt, what is cut and what is removed. Decided by reading only, so a
+//! refusal leaves the directory exactly as it was.
+//!
+//! What is believed, and why:
+//! - A segment the checkpoint records (version 1) is held to that record: its file must exist
+//!   with exactly the recorded size, and its offsets are the recorded ones, so none of its
+//!   bytes is read on open (except the tail of the last segment after a clean close, and its
+//!   indexes, which are checked). Anything that disagrees with the record is damage.
+//! - Every other segment is validated batch by batch: frame, CRC, records, and offsets, which
+//!   no checksum covers (strictly increasing, inside the segment's int32 range, below the next
+//!   segment's base).
+//! - Damage is judged by whether it loses durable offsets: below the checkpoint's recovery
+//!   point, or, without a checkpoint (a Kafka directory), anywhere but in the last segment.
+//!   `TolerateTailCorruption` cuts only what was not durable, `TolerateAnyCorruption` cuts
+//!   anything, `AbsoluteConsistency` nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use super::inventory::{FileEntry, Inventory};
+use super::report::{RecoveryReport, Truncation};
+use crate::io::{FileKind, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
+use crate::log::checkpoint::{Checkpoint, SegmentRecord};
+use crate::log::config::RecoveryMode;
+use crate::log::error::Damage;
+use crate::segment::{
+    self, names, offset_index, time_index, BatchInfo, OffsetBounds, ScanStop, TailInfo,
+};
+
+/// A segment's `.log` can never reach 2 GiB: positions are int32 (kafka-format.md §2.3).
+pub(super) const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
+
+/// Why the plan refuses to open the log.
+#[derive(Debug)]
+pub(super) enum PlanError {
+    Io(IoError),
+    Refused {
+        path: PathBuf,
+        position: Option<usize>,
+        damage: Damage,
+    },
+}
+
+impl From<IoError> for PlanError {
+    fn from(e: IoError) -> Self {
+        PlanError::Io(e)
+    }
+}
+
+/// How a kept segment's bytes came to be believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Trust {
+    /// Held to the checkpoint's record; its batches were not read.
+    Recorded,
+    /// Every batch validated.
+    Validated,
+}
+
+/// A segment of the recovered log.
+#[derive(Debug)]
+pub(super) struct KeptSegment {
+    pub base: i64,
+    /// Where its `.log` is now (a `.log.swap` is renamed into place when the plan is applied).
+    pub source: PathBuf,
+    pub file_len: u64,
+    /// Bytes of valid batches; the file is cut here if it is longer.
+    pub log_size: usize,
+    pub next_offset: i64,
+    pub trust: Trust,
+    /// The batches to rebuild its indexes from, or `None` to keep the stored ones.
+    pub rebuild: Option<Vec<BatchInfo>>,
+    pub tail: TailInfo,
+    /// Part of an interrupted swap being completed.
+    pub swapped: bool,
+}
+
+impl KeptSegment {
+    /// Whether applying the plan changes its `.log` file.
+    pub fn log_changes(&self) -> bool {
+        self.swapped || (self.log_size as u64) < self.file_len
+    }
+}
+
+/// A segment's files to remove, and why.
+#[derive(Debug)]
+pub(super) struct Doomed {
+    pub base: i64,
+    pub path: PathBuf,
+    pub reason: String,
+    /// Never recorded by any checkpoint, so it may go before the checkpoint is rewritten.
+    pub unrecorded: bool,
+}
+
+/// What completing the interrupted swaps does (kafka-format.md §8.2 step 4).
+#[derive(Debug, Default)]
+pub(super) struct SwapPlan {
+    /// Old segment files the swapped-in segments replace.
+    pub superseded: Vec<PathBuf>,
+    /// `.swap` files renamed over their final names.
+    pub renames: Vec<(PathBuf, PathBuf)>,
+    /// `.swap` files given up (damaged, with the segment they would replace still there).
+    pub discarded: Vec<PathBuf>,
+}
+
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub segments: Vec<KeptSegment>,
+    pub doomed: Vec<Doomed>,
+    pub swaps: SwapPlan,
+    pub log_start_offset: i64,
+    /// The recovery point after the plan: lowered below any offset that is cut.
+    pub recovery_point: i64,
+}
+
+impl Plan {
+    /// Where the recovered log ends.
+    pub fn log_end(&self) -> i64 {
+        self.segments
+            .last()
+            .map_or(self.log_start_offset, |s| s.next_offset)
+    }
+
+    /// The checkpoint written before the plan changes anything: clean flag cleared, and a
+    /// record of only the segments the plan leaves untouched, so a crash while applying leaves
+    /// a checkpoint that holds for whatever state the files are in.
+    pub fn intent_checkpoint(&self) -> Checkpoint {
+        let mut record = Vec::new();
+        for s in self.sealed() {
+            if s.trust != Trust::Recorded || s.log_changes() || s.next_offset > self.recovery_point
+            {
+                break;
+            }
+            record.push(record_of(s, s.file_len));
+        }
+        Checkpoint {
+            clean_shutdown: false,
+            recovery_point: self.recovery_point,
+            log_start_offset: self.log_start_offset,
+            segments: Some(record),
+        }
+    }
+
+    /// The checkpoint once the plan is applied: every sealed segment was flushed by then
+    /// (recorded ones were durable already, the others rewritten and flushed), so all of them
+    /// are recorded and the recovery point covers them.
+    pub fn result_checkpoint(&self) -> Checkpoint {
+        let record: Vec<SegmentRecord> = self
+            .sealed()
+            .map(|s| record_of(s, s.log_size as u64))
+            .collect();
+        let sealed_end = record.last().map_or(i64::MIN, |r| r.next_offset);
+        Checkpoint {
+            clean_shutdown: false,
+            recovery_point: self.recovery_point.max(sealed_end),
+            log_start_offset: self.log_start_offset,
+            segments: Some(record),
+        }
+    }
+
+    fn sealed(&self) -> impl Iterator<Item = &KeptSegment> {
+        let n = self.segments.len().saturating_sub(1);
+        self.segments[..n].iter()
+    }
+}
+
+fn record_of(s: &KeptSegment, size: u64) -> SegmentRecord {
+    SegmentRecord {
+        base_offset: s.base,
+        next_offset: s.next_offset,
+        size,
+    }
+}
+
+/// The segment plan's inputs.
+pub(super) struct Planner<'a> {
+    pub fs: &'a dyn FileSystem,
+    pub dir: &'a Path,
+    pub mode: RecoveryMode,
+    pub checkpoint: Option<&'a Checkpoint>,
+    /// Validate every segment, recorded ones included.
+    pub deep: bool,
+}
+
+/// A `.log` (or `.log.swap`) the plan considers, by base offset.
+struct Candidate {
+    file: FileEntry,
+    swapped: bool,
+}
+
+impl Planner<'_> {
+    fn rp(&self) -> i64 {
+        self.checkpoint.map_or(0, |c| c.recovery_point)
+    }
+
+    fn record(&self) -> Option<&[SegmentRecord]> {
+        self.checkpoint.and_then(|c| c.segments.as_deref())
+    }
+
+    /// Whether damage may be cut: `durable` says whether it loses offsets that were durable.
+    fn judge(
+        &self,
+        durable: bool,
+        path: &Path,
+        position: Option<usize>,
+        damage: &Damage,
+    ) -> Result<(), PlanError> {
+        let refuse = match self.mode {
+            RecoveryMode::AbsoluteConsistency => true,
+            RecoveryMode::TolerateTailCorruption => durable,
+            RecoveryMode::TolerateAnyCorruption => false,
+        };
+        if refuse {
+            return Err(PlanError::Refused {
+                path: path.to_path_buf(),
+                position,
+                damage: damage.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn plan(&self, inv: &Inventory, report: &mut RecoveryReport) -> Result<Plan, PlanError> {
+        let mut swaps = SwapPlan::default();
+        let (candidates, swap_range) = self.resolve_swaps(inv, &mut swaps)?;
+        let rp = self.rp();
+        let log_start = self.checkpoint.map_or_else(
+            || candidates.keys().next().copied().unwrap_or(0),
+            |c| c.log_start_offset,
+        );
+        // The record, without what an interrupted swap replaces.
+        let in_swap = |base: i64| swap_range.is_some_and(|(lo, hi)| base >= lo && base < hi);
+        let record: BTreeMap<i64, SegmentRecord> = self
+            .record()
+            .unwrap_or(&[])
+            .iter()
+            .filter(|r| !in_swap(r.base_offset))
+            .map(|r| (r.base_offset, *r))
+            .collect();
+        // Every offset below this is in a recorded segment: a segment file there that the
+        // record does not list is not part of the log. After a clean close the record covers
+        // the whole log, so that holds above it too.
+        let clean = self.checkpoint.is_some_and(|c| c.clean_shutdown);
+        let record_end = record.values().last().map(|r| r.next_offset);
+        let bases: BTreeSet<i64> = candidates.keys().chain(record.keys()).copied().collect();
+        let last_file_base = candidates.keys().next_back().copied();
+
+        let mut kept: Vec<KeptSegment> = Vec::new();
+        let mut doomed = Vec::new();
+        let mut cut_at: Option<i64> = None;
+        let mut rp_after = rp;
+        for &base in &bases {
+            let file = candidates.get(&base);
+            let log_path = file.map_or_else(
+                || names::file_path(self.dir, base, names::LOG_EXT),
+                |c| c.file.path.clone(),
+            );
+            if cut_at.is_some() {
+                if file.is_some() {
+                    doomed.push(Doomed {
+                        base,
+                        path: log_path,
+                        reason: "after a cut".into(),
+                        unrecorded: false,
+                    });
+                }
+                continue;
+            }
+            let next_file_base = candidates.range(base + 1..).next().map(|(b, _)| *b);
+            let previous_last = kept.iter().rev().find_map(|k| k.tail.last_offset);
+            let previous_next = kept.last().map(|k| k.next_offset);
+            let rec = record.get(&base);
+            let Some(candidate) = file else {
+                // Only a record can name a base without a file.
+                let Some(r) = rec else { continue };
+                let damage = Damage::SegmentMissing {
+                    base_offset: r.base_offset,
+                    next_offset: r.next_offset,
+                    size: r.size,
+                };
+                self.judge(true, &log_path, None, &damage)?;
+                report.truncations.push(Truncation {
+                    path: log_path,
+                    position: 0,
+                    file_len: 0,
+                    damage,
+                });
+                cut_at = Some(r.base_offset);
+                continue;
+            };
+            let f = &candidate.file;
+            if f.kind != FileKind::File {
+                let damage = Damage::NotAFile {
+                    kind: f.kind.name(),
+                };
+                let durable = rec.is_some() || self.loses_durable(base, last_file_base);
+                self.judge(durable, &f.path, None, &damage)?;
+                report.truncations.push(Truncation {
+                    path: f.path.clone(),
+                    position: 0,
+                    file_len: 0,
+                    damage,
+                });
+                doomed.push(Doomed {
+                    base,
+                    path: f.path.clone(),
+                    reason: "not a regular file".into(),
+                    unrecorded: rec.is_none(),
+                });
+                cut_at = Some(previous_next.unwrap_or(base));
+                continue;
+            }
+            if rec.is_none() && !candidate.swapped {
+                // Wholly below the log start: a retention whose deletion a crash interrupted
+                // (the log start is made durable before any file goes).
+                if self.checkpoint.is_some() && next_file_base.is_some_and(|n| n <= log_start) {
+                    doomed.push(Doomed {
+                        base,
+                        path: f.path.clone(),
+                        reason: format!("below the log start offset {log_start}"),
+                        unrecorded: true,
+                    });
+                    continue;
+                }
+                let inside_record = record_end.is_some_and(|end| base < end || clean);
+                if inside_record {
+                    let damage = Damage::UnrecordedSegment {
+                        record_end: record_end.unwrap_or(base),
+                    };
+                    self.judge(true, &f.path, None, &damage)?;
+                    // Not part of the log: removed, and the log goes on without it.
+                    report.truncations.push(Truncation {
+                        path: f.path.clone(),
+                        position: 0,
+                        file_len: f.len as usize,
+                        damage,
+                    });
+                    doomed.push(Doomed {
+                        base,
+                        path: f.path.clone(),
+                        reason: "not in the checkpoint's record of the log".into(),
+                        unrecorded: true,
+                    });
+                    continue;
+                }
+            }
+            let bounds = OffsetBounds {
+                segment_base: base,
+                next_segment_base: next_file_base,
+            };
+            let trusted = match rec {
+                Some(r) if f.len != r.size => {
+                    let damage = Damage::SizeMismatch {
+                        expected: r.size,
+                        found: f.len,
+                    };
+                    self.judge(true, &f.path, None, &damage)?;
+                    None
+                }
+                Some(r) if !self.deep => {
+                    let is_last = next_file_base.is_none();
+                    self.trust(r, f, bounds, previous_last, is_last && clean, report)?
+                }
+                _ => None,
+            };
+            let segment = match trusted {
+                Some(s) => s,
+                None => {
+                    let v = self.validate(f, bounds, previous_last, report)?;
+                    let overlaps = previous_last.is_some_and(|l| base <= l);
+                    if overlaps && v.batches.is_empty() && v.damage.is_none() {
+                        // A segment starting at or below offsets the previous one holds is
+                        // the leftover of a roll that failed (its creation reached the disk,
+                        // its removal did not) while the previous segment took more batches.
+                        doomed.push(Doomed {
+                            base,
+                            path: f.path.clone(),
+                            reason: "leftover of a failed roll".into(),
+                            unrecorded: rec.is_none(),
+                        });
+                        continue;
+                    }
+                    let next_offset = v.batches.last().map_or(base, |b| b.last_offset + 1);
+                    let mut damage = v.damage;
+                    if damage.is_none() && self.checkpoint.is_some() {
+                        // Rolls keep segments contiguous (the new base is the log end unless
+                        // a replicated gap is wider than int32), so a segment that ends short
+                        // of the next one lost its tail while the next one's file survived.
+                        // Only segments this engine wrote and no checkpoint vouches for are
+                        // held to it: compaction leaves gaps between the segments it rewrites.
+                        if let Some(next) = next_file_base.filter(|&n| n > next_offset) {
+                            if !self.is_offset_overflow_gap(next, next_offset) {
+                                damage = Some((
+                                    v.valid_len,
+                                    Damage::MissingOffsets {
+                                        next_offset,
+                                        next_segment_base: next,
+                                    },
+                                ));
+                            }
+                        }
+                    }
+                    if let Some((position, d)) = damage {
+                        let durable = rec.is_some()
+                            || candidate.swapped
+                            || match self.checkpoint {
+                                Some(_) => next_offset < rp,
+                                None => Some(base) != last_file_base,
+                            };
+                        self.judge(durable, &f.path, Some(position), &d)?;
+                        report.truncations.push(Truncation {
+                            path: f.path.clone(),
+                            position,
+                            file_len: f.len as usize,
+                            damage: d,
+                        });
+                        cut_at = Some(next_offset);
+                    }
+                    KeptSegment {
+                        base,
+                        source: f.path.clone(),
+                        file_len: f.len,
+                        log_size: v.valid_len,
+                        next_offset,
+                        trust: Trust::Validated,
+                        tail: TailInfo::from_batches(&v.batches),
+                        rebuild: Some(v.batches),
+                        swapped: candidate.swapped,
+                    }
+                }
+            };
+            kept.push(segment);
+        }
+
+        let log_end = kept.last().map_or(log_start, |s| s.next_offset);
+        if let Some(c) = cut_at {
+            rp_after = rp_after.min(c);
+        } else if log_end < rp {
+            let path = kept
+                .last()
+                .map_or_else(|| self.dir.to_path_buf(), |s| s.source.clone());
+            let damage = Damage::DurableEndMissing {
+                log_end,
+                recovery_point: rp,
+            };
+            self.judge(true, &path, None, &damage)?;
+            report.truncations.push(Truncation {
+                path,
+                position: kept.last().map_or(0, |s| s.log_size),
+                file_len: kept.last().map_or(0, |s| s.file_len as usize),
+                damage,
+            });
+        }
+        let first_base = kept.first().map_or(log_start, |s| s.base);
+        let log_start_offset = log_start.max(first_base).min(log_end);
+        Ok(Plan {
+            segments: kept,
+            doomed,
+            swaps,
+            log_start_offset,
+            recovery_point: rp_after.min(log_end),
+        })
+    }
+
+    /// Without a checkpoint, only the last segment's tail may be cut in the default mode (the
+    /// durable end is unknown; Kafka's own recovery point lives outside the partition).
+    fn loses_durable(&self, base: i64, last_file_base: Option<i64>) -> bool {
+        match self.checkpoint {
+            Some(c) => base < c.recovery_point,
+            None => Some(base) != last_file_base,
+        }
+    }
+
+    /// A recorded segment: checks what is cheap to check (its indexes, and after a clean close
+    /// the tail of the last segment, whose batches a reader and the next append rely on) and
+    /// believes the record for the rest. `None` when it must be validated instead (damage that
+    /// the mode lets recovery cut).
+    fn trust(
+        &self,
+        r: &SegmentRecord,
+        f: &FileEntry,
+        bounds: OffsetBounds,
+        previous_last: Option<i64>,
+        check_tail: bool,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<KeptSegment>, PlanError> {
+        let base = r.base_offset;
+        let size = r.size as usize;
+        let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
+        let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
+        let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
+        let index_problem = match (&index, &time) {
+            (Ok(index), Ok(time)) => {
+                offset_index::check(index.published_slice(), base, size.max(1))
+                    .map_err(|e| format!("offset index: {e}"))
+                    .and_then(|()| {
+                        time_index::check(time.published_slice(), base, last_offset.unwrap_or(base))
+                            .map_err(|e| format!("time index: {e}"))
+                    })
+                    .err()
+            }
+            (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
+        };
+        let mut tail = TailInfo {
+            last_offset,
+            first_batch_timestamp: -1,
+            max_timestamp: None,
+        };
+        let needs_data = index_problem.is_some() || check_tail;
+        if !needs_data {
+            return Ok(Some(self.recorded(r, f, None, tail)));
+        }
+        let map = self.map_log(&f.path, size)?;
+        let data = map.published_slice();
+        let mut batches = Vec::new();
+        let walked = match &index_problem {
+            // The indexes are rebuilt from a walk over every frame.
+            Some(_) => {
+                let result =
+                    segment::walk_frames(data, bounds, previous_last, &mut |b| batches.push(*b));
+                (result.valid_len, result.stop, result.last_offset)
+            }
+            // After a clean close, the last segment's tail is walked from the last index entry
+            // that names its batch: a few headers.
+            None => {
+                let hint = index
+                    .as_ref()
+                    .ok()
+                    .and_then(|i| last_named_entry(i.published_slice(), data, base));
+                let (start, prev) = hint.map_or((0, previous_last), |(pos, prev)| (pos, prev));
+                let mut result =
+                    segment::walk_frames(&data[start..], bounds, prev, &mut |b| batches.push(*b));
+                result.valid_len += start;
+                if let ScanStop::Torn { position, .. } | ScanStop::Invalid { position, .. } =
+                    &mut result.stop
+                {
+                    *position += start;
+                }
+                (result.valid_len, result.stop, result.last_offset.or(prev))
+            }
+        };
+        let (valid_len, stop, walked_last) = walked;
+        let found_next = walked_last.map_or(base, |l| l + 1);
+        let damage = match stop {
+            ScanStop::Torn {
+                position,
+                needed,
+                available,
+            } => Some((position, Damage::Torn { needed, available })),
+            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
+            ScanStop::End if valid_len != size => Some((
+                valid_len,
+                Damage::SizeMismatch {
+                    expected: r.size,
+                    found: valid_len as u64,
+                },
+            )),
+            ScanStop::End if found_next != r.next_offset => Some((
+                valid_len,
+                Damage::EndDisagrees {
+                    expected_next: r.next_offset,
+                    found_next,
+                },
+            )),
+            ScanStop::End => None,
+        };
+        if let Some((position, damage)) = damage {
+            self.judge(true, &f.path, Some(position), &damage)?;
+            // Let the validation find and cut what is wrong.
+            return Ok(None);
+        }
+        tail.first_batch_timestamp = first_batch_timestamp(data);
+        if let Some(reason) = index_problem {
+            report
+                .indexes_rebuilt
+                .push((names::file_path(self.dir, base, names::INDEX_EXT), reason));
+            tail = TailInfo::from_batches(&batches);
+            return Ok(Some(self.recorded(r, f, Some(batches), tail)));
+        }
+        tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
+            time.ok()
+                .and_then(|t| time_index::decode(t.published_slice(), base).last())
+                .map(|t| t.timestamp)
+        });
+        Ok(Some(self.recorded(r, f, None, tail)))
+    }
+
+    fn recorded(
+        &self,
+        r: &SegmentRecord,
+        f: &FileEntry,
+        rebuild: Option<Vec<BatchInfo>>,
+        tail: TailInfo,
+    ) -> KeptSegment {
+        KeptSegment {
+            base: r.base_offset,
+            source: f.path.clone(),
+            file_len: f.len,
+            log_size: r.size as usize,
+            next_offset: r.next_offset,
+            trust: Trust::Recorded,
+            rebuild,
+            tail,
+            swapped: false,
+        }
+    }
+
+    /// Validates every batch of a segment file.
+    fn validate(
+        &self,
+        f: &FileEntry,
+        bounds: OffsetBounds,
+        previous_last: Option<i64>,
+        report: &mut RecoveryReport,
+    ) -> Result<Validated, PlanError> {
+        let len = f.len.min(MAX_SEGMENT_BYTES) as usize;
+        let map = self.map_log(&f.path, len)?;
+        let mut batches = Vec::new();
+        let result = segment::scan(map.published_slice(), bounds, previous_last, &mut |b| {
+            batches.push(*b)
+        });
+        report.segments_validated += 1;
+        report.bytes_validated += result.valid_len as u64;
+        let damage = match result.stop {
+            ScanStop::Torn {
+                position,
+                needed,
+                available,
+            } => Some((position, Damage::Torn { needed, available })),
+            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
+            ScanStop::End if f.len > MAX_SEGMENT_BYTES => Some((
+                result.valid_len,
+                Damage::TooLarge {
+                    len: f.len,
+                    max: MAX_SEGMENT_BYTES,
+                },
+            )),
+            ScanStop::End => None,
+        };
+        Ok(Validated {
+            valid_len: result.valid_len,
+            batches,
+            damage,
+        })
+    }
+
+    fn map_log(&self, path: &Path, len: usize) -> Result<Mapping, IoError> {
+        let file = self.fs.open(path, OpenMode::Read).ctx("open", path)?;
+        file.map(len, MapMode::ReadOnly).ctx("mmap", path)
+    }
+
+    /// Maps a stored index read-only, or says why it cannot be used: missing, not a regular
+    /// file, or larger than any index of a segment of `log_size` bytes could be (one entry per
+    /// batch at most, a batch being at least 61 bytes), so a huge sparse file is never read.
+    fn map_index(
+        &self,
+        base: i64,
+        ext: &str,
+        entry_size: usize,
+        log_size: usize,
+    ) -> Result<Result<Mapping, String>, IoError> {
+        let path = names::file_path(self.dir, base, ext);
+        let meta = match self.fs.stat(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Err(format!("{ext}: missing")))
+            }
+            Err(e) => return Err(IoError::new("stat", &path, e)),
+        };
+        if meta.kind != FileKind::File {
+            return Ok(Err(format!("{ext}: a {}", meta.kind.name())));
+        }
+        let max = (log_size / crate::format::HEADER_SIZE + 1) * entry_size;
+        if meta.len > max as u64 {
+            return Ok(Err(format!(
+                "{ext}: {} bytes, more than a {log_size}-byte segment can index",
+                meta.len
+            )));
+        }
+        let file = self.fs.open(&path, OpenMode::Read).ctx("open", &path)?;
+        let len = meta.len as usize - meta.len as usize % entry_size;
+        Ok(Ok(file.map(len, MapMode::ReadOnly).ctx("mmap", &path)?))
+    }
+
+    /// Whether the segment at `next_base` starts past `next_expected` because its first batch
+    /// could not have been indexed relative to `next_expected` (a replicated gap wider than
+    /// int32): the only case in which a roll leaves offsets out between segments.
+    fn is_offset_overflow_gap(&self, next_base: i64, next_expected: i64) -> bool {
+        let path = names::file_path(self.dir, next_base, names::LOG_EXT);
+        let Ok(file) = self.fs.open(&path, OpenMode::Read) else {
+            return false;
+        };
+        let mut header = [0u8; crate::format::HEADER_SIZE];
+        if !file
+            .read_at(&mut header, 0)
+            .is_ok_and(|n| n == header.len())
+        {
+            return false;
+        }
+        let last = crate::format::batch::be_i64(&header, 0)
+            .saturating_add(crate::format::batch::be_i32(&header, 23) as i64);
+        offset_index::relative_offset(next_expected, last).is_none()
+    }
+
+    /// Validates every `.log.swap` and decides what completing the swaps replaces (§8.2
+    /// step 4). Returns the segment files as they will be once the swaps are completed, and
+    /// the offset range the swaps cover.
+    #[allow(clippy::type_complexity)]
+    fn resolve_swaps(
+        &self,
+        inv: &Inventory,
+        plan: &mut SwapPlan,
+    ) -> Result<(BTreeMap<i64, Candidate>, Option<(i64, i64)>), PlanError> {
+        let mut candidates: BTreeMap<i64, Candidate> = inv
+            .logs
+            .iter()
+            .map(|(b, f)| {
+                (
+                    *b,
+                    Candidate {
+                        file: f.clone(),
+                        swapped: false,
+                    },
+                )
+            })
+            .collect();
+        let mut range: Option<(i64, i64)> = None;
+        let mut completed = Vec::new();
+        for swap in &inv.swaps {
+            let f = &swap.file;
+            let damage = if f.kind != FileKind::File {
+                Some((
+                    None,
+                    Damage::NotAFile {
+                        kind: f.kind.name(),
+                    },
+                ))
+            } else {
+                let len = f.len.min(MAX_SEGMENT_BYTES) as usize;
+                let map = self.map_log(&f.path, len)?;
+                let bounds = OffsetBounds {
+                    segment_base: swap.base,
+                    next_segment_base: None,
+                };
+                let result = segment::scan(map.published_slice(), bounds, None, &mut |_| {});
+                let next = result.last_offset.map_or(swap.base, |l| l + 1);
+                match result.stop {
+                    ScanStop::End => {
+                        range = Some(range.map_or((swap.base, next), |(lo, hi)| {
+                            (lo.min(swap.base), hi.max(next))
+                        }));
+                        None
+                    }
+                    ScanStop::Torn {
+                        position,
+                        needed,
+                        available,
+                    } => Some((Some(position), Damage::Torn { needed, available })),
+                    ScanStop::Invalid { position, problem } => {
+                        Some((Some(position), Damage::Invalid(problem)))
+                    }
+                }
+            };
+            match damage {
+                None => completed.push(swap),
+                Some((position, damage)) => {
+                    // A swap is durable data (fsynced before its rename), so damage in it is
+                    // refused, except where the mode allows a cut: then, if the segment it
+                    // would replace is still there, the swap is given up and the old segment
+                    // kept, which loses nothing.
+                    self.judge(true, &f.path, position, &damage)?;
+                    if inv.logs.contains_key(&swap.base) {
+                        plan.discarded.push(f.path.clone());
+                        plan.discarded.extend(
+                            inv.index_swaps
+                                .iter()
+                                .filter(|(b, _)| *b == swap.base)
+                                .map(|(_, p)| p.clone()),
+                        );
+                    } else {
+                        completed.push(swap);
+                        let (lo, hi) = range.unwrap_or((swap.base, swap.base + 1));
+                        range = Some((lo.min(swap.base), hi.max(swap.base + 1)));
+                    }
+                }
+            }
+        }
+        let Some((lo, hi)) = range else {
+            return Ok((candidates, None));
+        };
+        // The swapped-in segments replace every old segment file whose offset is in their
+        // range (not snapshots: producer state is kept by its own rules).
+        let superseded_bases: Vec<i64> = candidates.range(lo..hi).map(|(b, _)| *b).collect();
+        for b in superseded_bases {
+            candidates.remove(&b);
+        }
+        for (b, path) in &inv.indexes {
+            if *b >= lo && *b < hi {
+                plan.superseded.push(path.clone());
+            }
+        }
+        for (b, f) in &inv.logs {
+            if *b >= lo && *b < hi {
+                plan.superseded.push(f.path.clone());
+            }
+        }
+        for swap in completed {
+            let to = names::file_path(self.dir, swap.base, names::LOG_EXT);
+            plan.renames.push((swap.file.path.clone(), to));
+            candidates.insert(
+                swap.base,
+                Candidate {
+                    file: swap.file.clone(),
+                    swapped: true,
+                },
+            );
+        }
+        for (b, path) in &inv.index_swaps {
+            if plan.discarded.contains(path) || !(lo..hi).contains(b) {
+                continue;
+            }
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(".swap").to_string())
+                .unwrap_or_default();
+            plan.renames.push((path.clone(), self.dir.join(name)));
+        }
+        Ok((candidates, Some((lo, hi))))
+    }
+}
+
+/// What validating a segment found.
+struct Validated {
+    valid_len: usize,
+    batches: Vec<BatchInfo>,
+    /// Where the valid batches end early, and why.
+    damage: Option<(usize, Damage)>,
+}
+
+/// The last offset-index entry that names the batch at its position, with that batch's
+/// position and the last offset of the batch before it is unknown, so the entry's own offset
+/// bounds what follows: returns (position, Some(last offset before the batch)) as the walk's
+/// starting point, the batch at the position being walked again.
+fn last_named_entry(index: &[u8], data: &[u8], base: i64) -> Option<(usize, Option<i64>)> {
+    offset_index::decode(index, base)
+        .filter(|e| {
+            let at = e.position as usize;
+            at > 0
+                && crate::format::RecordBatch::parse(data.get(at..).unwrap_or(&[]))
+                    .is_ok_and(|b| b.last_offset() == e.offset)
+        })
+        .last()
+        .map(|e| {
+            let at = e.position as usize;
+            let before = crate::format::RecordBatch::parse(&data[at..])
+                .ok()
+                .map(|b| b.base_offset() - 1);
+            (at, before)
+        })
+}
+
+/// maxTimestamp of the first batch (the time-based roll, §3.2), -1 if it cannot be read.
+fn first_batch_timestamp(data: &[u8]) -> i64 {
+    crate::format::RecordBatch::parse(data).map_or(-1, |b| b.max_timestamp())
+}

@@ -1,0 +1,46 @@
+//! What opening a log found and did, for operators (`oncelog recover`) and tests.
+
+use std::path::PathBuf;
+
+use crate::log::error::Damage;
+
+/// What opening the log found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Whether a checkpoint written by a clean close was found.
+    pub clean_shutdown: bool,
+    /// Whether the directory had an `oncelog.checkpoint` (a Kafka directory has none).
+    pub checkpoint_found: bool,
+    /// Whether the checkpoint recorded the segments it vouches for (version 1): recorded
+    /// segments are held to that record instead of being read.
+    pub segments_recorded: bool,
+    /// The recovery point of the checkpoint: every offset below it was durable.
+    pub recovery_point: i64,
+    /// Whether every segment was validated whatever the checkpoint said (`deep_recovery`, or
+    /// because damage was found in bytes the checkpoint vouched for).
+    pub deep: bool,
+    /// Segments whose batches were validated one by one.
+    pub segments_validated: usize,
+    /// Bytes of batches validated.
+    pub bytes_validated: u64,
+    /// Where damaged bytes were cut off.
+    pub truncations: Vec<Truncation>,
+    /// Segment files removed, and why: after a cut, below the log start offset (a retention
+    /// that a crash interrupted), the leftover of a failed roll, or not part of the log.
+    pub segments_deleted: Vec<(PathBuf, String)>,
+    /// Index files rebuilt from the log, and why.
+    pub indexes_rebuilt: Vec<(PathBuf, String)>,
+    /// Temporary files left by an interrupted operation and removed (or renamed into place).
+    pub leftovers: Vec<PathBuf>,
+}
+
+/// One cut of damaged bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    pub path: PathBuf,
+    /// Bytes kept: the cut is here.
+    pub position: usize,
+    /// Length of the file before the cut (including preallocated space).
+    pub file_len: usize,
+    pub damage: Damage,
+}
