@@ -1,23 +1,30 @@
 //! A deep, read-only check of a partition directory (`oncelog verify`): every batch of every
-//! segment (frame, CRC, codec, offsets strictly increasing within and across segments), every
-//! index entry against the log, every producer snapshot and the checkpoint. It opens files
-//! read-only and never changes a byte.
+//! segment (frame, CRC, records, offsets strictly increasing within and across segments and
+//! below the next segment's base), every index entry against the log, the segments against
+//! the checkpoint's record of them, every producer snapshot against its name, and interrupted
+//! swaps. It opens files read-only, never opens anything that is not a regular file, maps
+//! rather than reads whatever can be large, and never changes a byte.
+//!
+//! Unlike recovery it does not stop at the first damaged batch of a segment: it resynchronises
+//! on the next valid batch and says how many bytes it could not check.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::format::{self, BatchFrame};
-use crate::io::{self, FileSystem, IoResultExt, MapMode, OpenMode};
-use crate::log::checkpoint;
-use crate::producer::snapshot;
-use crate::segment::{names, offset_index, scan, time_index, ScanStop};
+use crate::format::{self, RecordBatch};
+use crate::io::{self, FileKind, FileSystem, IoResultExt, MapMode, Mapping, OpenMode};
+use crate::log::checkpoint::{self, SegmentRecord};
+use crate::producer::{snapshot, snapshot_files, SnapshotError};
+use crate::segment::{names, offset_index, scan, time_index, OffsetBounds, ScanStop};
 
 /// One thing wrong with a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub file: PathBuf,
-    /// Byte position in the file, where it applies.
+    /// Byte position in the file (for a checkpoint, the line), where it applies.
     pub position: Option<usize>,
+    /// A stable snake_case name for the kind of problem.
+    pub kind: &'static str,
     pub reason: String,
 }
 
@@ -33,12 +40,36 @@ pub struct VerifyReport {
     pub problems: Vec<Problem>,
     /// Preallocated space after the last batch of a segment (zeros; not a problem).
     pub preallocated_bytes: u64,
+    /// Bytes of segments that could not be checked: from a damaged batch to the next valid one.
+    pub unchecked_bytes: u64,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
+
+    fn problem(
+        &mut self,
+        file: &Path,
+        position: Option<usize>,
+        kind: &'static str,
+        reason: impl Into<String>,
+    ) {
+        self.problems.push(Problem {
+            file: file.to_path_buf(),
+            position,
+            kind,
+            reason: reason.into(),
+        });
+    }
+}
+
+/// A `.log` found in the directory.
+struct SegmentFile {
+    path: PathBuf,
+    kind: FileKind,
+    len: u64,
 }
 
 /// Checks every file of the partition directory `dir`.
@@ -46,239 +77,500 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
     let mut report = VerifyReport::default();
     let mut names_in_dir = fs.list(dir).ctx("list", dir)?;
     names_in_dir.sort();
-    let mut segments: BTreeMap<i64, ()> = BTreeMap::new();
+    let mut segments: BTreeMap<i64, SegmentFile> = BTreeMap::new();
     let mut snapshots = Vec::new();
+    let mut swaps = Vec::new();
     for name in &names_in_dir {
         let path = dir.join(name);
+        if name.ends_with(".tmp") {
+            report.problem(
+                &path,
+                None,
+                "leftover",
+                "temporary file of an unfinished write (removed by recovery)",
+            );
+            continue;
+        }
+        if let Some(offset) = snapshot_files::parse_file_name(name) {
+            snapshots.push((offset, path));
+            continue;
+        }
         match names::parse(name) {
             Some(p) if p.suffix.is_none() && p.ext == names::LOG_EXT => {
-                segments.insert(p.offset, ());
+                let meta = fs.stat(&path).ctx("stat", &path)?;
+                segments.insert(
+                    p.offset,
+                    SegmentFile {
+                        path,
+                        kind: meta.kind,
+                        len: meta.len,
+                    },
+                );
             }
-            Some(p) if p.suffix.is_none() && p.ext == names::SNAPSHOT_EXT => snapshots.push(path),
-            Some(p) if p.suffix.is_some() => report.problems.push(Problem {
-                file: path,
-                position: None,
-                reason: format!(
+            Some(p) if p.suffix == Some(names::SWAP_SUFFIX) && p.ext == names::LOG_EXT => {
+                swaps.push((p.offset, path))
+            }
+            Some(p) if p.suffix == Some(names::SWAP_SUFFIX) => {}
+            Some(p) if p.suffix.is_some() => report.problem(
+                &path,
+                None,
+                "leftover",
+                format!(
                     "leftover .{} file of an interrupted operation (removed by recovery)",
                     p.suffix.unwrap_or_default()
                 ),
-            }),
+            ),
             Some(p)
-                if matches!(p.ext, names::INDEX_EXT | names::TIME_INDEX_EXT)
-                    && !names_in_dir.contains(&names::file_name(p.offset, names::LOG_EXT)) =>
+                if matches!(
+                    p.ext,
+                    names::INDEX_EXT | names::TIME_INDEX_EXT | names::TXN_INDEX_EXT
+                ) && !names_in_dir.contains(&names::file_name(p.offset, names::LOG_EXT)) =>
             {
-                report.problems.push(Problem {
-                    file: path,
-                    position: None,
-                    reason: "index without a .log (removed by recovery)".into(),
-                })
+                report.problem(
+                    &path,
+                    None,
+                    "orphan_index",
+                    "index without a .log (removed by recovery)",
+                )
             }
-            _ if name.ends_with(".tmp") => report.problems.push(Problem {
-                file: path,
-                position: None,
-                reason: "temporary file of an unfinished write (removed by recovery)".into(),
-            }),
             _ => {}
         }
     }
-    let bases: Vec<i64> = segments.keys().copied().collect();
-    let mut previous_last: Option<i64> = None;
-    for (i, &base) in bases.iter().enumerate() {
-        let last_in_dir = i + 1 == bases.len();
-        previous_last = verify_segment(fs, dir, base, previous_last, last_in_dir, &mut report)?
-            .or(previous_last);
-        report.segments += 1;
-    }
-    for path in snapshots {
-        report.snapshots += 1;
-        let bytes = io::read_file(fs, &path)?;
-        if let Err(e) = snapshot::decode(&bytes) {
-            report.problems.push(Problem {
-                file: path,
-                position: None,
-                reason: e.to_string(),
-            });
+
+    let cp = match checkpoint::read(fs, dir)? {
+        Ok(cp) => cp,
+        Err(bad) => {
+            report.problem(&bad.path, bad.line, "bad_checkpoint", bad.reason);
+            None
+        }
+    };
+    let record: BTreeMap<i64, SegmentRecord> = cp
+        .as_ref()
+        .and_then(|c| c.segments.as_ref())
+        .map(|r| r.iter().map(|s| (s.base_offset, *s)).collect())
+        .unwrap_or_default();
+    let record_end = record.values().last().map(|r| r.next_offset);
+    let clean = cp.as_ref().is_some_and(|c| c.clean_shutdown);
+    let checkpoint_path = checkpoint::path(dir);
+    for r in record.values() {
+        if !segments.contains_key(&r.base_offset) {
+            report.problem(
+                &names::file_path(dir, r.base_offset, names::LOG_EXT),
+                None,
+                "segment_missing",
+                format!(
+                    "missing: the checkpoint vouches for offsets {}..{} in {} bytes",
+                    r.base_offset, r.next_offset, r.size
+                ),
+            );
         }
     }
-    if let Err(bad) = checkpoint::read(fs, dir)? {
-        report.problems.push(Problem {
-            file: bad.path,
-            position: None,
-            reason: bad.reason,
-        });
+
+    for (base, path) in &swaps {
+        verify_swap(fs, *base, path, &mut report)?;
+    }
+
+    let bases: Vec<i64> = segments.keys().copied().collect();
+    let mut previous_last: Option<i64> = None;
+    let mut log_end = None;
+    for (i, &base) in bases.iter().enumerate() {
+        let f = &segments[&base];
+        report.segments += 1;
+        let rec = record.get(&base);
+        if rec.is_none() && record_end.is_some_and(|end| base < end || clean) {
+            report.problem(
+                &f.path,
+                None,
+                "unrecorded_segment",
+                format!(
+                    "not in the checkpoint's record of the log, which covers offsets up to {}",
+                    record_end.unwrap_or(base)
+                ),
+            );
+        }
+        if f.kind != FileKind::File {
+            report.problem(
+                &f.path,
+                None,
+                "not_a_file",
+                format!("a {}, not a regular file (not opened)", f.kind.name()),
+            );
+            continue;
+        }
+        if let Some(r) = rec.filter(|r| r.size != f.len) {
+            report.problem(
+                &f.path,
+                None,
+                "size_mismatch",
+                format!("{} bytes, but the checkpoint vouches for {}", f.len, r.size),
+            );
+        }
+        let bounds = OffsetBounds {
+            segment_base: base,
+            next_segment_base: bases.get(i + 1).copied(),
+        };
+        let last = verify_segment(fs, dir, f, bounds, previous_last, &mut report)?;
+        let next = last.or(previous_last).map_or(base, |l| l + 1);
+        if let Some(r) = rec.filter(|r| r.size == f.len && r.next_offset != next) {
+            report.problem(
+                &f.path,
+                None,
+                "end_disagrees",
+                format!(
+                    "batches end at offset {next}, but the checkpoint vouches for {}",
+                    r.next_offset
+                ),
+            );
+        }
+        previous_last = last.or(previous_last);
+        log_end = Some(next);
+    }
+    if let (Some(c), Some(end)) = (&cp, log_end) {
+        if end < c.recovery_point {
+            report.problem(
+                &checkpoint_path,
+                None,
+                "durable_end_missing",
+                format!(
+                    "the log ends at offset {end}, but the checkpoint says offsets up to {} were \
+                     durable",
+                    c.recovery_point
+                ),
+            );
+        }
+    }
+
+    for (offset, path) in snapshots {
+        report.snapshots += 1;
+        let checked = match io::read_small_file(fs, &path, snapshot_files::MAX_FILE_BYTES)? {
+            io::SmallFile::Missing => continue,
+            io::SmallFile::NotAFile(kind) => Err(SnapshotError::NotAFile { kind }),
+            io::SmallFile::TooLarge(len) => Err(SnapshotError::TooLarge {
+                len,
+                max: snapshot_files::MAX_FILE_BYTES,
+            }),
+            io::SmallFile::Bytes(bytes) => {
+                snapshot::decode(&bytes).and_then(|s| s.check_at(offset))
+            }
+        };
+        if let Err(e) = checked {
+            report.problem(&path, None, "bad_snapshot", e.to_string());
+        }
     }
     Ok(report)
+}
+
+/// An interrupted swap is reported either way: recovery completes it if it is valid, and
+/// refuses (or, when allowed, gives it up) if it is not.
+fn verify_swap(
+    fs: &dyn FileSystem,
+    base: i64,
+    path: &Path,
+    report: &mut VerifyReport,
+) -> Result<(), io::IoError> {
+    let meta = fs.stat(path).ctx("stat", path)?;
+    if meta.kind != FileKind::File {
+        report.problem(
+            path,
+            None,
+            "not_a_file",
+            format!("a {}, not a regular file (not opened)", meta.kind.name()),
+        );
+        return Ok(());
+    }
+    let map = map_read_only(fs, path, meta.len.min(i32::MAX as u64) as usize)?;
+    let bounds = OffsetBounds {
+        segment_base: base,
+        next_segment_base: None,
+    };
+    let result = scan(map.published_slice(), bounds, None, &mut |_| {});
+    match result.stop.position() {
+        None => report.problem(
+            path,
+            None,
+            "interrupted_swap",
+            format!(
+                "interrupted swap of offsets {base}..{}: recovery completes it over the \
+                 segments it replaces",
+                result.last_offset.map_or(base, |l| l + 1)
+            ),
+        ),
+        Some(position) => report.problem(
+            path,
+            Some(position),
+            "damaged_swap",
+            format!(
+                "interrupted swap with damaged bytes: {}; recovery refuses it (or gives it up \
+                 under tolerate-any if the segment it replaces is still there)",
+                stop_reason(&result.stop)
+            ),
+        ),
+    }
+    Ok(())
+}
+
+fn stop_reason(stop: &ScanStop) -> String {
+    match stop {
+        ScanStop::End => "end".into(),
+        ScanStop::Torn {
+            needed, available, ..
+        } => format!("torn batch: {needed} bytes declared, {available} present"),
+        ScanStop::Invalid { problem, .. } => problem.to_string(),
+    }
+}
+
+fn map_read_only(fs: &dyn FileSystem, path: &Path, len: usize) -> Result<Mapping, io::IoError> {
+    let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
+    file.map(len, MapMode::ReadOnly).ctx("mmap", path)
 }
 
 /// Checks one segment and its indexes; returns the last offset of its valid batches.
 fn verify_segment(
     fs: &dyn FileSystem,
     dir: &Path,
-    base: i64,
+    f: &SegmentFile,
+    bounds: OffsetBounds,
     previous_last: Option<i64>,
-    last_in_dir: bool,
     report: &mut VerifyReport,
 ) -> Result<Option<i64>, io::IoError> {
-    let log_path = names::file_path(dir, base, names::LOG_EXT);
-    let file = fs.open(&log_path, OpenMode::Read).ctx("open", &log_path)?;
-    let len = file.len().ctx("stat", &log_path)? as usize;
-    let map = file.map(len, MapMode::ReadOnly).ctx("mmap", &log_path)?;
-    let data = map.published_slice();
-    let mut starts: BTreeMap<usize, i64> = BTreeMap::new();
-    let bounds = crate::segment::OffsetBounds {
-        segment_base: base,
-        next_segment_base: None,
-    };
-    let result = scan(data, bounds, previous_last, &mut |b| {
-        starts.insert(b.position, b.last_offset);
-    });
-    report.batches += result.batches as u64;
-    report.bytes += result.valid_len as u64;
-    match &result.stop {
-        ScanStop::End => report.preallocated_bytes += (len - result.valid_len) as u64,
-        ScanStop::Torn {
-            position,
-            needed,
-            available,
-        } => report.problems.push(Problem {
-            file: log_path.clone(),
-            position: Some(*position),
-            reason: format!(
-                "torn batch: {needed} bytes declared, {available} present{}",
-                if last_in_dir {
-                    " (a torn tail: recovery cuts it)"
-                } else {
-                    ""
-                }
-            ),
-        }),
-        ScanStop::Invalid { position, problem } => report.problems.push(Problem {
-            file: log_path.clone(),
-            position: Some(*position),
-            reason: problem.to_string(),
-        }),
+    let base = bounds.segment_base;
+    let max = i32::MAX as u64;
+    if f.len > max {
+        report.problem(
+            &f.path,
+            Some(max as usize),
+            "too_large",
+            format!("{} bytes, larger than any segment ({max}); checked up to there", f.len),
+        );
     }
-    // Every record of every valid batch decodes (scan checked frames and CRCs only).
+    let map = map_read_only(fs, &f.path, f.len.min(max) as usize)?;
+    let data = map.published_slice();
+    // Batch starts of the checked regions, with their last offsets; and the checked regions.
+    let mut starts: BTreeMap<usize, i64> = BTreeMap::new();
+    let mut checked: Vec<(usize, usize)> = Vec::new();
+    let mut last = previous_last;
+    let mut found_last = None;
     let mut pos = 0;
-    while pos < result.valid_len {
-        let Ok(BatchFrame::Complete { size }) = format::frame(&data[pos..]) else {
-            break;
+    loop {
+        let result = scan(&data[pos..], bounds, last, &mut |b| {
+            starts.insert(pos + b.position, b.last_offset);
+        });
+        report.batches += result.batches as u64;
+        report.bytes += result.valid_len as u64;
+        checked.push((pos, pos + result.valid_len));
+        if let Some(l) = result.last_offset {
+            last = Some(l);
+            found_last = Some(l);
+        }
+        let stop_at = match &result.stop {
+            ScanStop::End => {
+                report.preallocated_bytes += (data.len() - pos - result.valid_len) as u64;
+                break;
+            }
+            stop => pos + stop.position().unwrap_or(result.valid_len),
         };
-        if let Ok(batch) = format::RecordBatch::parse(&data[pos..]) {
-            match batch.records_buf() {
-                Ok(buf) => {
-                    if let Some(Err(e)) = batch.iter_records(&buf).find(|r| r.is_err()) {
-                        report.problems.push(Problem {
-                            file: log_path.clone(),
-                            position: Some(pos),
-                            reason: format!("records: {e}"),
-                        });
-                    }
-                }
-                Err(e) => report.problems.push(Problem {
-                    file: log_path.clone(),
-                    position: Some(pos),
-                    reason: format!("records: {e}"),
-                }),
+        let kind = match result.stop {
+            ScanStop::Torn { .. } => "torn_batch",
+            ScanStop::Invalid { ref problem, .. } => problem.kind(),
+            ScanStop::End => "end",
+        };
+        report.problem(&f.path, Some(stop_at), kind, stop_reason(&result.stop));
+        // Go on from the next position where a whole, valid batch with offsets that fit
+        // starts: damage in one batch does not hide the state of the rest.
+        match resync(data, stop_at + 1, bounds, last) {
+            Some(next) => {
+                report.unchecked_bytes += (next - stop_at) as u64;
+                report.problem(
+                    &f.path,
+                    Some(stop_at),
+                    "unchecked",
+                    format!(
+                        "{} bytes could not be checked; valid batches resume at byte {next}",
+                        next - stop_at
+                    ),
+                );
+                pos = next;
+            }
+            None => {
+                report.unchecked_bytes += (data.len() - stop_at) as u64;
+                break;
             }
         }
-        pos += size;
     }
-    verify_indexes(
-        fs,
-        dir,
-        base,
-        data.get(..result.valid_len).unwrap_or(&[]),
-        &starts,
-        result.last_offset,
-        report,
-    )?;
-    Ok(result.last_offset)
+    records_decode(data, &starts, &f.path, report);
+    verify_indexes(fs, dir, base, data.len(), &starts, &checked, found_last, report)?;
+    Ok(found_last)
 }
 
+/// The next position at or after `from` where a valid batch starts (CRC checked) whose offsets
+/// follow `previous_last` and fit `bounds`. Cheap tests first, so garbage costs a few byte
+/// compares per position.
+fn resync(data: &[u8], from: usize, bounds: OffsetBounds, previous_last: Option<i64>) -> Option<usize> {
+    let header = format::HEADER_SIZE;
+    (from..data.len().saturating_sub(header - 1)).find(|&at| {
+        let rest = &data[at..];
+        if rest[16] != 2 {
+            return false;
+        }
+        let Ok(batch) = RecordBatch::parse(rest) else {
+            return false;
+        };
+        bounds
+            .check(batch.base_offset(), batch.last_offset(), previous_last)
+            .is_ok()
+            && batch.size() <= rest.len()
+            && format::validate_stored_batch(rest).is_ok()
+    })
+}
+
+/// Every record of every valid batch decodes (the scan checked frames and CRCs only).
+fn records_decode(
+    data: &[u8],
+    starts: &BTreeMap<usize, i64>,
+    path: &Path,
+    report: &mut VerifyReport,
+) {
+    for &pos in starts.keys() {
+        let Ok(batch) = RecordBatch::parse(&data[pos..]) else {
+            continue;
+        };
+        let problem = match batch.records_buf() {
+            Ok(buf) => batch
+                .iter_records(&buf)
+                .find_map(|r| r.err())
+                .map(|e| e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(e) = problem {
+            report.problem(path, Some(pos), "invalid_records", format!("records: {e}"));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn verify_indexes(
     fs: &dyn FileSystem,
     dir: &Path,
     base: i64,
-    data: &[u8],
+    log_len: usize,
     starts: &BTreeMap<usize, i64>,
+    checked: &[(usize, usize)],
     last_offset: Option<i64>,
     report: &mut VerifyReport,
 ) -> Result<(), io::IoError> {
+    let in_checked = |p: usize| checked.iter().any(|&(a, b)| p >= a && p < b);
     let index_path = names::file_path(dir, base, names::INDEX_EXT);
-    if fs.exists(&index_path).ctx("stat", &index_path)? {
-        let bytes = io::read_file(fs, &index_path)?;
-        let bytes = untrimmed_tail(&index_path, bytes, offset_index::ENTRY_SIZE, report);
-        report.index_entries += (bytes.len() / offset_index::ENTRY_SIZE) as u64;
-        if let Err(e) = offset_index::check(&bytes, base, data.len().max(1)) {
-            report.problems.push(Problem {
-                file: index_path.clone(),
-                position: None,
-                reason: e.to_string(),
-            });
-        } else {
-            for (i, e) in offset_index::decode(&bytes, base).enumerate() {
-                if starts.get(&(e.position as usize)) != Some(&e.offset) {
-                    report.problems.push(Problem {
-                        file: index_path.clone(),
-                        position: Some(i * offset_index::ENTRY_SIZE),
-                        reason: format!(
-                            "entry ({}, {}) does not point at the start of the batch ending at that offset",
-                            e.offset, e.position
-                        ),
-                    });
-                    break;
-                }
+    match map_index(fs, &index_path, offset_index::ENTRY_SIZE, log_len, report)? {
+        None => {}
+        Some(map) => {
+            let bytes = untrimmed_tail(&index_path, map.published_slice(), offset_index::ENTRY_SIZE, report);
+            report.index_entries += (bytes.len() / offset_index::ENTRY_SIZE) as u64;
+            if let Err(e) = offset_index::check(bytes, base, log_len.max(1)) {
+                report.problem(&index_path, None, "bad_index", e.to_string());
+            } else if let Some((i, e)) = offset_index::decode(bytes, base)
+                .enumerate()
+                // Entries pointing into bytes that could not be checked are not judged.
+                .filter(|(_, e)| in_checked(e.position as usize))
+                .find(|(_, e)| starts.get(&(e.position as usize)) != Some(&e.offset))
+            {
+                report.problem(
+                    &index_path,
+                    Some(i * offset_index::ENTRY_SIZE),
+                    "bad_index",
+                    format!(
+                        "entry ({}, {}) does not point at the start of the batch ending at that \
+                         offset (recovery rebuilds this index)",
+                        e.offset, e.position
+                    ),
+                );
             }
         }
-    } else {
-        report.problems.push(Problem {
-            file: index_path,
-            position: None,
-            reason: "missing (recovery rebuilds it)".into(),
-        });
     }
     let time_path = names::file_path(dir, base, names::TIME_INDEX_EXT);
-    if fs.exists(&time_path).ctx("stat", &time_path)? {
-        let bytes = io::read_file(fs, &time_path)?;
-        let bytes = untrimmed_tail(&time_path, bytes, time_index::ENTRY_SIZE, report);
+    if let Some(map) = map_index(fs, &time_path, time_index::ENTRY_SIZE, log_len, report)? {
+        let bytes = untrimmed_tail(&time_path, map.published_slice(), time_index::ENTRY_SIZE, report);
         report.time_index_entries += (bytes.len() / time_index::ENTRY_SIZE) as u64;
-        if let Err(e) = time_index::check(&bytes, base, last_offset.unwrap_or(base)) {
-            report.problems.push(Problem {
-                file: time_path,
-                position: None,
-                reason: e.to_string(),
-            });
+        if let Err(e) = time_index::check(bytes, base, last_offset.unwrap_or(base)) {
+            report.problem(&time_path, None, "bad_index", e.to_string());
         }
     }
     Ok(())
 }
 
-/// Cuts the all-zero entries at the end of an index (a preallocated file that was never
-/// trimmed: the log was not closed cleanly) and reports them once. A real entry is never all
-/// zeros: the first batch of a segment is never indexed, so every position is above 0.
-fn untrimmed_tail(
+/// Maps an index for checking, or reports why it cannot be: missing (the offset index only;
+/// Kafka creates a missing time index empty), not a regular file, or larger than an index of
+/// a `log_len`-byte segment can be (never read: it may be huge and sparse).
+fn map_index(
+    fs: &dyn FileSystem,
     path: &Path,
-    mut bytes: Vec<u8>,
+    entry_size: usize,
+    log_len: usize,
+    report: &mut VerifyReport,
+) -> Result<Option<Mapping>, io::IoError> {
+    let meta = match fs.stat(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if entry_size == offset_index::ENTRY_SIZE {
+                report.problem(path, None, "index_missing", "missing (recovery rebuilds it)");
+            }
+            return Ok(None);
+        }
+        Err(e) => return Err(io::IoError::new("stat", path, e)),
+    };
+    if meta.kind != FileKind::File {
+        report.problem(
+            path,
+            None,
+            "not_a_file",
+            format!("a {}, not a regular file (not opened)", meta.kind.name()),
+        );
+        return Ok(None);
+    }
+    // Room for one entry per batch, and for the preallocated size an active segment's index
+    // has until it is trimmed (Kafka's default 10 MiB).
+    let max = ((log_len / format::HEADER_SIZE + 1) * entry_size).max(10 << 20) as u64;
+    if meta.len > max {
+        report.problem(
+            path,
+            None,
+            "too_large",
+            format!(
+                "{} bytes, more than an index of a {log_len}-byte segment can be (not read; \
+                 recovery rebuilds it)",
+                meta.len
+            ),
+        );
+        return Ok(None);
+    }
+    let len = meta.len as usize - meta.len as usize % entry_size;
+    map_read_only(fs, path, len).map(Some)
+}
+
+/// The entries before the all-zero ones at the end of an index (a preallocated file that was
+/// never trimmed: the log was not closed cleanly), reported once. A real entry is never all
+/// zeros: the first batch of a segment is never indexed, so every position is above 0.
+fn untrimmed_tail<'a>(
+    path: &Path,
+    bytes: &'a [u8],
     entry: usize,
     report: &mut VerifyReport,
-) -> Vec<u8> {
+) -> &'a [u8] {
     let whole = bytes.len() - bytes.len() % entry;
     let mut end = whole;
     while end >= entry && bytes[end - entry..end].iter().all(|&b| b == 0) {
         end -= entry;
     }
     if end < whole {
-        report.problems.push(Problem {
-            file: path.to_path_buf(),
-            position: Some(end),
-            reason: format!(
+        report.problem(
+            path,
+            Some(end),
+            "untrimmed_index",
+            format!(
                 "{} preallocated zero entries after the last entry: not trimmed by a clean close \
                  (recovery rebuilds this index)",
                 (whole - end) / entry
             ),
-        });
-        bytes.truncate(end);
+        );
     }
-    bytes
+    &bytes[..end]
 }

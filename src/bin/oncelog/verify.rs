@@ -32,6 +32,8 @@ struct Report<'a> {
     time_index_entries: u64,
     snapshots: usize,
     preallocated_bytes: u64,
+    /// Bytes from a damaged batch to the next valid one, which could not be checked.
+    unchecked_bytes: u64,
     problems: Vec<ProblemLine<'a>>,
 }
 
@@ -40,6 +42,7 @@ struct ProblemLine<'a> {
     file: String,
     /// Byte position in the file, `null` when the problem is the file as a whole.
     position: Option<usize>,
+    kind: &'static str,
     reason: &'a str,
 }
 
@@ -48,6 +51,7 @@ impl<'a> ProblemLine<'a> {
         ProblemLine {
             file: p.file.display().to_string(),
             position: p.position,
+            kind: p.kind,
             reason: &p.reason,
         }
     }
@@ -93,6 +97,7 @@ fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
         time_index_entries: r.time_index_entries,
         snapshots: r.snapshots,
         preallocated_bytes: r.preallocated_bytes,
+        unchecked_bytes: r.unchecked_bytes,
         problems: r.problems.iter().map(ProblemLine::new).collect(),
     }
 }

@@ -289,27 +289,6 @@ impl Planner<'_> {
                 continue;
             };
             let f = &candidate.file;
-            if f.kind != FileKind::File {
-                let damage = Damage::NotAFile {
-                    kind: f.kind.name(),
-                };
-                let durable = rec.is_some() || self.loses_durable(base, last_file_base);
-                self.judge(durable, &f.path, None, &damage)?;
-                report.truncations.push(Truncation {
-                    path: f.path.clone(),
-                    position: 0,
-                    file_len: 0,
-                    damage,
-                });
-                doomed.push(Doomed {
-                    base,
-                    path: f.path.clone(),
-                    reason: "not a regular file".into(),
-                    unrecorded: rec.is_none(),
-                });
-                cut_at = Some(previous_next.unwrap_or(base));
-                continue;
-            }
             if rec.is_none() && !candidate.swapped {
                 // Wholly below the log start: a retention whose deletion a crash interrupted
                 // (the log start is made durable before any file goes).
@@ -344,10 +323,33 @@ impl Planner<'_> {
                     continue;
                 }
             }
+            if f.kind != FileKind::File {
+                let damage = Damage::NotAFile {
+                    kind: f.kind.name(),
+                };
+                let durable = rec.is_some() || self.loses_durable(base, last_file_base);
+                self.judge(durable, &f.path, None, &damage)?;
+                report.truncations.push(Truncation {
+                    path: f.path.clone(),
+                    position: 0,
+                    file_len: 0,
+                    damage,
+                });
+                doomed.push(Doomed {
+                    base,
+                    path: f.path.clone(),
+                    reason: "not a regular file".into(),
+                    unrecorded: rec.is_none(),
+                });
+                cut_at = Some(previous_next.unwrap_or(base));
+                continue;
+            }
             let bounds = OffsetBounds {
                 segment_base: base,
                 next_segment_base: next_file_base,
             };
+            // Damage to what the record vouches for that the mode lets validation deal with.
+            let mut tolerated: Option<Damage> = None;
             let trusted = match rec {
                 Some(r) if f.len != r.size => {
                     let damage = Damage::SizeMismatch {
@@ -355,11 +357,18 @@ impl Planner<'_> {
                         found: f.len,
                     };
                     self.judge(true, &f.path, None, &damage)?;
+                    tolerated = Some(damage);
                     None
                 }
                 Some(r) if !self.deep => {
                     let is_last = next_file_base.is_none();
-                    self.trust(r, f, bounds, previous_last, is_last && clean, report)?
+                    match self.trust(r, f, bounds, previous_last, is_last && clean, report)? {
+                        Ok(kept) => Some(kept),
+                        Err(damage) => {
+                            tolerated = Some(damage);
+                            None
+                        }
+                    }
                 }
                 _ => None,
             };
@@ -415,6 +424,13 @@ impl Planner<'_> {
                             damage: d,
                         });
                         cut_at = Some(next_offset);
+                    } else if let Some(d) = tolerated {
+                        report.truncations.push(Truncation {
+                            path: f.path.clone(),
+                            position: v.valid_len,
+                            file_len: f.len as usize,
+                            damage: d,
+                        });
                     }
                     KeptSegment {
                         base,
@@ -473,8 +489,8 @@ impl Planner<'_> {
 
     /// A recorded segment: checks what is cheap to check (its indexes, and after a clean close
     /// the tail of the last segment, whose batches a reader and the next append rely on) and
-    /// believes the record for the rest. `None` when it must be validated instead (damage that
-    /// the mode lets recovery cut).
+    /// believes the record for the rest. `Err` with the damage found when it must be validated
+    /// instead (damage that the mode lets recovery cut).
     fn trust(
         &self,
         r: &SegmentRecord,
@@ -483,7 +499,7 @@ impl Planner<'_> {
         previous_last: Option<i64>,
         check_tail: bool,
         report: &mut RecoveryReport,
-    ) -> Result<Option<KeptSegment>, PlanError> {
+    ) -> Result<Result<KeptSegment, Damage>, PlanError> {
         let base = r.base_offset;
         let size = r.size as usize;
         let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
@@ -508,7 +524,7 @@ impl Planner<'_> {
         };
         let needs_data = index_problem.is_some() || check_tail;
         if !needs_data {
-            return Ok(Some(self.recorded(r, f, None, tail)));
+            return Ok(Ok(self.recorded(r, f, None, tail)));
         }
         let map = self.map_log(&f.path, size)?;
         let data = map.published_slice();
@@ -567,7 +583,7 @@ impl Planner<'_> {
         if let Some((position, damage)) = damage {
             self.judge(true, &f.path, Some(position), &damage)?;
             // Let the validation find and cut what is wrong.
-            return Ok(None);
+            return Ok(Err(damage));
         }
         tail.first_batch_timestamp = first_batch_timestamp(data);
         if let Some(reason) = index_problem {
@@ -575,14 +591,14 @@ impl Planner<'_> {
                 .indexes_rebuilt
                 .push((names::file_path(self.dir, base, names::INDEX_EXT), reason));
             tail = TailInfo::from_batches(&batches);
-            return Ok(Some(self.recorded(r, f, Some(batches), tail)));
+            return Ok(Ok(self.recorded(r, f, Some(batches), tail)));
         }
         tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
             time.ok()
                 .and_then(|t| time_index::decode(t.published_slice(), base).last())
                 .map(|t| t.timestamp)
         });
-        Ok(Some(self.recorded(r, f, None, tail)))
+        Ok(Ok(self.recorded(r, f, None, tail)))
     }
 
     fn recorded(
