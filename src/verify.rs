@@ -340,7 +340,10 @@ fn verify_segment(
             &f.path,
             Some(max as usize),
             "too_large",
-            format!("{} bytes, larger than any segment ({max}); checked up to there", f.len),
+            format!(
+                "{} bytes, larger than any segment ({max}); checked up to there",
+                f.len
+            ),
         );
     }
     let map = map_read_only(fs, &f.path, f.len.min(max) as usize)?;
@@ -398,14 +401,28 @@ fn verify_segment(
         }
     }
     records_decode(data, &starts, &f.path, report);
-    verify_indexes(fs, dir, base, data.len(), &starts, &checked, found_last, report)?;
+    verify_indexes(
+        fs,
+        dir,
+        base,
+        data.len(),
+        &starts,
+        &checked,
+        found_last,
+        report,
+    )?;
     Ok(found_last)
 }
 
 /// The next position at or after `from` where a valid batch starts (CRC checked) whose offsets
 /// follow `previous_last` and fit `bounds`. Cheap tests first, so garbage costs a few byte
 /// compares per position.
-fn resync(data: &[u8], from: usize, bounds: OffsetBounds, previous_last: Option<i64>) -> Option<usize> {
+fn resync(
+    data: &[u8],
+    from: usize,
+    bounds: OffsetBounds,
+    previous_last: Option<i64>,
+) -> Option<usize> {
     let header = format::HEADER_SIZE;
     (from..data.len().saturating_sub(header - 1)).find(|&at| {
         let rest = &data[at..];
@@ -463,7 +480,12 @@ fn verify_indexes(
     match map_index(fs, &index_path, offset_index::ENTRY_SIZE, log_len, report)? {
         None => {}
         Some(map) => {
-            let bytes = untrimmed_tail(&index_path, map.published_slice(), offset_index::ENTRY_SIZE, report);
+            let bytes = untrimmed_tail(
+                &index_path,
+                map.published_slice(),
+                offset_index::ENTRY_SIZE,
+                report,
+            );
             report.index_entries += (bytes.len() / offset_index::ENTRY_SIZE) as u64;
             if let Err(e) = offset_index::check(bytes, base, log_len.max(1)) {
                 report.problem(&index_path, None, "bad_index", e.to_string());
@@ -488,7 +510,12 @@ fn verify_indexes(
     }
     let time_path = names::file_path(dir, base, names::TIME_INDEX_EXT);
     if let Some(map) = map_index(fs, &time_path, time_index::ENTRY_SIZE, log_len, report)? {
-        let bytes = untrimmed_tail(&time_path, map.published_slice(), time_index::ENTRY_SIZE, report);
+        let bytes = untrimmed_tail(
+            &time_path,
+            map.published_slice(),
+            time_index::ENTRY_SIZE,
+            report,
+        );
         report.time_index_entries += (bytes.len() / time_index::ENTRY_SIZE) as u64;
         if let Err(e) = time_index::check(bytes, base, last_offset.unwrap_or(base)) {
             report.problem(&time_path, None, "bad_index", e.to_string());
@@ -511,7 +538,12 @@ fn map_index(
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if entry_size == offset_index::ENTRY_SIZE {
-                report.problem(path, None, "index_missing", "missing (recovery rebuilds it)");
+                report.problem(
+                    path,
+                    None,
+                    "index_missing",
+                    "missing (recovery rebuilds it)",
+                );
             }
             return Ok(None);
         }

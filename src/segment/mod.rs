@@ -136,17 +136,34 @@ impl Segment {
         if start >= data.len() {
             return Ok(None);
         }
+        // Every batch ends below the segment's next offset (recovery took it from the
+        // checkpoint's record or from validated batches, not from these headers).
         let bounds = OffsetBounds {
             segment_base: self.base_offset,
-            next_segment_base: None,
+            next_segment_base: Some(self.next_offset()),
         };
         let mut first: Option<usize> = None;
         let mut end = start;
         let mut previous_last = None;
+        // The segment holds the target: a walk that passes it without finding its batch met a
+        // header that lies (below the recovery point nothing else can explain it).
+        let held = self.next_offset().min(below);
+        let skipped = |at| {
+            self.corrupt(
+                at,
+                BatchProblem::OffsetsSkipped {
+                    offset: target,
+                    next_offset: held,
+                },
+            )
+        };
         for item in BatchIter::new(&data[start..]) {
             let (at, batch) = item.map_err(|(at, error)| self.corrupt(start + at, error.into()))?;
             let at = start + at;
             if batch.base_offset() >= below {
+                if first.is_none() && target >= self.base_offset && target < held {
+                    return Err(skipped(at));
+                }
                 break;
             }
             bounds
@@ -160,6 +177,9 @@ impl Segment {
                 Some(_) => {}
             }
             end = at + batch.size();
+        }
+        if first.is_none() && target >= self.base_offset && target < held {
+            return Err(skipped(data.len()));
         }
         Ok(first.and_then(|f| self.log.bytes(f, end)))
     }

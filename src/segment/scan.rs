@@ -44,6 +44,10 @@ pub enum BatchProblem {
         last_offset: i64,
         next_segment_base: i64,
     },
+    /// The batches skip offsets the segment is known to hold (from the checkpoint's record or
+    /// validation): a damaged header claims offsets that are not its own.
+    #[error("the batches skip offset {offset}, which the segment holds (up to {next_offset})")]
+    OffsetsSkipped { offset: i64, next_offset: i64 },
 }
 
 impl BatchProblem {
@@ -54,6 +58,7 @@ impl BatchProblem {
             BatchProblem::OffsetNotIncreasing { .. } => "offset_not_increasing",
             BatchProblem::OffsetOutOfSegment { .. } => "offset_out_of_segment",
             BatchProblem::OffsetBeyondNextSegment { .. } => "offset_beyond_next_segment",
+            BatchProblem::OffsetsSkipped { .. } => "offsets_skipped",
         }
     }
 }

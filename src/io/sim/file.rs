@@ -223,7 +223,11 @@ impl SharedFlush for MsyncSink {
         }
         st.op(OpKind::Msync)?;
         st.counters.msyncs += 1;
-        let inode = st.inode(self.id)?;
+        let Some(inode) = st.inodes.get_mut(&self.id) else {
+            // The file was removed and its last handle closed while it was still mapped: as on
+            // Linux, its pages live on for the map, and writing them back goes nowhere.
+            return Ok(());
+        };
         let end = offset + bytes.len();
         let valid = match &inode.attached {
             Some(a) if a.id == self.buffer_id => a.valid,

@@ -229,3 +229,37 @@ fn crashing_with_a_live_writer_is_refused() {
         .expect("map");
     fs.crash(0);
 }
+
+#[test]
+fn a_file_removed_while_mapped_keeps_its_bytes_for_the_map_and_is_gone_after_a_crash() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("old.log"), OpenMode::Create).expect("open");
+    f.allocate(PAGE as u64).expect("allocate");
+    let map = Arc::new(
+        f.map(PAGE, MapMode::ReadWrite { published: 0 })
+            .expect("map"),
+    );
+    let mut w = map.writer().expect("writer");
+    w.write(0, b"batch");
+    w.publish(5);
+    let bytes = map.bytes(0, 5).expect("published");
+    fs.remove_file(&p("old.log")).expect("remove while mapped");
+    drop(f);
+    // As on Linux: the unlinked file's pages live on for its maps, and an msync of them is
+    // harmless (it writes back to a file that no directory names any more).
+    map.flush(0, 5).expect("msync of a removed file");
+    w.write(5, b"more");
+    w.publish(9);
+    assert_eq!(&bytes[..], b"batch");
+    assert_eq!(map.published_slice(), b"batchmore");
+    assert!(!fs.exists(&p("old.log")).expect("exists"));
+    drop((w, map));
+    fs.sync_dir(Path::new(DIR)).expect("sync dir");
+    fs.crash(3);
+    assert_eq!(
+        &bytes[..],
+        b"batch",
+        "a reader's bytes outlive even a crash image"
+    );
+    assert!(!fs.exists(&p("old.log")).expect("exists"));
+}

@@ -222,7 +222,7 @@ impl Planner<'_> {
 
     pub fn plan(&self, inv: &Inventory, report: &mut RecoveryReport) -> Result<Plan, PlanError> {
         let mut swaps = SwapPlan::default();
-        let (candidates, swap_range) = self.resolve_swaps(inv, &mut swaps)?;
+        let (candidates, swap_range) = self.resolve_swaps(inv, &mut swaps, report)?;
         let rp = self.rp();
         let log_start = self.checkpoint.map_or_else(
             || candidates.keys().next().copied().unwrap_or(0),
@@ -323,6 +323,41 @@ impl Planner<'_> {
                     continue;
                 }
             }
+            if rec.is_none() && self.checkpoint.is_some() {
+                // Rolls keep segments contiguous (the new base is the log end unless a
+                // replicated gap is wider than int32), so a segment that starts past the end of
+                // the one before lost that one's tail while its own file survived. Only segments
+                // no checkpoint vouches for are held to it: compaction leaves gaps between the
+                // segments it rewrites, and a Kafka directory has no checkpoint.
+                if let Some(prev) = kept.last().filter(|k| base > k.next_offset) {
+                    if !self.is_offset_overflow_gap(base, prev.next_offset) {
+                        let damage = Damage::MissingOffsets {
+                            next_offset: prev.next_offset,
+                            next_segment_base: base,
+                        };
+                        self.judge(
+                            prev.next_offset < rp,
+                            &prev.source,
+                            Some(prev.log_size),
+                            &damage,
+                        )?;
+                        report.truncations.push(Truncation {
+                            path: prev.source.clone(),
+                            position: prev.log_size,
+                            file_len: prev.file_len as usize,
+                            damage,
+                        });
+                        cut_at = Some(prev.next_offset);
+                        doomed.push(Doomed {
+                            base,
+                            path: f.path.clone(),
+                            reason: "after a cut".into(),
+                            unrecorded: false,
+                        });
+                        continue;
+                    }
+                }
+            }
             if f.kind != FileKind::File {
                 let damage = Damage::NotAFile {
                     kind: f.kind.name(),
@@ -391,23 +426,17 @@ impl Planner<'_> {
                     }
                     let next_offset = v.batches.last().map_or(base, |b| b.last_offset + 1);
                     let mut damage = v.damage;
-                    if damage.is_none() && self.checkpoint.is_some() {
-                        // Rolls keep segments contiguous (the new base is the log end unless
-                        // a replicated gap is wider than int32), so a segment that ends short
-                        // of the next one lost its tail while the next one's file survived.
-                        // Only segments this engine wrote and no checkpoint vouches for are
-                        // held to it: compaction leaves gaps between the segments it rewrites.
-                        if let Some(next) = next_file_base.filter(|&n| n > next_offset) {
-                            if !self.is_offset_overflow_gap(next, next_offset) {
-                                damage = Some((
-                                    v.valid_len,
-                                    Damage::MissingOffsets {
-                                        next_offset,
-                                        next_segment_base: next,
-                                    },
-                                ));
-                            }
-                        }
+                    if let Some(r) =
+                        rec.filter(|r| damage.is_none() && r.next_offset != next_offset)
+                    {
+                        // What validation found contradicts what the checkpoint vouched for.
+                        damage = Some((
+                            v.valid_len,
+                            Damage::EndDisagrees {
+                                expected_next: r.next_offset,
+                                found_next: next_offset,
+                            },
+                        ));
                     }
                     if let Some((position, d)) = damage {
                         let durable = rec.is_some()
@@ -726,6 +755,7 @@ impl Planner<'_> {
         &self,
         inv: &Inventory,
         plan: &mut SwapPlan,
+        report: &mut RecoveryReport,
     ) -> Result<(BTreeMap<i64, Candidate>, Option<(i64, i64)>), PlanError> {
         let mut candidates: BTreeMap<i64, Candidate> = inv
             .logs
@@ -785,6 +815,12 @@ impl Planner<'_> {
                     // would replace is still there, the swap is given up and the old segment
                     // kept, which loses nothing.
                     self.judge(true, &f.path, position, &damage)?;
+                    report.truncations.push(Truncation {
+                        path: f.path.clone(),
+                        position: position.unwrap_or(0),
+                        file_len: f.len as usize,
+                        damage,
+                    });
                     if inv.logs.contains_key(&swap.base) {
                         plan.discarded.push(f.path.clone());
                         plan.discarded.extend(
