@@ -44,6 +44,14 @@ pub enum BatchProblem {
         last_offset: i64,
         next_segment_base: i64,
     },
+    /// The batch's offsets run into the next batch's, which follows the batch before it: this
+    /// batch's header (base offset or last offset delta) is the damaged one.
+    #[error("offsets {base_offset}..={last_offset} overlap the next batch at {next_base_offset}")]
+    OffsetsOverlapNext {
+        base_offset: i64,
+        last_offset: i64,
+        next_base_offset: i64,
+    },
     /// The batches skip offsets the segment is known to hold (from the checkpoint's record or
     /// validation): a damaged header claims offsets that are not its own.
     #[error("the batches skip offset {offset}, which the segment holds (up to {next_offset})")]
@@ -59,6 +67,7 @@ impl BatchProblem {
             BatchProblem::OffsetOutOfSegment { .. } => "offset_out_of_segment",
             BatchProblem::OffsetBeyondNextSegment { .. } => "offset_beyond_next_segment",
             BatchProblem::OffsetsSkipped { .. } => "offsets_skipped",
+            BatchProblem::OffsetsOverlapNext { .. } => "offsets_overlap_next",
         }
     }
 }
@@ -180,6 +189,10 @@ fn walk(
     let mut pos = 0;
     let mut batches = 0;
     let mut last = previous_last_offset;
+    // The last batch accepted, held back one step: when the batch after it does not follow it
+    // but would follow the one before it, its own offsets are what a flipped bit changed (no
+    // checksum covers the base offset), and it is the damage.
+    let mut held: Option<(BatchInfo, Option<i64>)> = None;
     let mut max_timestamp: Option<i64> = None;
     let stop = loop {
         if pos >= bytes.len() {
@@ -188,6 +201,27 @@ fn walk(
         let rest = &bytes[pos..];
         let batch = match check_batch(rest, bounds, last, validate) {
             Ok(batch) => batch,
+            Err(Halt::Invalid(BatchProblem::OffsetNotIncreasing {
+                base_offset,
+                previous_last,
+            })) if held.is_some_and(|(h, before)| {
+                base_offset > before.unwrap_or(bounds.segment_base - 1)
+                    && h.position + h.size == pos
+            }) =>
+            {
+                let (h, before) = held.take().unwrap_or_else(|| unreachable!());
+                last = before;
+                batches -= 1;
+                pos = h.position;
+                break ScanStop::Invalid {
+                    position: pos,
+                    problem: BatchProblem::OffsetsOverlapNext {
+                        base_offset: h.base_offset,
+                        last_offset: previous_last,
+                        next_base_offset: base_offset,
+                    },
+                };
+            }
             Err(stop) => break classify(rest, pos, stop),
         };
         let info = BatchInfo {
@@ -197,13 +231,18 @@ fn walk(
             last_offset: batch.last_offset(),
             max_timestamp: batch.max_timestamp(),
         };
-        on_batch(&info);
+        if let Some((h, _)) = held.replace((info, last)) {
+            on_batch(&h);
+            max_timestamp = Some(max_timestamp.map_or(h.max_timestamp, |m| m.max(h.max_timestamp)));
+        }
         batches += 1;
         last = Some(info.last_offset);
-        max_timestamp =
-            Some(max_timestamp.map_or(info.max_timestamp, |m| m.max(info.max_timestamp)));
         pos += info.size;
     };
+    if let Some((h, _)) = held {
+        on_batch(&h);
+        max_timestamp = Some(max_timestamp.map_or(h.max_timestamp, |m| m.max(h.max_timestamp)));
+    }
     let last_offset = if batches > 0 { last } else { None };
     ScanResult {
         valid_len: pos,

@@ -323,24 +323,18 @@ impl Planner<'_> {
                     continue;
                 }
             }
-            if rec.is_none() && self.checkpoint.is_some() {
-                // Rolls keep segments contiguous (the new base is the log end unless a
-                // replicated gap is wider than int32), so a segment that starts past the end of
-                // the one before lost that one's tail while its own file survived. Only segments
-                // no checkpoint vouches for are held to it: compaction leaves gaps between the
-                // segments it rewrites, and a Kafka directory has no checkpoint.
+            if rec.is_none() {
                 if let Some(prev) = kept.last().filter(|k| base > k.next_offset) {
-                    if !self.is_offset_overflow_gap(base, prev.next_offset) {
+                    if self.lost_between(prev, base, inv) {
                         let damage = Damage::MissingOffsets {
                             next_offset: prev.next_offset,
                             next_segment_base: base,
                         };
-                        self.judge(
-                            prev.next_offset < rp,
-                            &prev.source,
-                            Some(prev.log_size),
-                            &damage,
-                        )?;
+                        let durable = match self.checkpoint {
+                            Some(_) => prev.next_offset < rp,
+                            None => true,
+                        };
+                        self.judge(durable, &prev.source, Some(prev.log_size), &damage)?;
                         report.truncations.push(Truncation {
                             path: prev.source.clone(),
                             position: prev.log_size,
@@ -505,6 +499,26 @@ impl Planner<'_> {
             log_start_offset,
             recovery_point: rp_after.min(log_end),
         })
+    }
+
+    /// Whether the offsets between `prev`'s end and the segment at `base` were lost (rather
+    /// than never written, or compacted away). Rolls keep the segments this engine writes
+    /// contiguous (the new base is the log end unless a replicated gap is wider than int32),
+    /// so with a checkpoint, and no record vouching for the segment, any other gap is a lost
+    /// tail whose next segment's file survived. Compaction leaves gaps between the segments it
+    /// rewrites, in Kafka directories too; there, a producer snapshot named after an offset in
+    /// the gap says a segment started there: one is missing.
+    fn lost_between(&self, prev: &KeptSegment, base: i64, inv: &Inventory) -> bool {
+        if self.is_offset_overflow_gap(base, prev.next_offset) {
+            return false;
+        }
+        match self.checkpoint {
+            Some(_) => true,
+            None => inv
+                .snapshots
+                .iter()
+                .any(|(o, _)| *o > prev.base && *o >= prev.next_offset && *o < base),
+        }
     }
 
     /// Without a checkpoint, only the last segment's tail may be cut in the default mode (the
@@ -735,16 +749,23 @@ impl Planner<'_> {
         let Ok(file) = self.fs.open(&path, OpenMode::Read) else {
             return false;
         };
-        let mut header = [0u8; crate::format::HEADER_SIZE];
-        if !file
-            .read_at(&mut header, 0)
-            .is_ok_and(|n| n == header.len())
-        {
+        let Ok(len) = file.len() else {
             return false;
-        }
-        let last = crate::format::batch::be_i64(&header, 0)
-            .saturating_add(crate::format::batch::be_i32(&header, 23) as i64);
-        offset_index::relative_offset(next_expected, last).is_none()
+        };
+        let Ok(map) = file.map(len.min(MAX_SEGMENT_BYTES) as usize, MapMode::ReadOnly) else {
+            return false;
+        };
+        // Only a valid first batch, inside its own segment's range, can explain the gap: the
+        // offsets of garbage explain nothing.
+        let bounds = OffsetBounds {
+            segment_base: next_base,
+            next_segment_base: None,
+        };
+        let data = map.published_slice();
+        crate::format::validate_stored_batch(data).is_ok_and(|b| {
+            bounds.check(b.base_offset(), b.last_offset(), None).is_ok()
+                && offset_index::relative_offset(next_expected, b.last_offset()).is_none()
+        })
     }
 
     /// Validates every `.log.swap` and decides what completing the swaps replaces (§8.2
