@@ -364,9 +364,9 @@ fn record_set_followed_by_zero_bytes_keeps_its_valid_prefix() {
     for item in BatchIter::new(&data) {
         match item {
             Ok((_, batch)) => valid += batch.size(),
-            Err((pos, e)) => {
-                assert_eq!(pos, valid);
-                assert!(matches!(e, BatchError::Truncated { .. }), "{e}");
+            Err(e) => {
+                assert_eq!(e.position, valid);
+                assert!(matches!(e.error, BatchError::Truncated { .. }), "{e}");
             }
         }
     }

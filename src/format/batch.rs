@@ -17,7 +17,7 @@
 //! |  57 |    4 | recordsCount          |                                              |
 //! |  61 |    … | records               | raw or one compressed stream                 |
 
-use super::error::BatchError;
+use super::error::{BatchError, BatchErrorAt};
 
 /// Size of the fixed header (`RECORD_BATCH_OVERHEAD`).
 pub const HEADER_SIZE: usize = 61;
@@ -342,8 +342,8 @@ impl<'a> BatchIter<'a> {
 }
 
 impl<'a> Iterator for BatchIter<'a> {
-    /// (position, batch) or the frame error at `position`.
-    type Item = Result<(usize, RecordBatch<'a>), (usize, BatchError)>;
+    /// (position, batch), or the frame error with the position of the bad batch.
+    type Item = Result<(usize, RecordBatch<'a>), BatchErrorAt>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done || self.pos >= self.buf.len() {
@@ -357,7 +357,10 @@ impl<'a> Iterator for BatchIter<'a> {
             }
             Err(e) => {
                 self.done = true;
-                Some(Err((self.pos, e)))
+                Some(Err(BatchErrorAt {
+                    position: self.pos,
+                    error: e,
+                }))
             }
         }
     }
@@ -452,9 +455,12 @@ mod tests {
         let items: Vec<_> = BatchIter::new(&buf).collect();
         assert_eq!(items.len(), 2);
         assert!(matches!(items[0], Ok((0, _))));
-        assert!(matches!(
-            items[1],
-            Err((61, BatchError::UnsupportedMagic { magic: 1 }))
-        ));
+        assert_eq!(
+            items[1].as_ref().err(),
+            Some(&BatchErrorAt {
+                position: 61,
+                error: BatchError::UnsupportedMagic { magic: 1 }
+            })
+        );
     }
 }

@@ -22,6 +22,6 @@ pub use compression::{compress, decompress, DEFAULT_MAX_DECOMPRESSED_BYTES};
 pub use control::{
     decode_control_record, end_txn_marker, ControlRecordKey, ControlType, EndTxnMarker,
 };
-pub use error::{BatchError, ControlRecordError, RecordError};
+pub use error::{BatchError, BatchErrorAt, ControlRecordError, RecordError};
 pub use record::{decode_record, Header, HeaderIter, Record, RecordContext, RecordIter};
 pub use validate::{validate_client_batch, validate_stored_batch, BatchSummary};

@@ -21,6 +21,16 @@ pub enum VarintError {
     TooLong { max_bytes: usize },
 }
 
+impl VarintError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            VarintError::Truncated => "truncated",
+            VarintError::TooLong { .. } => "too_long",
+        }
+    }
+}
+
 /// Reads an unsigned LEB128 value of at most `max_bytes` bytes. Bits beyond 64 in the last
 /// allowed byte are dropped, as Kafka's `ByteUtils` does; only the byte count is policed.
 #[inline]

@@ -119,6 +119,14 @@ pub struct ConfigError {
     pub rule: &'static str,
 }
 
+impl ConfigError {
+    /// A stable snake_case name for the kind of error; [`ConfigError::field`] says which
+    /// setting.
+    pub fn kind(&self) -> &'static str {
+        "invalid_config"
+    }
+}
+
 impl LogConfig {
     /// Checks every value against its valid range.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -301,7 +309,10 @@ mod tests {
             ),
         ];
         for (config, field) in cases {
-            assert_eq!(config.validate().map_err(|e| e.field), Err(field));
+            assert_eq!(
+                config.validate().map_err(|e| (e.field, e.kind())),
+                Err((field, "invalid_config"))
+            );
         }
     }
 }

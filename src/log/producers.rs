@@ -206,10 +206,10 @@ fn replay(
         let data = segment.data();
         let start = segment.offset_index().lookup(from).position as usize;
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-            let (_, batch) = item.map_err(|(at, error)| CorruptSegment {
+            let (_, batch) = item.map_err(|e| CorruptSegment {
                 path: segment.log_path().to_path_buf(),
-                position: start + at,
-                error,
+                position: start + e.position,
+                error: e.error,
             })?;
             if batch.last_offset() < from || batch.producer_id() < 0 {
                 continue;

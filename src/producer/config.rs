@@ -61,6 +61,17 @@ pub enum ConfigError {
     NonPositiveExpiration { got: i64 },
 }
 
+impl ConfigError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConfigError::WindowOutOfRange { .. } => "window_out_of_range",
+            ConfigError::ZeroMaxProducers => "zero_max_producers",
+            ConfigError::NonPositiveExpiration { .. } => "non_positive_expiration",
+        }
+    }
+}
+
 impl ProducerStateConfig {
     /// Checks every field against its valid range.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -40,3 +40,68 @@ pub enum ProducerError {
     )]
     TooManyProducers { producer_id: i64, limit: usize },
 }
+
+impl ProducerError {
+    /// A stable snake_case name for the kind of error: Kafka's error name, lower case.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProducerError::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
+            ProducerError::OutOfOrderSequence { .. } => "out_of_order_sequence",
+            ProducerError::InvalidTxnState { .. } => "invalid_txn_state",
+            ProducerError::CoordinatorFenced { .. } => "coordinator_fenced",
+            ProducerError::TooManyProducers { .. } => "too_many_producers",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_kafkas_error_names() {
+        let cases = [
+            (
+                ProducerError::InvalidProducerEpoch {
+                    producer_id: 1,
+                    current: 2,
+                    got: 1,
+                },
+                "invalid_producer_epoch",
+            ),
+            (
+                ProducerError::OutOfOrderSequence {
+                    producer_id: 1,
+                    expected: 5,
+                    got: 7,
+                },
+                "out_of_order_sequence",
+            ),
+            (
+                ProducerError::InvalidTxnState {
+                    producer_id: 1,
+                    txn_first_offset: 0,
+                },
+                "invalid_txn_state",
+            ),
+            (
+                ProducerError::CoordinatorFenced {
+                    producer_id: 1,
+                    current: 3,
+                    got: 2,
+                },
+                "coordinator_fenced",
+            ),
+            (
+                ProducerError::TooManyProducers {
+                    producer_id: 1,
+                    limit: 10,
+                },
+                "too_many_producers",
+            ),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind);
+        }
+    }
+}

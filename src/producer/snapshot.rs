@@ -135,6 +135,21 @@ pub enum SnapshotError {
     },
 }
 
+impl SnapshotError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SnapshotError::TooShort { .. } => "too_short",
+            SnapshotError::UnsupportedVersion { .. } => "unsupported_version",
+            SnapshotError::CrcMismatch { .. } => "crc_mismatch",
+            SnapshotError::InvalidCount { .. } => "invalid_count",
+            SnapshotError::Truncated { .. } => "truncated",
+            SnapshotError::CountMismatch { .. } => "count_mismatch",
+            SnapshotError::InvalidField { .. } => "invalid_field",
+        }
+    }
+}
+
 /// Encodes entries in the given order. Version 1 keeps only each producer's newest batch.
 pub fn encode<'a>(
     entries: impl IntoIterator<Item = &'a ProducerEntry>,

@@ -184,6 +184,23 @@ fn flipped_bit_is_a_crc_mismatch() {
     ));
 }
 
+#[test]
+fn snapshot_error_kinds_are_stable_names() {
+    let mut flipped = hex(TV7);
+    flipped[20] ^= 1;
+    let mut version_3 = encode(&[], SnapshotVersion::V2);
+    version_3[1] = 3;
+    let kinds = [&[0, 1, 0][..], &version_3, &flipped].map(|b| decode(b).map_err(|e| e.kind()));
+    assert_eq!(
+        kinds,
+        [
+            Err("too_short"),
+            Err("unsupported_version"),
+            Err("crc_mismatch")
+        ]
+    );
+}
+
 /// Re-seals `bytes` with a correct CRC so structural checks are reached.
 fn reseal(mut bytes: Vec<u8>) -> Vec<u8> {
     let crc = crc32c::crc32c(&bytes[6..]);

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::format::{self, BatchError, BatchFrame, BatchIter};
+use crate::format::{self, BatchError, BatchErrorAt, BatchFrame, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
@@ -65,6 +65,21 @@ pub struct CorruptSegment {
     pub path: PathBuf,
     pub position: usize,
     pub error: BatchError,
+}
+
+impl CorruptSegment {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        "corrupt_segment"
+    }
+
+    fn at(path: &Path, start: usize, e: BatchErrorAt) -> CorruptSegment {
+        CorruptSegment {
+            path: path.to_path_buf(),
+            position: start + e.position,
+            error: e.error,
+        }
+    }
 }
 
 impl Segment {
@@ -134,11 +149,7 @@ impl Segment {
         let mut first: Option<usize> = None;
         let mut end = start;
         for item in BatchIter::new(&data[start..]) {
-            let (at, batch) = item.map_err(|(at, error)| CorruptSegment {
-                path: self.log_path.clone(),
-                position: start + at,
-                error,
-            })?;
+            let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             let at = start + at;
             if batch.base_offset() >= below {
                 break;
@@ -161,11 +172,7 @@ impl Segment {
         let start = self.offset_index.lookup(from).position as usize;
         let data = self.data();
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-            let (at, batch) = item.map_err(|(at, error)| CorruptSegment {
-                path: self.log_path.clone(),
-                position: start + at,
-                error,
-            })?;
+            let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             if batch.max_timestamp() >= timestamp {
                 return Ok(Some(start + at));
             }
@@ -399,11 +406,7 @@ pub fn trusted_log_size(data: &[u8], index: &[u8], base_offset: i64) -> usize {
 fn walk(data: &[u8], path: &Path) -> Result<Vec<BatchInfo>, CorruptSegment> {
     let mut out = Vec::new();
     for item in BatchIter::new(data) {
-        let (position, b) = item.map_err(|(position, error)| CorruptSegment {
-            path: path.to_path_buf(),
-            position,
-            error,
-        })?;
+        let (position, b) = item.map_err(|e| CorruptSegment::at(path, 0, e))?;
         out.push(BatchInfo {
             position,
             size: b.size(),
@@ -454,11 +457,7 @@ fn tail_info(
     let mut last_offset = None;
     let mut max_timestamp = files.read_time_index_last(base_offset).map(|t| t.timestamp);
     for item in BatchIter::new(&data[start..]) {
-        let (_, b) = item.map_err(|(position, error)| CorruptSegment {
-            path: files.log_path.clone(),
-            position: start + position,
-            error,
-        })?;
+        let (_, b) = item.map_err(|e| CorruptSegment::at(&files.log_path, start, e))?;
         last_offset = Some(b.last_offset());
         max_timestamp =
             Some(max_timestamp.map_or(b.max_timestamp(), |m: i64| m.max(b.max_timestamp())));

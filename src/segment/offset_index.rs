@@ -38,6 +38,18 @@ pub enum IndexError {
     TimestampDecreasing { timestamp: i64, last: i64 },
 }
 
+impl IndexError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            IndexError::Full { .. } => "index_full",
+            IndexError::OffsetNotIncreasing { .. } => "offset_not_increasing",
+            IndexError::RelativeOffsetOverflow { .. } => "relative_offset_overflow",
+            IndexError::TimestampDecreasing { .. } => "timestamp_decreasing",
+        }
+    }
+}
+
 /// What makes a stored index untrustworthy (it is then rebuilt from the log).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IndexProblem {

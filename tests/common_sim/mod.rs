@@ -299,7 +299,7 @@ impl Model {
             for item in BatchIter::new(&bytes) {
                 let batch = match item {
                     Ok((_, b)) => b,
-                    Err((at, e)) => ctx.fail(format!("read at {next}: bad batch at +{at}: {e}")),
+                    Err(e) => ctx.fail(format!("read at {next}: {e}")),
                 };
                 if !batch.is_crc_valid() {
                     ctx.fail(format!("batch at {} has a bad CRC", batch.base_offset()));

@@ -263,9 +263,7 @@ fn read_back(log: &Log) -> Result<(u64, Duration), CliError> {
         }
         let mut last = None;
         for item in BatchIter::new(&bytes) {
-            let (_, batch) = item.map_err(|(pos, e)| {
-                CliError(format!("read at offset {offset}: byte {pos}: {e}"))
-            })?;
+            let (_, batch) = item.map_err(|e| CliError(format!("read at offset {offset}: {e}")))?;
             last = Some(batch.last_offset());
         }
         let Some(last) = last else { break };

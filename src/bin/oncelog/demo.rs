@@ -439,7 +439,7 @@ fn step6_read_back(n: &mut Narrator, log: &Log, expected_records: i64) -> Result
         let bytes = log.read(offset, 1 << 20)?;
         let mut next = offset;
         for item in BatchIter::new(&bytes) {
-            let (pos, b) = item.map_err(|(pos, e)| unexpected(format!("read byte {pos}: {e}")))?;
+            let (pos, b) = item.map_err(|e| unexpected(format!("read: {e}")))?;
             let buf = b.records_buf()?;
             for record in b.iter_records(&buf) {
                 let record = record.map_err(|e| unexpected(format!("batch at byte {pos}: {e}")))?;

@@ -397,7 +397,7 @@ impl Dumper {
                         self.out.line(&line.text())?;
                     }
                 }
-                Err((position, error)) => {
+                Err(oncelog::format::BatchErrorAt { position, error }) => {
                     let rest = &bytes[position..];
                     if is_zero(rest) {
                         self.preallocated(file, position, rest.len())?;
