@@ -10,6 +10,6 @@ pub mod segment;
 pub mod verify;
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FlushError, FlushPolicy,
-    Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport,
+    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FetchResult, FlushError,
+    FlushPolicy, Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport,
 };

@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod builder;
 pub mod compression;
+pub mod consumer;
 pub mod control;
 pub mod error;
 #[doc(hidden)]
@@ -19,6 +20,7 @@ pub use batch::{
 };
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, DEFAULT_MAX_DECOMPRESSED_BYTES};
+pub use consumer::{ConsumerRecord, ConsumerRecordIter};
 pub use control::{
     decode_control_record, end_txn_marker, ControlRecordKey, ControlType, EndTxnMarker,
 };

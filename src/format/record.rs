@@ -72,13 +72,14 @@ pub struct Record<'a> {
 impl<'a> Record<'a> {
     /// The record's headers in order. Already validated when the record was read.
     pub fn headers(&self) -> HeaderIter<'a> {
-        HeaderIter {
-            buf: self.headers,
-            remaining: self.header_count,
-        }
+        HeaderIter::validated(self.headers, self.header_count)
     }
     pub fn header_count(&self) -> usize {
         self.header_count
+    }
+    /// The encoded headers, already validated: `header_count` of them.
+    pub(super) fn header_bytes(&self) -> &'a [u8] {
+        self.headers
     }
 }
 
@@ -95,6 +96,16 @@ pub struct Header<'a> {
 pub struct HeaderIter<'a> {
     buf: &'a [u8],
     remaining: usize,
+}
+
+impl<'a> HeaderIter<'a> {
+    /// Headers of `buf`, which [`decode_record`] checked holds `count` of them.
+    pub(super) fn validated(buf: &'a [u8], count: usize) -> HeaderIter<'a> {
+        HeaderIter {
+            buf,
+            remaining: count,
+        }
+    }
 }
 
 impl<'a> Iterator for HeaderIter<'a> {
@@ -300,6 +311,21 @@ impl<'a> RecordIter<'a> {
     /// Index of the next record.
     pub fn index(&self) -> i32 {
         self.index
+    }
+
+    /// Continues where an earlier iterator over the same `buf` stood (see
+    /// [`Self::resume_point`]): for an owner of the buffer that cannot hold a borrow of it.
+    pub(super) fn resume(buf: &'a [u8], ctx: RecordContext, (pos, index): (usize, i32)) -> Self {
+        RecordIter {
+            pos,
+            index,
+            ..RecordIter::new(buf, ctx)
+        }
+    }
+
+    /// Where the next record starts in the buffer, and its index.
+    pub(super) fn resume_point(&self) -> (usize, i32) {
+        (self.pos, self.index)
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod checkpoint;
 mod config;
 mod error;
+mod fetch;
 #[doc(hidden)]
 pub mod fuzz;
 mod prefault;
@@ -32,6 +33,7 @@ pub use config::{
     Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
 };
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
+pub use fetch::FetchResult;
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
 
@@ -525,33 +527,11 @@ impl Log {
     }
 
     /// Whole batches from the one containing `offset`, zero-copy, up to `max_bytes` (at least
-    /// one whole batch). Empty at the log end.
+    /// one whole batch). Empty at the log end. [`Log::fetch`] says also where to go on from.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(ReadError::Closed);
-        }
-        let (start, end) = (self.log_start_offset(), self.log_end_offset());
-        if offset < start || offset > end {
-            return Err(ReadError::OffsetOutOfRange {
-                offset,
-                log_start_offset: start,
-                log_end_offset: end,
-            });
-        }
-        if offset == end {
-            return Ok(Bytes::new());
-        }
-        let segments = self.segments.read();
-        let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
-        for segment in floor
-            .into_iter()
-            .chain(segments.range(offset + 1..).map(|(_, s)| s))
-        {
-            if let Some(bytes) = segment.read(offset, max_bytes, end)? {
-                return Ok(bytes);
-            }
-        }
-        Ok(Bytes::new())
+        let end = self.log_end_offset();
+        self.read_below(offset, max_bytes, end)
+            .map(|(bytes, _)| bytes)
     }
 
     /// The first record whose timestamp is ≥ `timestamp`: its offset and timestamp (Kafka's

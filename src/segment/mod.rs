@@ -130,7 +130,8 @@ impl Segment {
 
     /// Whole batches, zero-copy, starting with the first batch whose last offset is ≥ `target`
     /// and adding batches while they fit in `max_bytes` (the first is returned whole even if it
-    /// is larger, like Kafka's fetch). `None` if no batch of this segment reaches `target`.
+    /// is larger, like Kafka's fetch), with the offset after the last of them. `None` if no
+    /// batch of this segment reaches `target`.
     ///
     /// Only batches that start below `below` are returned: the writer publishes a batch's
     /// bytes a moment before it moves the log end, and a reader must never see a batch the log
@@ -140,7 +141,7 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<Bytes>, CorruptSegment> {
+    ) -> Result<Option<(Bytes, i64)>, CorruptSegment> {
         let data = self.data();
         let start = self.offset_index.lookup(target).position as usize;
         if start >= data.len() {
@@ -148,6 +149,7 @@ impl Segment {
         }
         let mut first: Option<usize> = None;
         let mut end = start;
+        let mut next_offset = target;
         for item in BatchIter::new(&data[start..]) {
             let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             let at = start + at;
@@ -161,8 +163,11 @@ impl Segment {
                 Some(_) => {}
             }
             end = at + batch.size();
+            next_offset = batch.last_offset() + 1;
         }
-        Ok(first.and_then(|f| self.log.bytes(f, end)))
+        Ok(first
+            .and_then(|f| self.log.bytes(f, end))
+            .map(|bytes| (bytes, next_offset)))
     }
 
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
