@@ -11,5 +11,6 @@ pub mod verify;
 
 pub use log::{
     AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FetchResult, FlushError,
-    FlushPolicy, Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport,
+    FlushPolicy, Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport, WaitFor,
+    WaitOutcome,
 };

@@ -14,6 +14,7 @@ pub mod fuzz;
 mod prefault;
 mod producers;
 mod recovery;
+mod wait;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +37,7 @@ pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
 pub use fetch::FetchResult;
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
+pub use wait::{WaitFor, WaitOutcome};
 
 /// The answer to an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +110,8 @@ pub struct Log {
     /// Client appends between entry and the end of their write (group commit waits for them).
     appends_in_flight: AtomicUsize,
     log_end_offset: AtomicI64,
+    /// Readers waiting for the log end to move ([`Log::wait_for`]).
+    end_signal: wait::EndSignal,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
     closed: AtomicBool,
@@ -182,6 +186,7 @@ impl Log {
                 prefault: prefault::Prefault::default(),
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
+            end_signal: wait::EndSignal::default(),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
             recovery_point: AtomicI64::new(loaded.recovery_point),
             closed: AtomicBool::new(false),
@@ -298,8 +303,7 @@ impl Log {
                 }
             })
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
-        self.log_end_offset
-            .store(last_offset + 1, Ordering::Release);
+        self.publish_log_end(last_offset + 1);
         st.producers
             .record(incoming.as_ref(), first_offset, summary.size, now);
         self.prefault_ahead(&mut st);
@@ -365,7 +369,7 @@ impl Log {
                 .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
                 .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
             let segment_base_offset = writer.base_offset();
-            self.log_end_offset.store(last + 1, Ordering::Release);
+            self.publish_log_end(last + 1);
             let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
             st.producers.record(incoming.as_ref(), first, b.size(), now);
             self.prefault_ahead(&mut st);
@@ -741,6 +745,7 @@ impl Log {
             return Ok(());
         };
         self.closed.store(true, Ordering::Release);
+        self.end_signal.wake_all();
         let segment = writer.seal()?;
         segment.flush_all()?;
         let log_end = self.log_end_offset();
