@@ -11,6 +11,6 @@ pub mod verify;
 
 pub use log::{
     AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FetchResult, FlushError,
-    FlushPolicy, Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport, WaitFor,
-    WaitOutcome,
+    FlushPolicy, LatencyHistogram, Log, LogConfig, LogMetrics, OpenError, ReadError, RecoveryMode,
+    RecoveryReport, WaitFor, WaitOutcome,
 };

@@ -11,6 +11,7 @@ mod error;
 mod fetch;
 #[doc(hidden)]
 pub mod fuzz;
+mod metrics;
 mod prefault;
 mod producers;
 mod recovery;
@@ -20,6 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -35,6 +37,7 @@ pub use config::{
 };
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
 pub use fetch::FetchResult;
+pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
 pub use wait::{WaitFor, WaitOutcome};
@@ -119,6 +122,7 @@ pub struct Log {
     roll_jitter_ms: i64,
     report: RecoveryReport,
     producer_report: ProducerLoadReport,
+    metrics: metrics::Metrics,
 }
 
 impl std::fmt::Debug for Log {
@@ -144,6 +148,7 @@ impl Log {
         dir: impl AsRef<Path>,
         config: LogConfig,
     ) -> Result<Log, OpenError> {
+        let opening = Instant::now();
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = env.clock.now_ms();
@@ -166,6 +171,7 @@ impl Log {
             now,
         )?;
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
+        let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
             segments: RwLock::new(segments),
@@ -194,6 +200,7 @@ impl Log {
             roll_jitter_ms,
             report: loaded.report,
             producer_report,
+            metrics,
             config,
             env,
         })
@@ -255,6 +262,12 @@ impl Log {
     /// offsets by rewriting baseOffset in place, stamps the leader epoch (and LogAppendTime when
     /// configured), and writes it to the active segment, rolling first if needed.
     pub fn append(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
+        let outcome = self.append_client(batch);
+        self.metrics.refused_if(&outcome);
+        outcome
+    }
+
+    fn append_client(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
         let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
         if summary.size > self.config.segment_bytes {
@@ -280,6 +293,7 @@ impl Log {
         self.check_writable(&st)?;
         if let Some(b) = &incoming {
             if let Decision::Duplicate(original) = st.producers.check(b)? {
+                self.metrics.duplicate();
                 drop(st);
                 drop(in_flight);
                 return self.answer_duplicate(original.first_offset(), original.last_offset);
@@ -304,6 +318,8 @@ impl Log {
             })
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
         self.publish_log_end(last_offset + 1);
+        self.metrics
+            .appended(summary.records_count as u64, summary.size);
         st.producers
             .record(incoming.as_ref(), first_offset, summary.size, now);
         self.prefault_ahead(&mut st);
@@ -332,6 +348,12 @@ impl Log {
     /// batch is checked (frame, CRC) and must start at or after the log end, with offsets
     /// strictly increasing. All batches are checked before any is written.
     pub fn append_replicated(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
+        let outcome = self.append_replicated_batches(batches);
+        self.metrics.refused_if(&outcome);
+        outcome
+    }
+
+    fn append_replicated_batches(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
         let mut parsed = Vec::new();
         let mut pos = 0;
         while pos < batches.len() {
@@ -370,6 +392,9 @@ impl Log {
                 .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
             let segment_base_offset = writer.base_offset();
             self.publish_log_end(last + 1);
+            self.metrics
+                .appended(b.records_count().max(0) as u64, b.size());
+            self.metrics.replicated();
             let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
             st.producers.record(incoming.as_ref(), first, b.size(), now);
             self.prefault_ahead(&mut st);
@@ -414,6 +439,7 @@ impl Log {
         if st.producers.snapshot_due() {
             st.producers
                 .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+            self.metrics.snapshot_written();
         }
         Ok(())
     }
@@ -492,6 +518,7 @@ impl Log {
         // disk) nothing has changed yet.
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base)?;
+        self.metrics.snapshot_written();
         let cfg = recovery::segment_config(&self.config);
         let new =
             segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
@@ -519,6 +546,7 @@ impl Log {
         st.prefault = prefault::Prefault::default();
         self.segments.write().insert(new_base, new_segment);
         st.dir_dirty = true;
+        self.metrics.rolled();
         match old.seal() {
             Ok(sealed) => st.unflushed_sealed.push(sealed),
             Err(e) => {
@@ -594,6 +622,15 @@ impl Log {
     /// Makes appends below `offset` durable; returns at once if they already are. Appenders
     /// waiting here share the `fdatasync` of whoever flushes first (group commit).
     fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+        let entered = Instant::now();
+        let result = self.flush_to_inner(offset);
+        if offset != i64::MAX {
+            self.metrics.durable_wait(entered.elapsed());
+        }
+        result
+    }
+
+    fn flush_to_inner(&self, offset: i64) -> Result<(), FlushError> {
         // Leader and followers: one thread syncs (without holding the lock) while the others
         // wait on the condition variable; when it is done every waiter wakes at once, those its
         // sync covered return, and the first one that still needs a sync leads the next, which
@@ -622,7 +659,9 @@ impl Log {
                 std::thread::yield_now();
             }
         }
+        let syncing = Instant::now();
         let result = self.sync_once(from_base, from_position);
+        self.metrics.synced(syncing.elapsed(), result.is_ok());
         let mut fst = self.flush.lock();
         fst.in_progress = false;
         let outcome = match result {
@@ -751,6 +790,7 @@ impl Log {
         let log_end = self.log_end_offset();
         st.producers
             .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+        self.metrics.snapshot_written();
         drop(st);
         self.remove_stray_snapshots()?;
         self.write_checkpoint(true)?;
