@@ -1,4 +1,4 @@
-//! Golden vectors: kafka-format.md §13 (TV1–TV6) byte for byte, and every vector of
+//! Golden vectors: the test vectors TV1–TV6 of docs/format.md byte for byte, and every vector of
 //! `shared/fixtures/recordbatch-vectors.json` (batches captured from real brokers and written by
 //! other clients) decoded field by field.
 
@@ -33,7 +33,7 @@ fn load() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-// ---- §13 TV1–TV6 -------------------------------------------------------------------------
+// ---- TV1–TV6 -----------------------------------------------------------------------------
 
 fn tv1() -> Vec<u8> {
     let mut b = BatchBuilder::new();

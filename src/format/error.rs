@@ -115,7 +115,7 @@ impl BatchErrorAt {
     }
 }
 
-/// What is wrong inside one record (kafka-format.md §1.4).
+/// What is wrong inside one record (docs/format.md, "Record").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
     #[error("the record runs past the end of the batch")]
@@ -152,7 +152,8 @@ impl RecordError {
     }
 }
 
-/// A control record whose key or value is corrupt (kafka-format.md §1.7).
+/// A control record whose key or value is corrupt (docs/format.md, "Control batches and transaction
+/// markers").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlRecordError {
     #[error("control record key is {len} bytes, at least 4 needed")]

@@ -1,5 +1,5 @@
 //! Kafka RecordBatch v2: zero-copy views, validation, record iteration, builder, control
-//! records and varints. Pure functions over bytes, no I/O (DESIGN.md §3).
+//! records and varints. Pure functions over bytes, no I/O (docs/design.md, "Layers").
 
 pub mod batch;
 pub mod builder;

@@ -56,7 +56,7 @@ pub enum AppendError {
     #[error("invalid batch: {0}")]
     Batch(#[from] BatchError),
     /// The batch breaks its producer's rules: stale epoch, out-of-order sequence, too many
-    /// producers, ... (kafka-format.md §5.2).
+    /// producers, ... (docs/design.md, "Producer state").
     #[error(transparent)]
     Producer(#[from] ProducerError),
     /// The batch cannot fit in any segment (RECORD_LIST_TOO_LARGE).

@@ -1,5 +1,5 @@
 //! One partition log: the ordered segments, offsets, append / read / flush / roll, recovery on
-//! open (DESIGN.md §3).
+//! open (docs/design.md, "Layers").
 //!
 //! Concurrency: one mutex serialises appends (validation of the batch bytes happens before it
 //! is taken); readers never take it. They find a segment under a read lock held for the length
@@ -312,7 +312,8 @@ impl Log {
                 if log_append_time {
                     batch::stamp_log_append_time(dst, now);
                 } else if header_max_timestamp != summary.max_timestamp {
-                    // Kafka sets maxTimestamp to the largest record timestamp (§2.1 in-place path).
+                    // Kafka's in-place path sets maxTimestamp to the largest record timestamp
+                    // (docs/design.md, "Append" step 4).
                     batch::set_max_timestamp(dst, summary.max_timestamp);
                 }
             })
@@ -472,7 +473,7 @@ impl Log {
         Ok(())
     }
 
-    /// Kafka's roll conditions (kafka-format.md §3.2), checked before every append.
+    /// Kafka's roll conditions (docs/design.md, "Append" step 3), checked before every append.
     fn maybe_roll(
         &self,
         st: &mut AppendState,
@@ -496,10 +497,10 @@ impl Log {
         if !roll {
             return Ok(());
         }
-        // The lowest base that still indexes this batch in int32 (kafka-format.md §3.2 takes
-        // the batch's first offset; the log end is also valid and keeps segments contiguous
-        // across a replicated gap, so recovery can tell a lost tail from a gap: only a gap
-        // wider than int32 leaves offsets out between segments).
+        // The lowest base that still indexes this batch in int32 (Kafka takes the batch's first
+        // offset; the log end is also valid and keeps segments contiguous across a replicated
+        // gap, so recovery can tell a lost tail from a gap: only a gap wider than int32 leaves
+        // offsets out between segments; docs/design.md, "Append" step 3).
         let new_base = self
             .log_end_offset
             .load(Ordering::Relaxed)
@@ -750,7 +751,8 @@ impl Log {
         Ok((active.base_offset(), end_position, !sealed.is_empty()))
     }
 
-    /// Keeps one snapshot per segment base offset plus the newest (kafka-format.md §6).
+    /// Keeps one snapshot per segment base offset plus the newest (docs/format.md, "Producer
+    /// snapshot").
     fn remove_stray_snapshots(&self) -> Result<(), IoError> {
         let bases = self.segment_base_offsets();
         snapshot_files::remove_strays(self.env.fs.as_ref(), &self.dir, &bases).map(|_| ())

@@ -1,5 +1,5 @@
 //! The log's producer state: the table, its snapshots beside the segments, and how it is
-//! rebuilt on open (DESIGN.md §6, kafka-format.md §6).
+//! rebuilt on open (docs/design.md, "Producer state", docs/format.md, "Producer snapshot").
 //!
 //! Snapshots are taken at roll (at the new base offset), every `snapshot_interval_bytes`, and
 //! at close. The first two are written to a temp file under the append lock and made durable

@@ -1,4 +1,4 @@
-//! Configuration of the producer-state table (DESIGN.md §6).
+//! Configuration of the producer-state table (docs/design.md, "Producer state").
 
 /// The smallest allowed dedup window.
 pub const MIN_WINDOW: usize = 1;

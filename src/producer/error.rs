@@ -1,4 +1,4 @@
-//! Why a producer's batch was refused (kafka-format.md §5.2).
+//! Why a producer's batch was refused (docs/design.md, "Producer state").
 
 /// A batch that breaks a producer-state rule. Each variant maps to a Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,6 @@
 //! The producer snapshot codec: Kafka's version 1 and oncelog's version 2
-//! (kafka-format.md §6, DESIGN.md §4). A file `<offset>.snapshot` holds the producer state
-//! after applying every offset below `offset`.
+//! (docs/format.md, "Producer snapshot", docs/design.md, "Files and the checkpoint"). A file
+//! `<offset>.snapshot` holds the producer state after applying every offset below `offset`.
 //!
 //! Both versions share the header:
 //!

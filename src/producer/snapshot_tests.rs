@@ -10,7 +10,7 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// kafka-format.md §13 TV7.
+/// TV7 of docs/format.md, "Test vectors".
 const TV7: &str = "0001007cbbac00000002
     00000000000003e8 0000 0000002d 0000000000000029 00000004 0000018bcfe56800 ffffffff ffffffffffffffff
     00000000000007d0 0005 00000009 000000000000003c 00000009 0000018bcfe56801 00000003 0000000000000037";

@@ -1,5 +1,5 @@
 //! One segment: the memory-mapped `N.log` and its sparse `N.index` and `N.timeindex`
-//! (kafka-format.md §3, §4; DESIGN.md §5).
+//! (docs/format.md; docs/design.md, "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
 //! one writer of the active segment. Files are preallocated with a real allocation before they
@@ -171,7 +171,7 @@ impl Segment {
     }
 
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
-    /// time and offset indexes (kafka-format.md §4.3 lookup).
+    /// time and offset indexes (docs/format.md, "Time index" lookup).
     pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<usize>, CorruptSegment> {
         let from = self.time_index.lookup(timestamp).offset;
         let start = self.offset_index.lookup(from).position as usize;

@@ -1,5 +1,5 @@
-//! The offset index `N.index` (kafka-format.md §4.2): a sparse map from offsets to the byte
-//! positions of batches in `N.log`.
+//! The offset index `N.index` (docs/format.md, "Offset index"): a sparse map from offsets to the
+//! byte positions of batches in `N.log`.
 //!
 //! | off | size | field                                                   |
 //! |----:|-----:|---------------------------------------------------------|
@@ -8,7 +8,7 @@
 //!
 //! Entries are big-endian with strictly increasing offsets. The file has no header and no
 //! checksum; an untrimmed file's length is not a trustworthy entry count, which is why the log
-//! rebuilds indexes past its recovery point (DESIGN.md §5).
+//! rebuilds indexes past its recovery point (docs/design.md, "Memory maps without hazards").
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! `oncelog demo`: the lost acknowledgement, end to end, told step by step (DESIGN.md §2).
+//! `oncelog demo`: the lost acknowledgement, end to end, told step by step (docs/design.md, "The
+//! contract").
 //!
 //! An idempotent producer appends; its acknowledgement is lost and it retries; a process that
 //! appended and flushed is killed with SIGKILL; after the reopen the producer retries every
