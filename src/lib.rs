@@ -10,6 +10,7 @@ pub mod segment;
 pub mod verify;
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FlushError, FlushPolicy,
-    Log, LogConfig, OpenError, ReadError, RecoveryMode, RecoveryReport,
+    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FetchResult, FlushError,
+    FlushPolicy, LatencyHistogram, Log, LogConfig, LogMetrics, OpenError, ReadError, RecoveryMode,
+    RecoveryReport, WaitFor, WaitOutcome,
 };

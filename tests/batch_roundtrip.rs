@@ -104,7 +104,7 @@ proptest! {
         flip in 1u8..=255,
     ) {
         let mut bytes = build(&records, codec, 5);
-        // The CRC covers byte 21 (attributes) to the end (§1.2).
+        // The CRC covers byte 21 (attributes) to the end (docs/format.md, "RecordBatch v2 header").
         let i = 21 + at.index(bytes.len() - 21);
         bytes[i] ^= flip;
         let stored = validate_stored_batch(&bytes);

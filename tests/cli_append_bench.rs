@@ -153,15 +153,78 @@ fn bench_json(extra: &[&str]) -> Value {
 }
 
 #[test]
-fn bench_with_tiny_options_reports_positive_throughput() {
+fn bench_reports_append_flush_and_durable_figures_apart() {
     let s = bench_json(&[]);
     assert_eq!(s["messages"], 2000);
     assert_eq!(s["batches"], 20);
-    assert!(s["mb_per_s"].as_f64().unwrap() > 0.0);
-    assert!(s["records_per_s"].as_f64().unwrap() > 0.0);
-    assert!(s["read_mb_per_s"].as_f64().unwrap() > 0.0);
+    let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k} in {s}"));
+    assert!(f("append_mb_per_s") > 0.0 && f("durable_mb_per_s") > 0.0);
+    assert!(f("durable_records_per_s") > 0.0 && f("read_mb_per_s") > 0.0);
+    // Durable is the appends plus the final flush, so never faster than the appends alone.
+    let sum = f("append_seconds") + f("flush_seconds");
+    assert!((f("durable_seconds") - sum).abs() < 1e-9, "{s}");
+    assert!(f("durable_mb_per_s") <= f("append_mb_per_s"), "{s}");
+    let mb = s["bytes"].as_f64().unwrap() / 1e6;
+    assert!(
+        (f("durable_mb_per_s") - mb / f("durable_seconds")).abs() < 1e-6,
+        "MB = 10^6 B"
+    );
     assert_eq!(s["read_bytes"], s["bytes"]);
+    assert_eq!(s["read_crc_failures"], 0);
     assert!(s["segments"].as_u64().unwrap() > 1, "rolled: {s}");
+}
+
+#[test]
+fn bench_text_names_the_figures_and_pluralises() {
+    let o = run(&["bench", "--messages", "100", "--batch-size", "100"]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("in 1 batch of 100 records (no producer id"),
+        "{text}"
+    );
+    assert!(text.contains("(1 segment)"), "{text}");
+    assert!(
+        text.contains("durable: ") && text.contains("final flush"),
+        "{text}"
+    );
+    assert!(text.contains("every batch's CRC-32C checked"), "{text}");
+    assert!(text.contains("MB = 10^6 bytes"), "{text}");
+    let o = run(&["bench", "--messages", "10", "--producers", "1"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("(1 idempotent producer,"), "{text}");
+}
+
+#[test]
+fn bench_refuses_impossible_options_with_exit_2() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--batch-size", "0"], "--batch-size must be at least 1"),
+        (&["--messages", "0"], "--messages must be at least 1"),
+        (
+            &["--message-size", "100000000000"],
+            "larger than the log accepts",
+        ),
+        (
+            &["--batch-size", "1000", "--message-size", "2000"],
+            "lower --batch-size or --message-size",
+        ),
+        (&["--segment-bytes", "100"], "cannot hold one batch"),
+        (
+            &["--segment-bytes", "5"],
+            "--segment-bytes: invalid segment_bytes",
+        ),
+        (&["--producers", "-1"], "--producers"),
+        (&["--flush", "every:0"], "every:N with N"),
+    ];
+    for (extra, message) in cases {
+        let mut args = vec!["bench"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(message), "{extra:?}: {err}");
+        assert!(o.stdout.is_empty(), "{extra:?} ran anyway");
+    }
 }
 
 #[test]
@@ -197,7 +260,7 @@ fn bench_into_a_given_directory_leaves_a_dumpable_log() {
     );
     // A second run refuses the now non-empty directory rather than mixing into it.
     let o = run(&["bench", "--messages", "10", "--dir", dir_arg]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
 }
 
 #[test]

@@ -425,10 +425,14 @@ fn version_2_snapshot_shows_every_retained_batch() {
 }
 
 #[test]
-fn dump_refuses_a_path_it_cannot_read_with_exit_1() {
+fn dump_of_a_missing_path_says_no_such_file_and_exits_2() {
     let o = run(&["dump", "/nonexistent/00000000000000000000.log"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("oncelog:"));
+    assert_eq!(o.status.code(), Some(2), "could not run, not damage found");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("oncelog: /nonexistent/00000000000000000000.log: no such file or directory"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! Crash tests on the simulated file system (DESIGN.md §9, issue 4 items 4 and 6): random
-//! workloads of idempotent appends, flushes, rolls and clean reopens, cut by a power failure at
-//! a random point (between calls, or in the middle of one, by failing every file operation
-//! from the Nth on), then reopened and checked against a model of the contract (DESIGN.md §2).
+//! Crash tests on the simulated file system (docs/design.md, "How the guarantees are tested", issue
+//! 4 items 4 and 6): random workloads of idempotent appends, flushes, rolls and clean reopens, cut
+//! by a power failure at a random point (between calls, or in the middle of one, by failing every
+//! file operation from the Nth on), then reopened and checked against a model of the contract
+//! (docs/design.md, "The contract").
 //!
 //! Environment:
 //! * `ONCELOG_CRASH_POINTS=<n>`: crash points per workload test (default 2,000; CI long runs

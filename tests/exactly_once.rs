@@ -1,5 +1,5 @@
-//! Exactly-once appends (DESIGN.md §2.2): a retry of any batch still in its producer's window
-//! returns the original offsets and writes nothing, before and after restarts.
+//! Exactly-once appends (docs/design.md, contract 2): a retry of any batch still in its producer's
+//! window returns the original offsets and writes nothing, before and after restarts.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,8 @@
-//! Full disks and failing fsyncs on the simulated file system (DESIGN.md §2.5, §5, §7; issue
-//! 4 item 6): an out-of-space roll or a failed fsync comes back as a typed error (never a
-//! panic), nothing acknowledged is lost, the log stays usable (read-only after a failed fsync)
-//! and resumes, or reopens, once the cause is gone; a crash after a failed roll never moves the
-//! log end back.
+//! Full disks and failing fsyncs on the simulated file system (docs/design.md: contract 5, "Memory
+//! maps without hazards", "Recovery on open"; issue 4 item 6): an out-of-space roll or a failed
+//! fsync comes back as a typed error (never a panic), nothing acknowledged is lost, the log stays
+//! usable (read-only after a failed fsync) and resumes, or reopens, once the cause is gone; a crash
+//! after a failed roll never moves the log end back.
 
 mod common_sim;
 
@@ -296,7 +296,8 @@ fn a_crash_after_a_failed_roll_never_moves_the_log_end_back() {
 }
 
 /// A roll fails after creating the new `.log` (its index cannot be allocated) and removes it
-/// again, unsynced; smaller batches still fit the old segment; then the power is cut. Returns whether recovery met the failed roll's leftover.
+/// again, unsynced; smaller batches still fit the old segment; then the power is cut. Returns
+/// whether recovery met the failed roll's leftover.
 fn crash_after_failed_roll(crash_seed: u64) -> bool {
     const SCENARIO_SEED: u64 = 5;
     let k = Scenario::batches_before_second_roll(SCENARIO_SEED);

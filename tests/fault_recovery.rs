@@ -1,7 +1,7 @@
-//! Recovery under faults on the simulated file system (DESIGN.md §2.5, §7; issue 4 item 6):
-//! open is cut at every one of its file operations and must be recoverable again, an open that
-//! is refused must leave the disk untouched, and a random workload into random faults gets
-//! every injected error back typed, with the contract intact after the fault is gone.
+//! Recovery under faults on the simulated file system (docs/design.md: contract 5, "Recovery on
+//! open"; issue 4 item 6): open is cut at every one of its file operations and must be recoverable
+//! again, an open that is refused must leave the disk untouched, and a random workload into random
+//! faults gets every injected error back typed, with the contract intact after the fault is gone.
 //!
 //! Environment:
 //! * `ONCELOG_FAULT_POINTS=<n>`: faults injected by the random sweep (default 300).

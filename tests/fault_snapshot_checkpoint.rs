@@ -1,7 +1,8 @@
 //! ENOSPC while a roll, a flush or a close writes a producer snapshot or the checkpoint, on
-//! the simulated file system (DESIGN.md §5, §7; issue 4 item 6): every failed write, fsync and
-//! rename comes back as a typed out-of-space error naming the file, never a panic, and the log
-//! resumes (or reopens with every acknowledged batch) once space returns.
+//! the simulated file system (docs/design.md: "Memory maps without hazards", "Recovery on open";
+//! issue 4 item 6): every failed write, fsync and rename comes back as a typed out-of-space error
+//! naming the file, never a panic, and the log resumes (or reopens with every acknowledged batch)
+//! once space returns.
 
 mod common_sim;
 

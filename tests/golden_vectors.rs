@@ -1,4 +1,4 @@
-//! Golden vectors: kafka-format.md §13 (TV1–TV6) byte for byte, and every vector of
+//! Golden vectors: the test vectors TV1–TV6 of docs/format.md byte for byte, and every vector of
 //! `shared/fixtures/recordbatch-vectors.json` (batches captured from real brokers and written by
 //! other clients) decoded field by field.
 
@@ -33,7 +33,7 @@ fn load() -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-// ---- §13 TV1–TV6 -------------------------------------------------------------------------
+// ---- TV1–TV6 -----------------------------------------------------------------------------
 
 fn tv1() -> Vec<u8> {
     let mut b = BatchBuilder::new();
@@ -364,9 +364,9 @@ fn record_set_followed_by_zero_bytes_keeps_its_valid_prefix() {
     for item in BatchIter::new(&data) {
         match item {
             Ok((_, batch)) => valid += batch.size(),
-            Err((pos, e)) => {
-                assert_eq!(pos, valid);
-                assert!(matches!(e, BatchError::Truncated { .. }), "{e}");
+            Err(e) => {
+                assert_eq!(e.position, valid);
+                assert!(matches!(e.error, BatchError::Truncated { .. }), "{e}");
             }
         }
     }

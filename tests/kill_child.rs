@@ -1,7 +1,8 @@
 //! Real crashes: a child process appends idempotent batches, flushing each, and is killed with
-//! SIGKILL at a random moment; the parent reopens the log and checks the contract (DESIGN.md
-//! §2): every acknowledged batch is present once at its offsets, offsets are dense, and a retry
-//! of any acknowledged batch in its producer's window is answered with the original offsets.
+//! SIGKILL at a random moment; the parent reopens the log and checks the contract (docs/design.md,
+//! "The contract"): every acknowledged batch is present once at its offsets, offsets are dense, and
+//! a retry of any acknowledged batch in its producer's window is answered with the original
+//! offsets.
 //!
 //! `ONCELOG_KILL_ROUNDS` sets the number of kill rounds (default 50).
 

@@ -1,7 +1,7 @@
 //! Leftover files of interrupted operations are handled by Kafka's startup protocol
-//! (kafka-format.md §8.2): `.deleted`, `.cleaned` and `.tmp` files go; a `.swap` at or above the
-//! smallest `.cleaned` offset was an unfinished clean and goes; other `.swap` files complete
-//! their swap, replacing the segments whose offsets they cover.
+//! (docs/design.md, "Recovery on open"): `.deleted`, `.cleaned` and `.tmp` files go; a `.swap` at
+//! or above the smallest `.cleaned` offset was an unfinished clean and goes; other `.swap` files
+//! complete their swap, replacing the segments whose offsets they cover.
 
 use std::path::Path;
 

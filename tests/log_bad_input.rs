@@ -1,6 +1,7 @@
 //! Bad input of every kind is refused with its typed error and writes nothing; bad
 //! configuration, bad offsets and a closed log get their errors; damaged directories are
-//! refused, cut or tolerated as the recovery mode says (DESIGN.md §2.3, §2.5, §7).
+//! refused, cut or tolerated as the recovery mode says (docs/design.md: contracts 3 and 5,
+//! "Recovery on open").
 
 mod common;
 

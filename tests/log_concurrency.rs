@@ -1,6 +1,7 @@
 //! Readers running while the log appends, rolls and closes; concurrent appenders
-//! (DESIGN.md §2.4, §5): readers only ever see whole, valid batches at dense offsets, and bytes
-//! they hold stay unchanged after roll, close and deletion of the directory.
+//! (docs/design.md: contract 4, "Memory maps without hazards"): readers only ever see whole, valid
+//! batches at dense offsets, and bytes they hold stay unchanged after roll, close and deletion of
+//! the directory.
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Property test: random sequences of appends, replicated appends, reads, flushes, clean and
-//! unclean reopens against a `Vec` of batches (DESIGN.md §9). Small segments and indexes make
-//! rolls on size, time and a full index happen along the way.
+//! unclean reopens against a `Vec` of batches (docs/design.md, "How the guarantees are tested").
+//! Small segments and indexes make rolls on size, time and a full index happen along the way.
 
 mod common;
 

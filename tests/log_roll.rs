@@ -1,6 +1,8 @@
-//! Segment roll (kafka-format.md §3.2) on size, time, a full index and relative-offset
-//! overflow; file sizes at roll and close (§3.3, DESIGN.md §5); Kafka's 4096-byte index rule
-//! (§4.2); LogAppendTime and leader-epoch stamping (§2.1); `offset_for_timestamp` (§4.3).
+//! Segment roll (docs/design.md, "Append" step 3) on size, time, a full index and
+//! relative-offset overflow; file sizes at roll and close (docs/format.md, "Preallocation and
+//! trimming"); Kafka's 4096-byte index rule (docs/format.md, "Offset index"); LogAppendTime and
+//! leader-epoch stamping (docs/design.md, "Append"); `offset_for_timestamp` (docs/format.md, "Time
+//! index").
 
 mod common;
 
@@ -322,7 +324,8 @@ fn offset_for_timestamp_finds_the_first_record_reaching_the_target() {
             .collect();
         targets.extend([i64::MIN, 0, T0 - 1]);
         for t in targets {
-            // Kafka: the first batch whose max timestamp reaches t, then its first record that does.
+            // Kafka: the first batch whose max timestamp reaches t, then its first record that
+            // does.
             let want = stamps.iter().find(|s| s.0 + 1 >= t).map(|&(ts, first)| {
                 if ts >= t {
                     (ts, first)

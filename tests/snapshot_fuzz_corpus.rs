@@ -1,5 +1,6 @@
 //! Replays the snapshot decoder's fuzz corpus, and every truncation and single-byte change of
-//! each seed, through the fuzz entry point: the decoder must never panic (DESIGN.md §9).
+//! each seed, through the fuzz entry point: the decoder must never panic (docs/design.md, "How the
+//! guarantees are tested").
 
 use std::path::PathBuf;
 

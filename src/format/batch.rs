@@ -1,4 +1,4 @@
-//! Zero-copy view over one Kafka RecordBatch v2 (kafka-format.md §1.1).
+//! Zero-copy view over one Kafka RecordBatch v2 (docs/format.md, "RecordBatch v2 header").
 //!
 //! | off | size | field                 | notes                                        |
 //! |----:|-----:|-----------------------|----------------------------------------------|
@@ -7,7 +7,7 @@
 //! |  12 |    4 | partitionLeaderEpoch  | stamped by the leader; not covered by CRC    |
 //! |  16 |    1 | magic                 | 2                                            |
 //! |  17 |    4 | crc                   | CRC-32C of [21, end)                         |
-//! |  21 |    2 | attributes            | flags in the low byte (§1.3)                 |
+//! |  21 |    2 | attributes            | flags in the low byte                        |
 //! |  23 |    4 | lastOffsetDelta       |                                              |
 //! |  27 |    8 | baseTimestamp         |                                              |
 //! |  35 |    8 | maxTimestamp          |                                              |
@@ -17,7 +17,7 @@
 //! |  57 |    4 | recordsCount          |                                              |
 //! |  61 |    … | records               | raw or one compressed stream                 |
 
-use super::error::BatchError;
+use super::error::{BatchError, BatchErrorAt};
 
 /// Size of the fixed header (`RECORD_BATCH_OVERHEAD`).
 pub const HEADER_SIZE: usize = 61;
@@ -45,7 +45,7 @@ pub(crate) const OFF_PRODUCER_EPOCH: usize = 51;
 pub(crate) const OFF_BASE_SEQUENCE: usize = 53;
 pub(crate) const OFF_RECORDS_COUNT: usize = 57;
 
-/// Attribute bits (low byte of the int16 attributes, kafka-format.md §1.3).
+/// Attribute bits (low byte of the int16 attributes, docs/format.md, attributes).
 pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 pub const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 pub const ATTR_TRANSACTIONAL: i16 = 0x10;
@@ -287,7 +287,8 @@ impl<'a> RecordBatch<'a> {
         self.base_offset()
             .wrapping_add(self.last_offset_delta() as i64)
     }
-    /// The sequence of the last record (wrapping at i32::MAX, §1.6), or -1 without one.
+    /// The sequence of the last record (wrapping at i32::MAX, docs/format.md, "Sequence numbers"),
+    /// or -1 without one.
     pub fn last_sequence(&self) -> i32 {
         let base = self.base_sequence();
         if base < 0 {
@@ -342,8 +343,8 @@ impl<'a> BatchIter<'a> {
 }
 
 impl<'a> Iterator for BatchIter<'a> {
-    /// (position, batch) or the frame error at `position`.
-    type Item = Result<(usize, RecordBatch<'a>), (usize, BatchError)>;
+    /// (position, batch), or the frame error with the position of the bad batch.
+    type Item = Result<(usize, RecordBatch<'a>), BatchErrorAt>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.done || self.pos >= self.buf.len() {
@@ -357,25 +358,31 @@ impl<'a> Iterator for BatchIter<'a> {
             }
             Err(e) => {
                 self.done = true;
-                Some(Err((self.pos, e)))
+                Some(Err(BatchErrorAt {
+                    position: self.pos,
+                    error: e,
+                }))
             }
         }
     }
 }
 
-/// Overwrites baseOffset in a batch's bytes. The CRC does not cover it (§1.2).
+/// Overwrites baseOffset in a batch's bytes. The CRC does not cover it (docs/format.md,
+/// "RecordBatch v2 header").
 pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[OFF_BASE_OFFSET..OFF_BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
 }
 
-/// Overwrites partitionLeaderEpoch. The CRC does not cover it (§1.2).
+/// Overwrites partitionLeaderEpoch. The CRC does not cover it (docs/format.md, "RecordBatch v2
+/// header").
 pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
     batch[OFF_PARTITION_LEADER_EPOCH..OFF_PARTITION_LEADER_EPOCH + 4]
         .copy_from_slice(&epoch.to_be_bytes());
 }
 
 /// Sets maxTimestamp and the timestamp-type bit to LogAppendTime, then recomputes the CRC
-/// (both are covered by it). Kafka's in-place path for `LogAppendTime` topics (§2.1).
+/// (both are covered by it). Kafka's in-place path for `LogAppendTime` topics (docs/design.md,
+/// "Append").
 pub fn stamp_log_append_time(batch: &mut [u8], now_ms: i64) {
     let attrs = be_i16(batch, OFF_ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
     batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
@@ -452,9 +459,12 @@ mod tests {
         let items: Vec<_> = BatchIter::new(&buf).collect();
         assert_eq!(items.len(), 2);
         assert!(matches!(items[0], Ok((0, _))));
-        assert!(matches!(
-            items[1],
-            Err((61, BatchError::UnsupportedMagic { magic: 1 }))
-        ));
+        assert_eq!(
+            items[1].as_ref().err(),
+            Some(&BatchErrorAt {
+                position: 61,
+                error: BatchError::UnsupportedMagic { magic: 1 }
+            })
+        );
     }
 }

@@ -105,8 +105,9 @@ impl BatchBuilder {
         self
     }
     /// Sets the delete-horizon attribute: baseTimestamp holds `horizon` and the record deltas
-    /// are relative to it (§1.3). Must be set before the first record is appended, since the
-    /// deltas are encoded on append; later calls only take effect after [`Self::clear`].
+    /// are relative to it (docs/format.md, attributes). Must be set before the first record is
+    /// appended, since the deltas are encoded on append; later calls only take effect after
+    /// [`Self::clear`].
     pub fn delete_horizon(mut self, horizon: i64) -> Self {
         self.delete_horizon = Some(horizon);
         self

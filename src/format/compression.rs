@@ -1,4 +1,4 @@
-//! The codecs of compressed batches (kafka-format.md §1.5). Everything after byte 61 of a
+//! The codecs of compressed batches (docs/format.md, "Compression"). Everything after byte 61 of a
 //! compressed batch is one stream holding the concatenated records.
 //!
 //! | codec  | framing                                                                        |
@@ -80,7 +80,7 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> 
         }
         Compression::Snappy => compress_snappy_xerial(data),
         Compression::Lz4 => {
-            // Kafka writes 64 KiB blocks (§1.5).
+            // Kafka writes 64 KiB blocks (docs/format.md, "Compression").
             let info =
                 lz4_flex::frame::FrameInfo::new().block_size(lz4_flex::frame::BlockSize::Max64KB);
             let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());

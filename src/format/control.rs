@@ -1,4 +1,5 @@
-//! Control records and transaction markers (kafka-format.md §1.7).
+//! Control records and transaction markers (docs/format.md, "Control batches and transaction
+//! markers").
 //!
 //! Control record key, 4 bytes:
 //!

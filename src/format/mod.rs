@@ -1,9 +1,10 @@
 //! Kafka RecordBatch v2: zero-copy views, validation, record iteration, builder, control
-//! records and varints. Pure functions over bytes, no I/O (DESIGN.md §3).
+//! records and varints. Pure functions over bytes, no I/O (docs/design.md, "Layers").
 
 pub mod batch;
 pub mod builder;
 pub mod compression;
+pub mod consumer;
 pub mod control;
 pub mod error;
 #[doc(hidden)]
@@ -19,9 +20,10 @@ pub use batch::{
 };
 pub use builder::BatchBuilder;
 pub use compression::{compress, decompress, DEFAULT_MAX_DECOMPRESSED_BYTES};
+pub use consumer::{ConsumerRecord, ConsumerRecordIter};
 pub use control::{
     decode_control_record, end_txn_marker, ControlRecordKey, ControlType, EndTxnMarker,
 };
-pub use error::{BatchError, ControlRecordError, RecordError};
+pub use error::{BatchError, BatchErrorAt, ControlRecordError, RecordError};
 pub use record::{decode_record, Header, HeaderIter, Record, RecordContext, RecordIter};
 pub use validate::{validate_client_batch, validate_stored_batch, BatchSummary};

@@ -1,4 +1,4 @@
-//! The records inside a batch (kafka-format.md §1.4), read zero-copy.
+//! The records inside a batch (docs/format.md, "Record"), read zero-copy.
 //!
 //! | field          | type    | notes                                           |
 //! |----------------|---------|-------------------------------------------------|
@@ -31,7 +31,7 @@ use super::varint::{decode_varint, decode_varlong, VarintError, MAX_VARINT_BYTES
 pub struct RecordContext {
     pub base_offset: i64,
     /// baseTimestamp as stored: the first record's timestamp, or the delete horizon when that
-    /// attribute is set (deltas are then relative to the horizon, §1.3).
+    /// attribute is set (deltas are then relative to the horizon, docs/format.md, attributes).
     pub base_timestamp: i64,
     pub max_timestamp: i64,
     pub timestamp_type: TimestampType,
@@ -57,7 +57,7 @@ pub struct Record<'a> {
     pub timestamp_delta: i64,
     pub offset_delta: i32,
     /// The record's timestamp: baseTimestamp + delta for CreateTime, the batch's maxTimestamp
-    /// for LogAppendTime (Kafka ignores the deltas then, §1.3).
+    /// for LogAppendTime (Kafka ignores the deltas then, docs/format.md, attributes).
     pub timestamp: i64,
     /// baseOffset + offsetDelta.
     pub offset: i64,
@@ -72,17 +72,18 @@ pub struct Record<'a> {
 impl<'a> Record<'a> {
     /// The record's headers in order. Already validated when the record was read.
     pub fn headers(&self) -> HeaderIter<'a> {
-        HeaderIter {
-            buf: self.headers,
-            remaining: self.header_count,
-        }
+        HeaderIter::validated(self.headers, self.header_count)
     }
     pub fn header_count(&self) -> usize {
         self.header_count
     }
+    /// The encoded headers, already validated: `header_count` of them.
+    pub(super) fn header_bytes(&self) -> &'a [u8] {
+        self.headers
+    }
 }
 
-/// One record header. Keys are never null (§1.4); values may be.
+/// One record header. Keys are never null (docs/format.md, "Record"); values may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header<'a> {
     pub key: &'a [u8],
@@ -95,6 +96,16 @@ pub struct Header<'a> {
 pub struct HeaderIter<'a> {
     buf: &'a [u8],
     remaining: usize,
+}
+
+impl<'a> HeaderIter<'a> {
+    /// Headers of `buf`, which [`decode_record`] checked holds `count` of them.
+    pub(super) fn validated(buf: &'a [u8], count: usize) -> HeaderIter<'a> {
+        HeaderIter {
+            buf,
+            remaining: count,
+        }
+    }
 }
 
 impl<'a> Iterator for HeaderIter<'a> {
@@ -187,11 +198,12 @@ fn varint_error(e: VarintError, field: &'static str) -> RecordError {
     }
 }
 
-// Compile-time reminder that the varint bounds in the errors are the format's (§1.4).
+// Compile-time reminder that the varint bounds in the errors are the format's (docs/format.md,
+// "Record").
 const _: () = assert!(MAX_VARINT_BYTES == 5 && MAX_VARLONG_BYTES == 10);
 
-/// Decodes the record at the start of `buf`, checking every rule of §1.4. The record's
-/// [`Record::encoded_size`] says where the next one starts.
+/// Decodes the record at the start of `buf`, checking every rule of docs/format.md, "Record". The
+/// record's [`Record::encoded_size`] says where the next one starts.
 pub fn decode_record<'a>(buf: &'a [u8], ctx: &RecordContext) -> Result<Record<'a>, RecordError> {
     let mut c = Cursor { buf, pos: 0 };
     let length = c.varint("length")?;
@@ -300,6 +312,21 @@ impl<'a> RecordIter<'a> {
     /// Index of the next record.
     pub fn index(&self) -> i32 {
         self.index
+    }
+
+    /// Continues where an earlier iterator over the same `buf` stood (see
+    /// [`Self::resume_point`]): for an owner of the buffer that cannot hold a borrow of it.
+    pub(super) fn resume(buf: &'a [u8], ctx: RecordContext, (pos, index): (usize, i32)) -> Self {
+        RecordIter {
+            pos,
+            index,
+            ..RecordIter::new(buf, ctx)
+        }
+    }
+
+    /// Where the next record starts in the buffer, and its index.
+    pub(super) fn resume_point(&self) -> (usize, i32) {
+        (self.pos, self.index)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Producer sequence arithmetic: sequences live in [0, i32::MAX] and wrap to 0 (kafka-format.md §1.6).
+//! Producer sequence arithmetic: sequences live in [0, i32::MAX] and wrap to 0 (docs/format.md,
+//! "Sequence numbers").
 
 /// `base + delta` with Kafka's wrap: past i32::MAX the count continues from 0.
 ///

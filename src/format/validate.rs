@@ -1,4 +1,4 @@
-//! The checks a batch must pass before it is stored (kafka-format.md §2.1, DESIGN.md §3).
+//! The checks a batch must pass before it is stored (docs/design.md, "Append" and "Layers").
 
 use super::batch::{Compression, RecordBatch, TimestampType, ATTR_COMPRESSION_MASK, HEADER_SIZE};
 use super::error::{BatchError, RecordError};
@@ -30,8 +30,9 @@ pub struct BatchSummary {
 /// (offset deltas 0..n-1, varint bounds, lengths consumed exactly) and no bytes left over.
 ///
 /// Bytes after the batch are refused ([`BatchError::TrailingBytes`]) right after the size check:
-/// a v2 produce request carries one batch per partition (§2.1). Compressed batches are stored
-/// as they are, so their records are not read here and the header's maxTimestamp is trusted.
+/// a v2 produce request carries one batch per partition (docs/design.md, "Append"). Compressed
+/// batches are stored as they are, so their records are not read here and the header's maxTimestamp
+/// is trusted.
 ///
 /// This is the append hot path: one pass over the records, no allocation.
 pub fn validate_client_batch(
@@ -198,7 +199,8 @@ fn skip_nullable(data: &[u8], pos: &mut usize) -> Option<()> {
 
 /// Walks the raw records once: every record must be well formed and carry offsetDelta equal to
 /// its index. Kafka's uncompressed in-place path skips the delta check; oncelog does not, since
-/// a gap would make the offsets it assigns disagree with what readers compute (DESIGN.md).
+/// a gap would make the offsets it assigns disagree with what readers compute (docs/design.md,
+/// "Where oncelog departs from Kafka").
 pub(crate) fn max_record_timestamp(batch: &RecordBatch<'_>) -> Result<i64, BatchError> {
     let mut max_timestamp = i64::MIN;
     let mut position = HEADER_SIZE;
@@ -232,7 +234,7 @@ fn known_compression(batch: &RecordBatch<'_>) -> Result<Compression, BatchError>
 /// `buf` may hold more bytes after the batch (a scanner passes the rest of a segment); the
 /// returned view is exactly the batch, and its size says where the next one starts. A negative
 /// recordsCount is refused too; a count of 0 is legal (compaction leaves empty batches).
-/// Records are not decoded: recovery reads headers only (DESIGN.md §7).
+/// Records are not decoded: recovery reads headers only (docs/design.md, "Recovery on open").
 pub fn validate_stored_batch(buf: &[u8]) -> Result<RecordBatch<'_>, BatchError> {
     let batch = RecordBatch::parse(buf)?;
     batch.verify_crc()?;

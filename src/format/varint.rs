@@ -1,4 +1,4 @@
-//! Kafka's zigzag varints (kafka-format.md §1.4).
+//! Kafka's zigzag varints (docs/format.md, "Record").
 //!
 //! ZigZag maps signed to unsigned (`(n << 1) ^ (n >> 31)`, `>> 63` for varlong) so small
 //! negative numbers stay short, then unsigned LEB128 writes 7 bits per byte, lowest group first,
@@ -19,6 +19,16 @@ pub enum VarintError {
     /// More than `max_bytes` bytes carried the continuation bit.
     #[error("varint longer than {max_bytes} bytes")]
     TooLong { max_bytes: usize },
+}
+
+impl VarintError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            VarintError::Truncated => "truncated",
+            VarintError::TooLong { .. } => "too_long",
+        }
+    }
 }
 
 /// Reads an unsigned LEB128 value of at most `max_bytes` bytes. Bits beyond 64 in the last
@@ -109,7 +119,7 @@ pub fn varlong_size(value: i64) -> usize {
 mod tests {
     use super::*;
 
-    /// TV4 of kafka-format.md §13.
+    /// TV4 of docs/format.md, "Test vectors".
     const TV4: &[(i32, &str)] = &[
         (0, "00"),
         (-1, "01"),

@@ -1,7 +1,7 @@
 //! Shared memory maps with a publish watermark: the only `unsafe` code in oncelog.
 //!
-//! The hazards of a shared map (DESIGN.md §4 of the contract, §5 of the design) and how this
-//! module closes them:
+//! The hazards of a shared map (docs/design.md: contract 4 and "Memory maps without hazards") and
+//! how this module closes them:
 //!
 //! * **A reader sees bytes change.** Readers only get slices of `[0, published)`
 //!   ([`Mapping::slice`], [`Mapping::bytes`]); the one [`MapWriter`] of a map only writes

@@ -1,4 +1,4 @@
-//! The file-system seam (DESIGN.md §3): every file operation of the engine goes through
+//! The file-system seam (docs/design.md, "Layers"): every file operation of the engine goes through
 //! [`FileSystem`] and [`File`], so crash tests can swap the real implementation for a simulated
 //! one that keeps a live and a durable image of every file.
 //!
@@ -122,7 +122,8 @@ pub trait File: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes sure `[0, len)` is backed by really allocated blocks (fallocate, not a sparse
     /// hole), growing the file to `len` if it is shorter. A full disk fails here, with an error,
-    /// instead of later as a SIGBUS on a write through a map (DESIGN.md §5).
+    /// instead of later as a SIGBUS on a write through a map (docs/design.md, "Memory maps without
+    /// hazards").
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
@@ -198,7 +199,8 @@ pub fn temp_path(path: &Path) -> PathBuf {
 }
 
 /// Writes a small metadata file so that a crash leaves either the old or the new content,
-/// never a mix (DESIGN.md §4): temp file, fsync, rename over the target, fsync the directory.
+/// never a mix (docs/design.md, "Files and the checkpoint"): temp file, fsync, rename over the
+/// target, fsync the directory.
 pub fn write_file_atomically(
     fs: &dyn FileSystem,
     path: &Path,

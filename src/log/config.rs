@@ -1,4 +1,4 @@
-//! The configuration of one log, with Kafka's defaults (kafka-format.md §2.3, §3, §4).
+//! The configuration of one log, with Kafka's defaults (docs/design.md, "Append"; docs/format.md).
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,9 +20,9 @@ pub enum FlushPolicy {
     EveryMessages(u64),
 }
 
-/// How recovery treats damaged bytes it finds after an unclean shutdown (DESIGN.md §7). The
-/// recovery point divides the log: below it every batch was durable; at and above it nothing
-/// was promised.
+/// How recovery treats damaged bytes it finds after an unclean shutdown (docs/design.md, "Recovery
+/// on open"). The recovery point divides the log: below it every batch was durable; at and above it
+/// nothing was promised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
     /// Damage at or after the recovery point (a torn or lost tail of unflushed writes) is cut,
@@ -87,8 +87,8 @@ pub struct LogConfig {
     /// the newest batch per producer). All are always readable.
     pub snapshot_version: SnapshotVersion,
     /// Bytes of the active segment kept faulted in ahead of the writer by a background
-    /// thread, so appends copy into resident pages (DESIGN.md §5). 0 turns it off. Default
-    /// 8 MiB.
+    /// thread, so appends copy into resident pages (docs/design.md, "Memory maps without hazards").
+    /// 0 turns it off. Default 8 MiB.
     pub prefault_bytes: usize,
     /// A producer snapshot is also taken once this many bytes were appended since the last
     /// one, so a restart replays at most this much of the log. Default 64 MiB.
@@ -124,6 +124,14 @@ pub struct ConfigError {
     pub field: &'static str,
     pub value: String,
     pub rule: &'static str,
+}
+
+impl ConfigError {
+    /// A stable snake_case name for the kind of error; [`ConfigError::field`] says which
+    /// setting.
+    pub fn kind(&self) -> &'static str {
+        "invalid_config"
+    }
 }
 
 impl LogConfig {
@@ -308,7 +316,10 @@ mod tests {
             ),
         ];
         for (config, field) in cases {
-            assert_eq!(config.validate().map_err(|e| e.field), Err(field));
+            assert_eq!(
+                config.validate().map_err(|e| (e.field, e.kind())),
+                Err((field, "invalid_config"))
+            );
         }
     }
 }

@@ -117,7 +117,7 @@ pub enum AppendError {
     #[error("invalid batch: {0}")]
     Batch(#[from] BatchError),
     /// The batch breaks its producer's rules: stale epoch, out-of-order sequence, too many
-    /// producers, ... (kafka-format.md §5.2).
+    /// producers, ... (docs/design.md, "Producer state").
     #[error(transparent)]
     Producer(#[from] ProducerError),
     /// The batch cannot fit in any segment (RECORD_LIST_TOO_LARGE).
@@ -146,19 +146,12 @@ pub enum AppendError {
 }
 
 impl AppendError {
-    /// A stable snake_case name for the kind of error (the CLI's JSON `error` field).
+    /// A stable snake_case name for the kind of error (the CLI's JSON `error` field): the
+    /// batch's or the producer rule's own kind where there is one.
     pub fn kind(&self) -> &'static str {
         match self {
-            AppendError::Batch(e) => batch_error_kind(e),
-            AppendError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
-                "invalid_producer_epoch"
-            }
-            AppendError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
-                "out_of_order_sequence"
-            }
-            AppendError::Producer(ProducerError::InvalidTxnState { .. }) => "invalid_txn_state",
-            AppendError::Producer(ProducerError::CoordinatorFenced { .. }) => "coordinator_fenced",
-            AppendError::Producer(ProducerError::TooManyProducers { .. }) => "too_many_producers",
+            AppendError::Batch(e) => e.kind(),
+            AppendError::Producer(e) => e.kind(),
             AppendError::RecordListTooLarge { .. } => "record_list_too_large",
             AppendError::UnexpectedAppendOffset { .. } => "unexpected_append_offset",
             AppendError::Io(_) => "io",
@@ -166,40 +159,6 @@ impl AppendError {
             AppendError::Closed => "closed",
             AppendError::PartiallyWritten { .. } => "partially_written",
         }
-    }
-}
-
-/// Kafka's split between CORRUPT_MESSAGE (the bytes are damaged: the frame, the CRC, or the
-/// records inside cannot be what any encoder wrote) and INVALID_RECORD (a well-formed batch that
-/// breaks a rule for what a client may send). A broker answers a retriable error for the first
-/// (the bytes may have been damaged in transit) and a fatal one for the second (resending the
-/// same batch cannot help). Every variant is listed so a new one must be classified here.
-fn batch_error_kind(e: &BatchError) -> &'static str {
-    match e {
-        BatchError::Truncated { .. }
-        | BatchError::SizeTooSmall { .. }
-        | BatchError::UnsupportedMagic { .. }
-        | BatchError::CrcMismatch { .. }
-        | BatchError::InvalidRecord { .. }
-        | BatchError::RecordsTrailing { .. }
-        | BatchError::Decompression { .. } => "corrupt_batch",
-        BatchError::NonZeroBaseOffset { .. }
-        | BatchError::EmptyBatch
-        | BatchError::CountMismatch { .. }
-        // Header counts that describe no records: the same family as CountMismatch (Kafka's
-        // validateBatch and record iterator raise InvalidRecordException for both).
-        | BatchError::NegativeLastOffsetDelta { .. }
-        | BatchError::NegativeRecordsCount { .. }
-        | BatchError::ControlBatchFromClient
-        | BatchError::MissingSequence { .. }
-        | BatchError::TrailingBytes { .. }
-        | BatchError::UnknownCompression { .. } => "invalid_record",
-        // A limit, not damage: the same batch split smaller would be accepted.
-        BatchError::TooLarge { .. } | BatchError::DecompressedTooLarge { .. } => {
-            "batch_too_large"
-        }
-        // Raised only when oncelog itself compresses (the builder), never by a batch's bytes.
-        BatchError::CompressionFailed { .. } => "compression_failed",
     }
 }
 
@@ -218,6 +177,17 @@ pub enum ReadError {
     Closed,
 }
 
+impl ReadError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReadError::OffsetOutOfRange { .. } => "offset_out_of_range",
+            ReadError::Corrupt(_) => "corrupt_segment",
+            ReadError::Closed => "closed",
+        }
+    }
+}
+
 /// Why a flush (or close) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FlushError {
@@ -227,6 +197,17 @@ pub enum FlushError {
     ReadOnly { cause: Arc<IoError> },
     #[error("log is closed")]
     Closed,
+}
+
+impl FlushError {
+    /// A stable snake_case name for the kind of error (the same names as [`AppendError::kind`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FlushError::Io(_) => "io",
+            FlushError::ReadOnly { .. } => "read_only",
+            FlushError::Closed => "closed",
+        }
+    }
 }
 
 /// Any oncelog error.
@@ -303,6 +284,30 @@ mod tests {
             kind(BatchError::UnknownCompression { codec: 7 }),
             "invalid_record"
         );
+    }
+
+    #[test]
+    fn read_and_flush_kinds_are_stable_names() {
+        let out_of_range = ReadError::OffsetOutOfRange {
+            offset: 9,
+            log_start_offset: 0,
+            log_end_offset: 3,
+        };
+        assert_eq!(out_of_range.kind(), "offset_out_of_range");
+        assert_eq!(ReadError::Closed.kind(), "closed");
+        let io = || {
+            IoError::new(
+                "fdatasync",
+                "/x",
+                std::io::Error::from_raw_os_error(libc::EIO),
+            )
+        };
+        assert_eq!(FlushError::Io(io()).kind(), "io");
+        let read_only = FlushError::ReadOnly {
+            cause: Arc::new(io()),
+        };
+        assert_eq!(read_only.kind(), "read_only");
+        assert_eq!(FlushError::Closed.kind(), AppendError::Closed.kind());
     }
 
     #[test]

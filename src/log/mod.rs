@@ -1,5 +1,5 @@
 //! One partition log: the ordered segments, offsets, append / read / flush / roll, recovery on
-//! open (DESIGN.md §3).
+//! open (docs/design.md, "Layers").
 //!
 //! Concurrency: one mutex serialises appends (validation of the batch bytes happens before it
 //! is taken); readers never take it. They find a segment under a read lock held for the length
@@ -8,16 +8,20 @@
 pub mod checkpoint;
 mod config;
 mod error;
+mod fetch;
 #[doc(hidden)]
 pub mod fuzz;
+mod metrics;
 mod prefault;
 mod producers;
 mod recovery;
+mod wait;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -32,8 +36,11 @@ pub use config::{
     Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
 };
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
+pub use fetch::FetchResult;
+pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
+pub use wait::{WaitFor, WaitOutcome};
 
 /// The answer to an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +120,8 @@ pub struct Log {
     /// Client appends between entry and the end of their write (group commit waits for them).
     appends_in_flight: AtomicUsize,
     log_end_offset: AtomicI64,
+    /// Readers waiting for the log end to move ([`Log::wait_for`]).
+    end_signal: wait::EndSignal,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
     closed: AtomicBool,
@@ -120,6 +129,7 @@ pub struct Log {
     roll_jitter_ms: i64,
     report: RecoveryReport,
     producer_report: ProducerLoadReport,
+    metrics: metrics::Metrics,
 }
 
 impl std::fmt::Debug for Log {
@@ -145,6 +155,7 @@ impl Log {
         dir: impl AsRef<Path>,
         config: LogConfig,
     ) -> Result<Log, OpenError> {
+        let opening = Instant::now();
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = env.clock.now_ms();
@@ -161,6 +172,7 @@ impl Log {
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
+        let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
             lock: Mutex::new(Some(lock)),
@@ -182,6 +194,7 @@ impl Log {
                 prefault: prefault::Prefault::default(),
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
+            end_signal: wait::EndSignal::default(),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
             recovery_point: AtomicI64::new(loaded.recovery_point),
             closed: AtomicBool::new(false),
@@ -189,6 +202,7 @@ impl Log {
             roll_jitter_ms,
             report: loaded.report,
             producer_report,
+            metrics,
             config,
             env,
         })
@@ -250,6 +264,12 @@ impl Log {
     /// offsets by rewriting baseOffset in place, stamps the leader epoch (and LogAppendTime when
     /// configured), and writes it to the active segment, rolling first if needed.
     pub fn append(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
+        let outcome = self.append_client(batch);
+        self.metrics.refused_if(&outcome);
+        outcome
+    }
+
+    fn append_client(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
         let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
         if summary.size > self.config.segment_bytes {
@@ -275,6 +295,7 @@ impl Log {
         self.check_writable(&st)?;
         if let Some(b) = &incoming {
             if let Decision::Duplicate(original) = st.producers.check(b)? {
+                self.metrics.duplicate();
                 drop(st);
                 drop(in_flight);
                 return self.answer_duplicate(original.first_offset(), original.last_offset);
@@ -293,13 +314,15 @@ impl Log {
                 if log_append_time {
                     batch::stamp_log_append_time(dst, now);
                 } else if header_max_timestamp != summary.max_timestamp {
-                    // Kafka sets maxTimestamp to the largest record timestamp (§2.1 in-place path).
+                    // Kafka's in-place path sets maxTimestamp to the largest record timestamp
+                    // (docs/design.md, "Append" step 4).
                     batch::set_max_timestamp(dst, summary.max_timestamp);
                 }
             })
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
-        self.log_end_offset
-            .store(last_offset + 1, Ordering::Release);
+        self.publish_log_end(last_offset + 1);
+        self.metrics
+            .appended(summary.records_count as u64, summary.size);
         st.producers
             .record(incoming.as_ref(), first_offset, summary.size, now);
         self.prefault_ahead(&mut st);
@@ -324,6 +347,12 @@ impl Log {
     /// batch is checked (frame, CRC) and must start at or after the log end, with offsets
     /// strictly increasing. All batches are checked before any is written.
     pub fn append_replicated(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
+        let outcome = self.append_replicated_batches(batches);
+        self.metrics.refused_if(&outcome);
+        outcome
+    }
+
+    fn append_replicated_batches(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
         let mut parsed = Vec::new();
         let mut pos = 0;
         while pos < batches.len() {
@@ -406,7 +435,10 @@ impl Log {
             .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
         let segment_base_offset = writer.base_offset();
-        self.log_end_offset.store(last + 1, Ordering::Release);
+        self.publish_log_end(last + 1);
+        self.metrics
+            .appended(b.records_count().max(0) as u64, b.size());
+        self.metrics.replicated();
         let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
         st.producers.record(incoming.as_ref(), first, b.size(), now);
         self.prefault_ahead(st);
@@ -446,6 +478,7 @@ impl Log {
         if st.producers.snapshot_due() {
             st.producers
                 .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end, false)?;
+            self.metrics.snapshot_written();
         }
         Ok(())
     }
@@ -478,7 +511,7 @@ impl Log {
         Ok(())
     }
 
-    /// Kafka's roll conditions (kafka-format.md §3.2), checked before every append.
+    /// Kafka's roll conditions (docs/design.md, "Append" step 3), checked before every append.
     fn maybe_roll(
         &self,
         st: &mut AppendState,
@@ -502,10 +535,10 @@ impl Log {
         if !roll {
             return Ok(());
         }
-        // The lowest base that still indexes this batch in int32 (kafka-format.md §3.2 takes
-        // the batch's first offset; the log end is also valid and keeps segments contiguous
-        // across a replicated gap, so recovery can tell a lost tail from a gap: only a gap
-        // wider than int32 leaves offsets out between segments).
+        // The lowest base that still indexes this batch in int32 (Kafka takes the batch's first
+        // offset; the log end is also valid and keeps segments contiguous across a replicated
+        // gap, so recovery can tell a lost tail from a gap: only a gap wider than int32 leaves
+        // offsets out between segments; docs/design.md, "Append" step 3).
         let new_base = self
             .log_end_offset
             .load(Ordering::Relaxed)
@@ -524,6 +557,7 @@ impl Log {
         // disk) nothing has changed yet.
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
+        self.metrics.snapshot_written();
         let cfg = recovery::segment_config(&self.config);
         let new =
             segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
@@ -551,6 +585,7 @@ impl Log {
         st.prefault = prefault::Prefault::default();
         self.segments.write().insert(new_base, new_segment);
         st.dir_dirty = true;
+        self.metrics.rolled();
         match old.seal() {
             Ok(sealed) => st.unflushed_sealed.push(sealed),
             Err(e) => {
@@ -563,33 +598,11 @@ impl Log {
     }
 
     /// Whole batches from the one containing `offset`, zero-copy, up to `max_bytes` (at least
-    /// one whole batch). Empty at the log end.
+    /// one whole batch). Empty at the log end. [`Log::fetch`] says also where to go on from.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(ReadError::Closed);
-        }
-        let (start, end) = (self.log_start_offset(), self.log_end_offset());
-        if offset < start || offset > end {
-            return Err(ReadError::OffsetOutOfRange {
-                offset,
-                log_start_offset: start,
-                log_end_offset: end,
-            });
-        }
-        if offset == end {
-            return Ok(Bytes::new());
-        }
-        let segments = self.segments.read();
-        let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
-        for segment in floor
-            .into_iter()
-            .chain(segments.range(offset + 1..).map(|(_, s)| s))
-        {
-            if let Some(bytes) = segment.read(offset, max_bytes, end)? {
-                return Ok(bytes);
-            }
-        }
-        Ok(Bytes::new())
+        let end = self.log_end_offset();
+        self.read_below(offset, max_bytes, end)
+            .map(|(bytes, _)| bytes)
     }
 
     /// The first record whose timestamp is ≥ `timestamp`: its offset and timestamp (Kafka's
@@ -642,6 +655,15 @@ impl Log {
     /// Makes appends below `offset` durable; returns at once if they already are. Appenders
     /// waiting here share the `fdatasync` of whoever flushes first (group commit).
     fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+        let entered = Instant::now();
+        let result = self.flush_to_inner(offset);
+        if offset != i64::MAX {
+            self.metrics.durable_wait(entered.elapsed());
+        }
+        result
+    }
+
+    fn flush_to_inner(&self, offset: i64) -> Result<(), FlushError> {
         // Leader and followers: one thread syncs (without holding the lock) while the others
         // wait on the condition variable; when it is done every waiter wakes at once, those its
         // sync covered return, and the first one that still needs a sync leads the next, which
@@ -670,7 +692,9 @@ impl Log {
                 std::thread::yield_now();
             }
         }
+        let syncing = Instant::now();
         let result = self.sync_once(from_base, from_position);
+        self.metrics.synced(syncing.elapsed(), result.is_ok());
         let mut fst = self.flush.lock();
         fst.in_progress = false;
         let outcome = match result {
@@ -761,7 +785,8 @@ impl Log {
         Ok((active.base_offset(), end_position, !sealed.is_empty()))
     }
 
-    /// Keeps one snapshot per segment base offset plus the newest (kafka-format.md §6).
+    /// Keeps one snapshot per segment base offset plus the newest (docs/format.md, "Producer
+    /// snapshot").
     fn remove_stray_snapshots(&self) -> Result<(), IoError> {
         let bases = self.segment_base_offsets();
         snapshot_files::remove_strays(self.env.fs.as_ref(), &self.dir, &bases).map(|_| ())
@@ -817,11 +842,13 @@ impl Log {
             return Ok(());
         };
         self.closed.store(true, Ordering::Release);
+        self.end_signal.wake_all();
         let segment = writer.seal()?;
         segment.flush_all()?;
         let log_end = self.log_end_offset();
         st.producers
             .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+        self.metrics.snapshot_written();
         drop(st);
         self.remove_stray_snapshots()?;
         self.write_checkpoint(true)?;

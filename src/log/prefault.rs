@@ -1,7 +1,7 @@
 //! Keeps the pages ahead of each active segment's writer faulted in, off the append path
-//! (DESIGN.md §5): the first touch of a fresh page of a mapped file costs more than copying a
-//! batch into it, so a background thread asks the kernel to fault the next pages in
-//! (`MADV_POPULATE_*`) while the appender copies into the ones already there.
+//! (docs/design.md, "Memory maps without hazards"): the first touch of a fresh page of a mapped
+//! file costs more than copying a batch into it, so a background thread asks the kernel to fault
+//! the next pages in (`MADV_POPULATE_*`) while the appender copies into the ones already there.
 //!
 //! One thread serves every log of the process, so thousands of partitions cost one thread.
 

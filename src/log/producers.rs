@@ -316,7 +316,7 @@ fn replay(
         };
         let mut previous_last = None;
         for item in BatchIter::new(&data[start..]) {
-            let (at, batch) = item.map_err(|(at, e)| damaged(start + at, e.into()))?;
+            let (at, batch) = item.map_err(|e| damaged(start + e.position, e.error.into()))?;
             let at = start + at;
             if !segment.validated {
                 format::validate_stored_batch(batch.as_bytes())

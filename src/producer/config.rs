@@ -1,4 +1,4 @@
-//! Configuration of the producer-state table (DESIGN.md §6).
+//! Configuration of the producer-state table (docs/design.md, "Producer state").
 
 /// The smallest allowed dedup window.
 pub const MIN_WINDOW: usize = 1;
@@ -59,6 +59,17 @@ pub enum ConfigError {
     ZeroMaxProducers,
     #[error("expiration_ms must be positive, got {got}")]
     NonPositiveExpiration { got: i64 },
+}
+
+impl ConfigError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConfigError::WindowOutOfRange { .. } => "window_out_of_range",
+            ConfigError::ZeroMaxProducers => "zero_max_producers",
+            ConfigError::NonPositiveExpiration { .. } => "non_positive_expiration",
+        }
+    }
 }
 
 impl ProducerStateConfig {

@@ -1,5 +1,5 @@
-//! One producer's state (Kafka's `ProducerStateEntry`, kafka-format.md §5.1), plus the append
-//! wall clock oncelog uses for expiry and eviction.
+//! One producer's state (Kafka's `ProducerStateEntry`, docs/design.md, "Producer state"), plus the
+//! append wall clock oncelog uses for expiry and eviction.
 
 use super::window::{BatchMetadata, BatchWindow};
 

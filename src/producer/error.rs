@@ -1,4 +1,4 @@
-//! Why a producer's batch was refused (kafka-format.md §5.2).
+//! Why a producer's batch was refused (docs/design.md, "Producer state").
 
 /// A batch that breaks a producer-state rule. Each variant maps to a Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,4 +39,69 @@ pub enum ProducerError {
         "producer {producer_id}: refused, the table already holds its limit of {limit} producers"
     )]
     TooManyProducers { producer_id: i64, limit: usize },
+}
+
+impl ProducerError {
+    /// A stable snake_case name for the kind of error: Kafka's error name, lower case.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProducerError::InvalidProducerEpoch { .. } => "invalid_producer_epoch",
+            ProducerError::OutOfOrderSequence { .. } => "out_of_order_sequence",
+            ProducerError::InvalidTxnState { .. } => "invalid_txn_state",
+            ProducerError::CoordinatorFenced { .. } => "coordinator_fenced",
+            ProducerError::TooManyProducers { .. } => "too_many_producers",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_kafkas_error_names() {
+        let cases = [
+            (
+                ProducerError::InvalidProducerEpoch {
+                    producer_id: 1,
+                    current: 2,
+                    got: 1,
+                },
+                "invalid_producer_epoch",
+            ),
+            (
+                ProducerError::OutOfOrderSequence {
+                    producer_id: 1,
+                    expected: 5,
+                    got: 7,
+                },
+                "out_of_order_sequence",
+            ),
+            (
+                ProducerError::InvalidTxnState {
+                    producer_id: 1,
+                    txn_first_offset: 0,
+                },
+                "invalid_txn_state",
+            ),
+            (
+                ProducerError::CoordinatorFenced {
+                    producer_id: 1,
+                    current: 3,
+                    got: 2,
+                },
+                "coordinator_fenced",
+            ),
+            (
+                ProducerError::TooManyProducers {
+                    producer_id: 1,
+                    limit: 10,
+                },
+                "too_many_producers",
+            ),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind);
+        }
+    }
 }

@@ -1,5 +1,6 @@
-//! Fuzz entry point for the snapshot decoder (DESIGN.md §9): used by the cargo-fuzz target
-//! and by the corpus replay test, so the corpus is exercised by every `cargo test`.
+//! Fuzz entry point for the snapshot decoder (docs/design.md, "How the guarantees are tested"):
+//! used by the cargo-fuzz target and by the corpus replay test, so the corpus is exercised by every
+//! `cargo test`.
 
 use super::snapshot::{decode, encode};
 

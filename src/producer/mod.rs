@@ -1,5 +1,6 @@
-//! Producer state (DESIGN.md §6, kafka-format.md §5-6): the idempotent-producer table whose
-//! rules decide appended / duplicate / error, and its snapshot files beside the segments.
+//! Producer state (docs/design.md, "Producer state"; docs/format.md, "Producer snapshot"): the
+//! idempotent-producer table whose rules decide appended / duplicate / error, and its snapshot
+//! files beside the segments.
 
 mod config;
 mod entry;

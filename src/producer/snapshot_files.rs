@@ -1,5 +1,5 @@
-//! Snapshot files in a partition directory (kafka-format.md §3.1, §6; DESIGN.md §4, §6), all
-//! through the [`FileSystem`] seam.
+//! Snapshot files in a partition directory (docs/format.md, "Producer snapshot"; docs/design.md,
+//! "Producer state"), all through the [`FileSystem`] seam.
 //!
 //! Safety of the set of files rests on two rules:
 //! - A snapshot appears under its real name `<20-digit offset>.snapshot` only once its bytes
@@ -252,9 +252,9 @@ pub fn delete_below(fs: &dyn FileSystem, dir: &Path, offset: i64) -> Result<Vec<
     remove(fs, dir, &doomed)
 }
 
-/// Kafka's `removeStraySnapshots` (§6 "How many are kept") as a pure decision: the snapshots
-/// (ascending) that are not at a segment base offset, except the newest one if it is at or
-/// above the largest base offset (the end-of-log snapshot of a clean close, or the latest
+/// Kafka's `removeStraySnapshots` (one per segment base, plus the newest) as a pure decision: the
+/// snapshots (ascending) that are not at a segment base offset, except the newest one if it is at
+/// or above the largest base offset (the end-of-log snapshot of a clean close, or the latest
 /// interval snapshot).
 pub fn stray_snapshots(snapshots: &[i64], segment_bases: &[i64]) -> Vec<i64> {
     // Sorted for binary search: a partition can have tens of thousands of segments.

@@ -10,7 +10,7 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// kafka-format.md §13 TV7.
+/// TV7 of docs/format.md, "Test vectors".
 const TV7: &str = "0001007cbbac00000002
     00000000000003e8 0000 0000002d 0000000000000029 00000004 0000018bcfe56800 ffffffff ffffffffffffffff
     00000000000007d0 0005 00000009 000000000000003c 00000009 0000018bcfe56801 00000003 0000000000000037";
@@ -227,6 +227,23 @@ fn flipped_bit_is_a_crc_mismatch() {
             ..
         })
     ));
+}
+
+#[test]
+fn snapshot_error_kinds_are_stable_names() {
+    let mut flipped = hex(TV7);
+    flipped[20] ^= 1;
+    let mut version_9 = encode(&[], SnapshotVersion::V2, 0);
+    version_9[1] = 9;
+    let kinds = [&[0, 1, 0][..], &version_9, &flipped].map(|b| decode(b).map_err(|e| e.kind()));
+    assert_eq!(
+        kinds,
+        [
+            Err("too_short"),
+            Err("unsupported_version"),
+            Err("crc_mismatch")
+        ]
+    );
 }
 
 /// Re-seals `bytes` with a correct CRC so structural checks are reached.

@@ -1,7 +1,8 @@
 //! The producer-state table and its rules, as pure functions over plain data
-//! (kafka-format.md §5, DESIGN.md §6). The log calls [`ProducerStateTable::check_client`]
-//! before writing a client batch and [`ProducerStateTable::record`] after, both under its
-//! append lock; replication and replay call [`ProducerStateTable::record_replicated`].
+//! (docs/design.md, "Producer state"). The log calls
+//! [`ProducerStateTable::check_client`] before writing a client batch and
+//! [`ProducerStateTable::record`] after, both under its append lock; replication and replay call
+//! [`ProducerStateTable::record_replicated`].
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -40,7 +41,8 @@ impl IncomingBatch {
         }
     }
 
-    /// Whether the batch takes part in producer state (producer id ≥ 0, §5.1).
+    /// Whether the batch takes part in producer state (producer id ≥ 0, docs/design.md, "Producer
+    /// state").
     pub fn is_idempotent(&self) -> bool {
         self.producer_id >= 0
     }
@@ -56,7 +58,7 @@ pub enum Decision {
 }
 
 /// A COMMIT or ABORT marker as the producer state sees it (its coordinator epoch comes from
-/// the marker record's value, §1.7).
+/// the marker record's value, docs/format.md, "Control batches and transaction markers").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxnMarker {
     pub producer_id: i64,
@@ -138,7 +140,8 @@ impl ProducerStateTable {
             && self.config.limit_policy == ProducerLimitPolicy::EvictLongestIdle
     }
 
-    /// Kafka's checks for a client data batch, in Kafka's order (§5.2). Pure: nothing changes.
+    /// Kafka's checks for a client data batch, in Kafka's order (docs/design.md, "Producer state").
+    /// Pure: nothing changes.
     pub fn check_client(&self, b: &IncomingBatch) -> Result<Decision, ProducerError> {
         if !b.is_idempotent() {
             return Ok(Decision::Append);
@@ -222,7 +225,8 @@ impl ProducerStateTable {
         self.enforce_limit(b.producer_id)
     }
 
-    /// The checks for a COMMIT/ABORT marker from the coordinator (§5.2 "For a control batch").
+    /// The checks for a COMMIT/ABORT marker from the coordinator (Kafka's rules for a control
+    /// batch; docs/design.md, "Producer state").
     pub fn check_marker(&self, m: &TxnMarker) -> Result<(), ProducerError> {
         let Some(entry) = self.producers.get(&m.producer_id) else {
             return Ok(());
@@ -272,7 +276,7 @@ impl ProducerStateTable {
 
     /// Forgets every producer without an open transaction whose last append (wall clock) is
     /// at least `expiration_ms` before `now_ms`. Record timestamps play no part: client clocks
-    /// can be skewed (§5.3). Returns how many were removed.
+    /// can be skewed (docs/design.md, "Producer state"). Returns how many were removed.
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let before = self.producers.len();
         let expiration = self.config.expiration_ms;
@@ -354,7 +358,8 @@ impl ProducerStateTable {
     }
 }
 
-/// The rules for a known producer's client data batch, in Kafka's order (§5.2 steps 1, 3, 4, 6).
+/// The rules for a known producer's client data batch, in Kafka's order (its steps 1, 3,
+/// 4 and 6).
 fn check_entry(entry: &ProducerEntry, b: &IncomingBatch) -> Result<Decision, ProducerError> {
     let pid = b.producer_id;
     // 1. A retry of a retained batch of the same epoch: answer with the original offsets.

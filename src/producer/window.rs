@@ -2,14 +2,15 @@
 //! descriptions, oldest first.
 //!
 //! Why a hand-made ring instead of a `VecDeque`: the table may hold a million producers, so the
-//! per-entry cost matters (DESIGN.md §6 "bounded memory"). A boxed slice plus two `u32`s is
-//! 24 bytes inline against 32 for a `VecDeque`, a producer that only wrote markers allocates
-//! nothing, and the buffer grows by doubling only up to the configured window, so a producer
-//! with two batches never pays for a window of 1024.
+//! per-entry cost matters (docs/design.md, "Producer state" "bounded memory"). A boxed slice plus
+//! two `u32`s is 24 bytes inline against 32 for a `VecDeque`, a producer that only wrote markers
+//! allocates nothing, and the buffer grows by doubling only up to the configured window, so a
+//! producer with two batches never pays for a window of 1024.
 
 use crate::format::sequence;
 
-/// What is remembered of one appended batch (Kafka's `BatchMetadata`, kafka-format.md §5.1).
+/// What is remembered of one appended batch (Kafka's `BatchMetadata`, docs/design.md, "Producer
+/// state").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct BatchMetadata {
     /// The sequence of the batch's last record.
@@ -23,7 +24,8 @@ pub struct BatchMetadata {
 }
 
 impl BatchMetadata {
-    /// The sequence of the batch's first record, wrapping at `i32::MAX` (§1.6).
+    /// The sequence of the batch's first record, wrapping at `i32::MAX` (docs/format.md, "Sequence
+    /// numbers").
     pub fn first_seq(&self) -> i32 {
         sequence::sub(self.last_seq, self.offset_delta)
     }

@@ -1,5 +1,5 @@
 //! One segment: the memory-mapped `N.log` and its sparse `N.index` and `N.timeindex`
-//! (kafka-format.md §3, §4; DESIGN.md §5).
+//! (docs/format.md; docs/design.md, "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
 //! one writer of the active segment. Files are preallocated with a real allocation before they
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::format::{self, BatchIter};
+use crate::format::{self, BatchErrorAt, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
@@ -66,6 +66,21 @@ pub struct CorruptSegment {
     pub path: PathBuf,
     pub position: usize,
     pub problem: BatchProblem,
+}
+
+impl CorruptSegment {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        "corrupt_segment"
+    }
+
+    fn at(path: &Path, start: usize, e: BatchErrorAt) -> CorruptSegment {
+        CorruptSegment {
+            path: path.to_path_buf(),
+            position: start + e.position,
+            problem: e.error.into(),
+        }
+    }
 }
 
 impl Segment {
@@ -116,7 +131,8 @@ impl Segment {
 
     /// Whole batches, zero-copy, starting with the first batch whose last offset is ≥ `target`
     /// and adding batches while they fit in `max_bytes` (the first is returned whole even if it
-    /// is larger, like Kafka's fetch). `None` if no batch of this segment reaches `target`.
+    /// is larger, like Kafka's fetch), with the offset after the last of them. `None` if no
+    /// batch of this segment reaches `target`.
     ///
     /// Only batches that start below `below` are returned: the writer publishes a batch's
     /// bytes a moment before it moves the log end, and a reader must never see a batch the log
@@ -130,7 +146,7 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<Bytes>, CorruptSegment> {
+    ) -> Result<Option<(Bytes, i64)>, CorruptSegment> {
         let data = self.data();
         let start = self.index_start(target);
         if start >= data.len() {
@@ -144,6 +160,7 @@ impl Segment {
         };
         let mut first: Option<usize> = None;
         let mut end = start;
+        let mut next_offset = target;
         let mut previous_last = None;
         // The segment holds the target: a walk that passes it without finding its batch met a
         // header that lies (below the recovery point nothing else can explain it).
@@ -158,7 +175,7 @@ impl Segment {
             )
         };
         for item in BatchIter::new(&data[start..]) {
-            let (at, batch) = item.map_err(|(at, error)| self.corrupt(start + at, error.into()))?;
+            let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             let at = start + at;
             if batch.base_offset() >= below {
                 if first.is_none() && target >= self.base_offset && target < held {
@@ -177,11 +194,14 @@ impl Segment {
                 Some(_) => {}
             }
             end = at + batch.size();
+            next_offset = batch.last_offset() + 1;
         }
         if first.is_none() && target >= self.base_offset && target < held {
             return Err(skipped(data.len()));
         }
-        Ok(first.and_then(|f| self.log.bytes(f, end)))
+        Ok(first
+            .and_then(|f| self.log.bytes(f, end))
+            .map(|bytes| (bytes, next_offset)))
     }
 
     /// Where a scan for `target` starts: the index entry's position if the batch there is the
@@ -209,13 +229,13 @@ impl Segment {
     }
 
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
-    /// time and offset indexes (kafka-format.md §4.3 lookup).
+    /// time and offset indexes (docs/format.md, "Time index" lookup).
     pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<usize>, CorruptSegment> {
         let from = self.time_index.lookup(timestamp).offset;
         let start = self.index_start(from);
         let data = self.data();
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-            let (at, batch) = item.map_err(|(at, error)| self.corrupt(start + at, error.into()))?;
+            let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             if batch.max_timestamp() >= timestamp {
                 return Ok(Some(start + at));
             }

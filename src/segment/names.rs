@@ -1,5 +1,5 @@
-//! Kafka's file names (kafka-format.md §3.1): the base offset as 20 zero-padded decimal digits,
-//! an extension, and optionally a temporary suffix after it.
+//! Kafka's file names (docs/format.md, "Partition directory and file names"): the base offset as 20
+//! zero-padded decimal digits, an extension, and optionally a temporary suffix after it.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,8 @@ pub const TIME_INDEX_EXT: &str = "timeindex";
 pub const TXN_INDEX_EXT: &str = "txnindex";
 pub const SNAPSHOT_EXT: &str = "snapshot";
 
-/// Temporary suffixes that follow the extension (§3.1, §8.2).
+/// Temporary suffixes that follow the extension (docs/format.md, "Partition directory and file
+/// names").
 pub const DELETED_SUFFIX: &str = "deleted";
 pub const CLEANED_SUFFIX: &str = "cleaned";
 pub const SWAP_SUFFIX: &str = "swap";

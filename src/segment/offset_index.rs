@@ -1,5 +1,5 @@
-//! The offset index `N.index` (kafka-format.md §4.2): a sparse map from offsets to the byte
-//! positions of batches in `N.log`.
+//! The offset index `N.index` (docs/format.md, "Offset index"): a sparse map from offsets to the
+//! byte positions of batches in `N.log`.
 //!
 //! | off | size | field                                                   |
 //! |----:|-----:|---------------------------------------------------------|
@@ -8,7 +8,7 @@
 //!
 //! Entries are big-endian with strictly increasing offsets. The file has no header and no
 //! checksum; an untrimmed file's length is not a trustworthy entry count, which is why the log
-//! rebuilds indexes past its recovery point (DESIGN.md §5).
+//! rebuilds indexes past its recovery point (docs/design.md, "Memory maps without hazards").
 
 use std::sync::Arc;
 
@@ -36,6 +36,18 @@ pub enum IndexError {
     RelativeOffsetOverflow { offset: i64, base_offset: i64 },
     #[error("timestamp {timestamp} is below the last indexed timestamp {last}")]
     TimestampDecreasing { timestamp: i64, last: i64 },
+}
+
+impl IndexError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            IndexError::Full { .. } => "index_full",
+            IndexError::OffsetNotIncreasing { .. } => "offset_not_increasing",
+            IndexError::RelativeOffsetOverflow { .. } => "relative_offset_overflow",
+            IndexError::TimestampDecreasing { .. } => "timestamp_decreasing",
+        }
+    }
 }
 
 /// What makes a stored index untrustworthy (it is then rebuilt from the log).

@@ -1,4 +1,4 @@
-//! Index search, as Kafka does it (kafka-format.md §4.1).
+//! Index search, as Kafka does it (docs/format.md, "Offset index").
 
 /// Bytes of the index tail that lookups prefer (Kafka's "warm section"), so that searches near
 /// the end, the common case, touch only pages that are already resident.

@@ -1,4 +1,4 @@
-//! The time index `N.timeindex` (kafka-format.md §4.3).
+//! The time index `N.timeindex` (docs/format.md, "Time index").
 //!
 //! | off | size | field                           |
 //! |----:|-----:|---------------------------------|

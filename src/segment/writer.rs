@@ -20,7 +20,8 @@ pub struct SegmentWriter {
     bytes_since_index_entry: usize,
     /// Largest timestamp so far and the last offset of the batch that carried it.
     max_timestamp: Option<(i64, i64)>,
-    /// maxTimestamp of the first batch (time-based roll, §3.2), -1 if unknown.
+    /// maxTimestamp of the first batch (time-based roll, docs/design.md, "Append" step 3),
+    /// -1 if unknown.
     first_batch_timestamp: i64,
     /// Wall clock when the segment was created or opened (time-based roll fallback).
     created_ms: i64,
@@ -79,7 +80,8 @@ impl SegmentWriter {
     pub fn last_offset(&self) -> Option<i64> {
         self.last_offset
     }
-    /// Whether an index has no room for the entry the next append may need (roll rule 3, §3.2).
+    /// Whether an index has no room for the entry the next append may need (roll rule 3,
+    /// docs/design.md, "Append" step 3).
     pub fn indexes_full(&self) -> bool {
         self.index.is_full() || self.time.is_full()
     }
@@ -87,7 +89,7 @@ impl SegmentWriter {
     /// Forgets the index progress taken from the stored files, before the indexes are rebuilt
     /// by replaying every batch from position 0: the byte counter must restart at 0 too, or the
     /// first batch would be indexed and every later entry shifted (Kafka never indexes the
-    /// first batch of a segment, §4.2).
+    /// first batch of a segment, docs/format.md, "Offset index").
     pub(super) fn restart_index_rebuild(&mut self) {
         self.bytes_since_index_entry = 0;
         self.max_timestamp = None;
@@ -121,9 +123,10 @@ impl SegmentWriter {
         Ok(position as u32)
     }
 
-    /// Kafka's append-path index rule (§4.2): after more than `index.interval.bytes` since the
-    /// last entry, index this batch (its last offset at its start position) and the time so
-    /// far. Also used to rebuild indexes during recovery, which gives the same entries.
+    /// Kafka's append-path index rule (docs/format.md, "Offset index"): after more than
+    /// `index.interval.bytes` since the last entry, index this batch (its last offset at its start
+    /// position) and the time so far. Also used to rebuild indexes during recovery, which gives the
+    /// same entries.
     pub(crate) fn index_batch(
         &mut self,
         position: usize,
@@ -162,8 +165,8 @@ impl SegmentWriter {
     }
 
     /// Makes the segment inactive: appends the final time-index entry and trims all three
-    /// files to their logical sizes (at roll and close, §3.2). Readers keep their bytes: nothing
-    /// below the published ends is cut.
+    /// files to their logical sizes (at roll and close, docs/design.md, "Append" step 3).
+    /// Readers keep their bytes: nothing below the published ends is cut.
     pub fn seal(mut self) -> Result<Arc<Segment>, IoError> {
         if let (Some((ts, offset)), Some(_)) = (self.max_timestamp, self.last_offset) {
             // The slot was reserved by the one-early full rule, and the entry's timestamp and

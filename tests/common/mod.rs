@@ -156,7 +156,7 @@ pub fn log_files(dir: &Path) -> Vec<String> {
 }
 
 /// Kafka's 4096-byte rule recomputed from batch (position, size, last offset) triples: the
-/// expected `(offset, position)` entries of the offset index (kafka-format.md §4.2).
+/// expected `(offset, position)` entries of the offset index (docs/format.md, "Offset index").
 pub fn expected_index(batches: &[(usize, usize, i64)], interval: usize) -> Vec<(i64, u32)> {
     let mut out = Vec::new();
     let mut since = 0usize;

@@ -121,8 +121,8 @@ pub fn check_live(ctx: &Ctx, log: &Log, model: &mut Model) {
     model.durable_end = durable;
 }
 
-/// Opens the log after a crash or a failure and checks it against the model (DESIGN.md §2):
-/// every durable batch exactly once at its offsets, dense, retries still duplicates.
+/// Opens the log after a crash or a failure and checks it against the model (docs/design.md, "The
+/// contract"): every durable batch exactly once at its offsets, dense, retries still duplicates.
 pub fn reopen_and_check(
     ctx: &Ctx,
     fs: &SimFs,

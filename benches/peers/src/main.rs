@@ -1,5 +1,6 @@
-//! Side-by-side benchmarks of oncelog against peer engines and bare baselines (issue 5,
-//! DESIGN.md §10). One process, rounds interleaved, medians of N.
+//! Side-by-side benchmarks of oncelog against peer engines and bare baselines (issue 5; the
+//! method is written into docs/benchmarks.md by each run). One process, rounds interleaved,
+//! medians of N.
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
 //!  [--quick] [--dir SCRATCH] [--out docs/benchmarks.md]`

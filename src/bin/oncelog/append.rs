@@ -112,6 +112,7 @@ fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {
             .map_err(|e| CliError(format!("reading standard input: {e}")))?;
         Ok(buf)
     } else {
-        std::fs::read(path).map_err(|e| CliError(format!("{}: {e}", path.display())))
+        std::fs::read(path)
+            .map_err(|e| CliError(format!("{}: {}", path.display(), crate::io_reason(&e))))
     }
 }

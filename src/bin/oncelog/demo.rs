@@ -1,4 +1,5 @@
-//! `oncelog demo`: the lost acknowledgement, end to end, told step by step (DESIGN.md §2).
+//! `oncelog demo`: the lost acknowledgement, end to end, told step by step (docs/design.md, "The
+//! contract").
 //!
 //! An idempotent producer appends; its acknowledgement is lost and it retries; a process that
 //! appended and flushed is killed with SIGKILL; after the reopen the producer retries every
@@ -308,25 +309,25 @@ fn step4_reopen_and_retry(n: &mut Narrator, dir: &Path, acked: &[Acked]) -> Resu
         return Err(unexpected("the log reports a clean shutdown after SIGKILL"));
     }
     n.say(format!(
-        "  recovery: unclean shutdown; validated {} bytes of batches in {} segment(s) after \
-         recovery point {}; {} cut",
+        "  recovery: unclean shutdown; validated {} bytes of batches in {} after recovery \
+         point {}; {} cut",
         r.bytes_validated,
-        r.segments_validated,
+        crate::plural(r.segments_validated as u64, "segment", "segments"),
         r.recovery_point,
         if r.truncations.is_empty() {
             "nothing".to_string()
         } else {
-            format!("{} tail(s)", r.truncations.len())
+            crate::plural(r.truncations.len() as u64, "tail", "tails")
         }
     ))?;
     let p = log.producer_load_report();
     n.say(format!(
-        "  producer state: {}, {} batch header(s) replayed after it",
+        "  producer state: {}, {} replayed after it",
         p.snapshot_offset
             .map_or("no snapshot".to_string(), |o| format!(
                 "snapshot at offset {o}"
             )),
-        p.batches_replayed
+        crate::plural(p.batches_replayed, "batch header", "batch headers")
     ))?;
     let expected_end = acked.last().map_or(0, |a| a.last + 1);
     if log.log_end_offset() != expected_end {
@@ -439,7 +440,7 @@ fn step6_read_back(n: &mut Narrator, log: &Log, expected_records: i64) -> Result
         let bytes = log.read(offset, 1 << 20)?;
         let mut next = offset;
         for item in BatchIter::new(&bytes) {
-            let (pos, b) = item.map_err(|(pos, e)| unexpected(format!("read byte {pos}: {e}")))?;
+            let (pos, b) = item.map_err(|e| unexpected(format!("read: {e}")))?;
             let buf = b.records_buf()?;
             for record in b.iter_records(&buf) {
                 let record = record.map_err(|e| unexpected(format!("batch at byte {pos}: {e}")))?;

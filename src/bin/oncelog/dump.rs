@@ -63,6 +63,8 @@ struct Target {
 }
 
 pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
+    std::fs::metadata(&args.path)
+        .map_err(|e| CliError(format!("{}: {}", args.path.display(), crate::io_reason(&e))))?;
     let targets = if args.path.is_dir() {
         list_partition_dir(&args.path)?
     } else {
@@ -397,7 +399,7 @@ impl Dumper {
                         self.out.line(&line.text())?;
                     }
                 }
-                Err((position, error)) => {
+                Err(oncelog::format::BatchErrorAt { position, error }) => {
                     let rest = &bytes[position..];
                     if is_zero(rest) {
                         self.preallocated(file, position, rest.len())?;
@@ -503,9 +505,9 @@ impl Dumper {
         };
         if !self.json {
             self.out.line(&format!(
-                "snapshot version {} with {} producer(s)",
+                "snapshot version {} with {}",
                 version.number(),
-                entries.len()
+                crate::plural(entries.len() as u64, "producer", "producers")
             ))?;
         }
         for e in &entries {

@@ -1,8 +1,10 @@
 //! `oncelog`: inspect, verify and recover partition directories, benchmark appends, append
 //! client batches from a shell, and demonstrate exactly-once appends across a crash. Built on
-//! the public library API only (DESIGN.md §3).
+//! the public library API only (docs/design.md, "Layers").
 //!
-//! Exit codes: 0 success; 1 something was damaged, refused or failed; 2 bad usage.
+//! Exit codes, the same for every command: 0 success; 1 the command ran and found damage, or
+//! refused something (a damaged file, a refused batch, a failed step); 2 it could not run (bad
+//! arguments, a missing path, an I/O error).
 
 mod append;
 mod bench;
@@ -29,24 +31,40 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print every batch, index entry and producer-snapshot entry of a partition directory or
-    /// of one .log, .index, .timeindex or .snapshot file. Never modifies what it reads.
-    /// Exits 1 if anything was damaged.
+    /// Print every batch, index entry and snapshot entry of a partition directory or file
+    ///
+    /// PATH is a partition directory or one .log, .index, .timeindex or .snapshot file. Never
+    /// modifies what it reads. One line per batch or entry, or one JSON object per line with
+    /// --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
     Dump(dump::DumpArgs),
-    /// Measure append throughput (then sequential read-back) on a temporary directory.
+    /// Measure durable append throughput, then a CRC-checked read-back
+    ///
+    /// Builds every batch first, then times the appends, the final flush, and their sum (the
+    /// durable throughput, the headline), then reads the whole log back in 1 MiB fetches,
+    /// checking every batch's CRC-32C. MB are 10^6 bytes. Runs on a temporary directory unless
+    /// --dir is given. Exits 2 for options that cannot describe a run (--batch-size 0, ...).
     Bench(bench::BenchArgs),
-    /// Append the concatenated client batches of FILE (`-` = stdin) to the log in DIR, one
-    /// JSON line per batch. Exits 1 unless every batch was appended or a duplicate.
+    /// Append client batches from a file or stdin, one JSON line per batch
+    ///
+    /// FILE (`-` = stdin) holds concatenated client batches; each goes through the log in DIR
+    /// (created if missing, recovered if needed) and its outcome is printed as one JSON line.
+    /// Exits 1 unless every batch was appended or a duplicate.
     Append(append::AppendArgs),
-    /// Deep read-only check of a partition directory: every batch (frame, CRC, records,
-    /// offsets), index entry, snapshot and the checkpoint. Exits 1 listing each problem.
+    /// Deep read-only check of a partition directory
+    ///
+    /// Checks every batch (frame, CRC, records, offsets), index entry, snapshot and the
+    /// checkpoint, without opening the log. Exits 1 listing each problem.
     Verify(verify::VerifyArgs),
-    /// Open the log with a recovery mode, report what was validated, cut, rebuilt and removed
-    /// and how producer state was loaded, and close cleanly. Exits 1 (changing nothing) when
-    /// the mode refuses the damage found.
+    /// Open a log with a recovery mode and report what recovery did
+    ///
+    /// Reports what was validated, cut, rebuilt and removed and how producer state was
+    /// loaded, then closes cleanly. Exits 1 (changing nothing) when the mode refuses the
+    /// damage found.
     Recover(recover::RecoverArgs),
-    /// The lost-acknowledgement scenario end to end, with a real SIGKILL, step by step. Exits
-    /// 1 if any step does not behave as the contract says.
+    /// Show exactly-once appends surviving a lost ack and a SIGKILL, step by step
+    ///
+    /// The lost-acknowledgement scenario end to end, with a real SIGKILL of a child process.
+    /// Exits 1 if any step does not behave as the contract says.
     Demo(demo::DemoArgs),
     #[command(hide = true)]
     DemoChild(demo::DemoChildArgs),
@@ -56,11 +74,12 @@ enum Command {
 pub enum Status {
     /// Everything was as it should be.
     Ok,
-    /// Damage found, a batch refused, or a step failed (already reported on stdout/stderr).
+    /// Damage found, a batch refused, or a step failed (already reported on stdout/stderr):
+    /// exit 1.
     Failed,
 }
 
-/// A failure that stops a command before it could do its job (I/O, bad arguments).
+/// A failure that stops a command before it could do its job (I/O, bad arguments): exit 2.
 #[derive(Debug)]
 pub struct CliError(pub String);
 
@@ -86,7 +105,7 @@ fn main() -> ExitCode {
         Ok(Status::Failed) => ExitCode::from(1),
         Err(CliError(message)) => {
             eprintln!("oncelog: {message}");
-            ExitCode::from(1)
+            ExitCode::from(2)
         }
     }
 }
@@ -94,4 +113,31 @@ fn main() -> ExitCode {
 /// `-` means standard input.
 pub fn is_stdin(path: &std::path::Path) -> bool {
     path == std::path::Path::new("-")
+}
+
+/// `path` must be a directory: a missing one is said so in the words of the OS.
+pub fn require_dir(path: &std::path::Path) -> Result<(), CliError> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(CliError(format!(
+            "{}: not a directory (a partition directory is needed)",
+            path.display()
+        ))),
+        Err(e) => Err(CliError(format!("{}: {}", path.display(), io_reason(&e)))),
+    }
+}
+
+/// The OS's reason, without Rust's `(os error N)` suffix: "no such file or directory".
+pub fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// "1 segment", "2 segments".
+pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
 }

@@ -14,7 +14,7 @@ use oncelog::{Log, LogConfig, OpenError, RecoveryMode, RecoveryReport};
 use serde::Serialize;
 
 use crate::output::Out;
-use crate::{CliError, Status};
+use crate::{plural, CliError, Status};
 
 #[derive(Debug, Args)]
 pub struct RecoverArgs {
@@ -126,12 +126,7 @@ struct Refusal {
 
 pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
     // `Log::open` would create a missing directory: recovering a typo must not do that.
-    if !args.dir.is_dir() {
-        return Err(CliError(format!(
-            "{}: not a partition directory",
-            args.dir.display()
-        )));
-    }
+    crate::require_dir(&args.dir)?;
     let mode = RecoveryMode::from(args.mode);
     let config = LogConfig {
         recovery_mode: mode,
@@ -281,8 +276,10 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         out.line("deep: every segment was validated")?;
     }
     out.line(&format!(
-        "recovery point {}; validated {} segment(s), {} bytes of batches",
-        r.recovery_point, r.segments_validated, r.bytes_validated
+        "recovery point {}; validated {}, {} bytes of batches",
+        r.recovery_point,
+        plural(r.segments_validated as u64, "segment", "segments"),
+        r.bytes_validated
     ))?;
     for c in &r.truncations {
         out.line(&format!(
@@ -307,8 +304,9 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         None => "no snapshot, replayed from the log start".to_string(),
     };
     out.line(&format!(
-        "producer state: {source}; {} batch header(s) replayed; {} producer(s)",
-        p.batches_replayed, p.producers
+        "producer state: {source}; {} replayed; {}",
+        plural(p.batches_replayed, "batch header", "batch headers"),
+        plural(p.producers as u64, "producer", "producers")
     ))?;
     for q in &p.quarantined {
         out.line(&format!(
@@ -322,8 +320,10 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         ))?;
     }
     out.line(&format!(
-        "log: offsets {}..{}, {} segment(s); closed cleanly",
-        r.log_start_offset, r.log_end_offset, r.segments
+        "log: offsets {}..{}, {}; closed cleanly",
+        r.log_start_offset,
+        r.log_end_offset,
+        plural(r.segments as u64, "segment", "segments")
     ))?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use oncelog::verify::{self, Problem, VerifyReport};
 use serde::Serialize;
 
 use crate::output::Out;
-use crate::{CliError, Status};
+use crate::{plural, CliError, Status};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
@@ -65,12 +65,7 @@ impl<'a> ProblemLine<'a> {
 }
 
 pub fn run(args: &VerifyArgs) -> Result<Status, CliError> {
-    if !args.dir.is_dir() {
-        return Err(CliError(format!(
-            "{}: not a partition directory",
-            args.dir.display()
-        )));
-    }
+    crate::require_dir(&args.dir)?;
     let report = verify::verify_dir(&RealFs, &args.dir)?;
     let mut out = Out::stdout();
     if args.json {
@@ -104,15 +99,18 @@ fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
 
 fn print_text(out: &mut Out, dir: &std::path::Path, r: &VerifyReport) -> Result<(), CliError> {
     out.line(&format!(
-        "{}: {} segments, {} batches, {} bytes of batches, {} index entries, {} time-index \
-         entries, {} snapshots, {} bytes of preallocated space",
+        "{}: {}, {}, {} bytes of batches, {}, {}, {}, {} bytes of preallocated space",
         dir.display(),
-        r.segments,
-        r.batches,
+        plural(r.segments as u64, "segment", "segments"),
+        plural(r.batches, "batch", "batches"),
         r.bytes,
-        r.index_entries,
-        r.time_index_entries,
-        r.snapshots,
+        plural(r.index_entries, "index entry", "index entries"),
+        plural(
+            r.time_index_entries,
+            "time-index entry",
+            "time-index entries"
+        ),
+        plural(r.snapshots as u64, "snapshot", "snapshots"),
         r.preallocated_bytes,
     ))?;
     for p in &r.problems {
@@ -121,7 +119,7 @@ fn print_text(out: &mut Out, dir: &std::path::Path, r: &VerifyReport) -> Result<
     if r.is_clean() {
         out.line("clean")?;
     } else {
-        out.line(&format!("{} problem(s)", r.problems.len()))?;
+        out.line(&plural(r.problems.len() as u64, "problem", "problems"))?;
     }
     Ok(())
 }

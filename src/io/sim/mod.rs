@@ -1,7 +1,8 @@
-//! A simulated file system for crash tests (DESIGN.md §9): every file has a *live* image (what
-//! the running process sees) and a *durable* image (what survives a power cut), every directory
-//! a live and a durable set of entries. [`SimFs::crash`] builds the state after a power cut from
-//! the durable images plus an arbitrary, seeded mix of what was not synced.
+//! A simulated file system for crash tests (docs/design.md, "How the guarantees are tested"): every
+//! file has a *live* image (what the running process sees) and a *durable* image (what survives a
+//! power cut), every directory a live and a durable set of entries. [`SimFs::crash`] builds the
+//! state after a power cut from the durable images plus an arbitrary, seeded mix of what was not
+//! synced.
 //!
 //! The model, and why it is at least as strict as Linux:
 //!
