@@ -22,8 +22,8 @@ pub fn fuzz_batch(data: &[u8]) {
     let _ = decode_varlong(data);
     let _ = ControlRecordKey::decode(data);
     let _ = EndTxnMarker::decode(data);
-    let _ = validate_client_batch(data, usize::MAX);
-    let _ = validate_client_batch(data, 1 << 20);
+    let _ = validate_client_batch(data, usize::MAX, FUZZ_MAX_DECOMPRESSED);
+    let _ = validate_client_batch(data, 1 << 20, FUZZ_MAX_DECOMPRESSED);
     let _ = validate_stored_batch(data);
 
     for item in BatchIter::new(data) {

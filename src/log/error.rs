@@ -125,7 +125,9 @@ fn batch_error_kind(e: &BatchError) -> &'static str {
         | BatchError::MissingSequence { .. }
         | BatchError::TrailingBytes { .. }
         | BatchError::UnknownCompression { .. } => "invalid_record",
-        // A limit, not damage: the same batch split smaller would be accepted.
+        // A limit, not damage: the same records split into smaller batches would be accepted.
+        // Kafka answers MESSAGE_TOO_LARGE, on which its producer splits the batch and retries;
+        // a decompression bomb of one record cannot be split, and fails on the client.
         BatchError::TooLarge { .. } | BatchError::DecompressedTooLarge { .. } => {
             "batch_too_large"
         }
@@ -241,6 +243,24 @@ mod tests {
         assert_eq!(
             kind(BatchError::TooLarge { size: 2, max: 1 }),
             "batch_too_large"
+        );
+        assert_eq!(
+            kind(BatchError::DecompressedTooLarge {
+                codec: crate::format::Compression::Gzip,
+                limit: 1 << 20
+            }),
+            "batch_too_large"
+        );
+    }
+
+    #[test]
+    fn undecodable_compressed_records_are_corrupt_batch() {
+        assert_eq!(
+            kind(BatchError::Decompression {
+                codec: crate::format::Compression::Lz4,
+                message: "bad block".into()
+            }),
+            "corrupt_batch"
         );
     }
 }

@@ -249,7 +249,11 @@ impl Log {
     /// configured), and writes it to the active segment, rolling first if needed.
     pub fn append(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
         let in_flight = InFlight::enter(&self.appends_in_flight);
-        let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
+        let summary = format::validate_client_batch(
+            batch,
+            self.config.max_message_bytes,
+            self.config.max_decompressed_bytes,
+        )?;
         if summary.size > self.config.segment_bytes {
             return Err(AppendError::RecordListTooLarge {
                 size: summary.size,
@@ -291,7 +295,8 @@ impl Log {
                 if log_append_time {
                     batch::stamp_log_append_time(dst, now);
                 } else if header_max_timestamp != summary.max_timestamp {
-                    // Kafka sets maxTimestamp to the largest record timestamp (§2.1 in-place path).
+                    // Kafka sets maxTimestamp to the largest record timestamp (§2.1 in-place path),
+                    // compressed batches included: their records were read in validation.
                     batch::set_max_timestamp(dst, summary.max_timestamp);
                 }
             })
