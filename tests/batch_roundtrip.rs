@@ -3,7 +3,7 @@
 
 use oncelog::format::{
     validate_client_batch, validate_stored_batch, BatchBuilder, BatchError, Compression, Header,
-    RecordBatch,
+    RecordBatch, DEFAULT_MAX_DECOMPRESSED_BYTES,
 };
 use proptest::prelude::*;
 
@@ -73,7 +73,7 @@ proptest! {
         producer_id in -1i64..1000,
     ) {
         let bytes = build(&records, codec, producer_id);
-        let summary = validate_client_batch(&bytes, usize::MAX).unwrap();
+        let summary = validate_client_batch(&bytes, usize::MAX, DEFAULT_MAX_DECOMPRESSED_BYTES).unwrap();
         prop_assert_eq!(summary.records_count as usize, records.len());
         prop_assert_eq!(summary.compression, codec);
         let max = records.iter().map(|r| r.timestamp).max().unwrap();
@@ -109,7 +109,7 @@ proptest! {
         bytes[i] ^= flip;
         let stored = validate_stored_batch(&bytes);
         prop_assert!(matches!(stored, Err(BatchError::CrcMismatch { .. })), "byte {}: {:?}", i, stored);
-        let client = validate_client_batch(&bytes, usize::MAX);
+        let client = validate_client_batch(&bytes, usize::MAX, DEFAULT_MAX_DECOMPRESSED_BYTES);
         prop_assert!(matches!(client, Err(BatchError::CrcMismatch { .. })), "byte {}: {:?}", i, client);
     }
 

@@ -7,7 +7,7 @@ use oncelog::format::varint::{decode_varint, encode_varint};
 use oncelog::format::{
     end_txn_marker, frame, validate_client_batch, validate_stored_batch, BatchBuilder, BatchError,
     BatchIter, Compression, ControlRecordKey, ControlType, EndTxnMarker, Header, RecordBatch,
-    TimestampType,
+    TimestampType, DEFAULT_MAX_DECOMPRESSED_BYTES,
 };
 use serde_json::Value;
 
@@ -155,7 +155,7 @@ fn tv6_idempotent_batch_is_reproduced_and_survives_an_offset_rewrite() {
         unhex("0000000000000000000000470000000202cd2375b40000000000010000018bcfe568000000018bcfe5680500000000000003e80000000000290000000218000000026b0276020268027810000a020104767600")
     );
     assert_eq!(RecordBatch::parse(&bytes).unwrap().crc(), 0xCD23_75B4);
-    let summary = validate_client_batch(&bytes, 1 << 20).unwrap();
+    let summary = validate_client_batch(&bytes, 1 << 20, DEFAULT_MAX_DECOMPRESSED_BYTES).unwrap();
     assert_eq!(summary.max_timestamp, 1_700_000_000_005);
     set_base_offset(&mut bytes, 100);
     let batch = validate_stored_batch(&bytes).unwrap();
@@ -203,7 +203,7 @@ fn check_batch(id: &str, data: &[u8], exp: &Value) -> usize {
             "{ctx}"
         );
         assert_eq!(
-            validate_client_batch(data, usize::MAX).err(),
+            validate_client_batch(data, usize::MAX, DEFAULT_MAX_DECOMPRESSED_BYTES).err(),
             Some(refused),
             "{ctx}"
         );
@@ -388,7 +388,7 @@ fn control_batch_with_a_wrong_crc_is_rejected() {
         Err(BatchError::CrcMismatch { .. })
     ));
     assert!(matches!(
-        validate_client_batch(&data, usize::MAX),
+        validate_client_batch(&data, usize::MAX, DEFAULT_MAX_DECOMPRESSED_BYTES),
         Err(BatchError::CrcMismatch { .. })
     ));
 }
@@ -438,8 +438,12 @@ fn produce_request_batches_pass_client_validation() {
         let whole = unhex(v["hex"].as_str().unwrap());
         for loc in v["batch_locations"].as_array().unwrap() {
             let (at, len) = (int(loc, "offset") as usize, int(loc, "length") as usize);
-            let summary = validate_client_batch(&whole[at..at + len], usize::MAX)
-                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            let summary = validate_client_batch(
+                &whole[at..at + len],
+                usize::MAX,
+                DEFAULT_MAX_DECOMPRESSED_BYTES,
+            )
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
             assert_eq!(summary.size, len, "{id}");
         }
     }

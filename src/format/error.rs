@@ -86,7 +86,10 @@ impl BatchError {
             | BatchError::MissingSequence { .. }
             | BatchError::TrailingBytes { .. }
             | BatchError::UnknownCompression { .. } => "invalid_record",
-            // A limit, not damage: the same batch split smaller would be accepted.
+            // A limit, not damage: the same records split into smaller batches would be accepted.
+            // Kafka answers MESSAGE_TOO_LARGE, on which its producer splits the batch and
+            // retries; a decompression bomb of one record cannot be split, and fails on the
+            // client.
             BatchError::TooLarge { .. } | BatchError::DecompressedTooLarge { .. } => {
                 "batch_too_large"
             }

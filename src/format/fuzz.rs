@@ -22,8 +22,8 @@ pub fn fuzz_batch(data: &[u8]) {
     let _ = decode_varlong(data);
     let _ = ControlRecordKey::decode(data);
     let _ = EndTxnMarker::decode(data);
-    let _ = validate_client_batch(data, usize::MAX);
-    let _ = validate_client_batch(data, 1 << 20);
+    let _ = validate_client_batch(data, usize::MAX, FUZZ_MAX_DECOMPRESSED);
+    let _ = validate_client_batch(data, 1 << 20, FUZZ_MAX_DECOMPRESSED);
     let _ = validate_stored_batch(data);
 
     for item in BatchIter::new(data) {
@@ -105,6 +105,29 @@ mod tests {
         b.build().unwrap()
     }
 
+    /// A client batch marked `codec` whose records field is `payload`, declaring `count`
+    /// records, with a valid CRC: the bad compressed inputs client validation must refuse.
+    fn with_payload(codec: Compression, count: i32, payload: &[u8]) -> Vec<u8> {
+        use crate::format::batch::{
+            rewrite_crc, OFF_ATTRIBUTES, OFF_BATCH_LENGTH, OFF_LAST_OFFSET_DELTA, OFF_RECORDS_COUNT,
+        };
+        let mut buf = BatchBuilder::new().build().unwrap();
+        buf.extend_from_slice(payload);
+        let length = (buf.len() - 12) as i32;
+        buf[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&length.to_be_bytes());
+        buf[OFF_LAST_OFFSET_DELTA..OFF_LAST_OFFSET_DELTA + 4]
+            .copy_from_slice(&(count - 1).to_be_bytes());
+        buf[OFF_RECORDS_COUNT..OFF_RECORDS_COUNT + 4].copy_from_slice(&count.to_be_bytes());
+        buf[OFF_ATTRIBUTES + 1] = codec.id();
+        rewrite_crc(&mut buf);
+        buf
+    }
+
+    /// The raw records of `sample`, before compression.
+    fn sample_records() -> Vec<u8> {
+        sample(Compression::None)[crate::format::HEADER_SIZE..].to_vec()
+    }
+
     /// The seeds: the golden vectors, one batch per codec, broken variants and garbage.
     fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         let mut tv1 = BatchBuilder::new();
@@ -129,7 +152,7 @@ mod tests {
         two.extend_from_slice(&tv6);
         let mut header_count_huge = tv6.clone();
         header_count_huge[69] = 0x7e; // headerCount 63 with 9 bytes left
-        vec![
+        let mut seeds = vec![
             ("tv1_uncompressed", tv1.clone()),
             ("tv5_commit_marker", tv5),
             ("tv6_idempotent_headers", tv6),
@@ -151,6 +174,61 @@ mod tests {
                     .collect(),
             ),
             ("varint_too_long", vec![0xff; 12]),
+        ];
+        seeds.extend(compressed_seeds());
+        seeds
+    }
+
+    /// Compressed client batches that must be refused (issue 8 item 7): every one has a valid
+    /// CRC, so only decompressing and walking the records finds the problem.
+    fn compressed_seeds() -> Vec<(&'static str, Vec<u8>)> {
+        use crate::format::compress;
+        let records = sample_records();
+        let garbage: Vec<u8> = (0..120u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect();
+        let mut wrong_delta = records.clone();
+        // The first record's offsetDelta byte (length, attributes, timestampDelta, offsetDelta).
+        wrong_delta[3] = 2;
+        let mut lz4_two_frames = compress(Compression::Lz4, &records).unwrap();
+        lz4_two_frames.extend_from_slice(&lz4_two_frames.clone());
+        vec![
+            ("gzip_garbage", with_payload(Compression::Gzip, 4, &garbage)),
+            (
+                "snappy_garbage",
+                with_payload(Compression::Snappy, 4, &garbage),
+            ),
+            ("lz4_garbage", with_payload(Compression::Lz4, 4, &garbage)),
+            ("zstd_garbage", with_payload(Compression::Zstd, 4, &garbage)),
+            (
+                "gzip_count_too_large",
+                with_payload(
+                    Compression::Gzip,
+                    9,
+                    &compress(Compression::Gzip, &records).unwrap(),
+                ),
+            ),
+            (
+                "zstd_wrong_delta",
+                with_payload(
+                    Compression::Zstd,
+                    4,
+                    &compress(Compression::Zstd, &wrong_delta).unwrap(),
+                ),
+            ),
+            (
+                "lz4_two_frames",
+                with_payload(Compression::Lz4, 4, &lz4_two_frames),
+            ),
+            (
+                // 4 MiB of zeros in a few hundred bytes: beyond the fuzz decompression limit.
+                "zstd_bomb",
+                with_payload(
+                    Compression::Zstd,
+                    1,
+                    &compress(Compression::Zstd, &vec![0; 4 << 20]).unwrap(),
+                ),
+            ),
         ]
     }
 
@@ -164,6 +242,22 @@ mod tests {
             }
             let _ = name;
         }
+    }
+
+    #[test]
+    fn compressed_seeds_are_refused_by_client_validation() {
+        for (name, seed) in compressed_seeds() {
+            assert!(
+                validate_client_batch(&seed, 1 << 20, FUZZ_MAX_DECOMPRESSED).is_err(),
+                "{name}"
+            );
+            assert!(
+                validate_stored_batch(&seed).is_ok(),
+                "{name}: only its records are bad"
+            );
+        }
+        let valid = sample(Compression::Zstd);
+        assert!(validate_client_batch(&valid, 1 << 20, FUZZ_MAX_DECOMPRESSED).is_ok());
     }
 
     #[test]

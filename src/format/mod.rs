@@ -19,7 +19,7 @@ pub use batch::{
     LOG_OVERHEAD, MAGIC_V2,
 };
 pub use builder::BatchBuilder;
-pub use compression::{compress, decompress, DEFAULT_MAX_DECOMPRESSED_BYTES};
+pub use compression::{compress, decompress, decompress_into, DEFAULT_MAX_DECOMPRESSED_BYTES};
 pub use consumer::{ConsumerRecord, ConsumerRecordIter};
 pub use control::{
     decode_control_record, end_txn_marker, ControlRecordKey, ControlType, EndTxnMarker,

@@ -1,6 +1,9 @@
 //! The checks a batch must pass before it is stored (docs/design.md, "Append" and "Layers").
 
+use std::cell::Cell;
+
 use super::batch::{Compression, RecordBatch, TimestampType, ATTR_COMPRESSION_MASK, HEADER_SIZE};
+use super::compression::decompress_into;
 use super::error::{BatchError, RecordError};
 
 /// What the append path needs to know of a validated client batch.
@@ -10,8 +13,9 @@ pub struct BatchSummary {
     pub size: usize,
     pub last_offset_delta: i32,
     pub records_count: i32,
-    /// The largest record timestamp. For uncompressed batches it is computed from the records;
-    /// for compressed ones it is the header's maxTimestamp.
+    /// The largest record timestamp, computed from the records (decompressed if need be), as
+    /// Kafka's validation does; the header's maxTimestamp is not trusted. Under LogAppendTime
+    /// (a client should not send it) every record's timestamp is the header's maxTimestamp.
     pub max_timestamp: i64,
     pub producer_id: i64,
     pub producer_epoch: i16,
@@ -26,18 +30,24 @@ pub struct BatchSummary {
 ///
 /// Checks, in Kafka's order: the frame (size ≥ 61, magic 2, complete), size ≤ `max_batch_bytes`,
 /// the CRC, baseOffset 0, a known codec, `lastOffsetDelta + 1 == recordsCount > 0`, not a control
-/// batch, a sequence when there is a producer id; for uncompressed batches every record
-/// (offset deltas 0..n-1, varint bounds, lengths consumed exactly) and no bytes left over.
+/// batch, a sequence when there is a producer id; then every record (offset deltas 0..n-1,
+/// varint bounds, lengths consumed exactly) and no bytes left over.
 ///
 /// Bytes after the batch are refused ([`BatchError::TrailingBytes`]) right after the size check:
-/// a v2 produce request carries one batch per partition (docs/design.md, "Append"). Compressed
-/// batches are stored as they are, so their records are not read here and the header's maxTimestamp
-/// is trusted.
+/// a v2 produce request carries one batch per partition (docs/design.md, "Append").
 ///
-/// This is the append hot path: one pass over the records, no allocation.
+/// A compressed batch is decompressed, at most `max_decompressed_bytes` of it
+/// ([`BatchError::DecompressedTooLarge`] beyond), and its records are held to the same rules:
+/// Kafka's broker decompresses every compressed client batch too, and a batch stored without
+/// that check could be garbage behind a valid CRC that every reader and `verify` then trips on.
+/// The batch itself is stored compressed, as the client sent it.
+///
+/// This is the append hot path. Uncompressed: one pass over the records, no allocation.
+/// Compressed: the decompressor's own state plus a per-thread output buffer that is reused.
 pub fn validate_client_batch(
     buf: &[u8],
     max_batch_bytes: usize,
+    max_decompressed_bytes: usize,
 ) -> Result<BatchSummary, BatchError> {
     let batch = RecordBatch::parse(buf)?;
     let size = batch.size();
@@ -80,12 +90,8 @@ pub fn validate_client_batch(
         });
     }
     let max_timestamp = match compression {
-        Compression::None => match fast_max_record_timestamp(&batch) {
-            Some(max) => max,
-            // Something is off: the thorough walk finds what, and where.
-            None => max_record_timestamp(&batch)?,
-        },
-        _ => batch.max_timestamp(),
+        Compression::None => checked_max_timestamp(&batch, batch.records_data())?,
+        codec => compressed_max_timestamp(&batch, codec, max_decompressed_bytes)?,
     };
     Ok(BatchSummary {
         size,
@@ -102,15 +108,61 @@ pub fn validate_client_batch(
     })
 }
 
+/// The records of `data` (the batch's raw records, or its decompressed stream) checked by the
+/// lean walk, and by the thorough one only when the lean one says no, to name the problem.
+#[inline(always)]
+fn checked_max_timestamp(batch: &RecordBatch<'_>, data: &[u8]) -> Result<i64, BatchError> {
+    match fast_max_record_timestamp(batch, data) {
+        Some(max) => Ok(max),
+        None => max_record_timestamp(batch, data),
+    }
+}
+
+/// Largest decompression buffer a thread keeps between appends. Client batches are at most
+/// `max_message_bytes` (1 MiB by default) and compress a few times at most, so this covers
+/// ordinary batches; the buffer of a rare larger one (a bomb up to the limit included) is
+/// freed instead of pinning its memory to the thread.
+const SCRATCH_RETAIN_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// The decompressed records of the last compressed batch this thread validated: reusing
+    /// it spares an allocation and its growth per batch.
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// Decompresses a compressed batch's records (bounded) and checks them as raw records are.
+/// Kept out of line so the uncompressed path does not carry it.
+#[inline(never)]
+fn compressed_max_timestamp(
+    batch: &RecordBatch<'_>,
+    codec: Compression,
+    max_decompressed_bytes: usize,
+) -> Result<i64, BatchError> {
+    SCRATCH.with(|cell| {
+        // Taken, not borrowed: nothing can observe the cell while we hold the buffer.
+        let mut records = cell.take();
+        let result = decompress_into(
+            codec,
+            batch.records_data(),
+            max_decompressed_bytes,
+            &mut records,
+        )
+        .and_then(|()| checked_max_timestamp(batch, &records));
+        if records.capacity() <= SCRATCH_RETAIN_BYTES {
+            cell.set(records);
+        }
+        result
+    })
+}
+
 /// The append hot path's record walk: the same rules as [`max_record_timestamp`] (every record
 /// well formed, offsetDelta equal to its index, nothing left over), but only a yes or no,
 /// without building records or errors. `Some(max timestamp)` only when every rule holds; on
 /// `None` the thorough walk runs to name the problem. A property test pins that the two agree.
-fn fast_max_record_timestamp(batch: &RecordBatch<'_>) -> Option<i64> {
+fn fast_max_record_timestamp(batch: &RecordBatch<'_>, data: &[u8]) -> Option<i64> {
     if batch.timestamp_type() != crate::format::TimestampType::CreateTime {
         return None;
     }
-    let data = batch.records_data();
     let base_timestamp = batch.base_timestamp();
     let mut pos = 0usize;
     let mut max_timestamp = i64::MIN;
@@ -197,14 +249,18 @@ fn skip_nullable(data: &[u8], pos: &mut usize) -> Option<()> {
     Some(())
 }
 
-/// Walks the raw records once: every record must be well formed and carry offsetDelta equal to
-/// its index. Kafka's uncompressed in-place path skips the delta check; oncelog does not, since
-/// a gap would make the offsets it assigns disagree with what readers compute (docs/design.md,
-/// "Where oncelog departs from Kafka").
-pub(crate) fn max_record_timestamp(batch: &RecordBatch<'_>) -> Result<i64, BatchError> {
+/// Walks the records of `data` (raw, or decompressed) once: every record must be well formed and
+/// carry offsetDelta equal to its index. Kafka's uncompressed in-place path skips the delta
+/// check (its compressed path rebuilds the batch instead); oncelog refuses, since a gap would
+/// make the offsets it assigns disagree with what readers compute (docs/design.md, "Where
+/// oncelog departs from Kafka").
+pub(crate) fn max_record_timestamp(
+    batch: &RecordBatch<'_>,
+    data: &[u8],
+) -> Result<i64, BatchError> {
     let mut max_timestamp = i64::MIN;
     let mut position = HEADER_SIZE;
-    for (index, record) in (0i32..).zip(batch.iter_records(batch.records_data())) {
+    for (index, record) in (0i32..).zip(batch.iter_records(data)) {
         let record = record?;
         if record.offset_delta != index {
             return Err(BatchError::InvalidRecord {
@@ -264,6 +320,7 @@ mod tests {
     use crate::format::varint::{encode_varint, encode_varlong};
 
     const LIMIT: usize = 1 << 20;
+    const UNPACK_LIMIT: usize = 4 << 20;
 
     fn three_records() -> Vec<u8> {
         let mut b = BatchBuilder::new().producer(7, 1, 0);
@@ -304,7 +361,7 @@ mod tests {
     #[test]
     fn valid_client_batch_is_summarised() {
         let buf = three_records();
-        let s = validate_client_batch(&buf, LIMIT).unwrap();
+        let s = validate_client_batch(&buf, LIMIT, UNPACK_LIMIT).unwrap();
         assert_eq!(s.size, buf.len());
         assert_eq!((s.records_count, s.last_offset_delta), (3, 2));
         assert_eq!(s.max_timestamp, 300);
@@ -315,28 +372,187 @@ mod tests {
         assert_eq!(s.compression, Compression::None);
     }
 
+    const CODECS: [Compression; 4] = [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    /// A `codec` batch whose compressed stream holds `records` as given, with a valid CRC.
+    fn compressed_with_records(codec: Compression, count: i32, records: &[u8]) -> Vec<u8> {
+        let packed = crate::format::compress(codec, records).unwrap();
+        let mut buf = batch_with_records(count, &packed);
+        buf[OFF_ATTRIBUTES + 1] |= codec.id();
+        rewrite_crc(&mut buf);
+        buf
+    }
+
     #[test]
-    fn compressed_client_batch_reports_the_header_max_timestamp() {
-        let mut b = BatchBuilder::new()
-            .compression(Compression::Zstd)
-            .max_timestamp(999);
-        b.append(5, None, Some(b"x"), &[]);
-        let s = validate_client_batch(&b.build().unwrap(), LIMIT).unwrap();
-        assert_eq!((s.max_timestamp, s.compression), (999, Compression::Zstd));
+    fn compressed_client_batch_reports_the_records_max_timestamp_not_the_header() {
+        for codec in CODECS {
+            let mut b = BatchBuilder::new().compression(codec).max_timestamp(999);
+            b.append(5, None, Some(b"x"), &[]);
+            b.append(70, None, Some(b"y"), &[]);
+            b.append(40, None, Some(b"z"), &[]);
+            let s = validate_client_batch(&b.build().unwrap(), LIMIT, UNPACK_LIMIT).unwrap();
+            assert_eq!((s.max_timestamp, s.compression), (70, codec), "{codec:?}");
+            assert_eq!((s.records_count, s.last_offset_delta), (3, 2), "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn compressed_garbage_behind_a_valid_crc_is_refused() {
+        let garbage: Vec<u8> = (0..200u32).map(|i| (i * 37 + 11) as u8).collect();
+        for codec in CODECS {
+            let mut buf = batch_with_records(1, &garbage);
+            buf[OFF_ATTRIBUTES + 1] |= codec.id();
+            rewrite_crc(&mut buf);
+            assert!(
+                matches!(
+                    validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                    Err(BatchError::Decompression { codec: c, .. }) if c == codec
+                ),
+                "{codec:?}: {:?}",
+                validate_client_batch(&buf, LIMIT, UNPACK_LIMIT)
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_garbage_records_are_refused() {
+        for codec in CODECS {
+            let buf = compressed_with_records(codec, 1, &[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]);
+            assert!(
+                matches!(
+                    validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                    Err(BatchError::InvalidRecord {
+                        index: 0,
+                        position: HEADER_SIZE,
+                        reason: RecordError::VarintTooLong {
+                            field: "length",
+                            ..
+                        },
+                    })
+                ),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_count_beyond_the_records_is_refused() {
+        let mut records = raw_record(0, 0);
+        records.extend_from_slice(&raw_record(1, 0));
+        for codec in CODECS {
+            let buf = compressed_with_records(codec, 3, &records);
+            assert!(
+                matches!(
+                    validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                    Err(BatchError::InvalidRecord {
+                        index: 2,
+                        reason: RecordError::Truncated,
+                        ..
+                    })
+                ),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_records_beyond_the_count_are_refused() {
+        let mut records = raw_record(0, 0);
+        let extra = records.len();
+        records.extend_from_slice(&raw_record(1, 0));
+        for codec in CODECS {
+            let buf = compressed_with_records(codec, 1, &records);
+            assert_eq!(
+                validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                Err(BatchError::RecordsTrailing {
+                    records_count: 1,
+                    extra
+                }),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_non_dense_offset_deltas_are_refused() {
+        let mut records = raw_record(0, 0);
+        let second_at = HEADER_SIZE + records.len();
+        records.extend_from_slice(&raw_record(5, 0));
+        for codec in CODECS {
+            let buf = compressed_with_records(codec, 2, &records);
+            assert_eq!(
+                validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                Err(BatchError::InvalidRecord {
+                    index: 1,
+                    position: second_at,
+                    reason: RecordError::OffsetDelta {
+                        expected: 1,
+                        got: 5
+                    },
+                }),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_records_beyond_the_decompression_limit_are_refused() {
+        // 100 records of 1000 zero bytes: about 100 KB of records, a few hundred compressed.
+        let build = |codec| {
+            let mut b = BatchBuilder::new().compression(codec);
+            for _ in 0..100 {
+                b.append(1, None, Some(&[0; 1000]), &[]);
+            }
+            b.build().unwrap()
+        };
+        let records = build(Compression::None).len() - HEADER_SIZE;
+        for codec in CODECS {
+            let buf = build(codec);
+            assert!(buf.len() < records / 10, "{codec:?} compresses");
+            assert!(
+                validate_client_batch(&buf, LIMIT, records).is_ok(),
+                "{codec:?}: the limit itself is allowed"
+            );
+            assert_eq!(
+                validate_client_batch(&buf, LIMIT, records - 1),
+                Err(BatchError::DecompressedTooLarge {
+                    codec,
+                    limit: records - 1
+                }),
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_buffer_left_by_a_failed_batch_does_not_leak_into_the_next() {
+        // The per-thread buffer is reused: a valid batch after a refused one of a larger
+        // stream must be judged on its own bytes only.
+        let mut records = raw_record(0, 0);
+        records.extend_from_slice(&raw_record(1, 0));
+        let long = compressed_with_records(Compression::Gzip, 3, &records);
+        assert!(validate_client_batch(&long, LIMIT, UNPACK_LIMIT).is_err());
+        let short = compressed_with_records(Compression::Gzip, 1, &raw_record(0, 0));
+        assert!(validate_client_batch(&short, LIMIT, UNPACK_LIMIT).is_ok());
     }
 
     #[test]
     fn truncated_batch_is_refused() {
         let buf = three_records();
         assert_eq!(
-            validate_client_batch(&buf[..buf.len() - 1], LIMIT),
+            validate_client_batch(&buf[..buf.len() - 1], LIMIT, UNPACK_LIMIT),
             Err(BatchError::Truncated {
                 needed: buf.len(),
                 available: buf.len() - 1
             })
         );
         assert!(matches!(
-            validate_client_batch(&buf[..10], LIMIT),
+            validate_client_batch(&buf[..10], LIMIT, UNPACK_LIMIT),
             Err(BatchError::Truncated { .. })
         ));
     }
@@ -346,7 +562,7 @@ mod tests {
         let mut buf = three_records();
         put_i32(&mut buf, OFF_BATCH_LENGTH, 48);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::SizeTooSmall { batch_length: 48 })
         );
     }
@@ -356,7 +572,7 @@ mod tests {
         let mut buf = three_records();
         put_i32(&mut buf, OFF_BATCH_LENGTH, -5);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::SizeTooSmall { batch_length: -5 })
         );
         assert_eq!(
@@ -371,7 +587,10 @@ mod tests {
             let mut buf = three_records();
             buf[OFF_MAGIC] = magic;
             let expected = BatchError::UnsupportedMagic { magic: magic as i8 };
-            assert_eq!(validate_client_batch(&buf, LIMIT), Err(expected.clone()));
+            assert_eq!(
+                validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
+                Err(expected.clone())
+            );
             assert_eq!(validate_stored_batch(&buf).unwrap_err(), expected);
         }
     }
@@ -380,13 +599,13 @@ mod tests {
     fn batch_beyond_the_size_limit_is_refused() {
         let buf = three_records();
         assert_eq!(
-            validate_client_batch(&buf, buf.len() - 1),
+            validate_client_batch(&buf, buf.len() - 1, UNPACK_LIMIT),
             Err(BatchError::TooLarge {
                 size: buf.len(),
                 max: buf.len() - 1
             })
         );
-        assert!(validate_client_batch(&buf, buf.len()).is_ok());
+        assert!(validate_client_batch(&buf, buf.len(), UNPACK_LIMIT).is_ok());
     }
 
     #[test]
@@ -395,7 +614,7 @@ mod tests {
         let size = buf.len();
         buf.extend_from_slice(&three_records());
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::TrailingBytes {
                 batch_size: size,
                 extra: size
@@ -409,7 +628,7 @@ mod tests {
         let last = buf.len() - 1;
         buf[last] ^= 0x01;
         assert!(matches!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::CrcMismatch { .. })
         ));
         assert!(matches!(
@@ -423,7 +642,7 @@ mod tests {
         let mut buf = three_records();
         set_base_offset(&mut buf, 42);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::NonZeroBaseOffset { base_offset: 42 })
         );
         assert!(
@@ -438,7 +657,7 @@ mod tests {
         buf[OFF_ATTRIBUTES + 1] |= 0x05;
         rewrite_crc(&mut buf);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::UnknownCompression { codec: 5 })
         );
         assert_eq!(
@@ -451,7 +670,7 @@ mod tests {
     fn client_batch_without_records_is_refused() {
         let buf = BatchBuilder::new().build().unwrap();
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::EmptyBatch)
         );
         assert!(
@@ -466,7 +685,7 @@ mod tests {
         put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, 5);
         rewrite_crc(&mut buf);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::CountMismatch {
                 last_offset_delta: 5,
                 records_count: 3
@@ -480,7 +699,7 @@ mod tests {
         put_i32(&mut buf, OFF_LAST_OFFSET_DELTA, i32::MAX);
         rewrite_crc(&mut buf);
         assert!(matches!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::CountMismatch { .. })
         ));
     }
@@ -489,7 +708,7 @@ mod tests {
     fn control_batch_from_a_client_is_refused() {
         let mut buf = end_txn_marker(0, 0, 5, 0, 1, ControlType::Commit, 0);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::ControlBatchFromClient)
         );
         set_base_offset(&mut buf, 10);
@@ -501,7 +720,7 @@ mod tests {
         let mut b = BatchBuilder::new().producer(9, 0, -1);
         b.append(1, None, None, &[]);
         assert_eq!(
-            validate_client_batch(&b.build().unwrap(), LIMIT),
+            validate_client_batch(&b.build().unwrap(), LIMIT, UNPACK_LIMIT),
             Err(BatchError::MissingSequence {
                 producer_id: 9,
                 base_sequence: -1
@@ -516,7 +735,7 @@ mod tests {
         records.extend_from_slice(&raw_record(2, 0));
         let buf = batch_with_records(2, &records);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::InvalidRecord {
                 index: 1,
                 position: second_at,
@@ -532,7 +751,7 @@ mod tests {
     fn negative_header_count_in_a_client_batch_is_refused() {
         let buf = batch_with_records(1, &raw_record(0, -1));
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::InvalidRecord {
                 index: 0,
                 position: HEADER_SIZE,
@@ -550,7 +769,7 @@ mod tests {
         records.extend_from_slice(&[0, 0]);
         let buf = batch_with_records(1, &records);
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::RecordsTrailing {
                 records_count: 1,
                 extra: 2
@@ -562,7 +781,7 @@ mod tests {
     fn overlong_varint_in_a_record_is_refused() {
         let buf = batch_with_records(1, &[0x80, 0x80, 0x80, 0x80, 0x80, 0x01]);
         assert!(matches!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::InvalidRecord {
                 reason: RecordError::VarintTooLong {
                     field: "length",
@@ -596,7 +815,7 @@ mod tests {
             BatchError::NegativeRecordsCount { records_count: -3 }
         );
         assert_eq!(
-            validate_client_batch(&buf, LIMIT),
+            validate_client_batch(&buf, LIMIT, UNPACK_LIMIT),
             Err(BatchError::EmptyBatch)
         );
     }
@@ -663,8 +882,8 @@ mod fast_walk_tests {
                     bytes[at] ^= flip.1 | 1;
                 }
                 let b = RecordBatch::parse(&bytes).unwrap();
-                let thorough = max_record_timestamp(&b).ok();
-                match fast_max_record_timestamp(&b) {
+                let thorough = max_record_timestamp(&b, b.records_data()).ok();
+                match fast_max_record_timestamp(&b, b.records_data()) {
                     Some(max) => prop_assert_eq!(Some(max), thorough),
                     None => prop_assert!(mutate || thorough.is_none(), "fast walk refused a valid batch"),
                 }

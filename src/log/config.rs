@@ -65,6 +65,20 @@ pub struct LogConfig {
     pub index_interval_bytes: usize,
     /// `max.message.bytes`: the largest batch accepted from a client. Default 1,048,588.
     pub max_message_bytes: usize,
+    /// The most bytes a compressed client batch's records may decompress to; a batch beyond it
+    /// is refused ([`crate::format::BatchError::DecompressedTooLarge`], `batch_too_large`, the
+    /// MESSAGE_TOO_LARGE on which Kafka's producer splits a batch and retries). Validation holds
+    /// this much in memory per concurrent append, so it is what bounds a decompression bomb.
+    ///
+    /// Default 64 MiB: 64 × Kafka's default `max.message.bytes`. Kafka's broker has no such
+    /// bound; real producers stay far below it (librdkafka caps a batch at about 1 MB before
+    /// compression; the Java producer fills `batch.size`, 16 KiB by default, of *compressed*
+    /// bytes, and JSON or log lines compress 5-20×), so only data compressible beyond 64× at
+    /// the size limit, in practice a bomb, meets it. Must be in `max_message_bytes ..=
+    /// 2147483647`: at least one batch's worth, so no batch accepted uncompressed is refused
+    /// once compressed (raise it with `max_message_bytes`), and within the int32 sizes every
+    /// Kafka client decompresses into.
+    pub max_decompressed_bytes: usize,
     /// `message.timestamp.type`: CreateTime keeps the producer's timestamps; LogAppendTime
     /// stamps each batch with the append wall clock.
     pub message_timestamp_type: TimestampType,
@@ -104,6 +118,7 @@ impl Default for LogConfig {
             segment_index_bytes: 10 << 20,
             index_interval_bytes: 4096,
             max_message_bytes: 1_048_588,
+            max_decompressed_bytes: crate::format::DEFAULT_MAX_DECOMPRESSED_BYTES,
             message_timestamp_type: TimestampType::CreateTime,
             leader_epoch: 0,
             flush_policy: FlushPolicy::Manual,
@@ -180,6 +195,13 @@ impl LogConfig {
                 "max_message_bytes",
                 self.max_message_bytes,
                 "must be at least 61 (one batch header)",
+            ));
+        }
+        if !(self.max_message_bytes..=i32::MAX as usize).contains(&self.max_decompressed_bytes) {
+            return Err(bad(
+                "max_decompressed_bytes",
+                self.max_decompressed_bytes,
+                "must be in max_message_bytes ..= 2147483647",
             ));
         }
         if let Err(e) = self.producer_state.validate() {
@@ -259,6 +281,7 @@ mod tests {
         assert_eq!(c.index_interval_bytes, 4096);
         assert_eq!(c.max_message_bytes, 1_048_588);
         assert_eq!(c.segment_ms, 604_800_000);
+        assert_eq!(c.max_decompressed_bytes, 64 << 20);
         assert_eq!(c.validate(), Ok(()));
     }
 
@@ -314,6 +337,28 @@ mod tests {
                 },
                 "flush_policy",
             ),
+            (
+                LogConfig {
+                    max_decompressed_bytes: 1_048_587,
+                    ..Default::default()
+                },
+                "max_decompressed_bytes",
+            ),
+            (
+                LogConfig {
+                    max_decompressed_bytes: 1 << 31,
+                    ..Default::default()
+                },
+                "max_decompressed_bytes",
+            ),
+            (
+                // Raising the batch limit past the decompression limit must raise both.
+                LogConfig {
+                    max_message_bytes: 100 << 20,
+                    ..Default::default()
+                },
+                "max_decompressed_bytes",
+            ),
         ];
         for (config, field) in cases {
             assert_eq!(
@@ -321,5 +366,15 @@ mod tests {
                 Err((field, "invalid_config"))
             );
         }
+    }
+
+    #[test]
+    fn decompression_limit_may_equal_the_batch_limit() {
+        let c = LogConfig {
+            max_message_bytes: 4096,
+            max_decompressed_bytes: 4096,
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Ok(()));
     }
 }

@@ -316,5 +316,23 @@ mod tests {
             kind(BatchError::TooLarge { size: 2, max: 1 }),
             "batch_too_large"
         );
+        assert_eq!(
+            kind(BatchError::DecompressedTooLarge {
+                codec: crate::format::Compression::Gzip,
+                limit: 1 << 20
+            }),
+            "batch_too_large"
+        );
+    }
+
+    #[test]
+    fn undecodable_compressed_records_are_corrupt_batch() {
+        assert_eq!(
+            kind(BatchError::Decompression {
+                codec: crate::format::Compression::Lz4,
+                message: "bad block".into()
+            }),
+            "corrupt_batch"
+        );
     }
 }

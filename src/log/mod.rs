@@ -271,7 +271,11 @@ impl Log {
 
     fn append_client(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
         let in_flight = InFlight::enter(&self.appends_in_flight);
-        let summary = format::validate_client_batch(batch, self.config.max_message_bytes)?;
+        let summary = format::validate_client_batch(
+            batch,
+            self.config.max_message_bytes,
+            self.config.max_decompressed_bytes,
+        )?;
         if summary.size > self.config.segment_bytes {
             return Err(AppendError::RecordListTooLarge {
                 size: summary.size,
@@ -315,7 +319,8 @@ impl Log {
                     batch::stamp_log_append_time(dst, now);
                 } else if header_max_timestamp != summary.max_timestamp {
                     // Kafka's in-place path sets maxTimestamp to the largest record timestamp
-                    // (docs/design.md, "Append" step 4).
+                    // (docs/design.md, "Append" step 4), compressed batches included: their
+                    // records were read in validation.
                     batch::set_max_timestamp(dst, summary.max_timestamp);
                 }
             })
