@@ -1,0 +1,226 @@
+//! Flush, durability and close (docs/design.md "Flush, durability and group commit"): what
+//! makes appends durable, moves the recovery point, and writes the checkpoint that vouches for
+//! the durable segments.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::checkpoint::{self, Checkpoint, SegmentRecord};
+use super::{FlushError, Log};
+use crate::io::{IoError, IoResultExt};
+use crate::producer::snapshot_files;
+
+impl Log {
+    /// Makes every append so far durable: msync + fdatasync of what was written since the last
+    /// flush (and of sealed segments with their indexes), then moves the recovery point.
+    pub fn flush(&self) -> Result<(), FlushError> {
+        self.flush_to(i64::MAX)
+    }
+
+    /// Makes appends below `offset` durable; returns at once if they already are. Appenders
+    /// waiting here share the `fdatasync` of whoever flushes first (group commit).
+    pub(super) fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+        let entered = Instant::now();
+        let result = self.flush_to_inner(offset);
+        if offset != i64::MAX {
+            self.metrics.durable_wait(entered.elapsed());
+        }
+        result
+    }
+
+    fn flush_to_inner(&self, offset: i64) -> Result<(), FlushError> {
+        // Leader and followers: one thread syncs (without holding the lock) while the others
+        // wait on the condition variable; when it is done every waiter wakes at once, those its
+        // sync covered return, and the first one that still needs a sync leads the next, which
+        // then covers everything appended in the meantime.
+        let mut fst = self.flush.lock();
+        loop {
+            if offset != i64::MAX && self.recovery_point() >= offset {
+                return Ok(());
+            }
+            if !fst.in_progress {
+                break;
+            }
+            self.flushed.wait(&mut fst);
+        }
+        fst.in_progress = true;
+        let (from_base, from_position) = (fst.segment_base, fst.position);
+        drop(fst);
+        if offset != i64::MAX {
+            // An appender about to lead a sync first lets the appends already under way finish
+            // writing, for at most a small fraction of an fsync, so one fdatasync covers them too
+            // (Postgres's `commit_delay`, but only while someone is actually appending).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_micros(100);
+            while self.appends_in_flight.load(Ordering::Acquire) > 0
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
+        }
+        let syncing = Instant::now();
+        let result = self.sync_once(from_base, from_position);
+        self.metrics.synced(syncing.elapsed(), result.is_ok());
+        let mut fst = self.flush.lock();
+        fst.in_progress = false;
+        let outcome = match result {
+            Ok((base, position, sealed_flushed)) => {
+                fst.segment_base = base;
+                fst.position = position;
+                drop(fst);
+                self.flushed.notify_all();
+                if sealed_flushed {
+                    // A sealed segment became durable: record that recovery can start after it.
+                    // Data is durable whatever happens here, so a failure is reported but does
+                    // not make the log read-only.
+                    self.write_checkpoint(false)?;
+                }
+                return Ok(());
+            }
+            Err(e) => Err(e),
+        };
+        drop(fst);
+        self.flushed.notify_all();
+        outcome
+    }
+
+    /// One sync by the flush leader: takes what is unflushed under the append lock, makes it
+    /// durable, and moves the recovery point. Returns where the next flush of the active
+    /// segment starts, and whether sealed segments became durable.
+    pub(super) fn sync_once(
+        &self,
+        from_base: i64,
+        from_position: usize,
+    ) -> Result<(i64, usize, bool), FlushError> {
+        let (sealed, active, end_position, log_end, dir_dirty, pending) = {
+            let mut st = self.append.lock();
+            if let Some(cause) = &st.failure {
+                return Err(FlushError::ReadOnly {
+                    cause: Arc::clone(cause),
+                });
+            }
+            let Some(w) = st.active.as_ref() else {
+                return Err(FlushError::Closed);
+            };
+            let (segment, size) = (Arc::clone(w.segment()), w.size());
+            let log_end = self.log_end_offset.load(Ordering::Acquire);
+            st.unflushed_messages = 0;
+            let pending = st.producers.take_pending();
+            let sealed = std::mem::take(&mut st.unflushed_sealed);
+            (
+                sealed,
+                segment,
+                size,
+                log_end,
+                std::mem::take(&mut st.dir_dirty),
+                pending,
+            )
+        };
+        let from = if from_base == active.base_offset() {
+            from_position
+        } else {
+            0
+        };
+        let result = (|| -> Result<(), IoError> {
+            for s in &sealed {
+                s.flush_all()?;
+            }
+            if dir_dirty {
+                self.env
+                    .fs
+                    .sync_dir(&self.dir)
+                    .ctx("fsync directory", &self.dir)?;
+            }
+            active.flush_log(from, end_position)?;
+            if !pending.is_empty() {
+                for snapshot in pending {
+                    snapshot.finish(self.env.fs.as_ref())?;
+                }
+                self.remove_stray_snapshots()?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // After a failed fsync the kernel may have dropped the dirty pages: writing on could
+            // lose acknowledged data silently, so the log becomes read-only.
+            let cause = Arc::new(e);
+            self.append.lock().failure = Some(Arc::clone(&cause));
+            return Err(FlushError::ReadOnly { cause });
+        }
+        self.recovery_point.fetch_max(log_end, Ordering::AcqRel);
+        Ok((active.base_offset(), end_position, !sealed.is_empty()))
+    }
+
+    /// Keeps one snapshot per segment base offset plus the newest (docs/format.md, "Producer
+    /// snapshot").
+    pub(super) fn remove_stray_snapshots(&self) -> Result<(), IoError> {
+        let bases = self.segment_base_offsets();
+        snapshot_files::remove_strays(self.env.fs.as_ref(), &self.dir, &bases).map(|_| ())
+    }
+
+    /// Records the recovery point and the segments that are wholly durable: every sealed
+    /// segment already flushed (trimmed, with its indexes), in order, up to the first that is
+    /// not; at a clean close (`clean`), every segment, the active one sealed by then.
+    pub(super) fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
+        let record = {
+            let st = self.append.lock();
+            let recovery_point = self.recovery_point();
+            let active = st.active.as_ref().map(|w| w.base_offset());
+            let unflushed: Vec<i64> = st
+                .unflushed_sealed
+                .iter()
+                .map(|s| s.base_offset())
+                .collect();
+            let segments = self.segments.read();
+            let mut record = Vec::with_capacity(segments.len());
+            for s in segments.values() {
+                let durable = Some(s.base_offset()) != active
+                    && !unflushed.contains(&s.base_offset())
+                    && s.next_offset() <= recovery_point;
+                if !durable {
+                    break;
+                }
+                record.push(SegmentRecord {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size: s.size() as u64,
+                });
+            }
+            Checkpoint {
+                clean_shutdown: clean,
+                recovery_point,
+                log_start_offset: self.log_start_offset(),
+                segments: Some(record),
+            }
+        };
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &record)
+    }
+
+    /// Flushes, trims the active segment to its logical size, and records a clean shutdown.
+    /// Bytes already returned by `read` stay valid. Later calls return `Closed`.
+    pub fn close(&self) -> Result<(), FlushError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.flush()?;
+        let mut st = self.append.lock();
+        let Some(writer) = st.active.take() else {
+            return Ok(());
+        };
+        self.closed.store(true, Ordering::Release);
+        self.end_signal.wake_all();
+        let segment = writer.seal()?;
+        segment.flush_all()?;
+        let log_end = self.log_end_offset();
+        st.producers
+            .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
+        self.metrics.snapshot_written();
+        drop(st);
+        self.remove_stray_snapshots()?;
+        self.write_checkpoint(true)?;
+        // Another `Log` may open the directory from now on.
+        self.lock.lock().take();
+        Ok(())
+    }
+
+}
