@@ -42,6 +42,9 @@ pub struct VerifyReport {
     pub preallocated_bytes: u64,
     /// Bytes of segments that could not be checked: from a damaged batch to the next valid one.
     pub unchecked_bytes: u64,
+    /// Bytes after the batches of segments a truncation cut while readers held them (the
+    /// checkpoint says so): not a problem; the next open trims them.
+    pub dead_bytes: u64,
 }
 
 impl VerifyReport {
@@ -197,14 +200,26 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             );
             continue;
         }
-        if let Some(r) = rec.filter(|r| r.size != f.len) {
+        if let Some(r) = rec.filter(|r| r.file_len != f.len) {
             report.problem(
                 &f.path,
                 None,
                 "size_mismatch",
-                format!("{} bytes, but the checkpoint vouches for {}", f.len, r.size),
+                format!(
+                    "{} bytes, but the checkpoint vouches for {}",
+                    f.len, r.file_len
+                ),
             );
         }
+        // Bytes a truncation left after the segment's batches while a reader held them: dead,
+        // trimmed by the next open. Only the batches are checked.
+        let dead = rec.map_or(0, |r| r.file_len.saturating_sub(r.size));
+        report.dead_bytes += dead;
+        let f = &SegmentFile {
+            path: f.path.clone(),
+            kind: f.kind,
+            len: f.len - dead.min(f.len),
+        };
         let bounds = OffsetBounds {
             segment_base: base,
             next_segment_base: bases.get(i + 1).copied(),
@@ -212,6 +227,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
         let last = verify_segment(fs, dir, f, bounds, previous_last, &mut report)?;
         let next = last.or(previous_last).map_or(base, |l| l + 1);
         if let Some(r) = rec.filter(|r| r.size == f.len && r.next_offset != next) {
+            // (`f.len` is the length without a dead tail here.)
             report.problem(
                 &f.path,
                 None,

@@ -24,7 +24,22 @@ fn log_with(dir: &std::path::Path, batches: usize, config: LogConfig) -> Log {
         log.append(&builder.build().expect("build"))
             .expect("append");
     }
+    // A log used alone commits what it made durable: the high watermark is the durable end.
+    log.flush().expect("flush");
     log
+}
+
+#[test]
+fn fetch_serves_only_what_is_below_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_with(dir.path(), 2, LogConfig::default());
+    log.append(&batch(5, T0, 10)).unwrap();
+    assert_eq!((log.high_watermark(), log.log_end_offset()), (20, 25));
+    let f = log.fetch(0, 1 << 20).unwrap();
+    assert_eq!((f.next_offset, f.high_watermark), (20, 20));
+    assert!(log.fetch(20, 1 << 20).unwrap().bytes.is_empty());
+    log.flush().unwrap();
+    assert_eq!(log.fetch(20, 1 << 20).unwrap().next_offset, 25);
 }
 
 #[test]
@@ -63,6 +78,7 @@ fn following_next_offset_reads_every_record_once_across_segments() {
     for i in 0..150 {
         log.append(&batch(10, T0 + i, 100)).unwrap();
     }
+    log.flush().unwrap();
     assert!(log.segment_count() > 2, "rolled: {}", log.segment_count());
     let mut offset = 0;
     let mut seen = Vec::new();
@@ -91,6 +107,7 @@ fn compressed_batches_come_back_as_records() {
         b.append(T0 + i, None, Some(format!("z{i}").as_bytes()), &[]);
     }
     log.append(&b.build().unwrap()).unwrap();
+    log.flush().unwrap();
     let values: Vec<_> = log
         .fetch(15, 1 << 20)
         .unwrap()

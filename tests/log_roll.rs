@@ -248,10 +248,10 @@ fn log_append_time_stamps_max_timestamp_and_the_attribute_with_a_valid_crc() {
     let clock = TestClock::new(T0 + 777);
     let config = LogConfig {
         message_timestamp_type: TimestampType::LogAppendTime,
-        leader_epoch: 42,
         ..small_config()
     };
     let log = Log::open_in(env_with(clock.clone()), dir.path(), config).unwrap();
+    log.set_leader_epoch(42).unwrap();
     let sent = batch(3, T0, 10);
     let info = appended(log.append(&sent).unwrap());
     assert_eq!(info.append_time_ms, T0 + 777);
@@ -276,11 +276,8 @@ fn log_append_time_stamps_max_timestamp_and_the_attribute_with_a_valid_crc() {
 #[test]
 fn create_time_keeps_client_timestamps_fixes_a_wrong_max_and_stamps_the_epoch() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        leader_epoch: 9,
-        ..small_config()
-    };
-    let log = Log::open(dir.path(), config).unwrap();
+    let log = Log::open(dir.path(), small_config()).unwrap();
+    log.set_leader_epoch(9).unwrap();
     let sent = batch(2, T0, 10);
     log.append(&sent).unwrap();
     let mut lying = BatchBuilder::new().max_timestamp(T0 - 50);

@@ -9,12 +9,17 @@
 //! clean_shutdown 1         <- 1 only when written by a clean close
 //! recovery_point 3000      <- every offset below it was durable
 //! log_start_offset 0
+//! high_watermark 3000      <- the last high watermark the log knew (set by its caller, or the
+//!                             durable end)
 //! segments 4               <- the segments it vouches for, then one line each:
 //! 0 860 98986              <- "<base offset> <next offset> <.log size in bytes>"
 //! 860 1720 98986
 //! 1720 2580 98986
 //! 2580 3000 48342          <- after a clean close, the last segment too
 //! ```
+//!
+//! A segment line may carry a fourth field, the file's length, when a truncation left dead
+//! bytes after the segment's batches (see [`SegmentRecord::file_len`]).
 //!
 //! The record lists every segment that is wholly durable: sealed, flushed and trimmed (and, at
 //! a clean close, the last segment as well). Recovery holds the directory to it: a recorded
@@ -42,8 +47,24 @@ pub struct SegmentRecord {
     pub base_offset: i64,
     /// Last offset + 1 of its batches (the base offset when empty).
     pub next_offset: i64,
-    /// Bytes of its `.log` file.
+    /// Bytes of its batches: the first `size` bytes of its `.log`.
     pub size: u64,
+    /// The length of its `.log` file: `size`, or more when a truncation cut the segment while a
+    /// reader still held the bytes after the cut (a mapped file is never shrunk under a
+    /// reader). Those bytes are dead: recovery trims them without calling them damage.
+    pub file_len: u64,
+}
+
+impl SegmentRecord {
+    /// A segment whose file holds exactly its batches.
+    pub fn exact(base_offset: i64, next_offset: i64, size: u64) -> SegmentRecord {
+        SegmentRecord {
+            base_offset,
+            next_offset,
+            size,
+            file_len: size,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +72,8 @@ pub struct Checkpoint {
     pub clean_shutdown: bool,
     pub recovery_point: i64,
     pub log_start_offset: i64,
+    /// The high watermark when it was written (version 0: the recovery point).
+    pub high_watermark: i64,
     /// The segments vouched for, in offset order; `None` for a version-0 file.
     pub segments: Option<Vec<SegmentRecord>>,
 }
@@ -74,13 +97,20 @@ pub fn path(dir: &Path) -> PathBuf {
 
 pub fn encode(c: &Checkpoint) -> String {
     let mut out = format!(
-        "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\n",
-        c.clean_shutdown as u8, c.recovery_point, c.log_start_offset
+        "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\nhigh_watermark {}\n",
+        c.clean_shutdown as u8, c.recovery_point, c.log_start_offset, c.high_watermark
     );
     let segments = c.segments.as_deref().unwrap_or(&[]);
     out.push_str(&format!("segments {}\n", segments.len()));
     for s in segments {
-        out.push_str(&format!("{} {} {}\n", s.base_offset, s.next_offset, s.size));
+        if s.file_len == s.size {
+            out.push_str(&format!("{} {} {}\n", s.base_offset, s.next_offset, s.size));
+        } else {
+            out.push_str(&format!(
+                "{} {} {} {}\n",
+                s.base_offset, s.next_offset, s.size, s.file_len
+            ));
+        }
     }
     out
 }
@@ -122,6 +152,11 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
     let clean = field("clean_shutdown")?;
     let recovery_point = field("recovery_point")?;
     let log_start_offset = field("log_start_offset")?;
+    let high_watermark = if version == 0 {
+        recovery_point
+    } else {
+        field("high_watermark")?
+    };
     let segments = if version == 0 {
         None
     } else {
@@ -149,6 +184,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         clean_shutdown: clean == 1,
         recovery_point,
         log_start_offset,
+        high_watermark,
         segments,
     };
     c.check().map_err(|reason| (None, reason))?;
@@ -167,14 +203,22 @@ fn parse_segment_line(line: &str) -> Result<SegmentRecord, String> {
     let base_offset = number("base offset")?;
     let next_offset = number("next offset")?;
     let size = number("size")?;
-    if fields.next().is_some() {
-        return Err(format!("segment line {line:?} has more than three fields"));
-    }
     let size = u64::try_from(size).map_err(|_| format!("negative segment size {size}"))?;
+    let file_len =
+        match fields.next() {
+            None => size,
+            Some(f) => f.parse::<u64>().ok().filter(|&l| l > size).ok_or_else(|| {
+                format!("file length {f:?} is not above the segment's size {size}")
+            })?,
+        };
+    if fields.next().is_some() {
+        return Err(format!("segment line {line:?} has more than four fields"));
+    }
     Ok(SegmentRecord {
         base_offset,
         next_offset,
         size,
+        file_len,
     })
 }
 
@@ -194,6 +238,12 @@ impl Checkpoint {
             return Err(format!(
                 "log start offset {} is above the recovery point {}",
                 self.log_start_offset, self.recovery_point
+            ));
+        }
+        if self.log_start_offset > self.high_watermark {
+            return Err(format!(
+                "log start offset {} is above the high watermark {}",
+                self.log_start_offset, self.high_watermark
             ));
         }
         let Some(segments) = &self.segments else {
@@ -304,11 +354,7 @@ mod tests {
     use super::*;
 
     fn record(base: i64, next: i64, size: u64) -> SegmentRecord {
-        SegmentRecord {
-            base_offset: base,
-            next_offset: next,
-            size,
-        }
+        SegmentRecord::exact(base, next, size)
     }
 
     fn clean(segments: Vec<SegmentRecord>) -> Checkpoint {
@@ -317,6 +363,7 @@ mod tests {
             clean_shutdown: true,
             recovery_point: end,
             log_start_offset: segments.first().map_or(0, |s| s.base_offset),
+            high_watermark: end,
             segments: Some(segments),
         }
     }
@@ -327,9 +374,20 @@ mod tests {
         assert_eq!(decode(&encode(&c)), Ok(c.clone()));
         assert_eq!(
             encode(&c),
-            "1\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\nsegments 2\n\
-             0 860 98986\n860 1000 16000\n"
+            "1\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\nhigh_watermark 1000\n\
+             segments 2\n0 860 98986\n860 1000 16000\n"
         );
+    }
+
+    #[test]
+    fn a_dead_tail_left_by_a_truncation_is_a_fourth_field() {
+        let mut c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        c.segments.as_mut().unwrap()[0].file_len = 120_000;
+        let text = encode(&c);
+        assert!(text.contains("\n0 860 98986 120000\n"), "{text}");
+        assert_eq!(decode(&text), Ok(c));
+        assert!(decode(&text.replace("98986 120000", "98986 98986")).is_err());
+        assert!(decode(&text.replace("98986 120000", "98986 1 2")).is_err());
     }
 
     #[test]
@@ -341,38 +399,31 @@ mod tests {
 
     #[test]
     fn malformed_files_are_refused_naming_the_line() {
+        let head = |clean: &str, rp: &str| {
+            format!("1\nclean_shutdown {clean}\nrecovery_point {rp}\nlog_start_offset 0\nhigh_watermark 5\n")
+        };
         let cases = [
-            ("", None),
-            ("2\nclean_shutdown 1\n", Some(1)),
-            ("1\nclean_shutdown 1\n", None),
+            ("".to_string(), None),
+            ("2\nclean_shutdown 1\n".to_string(), Some(1)),
+            ("1\nclean_shutdown 1\n".to_string(), None),
+            (head("2", "0") + "segments 0\n", Some(2)),
+            (head("0", "x") + "segments 0\n", Some(3)),
             (
-                "1\nclean_shutdown 2\nrecovery_point 0\nlog_start_offset 0\nsegments 0\n",
+                "1\nrecovery_point 0\nclean_shutdown 1\n".to_string(),
                 Some(2),
             ),
             (
-                "1\nclean_shutdown 0\nrecovery_point x\nlog_start_offset 0\nsegments 0\n",
-                Some(3),
+                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 0\n"
+                    .to_string(),
+                Some(5),
             ),
-            ("1\nrecovery_point 0\nclean_shutdown 1\n", Some(2)),
-            (
-                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 1\n0 5\n",
-                Some(6),
-            ),
-            (
-                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 2\n0 5 100\n",
-                None,
-            ),
-            (
-                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 0\nextra\n",
-                Some(6),
-            ),
-            (
-                "1\nclean_shutdown 0\nrecovery_point 5\nlog_start_offset 0\nsegments 1\n0 5 -3\n",
-                Some(6),
-            ),
+            (head("0", "5") + "segments 1\n0 5\n", Some(7)),
+            (head("0", "5") + "segments 2\n0 5 100\n", None),
+            (head("0", "5") + "segments 0\nextra\n", Some(7)),
+            (head("0", "5") + "segments 1\n0 5 -3\n", Some(7)),
         ];
         for (text, line) in cases {
-            match decode(text) {
+            match decode(&text) {
                 Ok(c) => panic!("accepted {text:?} as {c:?}"),
                 Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
             }
@@ -430,6 +481,7 @@ mod tests {
             clean_shutdown: false,
             recovery_point: 1_500,
             log_start_offset: 10,
+            high_watermark: 2_000,
             segments: Some(vec![record(0, 860, 9_000)]),
         };
         assert_eq!(c.check(), Ok(()));
@@ -437,6 +489,7 @@ mod tests {
             clean_shutdown: true,
             recovery_point: 42,
             log_start_offset: 42,
+            high_watermark: 42,
             segments: Some(vec![record(42, 42, 0)]),
         };
         assert_eq!(empty_log.check(), Ok(()));

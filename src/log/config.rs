@@ -20,6 +20,20 @@ pub enum FlushPolicy {
     EveryMessages(u64),
 }
 
+/// Who moves a log's high watermark: the offset below which records are committed, which
+/// consumers may read, retention and DeleteRecords may remove, and (with transactions) the last
+/// stable offset is bounded by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HighWatermarkPolicy {
+    /// It is the durable end (the recovery point): a log used alone commits what it has made
+    /// durable. The default.
+    #[default]
+    DurableEnd,
+    /// The caller sets it ([`super::Log::set_high_watermark`]), as a replication layer does once
+    /// enough replicas have an offset. Kept in the checkpoint; never above the log end.
+    SetByCaller,
+}
+
 /// How recovery treats damaged bytes it finds after an unclean shutdown (docs/design.md, "Recovery
 /// on open"). The recovery point divides the log: below it every batch was durable; at and above it
 /// nothing was promised.
@@ -82,8 +96,19 @@ pub struct LogConfig {
     /// `message.timestamp.type`: CreateTime keeps the producer's timestamps; LogAppendTime
     /// stamps each batch with the append wall clock.
     pub message_timestamp_type: TimestampType,
-    /// The partition leader epoch stamped into every client batch. Default 0.
-    pub leader_epoch: i32,
+    /// Who moves the high watermark: the durable end (the default, for a log used alone), or
+    /// the caller's replication layer through [`super::Log::set_high_watermark`].
+    pub high_watermark: HighWatermarkPolicy,
+    /// `retention.bytes`: [`super::Log::enforce_retention`] deletes the oldest segments while
+    /// the log is larger than this. `None` (Kafka's -1, the default): no size limit.
+    pub retention_bytes: Option<u64>,
+    /// `retention.ms`: [`super::Log::enforce_retention`] deletes segments whose newest
+    /// timestamp is older than this. Default 7 days; `None` (Kafka's -1): no time limit.
+    pub retention_ms: Option<i64>,
+    /// `file.delete.delay.ms`: how long a segment removed by truncation or retention stays on
+    /// disk under `.deleted` before it is deleted (Kafka's delay for readers still using it;
+    /// oncelog's own readers hold the map, so it is for outside tools). Default 60 s.
+    pub file_delete_delay_ms: i64,
     /// When appends become durable. Default [`FlushPolicy::Manual`].
     pub flush_policy: FlushPolicy,
     /// What recovery may cut when it finds damage.
@@ -120,7 +145,10 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             max_decompressed_bytes: crate::format::DEFAULT_MAX_DECOMPRESSED_BYTES,
             message_timestamp_type: TimestampType::CreateTime,
-            leader_epoch: 0,
+            high_watermark: HighWatermarkPolicy::DurableEnd,
+            retention_bytes: None,
+            retention_ms: Some(7 * 24 * 60 * 60 * 1000),
+            file_delete_delay_ms: 60_000,
             flush_policy: FlushPolicy::Manual,
             recovery_mode: RecoveryMode::TolerateTailCorruption,
             deep_recovery: false,
@@ -210,6 +238,27 @@ impl LogConfig {
                 value: format!("{:?}", self.producer_state),
                 rule: leak_rule(e),
             });
+        }
+        if self.retention_bytes.is_some_and(|b| b > i64::MAX as u64) {
+            return Err(bad(
+                "retention_bytes",
+                format!("{:?}", self.retention_bytes),
+                "must fit an int64",
+            ));
+        }
+        if self.retention_ms.is_some_and(|ms| ms < 0) {
+            return Err(bad(
+                "retention_ms",
+                format!("{:?}", self.retention_ms),
+                "must not be negative (None turns it off)",
+            ));
+        }
+        if self.file_delete_delay_ms < 0 {
+            return Err(bad(
+                "file_delete_delay_ms",
+                self.file_delete_delay_ms,
+                "must not be negative",
+            ));
         }
         if self.snapshot_interval_bytes == 0 {
             return Err(bad("snapshot_interval_bytes", 0, "must be at least 1"));

@@ -194,7 +194,10 @@ pub fn path(dir: &Path) -> PathBuf {
 pub fn check(entries: &[EpochEntry]) -> Result<(), (usize, String)> {
     for (i, e) in entries.iter().enumerate() {
         if e.epoch < 0 || e.start_offset < 0 {
-            return Err((i, format!("negative epoch or offset in {} {}", e.epoch, e.start_offset)));
+            return Err((
+                i,
+                format!("negative epoch or offset in {} {}", e.epoch, e.start_offset),
+            ));
         }
         if let Some(p) = i.checked_sub(1).map(|j| entries[j]) {
             if e.epoch <= p.epoch || e.start_offset <= p.start_offset {
@@ -215,7 +218,10 @@ pub fn check(entries: &[EpochEntry]) -> Result<(), (usize, String)> {
 pub fn decode(text: &str) -> Result<Vec<EpochEntry>, (Option<usize>, String)> {
     let entries = text_checkpoint::parse(text, VERSION, |f| {
         if f.len() != 2 {
-            return Err(format!("expected \"<epoch> <start offset>\", found {} fields", f.len()));
+            return Err(format!(
+                "expected \"<epoch> <start offset>\", found {} fields",
+                f.len()
+            ));
         }
         Ok(EpochEntry {
             epoch: field(f, 0, "epoch")?,
@@ -231,7 +237,9 @@ pub fn decode(text: &str) -> Result<Vec<EpochEntry>, (Option<usize>, String)> {
 pub fn encode(entries: &[EpochEntry]) -> String {
     text_checkpoint::encode(
         VERSION,
-        entries.iter().map(|e| format!("{} {}", e.epoch, e.start_offset)),
+        entries
+            .iter()
+            .map(|e| format!("{} {}", e.epoch, e.start_offset)),
     )
 }
 
@@ -250,7 +258,10 @@ pub fn read(
         io::SmallFile::Missing => return Ok(Ok(None)),
         io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
         io::SmallFile::TooLarge(len) => {
-            return Ok(Err(bad(None, format!("{len} bytes, more than any epoch checkpoint"))))
+            return Ok(Err(bad(
+                None,
+                format!("{len} bytes, more than any epoch checkpoint"),
+            )))
         }
         io::SmallFile::Bytes(b) => b,
     };
@@ -284,7 +295,10 @@ mod tests {
     }
 
     fn pairs(c: &LeaderEpochCache) -> Vec<(i32, i64)> {
-        c.entries().iter().map(|e| (e.epoch, e.start_offset)).collect()
+        c.entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
     }
 
     #[test]
@@ -293,7 +307,10 @@ mod tests {
         assert!(c.assign(0, 0));
         assert!(!c.assign(0, 5), "the same epoch later changes nothing");
         assert!(c.assign(2, 10));
-        assert!(!c.assign(-1, 20) && !c.assign(3, -1), "no undefined epochs or offsets");
+        assert!(
+            !c.assign(-1, 20) && !c.assign(3, -1),
+            "no undefined epochs or offsets"
+        );
         assert_eq!(pairs(&c), vec![(0, 0), (2, 10)]);
         // The same epoch starting earlier replaces it.
         assert!(c.assign(2, 8));
@@ -322,7 +339,10 @@ mod tests {
         assert_eq!(pairs(&c), vec![(1, 0), (3, 10)]);
         assert!(c.truncate_from_end(5));
         assert_eq!(pairs(&c), vec![(1, 0)]);
-        assert!(!c.truncate_from_end(-1), "an undefined end truncates nothing");
+        assert!(
+            !c.truncate_from_end(-1),
+            "an undefined end truncates nothing"
+        );
         assert!(c.truncate_from_end(0));
         assert!(c.entries().is_empty());
     }
@@ -350,9 +370,17 @@ mod tests {
         assert_eq!(at(5), (5, 30), "the latest epoch ends at the log end");
         assert_eq!(at(3), (3, 20));
         assert_eq!(at(1), (1, 10));
-        assert_eq!(at(4), (3, 20), "an epoch that wrote nothing: its predecessor's end");
+        assert_eq!(
+            at(4),
+            (3, 20),
+            "an epoch that wrote nothing: its predecessor's end"
+        );
         assert_eq!(at(2), (1, 10));
-        assert_eq!(at(0), (0, 0), "below every known epoch: the first start offset");
+        assert_eq!(
+            at(0),
+            (0, 0),
+            "below every known epoch: the first start offset"
+        );
         assert_eq!(at(6), (-1, -1), "above every known epoch: undefined");
         assert_eq!(at(-1), (-1, -1), "undefined epoch: undefined");
         let empty = LeaderEpochCache::default();

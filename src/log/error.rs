@@ -8,6 +8,7 @@ use super::config::{ConfigError, RecoveryMode};
 use crate::format::BatchError;
 use crate::io::IoError;
 use crate::log::checkpoint::BadCheckpoint;
+use crate::log::epochs::BadEpochCheckpoint;
 use crate::producer::ProducerError;
 use crate::segment::{BatchProblem, CorruptSegment};
 
@@ -86,6 +87,9 @@ pub enum OpenError {
     /// The checkpoint is unreadable or contradicts itself.
     #[error(transparent)]
     BadCheckpoint(#[from] BadCheckpoint),
+    /// The `leader-epoch-checkpoint` is unreadable or holds what no epoch cache can.
+    #[error(transparent)]
+    BadEpochCheckpoint(#[from] BadEpochCheckpoint),
     /// The recovery mode does not allow what recovery would have to cut.
     #[error("{}{}: {damage} (refused by recovery mode {})", path.display(), position.map(|p| format!(": byte {p}")).unwrap_or_default(), mode.name())]
     Refused {
@@ -105,6 +109,7 @@ impl OpenError {
             OpenError::Io(_) => "io",
             OpenError::Locked { .. } => "locked",
             OpenError::BadCheckpoint(_) => "bad_checkpoint",
+            OpenError::BadEpochCheckpoint(_) => "bad_epoch_checkpoint",
             OpenError::Refused { .. } => "refused",
         }
     }
@@ -210,6 +215,67 @@ impl FlushError {
     }
 }
 
+/// Why a rewrite of the log (truncation, retention, DeleteRecords, a leader-epoch or
+/// high-watermark change) was refused or failed. A refusal changes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum RewriteError {
+    /// An offset below the first offset of the log (to start over there, use
+    /// [`super::Log::truncate_fully_and_start_at`]).
+    #[error("offset {offset} is below the log start offset {log_start_offset}")]
+    BelowLogStart { offset: i64, log_start_offset: i64 },
+    /// An offset past the end of the log.
+    #[error("offset {offset} is above the log end offset {log_end_offset}")]
+    AboveLogEnd { offset: i64, log_end_offset: i64 },
+    /// DeleteRecords may not remove records above the high watermark (Kafka's
+    /// OFFSET_OUT_OF_RANGE): they are not committed yet.
+    #[error("offset {offset} is above the high watermark {high_watermark}")]
+    AboveHighWatermark { offset: i64, high_watermark: i64 },
+    /// A leader epoch older than the one the log already has.
+    #[error("leader epoch {got} is older than the current {current}")]
+    StaleLeaderEpoch { current: i32, got: i32 },
+    /// The high watermark follows the durable end under this log's policy.
+    #[error("the high watermark is set by the caller only under HighWatermarkPolicy::SetByCaller")]
+    HighWatermarkNotSettable,
+    /// Producer state could not be rebuilt: a batch the log trusted is damaged.
+    #[error(transparent)]
+    Corrupt(#[from] CorruptSegment),
+    /// A file operation failed. What was already made durable stays; the log is read-only if
+    /// it could be left inconsistent.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error("log is read-only after an earlier failure: {cause}")]
+    ReadOnly { cause: Arc<IoError> },
+    #[error("log is closed")]
+    Closed,
+}
+
+impl RewriteError {
+    /// A stable snake_case name for the kind of error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RewriteError::BelowLogStart { .. } => "below_log_start",
+            RewriteError::AboveLogEnd { .. } => "above_log_end",
+            RewriteError::AboveHighWatermark { .. } => "above_high_watermark",
+            RewriteError::StaleLeaderEpoch { .. } => "stale_leader_epoch",
+            RewriteError::HighWatermarkNotSettable => "high_watermark_not_settable",
+            RewriteError::Corrupt(_) => "corrupt_segment",
+            RewriteError::Io(_) => "io",
+            RewriteError::ReadOnly { .. } => "read_only",
+            RewriteError::Closed => "closed",
+        }
+    }
+}
+
+impl From<FlushError> for RewriteError {
+    fn from(e: FlushError) -> Self {
+        match e {
+            FlushError::Io(e) => RewriteError::Io(e),
+            FlushError::ReadOnly { cause } => RewriteError::ReadOnly { cause },
+            FlushError::Closed => RewriteError::Closed,
+        }
+    }
+}
+
 /// Any oncelog error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -221,6 +287,8 @@ pub enum Error {
     Read(#[from] ReadError),
     #[error(transparent)]
     Flush(#[from] FlushError),
+    #[error(transparent)]
+    Rewrite(#[from] RewriteError),
 }
 
 #[cfg(test)]

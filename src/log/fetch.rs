@@ -35,13 +35,6 @@ impl FetchResult {
 }
 
 impl Log {
-    /// The offset below which records are visible to consumers. For now this is the log end
-    /// offset: the standalone log has no replicas to wait for. It is the one place a replicated
-    /// high watermark (set by the caller) will be read from.
-    pub fn high_watermark(&self) -> i64 {
-        self.log_end_offset()
-    }
-
     /// Whole batches from the one holding `offset`, below the high watermark, up to
     /// `max_bytes` (at least one whole batch), with the offsets to go on from. An offset at or
     /// past the high watermark but not past the log end gets an empty answer (Kafka's long
@@ -71,6 +64,9 @@ impl Log {
         if self.closed.load(Ordering::Acquire) {
             return Err(ReadError::Closed);
         }
+        // The offsets are read under the segments' lock, which a rewrite holds while it moves
+        // them: a read never mixes the segments of one state with the offsets of another.
+        let segments = self.segments.read();
         let (start, end) = (self.log_start_offset(), self.log_end_offset());
         if offset < start || offset > end {
             return Err(ReadError::OffsetOutOfRange {
@@ -83,7 +79,6 @@ impl Log {
         if offset >= below {
             return Ok((Bytes::new(), offset));
         }
-        let segments = self.segments.read();
         let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
         for segment in floor
             .into_iter()

@@ -184,12 +184,14 @@ impl Log {
                     base_offset: s.base_offset(),
                     next_offset: s.next_offset(),
                     size: s.size() as u64,
+                    file_len: s.file_len(),
                 });
             }
             Checkpoint {
                 clean_shutdown: clean,
                 recovery_point,
                 log_start_offset: self.log_start_offset(),
+                high_watermark: self.high_watermark(),
                 segments: Some(record),
             }
         };
@@ -222,5 +224,4 @@ impl Log {
         self.lock.lock().take();
         Ok(())
     }
-
 }

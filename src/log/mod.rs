@@ -7,6 +7,7 @@
 
 pub mod checkpoint;
 mod config;
+pub mod epochs;
 mod error;
 mod fetch;
 mod flush;
@@ -16,6 +17,8 @@ mod metrics;
 mod prefault;
 mod producers;
 mod recovery;
+mod rewrite;
+pub(crate) mod text_checkpoint;
 mod wait;
 
 use std::collections::BTreeMap;
@@ -31,16 +34,20 @@ use crate::format::{self, batch, TimestampType};
 use crate::io::{FileLock, IoError, IoResultExt};
 use crate::producer::{Decision, IncomingBatch, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
+use epochs::LeaderEpochCache;
 
 pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
-    Clock, ConfigError, Environment, FlushPolicy, LogConfig, RecoveryMode, SystemClock,
+    Clock, ConfigError, Environment, FlushPolicy, HighWatermarkPolicy, LogConfig, RecoveryMode,
+    SystemClock,
 };
-pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError};
+pub use epochs::{EpochEndOffset, EpochEntry};
+pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
 pub use fetch::FetchResult;
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
+pub use rewrite::{DeletedSegment, RetentionReason, RetentionReport, TruncateReport};
 pub use wait::{WaitFor, WaitOutcome};
 
 /// The answer to an append.
@@ -89,6 +96,11 @@ struct AppendState {
     producers: producers::ProducerState,
     /// How far ahead of the active segment's writer pages were faulted in.
     prefault: prefault::Prefault,
+    /// Which leader epoch wrote which offsets (`leader-epoch-checkpoint`).
+    epochs: LeaderEpochCache,
+    /// The epoch stamped on client batches: the latest set by [`Log::set_leader_epoch`] (or
+    /// found in the log), 0 for a log that never had one.
+    leader_epoch: i32,
 }
 
 /// What the flusher remembers.
@@ -125,6 +137,10 @@ pub struct Log {
     end_signal: wait::EndSignal,
     log_start_offset: AtomicI64,
     recovery_point: AtomicI64,
+    /// The high watermark under [`HighWatermarkPolicy::SetByCaller`].
+    high_watermark: AtomicI64,
+    /// Segment files renamed `.deleted`, to remove once their delay is over.
+    deletions: Mutex<Vec<rewrite::Deletion>>,
     closed: AtomicBool,
     abandoned: AtomicBool,
     roll_jitter_ms: i64,
@@ -173,6 +189,7 @@ impl Log {
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
+        let leader_epoch = loaded.epochs.latest_epoch().unwrap_or(0);
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
@@ -193,11 +210,15 @@ impl Log {
                 dir_dirty: false,
                 producers,
                 prefault: prefault::Prefault::default(),
+                epochs: loaded.epochs,
+                leader_epoch,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             end_signal: wait::EndSignal::default(),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
             recovery_point: AtomicI64::new(loaded.recovery_point),
+            high_watermark: AtomicI64::new(loaded.high_watermark),
+            deletions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             roll_jitter_ms,
@@ -291,7 +312,6 @@ impl Log {
             summary.max_timestamp
         };
         let header_max_timestamp = batch::be_i64(batch, 35);
-        let leader_epoch = self.config.leader_epoch;
         let incoming = producers::incoming(&summary);
 
         // The producer check, the write and the state update happen under one lock, so two
@@ -310,6 +330,8 @@ impl Log {
         let last_offset = first_offset + summary.last_offset_delta as i64;
         self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
         self.maybe_snapshot(&mut st, first_offset)?;
+        let leader_epoch = st.leader_epoch;
+        self.note_epoch(&mut st, leader_epoch, first_offset)?;
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
         let position = writer
@@ -436,6 +458,11 @@ impl Log {
         self.maybe_roll(st, b.size(), b.max_timestamp(), last, now)?;
         let log_end = self.log_end_offset.load(Ordering::Relaxed);
         self.maybe_snapshot(st, log_end)?;
+        // A follower's cache follows the leader's epochs as its batches carry them (§2.2).
+        let epoch = b.partition_leader_epoch();
+        if epoch >= 0 && st.epochs.latest_epoch().is_none_or(|l| epoch > l) {
+            self.note_epoch(st, epoch, first)?;
+        }
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let position = writer
             .append(b.as_bytes(), last, b.max_timestamp(), |_| {})

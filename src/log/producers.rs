@@ -233,6 +233,44 @@ impl ProducerState {
         self.pending.drain(..).map(|p| p.snapshot).collect()
     }
 
+    /// Gives up the pending snapshots above `offset` (a truncation removed the state they
+    /// hold) and hands the others over to `next`, the state rebuilt in their place.
+    pub fn hand_over_pending(
+        &mut self,
+        fs: &dyn FileSystem,
+        offset: i64,
+        next: &mut ProducerState,
+    ) {
+        for p in self.pending.drain(..) {
+            if p.snapshot.offset() > offset {
+                // Housekeeping: a leftover .tmp is also removed on open.
+                let _ = p.snapshot.abandon(fs);
+            } else {
+                next.pending.push(p);
+            }
+        }
+    }
+
+    /// An empty table with the configuration of this one (a log that starts over).
+    pub fn emptied(
+        &mut self,
+        fs: &dyn FileSystem,
+        config: &LogConfig,
+    ) -> Result<ProducerState, IoError> {
+        for p in self.pending.drain(..) {
+            let _ = p.snapshot.abandon(fs);
+        }
+        let table = ProducerStateTable::new(config.producer_state)
+            .map_err(|e| IoError::new("producer state", Path::new(""), std::io::Error::other(e)))?;
+        Ok(ProducerState {
+            table,
+            version: config.snapshot_version,
+            interval_bytes: config.snapshot_interval_bytes,
+            bytes_since_snapshot: 0,
+            pending: Vec::new(),
+        })
+    }
+
     /// Writes the state as of `offset` durably (at close).
     pub fn write_snapshot(
         &mut self,
@@ -240,11 +278,9 @@ impl ProducerState {
         dir: &Path,
         offset: i64,
     ) -> Result<(), IoError> {
-        for p in self.pending.drain(..) {
-            if p.snapshot.offset() != offset {
-                let _ = p.snapshot.abandon(fs);
-            }
-        }
+        // A pending snapshot at the same offset is replaced by this one (its temp file is
+        // rewritten); the others still wait for their flush.
+        self.pending.retain(|p| p.snapshot.offset() != offset);
         let bytes = snapshot::encode(self.table.iter(), self.version, offset);
         snapshot_files::write(fs, dir, offset, &bytes)?;
         self.bytes_since_snapshot = 0;

@@ -111,8 +111,14 @@ mod tests {
 
     #[test]
     fn reads_what_kafka_writes() {
-        assert_eq!(parse("0\n2\n3 0\n5 1200\n", 0, pair), Ok(vec![(3, 0), (5, 1200)]));
-        assert_eq!(encode(0, vec!["3 0".to_string()].into_iter()), "0\n1\n3 0\n");
+        assert_eq!(
+            parse("0\n2\n3 0\n5 1200\n", 0, pair),
+            Ok(vec![(3, 0), (5, 1200)])
+        );
+        assert_eq!(
+            encode(0, vec!["3 0".to_string()].into_iter()),
+            "0\n1\n3 0\n"
+        );
         // Kafka's reader: empty files and a version alone hold nothing; any whitespace splits.
         assert_eq!(parse("", 0, pair), Ok(vec![]));
         assert_eq!(parse("0\n", 0, pair), Ok(vec![]));

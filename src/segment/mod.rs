@@ -5,6 +5,7 @@
 //! one writer of the active segment. Files are preallocated with a real allocation before they
 //! are mapped, and trimmed to their logical size when the segment is sealed.
 
+mod cut;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod names;
@@ -15,7 +16,7 @@ pub mod time_index;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -23,6 +24,7 @@ use bytes::Bytes;
 use crate::format::{self, BatchErrorAt, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 
+pub use cut::reopen_cut;
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use time_index::{TimeIndex, TimestampOffset};
@@ -55,6 +57,9 @@ pub struct Segment {
     next_offset: AtomicI64,
     /// Largest batch maxTimestamp published, -1 while empty.
     max_timestamp: AtomicI64,
+    /// Bytes of the `.log` file after its batches that a truncation left because a reader
+    /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
+    dead_bytes: AtomicU64,
 }
 
 /// A read that met bytes that are not a batch, or a batch whose offsets contradict the
@@ -101,6 +106,11 @@ impl Segment {
     /// Largest batch maxTimestamp, or -1 while empty.
     pub fn max_timestamp(&self) -> i64 {
         self.max_timestamp.load(Ordering::Acquire)
+    }
+    /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
+    /// them while readers held them.
+    pub fn file_len(&self) -> u64 {
+        self.size() as u64 + self.dead_bytes.load(Ordering::Acquire)
     }
     pub fn log_path(&self) -> &Path {
         &self.log_path
@@ -492,6 +502,7 @@ impl SegmentFiles {
             time_index: TimeIndex::new(base, time),
             next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
             max_timestamp: AtomicI64::new(-1),
+            dead_bytes: AtomicU64::new(0),
         };
         // A sealed segment's time index ends with its largest timestamp (forced at seal).
         let max_ts = tail
@@ -555,6 +566,7 @@ impl SegmentFiles {
             time_index: TimeIndex::new(base, time),
             next_offset: AtomicI64::new(base),
             max_timestamp: AtomicI64::new(-1),
+            dead_bytes: AtomicU64::new(0),
         });
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),

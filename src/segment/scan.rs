@@ -19,6 +19,9 @@ pub struct BatchInfo {
     pub base_offset: i64,
     pub last_offset: i64,
     pub max_timestamp: i64,
+    /// The leader epoch stamped on it (-1 for none), from which recovery rebuilds the
+    /// leader-epoch cache.
+    pub partition_leader_epoch: i32,
 }
 
 /// Why a batch in a segment is not acceptable.
@@ -230,6 +233,7 @@ fn walk(
             base_offset: batch.base_offset(),
             last_offset: batch.last_offset(),
             max_timestamp: batch.max_timestamp(),
+            partition_leader_epoch: batch.partition_leader_epoch(),
         };
         if let Some((h, _)) = held.replace((info, last)) {
             on_batch(&h);

@@ -16,10 +16,13 @@ use std::sync::Arc;
 
 use super::checkpoint::{self, Checkpoint};
 use super::config::{LogConfig, RecoveryMode};
+use super::epochs::{self, LeaderEpochCache};
 use super::error::{Damage, OpenError};
 use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment};
-use crate::io::{FileSystem, IoError, IoResultExt};
-use crate::segment::{self, names, IndexSource, OpenSegmentError, OpenSpec, Opened, Segment};
+use crate::io::{FileSystem, IoError, IoResultExt, MapMode, OpenMode};
+use crate::segment::{
+    self, names, IndexSource, OffsetBounds, OpenSegmentError, OpenSpec, Opened, Segment,
+};
 use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
@@ -35,6 +38,8 @@ pub(crate) struct Loaded {
     pub report: RecoveryReport,
     pub producers: ProducerState,
     pub producer_report: ProducerLoadReport,
+    pub high_watermark: i64,
+    pub epochs: LeaderEpochCache,
 }
 
 pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
@@ -105,7 +110,8 @@ pub(crate) fn open(
             }
         }
     };
-    apply(
+    let epochs = plan_epochs(fs, dir, &plan)?;
+    let mut loaded = apply(
         fs,
         dir,
         config,
@@ -115,7 +121,63 @@ pub(crate) fn open(
         plan,
         report,
         producers,
-    )
+    )?;
+    if let Some(changed) = epochs.changed {
+        epochs::write(fs, dir, changed.entries())?;
+    }
+    loaded.epochs = epochs.cache;
+    Ok(loaded)
+}
+
+/// The leader-epoch cache recovery opens with, and the file to write if it changed.
+struct EpochPlan {
+    cache: LeaderEpochCache,
+    changed: Option<LeaderEpochCache>,
+}
+
+/// Kafka's rebuild of the leader-epoch cache on load: the checkpoint's entries, then every
+/// validated batch whose leader epoch is above the latest (without a checkpoint file, every
+/// batch of the log: a frame walk over the segments that were not read), then cut to the
+/// recovered log's start and end. Reads only; a malformed file is refused.
+fn plan_epochs(fs: &dyn FileSystem, dir: &Path, plan: &Plan) -> Result<EpochPlan, OpenError> {
+    let stored = epochs::read(fs, dir)??;
+    let mut cache = LeaderEpochCache::from_entries(stored.clone().unwrap_or_default());
+    let note = |cache: &mut LeaderEpochCache, epoch: i32, base: i64| {
+        if epoch >= 0 && cache.latest_epoch().is_none_or(|l| epoch > l) {
+            cache.assign(epoch, base);
+        }
+    };
+    for (i, s) in plan.segments.iter().enumerate() {
+        match &s.rebuild {
+            Some(batches) => batches
+                .iter()
+                .for_each(|b| note(&mut cache, b.partition_leader_epoch, b.base_offset)),
+            None if stored.is_none() && s.log_size > 0 => {
+                let file = fs.open(&s.source, OpenMode::Read).ctx("open", &s.source)?;
+                let map = file
+                    .map(s.log_size, MapMode::ReadOnly)
+                    .ctx("mmap", &s.source)?;
+                let bounds = OffsetBounds {
+                    segment_base: s.base,
+                    next_segment_base: plan.segments.get(i + 1).map(|n| n.base),
+                };
+                segment::walk_frames(map.published_slice(), bounds, None, &mut |b| {
+                    note(&mut cache, b.partition_leader_epoch, b.base_offset)
+                });
+            }
+            None => {}
+        }
+    }
+    cache.truncate_from_end(plan.log_end());
+    cache.truncate_from_start(plan.log_start_offset);
+    let changed = match &stored {
+        Some(entries) => entries.as_slice() != cache.entries(),
+        None => !cache.entries().is_empty(),
+    };
+    Ok(EpochPlan {
+        changed: changed.then(|| cache.clone()),
+        cache,
+    })
 }
 
 fn plan_producers(
@@ -239,6 +301,8 @@ fn apply(
         report,
         producers,
         producer_report,
+        high_watermark: plan.high_watermark,
+        epochs: LeaderEpochCache::default(),
     })
 }
 

@@ -111,6 +111,9 @@ pub(super) struct Plan {
     pub log_start_offset: i64,
     /// The recovery point after the plan: lowered below any offset that is cut.
     pub recovery_point: i64,
+    /// The high watermark after the plan: the checkpoint's, never above the log end nor below
+    /// its start (the log start if there was no checkpoint).
+    pub high_watermark: i64,
 }
 
 impl Plan {
@@ -137,6 +140,7 @@ impl Plan {
             clean_shutdown: false,
             recovery_point: self.recovery_point,
             log_start_offset: self.log_start_offset,
+            high_watermark: self.high_watermark,
             segments: Some(record),
         }
     }
@@ -154,6 +158,7 @@ impl Plan {
             clean_shutdown: false,
             recovery_point: self.recovery_point.max(sealed_end),
             log_start_offset: self.log_start_offset,
+            high_watermark: self.high_watermark,
             segments: Some(record),
         }
     }
@@ -164,11 +169,12 @@ impl Plan {
     }
 }
 
-fn record_of(s: &KeptSegment, size: u64) -> SegmentRecord {
+fn record_of(s: &KeptSegment, file_len: u64) -> SegmentRecord {
     SegmentRecord {
         base_offset: s.base,
         next_offset: s.next_offset,
-        size,
+        size: s.log_size as u64,
+        file_len,
     }
 }
 
@@ -380,9 +386,9 @@ impl Planner<'_> {
             // Damage to what the record vouches for that the mode lets validation deal with.
             let mut tolerated: Option<Damage> = None;
             let trusted = match rec {
-                Some(r) if f.len != r.size => {
+                Some(r) if f.len != r.file_len => {
                     let damage = Damage::SizeMismatch {
-                        expected: r.size,
+                        expected: r.file_len,
                         found: f.len,
                     };
                     self.judge(true, &f.path, None, &damage)?;
@@ -492,12 +498,18 @@ impl Planner<'_> {
         }
         let first_base = kept.first().map_or(log_start, |s| s.base);
         let log_start_offset = log_start.max(first_base).min(log_end);
+        let high_watermark = self
+            .checkpoint
+            .map_or(log_start_offset, |c| c.high_watermark)
+            .min(log_end)
+            .max(log_start_offset);
         Ok(Plan {
             segments: kept,
             doomed,
             swaps,
             log_start_offset,
             recovery_point: rp_after.min(log_end),
+            high_watermark,
         })
     }
 

@@ -1,0 +1,225 @@
+//! Rewriting the log (docs/design.md "Rewriting the log"): the leader-epoch cache and the high
+//! watermark the replication layer moves, truncation from the end, retention and DeleteRecords
+//! from the start, and the deferred removal of the files they drop.
+//!
+//! Every rewrite takes the log exclusively: the flush lock with no sync in flight (a sync
+//! moves the recovery point from what it took before the rewrite), then the append lock. It
+//! makes the new state durable in an order a crash at any step recovers as the state before or
+//! after, and swaps the segments under their write lock, so a reader sees one state or the
+//! other; files are renamed and removed, never shrunk, under a reader's bytes.
+
+mod retention;
+mod truncate;
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use super::epochs::{self, EpochEndOffset, EpochEntry};
+use super::{AppendState, HighWatermarkPolicy, Log, RewriteError};
+use crate::io::{IoError, IoResultExt};
+use crate::segment::names;
+
+pub use retention::{DeletedSegment, RetentionReason, RetentionReport};
+pub use truncate::TruncateReport;
+
+/// A file renamed `.deleted`, removed once `due_ms` has passed.
+#[derive(Debug)]
+pub(crate) struct Deletion {
+    pub path: PathBuf,
+    pub due_ms: i64,
+}
+
+/// Exclusive access to the log for a rewrite: no sync in flight, no append.
+pub(super) struct Exclusive<'a> {
+    log: &'a Log,
+    pub st: MutexGuard<'a, AppendState>,
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        let mut fst = self.log.flush.lock();
+        fst.in_progress = false;
+        drop(fst);
+        self.log.flushed.notify_all();
+    }
+}
+
+impl Log {
+    /// Waits for any sync in flight, keeps the next one from starting, and takes the append
+    /// lock.
+    pub(super) fn exclusive(&self) -> Result<Exclusive<'_>, RewriteError> {
+        let mut fst = self.flush.lock();
+        while fst.in_progress {
+            self.flushed.wait(&mut fst);
+        }
+        fst.in_progress = true;
+        drop(fst);
+        let ex = Exclusive {
+            log: self,
+            st: self.append.lock(),
+        };
+        if let Some(cause) = &ex.st.failure {
+            return Err(RewriteError::ReadOnly {
+                cause: Arc::clone(cause),
+            });
+        }
+        if ex.st.active.is_none() {
+            return Err(RewriteError::Closed);
+        }
+        Ok(ex)
+    }
+
+    /// Makes the flusher start its next sync of the active segment at `position` of the
+    /// segment at `base` (a rewrite replaced the active segment).
+    pub(super) fn reset_flush_position(&self, base: i64, position: usize) {
+        let mut fst = self.flush.lock();
+        fst.segment_base = base;
+        fst.position = position;
+    }
+
+    /// The high watermark: the offset below which records are committed. Reads by consumers
+    /// ([`Log::fetch`]), retention and DeleteRecords are bounded by it. Under
+    /// [`HighWatermarkPolicy::DurableEnd`] (the default) it is the recovery point; under
+    /// [`HighWatermarkPolicy::SetByCaller`], what [`Log::set_high_watermark`] last set, never
+    /// above the log end.
+    pub fn high_watermark(&self) -> i64 {
+        match self.config.high_watermark {
+            HighWatermarkPolicy::DurableEnd => self.recovery_point(),
+            HighWatermarkPolicy::SetByCaller => self
+                .high_watermark
+                .load(Ordering::Acquire)
+                .min(self.log_end_offset()),
+        }
+    }
+
+    /// Sets the high watermark (the replication layer, once enough replicas have the offsets),
+    /// as Kafka's `updateHighWatermark` does: kept within `[log start, log end]`. Returns the
+    /// value set. It is written to the checkpoint with the next flush. Only under
+    /// [`HighWatermarkPolicy::SetByCaller`].
+    pub fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
+        if self.config.high_watermark != HighWatermarkPolicy::SetByCaller {
+            return Err(RewriteError::HighWatermarkNotSettable);
+        }
+        // The append lock keeps the log's ends still while the value is bounded by them.
+        let _st = self.append.lock();
+        let hw = offset.clamp(self.log_start_offset(), self.log_end_offset());
+        self.high_watermark.store(hw, Ordering::Release);
+        Ok(hw)
+    }
+
+    /// The leader epoch stamped on client batches.
+    pub fn leader_epoch(&self) -> i32 {
+        self.append.lock().leader_epoch
+    }
+
+    /// Makes `epoch` the leader epoch (this replica became leader for it, Kafka's
+    /// `maybeAssignEpochStartOffset`): it starts at the log end, is written to the
+    /// `leader-epoch-checkpoint` before the call returns, and is stamped on every client batch
+    /// appended after. An epoch older than the current one is refused; the same one changes
+    /// nothing.
+    pub fn set_leader_epoch(&self, epoch: i32) -> Result<(), RewriteError> {
+        let mut st = self.append.lock();
+        if epoch < 0 || epoch < st.leader_epoch {
+            return Err(RewriteError::StaleLeaderEpoch {
+                current: st.leader_epoch,
+                got: epoch,
+            });
+        }
+        let end = self.log_end_offset();
+        self.note_epoch(&mut st, epoch, end)?;
+        st.leader_epoch = epoch;
+        Ok(())
+    }
+
+    /// Kafka's OffsetsForLeaderEpoch: the largest epoch at or below `epoch` and the offset it
+    /// ended at ([`EpochEndOffset::UNDEFINED`] when the cache cannot tell).
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> EpochEndOffset {
+        let st = self.append.lock();
+        st.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// The leader-epoch cache: which epoch started at which offset.
+    pub fn leader_epochs(&self) -> Vec<EpochEntry> {
+        self.append.lock().epochs.entries().to_vec()
+    }
+
+    /// Records that `epoch` wrote from `start_offset` on, writing the checkpoint file when the
+    /// cache changes (rarely: once per epoch). On a failure nothing changes.
+    pub(super) fn note_epoch(
+        &self,
+        st: &mut AppendState,
+        epoch: i32,
+        start_offset: i64,
+    ) -> Result<(), IoError> {
+        let mut next = st.epochs.clone();
+        if next.assign(epoch, start_offset) {
+            epochs::write(self.env.fs.as_ref(), &self.dir, next.entries())?;
+            st.epochs = next;
+        }
+        Ok(())
+    }
+
+    /// Renames a removed segment's files to `.deleted` (Kafka's protocol: the rename is the
+    /// removal; the files go after `file_delete_delay_ms`). Readers holding bytes of them keep
+    /// their maps. Returns the bytes of its `.log`.
+    pub(super) fn retire_segment_files(&self, base: i64, now_ms: i64) -> Result<u64, IoError> {
+        let fs = self.env.fs.as_ref();
+        let mut bytes = 0;
+        let mut deletions = self.deletions.lock();
+        for ext in [
+            names::LOG_EXT,
+            names::INDEX_EXT,
+            names::TIME_INDEX_EXT,
+            names::TXN_INDEX_EXT,
+        ] {
+            let path = names::file_path(&self.dir, base, ext);
+            if !fs.exists(&path).ctx("stat", &path)? {
+                continue;
+            }
+            if ext == names::LOG_EXT {
+                bytes = fs.stat(&path).ctx("stat", &path)?.len;
+            }
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(".");
+            name.push(names::DELETED_SUFFIX);
+            let to = path.with_file_name(name);
+            fs.rename(&path, &to).ctx("rename", &path)?;
+            deletions.push(Deletion {
+                path: to,
+                due_ms: now_ms + self.config.file_delete_delay_ms,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Removes the `.deleted` files whose delay is over (all of them with `everything`).
+    pub(super) fn remove_due_deletions(
+        &self,
+        now_ms: i64,
+        everything: bool,
+    ) -> Result<(), IoError> {
+        let fs = self.env.fs.as_ref();
+        let mut deletions = self.deletions.lock();
+        let mut failed = None;
+        deletions.retain(|d| {
+            if failed.is_some() || (!everything && d.due_ms > now_ms) {
+                return true;
+            }
+            match fs.remove_file(&d.path) {
+                Ok(()) => false,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => {
+                    failed = Some(IoError::new("remove", &d.path, e));
+                    true
+                }
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

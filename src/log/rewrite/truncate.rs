@@ -1,0 +1,435 @@
+//! Truncation from the end (kafka-format rules in docs/format.md "Truncation"): what a follower
+//! does when its log diverged from a new leader's.
+//!
+//! `truncate_to(t)` keeps the batches that end below `t`. A batch that holds `t` goes whole,
+//! so the new log end is the start of that batch (never a hole in the offsets); the call says
+//! where the log ends now. The segment holding the new end is cut without being shrunk (a
+//! reader may hold its bytes) and the log goes on in a new active segment at the new end.
+//!
+//! Crash safety, step by step: (1) a checkpoint with the recovery point, high watermark and log
+//! start lowered to the new end, vouching only for the segments before the one cut; (2) the new
+//! active segment at the new end, made durable, which makes everything at or after it in the
+//! older files damage past the recovery point, cut by any recovery; (3) the later segments
+//! renamed `.deleted`; (4) snapshots above the new end removed, producer state rebuilt;
+//! (5) the leader-epoch cache cut. A crash before (2) leaves the log as it was (with a lower
+//! recovery point); from (2) on, recovery ends it at the new end.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::Exclusive;
+use crate::format::{BatchIter, RecordBatch};
+use crate::io::IoError;
+use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
+use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment};
+use crate::log::recovery::segment_config;
+use crate::log::{epochs, prefault, Log, RewriteError};
+use crate::producer::snapshot_files;
+use crate::segment::{self, CorruptSegment, Segment};
+
+/// What a truncation did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TruncateReport {
+    /// The log end offset before and after. After is at or below the offset asked for: the
+    /// batch holding that offset went whole.
+    pub old_log_end: i64,
+    pub new_log_end: i64,
+    /// The log start offset after (lowered to the new end if it was above it).
+    pub log_start_offset: i64,
+    /// Base offsets of the segments removed whole.
+    pub segments_removed: Vec<i64>,
+    /// Bytes of batches removed.
+    pub bytes_removed: u64,
+    /// Producer snapshots removed (above the new end).
+    pub snapshots_removed: Vec<i64>,
+    /// How the producer state was rebuilt.
+    pub producers: ProducerLoadReport,
+}
+
+impl Log {
+    /// Truncates the log to end at `offset` (Kafka's `truncateTo`): every batch ending at or
+    /// after `offset` is removed, a batch holding `offset` whole; the producer state is rebuilt
+    /// from the newest snapshot at or below the new end (so a retry of a removed batch is
+    /// appended again, not answered as a duplicate), the leader-epoch cache cut, the recovery
+    /// point and high watermark lowered. Appends continue at the new end. `offset` equal to the
+    /// log end changes nothing; above it, or below the log start, is refused. A `Bytes` read
+    /// before keeps its bytes.
+    pub fn truncate_to(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
+        let now = self.env.clock.now_ms();
+        let mut ex = self.exclusive()?;
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset > end {
+            return Err(RewriteError::AboveLogEnd {
+                offset,
+                log_end_offset: end,
+            });
+        }
+        if offset < start {
+            return Err(RewriteError::BelowLogStart {
+                offset,
+                log_start_offset: start,
+            });
+        }
+        if offset == end {
+            return Ok(TruncateReport {
+                old_log_end: end,
+                new_log_end: end,
+                log_start_offset: start,
+                ..TruncateReport::default()
+            });
+        }
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let at = segments
+            .iter()
+            .rposition(|s| s.base_offset() <= offset)
+            .unwrap_or(0);
+        let (cut, new_end) = cut_point(&segments[at], offset)?;
+        let result = self.truncate_at(&mut ex, &segments, at, cut, new_end, now);
+        if result.is_err() {
+            // The files may be between the old state and the new one (recovery settles that),
+            // but this process's view of them is not: nothing more may be written.
+            let cause = Arc::new(IoError::new(
+                "truncate",
+                &self.dir,
+                std::io::Error::other("a truncation failed part way"),
+            ));
+            ex.st.failure = Some(cause);
+        }
+        let report = result?;
+        self.remove_due_deletions(now, false)?;
+        Ok(report)
+    }
+
+    fn truncate_at(
+        &self,
+        ex: &mut Exclusive<'_>,
+        segments: &[Arc<Segment>],
+        at: usize,
+        cut: usize,
+        new_end: i64,
+        now: i64,
+    ) -> Result<TruncateReport, RewriteError> {
+        let fs = self.env.fs.as_ref();
+        let s = &segments[at];
+        let old_end = self.log_end_offset();
+        let recovery_point = self.recovery_point().min(new_end);
+        let high_watermark = self.high_watermark.load(Ordering::Acquire).min(new_end);
+        let log_start = self.log_start_offset().min(new_end);
+        // (1) The checkpoint vouches only for what stays as it is: durable sealed segments
+        // before the one cut.
+        let record = self.durable_prefix(&ex.st, &segments[..at], recovery_point);
+        checkpoint::write(
+            fs,
+            &self.dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                recovery_point,
+                log_start_offset: log_start,
+                high_watermark: high_watermark.max(log_start),
+                segments: Some(record),
+            },
+        )?;
+        // (2) The new active segment at the new end (the cut segment's own file, if it loses
+        // everything, goes first: the new one takes its name).
+        let mut report = TruncateReport {
+            old_log_end: old_end,
+            new_log_end: new_end,
+            log_start_offset: log_start,
+            bytes_removed: (s.size() - cut) as u64,
+            ..TruncateReport::default()
+        };
+        if cut == 0 {
+            self.retire_segment_files(s.base_offset(), now)?;
+            report.segments_removed.push(s.base_offset());
+        }
+        let cfg = segment_config(&self.config);
+        let active = segment::create(fs, &self.dir, new_end, &cfg, now).map_err(segment_io)?;
+        fs.sync_dir(&self.dir)
+            .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
+        // (3) The later segments.
+        for later in &segments[at + 1..] {
+            report.bytes_removed += later.size() as u64;
+            self.retire_segment_files(later.base_offset(), now)?;
+            report.segments_removed.push(later.base_offset());
+        }
+        fs.sync_dir(&self.dir)
+            .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
+        // The old active segment's writer goes before its file is mapped again.
+        let old_writer = ex.st.active.replace(active);
+        drop(old_writer);
+        ex.st.prefault = prefault::Prefault::default();
+        let cut_segment = if cut > 0 {
+            Some(segment::reopen_cut(fs, &self.dir, s, cut, new_end).map_err(segment_error)?)
+        } else {
+            None
+        };
+        let mut kept: Vec<Arc<Segment>> = segments[..at].to_vec();
+        kept.extend(cut_segment.iter().cloned());
+        // (4) Producer state.
+        report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, new_end)?;
+        let rebuilt = self.rebuild_producers(&kept, log_start, new_end, now)?;
+        let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
+        ex.st
+            .producers
+            .hand_over_pending(fs, new_end, &mut producers);
+        ex.st.producers = producers;
+        report.producers = load;
+        // (5) Leader epochs.
+        let mut epochs_now = ex.st.epochs.clone();
+        if epochs_now.truncate_from_end(new_end) {
+            epochs::write(fs, &self.dir, epochs_now.entries())?;
+            ex.st.epochs = epochs_now;
+        }
+        // The new state, for readers: segments and offsets move together.
+        {
+            let mut map = self.segments.write();
+            for old in &segments[at..] {
+                map.remove(&old.base_offset());
+            }
+            if let Some(c) = &cut_segment {
+                map.insert(c.base_offset(), Arc::clone(c));
+            }
+            if let Some(w) = &ex.st.active {
+                map.insert(new_end, Arc::clone(w.segment()));
+            }
+            self.log_end_offset.store(new_end, Ordering::Release);
+            self.log_start_offset.store(log_start, Ordering::Release);
+            self.recovery_point.store(recovery_point, Ordering::Release);
+            self.high_watermark
+                .store(high_watermark.max(log_start), Ordering::Release);
+        }
+        ex.st
+            .unflushed_sealed
+            .retain(|u| u.base_offset() < s.base_offset());
+        // The cut segment is flushed (and so recorded) by the next flush.
+        ex.st.unflushed_sealed.extend(cut_segment);
+        ex.st.unflushed_messages = 0;
+        ex.st.dir_dirty = false;
+        self.reset_flush_position(new_end, 0);
+        Ok(report)
+    }
+
+    /// The sealed segments the checkpoint may vouch for: durable (flushed, wholly below the
+    /// recovery point) and in order from the first, up to the first that is not.
+    pub(super) fn durable_prefix(
+        &self,
+        st: &crate::log::AppendState,
+        segments: &[Arc<Segment>],
+        recovery_point: i64,
+    ) -> Vec<SegmentRecord> {
+        let active = st.active.as_ref().map(|w| w.base_offset());
+        let mut record = Vec::new();
+        for s in segments {
+            let durable = Some(s.base_offset()) != active
+                && !st
+                    .unflushed_sealed
+                    .iter()
+                    .any(|u| u.base_offset() == s.base_offset())
+                && s.next_offset() <= recovery_point;
+            if !durable {
+                break;
+            }
+            record.push(SegmentRecord {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size() as u64,
+                file_len: s.file_len(),
+            });
+        }
+        record
+    }
+
+    /// The producer state of the log made of `segments`, ending at `log_end`: the newest
+    /// snapshot at or below it and the batches after (their CRC and offsets checked).
+    pub(super) fn rebuild_producers(
+        &self,
+        segments: &[Arc<Segment>],
+        log_start: i64,
+        log_end: i64,
+        now: i64,
+    ) -> Result<crate::log::producers::LoadPlan, RewriteError> {
+        let fs = self.env.fs.as_ref();
+        let snapshots = snapshot_files::list(fs, &self.dir)?;
+        let replay: Vec<ReplaySegment<'_>> = segments
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ReplaySegment {
+                base: s.base_offset(),
+                path: s.log_path(),
+                log_size: s.size(),
+                next_offset: s.next_offset(),
+                next_segment_base: segments.get(i + 1).map(|n| n.base_offset()),
+                validated: false,
+                batches: None,
+            })
+            .collect();
+        ProducerState::plan(
+            fs,
+            &self.config,
+            &snapshots,
+            &replay,
+            log_start,
+            log_end,
+            now,
+        )
+        .map_err(|e| match e {
+            crate::log::producers::LoadError::Io(e) => RewriteError::Io(e),
+            crate::log::producers::LoadError::Damaged {
+                path,
+                position,
+                problem,
+            } => RewriteError::Corrupt(CorruptSegment {
+                path,
+                position,
+                problem,
+            }),
+        })
+    }
+
+    /// Removes every segment and starts the log over, empty, at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`, for a follower whose log has nothing in common with its
+    /// leader's): log start, log end, recovery point and high watermark all become `offset`;
+    /// producer state, its snapshots and the leader-epoch cache are cleared. The new empty
+    /// segment is made durable before the old ones go, so a crash leaves the old log or the
+    /// new one.
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
+        if offset < 0 {
+            return Err(RewriteError::BelowLogStart {
+                offset,
+                log_start_offset: 0,
+            });
+        }
+        let now = self.env.clock.now_ms();
+        let mut ex = self.exclusive()?;
+        let result = self.start_over_at(&mut ex, offset, now);
+        if result.is_err() {
+            ex.st.failure = Some(Arc::new(IoError::new(
+                "truncate",
+                &self.dir,
+                std::io::Error::other("a full truncation failed part way"),
+            )));
+        }
+        let report = result?;
+        self.remove_due_deletions(now, false)?;
+        Ok(report)
+    }
+
+    fn start_over_at(
+        &self,
+        ex: &mut Exclusive<'_>,
+        offset: i64,
+        now: i64,
+    ) -> Result<TruncateReport, RewriteError> {
+        let fs = self.env.fs.as_ref();
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let mut report = TruncateReport {
+            old_log_end: self.log_end_offset(),
+            new_log_end: offset,
+            log_start_offset: offset,
+            ..TruncateReport::default()
+        };
+        checkpoint::write(
+            fs,
+            &self.dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                recovery_point: offset,
+                log_start_offset: offset,
+                high_watermark: offset,
+                segments: Some(Vec::new()),
+            },
+        )?;
+        if let Some(same) = segments.iter().find(|s| s.base_offset() == offset) {
+            report.bytes_removed += same.size() as u64;
+            self.retire_segment_files(offset, now)?;
+            report.segments_removed.push(offset);
+        }
+        let cfg = segment_config(&self.config);
+        let active = segment::create(fs, &self.dir, offset, &cfg, now).map_err(segment_io)?;
+        fs.sync_dir(&self.dir)
+            .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
+        for s in segments.iter().filter(|s| s.base_offset() != offset) {
+            report.bytes_removed += s.size() as u64;
+            self.retire_segment_files(s.base_offset(), now)?;
+            report.segments_removed.push(s.base_offset());
+        }
+        fs.sync_dir(&self.dir)
+            .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
+        drop(ex.st.active.replace(active));
+        ex.st.prefault = prefault::Prefault::default();
+        report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, i64::MIN)?;
+        let fresh = ex.st.producers.emptied(fs, &self.config)?;
+        ex.st.producers = fresh;
+        if !ex.st.epochs.entries().is_empty() {
+            epochs::write(fs, &self.dir, &[])?;
+        }
+        ex.st.epochs = epochs::LeaderEpochCache::default();
+        {
+            let mut map = self.segments.write();
+            map.clear();
+            if let Some(w) = &ex.st.active {
+                map.insert(offset, Arc::clone(w.segment()));
+            }
+            self.log_end_offset.store(offset, Ordering::Release);
+            self.log_start_offset.store(offset, Ordering::Release);
+            self.recovery_point.store(offset, Ordering::Release);
+            self.high_watermark.store(offset, Ordering::Release);
+        }
+        ex.st.unflushed_sealed.clear();
+        ex.st.unflushed_messages = 0;
+        ex.st.dir_dirty = false;
+        self.reset_flush_position(offset, 0);
+        Ok(report)
+    }
+}
+
+/// Where a truncation to `offset` cuts segment `s`: the position and base offset of the first
+/// batch ending at or after `offset` (the batch holding `offset` goes whole), or, when `offset`
+/// is past the segment's batches (in a gap), the segment's end and `offset` itself. The walk
+/// starts at the index entry before the one for `offset`, a few batches back at most.
+pub(super) fn cut_point(s: &Segment, offset: i64) -> Result<(usize, i64), CorruptSegment> {
+    let data = s.data();
+    let entries: Vec<_> = s
+        .offset_index()
+        .entries()
+        .take_while(|e| e.offset < offset)
+        .collect();
+    let start = entries
+        .iter()
+        .rev()
+        .map(|e| e.position as usize)
+        .find(|&p| {
+            RecordBatch::parse(data.get(p..).unwrap_or(&[])).is_ok_and(|b| b.last_offset() < offset)
+        })
+        .unwrap_or(0);
+    for item in BatchIter::new(&data[start..]) {
+        let (at, b) = item.map_err(|e| CorruptSegment {
+            path: s.log_path().to_path_buf(),
+            position: start + e.position,
+            problem: e.error.into(),
+        })?;
+        if b.last_offset() >= offset {
+            return Ok((start + at, b.base_offset().min(offset)));
+        }
+    }
+    Ok((data.len(), offset))
+}
+
+fn segment_io(e: segment::OpenSegmentError) -> IoError {
+    match e {
+        segment::OpenSegmentError::Io(e) => e,
+        other => IoError::new(
+            "create segment",
+            std::path::Path::new(""),
+            std::io::Error::other(other.to_string()),
+        ),
+    }
+}
+
+fn segment_error(e: segment::OpenSegmentError) -> RewriteError {
+    match e {
+        segment::OpenSegmentError::Io(e) => RewriteError::Io(e),
+        segment::OpenSegmentError::Corrupt(c) => RewriteError::Corrupt(c),
+        other => RewriteError::Io(segment_io(other)),
+    }
+}

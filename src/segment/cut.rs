@@ -1,0 +1,96 @@
+//! Cutting a segment back for a truncation (docs/design.md "Truncation"), at a cost that grows
+//! with what is removed, not with the segment: the indexes lose their entries at or after the
+//! new end (both are sorted by offset), the time index gets its final entry from the few batches
+//! after the last kept offset-index entry, and the `.log` keeps its length: a reader may still
+//! hold bytes after the cut, and a mapped file is never shrunk under a reader. The segment is
+//! mapped only up to the cut; the bytes after it are dead ([`Segment::file_len`]).
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::time_index::{self, TimestampOffset};
+use super::{offset_index, OpenSegmentError, Segment, SegmentFiles, TailInfo};
+use crate::format::BatchIter;
+use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
+
+/// Reopens `old` as a sealed segment holding its first `cut` bytes, whose batches all end below
+/// `end`. `old`'s writer, if it was the active segment, must be gone. The index files are
+/// rewritten in place (only the log layer's segment structs map them, and none of those
+/// survive a truncation) and synced; the `.log` is not touched.
+pub fn reopen_cut(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    old: &Segment,
+    cut: usize,
+    end: i64,
+) -> Result<Arc<Segment>, OpenSegmentError> {
+    let base = old.base_offset();
+    let files = SegmentFiles::open(fs, dir, base, OpenMode::ReadWrite)?;
+    let kept_index: Vec<offset_index::OffsetPosition> = old
+        .offset_index()
+        .entries()
+        .take_while(|e| e.offset < end && (e.position as usize) < cut)
+        .collect();
+    let kept_time: Vec<TimestampOffset> = old
+        .time_index()
+        .entries()
+        .take_while(|t| t.offset < end)
+        .collect();
+    // The batches after the last kept offset-index entry (at most an index interval of them)
+    // give the segment's last offset and its running maximum timestamp; before that point the
+    // kept time-index entries hold it.
+    let start = kept_index.last().map_or(0, |e| e.position as usize);
+    let map = files
+        .log
+        .map(cut, MapMode::ReadOnly)
+        .ctx("mmap", &files.log_path)?;
+    let data = map.published_slice();
+    let mut last_offset = kept_index.last().map(|e| e.offset);
+    let mut newest: Option<TimestampOffset> = kept_time.last().copied();
+    for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
+        let (_, b) = item.map_err(|e| super::CorruptSegment::at(&files.log_path, start, e))?;
+        last_offset = Some(b.last_offset());
+        if newest.is_none_or(|n| b.max_timestamp() > n.timestamp) {
+            newest = Some(TimestampOffset {
+                timestamp: b.max_timestamp(),
+                offset: b.last_offset(),
+            });
+        }
+    }
+    drop(map);
+    files
+        .index
+        .set_len((kept_index.len() * offset_index::ENTRY_SIZE) as u64)
+        .ctx("truncate", &files.index_path)?;
+    let mut time_len = kept_time.len() * time_index::ENTRY_SIZE;
+    files
+        .time
+        .set_len(time_len as u64)
+        .ctx("truncate", &files.time_path)?;
+    // The final time-index entry of a sealed segment (§4.3: forced at roll and close).
+    if let Some(n) = newest.filter(|n| kept_time.last().is_none_or(|l| n.timestamp > l.timestamp)) {
+        files
+            .time
+            .write_all_at(&time_index::encode(base, n), time_len as u64)
+            .ctx("write", &files.time_path)?;
+        time_len += time_index::ENTRY_SIZE;
+    }
+    files
+        .index
+        .sync_data()
+        .ctx("fdatasync", &files.index_path)?;
+    files.time.sync_data().ctx("fdatasync", &files.time_path)?;
+    debug_assert_eq!(files.time.len().unwrap_or(0) as usize, time_len);
+    let file_len = files.log.len().ctx("stat", &files.log_path)?;
+    let tail = TailInfo {
+        last_offset,
+        first_batch_timestamp: -1,
+        max_timestamp: newest.map(|n| n.timestamp),
+    };
+    let segment = files.into_sealed(base, cut, tail)?;
+    segment
+        .dead_bytes
+        .store(file_len.saturating_sub(cut as u64), Ordering::Release);
+    Ok(segment)
+}
