@@ -223,6 +223,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
         let bounds = OffsetBounds {
             segment_base: base,
             next_segment_base: bases.get(i + 1).copied(),
+            dense_from: cp.as_ref().and_then(|c| c.dense_from),
         };
         let last = verify_segment(fs, dir, f, bounds, previous_last, &mut report)?;
         let next = last.or(previous_last).map_or(base, |l| l + 1);
@@ -298,6 +299,7 @@ fn verify_swap(
     let bounds = OffsetBounds {
         segment_base: base,
         next_segment_base: None,
+        dense_from: None,
     };
     let result = scan(map.published_slice(), bounds, None, &mut |_| {});
     match result.stop.position() {
@@ -396,8 +398,19 @@ fn verify_segment(
         report.problem(&f.path, Some(stop_at), kind, stop_reason(&result.stop));
         // Go on from the next position where a whole, valid batch with offsets that fit
         // starts: damage in one batch does not hide the state of the rest.
-        match resync(data, stop_at + 1, bounds, last) {
+        // The damaged bytes leave a gap behind them: the next valid batch is taken wherever its
+        // offsets land, and the density rule applies again after it.
+        let resync_bounds = OffsetBounds {
+            dense_from: None,
+            ..bounds
+        };
+        match resync(data, stop_at + 1, resync_bounds, last) {
             Some(next) => {
+                // Offsets go on from the batch found there.
+                last = RecordBatch::parse(&data[next..])
+                    .ok()
+                    .map(|b| b.base_offset() - 1)
+                    .or(last);
                 report.unchecked_bytes += (next - stop_at) as u64;
                 report.problem(
                     &f.path,

@@ -563,7 +563,14 @@ fn check_open(base: &Base, m: &Mutation, log: &Log, mode: RecoveryMode, ctx: &st
         let Some(b) = base.batches.get(k) else {
             fail(format!("batch at {first} was never in the log"));
         };
-        if (b.first, b.last) != (*first, *last) {
+        // Without a checkpoint a flipped base offset that moves a batch into a gap cannot be
+        // told from a gap compaction left (no checksum covers it, and Kafka's own recovery does
+        // not notice either): the batch may come back at other offsets, its other bytes intact.
+        let moved = gaps_allowed
+            && touched(m, b)
+            && bytes.len() == b.bytes.len()
+            && bytes[8..] == b.bytes[8..];
+        if (b.first, b.last) != (*first, *last) && !moved {
             fail(format!(
                 "batch {k} at {first}..={last}, was {}..={}",
                 b.first, b.last

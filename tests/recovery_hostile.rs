@@ -779,24 +779,27 @@ fn append_replicated_follows_the_flush_policy() {
 
 #[test]
 fn append_replicated_says_what_it_wrote_before_it_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    use oncelog::io::sim::OpKind;
+    use oncelog::io::SimFs;
+    let fs = SimFs::new();
+    let env = oncelog::Environment {
+        fs: fs.as_dyn(),
+        ..oncelog::Environment::default()
+    };
+    let config = LogConfig {
+        segment_bytes: 4096,
+        ..LogConfig::default()
+    };
+    let log = Log::open_in(env, "/d/p-0", config).unwrap();
     let mut input = Vec::new();
-    for base in [0, 1] {
+    for base in [0, 1, 2] {
         let mut b = BatchBuilder::new().base_offset(base);
-        b.append(1, None, Some(b"r"), &[]);
+        b.append(1, None, Some(&[b'r'; 1500][..]), &[]);
         input.extend(b.build().unwrap());
     }
-    // The second batch cannot be written: its offset overflows the segment's int32 range and
-    // the roll it needs fails, because the directory is gone.
-    let mut far = BatchBuilder::new().base_offset(i32::MAX as i64 * 4);
-    far.append(1, None, Some(b"r"), &[]);
-    input.extend(far.build().unwrap());
-    let renamed = dir.path().with_extension("moved");
-    std::fs::rename(dir.path(), &renamed).unwrap();
-    let result = log.append_replicated(&input);
-    std::fs::rename(&renamed, dir.path()).unwrap();
-    match result {
+    // The third batch needs a new segment, and the disk is full when the roll allocates it.
+    fs.fail_next(OpKind::Allocate, 1, libc::ENOSPC);
+    match log.append_replicated(&input) {
         Err(AppendError::PartiallyWritten { written, cause }) => {
             assert_eq!((written.first_offset, written.last_offset), (0, 1));
             assert_eq!(cause.kind(), "io");

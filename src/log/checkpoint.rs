@@ -11,6 +11,7 @@
 //! log_start_offset 0
 //! high_watermark 3000      <- the last high watermark the log knew (set by its caller, or the
 //!                             durable end)
+//! dense_from 0             <- from this offset on there is no gap in the offsets
 //! segments 4               <- the segments it vouches for, then one line each:
 //! 0 860 98986              <- "<base offset> <next offset> <.log size in bytes>"
 //! 860 1720 98986
@@ -74,6 +75,11 @@ pub struct Checkpoint {
     pub log_start_offset: i64,
     /// The high watermark when it was written (version 0: the recovery point).
     pub high_watermark: i64,
+    /// From this offset on the log has no gap in its offsets: every batch starts where the
+    /// previous one ended. Client appends keep a log dense; a replicated batch that starts past
+    /// the log end (a compacted leader's) moves it. Recovery takes a gap at or after it for
+    /// what it is, a base offset damaged. `None` for a version-0 file.
+    pub dense_from: Option<i64>,
     /// The segments vouched for, in offset order; `None` for a version-0 file.
     pub segments: Option<Vec<SegmentRecord>>,
 }
@@ -97,8 +103,13 @@ pub fn path(dir: &Path) -> PathBuf {
 
 pub fn encode(c: &Checkpoint) -> String {
     let mut out = format!(
-        "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\nhigh_watermark {}\n",
-        c.clean_shutdown as u8, c.recovery_point, c.log_start_offset, c.high_watermark
+        "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\nhigh_watermark {}\n\
+         dense_from {}\n",
+        c.clean_shutdown as u8,
+        c.recovery_point,
+        c.log_start_offset,
+        c.high_watermark,
+        c.dense_from.unwrap_or(0),
     );
     let segments = c.segments.as_deref().unwrap_or(&[]);
     out.push_str(&format!("segments {}\n", segments.len()));
@@ -157,6 +168,11 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
     } else {
         field("high_watermark")?
     };
+    let dense_from = if version == 0 {
+        None
+    } else {
+        Some(field("dense_from")?)
+    };
     let segments = if version == 0 {
         None
     } else {
@@ -185,6 +201,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         recovery_point,
         log_start_offset,
         high_watermark,
+        dense_from,
         segments,
     };
     c.check().map_err(|reason| (None, reason))?;
@@ -231,7 +248,10 @@ impl Checkpoint {
     /// Whether the values agree with each other. Each rule is one a checkpoint written by this
     /// engine always keeps, so a file that breaks one was damaged or edited by hand.
     pub fn check(&self) -> Result<(), String> {
-        if self.recovery_point < 0 || self.log_start_offset < 0 {
+        if self.recovery_point < 0
+            || self.log_start_offset < 0
+            || self.dense_from.is_some_and(|d| d < 0)
+        {
             return Err("offsets must not be negative".into());
         }
         if self.log_start_offset > self.recovery_point {
@@ -364,6 +384,7 @@ mod tests {
             recovery_point: end,
             log_start_offset: segments.first().map_or(0, |s| s.base_offset),
             high_watermark: end,
+            dense_from: Some(0),
             segments: Some(segments),
         }
     }
@@ -375,7 +396,7 @@ mod tests {
         assert_eq!(
             encode(&c),
             "1\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\nhigh_watermark 1000\n\
-             segments 2\n0 860 98986\n860 1000 16000\n"
+             dense_from 0\nsegments 2\n0 860 98986\n860 1000 16000\n"
         );
     }
 
@@ -400,7 +421,10 @@ mod tests {
     #[test]
     fn malformed_files_are_refused_naming_the_line() {
         let head = |clean: &str, rp: &str| {
-            format!("1\nclean_shutdown {clean}\nrecovery_point {rp}\nlog_start_offset 0\nhigh_watermark 5\n")
+            format!(
+                "1\nclean_shutdown {clean}\nrecovery_point {rp}\nlog_start_offset 0\n\
+                 high_watermark 5\ndense_from 0\n"
+            )
         };
         let cases = [
             ("".to_string(), None),
@@ -417,10 +441,10 @@ mod tests {
                     .to_string(),
                 Some(5),
             ),
-            (head("0", "5") + "segments 1\n0 5\n", Some(7)),
+            (head("0", "5") + "segments 1\n0 5\n", Some(8)),
             (head("0", "5") + "segments 2\n0 5 100\n", None),
-            (head("0", "5") + "segments 0\nextra\n", Some(7)),
-            (head("0", "5") + "segments 1\n0 5 -3\n", Some(7)),
+            (head("0", "5") + "segments 0\nextra\n", Some(8)),
+            (head("0", "5") + "segments 1\n0 5 -3\n", Some(8)),
         ];
         for (text, line) in cases {
             match decode(&text) {
@@ -482,6 +506,7 @@ mod tests {
             recovery_point: 1_500,
             log_start_offset: 10,
             high_watermark: 2_000,
+            dense_from: Some(860),
             segments: Some(vec![record(0, 860, 9_000)]),
         };
         assert_eq!(c.check(), Ok(()));
@@ -490,6 +515,7 @@ mod tests {
             recovery_point: 42,
             log_start_offset: 42,
             high_watermark: 42,
+            dense_from: Some(42),
             segments: Some(vec![record(42, 42, 0)]),
         };
         assert_eq!(empty_log.check(), Ok(()));

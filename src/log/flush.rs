@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::checkpoint::{self, Checkpoint, SegmentRecord};
-use super::{FlushError, Log};
+use super::{AppendState, FlushError, Log};
 use crate::io::{IoError, IoResultExt};
 use crate::producer::snapshot_files;
+use crate::segment::Segment;
 
 impl Log {
     /// Makes every append so far durable: msync + fdatasync of what was written since the last
@@ -162,40 +163,85 @@ impl Log {
     /// segment already flushed (trimmed, with its indexes), in order, up to the first that is
     /// not; at a clean close (`clean`), every segment, the active one sealed by then.
     pub(super) fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
-        let record = {
+        let c = {
             let st = self.append.lock();
-            let recovery_point = self.recovery_point();
-            let active = st.active.as_ref().map(|w| w.base_offset());
-            let unflushed: Vec<i64> = st
-                .unflushed_sealed
-                .iter()
-                .map(|s| s.base_offset())
-                .collect();
-            let segments = self.segments.read();
-            let mut record = Vec::with_capacity(segments.len());
-            for s in segments.values() {
-                let durable = Some(s.base_offset()) != active
-                    && !unflushed.contains(&s.base_offset())
-                    && s.next_offset() <= recovery_point;
-                if !durable {
-                    break;
-                }
-                record.push(SegmentRecord {
-                    base_offset: s.base_offset(),
-                    next_offset: s.next_offset(),
-                    size: s.size() as u64,
-                    file_len: s.file_len(),
-                });
-            }
+            let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
             Checkpoint {
                 clean_shutdown: clean,
-                recovery_point,
-                log_start_offset: self.log_start_offset(),
-                high_watermark: self.high_watermark(),
-                segments: Some(record),
+                ..self.checkpoint_of(
+                    &st,
+                    &segments,
+                    self.recovery_point(),
+                    self.log_start_offset(),
+                )
             }
         };
-        checkpoint::write(self.env.fs.as_ref(), &self.dir, &record)
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)
+    }
+
+    /// Records durably that the log is dense only from `offset` on (before batches after a gap
+    /// are written).
+    pub(super) fn record_dense_from(
+        &self,
+        st: &mut AppendState,
+        offset: i64,
+    ) -> Result<(), IoError> {
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let mut c = self.checkpoint_of(
+            st,
+            &segments,
+            self.recovery_point(),
+            self.log_start_offset(),
+        );
+        c.dense_from = Some(offset.max(st.dense_from));
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+        st.dense_from = offset.max(st.dense_from);
+        Ok(())
+    }
+
+    /// The (unclean) checkpoint of the log made of `segments`, with this recovery point and log
+    /// start: it vouches for the durable sealed segments from the first on, up to the first
+    /// that is not (and for none wholly below the log start).
+    pub(super) fn checkpoint_of(
+        &self,
+        st: &AppendState,
+        segments: &[Arc<Segment>],
+        recovery_point: i64,
+        log_start: i64,
+    ) -> Checkpoint {
+        let active = st.active.as_ref().map(|w| w.base_offset());
+        let mut record = Vec::with_capacity(segments.len());
+        let last = segments.len().saturating_sub(1);
+        let from_log_start = segments
+            .iter()
+            .enumerate()
+            .skip_while(|(i, s)| s.next_offset() <= log_start && *i < last)
+            .map(|(_, s)| s);
+        for s in from_log_start {
+            let durable = Some(s.base_offset()) != active
+                && !st
+                    .unflushed_sealed
+                    .iter()
+                    .any(|u| u.base_offset() == s.base_offset())
+                && s.next_offset() <= recovery_point;
+            if !durable {
+                break;
+            }
+            record.push(SegmentRecord {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size() as u64,
+                file_len: s.file_len(),
+            });
+        }
+        Checkpoint {
+            clean_shutdown: false,
+            recovery_point,
+            log_start_offset: log_start,
+            high_watermark: self.high_watermark().max(log_start),
+            dense_from: Some(st.dense_from),
+            segments: Some(record),
+        }
     }
 
     /// Flushes, trims the active segment to its logical size, and records a clean shutdown.

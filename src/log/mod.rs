@@ -101,6 +101,8 @@ struct AppendState {
     /// The epoch stamped on client batches: the latest set by [`Log::set_leader_epoch`] (or
     /// found in the log), 0 for a log that never had one.
     leader_epoch: i32,
+    /// From this offset on the log has no gap (the checkpoint's `dense_from`).
+    dense_from: i64,
 }
 
 /// What the flusher remembers.
@@ -212,6 +214,7 @@ impl Log {
                 prefault: prefault::Prefault::default(),
                 epochs: loaded.epochs,
                 leader_epoch,
+                dense_from: loaded.dense_from,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             end_signal: wait::EndSignal::default(),
@@ -398,6 +401,7 @@ impl Log {
         let mut st = self.append.lock();
         self.check_writable(&st)?;
         let mut end = self.log_end_offset.load(Ordering::Relaxed);
+        let mut last_gap = None;
         for b in &parsed {
             if b.base_offset() < end {
                 return Err(AppendError::UnexpectedAppendOffset {
@@ -405,7 +409,16 @@ impl Log {
                     got: b.base_offset(),
                 });
             }
+            if b.base_offset() > end {
+                last_gap = Some(b.base_offset());
+            }
             end = b.last_offset() + 1;
+        }
+        if let Some(gap) = last_gap {
+            // Batches that start past the log end (a compacted leader's): the log is dense only
+            // from the last of them on, and the checkpoint says so before any is written, or
+            // recovery would take the gaps for damaged base offsets. Once per call that has gaps.
+            self.record_dense_from(&mut st, gap)?;
         }
         let mut info: Option<AppendInfo> = None;
         for b in &parsed {

@@ -344,6 +344,7 @@ fn replay(
         let bounds = OffsetBounds {
             segment_base: segment.base,
             next_segment_base: segment.next_segment_base,
+            dense_from: None,
         };
         let damaged = |position: usize, problem: BatchProblem| LoadError::Damaged {
             path: segment.path.to_path_buf(),

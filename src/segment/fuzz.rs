@@ -22,6 +22,7 @@ pub fn fuzz_index(data: &[u8]) {
         scan::OffsetBounds {
             segment_base: base,
             next_segment_base: None,
+            dense_from: None,
         },
         None,
         &mut |_| batches += 1,

@@ -167,6 +167,7 @@ impl Segment {
         let bounds = OffsetBounds {
             segment_base: self.base_offset,
             next_segment_base: Some(self.next_offset()),
+            dense_from: None,
         };
         let mut first: Option<usize> = None;
         let mut end = start;

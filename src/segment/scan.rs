@@ -55,6 +55,9 @@ pub enum BatchProblem {
         last_offset: i64,
         next_base_offset: i64,
     },
+    /// A gap in offsets where the log is known to be dense.
+    #[error("base offset {base_offset} leaves a gap after {expected}, where the log is dense")]
+    OffsetGap { expected: i64, base_offset: i64 },
     /// The batches skip offsets the segment is known to hold (from the checkpoint's record or
     /// validation): a damaged header claims offsets that are not its own.
     #[error("the batches skip offset {offset}, which the segment holds (up to {next_offset})")]
@@ -71,6 +74,7 @@ impl BatchProblem {
             BatchProblem::OffsetBeyondNextSegment { .. } => "offset_beyond_next_segment",
             BatchProblem::OffsetsSkipped { .. } => "offsets_skipped",
             BatchProblem::OffsetsOverlapNext { .. } => "offsets_overlap_next",
+            BatchProblem::OffsetGap { .. } => "offset_gap",
         }
     }
 }
@@ -83,6 +87,10 @@ pub struct OffsetBounds {
     pub segment_base: i64,
     /// The base offset of the next segment, if there is one.
     pub next_segment_base: Option<i64>,
+    /// From this offset on the log is known to be dense (the checkpoint's `dense_from`): a
+    /// batch starting past where the previous one ended, at or after it, is damage (a flipped
+    /// base offset), not a gap. `None` where gaps are legal everywhere (a Kafka directory).
+    pub dense_from: Option<i64>,
 }
 
 impl OffsetBounds {
@@ -114,6 +122,15 @@ impl OffsetBounds {
                 last_offset,
                 next_segment_base: next,
             });
+        }
+        let expected = previous_last.map_or(self.segment_base, |p| p + 1);
+        if let Some(dense_from) = self.dense_from {
+            if base_offset > expected && base_offset > dense_from {
+                return Err(BatchProblem::OffsetGap {
+                    expected,
+                    base_offset,
+                });
+            }
         }
         Ok(())
     }

@@ -39,6 +39,7 @@ pub(crate) struct Loaded {
     pub producers: ProducerState,
     pub producer_report: ProducerLoadReport,
     pub high_watermark: i64,
+    pub dense_from: i64,
     pub epochs: LeaderEpochCache,
 }
 
@@ -160,6 +161,7 @@ fn plan_epochs(fs: &dyn FileSystem, dir: &Path, plan: &Plan) -> Result<EpochPlan
                 let bounds = OffsetBounds {
                     segment_base: s.base,
                     next_segment_base: plan.segments.get(i + 1).map(|n| n.base),
+                    dense_from: None,
                 };
                 segment::walk_frames(map.published_slice(), bounds, None, &mut |b| {
                     note(&mut cache, b.partition_leader_epoch, b.base_offset)
@@ -302,6 +304,7 @@ fn apply(
         producers,
         producer_report,
         high_watermark: plan.high_watermark,
+        dense_from: plan.dense_from,
         epochs: LeaderEpochCache::default(),
     })
 }

@@ -114,6 +114,9 @@ pub(super) struct Plan {
     /// The high watermark after the plan: the checkpoint's, never above the log end nor below
     /// its start (the log start if there was no checkpoint).
     pub high_watermark: i64,
+    /// From where the log is dense: the checkpoint's, or the log end for a directory without
+    /// one (what this engine appends from now on is dense).
+    pub dense_from: i64,
 }
 
 impl Plan {
@@ -141,6 +144,7 @@ impl Plan {
             recovery_point: self.recovery_point,
             log_start_offset: self.log_start_offset,
             high_watermark: self.high_watermark,
+            dense_from: Some(self.dense_from),
             segments: Some(record),
         }
     }
@@ -159,6 +163,7 @@ impl Plan {
             recovery_point: self.recovery_point.max(sealed_end),
             log_start_offset: self.log_start_offset,
             high_watermark: self.high_watermark,
+            dense_from: Some(self.dense_from),
             segments: Some(record),
         }
     }
@@ -382,6 +387,7 @@ impl Planner<'_> {
             let bounds = OffsetBounds {
                 segment_base: base,
                 next_segment_base: next_file_base,
+                dense_from: self.checkpoint.and_then(|c| c.dense_from),
             };
             // Damage to what the record vouches for that the mode lets validation deal with.
             let mut tolerated: Option<Damage> = None;
@@ -503,6 +509,11 @@ impl Planner<'_> {
             .map_or(log_start_offset, |c| c.high_watermark)
             .min(log_end)
             .max(log_start_offset);
+        let dense_from = self
+            .checkpoint
+            .and_then(|c| c.dense_from)
+            .unwrap_or(log_end)
+            .min(log_end);
         Ok(Plan {
             segments: kept,
             doomed,
@@ -510,6 +521,7 @@ impl Planner<'_> {
             log_start_offset,
             recovery_point: rp_after.min(log_end),
             high_watermark,
+            dense_from,
         })
     }
 
@@ -521,6 +533,10 @@ impl Planner<'_> {
     /// rewrites, in Kafka directories too; there, a producer snapshot named after an offset in
     /// the gap says a segment started there: one is missing.
     fn lost_between(&self, prev: &KeptSegment, base: i64, inv: &Inventory) -> bool {
+        if let Some(dense_from) = self.checkpoint.and_then(|c| c.dense_from) {
+            // The gap is what a replicated append left, or offsets were lost.
+            return base > dense_from;
+        }
         if self.is_offset_overflow_gap(base, prev.next_offset) {
             return false;
         }
@@ -772,6 +788,7 @@ impl Planner<'_> {
         let bounds = OffsetBounds {
             segment_base: next_base,
             next_segment_base: None,
+            dense_from: None,
         };
         let data = map.published_slice();
         crate::format::validate_stored_batch(data).is_ok_and(|b| {
@@ -820,6 +837,7 @@ impl Planner<'_> {
                 let bounds = OffsetBounds {
                     segment_base: swap.base,
                     next_segment_base: None,
+                    dense_from: None,
                 };
                 let result = segment::scan(map.published_slice(), bounds, None, &mut |_| {});
                 let next = result.last_offset.map_or(swap.base, |l| l + 1);

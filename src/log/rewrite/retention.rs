@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Exclusive;
-use crate::log::checkpoint::{self, Checkpoint};
+use crate::log::checkpoint;
 use crate::log::{epochs, AppendError, Log, RewriteError};
 use crate::producer::snapshot_files;
 use crate::segment::Segment;
@@ -272,24 +272,8 @@ impl Log {
         kept: &[Arc<Segment>],
         log_start: i64,
     ) -> Result<(), RewriteError> {
-        let recovery_point = self.recovery_point();
-        let kept: Vec<Arc<Segment>> = kept
-            .iter()
-            .skip_while(|s| s.next_offset() <= log_start && s.size() > 0)
-            .cloned()
-            .collect();
-        let record = self.durable_prefix(&ex.st, &kept, recovery_point);
-        checkpoint::write(
-            self.env.fs.as_ref(),
-            &self.dir,
-            &Checkpoint {
-                clean_shutdown: false,
-                recovery_point,
-                log_start_offset: log_start,
-                high_watermark: self.high_watermark().max(log_start),
-                segments: Some(record),
-            },
-        )?;
+        let c = self.checkpoint_of(&ex.st, kept, self.recovery_point(), log_start);
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
         Ok(())
     }
 }

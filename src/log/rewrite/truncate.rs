@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::Exclusive;
 use crate::format::{BatchIter, RecordBatch};
 use crate::io::IoError;
-use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
+use crate::log::checkpoint::{self, Checkpoint};
 use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment};
 use crate::log::recovery::segment_config;
 use crate::log::{epochs, prefault, Log, RewriteError};
@@ -117,18 +117,17 @@ impl Log {
         let log_start = self.log_start_offset().min(new_end);
         // (1) The checkpoint vouches only for what stays as it is: durable sealed segments
         // before the one cut.
-        let record = self.durable_prefix(&ex.st, &segments[..at], recovery_point);
+        let dense_from = ex.st.dense_from.min(new_end);
         checkpoint::write(
             fs,
             &self.dir,
             &Checkpoint {
-                clean_shutdown: false,
-                recovery_point,
-                log_start_offset: log_start,
                 high_watermark: high_watermark.max(log_start),
-                segments: Some(record),
+                dense_from: Some(dense_from),
+                ..self.checkpoint_of(&ex.st, &segments[..at], recovery_point, log_start)
             },
         )?;
+        ex.st.dense_from = dense_from;
         // (2) The new active segment at the new end (the cut segment's own file, if it loses
         // everything, goes first: the new one takes its name).
         let mut report = TruncateReport {
@@ -207,36 +206,6 @@ impl Log {
         ex.st.dir_dirty = false;
         self.reset_flush_position(new_end, 0);
         Ok(report)
-    }
-
-    /// The sealed segments the checkpoint may vouch for: durable (flushed, wholly below the
-    /// recovery point) and in order from the first, up to the first that is not.
-    pub(super) fn durable_prefix(
-        &self,
-        st: &crate::log::AppendState,
-        segments: &[Arc<Segment>],
-        recovery_point: i64,
-    ) -> Vec<SegmentRecord> {
-        let active = st.active.as_ref().map(|w| w.base_offset());
-        let mut record = Vec::new();
-        for s in segments {
-            let durable = Some(s.base_offset()) != active
-                && !st
-                    .unflushed_sealed
-                    .iter()
-                    .any(|u| u.base_offset() == s.base_offset())
-                && s.next_offset() <= recovery_point;
-            if !durable {
-                break;
-            }
-            record.push(SegmentRecord {
-                base_offset: s.base_offset(),
-                next_offset: s.next_offset(),
-                size: s.size() as u64,
-                file_len: s.file_len(),
-            });
-        }
-        record
     }
 
     /// The producer state of the log made of `segments`, ending at `log_end`: the newest
@@ -336,6 +305,7 @@ impl Log {
                 recovery_point: offset,
                 log_start_offset: offset,
                 high_watermark: offset,
+                dense_from: Some(offset),
                 segments: Some(Vec::new()),
             },
         )?;
@@ -376,6 +346,7 @@ impl Log {
             self.high_watermark.store(offset, Ordering::Release);
         }
         ex.st.unflushed_sealed.clear();
+        ex.st.dense_from = offset;
         ex.st.unflushed_messages = 0;
         ex.st.dir_dirty = false;
         self.reset_flush_position(offset, 0);
