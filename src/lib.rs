@@ -10,7 +10,9 @@ pub mod segment;
 pub mod verify;
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, DuplicateInfo, Environment, FetchResult, FlushError,
-    FlushPolicy, LatencyHistogram, Log, LogConfig, LogMetrics, OpenError, ReadError, RecoveryMode,
-    RecoveryReport, WaitFor, WaitOutcome,
+    AppendError, AppendInfo, AppendOutcome, DeletedSegment, DuplicateInfo, Environment,
+    EpochEndOffset, EpochEntry, FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy,
+    LatencyHistogram, Log, LogConfig, LogMetrics, OpenError, ReadError, RecoveryMode,
+    RecoveryReport, RetentionReason, RetentionReport, RewriteError, TruncateReport, WaitFor,
+    WaitOutcome,
 };

@@ -486,6 +486,10 @@ fn run_case(base: &Base, seed: u64) -> (&'static str, Vec<Outcome>) {
         "state {:?}, seed {seed}: {}\nreplay: ONCELOG_MUTATION_SEED={seed} cargo test --test mutation_sweep",
         base.state, m.what
     );
+    // A replay can keep the mutated directory to look at.
+    if let Ok(keep) = std::env::var("ONCELOG_MUTATION_KEEP") {
+        copy_dir(mutated.path(), Path::new(&keep));
+    }
     let dir = mutated.path().to_path_buf();
     within(&ctx, move || verify_dir(&RealFs, &dir).map(|_| ()))
         .unwrap_or_else(|e| panic!("{ctx}\nverify: {e}"));
@@ -691,10 +695,12 @@ fn mutated_logs_keep_the_contract_in_every_recovery_mode() {
     let mut states: BTreeMap<&'static str, u64> = BTreeMap::new();
     // Per mutation kind, per mode: refused, opened as it was, opened by cutting.
     let mut table: BTreeMap<&'static str, [[u64; 3]; 3]> = BTreeMap::new();
-    for seed in 0..cases {
-        if only.is_some_and(|o| o != seed) {
-            continue;
-        }
+    // A replayed seed runs alone, whatever the case count.
+    let seeds = match only {
+        Some(seed) => seed..seed + 1,
+        None => 0..cases,
+    };
+    for seed in seeds {
         let base = &bases[(seed % bases.len() as u64) as usize];
         let (kind, outcomes) = run_case(base, seed);
         *states.entry(state_name(base.state)).or_default() += 1;

@@ -462,6 +462,50 @@ fn a_recorded_end_that_disagrees_with_the_segment_is_refused() {
 }
 
 #[test]
+fn the_last_recorded_end_is_checked_against_the_segment_after_a_crash() {
+    // After a crash the record ends at the last sealed segment and nothing in it vouches for
+    // that segment's end (the others' ends are the next one's base): an end flipped up or down
+    // is found by walking its tail, in every state the log can be in.
+    for wrong in [2590, 2570] {
+        let f = Fixture::new();
+        let p = f.path().join("oncelog.checkpoint");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let record_1720 = text
+            .lines()
+            .find(|l| l.starts_with("1720 2580 "))
+            .unwrap()
+            .to_string();
+        // What a crash leaves: the active segment 2580 unrecorded, the durable end inside it.
+        let crashed: String = text
+            .lines()
+            .filter(|l| !l.starts_with("2580 "))
+            .map(|l| match l {
+                "clean_shutdown 1" => "clean_shutdown 0".to_string(),
+                "segments 4" => "segments 3".to_string(),
+                l if l.starts_with("recovery_point ") => "recovery_point 2600".to_string(),
+                l if l == record_1720 => l.replacen("2580", &wrong.to_string(), 1),
+                l => l.to_string(),
+            })
+            .map(|l| l + "\n")
+            .collect();
+        assert!(crashed.contains(&format!("1720 {wrong} ")), "{crashed}");
+        std::fs::write(&p, crashed).unwrap();
+        let log = f.refused_then_cut(|e| {
+            refused_with(e, &f.segment(1720), |d| {
+                matches!(
+                    d,
+                    Damage::EndDisagrees {
+                        expected_next,
+                        found_next: 2580
+                    } if *expected_next == wrong
+                )
+            })
+        });
+        check_contract(&log, &f.sent);
+    }
+}
+
+#[test]
 fn a_malformed_checkpoint_is_refused_naming_its_line() {
     let f = Fixture::new();
     let p = f.path().join("oncelog.checkpoint");

@@ -5,8 +5,8 @@
 //! What is believed, and why:
 //! - A segment the checkpoint records (version 1) is held to that record: its file must exist
 //!   with exactly the recorded size, and its offsets are the recorded ones, so none of its
-//!   bytes is read on open (except the tail of the last segment after a clean close, and its
-//!   indexes, which are checked). Anything that disagrees with the record is damage.
+//!   bytes is read on open (except the tail of the last recorded segment, whose end nothing
+//!   else in the record vouches for, and its indexes, which are checked). Anything that disagrees with the record is damage.
 //! - Every other segment is validated batch by batch: frame, CRC, records, and offsets, which
 //!   no checksum covers (strictly increasing, inside the segment's int32 range, below the next
 //!   segment's base).
@@ -402,8 +402,13 @@ impl Planner<'_> {
                     None
                 }
                 Some(r) if !self.deep => {
+                    // The last recorded segment's end is vouched for by nothing else in the
+                    // record (the others' ends are the next one's base): its tail is walked.
+                    // So is the last segment's after a clean close, which appends continue.
                     let is_last = next_file_base.is_none();
-                    match self.trust(r, f, bounds, previous_last, is_last && clean, report)? {
+                    let last_recorded = record.keys().next_back() == Some(&base);
+                    let check_tail = last_recorded || (is_last && clean);
+                    match self.trust(r, f, bounds, previous_last, check_tail, report)? {
                         Ok(kept) => Some(kept),
                         Err(damage) => {
                             tolerated = Some(damage);
@@ -558,9 +563,9 @@ impl Planner<'_> {
         }
     }
 
-    /// A recorded segment: checks what is cheap to check (its indexes, and after a clean close
-    /// the tail of the last segment, whose batches a reader and the next append rely on) and
-    /// believes the record for the rest. `Err` with the damage found when it must be validated
+    /// A recorded segment: checks what is cheap to check (its indexes, and the tail of the last
+    /// recorded segment, whose end nothing else vouches for and whose batches a reader and the
+    /// next append rely on) and believes the record for the rest. `Err` with the damage found when it must be validated
     /// instead (damage that the mode lets recovery cut).
     fn trust(
         &self,
@@ -607,8 +612,8 @@ impl Planner<'_> {
                     segment::walk_frames(data, bounds, previous_last, &mut |b| batches.push(*b));
                 (result.valid_len, result.stop, result.last_offset)
             }
-            // After a clean close, the last segment's tail is walked from the last index entry
-            // that names its batch: a few headers.
+            // The last recorded segment's tail is walked from the last index entry that names
+            // its batch: a few headers.
             None => {
                 let hint = index
                     .as_ref()
