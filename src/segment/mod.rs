@@ -5,7 +5,7 @@
 //! one writer of the active segment. Files are preallocated with a real allocation before they
 //! are mapped, and trimmed to their logical size when the segment is sealed.
 
-#[doc(hidden)]
+#[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 pub mod names;
 pub mod offset_index;
@@ -63,8 +63,11 @@ pub struct Segment {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} at byte {position}: {problem}", path.display())]
 pub struct CorruptSegment {
+    /// The segment's `.log`.
     pub path: PathBuf,
+    /// Byte position of the bad batch in it.
     pub position: usize,
+    /// What is wrong there.
     pub problem: BatchProblem,
 }
 
