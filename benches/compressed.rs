@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
-use oncelog::format::{validate_client_batch, BatchBuilder, Compression, HEADER_SIZE};
+use oncelog::format::validate::validate_client_batch;
+use oncelog::format::{BatchBuilder, Compression, HEADER_SIZE};
 use oncelog::{Log, LogConfig};
 
 const RECORDS: usize = 100;

@@ -9,9 +9,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use oncelog::producer::state::{IncomingBatch, ProducerStateTable};
 use oncelog::producer::{
-    snapshot, snapshot_files, IncomingBatch, ProducerEntry, ProducerStateConfig,
-    ProducerStateTable, SnapshotVersion,
+    snapshot, snapshot_files, ProducerEntry, ProducerStateConfig, SnapshotVersion,
 };
 use oncelog::{Log, LogConfig};
 

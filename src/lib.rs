@@ -1,18 +1,65 @@
 //! oncelog: an embeddable Kafka-format partition log with exactly-once idempotent appends.
+
+// The public API is what this file lists (the README's "Public API" says what each part is
+// for). Everything else is the engine's inside: crate-private, or public under the `internals`
+// feature for this crate's own tests, benches and fuzz targets, and for nothing else.
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
 #![doc = include_str!("../README.md")]
+
+/// Declares a module of the engine's inside: `pub(crate)`, or public under the `internals`
+/// feature, hidden from the docs, exempt from `missing_docs`, with no stability promise. With
+/// it the crate's module tree is public as it is in the source, so a test names an internal
+/// item by the path the engine itself uses.
+///
+/// Without it, the module's `pub` items that only tests use would read as dead code; the
+/// internals build, which every test, bench and `cargo clippy --all-targets` uses, lints them
+/// as it always did.
+macro_rules! internal_mod {
+    ($(#[$attr:meta])* $name:ident) => {
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        #[allow(missing_docs)]
+        $(#[$attr])*
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        $(#[$attr])*
+        pub(crate) mod $name;
+    };
+}
 
 pub mod format;
 pub mod io;
-pub mod log;
 pub mod producer;
-pub mod segment;
 pub mod verify;
 
+internal_mod!(log);
+internal_mod!(segment);
+
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, DeletedSegment, DuplicateInfo, Environment,
-    EpochEndOffset, EpochEntry, FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy,
-    LatencyHistogram, Log, LogConfig, LogMetrics, OpenError, ReadError, RecoveryMode,
-    RecoveryReport, RetentionReason, RetentionReport, RewriteError, TruncateReport, WaitFor,
-    WaitOutcome,
+    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, Clock, ConfigError, Damage,
+    DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
+    FlushError, FlushPolicy, HighWatermarkPolicy, LatencyHistogram, Log, LogConfig, LogMetrics,
+    OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
+    Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
+    Truncation, WaitFor, WaitOutcome,
 };
+pub use segment::{BatchProblem, CorruptSegment};
+
+/// The files of a partition directory, for tools that read one without opening a [`Log`], as
+/// `oncelog dump` does: file names, and the entries of `.index`, `.timeindex` and `.snapshot`
+/// files (byte tables in docs/format.md). Reading `.log` files is [`format::BatchIter`]'s job.
+pub mod files {
+    pub use crate::producer::snapshot::{decode as decode_snapshot, Snapshot};
+    pub use crate::segment::names::{
+        file_name, parse as parse_file_name, ParsedName, INDEX_EXT, LOG_EXT, SNAPSHOT_EXT,
+        TIME_INDEX_EXT,
+    };
+    pub use crate::segment::offset_index::{
+        decode as decode_offset_index, OffsetPosition, ENTRY_SIZE as OFFSET_INDEX_ENTRY_SIZE,
+    };
+    pub use crate::segment::time_index::{
+        decode as decode_time_index, TimestampOffset, ENTRY_SIZE as TIME_INDEX_ENTRY_SIZE,
+    };
+}

@@ -20,23 +20,32 @@ use crate::segment::{names, offset_index, scan, time_index, OffsetBounds, ScanSt
 /// One thing wrong with a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The file at fault.
     pub file: PathBuf,
     /// Byte position in the file (for a checkpoint, the line), where it applies.
     pub position: Option<usize>,
     /// A stable snake_case name for the kind of problem.
     pub kind: &'static str,
+    /// What is wrong, for a person.
     pub reason: String,
 }
 
 /// What [`verify_dir`] looked at and found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VerifyReport {
+    /// Segments (`.log` files) checked.
     pub segments: usize,
+    /// Batches checked.
     pub batches: u64,
+    /// Bytes of those batches.
     pub bytes: u64,
+    /// Offset-index entries checked against their segments.
     pub index_entries: u64,
+    /// Time-index entries checked against their segments.
     pub time_index_entries: u64,
+    /// Producer snapshots checked.
     pub snapshots: usize,
+    /// Everything found wrong, in the order found.
     pub problems: Vec<Problem>,
     /// Preallocated space after the last batch of a segment (zeros; not a problem).
     pub preallocated_bytes: u64,
@@ -48,6 +57,7 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
+    /// Whether nothing was found wrong.
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }

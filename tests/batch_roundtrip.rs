@@ -1,9 +1,9 @@
 //! Property tests: random records built by `BatchBuilder` validate, iterate back to the same
 //! records, and any single flipped byte under the CRC is caught.
 
+use oncelog::format::validate::{validate_client_batch, validate_stored_batch};
 use oncelog::format::{
-    validate_client_batch, validate_stored_batch, BatchBuilder, BatchError, Compression, Header,
-    RecordBatch, DEFAULT_MAX_DECOMPRESSED_BYTES,
+    BatchBuilder, BatchError, Compression, Header, RecordBatch, DEFAULT_MAX_DECOMPRESSED_BYTES,
 };
 use proptest::prelude::*;
 

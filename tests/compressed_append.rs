@@ -7,9 +7,9 @@ mod common;
 
 use common::{read_all, same_except_offset_and_epoch, small_config, T0};
 use oncelog::format::batch::{rewrite_crc, set_base_offset};
+use oncelog::format::compression::{compress, decompress_into};
 use oncelog::format::{
-    compress, decompress_into, BatchBuilder, BatchError, BatchIter, Compression, Header,
-    RecordBatch, RecordError, HEADER_SIZE,
+    BatchBuilder, BatchError, BatchIter, Compression, Header, RecordBatch, RecordError, HEADER_SIZE,
 };
 use oncelog::{AppendError, AppendOutcome, Log, LogConfig};
 

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use oncelog::format::BatchBuilder;
-use oncelog::log::{Clock, Environment};
 use oncelog::producer::{ProducerError, ProducerLimitPolicy, ProducerStateConfig, SnapshotVersion};
 use oncelog::{AppendError, AppendOutcome, DuplicateInfo, Log, LogConfig};
+use oncelog::{Clock, Environment};
 
 fn batch(pid: i64, epoch: i16, seq: i32, records: usize) -> Vec<u8> {
     let mut b = BatchBuilder::new().producer(pid, epoch, seq);

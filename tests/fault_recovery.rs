@@ -20,7 +20,7 @@ use common_sim::faults::{
 use common_sim::{dir, open, sweep_seeds, Ctx, Model, StepClock, DEDUP_WINDOW};
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::{FileSystem, IoError, OpenMode, SimFs};
-use oncelog::log::Damage;
+use oncelog::Damage;
 use oncelog::{
     AppendError, AppendInfo, AppendOutcome, FlushError, Log, LogConfig, OpenError, RecoveryMode,
 };
@@ -136,12 +136,11 @@ fn failed_open_changes_nothing(seed: u64) {
     if seed.is_multiple_of(2) {
         // The default mode refuses damage below the recorded recovery point (durable data) and
         // cuts damage at or after it (a tail that was never promised), saying so.
-        let checkpoint = oncelog::io::read_file(&fs, &dir().join("oncelog.checkpoint"))
-            .expect("checkpoint written by the flushes");
-        let recovery_point =
-            oncelog::log::checkpoint::decode(&String::from_utf8_lossy(&checkpoint))
-                .expect("valid checkpoint")
-                .recovery_point;
+        let recovery_point = oncelog::log::checkpoint::read(&fs, &dir())
+            .expect("checkpoint readable")
+            .expect("valid checkpoint")
+            .expect("checkpoint written by the flushes")
+            .recovery_point;
         let opened = open(&fs, &clock, &cfg);
         if victim.first_offset < recovery_point {
             match opened {

@@ -3,11 +3,11 @@
 //! other clients) decoded field by field.
 
 use oncelog::format::batch::set_base_offset;
+use oncelog::format::validate::{validate_client_batch, validate_stored_batch};
 use oncelog::format::varint::{decode_varint, encode_varint};
 use oncelog::format::{
-    end_txn_marker, frame, validate_client_batch, validate_stored_batch, BatchBuilder, BatchError,
-    BatchIter, Compression, ControlRecordKey, ControlType, EndTxnMarker, Header, RecordBatch,
-    TimestampType, DEFAULT_MAX_DECOMPRESSED_BYTES,
+    end_txn_marker, frame, BatchBuilder, BatchError, BatchIter, Compression, ControlRecordKey,
+    ControlType, EndTxnMarker, Header, RecordBatch, TimestampType, DEFAULT_MAX_DECOMPRESSED_BYTES,
 };
 use serde_json::Value;
 

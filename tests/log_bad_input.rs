@@ -8,12 +8,11 @@ mod common;
 use common::{batch, dir_contents, read_all, small_config, T0};
 use oncelog::format::batch::rewrite_crc;
 use oncelog::format::{BatchBuilder, BatchError, RecordError};
-use oncelog::log::{ConfigError, Damage};
-use oncelog::segment::BatchProblem;
 use oncelog::{
     AppendError, AppendInfo, AppendOutcome, FlushError, FlushPolicy, Log, LogConfig, OpenError,
     ReadError, RecoveryMode,
 };
+use oncelog::{BatchProblem, ConfigError, Damage};
 
 fn with_crc(mut b: Vec<u8>) -> Vec<u8> {
     rewrite_crc(&mut b);

@@ -4,10 +4,8 @@
 
 use oncelog::format::sequence;
 use oncelog::producer::snapshot::{decode, encode, SnapshotVersion};
-use oncelog::producer::{
-    BatchMetadata, Decision, IncomingBatch, ProducerEntry, ProducerStateConfig, ProducerStateTable,
-    TxnMarker,
-};
+use oncelog::producer::state::{Decision, IncomingBatch, ProducerStateTable, TxnMarker};
+use oncelog::producer::{BatchMetadata, ProducerEntry, ProducerStateConfig};
 use proptest::prelude::*;
 
 /// What v1 keeps of an entry: the newest batch (stamped with the entry's last timestamp, as

@@ -12,10 +12,9 @@ use std::process::Command;
 use common::{dir_contents, read_all};
 use oncelog::format::{BatchBuilder, RecordBatch};
 use oncelog::io::RealFs;
-use oncelog::log::{Damage, ReadError};
-use oncelog::segment::BatchProblem;
 use oncelog::verify::verify_dir;
 use oncelog::{AppendError, AppendOutcome, FlushPolicy, Log, LogConfig, OpenError, RecoveryMode};
+use oncelog::{BatchProblem, Damage, ReadError};
 
 const MODES: [RecoveryMode; 3] = [
     RecoveryMode::TolerateTailCorruption,

@@ -55,10 +55,15 @@ pub const ATTR_DELETE_HORIZON: i16 = 0x40;
 /// Compression codec of a batch (attributes bits 0-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Compression {
+    /// Records stored as they are (id 0).
     None,
+    /// gzip (id 1).
     Gzip,
+    /// Snappy, raw or in the xerial framing Kafka's Java client writes (id 2).
     Snappy,
+    /// LZ4 frames (id 3).
     Lz4,
+    /// Zstandard (id 4).
     Zstd,
 }
 
@@ -75,6 +80,7 @@ impl Compression {
         })
     }
 
+    /// The codec's id in attribute bits 0-2.
     pub fn id(self) -> u8 {
         match self {
             Compression::None => 0,
@@ -85,6 +91,7 @@ impl Compression {
         }
     }
 
+    /// Kafka's name for the codec (`compression.type`).
     pub fn name(self) -> &'static str {
         match self {
             Compression::None => "none",
@@ -99,11 +106,14 @@ impl Compression {
 /// How a batch's timestamps are to be read (attributes bit 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TimestampType {
+    /// The producer's timestamps (bit clear).
     CreateTime,
+    /// The broker's append time, stored in maxTimestamp, stands for every record's (bit set).
     LogAppendTime,
 }
 
 impl TimestampType {
+    /// Kafka's name for the type (`message.timestamp.type`).
     pub fn name(self) -> &'static str {
         match self {
             TimestampType::CreateTime => "CreateTime",
@@ -135,10 +145,18 @@ pub(crate) fn be_i64(b: &[u8], off: usize) -> i64 {
 /// checksum is looked at. Used by scanners (recovery, dump, reads) to step from batch to batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchFrame {
-    /// A whole batch of `size` bytes (12 + batchLength) is in the buffer.
-    Complete { size: usize },
+    /// A whole batch is in the buffer.
+    Complete {
+        /// The batch's size in bytes, 12 + batchLength.
+        size: usize,
+    },
     /// The buffer ends before the batch does: a torn tail if this is the end of a file.
-    Incomplete { needed: usize, available: usize },
+    Incomplete {
+        /// Bytes needed: the batch's size, or enough of its header to read the size and magic.
+        needed: usize,
+        /// Bytes in the buffer.
+        available: usize,
+    },
 }
 
 /// Reads the frame of the batch at the start of `buf`: the declared size and magic.
@@ -179,7 +197,7 @@ pub fn frame(buf: &[u8]) -> Result<BatchFrame, BatchError> {
 
 /// A zero-copy view of exactly one v2 batch. Constructing it checks only the frame (declared
 /// size ≥ 61, magic 2, the whole batch present); checksum and contents are checked by
-/// [`RecordBatch::verify_crc`] and the validators in [`super::validate`].
+/// [`RecordBatch::verify_crc`], by iterating its records, and by the log's validation on append.
 #[derive(Clone, Copy)]
 pub struct RecordBatch<'a> {
     bytes: &'a [u8],
@@ -206,15 +224,19 @@ impl<'a> RecordBatch<'a> {
     pub fn size(&self) -> usize {
         self.bytes.len()
     }
+    /// The offset of the first record.
     pub fn base_offset(&self) -> i64 {
         be_i64(self.bytes, OFF_BASE_OFFSET)
     }
+    /// The batchLength field: the bytes after it, [12, end).
     pub fn batch_length(&self) -> i32 {
         be_i32(self.bytes, OFF_BATCH_LENGTH)
     }
+    /// The leader epoch of the partition when the batch was appended.
     pub fn partition_leader_epoch(&self) -> i32 {
         be_i32(self.bytes, OFF_PARTITION_LEADER_EPOCH)
     }
+    /// The format version, 2 for every batch a [`RecordBatch`] views.
     pub fn magic(&self) -> i8 {
         self.bytes[OFF_MAGIC] as i8
     }
@@ -226,6 +248,7 @@ impl<'a> RecordBatch<'a> {
     pub fn compute_crc(&self) -> u32 {
         crc32c::crc32c(&self.bytes[OFF_ATTRIBUTES..])
     }
+    /// Whether the stored CRC matches the bytes.
     pub fn is_crc_valid(&self) -> bool {
         self.crc() == self.compute_crc()
     }
@@ -238,6 +261,7 @@ impl<'a> RecordBatch<'a> {
             Err(BatchError::CrcMismatch { stored, computed })
         }
     }
+    /// The attributes field: codec, timestamp type, transactional, control, delete horizon.
     pub fn attributes(&self) -> i16 {
         be_i16(self.bytes, OFF_ATTRIBUTES)
     }
@@ -245,6 +269,7 @@ impl<'a> RecordBatch<'a> {
     pub fn compression(&self) -> Option<Compression> {
         Compression::from_id((self.attributes() & ATTR_COMPRESSION_MASK) as u8)
     }
+    /// How the records' timestamps are to be read (attributes bit 3).
     pub fn timestamp_type(&self) -> TimestampType {
         if self.attributes() & ATTR_TIMESTAMP_TYPE != 0 {
             TimestampType::LogAppendTime
@@ -252,33 +277,44 @@ impl<'a> RecordBatch<'a> {
             TimestampType::CreateTime
         }
     }
+    /// Whether the batch is part of a transaction (attributes bit 4).
     pub fn is_transactional(&self) -> bool {
         self.attributes() & ATTR_TRANSACTIONAL != 0
     }
+    /// Whether the batch holds a control record, such as a transaction marker (attributes bit 5).
     pub fn is_control(&self) -> bool {
         self.attributes() & ATTR_CONTROL != 0
     }
+    /// Whether baseTimestamp holds a compacted topic's delete horizon (attributes bit 6).
     pub fn has_delete_horizon(&self) -> bool {
         self.attributes() & ATTR_DELETE_HORIZON != 0
     }
+    /// The last record's offset minus [`Self::base_offset`].
     pub fn last_offset_delta(&self) -> i32 {
         be_i32(self.bytes, OFF_LAST_OFFSET_DELTA)
     }
+    /// The timestamp the records' deltas count from: the first record's, or the delete horizon
+    /// ([`Self::has_delete_horizon`]).
     pub fn base_timestamp(&self) -> i64 {
         be_i64(self.bytes, OFF_BASE_TIMESTAMP)
     }
+    /// The largest timestamp of the records (the append time under `LogAppendTime`).
     pub fn max_timestamp(&self) -> i64 {
         be_i64(self.bytes, OFF_MAX_TIMESTAMP)
     }
+    /// The producer id, -1 for a producer that is not idempotent.
     pub fn producer_id(&self) -> i64 {
         be_i64(self.bytes, OFF_PRODUCER_ID)
     }
+    /// The producer's epoch, -1 without a producer id.
     pub fn producer_epoch(&self) -> i16 {
         be_i16(self.bytes, OFF_PRODUCER_EPOCH)
     }
+    /// The first record's sequence number, -1 without a producer id.
     pub fn base_sequence(&self) -> i32 {
         be_i32(self.bytes, OFF_BASE_SEQUENCE)
     }
+    /// The number of records the header declares.
     pub fn records_count(&self) -> i32 {
         be_i32(self.bytes, OFF_RECORDS_COUNT)
     }
@@ -329,6 +365,7 @@ pub struct BatchIter<'a> {
 }
 
 impl<'a> BatchIter<'a> {
+    /// Iterates over the batches at the start of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
         BatchIter {
             buf,

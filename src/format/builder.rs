@@ -47,6 +47,8 @@ impl Default for BatchBuilder {
 }
 
 impl BatchBuilder {
+    /// An empty batch with a client's header: base offset 0, no producer id (-1), no partition
+    /// leader epoch (-1), `CreateTime`, uncompressed.
     pub fn new() -> BatchBuilder {
         BatchBuilder {
             base_offset: 0,
@@ -67,10 +69,12 @@ impl BatchBuilder {
         }
     }
 
+    /// The baseOffset to write (0 for a client's batch; a log assigns the real one).
     pub fn base_offset(mut self, base_offset: i64) -> Self {
         self.base_offset = base_offset;
         self
     }
+    /// The partitionLeaderEpoch to write.
     pub fn partition_leader_epoch(mut self, epoch: i32) -> Self {
         self.partition_leader_epoch = epoch;
         self
@@ -82,18 +86,22 @@ impl BatchBuilder {
         self.base_sequence = base_sequence;
         self
     }
+    /// Marks the batch as part of a transaction.
     pub fn transactional(mut self, transactional: bool) -> Self {
         self.transactional = transactional;
         self
     }
+    /// Marks the batch as a control batch (see [`super::end_txn_marker`] for a whole marker).
     pub fn control(mut self, control: bool) -> Self {
         self.control = control;
         self
     }
+    /// The timestamp type to write in the attributes.
     pub fn timestamp_type(mut self, timestamp_type: TimestampType) -> Self {
         self.timestamp_type = timestamp_type;
         self
     }
+    /// Compresses the records with `compression` when the batch is built.
     pub fn compression(mut self, compression: Compression) -> Self {
         self.compression = compression;
         self
@@ -117,6 +125,7 @@ impl BatchBuilder {
     pub fn len(&self) -> i32 {
         self.count
     }
+    /// Whether no record was appended yet.
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }

@@ -26,17 +26,26 @@ use super::record::Record;
 /// What a control record says. Unknown types are kept, not refused: Kafka ignores them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ControlType {
+    /// A transaction was aborted (type 0).
     Abort,
+    /// A transaction was committed (type 1).
     Commit,
+    /// A KRaft leader change (type 2).
     LeaderChange,
+    /// The start of a KRaft snapshot (type 3).
     SnapshotHeader,
+    /// The end of a KRaft snapshot (type 4).
     SnapshotFooter,
+    /// A KRaft version record (type 5).
     KraftVersion,
+    /// A KRaft voters record (type 6).
     KraftVoters,
+    /// A type this version does not know, with its id.
     Unknown(i16),
 }
 
 impl ControlType {
+    /// The type for a key's type id.
     pub fn from_id(id: i16) -> ControlType {
         match id {
             0 => ControlType::Abort,
@@ -50,6 +59,7 @@ impl ControlType {
         }
     }
 
+    /// The type id written in a key.
     pub fn id(self) -> i16 {
         match self {
             ControlType::Abort => 0,
@@ -72,13 +82,17 @@ impl ControlType {
 /// The key of a control record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlRecordKey {
+    /// The key's version (0; a higher one is read as 0).
     pub version: i16,
+    /// What the record says.
     pub control_type: ControlType,
 }
 
 impl ControlRecordKey {
+    /// Bytes of an encoded key: version and type, two big-endian int16s.
     pub const SIZE: usize = 4;
 
+    /// Reads a key; bytes after the first [`Self::SIZE`] are ignored, as Kafka does.
     pub fn decode(key: &[u8]) -> Result<ControlRecordKey, ControlRecordError> {
         if key.len() < Self::SIZE {
             return Err(ControlRecordError::KeyTooShort { len: key.len() });
@@ -93,6 +107,7 @@ impl ControlRecordKey {
         })
     }
 
+    /// The key's bytes.
     pub fn encode(&self) -> [u8; 4] {
         let [v0, v1] = self.version.to_be_bytes();
         let [t0, t1] = self.control_type.id().to_be_bytes();
@@ -103,13 +118,17 @@ impl ControlRecordKey {
 /// The value of an ABORT or COMMIT control record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EndTxnMarker {
+    /// The value's version (0; a higher one is read as 0).
     pub version: i16,
+    /// The epoch of the transaction coordinator that wrote the marker.
     pub coordinator_epoch: i32,
 }
 
 impl EndTxnMarker {
+    /// Bytes of an encoded value: version (int16) and coordinator epoch (int32), big-endian.
     pub const SIZE: usize = 6;
 
+    /// Reads a marker's value; bytes after the first [`Self::SIZE`] are ignored, as Kafka does.
     pub fn decode(value: &[u8]) -> Result<EndTxnMarker, ControlRecordError> {
         if value.len() < Self::SIZE {
             return Err(ControlRecordError::ValueTooShort { len: value.len() });
@@ -124,6 +143,7 @@ impl EndTxnMarker {
         })
     }
 
+    /// The value's bytes.
     pub fn encode(&self) -> [u8; 6] {
         let mut out = [0u8; 6];
         out[..2].copy_from_slice(&self.version.to_be_bytes());

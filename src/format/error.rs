@@ -6,54 +6,140 @@ use super::batch::Compression;
 /// A batch that is not a valid Kafka RecordBatch v2, or that breaks a rule for its origin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchError {
+    /// The buffer ends before the batch does.
     #[error("batch truncated: {needed} bytes needed, {available} available")]
-    Truncated { needed: usize, available: usize },
+    Truncated {
+        /// Bytes the batch needs (its header, or the whole batch once the length is known).
+        needed: usize,
+        /// Bytes the buffer holds from the batch's start.
+        available: usize,
+    },
+    /// The batchLength field is too small for a v2 header.
     #[error("declared batchLength {batch_length} is below the 49 bytes of a v2 header")]
-    SizeTooSmall { batch_length: i32 },
+    SizeTooSmall {
+        /// The declared batchLength.
+        batch_length: i32,
+    },
+    /// The batch is larger than the limit it was checked against (`max_message_bytes`).
     #[error("batch of {size} bytes exceeds the limit of {max} bytes")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// The batch's size in bytes, log overhead included.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not a RecordBatch v2: older message formats are not stored.
     #[error("magic {magic} is not supported: only RecordBatch v2 (magic 2) is stored")]
-    UnsupportedMagic { magic: i8 },
+    UnsupportedMagic {
+        /// The magic byte found.
+        magic: i8,
+    },
+    /// The CRC-32C over the batch from its attributes on does not match the stored one.
     #[error("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
-    CrcMismatch { stored: u32, computed: u32 },
+    CrcMismatch {
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// More bytes follow the batch where exactly one batch was expected.
     #[error("{extra} bytes follow the {batch_size}-byte batch: one batch per append")]
-    TrailingBytes { batch_size: usize, extra: usize },
+    TrailingBytes {
+        /// The size of the batch.
+        batch_size: usize,
+        /// The bytes after it.
+        extra: usize,
+    },
+    /// The attributes name a codec Kafka does not define.
     #[error("unknown compression codec {codec}")]
-    UnknownCompression { codec: u8 },
+    UnknownCompression {
+        /// The codec id of the attributes (their low three bits).
+        codec: u8,
+    },
+    /// A client batch must leave its offsets to the log.
     #[error("a client batch must have baseOffset 0, got {base_offset}")]
-    NonZeroBaseOffset { base_offset: i64 },
+    NonZeroBaseOffset {
+        /// The baseOffset found.
+        base_offset: i64,
+    },
+    /// A client batch with no records.
     #[error("a client batch must hold at least one record")]
     EmptyBatch,
+    /// The header's offset span and its record count disagree.
     #[error("lastOffsetDelta {last_offset_delta} + 1 != recordsCount {records_count}")]
     CountMismatch {
+        /// The header's lastOffsetDelta.
         last_offset_delta: i32,
+        /// The header's recordsCount.
         records_count: i32,
     },
+    /// The header's lastOffsetDelta is negative.
     #[error("negative lastOffsetDelta {last_offset_delta}")]
-    NegativeLastOffsetDelta { last_offset_delta: i32 },
+    NegativeLastOffsetDelta {
+        /// The header's lastOffsetDelta.
+        last_offset_delta: i32,
+    },
+    /// Control batches (transaction markers) are written by the broker, never by a client.
     #[error("clients may not produce control batches")]
     ControlBatchFromClient,
+    /// An idempotent producer's batch without a sequence.
     #[error("producer id {producer_id} requires a base sequence >= 0, got {base_sequence}")]
     MissingSequence {
+        /// The batch's producer id.
         producer_id: i64,
+        /// The batch's baseSequence.
         base_sequence: i32,
     },
+    /// A record inside the batch is malformed.
     #[error("record {index} at batch byte {position}: {reason}")]
     InvalidRecord {
+        /// The record's index in the batch, from 0.
         index: i32,
+        /// Where the record starts, in bytes from the start of the batch (for a compressed
+        /// batch, counted as if its records were stored uncompressed).
         position: usize,
+        /// What is wrong with it.
         reason: RecordError,
     },
+    /// Bytes are left after the records the header declares.
     #[error("{extra} bytes left after the {records_count} declared records")]
-    RecordsTrailing { records_count: i32, extra: usize },
+    RecordsTrailing {
+        /// The header's recordsCount.
+        records_count: i32,
+        /// The bytes left over.
+        extra: usize,
+    },
+    /// The records of a compressed batch do not decompress.
     #[error("cannot decompress {codec:?} records: {message}")]
-    Decompression { codec: Compression, message: String },
+    Decompression {
+        /// The batch's codec.
+        codec: Compression,
+        /// The codec's complaint.
+        message: String,
+    },
+    /// The header's recordsCount is negative.
     #[error("negative recordsCount {records_count}")]
-    NegativeRecordsCount { records_count: i32 },
+    NegativeRecordsCount {
+        /// The header's recordsCount.
+        records_count: i32,
+    },
+    /// The records of a compressed batch decompress to more than the limit
+    /// (`max_decompressed_bytes`).
     #[error("{codec:?} records decompress to more than the limit of {limit} bytes")]
-    DecompressedTooLarge { codec: Compression, limit: usize },
+    DecompressedTooLarge {
+        /// The batch's codec.
+        codec: Compression,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The builder could not compress the records.
     #[error("cannot compress records with {codec:?}: {message}")]
-    CompressionFailed { codec: Compression, message: String },
+    CompressionFailed {
+        /// The codec asked for.
+        codec: Compression,
+        /// The codec's complaint.
+        message: String,
+    },
 }
 
 impl BatchError {
@@ -121,23 +207,52 @@ impl BatchErrorAt {
 /// What is wrong inside one record (docs/format.md, "Record").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {
+    /// The record runs past the end of the batch's records.
     #[error("the record runs past the end of the batch")]
     Truncated,
+    /// A varint field has more bytes than its type allows.
     #[error("{field} varint is longer than {max_bytes} bytes")]
     VarintTooLong {
+        /// The field's name.
         field: &'static str,
+        /// The most bytes its type allows.
         max_bytes: usize,
     },
+    /// A length or count is negative where only -1 (null) or more is allowed.
     #[error("{field} is negative ({value})")]
-    NegativeLength { field: &'static str, value: i64 },
+    NegativeLength {
+        /// The field's name.
+        field: &'static str,
+        /// The value found.
+        value: i64,
+    },
+    /// The record's offsetDelta is not its index: offsets within a batch must be dense.
     #[error("offsetDelta {got}, expected {expected}: offsets must be dense")]
-    OffsetDelta { expected: i32, got: i32 },
+    OffsetDelta {
+        /// The record's index, the only valid offsetDelta.
+        expected: i32,
+        /// The offsetDelta found.
+        got: i32,
+    },
+    /// The record's declared length and the bytes its fields take disagree.
     #[error("record body declared {declared} bytes but its fields use {consumed}")]
-    LengthMismatch { declared: usize, consumed: usize },
+    LengthMismatch {
+        /// The record's length field.
+        declared: usize,
+        /// The bytes its fields take.
+        consumed: usize,
+    },
+    /// A header with a null key.
     #[error("header key must not be null")]
     NullHeaderKey,
+    /// More headers declared than the record's remaining bytes could hold.
     #[error("headerCount {count} is larger than the {remaining} bytes left in the record")]
-    HeaderCountTooLarge { count: i32, remaining: usize },
+    HeaderCountTooLarge {
+        /// The declared headerCount.
+        count: i32,
+        /// The bytes left in the record.
+        remaining: usize,
+    },
 }
 
 impl RecordError {
@@ -159,16 +274,36 @@ impl RecordError {
 /// markers").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ControlRecordError {
+    /// The key is shorter than its version and type.
     #[error("control record key is {len} bytes, at least 4 needed")]
-    KeyTooShort { len: usize },
+    KeyTooShort {
+        /// The key's length.
+        len: usize,
+    },
+    /// The key's version is negative.
     #[error("control record key has negative version {version}")]
-    NegativeKeyVersion { version: i16 },
+    NegativeKeyVersion {
+        /// The version found.
+        version: i16,
+    },
+    /// The end-transaction marker's value is shorter than its version and coordinator epoch.
     #[error("end-txn marker value is {len} bytes, at least 6 needed")]
-    ValueTooShort { len: usize },
+    ValueTooShort {
+        /// The value's length.
+        len: usize,
+    },
+    /// The end-transaction marker's version is negative.
     #[error("end-txn marker value has negative version {version}")]
-    NegativeValueVersion { version: i16 },
+    NegativeValueVersion {
+        /// The version found.
+        version: i16,
+    },
+    /// The key or the value is null.
     #[error("control record has a null {field}")]
-    Null { field: &'static str },
+    Null {
+        /// `"key"` or `"value"`.
+        field: &'static str,
+    },
 }
 
 impl ControlRecordError {

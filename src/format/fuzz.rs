@@ -182,7 +182,7 @@ mod tests {
     /// Compressed client batches that must be refused (issue 8 item 7): every one has a valid
     /// CRC, so only decompressing and walking the records finds the problem.
     fn compressed_seeds() -> Vec<(&'static str, Vec<u8>)> {
-        use crate::format::compress;
+        use crate::format::compression::compress;
         let records = sample_records();
         let garbage: Vec<u8> = (0..120u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)

@@ -29,16 +29,21 @@ use super::varint::{decode_varint, decode_varlong, VarintError, MAX_VARINT_BYTES
 /// The batch header values that turn a record's deltas into absolute offsets and timestamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordContext {
+    /// The batch's baseOffset.
     pub base_offset: i64,
     /// baseTimestamp as stored: the first record's timestamp, or the delete horizon when that
     /// attribute is set (deltas are then relative to the horizon, docs/format.md, attributes).
     pub base_timestamp: i64,
+    /// The batch's maxTimestamp: every record's timestamp under `LogAppendTime`.
     pub max_timestamp: i64,
+    /// How the records' timestamps are read.
     pub timestamp_type: TimestampType,
+    /// The records the batch declares.
     pub records_count: i32,
 }
 
 impl RecordContext {
+    /// The context of `batch`'s records.
     pub fn of(batch: &RecordBatch<'_>) -> RecordContext {
         RecordContext {
             base_offset: batch.base_offset(),
@@ -53,15 +58,20 @@ impl RecordContext {
 /// One record, borrowing its key, value and headers from the records buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
+    /// The record's attributes (unused by Kafka so far: 0).
     pub attributes: i8,
+    /// The timestamp as stored, relative to the batch's baseTimestamp.
     pub timestamp_delta: i64,
+    /// The offset as stored, relative to the batch's baseOffset: the record's index.
     pub offset_delta: i32,
     /// The record's timestamp: baseTimestamp + delta for CreateTime, the batch's maxTimestamp
     /// for LogAppendTime (Kafka ignores the deltas then, docs/format.md, attributes).
     pub timestamp: i64,
     /// baseOffset + offsetDelta.
     pub offset: i64,
+    /// The key; `None` when null.
     pub key: Option<&'a [u8]>,
+    /// The value; `None` when null (a tombstone in a compacted topic).
     pub value: Option<&'a [u8]>,
     /// Bytes the record occupies, its length prefix included.
     pub encoded_size: usize,
@@ -74,6 +84,7 @@ impl<'a> Record<'a> {
     pub fn headers(&self) -> HeaderIter<'a> {
         HeaderIter::validated(self.headers, self.header_count)
     }
+    /// How many headers the record has.
     pub fn header_count(&self) -> usize {
         self.header_count
     }
@@ -86,11 +97,13 @@ impl<'a> Record<'a> {
 /// One record header. Keys are never null (docs/format.md, "Record"); values may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header<'a> {
+    /// The header's key (UTF-8 by Kafka's convention; not checked).
     pub key: &'a [u8],
+    /// The header's value; `None` when null.
     pub value: Option<&'a [u8]>,
 }
 
-/// Iterates over headers that [`decode_record`] has already checked, so it needs no errors and
+/// Iterates over headers that were checked when their record was read, so it needs no errors and
 /// allocates nothing.
 #[derive(Debug, Clone)]
 pub struct HeaderIter<'a> {

@@ -381,7 +381,7 @@ mod tests {
 
     /// A `codec` batch whose compressed stream holds `records` as given, with a valid CRC.
     fn compressed_with_records(codec: Compression, count: i32, records: &[u8]) -> Vec<u8> {
-        let packed = crate::format::compress(codec, records).unwrap();
+        let packed = crate::format::compression::compress(codec, records).unwrap();
         let mut buf = batch_with_records(count, &packed);
         buf[OFF_ATTRIBUTES + 1] |= codec.id();
         rewrite_crc(&mut buf);

@@ -5,13 +5,17 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {}: {source}", path.display())]
 pub struct IoError {
+    /// What was being done: `"open"`, `"fsync"`, `"rename"`, ...
     pub op: &'static str,
+    /// The file (or directory) it was done to.
     pub path: PathBuf,
+    /// The operating system's error.
     #[source]
     pub source: io::Error,
 }
 
 impl IoError {
+    /// The failure of `op` on `path`.
     pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> IoError {
         IoError {
             op,

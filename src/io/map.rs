@@ -59,7 +59,7 @@ impl Mapping {
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes (and for writes, if `writable`) for as long
     /// as `backing` lives, and nothing else may write to that memory while it is mapped.
-    pub unsafe fn from_raw(
+    pub(crate) unsafe fn from_raw(
         ptr: *mut u8,
         len: usize,
         published: usize,
@@ -123,6 +123,7 @@ impl Mapping {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the mapping is empty (of an empty file).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -159,18 +160,18 @@ impl Mapping {
         }))
     }
 
-    /// msync of `[offset, offset + len)`. The range must be published: the engine only ever
-    /// makes whole, published batches durable, and a [`SharedBuffer`] backing relies on it to
-    /// copy the range while the writer may be writing above the watermark.
     /// Faults in `[offset, offset + len)` ahead of the writer (see [`MapBacking::populate`]).
-    pub fn populate(&self, offset: usize, len: usize, write: bool) {
+    pub(crate) fn populate(&self, offset: usize, len: usize, write: bool) {
         if offset < self.len && len > 0 {
             self.backing
                 .populate(offset, len.min(self.len - offset), write);
         }
     }
 
-    pub fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+    /// msync of `[offset, offset + len)`. The range must be published: the engine only ever
+    /// makes whole, published batches durable, and a [`SharedBuffer`] backing relies on it to
+    /// copy the range while the writer may be writing above the watermark.
+    pub(crate) fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
@@ -186,7 +187,7 @@ impl Mapping {
 
     /// The unique writer of a writable mapping, or `None` if the mapping is read-only or its
     /// writer was already taken.
-    pub fn writer(self: &Arc<Self>) -> Option<MapWriter> {
+    pub(crate) fn writer(self: &Arc<Self>) -> Option<MapWriter> {
         if !self.writable || self.writer_taken.swap(true, Ordering::AcqRel) {
             return None;
         }
@@ -322,19 +323,6 @@ impl SharedBuffer {
         .into()
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Mappings of the buffer that are still alive (read-only and writable).
-    pub fn live_mappings(&self) -> usize {
-        let m = self.maps.lock();
-        m.read_only + m.writable
-    }
-
     /// Copies `[offset, offset + dst.len())` into `dst`, provided no writable mapping lives
     /// (then nothing can be writing the buffer).
     pub fn read_unwritten(&self, offset: usize, dst: &mut [u8]) -> Result<(), SharedBufferBusy> {
@@ -435,7 +423,7 @@ impl Mapping {
     /// Maps `[0, len)` of a [`SharedBuffer`] (the simulated file system's maps). A writable
     /// mapping is refused while any other mapping of the buffer lives, a read-only one while a
     /// writable one lives: one writer, and readers never see a byte change.
-    pub fn over_shared_buffer(
+    pub(crate) fn over_shared_buffer(
         buffer: &Arc<SharedBuffer>,
         len: usize,
         published: usize,

@@ -4,23 +4,38 @@
 //!
 //! Memory maps are the one place where bytes move without a call: [`Mapping`] (in the small
 //! `map` module, the only `unsafe` code of the crate) makes that safe with a *publish
-//! watermark*: readers can only see bytes below it, and the single [`MapWriter`] only writes
+//! watermark*: readers can only see bytes below it, and the map's single writer only writes
 //! above it.
+//!
+//! To bring your own file system (to count, delay or fail operations), implement
+//! [`FileSystem`] and [`File`] and pass it in [`crate::Environment`]. `File::map` delegates to
+//! a file of [`RealFs`] (or answers [`Mapping::empty`] for an empty file): no public function
+//! wraps raw memory in a `Mapping`, because the safety of every read rests on how the memory
+//! was mapped.
 
 mod error;
+// The shared buffers behind simulated maps serve `sim` alone, which only tests compile.
 #[allow(unsafe_code)]
+#[cfg_attr(not(any(test, feature = "internals")), allow(dead_code))]
 mod map;
 mod real;
-pub mod sim;
+internal_mod!(
+    #[cfg(any(test, feature = "internals"))]
+    sim
+);
 
 use std::fmt::Debug;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use error::{IoError, IoResultExt};
-pub use map::{MapBacking, MapWriter, Mapping, SharedBuffer, SharedBufferBusy, SharedFlush};
+pub use error::IoError;
+pub use map::Mapping;
 pub use real::RealFs;
+
+pub(crate) use error::IoResultExt;
+pub(crate) use map::MapWriter;
+#[cfg(any(test, feature = "internals"))]
 pub use sim::{OpKind as SimOp, SimFs};
 
 /// How [`FileSystem::open`] opens a file.
@@ -41,9 +56,12 @@ pub enum OpenMode {
 pub enum MapMode {
     /// The whole mapped range is published; no writer exists.
     ReadOnly,
-    /// Shared, writable; the first `published` bytes are visible to readers at once, and a
-    /// [`MapWriter`] may write above them.
-    ReadWrite { published: usize },
+    /// Shared, writable: the engine's one writer of the map writes above the first `published`
+    /// bytes and publishes what it wrote.
+    ReadWrite {
+        /// The bytes readers may see at once (the file's data; the rest is preallocation).
+        published: usize,
+    },
 }
 
 /// What kind of directory entry a path names.
@@ -51,6 +69,7 @@ pub enum MapMode {
 pub enum FileKind {
     /// A regular file: the only kind the engine reads or writes.
     File,
+    /// A directory.
     Dir,
     /// Anything else (a FIFO, a socket, a device): never opened, since opening a FIFO blocks
     /// until a writer appears and a device can be of any size.
@@ -71,7 +90,9 @@ impl FileKind {
 /// What [`FileSystem::stat`] tells of a path (after following symbolic links).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileMeta {
+    /// What the path names.
     pub kind: FileKind,
+    /// Its length in bytes.
     pub len: u64,
 }
 
@@ -93,9 +114,11 @@ impl std::fmt::Debug for FileLock {
 
 /// A directory tree of files: the operations the engine needs, and no more.
 pub trait FileSystem: Send + Sync + Debug + 'static {
+    /// Creates `dir` and its missing parents.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Names of the entries of `dir` (files and directories), in no particular order.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Whether `path` names anything.
     fn exists(&self, path: &Path) -> io::Result<bool>;
     /// The kind and length of what `path` names; `NotFound` if nothing.
     fn stat(&self, path: &Path) -> io::Result<FileMeta>;
@@ -104,9 +127,11 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     /// process, or another handle in this one. Released when the [`FileLock`] is dropped or the
     /// process dies (`flock(2)` semantics).
     fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock>;
+    /// Opens a regular file (see [`OpenMode`]).
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>>;
     /// Atomically replaces `to` with `from` (POSIX rename). Durable only after [`Self::sync_dir`].
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file. Durable only after [`Self::sync_dir`].
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
@@ -114,7 +139,9 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
 
 /// One open file.
 pub trait File: Send + Sync + Debug {
+    /// The file's length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
     fn is_empty(&self) -> io::Result<bool> {
         Ok(self.len()? == 0)
     }
@@ -127,6 +154,7 @@ pub trait File: Send + Sync + Debug {
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`, growing the file if it ends before.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// fdatasync: the file's data and the metadata needed to read it back (its length).
     fn sync_data(&self) -> io::Result<()>;
@@ -137,7 +165,7 @@ pub trait File: Send + Sync + Debug {
 
 /// What [`read_small_file`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SmallFile {
+pub(crate) enum SmallFile {
     Missing,
     /// Not a regular file (its kind); it was not opened.
     NotAFile(&'static str),
@@ -149,7 +177,7 @@ pub enum SmallFile {
 /// Reads a small metadata file (a checkpoint, a snapshot) whole, after checking that it is a
 /// regular file of at most `max_len` bytes: a FIFO would block the read and a huge sparse file
 /// would exhaust memory, so neither is opened.
-pub fn read_small_file(
+pub(crate) fn read_small_file(
     fs: &dyn FileSystem,
     path: &Path,
     max_len: u64,
@@ -170,7 +198,7 @@ pub fn read_small_file(
 
 /// Reads a whole (small) file. Callers that read what they did not write use
 /// [`read_small_file`].
-pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
+pub(crate) fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
     let len = file.len().ctx("stat", path)? as usize;
     let mut buf = vec![0u8; len];
@@ -189,7 +217,7 @@ pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
 }
 
 /// The name a file is written under before it is renamed into place.
-pub fn temp_path(path: &Path) -> PathBuf {
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())
@@ -201,7 +229,7 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// Writes a small metadata file so that a crash leaves either the old or the new content,
 /// never a mix (docs/design.md, "Files and the checkpoint"): temp file, fsync, rename over the
 /// target, fsync the directory.
-pub fn write_file_atomically(
+pub(crate) fn write_file_atomically(
     fs: &dyn FileSystem,
     path: &Path,
     bytes: &[u8],
@@ -211,7 +239,11 @@ pub fn write_file_atomically(
 }
 
 /// Writes and fsyncs `path` (the first half of [`write_file_atomically`]).
-pub fn write_file_synced(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+pub(crate) fn write_file_synced(
+    fs: &dyn FileSystem,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), IoError> {
     let file = fs
         .open(path, OpenMode::CreateTruncate)
         .ctx("create", path)?;
@@ -221,13 +253,13 @@ pub fn write_file_synced(fs: &dyn FileSystem, path: &Path, bytes: &[u8]) -> Resu
 
 /// Renames a synced temp file over its target and makes the rename durable (the second half
 /// of [`write_file_atomically`]).
-pub fn publish_file(fs: &dyn FileSystem, temp: &Path, path: &Path) -> Result<(), IoError> {
+pub(crate) fn publish_file(fs: &dyn FileSystem, temp: &Path, path: &Path) -> Result<(), IoError> {
     fs.rename(temp, path).ctx("rename", temp)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     fs.sync_dir(dir).ctx("fsync directory", dir)
 }
 
 /// The real file system.
-pub fn real() -> Arc<dyn FileSystem> {
+pub(crate) fn real() -> Arc<dyn FileSystem> {
     Arc::new(RealFs)
 }

@@ -91,10 +91,19 @@ pub struct Checkpoint {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason} (remove the file to validate the whole log instead)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
 pub struct BadCheckpoint {
+    /// The checkpoint file.
     pub path: PathBuf,
     /// The 1-based line at fault, where one is.
     pub line: Option<usize>,
+    /// What is wrong with it.
     pub reason: String,
+}
+
+impl BadCheckpoint {
+    /// A stable snake_case name for the kind of error (that of [`super::OpenError::BadCheckpoint`]).
+    pub fn kind(&self) -> &'static str {
+        "bad_checkpoint"
+    }
 }
 
 pub fn path(dir: &Path) -> PathBuf {

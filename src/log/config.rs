@@ -52,6 +52,7 @@ pub enum RecoveryMode {
 }
 
 impl RecoveryMode {
+    /// The mode's name on the command line (`oncelog recover --mode`) and in messages.
     pub fn name(self) -> &'static str {
         match self {
             RecoveryMode::TolerateTailCorruption => "tolerate-tail",
@@ -164,8 +165,11 @@ impl Default for LogConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {field} = {value}: {rule}")]
 pub struct ConfigError {
+    /// The setting, named as its [`LogConfig`] field (`producer_state` for any of its fields).
     pub field: &'static str,
+    /// The value it was given.
     pub value: String,
+    /// The rule it breaks.
     pub rule: &'static str,
 }
 
@@ -286,6 +290,7 @@ fn leak_rule(e: crate::producer::ConfigError) -> &'static str {
 
 /// The wall clock, in milliseconds since the Unix epoch. A seam so tests can move time.
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// Now, in milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
 }
 
@@ -305,7 +310,9 @@ impl Clock for SystemClock {
 /// What a log runs on: its file system and its clock.
 #[derive(Debug, Clone)]
 pub struct Environment {
+    /// Every file operation goes through it ([`crate::io::RealFs`] by default).
     pub fs: Arc<dyn FileSystem>,
+    /// Append times and segment roll deadlines come from it ([`SystemClock`] by default).
     pub clock: Arc<dyn Clock>,
 }
 

@@ -24,7 +24,9 @@ const MAX_FILE_BYTES: u64 = 64 << 20;
 /// The first offset written in a leader epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochEntry {
+    /// The leader epoch.
     pub epoch: i32,
+    /// The first offset a leader of that epoch wrote.
     pub start_offset: i64,
 }
 
@@ -32,11 +34,15 @@ pub struct EpochEntry {
 /// about, and where it ended. `(-1, -1)` when undefined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochEndOffset {
+    /// The epoch answered with: the largest at or below the one asked about.
     pub leader_epoch: i32,
+    /// The first offset after that epoch: the next epoch's start, or the log end offset for
+    /// the latest epoch.
     pub end_offset: i64,
 }
 
 impl EpochEndOffset {
+    /// The answer when no epoch at or below the one asked about is known.
     pub const UNDEFINED: EpochEndOffset = EpochEndOffset {
         leader_epoch: UNDEFINED_EPOCH,
         end_offset: UNDEFINED_EPOCH_OFFSET,

@@ -17,8 +17,15 @@ use crate::segment::{BatchProblem, CorruptSegment};
 /// open"): it is cut, or the open is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Damage {
+    /// The file ends inside a batch: the tail a crash during a write leaves.
     #[error("torn batch: {needed} bytes declared, {available} present")]
-    Torn { needed: usize, available: usize },
+    Torn {
+        /// Bytes the batch declares (or the header bytes needed to read its size).
+        needed: usize,
+        /// Bytes the file holds from the batch's start.
+        available: usize,
+    },
+    /// Bytes that are not a valid batch, or a batch whose offsets do not fit the segment.
     #[error("{0}")]
     Invalid(BatchProblem),
     /// The segment's batches end at `next_offset`, but the next segment starts later.
@@ -26,34 +33,65 @@ pub enum Damage {
         "batches end at offset {next_offset}, but the next segment starts at {next_segment_base}"
     )]
     MissingOffsets {
+        /// The last offset + 1 of the segment's batches.
         next_offset: i64,
+        /// The base offset of the segment after it.
         next_segment_base: i64,
     },
     /// A segment the checkpoint vouches for has no `.log` file.
     #[error("segment missing: the checkpoint vouches for offsets {base_offset}..{next_offset} in {size} bytes")]
     SegmentMissing {
+        /// The missing segment's base offset.
         base_offset: i64,
+        /// The last offset + 1 it held, by the checkpoint.
         next_offset: i64,
+        /// Its size in bytes, by the checkpoint.
         size: u64,
     },
     /// A segment's `.log` is not the size the checkpoint vouches for.
     #[error("{found} bytes, but the checkpoint vouches for {expected}")]
-    SizeMismatch { expected: u64, found: u64 },
+    SizeMismatch {
+        /// The size in the checkpoint.
+        expected: u64,
+        /// The file's size.
+        found: u64,
+    },
     /// A segment file where the checkpoint says there is none.
     #[error("segment not in the checkpoint's record of the log (offsets up to {record_end})")]
-    UnrecordedSegment { record_end: i64 },
+    UnrecordedSegment {
+        /// Where the checkpoint's record of the segments ends (last offset + 1).
+        record_end: i64,
+    },
     /// The batches of a vouched-for segment do not end where the checkpoint says.
     #[error("batches end at offset {found_next}, but the checkpoint vouches for {expected_next}")]
-    EndDisagrees { expected_next: i64, found_next: i64 },
+    EndDisagrees {
+        /// The last offset + 1 in the checkpoint.
+        expected_next: i64,
+        /// The last offset + 1 of the batches found.
+        found_next: i64,
+    },
     /// After recovery the log would end below the offsets the checkpoint says were durable.
     #[error("the log ends at offset {log_end}, but the checkpoint says offsets up to {recovery_point} were durable")]
-    DurableEndMissing { log_end: i64, recovery_point: i64 },
+    DurableEndMissing {
+        /// Where the log would end.
+        log_end: i64,
+        /// The checkpoint's recovery point: every offset below it was durable.
+        recovery_point: i64,
+    },
     /// A file named like a segment that is not a regular file (never opened: a FIFO would block).
     #[error("a {kind}, not a regular file")]
-    NotAFile { kind: &'static str },
+    NotAFile {
+        /// What it is: `"directory"`, `"FIFO"`, ...
+        kind: &'static str,
+    },
     /// A `.log` larger than any segment can be (positions are int32).
     #[error("{len} bytes, larger than any segment ({max})")]
-    TooLarge { len: u64, max: u64 },
+    TooLarge {
+        /// The file's length.
+        len: u64,
+        /// The largest a segment can be.
+        max: u64,
+    },
 }
 
 impl Damage {
@@ -77,13 +115,20 @@ impl Damage {
 /// Why a log could not be opened. A refused open changes nothing on disk.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// The configuration breaks a rule ([`crate::LogConfig::validate`]).
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A file operation failed.
     #[error(transparent)]
     Io(#[from] IoError),
     /// Another `Log` has the directory open, in this process or another.
     #[error("{} is in use by another log ({holder})", dir.display())]
-    Locked { dir: PathBuf, holder: String },
+    Locked {
+        /// The partition directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file says (`process <pid>`).
+        holder: String,
+    },
     /// The checkpoint is unreadable or contradicts itself.
     #[error(transparent)]
     BadCheckpoint(#[from] BadCheckpoint),
@@ -93,10 +138,13 @@ pub enum OpenError {
     /// The recovery mode does not allow what recovery would have to cut.
     #[error("{}{}: {damage} (refused by recovery mode {})", path.display(), position.map(|p| format!(": byte {p}")).unwrap_or_default(), mode.name())]
     Refused {
+        /// The file where the damage is.
         path: PathBuf,
         /// Byte position in the file, where the damage has one.
         position: Option<usize>,
+        /// What is wrong.
         damage: Damage,
+        /// The mode that refused it.
         mode: RecoveryMode,
     },
 }
@@ -127,10 +175,20 @@ pub enum AppendError {
     Producer(#[from] ProducerError),
     /// The batch cannot fit in any segment (RECORD_LIST_TOO_LARGE).
     #[error("batch of {size} bytes is larger than segment_bytes {segment_bytes}")]
-    RecordListTooLarge { size: usize, segment_bytes: usize },
+    RecordListTooLarge {
+        /// The batch's size in bytes.
+        size: usize,
+        /// The configured `segment_bytes`.
+        segment_bytes: usize,
+    },
     /// A replicated batch does not start at or after the log end (Kafka's UnexpectedAppendOffset).
     #[error("replicated batch starts at offset {got}, but the log ends at {log_end_offset}")]
-    UnexpectedAppendOffset { log_end_offset: i64, got: i64 },
+    UnexpectedAppendOffset {
+        /// The log end offset.
+        log_end_offset: i64,
+        /// The batch's base offset.
+        got: i64,
+    },
     /// A file operation failed; the log is unchanged and appends may be retried.
     #[error(transparent)]
     Io(#[from] IoError),
@@ -138,14 +196,20 @@ pub enum AppendError {
     /// failed fsync the kernel may have dropped the dirty pages, so writing on could lose
     /// acknowledged data silently.
     #[error("log is read-only after an earlier failure: {cause}")]
-    ReadOnly { cause: Arc<IoError> },
+    ReadOnly {
+        /// The failure that made it so.
+        cause: Arc<IoError>,
+    },
+    /// The log was closed.
     #[error("log is closed")]
     Closed,
     /// A replicated append wrote its first batches and then failed: the log holds them (up to
     /// `written.last_offset`), and none of the rest.
     #[error("replicated append stopped after offset {}: {cause}", written.last_offset)]
     PartiallyWritten {
+        /// The batches written, from the first one's first offset to the last one's last.
         written: super::AppendInfo,
+        /// Why the next batch was not.
         cause: Box<AppendError>,
     },
 }
@@ -170,14 +234,20 @@ impl AppendError {
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
+    /// The offset is below the log start or above the log end (Kafka's OFFSET_OUT_OF_RANGE).
     #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
     OffsetOutOfRange {
+        /// The offset asked for.
         offset: i64,
+        /// The first offset that can be read.
         log_start_offset: i64,
+        /// The next offset to be assigned.
         log_end_offset: i64,
     },
+    /// The segment holds bytes that are not a batch where one should be.
     #[error(transparent)]
     Corrupt(#[from] CorruptSegment),
+    /// The log was closed.
     #[error("log is closed")]
     Closed,
 }
@@ -196,10 +266,18 @@ impl ReadError {
 /// Why a flush (or close) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FlushError {
+    /// A file operation failed around the sync (at close: sealing the active segment, writing
+    /// the producer snapshot or the checkpoint).
     #[error(transparent)]
     Io(#[from] IoError),
+    /// A sync failed, in this flush or an earlier one: the log is read-only until it is
+    /// reopened (see [`AppendError::ReadOnly`]).
     #[error("log is read-only after an earlier failure: {cause}")]
-    ReadOnly { cause: Arc<IoError> },
+    ReadOnly {
+        /// The failure that made it so.
+        cause: Arc<IoError>,
+    },
+    /// The log was closed.
     #[error("log is closed")]
     Closed,
 }
@@ -222,17 +300,37 @@ pub enum RewriteError {
     /// An offset below the first offset of the log (to start over there, use
     /// [`super::Log::truncate_fully_and_start_at`]).
     #[error("offset {offset} is below the log start offset {log_start_offset}")]
-    BelowLogStart { offset: i64, log_start_offset: i64 },
+    BelowLogStart {
+        /// The offset asked for.
+        offset: i64,
+        /// The log's first offset.
+        log_start_offset: i64,
+    },
     /// An offset past the end of the log.
     #[error("offset {offset} is above the log end offset {log_end_offset}")]
-    AboveLogEnd { offset: i64, log_end_offset: i64 },
+    AboveLogEnd {
+        /// The offset asked for.
+        offset: i64,
+        /// The offset the next append gets.
+        log_end_offset: i64,
+    },
     /// DeleteRecords may not remove records above the high watermark (Kafka's
     /// OFFSET_OUT_OF_RANGE): they are not committed yet.
     #[error("offset {offset} is above the high watermark {high_watermark}")]
-    AboveHighWatermark { offset: i64, high_watermark: i64 },
+    AboveHighWatermark {
+        /// The offset asked for.
+        offset: i64,
+        /// The log's high watermark.
+        high_watermark: i64,
+    },
     /// A leader epoch older than the one the log already has.
     #[error("leader epoch {got} is older than the current {current}")]
-    StaleLeaderEpoch { current: i32, got: i32 },
+    StaleLeaderEpoch {
+        /// The log's leader epoch.
+        current: i32,
+        /// The epoch asked for.
+        got: i32,
+    },
     /// The high watermark follows the durable end under this log's policy.
     #[error("the high watermark is set by the caller only under HighWatermarkPolicy::SetByCaller")]
     HighWatermarkNotSettable,
@@ -243,8 +341,13 @@ pub enum RewriteError {
     /// it could be left inconsistent.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// An earlier write failed and left the log read-only.
     #[error("log is read-only after an earlier failure: {cause}")]
-    ReadOnly { cause: Arc<IoError> },
+    ReadOnly {
+        /// The failure that made it read-only.
+        cause: Arc<IoError>,
+    },
+    /// The log was closed.
     #[error("log is closed")]
     Closed,
 }
@@ -279,16 +382,34 @@ impl From<FlushError> for RewriteError {
 /// Any oncelog error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// From [`crate::Log::open`].
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// From an append.
     #[error(transparent)]
     Append(#[from] AppendError),
+    /// From a read or fetch.
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// From a flush or close.
     #[error(transparent)]
     Flush(#[from] FlushError),
+    /// From a truncation, a retention pass, or a leader-epoch or high-watermark change.
     #[error(transparent)]
     Rewrite(#[from] RewriteError),
+}
+
+impl Error {
+    /// The `kind()` of the error inside: one name per failure, whichever operation met it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Open(e) => e.kind(),
+            Error::Append(e) => e.kind(),
+            Error::Read(e) => e.kind(),
+            Error::Flush(e) => e.kind(),
+            Error::Rewrite(e) => e.kind(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -390,6 +511,28 @@ mod tests {
                 limit: 1 << 20
             }),
             "batch_too_large"
+        );
+    }
+
+    #[test]
+    fn the_umbrella_error_and_a_bad_checkpoint_keep_their_kind() {
+        let bad = BadCheckpoint {
+            path: PathBuf::from("/x/oncelog.checkpoint"),
+            line: Some(2),
+            reason: "not a number".into(),
+        };
+        assert_eq!(bad.kind(), "bad_checkpoint");
+        assert_eq!(Error::from(OpenError::from(bad)).kind(), "bad_checkpoint");
+        assert_eq!(Error::from(AppendError::Closed).kind(), "closed");
+        let out_of_range = ReadError::OffsetOutOfRange {
+            offset: 9,
+            log_start_offset: 0,
+            log_end_offset: 3,
+        };
+        assert_eq!(Error::from(out_of_range).kind(), "offset_out_of_range");
+        assert_eq!(
+            Error::from(AppendError::Batch(BatchError::EmptyBatch)).kind(),
+            "invalid_record"
         );
     }
 

@@ -11,7 +11,7 @@ pub mod epochs;
 mod error;
 mod fetch;
 mod flush;
-#[doc(hidden)]
+#[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 mod metrics;
 mod prefault;
@@ -63,7 +63,9 @@ pub enum AppendOutcome {
 /// Where an appended batch went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendInfo {
+    /// The offset of the batch's first record.
     pub first_offset: i64,
+    /// The offset of its last record.
     pub last_offset: i64,
     /// Base offset of the segment that holds the batch.
     pub segment_base_offset: i64,
@@ -76,7 +78,9 @@ pub struct AppendInfo {
 /// The original offsets of a duplicate batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DuplicateInfo {
+    /// The offset the original batch's first record got.
     pub first_offset: i64,
+    /// The offset its last record got.
     pub last_offset: i64,
 }
 
@@ -233,9 +237,11 @@ impl Log {
         })
     }
 
+    /// The partition directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+    /// The configuration the log was opened with.
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
@@ -273,6 +279,7 @@ impl Log {
     pub fn recovery_point(&self) -> i64 {
         self.recovery_point.load(Ordering::Acquire)
     }
+    /// Number of segments, the active one included.
     pub fn segment_count(&self) -> usize {
         self.segments.read().len()
     }
@@ -693,7 +700,7 @@ impl Log {
     }
 
     /// Drops the log without closing it, as a crash of the process would leave it (tests).
-    #[doc(hidden)]
+    #[cfg(feature = "internals")]
     pub fn abandon(self) {
         self.abandoned.store(true, Ordering::Release);
     }

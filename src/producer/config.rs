@@ -23,7 +23,8 @@ pub enum ProducerLimitPolicy {
     Reject,
 }
 
-/// Settings of a [`super::ProducerStateTable`].
+/// Settings of the producer-state table, which decides appended / duplicate / error for each
+/// idempotent producer's batch ([`crate::LogConfig::producer_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerStateConfig {
     /// Batches retained per producer for duplicate detection. Kafka: 5, fixed. Valid
@@ -34,7 +35,7 @@ pub struct ProducerStateConfig {
     /// What happens at `max_producers`.
     pub limit_policy: ProducerLimitPolicy,
     /// A producer without an open transaction whose last append (by wall clock) is at least
-    /// this old is forgotten by [`super::ProducerStateTable::expire`]. Kafka:
+    /// this old is forgotten by [`crate::Log::expire_producers`]. Kafka:
     /// `producer.id.expiration.ms`, default 86 400 000 (one day).
     pub expiration_ms: i64,
 }
@@ -53,12 +54,25 @@ impl Default for ProducerStateConfig {
 /// A [`ProducerStateConfig`] value out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `window` is outside [`MIN_WINDOW`]`..=`[`MAX_WINDOW`].
     #[error("dedup window of {got} batches is out of range {min}..={max}")]
-    WindowOutOfRange { got: usize, min: usize, max: usize },
+    WindowOutOfRange {
+        /// The window asked for.
+        got: usize,
+        /// [`MIN_WINDOW`].
+        min: usize,
+        /// [`MAX_WINDOW`].
+        max: usize,
+    },
+    /// `max_producers` is `Some(0)`.
     #[error("max_producers must be at least 1, got 0")]
     ZeroMaxProducers,
+    /// `expiration_ms` is zero or negative.
     #[error("expiration_ms must be positive, got {got}")]
-    NonPositiveExpiration { got: i64 },
+    NonPositiveExpiration {
+        /// The value asked for.
+        got: i64,
+    },
 }
 
 impl ConfigError {

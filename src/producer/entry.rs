@@ -62,6 +62,7 @@ impl ProducerEntry {
         }
     }
 
+    /// The producer's id.
     pub fn producer_id(&self) -> i64 {
         self.producer_id
     }
@@ -85,6 +86,7 @@ impl ProducerEntry {
     pub fn current_txn_first_offset(&self) -> Option<i64> {
         (self.txn_first_offset >= 0).then_some(self.txn_first_offset)
     }
+    /// Whether the producer has a transaction open.
     pub fn has_open_txn(&self) -> bool {
         self.txn_first_offset >= 0
     }

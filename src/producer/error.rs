@@ -6,16 +6,22 @@ pub enum ProducerError {
     /// INVALID_PRODUCER_EPOCH (47): the batch's epoch is older than the producer's.
     #[error("producer {producer_id}: stale epoch {got}, current epoch is {current}")]
     InvalidProducerEpoch {
+        /// The batch's producer id.
         producer_id: i64,
+        /// The producer's current epoch.
         current: i16,
+        /// The batch's epoch.
         got: i16,
     },
     /// OUT_OF_ORDER_SEQUENCE_NUMBER (45): a gap, a reordering, a retry older than the window,
     /// or a new epoch not starting at 0.
     #[error("producer {producer_id}: out-of-order sequence, expected {expected}, got {got}")]
     OutOfOrderSequence {
+        /// The batch's producer id.
         producer_id: i64,
+        /// The base sequence that would have been in order.
         expected: i32,
+        /// The batch's base sequence.
         got: i32,
     },
     /// INVALID_TXN_STATE (48): a non-transactional batch while a transaction is open.
@@ -24,21 +30,31 @@ pub enum ProducerError {
          offset {txn_first_offset} is open"
     )]
     InvalidTxnState {
+        /// The batch's producer id.
         producer_id: i64,
+        /// The first offset of the open transaction.
         txn_first_offset: i64,
     },
     /// TRANSACTION_COORDINATOR_FENCED (52): a marker from an older coordinator.
     #[error("producer {producer_id}: marker from coordinator epoch {got}, current is {current}")]
     CoordinatorFenced {
+        /// The marker's producer id.
         producer_id: i64,
+        /// The coordinator epoch of the producer's last marker.
         current: i32,
+        /// The marker's coordinator epoch.
         got: i32,
     },
     /// The table is at `max_producers` and the policy is to reject new producers.
     #[error(
         "producer {producer_id}: refused, the table already holds its limit of {limit} producers"
     )]
-    TooManyProducers { producer_id: i64, limit: usize },
+    TooManyProducers {
+        /// The new producer's id.
+        producer_id: i64,
+        /// The configured `max_producers`.
+        limit: usize,
+    },
 }
 
 impl ProducerError {

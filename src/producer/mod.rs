@@ -5,12 +5,14 @@
 mod config;
 mod entry;
 mod error;
-#[doc(hidden)]
-pub mod fuzz;
-pub mod snapshot;
-pub mod snapshot_files;
-mod state;
-mod window;
+internal_mod!(
+    #[cfg(any(test, feature = "internals"))]
+    fuzz
+);
+internal_mod!(snapshot);
+internal_mod!(snapshot_files);
+internal_mod!(state);
+internal_mod!(window);
 
 pub use config::{
     ConfigError, ProducerLimitPolicy, ProducerStateConfig, DEFAULT_EXPIRATION_MS, DEFAULT_WINDOW,
@@ -18,6 +20,7 @@ pub use config::{
 };
 pub use entry::{ProducerEntry, NO_EPOCH};
 pub use error::ProducerError;
-pub use snapshot::{Snapshot, SnapshotError, SnapshotVersion};
-pub use state::{CompletedTxn, Decision, IncomingBatch, ProducerStateTable, TxnMarker};
-pub use window::{BatchMetadata, BatchWindow};
+pub use snapshot::{SnapshotError, SnapshotVersion};
+pub use window::BatchMetadata;
+
+pub(crate) use state::{Decision, IncomingBatch, ProducerStateTable};

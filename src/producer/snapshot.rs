@@ -95,6 +95,7 @@ pub enum SnapshotVersion {
 }
 
 impl SnapshotVersion {
+    /// The version number in a snapshot's header.
     pub fn number(self) -> i16 {
         match self {
             SnapshotVersion::V1 => 1,
@@ -102,6 +103,7 @@ impl SnapshotVersion {
             SnapshotVersion::V3 => 3,
         }
     }
+    /// The version with that number, if known.
     pub fn from_number(n: i16) -> Option<SnapshotVersion> {
         match n {
             1 => Some(SnapshotVersion::V1),
@@ -120,9 +122,11 @@ impl SnapshotVersion {
 /// A decoded snapshot: the entries in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
+    /// The format it was written in.
     pub version: SnapshotVersion,
     /// The offset stored in the header (version 3).
     pub offset: Option<i64>,
+    /// One entry per producer.
     pub entries: Vec<ProducerEntry>,
 }
 
@@ -156,46 +160,102 @@ impl Snapshot {
 /// Why bytes are not a valid snapshot; positions are byte offsets in the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
+    /// Shorter than its version's header.
     #[error("snapshot too short: {len} bytes, the header alone is {min}")]
-    TooShort { len: usize, min: usize },
+    TooShort {
+        /// The file's length.
+        len: usize,
+        /// The header's size.
+        min: usize,
+    },
+    /// A version this oncelog does not read.
     #[error("unsupported snapshot version {version} (known: 1, 2, 3)")]
-    UnsupportedVersion { version: i16 },
+    UnsupportedVersion {
+        /// The version in the header.
+        version: i16,
+    },
+    /// The CRC-32C of the bytes after the header's CRC field does not match it.
     #[error("snapshot CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")]
-    CrcMismatch { stored: u32, computed: u32 },
+    CrcMismatch {
+        /// The CRC in the header.
+        stored: u32,
+        /// The CRC of the bytes.
+        computed: u32,
+    },
+    /// A negative entry count.
     #[error("invalid snapshot entry count {count}")]
-    InvalidCount { count: i32 },
+    InvalidCount {
+        /// The count found.
+        count: i32,
+    },
+    /// The file ends inside an entry.
     #[error("snapshot truncated in entry {entry} at byte {position}: {needed} more bytes needed, file is {len} bytes")]
     Truncated {
+        /// The entry's index, from 0.
         entry: usize,
+        /// Where the missing bytes start.
         position: usize,
+        /// How many more bytes the entry needs.
         needed: usize,
+        /// The file's length.
         len: usize,
     },
+    /// The declared entries do not end where the file does.
     #[error("snapshot declares {declared} entries, which end at byte {position}, but the file is {len} bytes")]
     CountMismatch {
+        /// The entry count in the header.
         declared: usize,
+        /// Where those entries end.
         position: usize,
+        /// The file's length.
         len: usize,
     },
+    /// A field outside its valid range (a batch count above the largest window, a negative
+    /// offset delta).
     #[error("snapshot entry {entry}: invalid {field} {value} at byte {position}")]
     InvalidField {
+        /// The entry's index, from 0.
         entry: usize,
+        /// Where the field is.
         position: usize,
+        /// The field's name.
         field: &'static str,
+        /// Its value.
         value: i64,
     },
+    /// The offset in a version-3 header is not the one in the file's name.
     #[error("snapshot header says offset {header}, but the file is named after offset {name}")]
-    OffsetMismatch { header: i64, name: i64 },
+    OffsetMismatch {
+        /// The offset in the header.
+        header: i64,
+        /// The offset in the name.
+        name: i64,
+    },
+    /// An entry knows an offset the snapshot cannot have seen: at or above the one it is named
+    /// after.
     #[error("producer {producer_id} knows offset {offset}, not below the snapshot's offset {snapshot_offset}")]
     EntryBeyondOffset {
+        /// The entry's producer id.
         producer_id: i64,
+        /// The offset it knows (a batch's last offset or its open transaction's first).
         offset: i64,
+        /// The offset the snapshot is named after.
         snapshot_offset: i64,
     },
+    /// The file is larger than any snapshot can be; it was not read.
     #[error("snapshot file of {len} bytes is larger than any snapshot ({max})")]
-    TooLarge { len: u64, max: u64 },
+    TooLarge {
+        /// The file's length.
+        len: u64,
+        /// The largest a snapshot can be.
+        max: u64,
+    },
+    /// Not a regular file; it was not opened.
     #[error("snapshot is a {kind}, not a regular file")]
-    NotAFile { kind: &'static str },
+    NotAFile {
+        /// What it is: `"directory"`, `"FIFO"`, ...
+        kind: &'static str,
+    },
 }
 
 impl SnapshotError {

@@ -6,7 +6,7 @@
 //! are mapped, and trimmed to their logical size when the segment is sealed.
 
 mod cut;
-#[doc(hidden)]
+#[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 pub mod names;
 pub mod offset_index;
@@ -68,8 +68,11 @@ pub struct Segment {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} at byte {position}: {problem}", path.display())]
 pub struct CorruptSegment {
+    /// The segment's `.log`.
     pub path: PathBuf,
+    /// Byte position of the bad batch in it.
     pub position: usize,
+    /// What is wrong there.
     pub problem: BatchProblem,
 }
 

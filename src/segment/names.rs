@@ -3,10 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
+/// A segment's batches.
 pub const LOG_EXT: &str = "log";
+/// A segment's offset index.
 pub const INDEX_EXT: &str = "index";
+/// A segment's time index.
 pub const TIME_INDEX_EXT: &str = "timeindex";
 pub const TXN_INDEX_EXT: &str = "txnindex";
+/// A producer snapshot.
 pub const SNAPSHOT_EXT: &str = "snapshot";
 
 /// Temporary suffixes that follow the extension (docs/format.md, "Partition directory and file
@@ -28,8 +32,11 @@ pub fn file_path(dir: &Path, base_offset: i64, ext: &str) -> PathBuf {
 /// A file name split into its parts: `<offset>.<ext>[.<suffix>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedName<'a> {
+    /// The offset of the 20 digits: a segment's base offset, or a snapshot's offset.
     pub offset: i64,
+    /// The extension: [`LOG_EXT`], [`INDEX_EXT`], ... or any other.
     pub ext: &'a str,
+    /// The temporary suffix after it (`deleted`, `cleaned`, `swap`, `tmp`), if any.
     pub suffix: Option<&'a str>,
 }
 

@@ -16,12 +16,15 @@ use super::search::largest_lower_bound;
 use crate::format::batch::be_i32;
 use crate::io::{MapWriter, Mapping};
 
+/// Bytes of one offset-index entry: relative offset and position, big-endian int32s.
 pub const ENTRY_SIZE: usize = 8;
 
 /// One offset-index entry, with the absolute offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OffsetPosition {
+    /// The last offset of the batch at `position` (the segment's base plus the stored one).
     pub offset: i64,
+    /// The batch's byte position in the segment's `.log`.
     pub position: u32,
 }
 

@@ -27,41 +27,66 @@ pub struct BatchInfo {
 /// Why a batch in a segment is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchProblem {
+    /// The bytes are not a valid batch.
     #[error("{0}")]
     Batch(#[from] BatchError),
+    /// The batch's offsets do not start above the previous batch's.
     #[error("base offset {base_offset} does not follow the previous last offset {previous_last}")]
     OffsetNotIncreasing {
+        /// The batch's base offset.
         base_offset: i64,
+        /// The previous batch's last offset.
         previous_last: i64,
     },
+    /// The batch's offsets are below the segment's base offset, or too far above it for a
+    /// relative offset (int32) in its indexes.
     #[error("offsets {base_offset}..={last_offset} are outside the int32 range of segment {segment_base}")]
     OffsetOutOfSegment {
+        /// The batch's base offset.
         base_offset: i64,
+        /// The batch's last offset.
         last_offset: i64,
+        /// The segment's base offset.
         segment_base: i64,
     },
+    /// The batch's offsets run into the next segment's.
     #[error(
         "last offset {last_offset} is not below the next segment's base offset {next_segment_base}"
     )]
     OffsetBeyondNextSegment {
+        /// The batch's last offset.
         last_offset: i64,
+        /// The next segment's base offset.
         next_segment_base: i64,
     },
     /// The batch's offsets run into the next batch's, which follows the batch before it: this
     /// batch's header (base offset or last offset delta) is the damaged one.
     #[error("offsets {base_offset}..={last_offset} overlap the next batch at {next_base_offset}")]
     OffsetsOverlapNext {
+        /// The batch's base offset.
         base_offset: i64,
+        /// The batch's last offset.
         last_offset: i64,
+        /// The next batch's base offset.
         next_base_offset: i64,
     },
     /// A gap in offsets where the log is known to be dense.
     #[error("base offset {base_offset} leaves a gap after {expected}, where the log is dense")]
-    OffsetGap { expected: i64, base_offset: i64 },
+    OffsetGap {
+        /// The offset that should have come next.
+        expected: i64,
+        /// The batch's base offset.
+        base_offset: i64,
+    },
     /// The batches skip offsets the segment is known to hold (from the checkpoint's record or
     /// validation): a damaged header claims offsets that are not its own.
     #[error("the batches skip offset {offset}, which the segment holds (up to {next_offset})")]
-    OffsetsSkipped { offset: i64, next_offset: i64 },
+    OffsetsSkipped {
+        /// The first offset skipped.
+        offset: i64,
+        /// The last offset + 1 the segment is known to hold.
+        next_offset: i64,
+    },
 }
 
 impl BatchProblem {

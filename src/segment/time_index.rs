@@ -17,12 +17,15 @@ use super::search::largest_lower_bound;
 use crate::format::batch::{be_i32, be_i64};
 use crate::io::{MapWriter, Mapping};
 
+/// Bytes of one time-index entry: timestamp (int64) and relative offset (int32), big-endian.
 pub const ENTRY_SIZE: usize = 12;
 
 /// One time-index entry, with the absolute offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimestampOffset {
+    /// The largest timestamp in the segment up to and including the batch at `offset`.
     pub timestamp: i64,
+    /// That batch's last offset (the segment's base plus the stored one).
     pub offset: i64,
 }
 

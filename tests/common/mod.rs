@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use oncelog::format::{BatchBuilder, BatchIter, RecordBatch};
-use oncelog::log::Clock;
+use oncelog::Clock;
 use oncelog::{Environment, Log, LogConfig};
 
 /// A wall clock the test moves by hand.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::SimFs;
-use oncelog::log::Clock;
+use oncelog::Clock;
 use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError};
 
 pub const DIR: &str = "/data/topic-0";

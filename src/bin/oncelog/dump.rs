@@ -15,10 +15,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use oncelog::files::{self, Snapshot};
 use oncelog::format::{BatchIter, RecordBatch};
-use oncelog::producer::snapshot::{self, Snapshot, SnapshotVersion};
-use oncelog::producer::ProducerEntry;
-use oncelog::segment::{names, offset_index, time_index};
+use oncelog::producer::{ProducerEntry, SnapshotVersion};
 use serde::Serialize;
 
 use crate::output::Out;
@@ -45,10 +44,10 @@ enum FileKind {
 impl FileKind {
     fn from_ext(ext: &str) -> Option<FileKind> {
         Some(match ext {
-            names::LOG_EXT => FileKind::Log,
-            names::INDEX_EXT => FileKind::Index,
-            names::TIME_INDEX_EXT => FileKind::TimeIndex,
-            names::SNAPSHOT_EXT => FileKind::Snapshot,
+            files::LOG_EXT => FileKind::Log,
+            files::INDEX_EXT => FileKind::Index,
+            files::TIME_INDEX_EXT => FileKind::TimeIndex,
+            files::SNAPSHOT_EXT => FileKind::Snapshot,
             _ => return None,
         })
     }
@@ -94,7 +93,7 @@ fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
     for entry in fs::read_dir(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))? {
         let entry = entry.map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
         let name = entry.file_name();
-        let Some(parsed) = name.to_str().and_then(names::parse) else {
+        let Some(parsed) = name.to_str().and_then(files::parse_file_name) else {
             continue;
         };
         if parsed.suffix.is_some() {
@@ -114,7 +113,7 @@ fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
 
 fn classify_file(path: &Path) -> Result<Target, CliError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let parsed = names::parse(name);
+    let parsed = files::parse_file_name(name);
     let ext = match &parsed {
         Some(p) => Some(p.ext),
         None => path.extension().and_then(|e| e.to_str()),
@@ -417,8 +416,8 @@ impl Dumper {
     }
 
     fn offset_index(&mut self, file: &str, bytes: &[u8], base: i64) -> Result<(), CliError> {
-        let used = Self::used_index_bytes(bytes, offset_index::ENTRY_SIZE);
-        for e in offset_index::decode(&bytes[..used], base) {
+        let used = Self::used_index_bytes(bytes, files::OFFSET_INDEX_ENTRY_SIZE);
+        for e in files::decode_offset_index(&bytes[..used], base) {
             let line = OffsetIndexLine {
                 kind: "offset_index",
                 file,
@@ -434,12 +433,12 @@ impl Dumper {
                 ))?;
             }
         }
-        self.index_tail(file, bytes, offset_index::ENTRY_SIZE, used)
+        self.index_tail(file, bytes, files::OFFSET_INDEX_ENTRY_SIZE, used)
     }
 
     fn time_index(&mut self, file: &str, bytes: &[u8], base: i64) -> Result<(), CliError> {
-        let used = Self::used_index_bytes(bytes, time_index::ENTRY_SIZE);
-        for e in time_index::decode(&bytes[..used], base) {
+        let used = Self::used_index_bytes(bytes, files::TIME_INDEX_ENTRY_SIZE);
+        for e in files::decode_time_index(&bytes[..used], base) {
             let line = TimeIndexLine {
                 kind: "time_index",
                 file,
@@ -455,7 +454,7 @@ impl Dumper {
                 ))?;
             }
         }
-        self.index_tail(file, bytes, time_index::ENTRY_SIZE, used)
+        self.index_tail(file, bytes, files::TIME_INDEX_ENTRY_SIZE, used)
     }
 
     /// How many leading bytes of an index hold entries. Trailing all-zero entries are the
@@ -499,7 +498,7 @@ impl Dumper {
     fn snapshot(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
         let Snapshot {
             version, entries, ..
-        } = match snapshot::decode(bytes) {
+        } = match files::decode_snapshot(bytes) {
             Ok(s) => s,
             Err(e) => return self.error(file, 0, e.to_string()),
         };

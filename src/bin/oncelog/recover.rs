@@ -9,8 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use oncelog::log::{ProducerLoadReport, Truncation};
-use oncelog::{Log, LogConfig, OpenError, RecoveryMode, RecoveryReport};
+use oncelog::{
+    Log, LogConfig, OpenError, ProducerLoadReport, RecoveryMode, RecoveryReport, Truncation,
+};
 use serde::Serialize;
 
 use crate::output::Out;

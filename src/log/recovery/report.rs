@@ -37,10 +37,12 @@ pub struct RecoveryReport {
 /// One cut of damaged bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truncation {
+    /// The `.log` that was cut.
     pub path: PathBuf,
     /// Bytes kept: the cut is here.
     pub position: usize,
     /// Length of the file before the cut (including preallocated space).
     pub file_len: usize,
+    /// What was found at `position`.
     pub damage: Damage,
 }

@@ -46,15 +46,20 @@ impl RetentionReason {
 /// A segment retention deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeletedSegment {
+    /// The segment's base offset.
     pub base_offset: i64,
+    /// The offset after its last batch: the log start offset once it is gone.
     pub next_offset: i64,
+    /// The size of its `.log`.
     pub bytes: u64,
+    /// Which limit it broke.
     pub reason: RetentionReason,
 }
 
 /// What [`Log::enforce_retention`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetentionReport {
+    /// The segments deleted, oldest first.
     pub deleted: Vec<DeletedSegment>,
     /// The log start offset after.
     pub log_start_offset: i64,

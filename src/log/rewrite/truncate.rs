@@ -30,9 +30,10 @@ use crate::segment::{self, CorruptSegment, Segment};
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TruncateReport {
-    /// The log end offset before and after. After is at or below the offset asked for: the
-    /// batch holding that offset went whole.
+    /// The log end offset before.
     pub old_log_end: i64,
+    /// The log end offset after: at or below the offset asked for, since the batch holding
+    /// that offset goes whole.
     pub new_log_end: i64,
     /// The log start offset after (lowered to the new end if it was above it).
     pub log_start_offset: i64,
