@@ -665,38 +665,48 @@ impl Log {
         &self,
         timestamp: i64,
     ) -> Result<Option<segment::TimestampOffset>, ReadError> {
-        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
-        for segment in segments.iter().filter(|s| s.max_timestamp() >= timestamp) {
-            if let Some(position) = segment.find_timestamp(timestamp)? {
-                let corrupt = |error: format::BatchError| segment::CorruptSegment {
-                    path: segment.log_path().to_path_buf(),
-                    position,
-                    problem: error.into(),
-                };
-                let batch =
-                    format::RecordBatch::parse(&segment.data()[position..]).map_err(corrupt)?;
-                // Kafka answers with the first record at or after the target, not its batch.
-                let records = batch.records_buf().map_err(corrupt)?;
-                let start = self.log_start_offset();
-                for record in batch.iter_records(&records) {
-                    let record = record.map_err(corrupt)?;
-                    if record.timestamp >= timestamp && record.offset >= start {
-                        return Ok(Some(segment::TimestampOffset {
-                            timestamp: record.timestamp,
-                            offset: record.offset,
-                        }));
-                    }
+        // The indexes are looked up under the segments' read lock: a truncation shrinks them
+        // under the write lock (the batch's bytes, once found, stay mapped whatever happens).
+        let found = {
+            let segments = self.segments.read();
+            let mut found = None;
+            for segment in segments.values().filter(|s| s.max_timestamp() >= timestamp) {
+                if let Some(position) = segment.find_timestamp(timestamp)? {
+                    found = Some((Arc::clone(segment), position));
+                    break;
                 }
-                // maxTimestamp said a record qualifies; if none did (a header that lies, or
-                // every such record below the log start), answer with the batch like Kafka's
-                // shallow fallback.
+            }
+            found
+        };
+        let Some((segment, position)) = found else {
+            return Ok(None);
+        };
+        let corrupt = |error: format::BatchError| segment::CorruptSegment {
+            path: segment.log_path().to_path_buf(),
+            position,
+            problem: error.into(),
+        };
+        let batch =
+            format::RecordBatch::parse(&segment.data()[position..]).map_err(corrupt)?;
+        // Kafka answers with the first record at or after the target, not its batch.
+        let records = batch.records_buf().map_err(corrupt)?;
+        let start = self.log_start_offset();
+        for record in batch.iter_records(&records) {
+            let record = record.map_err(corrupt)?;
+            if record.timestamp >= timestamp && record.offset >= start {
                 return Ok(Some(segment::TimestampOffset {
-                    timestamp: batch.max_timestamp(),
-                    offset: batch.base_offset().max(start),
+                    timestamp: record.timestamp,
+                    offset: record.offset,
                 }));
             }
         }
-        Ok(None)
+        // maxTimestamp said a record qualifies; if none did (a header that lies, or
+        // every such record below the log start), answer with the batch like Kafka's
+        // shallow fallback.
+        Ok(Some(segment::TimestampOffset {
+            timestamp: batch.max_timestamp(),
+            offset: batch.base_offset().max(start),
+        }))
     }
 
     /// Drops the log without closing it, as a crash of the process would leave it (tests).

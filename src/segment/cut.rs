@@ -16,8 +16,9 @@ use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
 
 /// Reopens `old` as a sealed segment holding its first `cut` bytes, whose batches all end below
 /// `end`. `old`'s writer, if it was the active segment, must be gone. The index files are
-/// rewritten in place (only the log layer's segment structs map them, and none of those
-/// survive a truncation) and synced; the `.log` is not touched.
+/// shrunk in place and synced, so the caller holds the segments' write lock: readers look index
+/// entries up only under the read lock, in segments found in the map, which `old` leaves under
+/// the same lock. The `.log` is not touched.
 pub fn reopen_cut(
     fs: &dyn FileSystem,
     dir: &Path,

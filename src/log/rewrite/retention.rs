@@ -97,9 +97,10 @@ pub(crate) fn deletable(segments: &[Retainable], limits: &Limits) -> Vec<Retenti
     let last = segments.len().saturating_sub(1);
     let allowed =
         |i: usize, s: &Retainable| s.upper_bound <= limits.bound && !(i == last && s.bytes == 0);
-    // 1. Below the log start.
+    // 1. Below the log start: the next segment starts at or below it, so the last segment
+    //    never goes by this rule (even when DeleteRecords moved the start to the log end).
     for (i, s) in segments.iter().enumerate().skip(out.len()) {
-        if !(allowed(i, s) && s.upper_bound <= limits.log_start_offset) {
+        if !(allowed(i, s) && i != last && s.upper_bound <= limits.log_start_offset) {
             break;
         }
         out.push(RetentionReason::LogStart);
@@ -333,6 +334,11 @@ mod tests {
             vec![LogStart, LogStart]
         );
         assert_eq!(deletable(&segs, &limits(99, 250)), vec![]);
+        assert_eq!(
+            deletable(&segs, &limits(250, 250)),
+            vec![LogStart, LogStart],
+            "the last segment has no next one to start at or below the log start"
+        );
     }
 
     #[test]

@@ -158,16 +158,11 @@ impl Log {
         let old_writer = ex.st.active.replace(active);
         drop(old_writer);
         ex.st.prefault = prefault::Prefault::default();
-        let cut_segment = if cut > 0 {
-            Some(segment::reopen_cut(fs, &self.dir, s, cut, new_end).map_err(segment_error)?)
-        } else {
-            None
-        };
-        let mut kept: Vec<Arc<Segment>> = segments[..at].to_vec();
-        kept.extend(cut_segment.iter().cloned());
-        // (4) Producer state.
+        // (4) Producer state, from the segments as they will be: the cut one ends at the cut.
         report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, new_end)?;
-        let rebuilt = self.rebuild_producers(&kept, log_start, new_end, now)?;
+        let kept_before = &segments[..at];
+        let cut_extent = (cut > 0).then_some((s.as_ref(), cut, new_end));
+        let rebuilt = self.rebuild_producers(kept_before, cut_extent, log_start, new_end, now)?;
         let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
         ex.st
             .producers
@@ -180,9 +175,17 @@ impl Log {
             epochs::write(fs, &self.dir, epochs_now.entries())?;
             ex.st.epochs = epochs_now;
         }
-        // The new state, for readers: segments and offsets move together.
+        // The new state, for readers: segments and offsets move together. The cut segment's
+        // indexes shrink under the write lock: readers look entries up only under the read
+        // lock, in segments they find in the map, and the old segment leaves it here.
+        let cut_segment;
         {
             let mut map = self.segments.write();
+            cut_segment = if cut > 0 {
+                Some(segment::reopen_cut(fs, &self.dir, s, cut, new_end).map_err(segment_error)?)
+            } else {
+                None
+            };
             for old in &segments[at..] {
                 map.remove(&old.base_offset());
             }
@@ -211,28 +214,35 @@ impl Log {
 
     /// The producer state of the log made of `segments`, ending at `log_end`: the newest
     /// snapshot at or below it and the batches after (their CRC and offsets checked).
+    /// `cut`, if any, is the segment after `segments` with the size and next offset it keeps.
     pub(super) fn rebuild_producers(
         &self,
         segments: &[Arc<Segment>],
+        cut: Option<(&Segment, usize, i64)>,
         log_start: i64,
         log_end: i64,
         now: i64,
     ) -> Result<crate::log::producers::LoadPlan, RewriteError> {
         let fs = self.env.fs.as_ref();
         let snapshots = snapshot_files::list(fs, &self.dir)?;
-        let replay: Vec<ReplaySegment<'_>> = segments
+        let extents = segments
             .iter()
-            .enumerate()
-            .map(|(i, s)| ReplaySegment {
+            .map(|s| (s.as_ref(), s.size(), s.next_offset()))
+            .chain(cut);
+        let mut replay: Vec<ReplaySegment<'_>> = extents
+            .map(|(s, log_size, next_offset)| ReplaySegment {
                 base: s.base_offset(),
                 path: s.log_path(),
-                log_size: s.size(),
-                next_offset: s.next_offset(),
-                next_segment_base: segments.get(i + 1).map(|n| n.base_offset()),
+                log_size,
+                next_offset,
+                next_segment_base: None,
                 validated: false,
                 batches: None,
             })
             .collect();
+        for i in 1..replay.len() {
+            replay[i - 1].next_segment_base = Some(replay[i].base);
+        }
         ProducerState::plan(
             fs,
             &self.config,
