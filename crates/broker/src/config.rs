@@ -99,6 +99,10 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub dedup_window: usize,
 
+    /// Bytes of each active segment kept faulted in ahead of the writer (0: none).
+    #[arg(long, default_value_t = PREFAULT_BYTES)]
+    pub prefault_bytes: usize,
+
     /// Most producers remembered per partition; the one idle the longest is forgotten first.
     #[arg(long)]
     pub max_producers: Option<usize>,
@@ -125,12 +129,16 @@ pub struct Args {
     pub max_request_bytes: usize,
 }
 
+/// The engine's default prefault distance.
+pub const PREFAULT_BYTES: usize = 8 << 20;
+
 /// The settings of every partition log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogSettings {
     pub segment_bytes: usize,
     pub flush: FlushPolicy,
     pub dedup_window: usize,
+    pub prefault_bytes: usize,
     pub max_producers: Option<usize>,
     pub producer_expiration_ms: i64,
     pub max_message_bytes: usize,
@@ -144,6 +152,7 @@ impl Default for LogSettings {
             segment_bytes: 64 << 20,
             flush: FlushPolicy::Manual,
             dedup_window: 5,
+            prefault_bytes: PREFAULT_BYTES,
             max_producers: None,
             producer_expiration_ms: 86_400_000,
             max_message_bytes: 1_048_588,
@@ -199,6 +208,7 @@ impl Args {
                 segment_bytes: self.segment_bytes,
                 flush: self.flush,
                 dedup_window: self.dedup_window,
+                prefault_bytes: self.prefault_bytes,
                 max_producers: self.max_producers,
                 producer_expiration_ms: self.producer_expiration_ms,
                 max_message_bytes: self.max_message_bytes,

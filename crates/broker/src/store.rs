@@ -192,8 +192,15 @@ impl Partition {
         self.log.log_end_offset()
     }
 
-    /// Appends one batch as the client sent it. Blocking: run it off the reactor. Under the
-    /// `always` flush policy it returns once the batch is durable.
+    /// Whether [`Partition::append`] may wait for an fsync (the `always` and `every:N`
+    /// policies flush inside the append). Under `manual` an append is a validation and a copy
+    /// into the mapped segment, with a file created and allocated at a roll.
+    pub fn append_may_sync(&self) -> bool {
+        self.log.config().flush_policy != oncelog::FlushPolicy::Manual
+    }
+
+    /// Appends one batch as the client sent it. Under the `always` flush policy it returns
+    /// once the batch is durable; when [`Partition::append_may_sync`], run it off the reactor.
     pub fn append(&self, batch: &[u8]) -> Result<Appended, AppendRefused> {
         let outcome = self.log.append(batch).map_err(|e| AppendRefused {
             kind: e.kind(),
@@ -465,6 +472,7 @@ impl Store {
 fn log_config(settings: &LogSettings) -> LogConfig {
     LogConfig {
         segment_bytes: settings.segment_bytes,
+        prefault_bytes: settings.prefault_bytes,
         max_message_bytes: settings.max_message_bytes,
         message_timestamp_type: match settings.message_timestamp_type {
             config::TimestampType::CreateTime => oncelog::format::TimestampType::CreateTime,
