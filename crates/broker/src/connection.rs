@@ -16,6 +16,25 @@ use crate::stats::Stats;
 /// at most 5 requests in flight by default, so this only bounds a misbehaving client.
 const MAX_QUEUED_REPLIES: usize = 64;
 
+/// How often a connection's reader has caught up with its client: handled every request the
+/// client had sent, with no whole frame left in its buffer. An acks=all produce waits for the
+/// reader to catch up before it flushes, so that when a client sends several requests at once
+/// (up to five in flight), one fsync covers the batches of all of them instead of the first.
+#[derive(Debug, Clone)]
+pub struct CaughtUp(watch::Receiver<u64>);
+
+impl CaughtUp {
+    /// The count now; [`CaughtUp::past`] waits until it moves on.
+    pub fn now(&self) -> u64 {
+        *self.0.borrow()
+    }
+
+    /// Waits until the reader caught up after `mark`, or stopped reading.
+    pub async fn past(&mut self, mark: u64) {
+        let _ = self.0.wait_for(|count| *count > mark).await;
+    }
+}
+
 /// Serves `stream` until the client leaves, sends something unparseable, or the broker shuts
 /// down (then requests already read are still answered).
 pub async fn serve(
@@ -61,6 +80,8 @@ pub async fn serve(
     });
 
     let mut frames = FrameReader::new(max_request_bytes);
+    let (caught_up_now, caught_up) = watch::channel(0u64);
+    let caught_up = CaughtUp(caught_up);
     loop {
         if *shutdown.borrow() {
             break;
@@ -86,7 +107,7 @@ pub async fn serve(
             }
         };
         tracing::trace!(client = %peer, api = ?request.api_key, version = request.version, correlation_id = request.correlation_id, "request");
-        let reply = match api::handle(&broker, request).await {
+        let reply = match api::handle(&broker, request, &caught_up).await {
             Ok(reply) => reply,
             Err(e) => {
                 refuse(&broker, peer, &e);
@@ -94,8 +115,23 @@ pub async fn serve(
             }
         };
         let close = matches!(reply, Reply::Close(_));
-        if replies.send(reply).await.is_err() || close {
+        match replies.try_send(reply) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(reply)) => {
+                // The queue waits on replies that may wait for this reader to catch up: it
+                // reads nothing more until there is room, so it has caught up.
+                caught_up_now.send_modify(|count| *count += 1);
+                if replies.send(reply).await.is_err() {
+                    break;
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => break,
+        }
+        if close {
             break;
+        }
+        if !frames.has_whole_frame() {
+            caught_up_now.send_modify(|count| *count += 1);
         }
     }
     // The writer answers what was queued, then the connection closes.

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::broker::Broker;
 use crate::codec::{self, EncodeError, Request, RequestError, ResponseFrame};
+use crate::connection::CaughtUp;
 
 pub use groups::CommittedOffsets;
 
@@ -79,7 +80,11 @@ pub enum HandleError {
 
 /// Handles one request. Anything that must happen in request order (the appends of a
 /// produce) is done before this returns; waiting is left to a [`Reply::Later`] task.
-pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Reply, HandleError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    caught_up: &CaughtUp,
+) -> Result<Reply, HandleError> {
     let Some((min, max)) = supported_versions(request.api_key) else {
         return Err(HandleError::UnsupportedApi(request.api_key));
     };
@@ -99,7 +104,7 @@ pub async fn handle(broker: &Arc<Broker>, request: Request) -> Result<Reply, Han
         ApiKey::ApiVersions => api_versions::handle(&request),
         ApiKey::Metadata => metadata::handle(broker, &request).await,
         ApiKey::InitProducerId => init_producer_id::handle(broker, &request).await,
-        ApiKey::Produce => produce::handle(broker, &request).await,
+        ApiKey::Produce => produce::handle(broker, &request, caught_up).await,
         ApiKey::Fetch => fetch::handle(broker, &request),
         ApiKey::ListOffsets => list_offsets::handle(broker, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(broker, &request),

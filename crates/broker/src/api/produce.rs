@@ -18,6 +18,7 @@ use kafka_protocol::ResponseError;
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::Request;
+use crate::connection::CaughtUp;
 use crate::errors;
 use crate::stats::Stats;
 use crate::store::{self, AppendRefused, Appended, BatchProducer, Partition, Topic};
@@ -50,7 +51,11 @@ struct TopicResult {
     partitions: Vec<PartitionResult>,
 }
 
-pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: &Request,
+    caught_up: &CaughtUp,
+) -> Result<Reply, HandleError> {
     let body: ProduceRequest = request.body()?;
     let acks = body.acks;
     let refuse_all = if body.transactional_id.is_some() {
@@ -119,7 +124,11 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
         ACKS_ALL => {
             let request = request.clone();
             let log_append_time = broker.log_append_time;
+            let (mut caught_up, mark) = (caught_up.clone(), caught_up.now());
             Ok(Reply::Later(tokio::spawn(async move {
+                // Let the requests that arrived with this one be appended first: then the
+                // flush below covers them too, and theirs find nothing left to do.
+                caught_up.past(mark).await;
                 for topic in &mut results {
                     for result in &mut topic.partitions {
                         if let Outcome::Appended {

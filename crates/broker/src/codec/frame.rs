@@ -55,6 +55,12 @@ impl FrameReader {
         }
     }
 
+    /// Whether a whole frame is already buffered (the next [`FrameReader::next`] will not
+    /// wait for the stream).
+    pub fn has_whole_frame(&self) -> bool {
+        self.needed().is_some_and(|needed| self.buf.len() >= needed)
+    }
+
     /// Bytes the frame at the front needs in all (size included), once its size is known.
     fn needed(&self) -> Option<usize> {
         let size: [u8; 4] = self.buf.get(..4)?.try_into().ok()?;
