@@ -491,3 +491,59 @@ fn topic_ids_and_producer_ids_survive_a_crash() {
         "ids are never handed out twice: {after} after {second}"
     );
 }
+
+#[test]
+fn one_produce_request_appends_to_several_partitions_and_one_fetch_reads_them() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &["--partitions", "3"]);
+    let mut wire = Wire::connect(broker.addr);
+    let response: MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(name("t")))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    assert_eq!(response.topics[0].partitions.len(), 3, "--partitions 3");
+    let id = response.topics[0].topic_id;
+
+    let partitions: Vec<_> = (0..4)
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(None, 0, p as usize + 1, 100)))
+        })
+        .collect();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name("t"))
+            .with_partition_data(partitions)]);
+    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
+    let codes: Vec<(i32, i16, i64)> = answer.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(codes, vec![(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 3, -1)]);
+
+    let mut fetch = fetch_request(12, "t", id, 0, 0);
+    fetch.topics[0].partitions = (0..3)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
+    let ends: Vec<i64> = fetched.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.high_watermark)
+        .collect();
+    assert_eq!(ends, vec![1, 2, 3], "each partition got its own batch");
+}
