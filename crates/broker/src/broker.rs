@@ -30,4 +30,7 @@ pub struct Broker {
     /// Batches are stamped with the broker's clock (`LogAppendTime`), which produce answers
     /// then report.
     pub log_append_time: bool,
+    /// An acks=all produce waits for its batch to be durable (every flush policy but
+    /// `never`).
+    pub acks_all_flushes: bool,
 }

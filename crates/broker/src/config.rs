@@ -6,13 +6,17 @@ use std::str::FromStr;
 
 use clap::Parser;
 
-/// When appends are made durable (`--flush`). Whatever the policy, an `acks=all` produce is
+/// When appends are made durable (`--flush`). Except under `never`, an `acks=all` produce is
 /// answered only once its batch is durable; the policy decides what `acks=0` and `acks=1`
 /// writes get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushPolicy {
-    /// Only when an `acks=all` produce needs it, and at shutdown (Kafka's default).
+    /// When an `acks=all` produce needs it, and at shutdown.
     Manual,
+    /// Only at shutdown: `acks=all` is answered from the page cache, as Kafka answers it by
+    /// default (`flush.messages` unset). A crash of the machine can lose acknowledged batches;
+    /// a crash of the broker process alone cannot (the page cache survives it).
+    Never,
     /// Every append is durable before it is answered, whatever its acks.
     Always,
     /// After this many records since the last flush (Kafka's `flush.messages`).
@@ -25,11 +29,12 @@ impl FromStr for FlushPolicy {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "manual" => Ok(FlushPolicy::Manual),
+            "never" => Ok(FlushPolicy::Never),
             "always" => Ok(FlushPolicy::Always),
             _ => match s.strip_prefix("every:").map(str::parse::<u64>) {
                 Some(Ok(n)) if n > 0 => Ok(FlushPolicy::EveryMessages(n)),
                 _ => Err(format!(
-                    "expected manual, always or every:N with N >= 1, got {s:?}"
+                    "expected manual, never, always or every:N with N >= 1, got {s:?}"
                 )),
             },
         }
@@ -91,7 +96,8 @@ pub struct Args {
     #[arg(long, default_value_t = 64 << 20)]
     pub segment_bytes: usize,
 
-    /// When appends are made durable: manual, always or every:N (records).
+    /// When appends are made durable: manual (acks=all flushes), never (nothing flushes
+    /// before shutdown, as Kafka by default), always, or every:N (records).
     #[arg(long, default_value = "manual")]
     pub flush: FlushPolicy,
 
@@ -236,6 +242,7 @@ mod tests {
     fn flush_policies_parse_as_the_engine_names_them() {
         assert_eq!("manual".parse(), Ok(FlushPolicy::Manual));
         assert_eq!("always".parse(), Ok(FlushPolicy::Always));
+        assert_eq!("never".parse(), Ok(FlushPolicy::Never));
         assert_eq!("every:100".parse(), Ok(FlushPolicy::EveryMessages(100)));
         assert!("every:0".parse::<FlushPolicy>().is_err());
         assert!("every:".parse::<FlushPolicy>().is_err());

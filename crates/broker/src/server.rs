@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::api::CommittedOffsets;
 use crate::broker::{Broker, Endpoint};
-use crate::config::{BrokerConfig, TimestampType};
+use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
 use crate::stats::Stats;
@@ -102,6 +102,7 @@ impl Server {
             default_partitions: config.partitions,
             auto_create_topics: config.auto_create_topics,
             log_append_time: config.log.message_timestamp_type == TimestampType::LogAppendTime,
+            acks_all_flushes: config.log.flush != FlushPolicy::Never,
         };
         Ok(Server {
             listener,

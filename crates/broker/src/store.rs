@@ -479,7 +479,9 @@ fn log_config(settings: &LogSettings) -> LogConfig {
             config::TimestampType::LogAppendTime => oncelog::format::TimestampType::LogAppendTime,
         },
         flush_policy: match settings.flush {
-            config::FlushPolicy::Manual => oncelog::FlushPolicy::Manual,
+            config::FlushPolicy::Manual | config::FlushPolicy::Never => {
+                oncelog::FlushPolicy::Manual
+            }
             config::FlushPolicy::Always => oncelog::FlushPolicy::Always,
             config::FlushPolicy::EveryMessages(n) => oncelog::FlushPolicy::EveryMessages(n),
         },

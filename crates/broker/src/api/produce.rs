@@ -121,7 +121,7 @@ pub async fn handle(
                 Some(error) => Reply::Close(format!("acks=0 produce failed with {error:?}")),
             })
         }
-        ACKS_ALL => {
+        ACKS_ALL if broker.acks_all_flushes => {
             let request = request.clone();
             let log_append_time = broker.log_append_time;
             let (mut caught_up, mark) = (caught_up.clone(), caught_up.now());
@@ -154,6 +154,7 @@ pub async fn handle(
                 )
             })))
         }
+        // acks=1, and acks=all under the `never` flush policy: answered once appended.
         _ => Ok(Reply::Now(respond(
             request,
             &response(request.version, results, broker.log_append_time),
