@@ -87,6 +87,13 @@ impl Proxy {
     }
 }
 
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        // The accept thread lives on; the hook (which may own a broker process) must not.
+        self.shared.on_lost.lock().unwrap().take();
+    }
+}
+
 fn relay(shared: Arc<Shared>, client: TcpStream) {
     let Some(upstream) = *shared.upstream.lock().unwrap() else {
         return;
