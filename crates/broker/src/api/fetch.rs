@@ -1,0 +1,232 @@
+//! Fetch: whole batches straight from the log's mapped segments, with Kafka's long poll.
+//!
+//! A fetch is answered at once if it has `min_bytes`, hits an error, or asks not to wait;
+//! otherwise it waits until an append to one of its partitions brings enough, or until
+//! `max_wait_ms`. Fetch sessions (KIP-227) are not kept: every answer says session 0, which
+//! tells the client to send full fetch requests, as Kafka does when its session cache is full.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+
+use super::{HandleError, Reply};
+use crate::broker::Broker;
+use crate::codec::{self, EncodeError, Request, ResponseFrame};
+use crate::errors;
+use crate::store::{Partition, ReadRefused};
+use crate::wait;
+
+/// Kafka's isolation level READ_COMMITTED.
+const READ_COMMITTED: i8 = 1;
+
+pub fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: FetchRequest = request.body()?;
+    let wanted = resolve(broker, request.version, &body.topics);
+    let request = request.clone();
+    Ok(Reply::Later(tokio::spawn(fetch(request, body, wanted))))
+}
+
+/// One partition asked for.
+struct Wanted {
+    partition: Result<Arc<Partition>, ResponseError>,
+    index: i32,
+    fetch_offset: i64,
+    max_bytes: usize,
+}
+
+fn resolve(broker: &Broker, version: i16, topics: &[FetchTopic]) -> Vec<Vec<Wanted>> {
+    topics
+        .iter()
+        .map(|t| {
+            // Up to v12 topics are named; from v13 they are identified by id.
+            let topic = if version >= 13 {
+                broker
+                    .store
+                    .topic_by_id(t.topic_id)
+                    .ok_or(ResponseError::UnknownTopicId)
+            } else {
+                broker
+                    .store
+                    .topic(&t.topic)
+                    .ok_or(ResponseError::UnknownTopicOrPartition)
+            };
+            t.partitions
+                .iter()
+                .map(|p: &FetchPartition| Wanted {
+                    partition: topic.clone().and_then(|topic| {
+                        topic
+                            .partition(p.partition)
+                            .cloned()
+                            .ok_or(ResponseError::UnknownTopicOrPartition)
+                    }),
+                    index: p.partition,
+                    fetch_offset: p.fetch_offset,
+                    max_bytes: p.partition_max_bytes.max(0) as usize,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+async fn fetch(
+    request: Request,
+    body: FetchRequest,
+    wanted: Vec<Vec<Wanted>>,
+) -> Result<ResponseFrame, EncodeError> {
+    // An incremental request names a session this broker never created.
+    if body.session_id != 0 && body.session_epoch > 0 {
+        let response =
+            FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        return codec::encode(request.correlation_id, request.version, &response, &[]);
+    }
+    let deadline = Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
+    let min_bytes = body.min_bytes.max(0) as usize;
+    // The response-wide limit exists from v3; every version answered here has it.
+    let max_bytes = body.max_bytes.max(0) as usize;
+    loop {
+        // Listen before reading: an append between the read and the wait still wakes us.
+        let mut listeners: Vec<_> = wanted
+            .iter()
+            .flatten()
+            .filter_map(|w| w.partition.as_ref().ok().map(|p| p.listen()))
+            .collect();
+        let read = read_all(&wanted, max_bytes);
+        if read.bytes >= min_bytes || read.failed || Instant::now() >= deadline {
+            return answer(&request, &body, &wanted, read);
+        }
+        wait::any_append(&mut listeners, deadline).await;
+    }
+}
+
+/// What one pass over the partitions read.
+struct Read {
+    /// Per topic, per partition: the records, or why none.
+    results: Vec<Vec<Result<Bytes, ReadRefused>>>,
+    bytes: usize,
+    failed: bool,
+}
+
+fn read_all(wanted: &[Vec<Wanted>], max_bytes: usize) -> Read {
+    let mut left = max_bytes;
+    let mut bytes = 0;
+    let mut failed = false;
+    let results = wanted
+        .iter()
+        .map(|topic| {
+            topic
+                .iter()
+                .map(|w| {
+                    let Ok(partition) = &w.partition else {
+                        failed = true;
+                        return Ok(Bytes::new());
+                    };
+                    let limit = w.max_bytes.min(left);
+                    if limit == 0 && bytes > 0 {
+                        return Ok(Bytes::new());
+                    }
+                    match partition.read(w.fetch_offset, limit.max(1)) {
+                        // The log returns at least one whole batch. Past the limit, that is
+                        // allowed only for the first data of the response (KIP-74), so a
+                        // batch larger than the limits can still be consumed.
+                        Ok(records) if records.len() > limit && bytes > 0 => Ok(Bytes::new()),
+                        Ok(records) => {
+                            bytes += records.len();
+                            left = left.saturating_sub(records.len());
+                            Ok(records)
+                        }
+                        Err(e) => {
+                            failed = true;
+                            Err(e)
+                        }
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    Read {
+        results,
+        bytes,
+        failed,
+    }
+}
+
+fn answer(
+    request: &Request,
+    body: &FetchRequest,
+    wanted: &[Vec<Wanted>],
+    read: Read,
+) -> Result<ResponseFrame, EncodeError> {
+    let mut pass_through = Vec::new();
+    let responses = body
+        .topics
+        .iter()
+        .zip(wanted)
+        .zip(read.results)
+        .map(|((topic, wanted), results)| {
+            let partitions = wanted
+                .iter()
+                .zip(results)
+                .map(|(w, result)| {
+                    let data = partition_data(w, result, body.isolation_level);
+                    if let Some(records) = &data.records {
+                        pass_through.push(records.clone());
+                    }
+                    data
+                })
+                .collect();
+            FetchableTopicResponse::default()
+                .with_topic(topic.topic.clone())
+                .with_topic_id(topic.topic_id)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let response = FetchResponse::default().with_responses(responses);
+    codec::encode(
+        request.correlation_id,
+        request.version,
+        &response,
+        &pass_through,
+    )
+}
+
+fn partition_data(
+    wanted: &Wanted,
+    result: Result<Bytes, ReadRefused>,
+    isolation_level: i8,
+) -> PartitionData {
+    let data = PartitionData::default().with_partition_index(wanted.index);
+    let partition = match &wanted.partition {
+        Ok(partition) => partition,
+        Err(error) => {
+            return data
+                .with_error_code(error.code())
+                .with_high_watermark(-1)
+                .with_last_stable_offset(-1)
+                .with_log_start_offset(-1)
+                .with_records(Some(Bytes::new()))
+        }
+    };
+    // Read after the records: the high watermark covers everything handed out.
+    let end = partition.log_end_offset();
+    let data = data
+        .with_high_watermark(end)
+        // No transactions yet: everything below the end is stable.
+        .with_last_stable_offset(end)
+        .with_log_start_offset(partition.log_start_offset())
+        .with_aborted_transactions((isolation_level == READ_COMMITTED).then(Vec::new));
+    match result {
+        Ok(records) => data.with_records(Some(records)),
+        Err(refused) => {
+            if !matches!(refused, ReadRefused::OutOfRange { .. }) {
+                tracing::warn!(partition = ?partition, error = %refused, "fetch failed");
+            }
+            data.with_error_code(errors::read_error(&refused).code())
+                .with_records(Some(Bytes::new()))
+        }
+    }
+}

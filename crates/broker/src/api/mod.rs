@@ -1,0 +1,123 @@
+//! The Kafka APIs this broker answers, one module per family, and the dispatch from a request
+//! to its handler.
+
+mod api_versions;
+mod fetch;
+mod groups;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::protocol::{Encodable, HeaderVersion};
+use tokio::task::JoinHandle;
+
+use crate::broker::Broker;
+use crate::codec::{self, EncodeError, Request, RequestError, ResponseFrame};
+use crate::connection::CaughtUp;
+
+pub use groups::CommittedOffsets;
+
+/// The APIs and versions advertised in ApiVersions, and the only ones answered. Produce from
+/// v3 and Fetch from v4 only: clients then use magic-2 batches, the only format the log
+/// stores. Each maximum is the newest version of kafka-protocol's schemas that the handler
+/// fills every field of.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::InitProducerId, 0, 5),
+];
+
+/// The versions of `api_key` this broker answers, if any.
+pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(key, _, _)| *key == api_key)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// What to send back for one request, in the order requests arrived.
+#[derive(Debug)]
+pub enum Reply {
+    /// A response ready now.
+    Now(ResponseFrame),
+    /// A response that is ready when the task ends: an acks=all produce waiting for its flush,
+    /// a fetch waiting for data. Later requests are read and handled meanwhile; their responses
+    /// queue behind this one.
+    Later(JoinHandle<Result<ResponseFrame, EncodeError>>),
+    /// No response (a produce with acks=0).
+    Nothing,
+    /// Close the connection: an acks=0 produce failed, and closing is the only way to tell the
+    /// client (Kafka does the same).
+    Close(String),
+}
+
+/// Why a request was not answered; the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("{api:?} v{version} is not supported (versions {range})")]
+    UnsupportedVersion {
+        api: ApiKey,
+        version: i16,
+        range: String,
+    },
+    #[error("{0:?} is not supported by this broker")]
+    UnsupportedApi(ApiKey),
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// Handles one request. Anything that must happen in request order (the appends of a
+/// produce) is done before this returns; waiting is left to a [`Reply::Later`] task.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    request: Request,
+    caught_up: &CaughtUp,
+) -> Result<Reply, HandleError> {
+    let Some((min, max)) = supported_versions(request.api_key) else {
+        return Err(HandleError::UnsupportedApi(request.api_key));
+    };
+    if !(min..=max).contains(&request.version) {
+        if request.api_key == ApiKey::ApiVersions {
+            // A client newer than the broker: tell it which versions exist, so it can retry
+            // with one of them (KIP-511).
+            return Ok(Reply::Now(api_versions::unsupported_version(&request)?));
+        }
+        return Err(HandleError::UnsupportedVersion {
+            api: request.api_key,
+            version: request.version,
+            range: format!("{min}..={max}"),
+        });
+    }
+    match request.api_key {
+        ApiKey::ApiVersions => api_versions::handle(&request),
+        ApiKey::Metadata => metadata::handle(broker, &request).await,
+        ApiKey::InitProducerId => init_producer_id::handle(broker, &request).await,
+        ApiKey::Produce => produce::handle(broker, &request, caught_up).await,
+        ApiKey::Fetch => fetch::handle(broker, &request),
+        ApiKey::ListOffsets => list_offsets::handle(broker, &request).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(broker, &request),
+        ApiKey::OffsetCommit => groups::offset_commit(broker, &request),
+        ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
+        other => Err(HandleError::UnsupportedApi(other)),
+    }
+}
+
+/// Encodes a response to `request` at its version.
+fn respond<R: Encodable + HeaderVersion>(
+    request: &Request,
+    body: &R,
+) -> Result<ResponseFrame, EncodeError> {
+    codec::encode(request.correlation_id, request.version, body, &[])
+}

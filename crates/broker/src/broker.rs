@@ -1,0 +1,36 @@
+//! What every request handler sees: the store, the producer-id allocator, the committed
+//! offsets, the counters, and how clients reach this broker.
+
+use std::sync::Arc;
+
+use crate::api::CommittedOffsets;
+use crate::producer_ids::ProducerIds;
+use crate::stats::Stats;
+use crate::store::Store;
+
+/// Where clients connect to this broker (the advertised listener).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+/// The broker's shared state.
+#[derive(Debug)]
+pub struct Broker {
+    pub store: Arc<Store>,
+    pub producer_ids: Arc<ProducerIds>,
+    pub offsets: CommittedOffsets,
+    pub stats: Stats,
+    pub endpoint: Endpoint,
+    /// Partitions of a topic created by Metadata.
+    pub default_partitions: i32,
+    pub auto_create_topics: bool,
+    /// Batches are stamped with the broker's clock (`LogAppendTime`), which produce answers
+    /// then report.
+    pub log_append_time: bool,
+    /// An acks=all produce waits for its batch to be durable (every flush policy but
+    /// `never`).
+    pub acks_all_flushes: bool,
+}

@@ -1,0 +1,9 @@
+//! The wire: framing, request headers and bodies, response frames.
+
+mod frame;
+mod request;
+mod response;
+
+pub use frame::{FrameError, FrameReader};
+pub use request::{Request, RequestError};
+pub use response::{encode, write_frame, EncodeError, ResponseFrame};

@@ -1,0 +1,263 @@
+//! The broker's settings: command-line flags, checked and turned into plain data.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::Parser;
+
+/// When appends are made durable (`--flush`). Except under `never`, an `acks=all` produce is
+/// answered only once its batch is durable; the policy decides what `acks=0` and `acks=1`
+/// writes get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// When an `acks=all` produce needs it, and at shutdown.
+    Manual,
+    /// Only at shutdown: `acks=all` is answered from the page cache, as Kafka answers it by
+    /// default (`flush.messages` unset). A crash of the machine can lose acknowledged batches;
+    /// a crash of the broker process alone cannot (the page cache survives it).
+    Never,
+    /// Every append is durable before it is answered, whatever its acks.
+    Always,
+    /// After this many records since the last flush (Kafka's `flush.messages`).
+    EveryMessages(u64),
+}
+
+impl FromStr for FlushPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "manual" => Ok(FlushPolicy::Manual),
+            "never" => Ok(FlushPolicy::Never),
+            "always" => Ok(FlushPolicy::Always),
+            _ => match s.strip_prefix("every:").map(str::parse::<u64>) {
+                Some(Ok(n)) if n > 0 => Ok(FlushPolicy::EveryMessages(n)),
+                _ => Err(format!(
+                    "expected manual, never, always or every:N with N >= 1, got {s:?}"
+                )),
+            },
+        }
+    }
+}
+
+/// Which timestamp a stored batch carries (`message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimestampType {
+    /// The producer's own timestamps.
+    CreateTime,
+    /// The broker's clock at append.
+    LogAppendTime,
+}
+
+/// What recovery may cut after an unclean shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecoveryMode {
+    /// Cut a torn tail of unflushed writes; damage to durable data refuses to open.
+    TolerateTail,
+    /// Cut at the first bad batch anywhere (Kafka's behaviour).
+    TolerateAny,
+    /// Refuse to open on any bad byte.
+    Absolute,
+}
+
+/// `oncelog-broker`: a Kafka-protocol broker on oncelog partition logs.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "oncelog-broker", version, about)]
+pub struct Args {
+    /// Data directory: one `<topic>-<partition>` log directory per partition, as Kafka lays out
+    /// a log dir. A fresh temporary directory when absent (printed at start, removed at exit).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+
+    /// Address to listen on; port 0 picks a free one (the bound address is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9092")]
+    pub listen: SocketAddr,
+
+    /// HOST:PORT that clients are told to connect to (Kafka's `advertised.listeners`); the
+    /// bound address by default. A proxy in front of the broker sets its own address here.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertised_listener: Option<String>,
+
+    /// This broker's node id in Metadata and FindCoordinator answers.
+    #[arg(long, default_value_t = 1)]
+    pub node_id: i32,
+
+    /// Partitions of a topic created automatically by a Metadata request (`num.partitions`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=10_000))]
+    pub partitions: i32,
+
+    /// Refuse to create topics that Metadata asks for (`auto.create.topics.enable=false`).
+    #[arg(long)]
+    pub no_auto_create_topics: bool,
+
+    /// Segment size in bytes (`segment.bytes`). Each partition's active segment is allocated
+    /// to this size on disk, hence a default smaller than Kafka's 1 GiB.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub segment_bytes: usize,
+
+    /// When appends are made durable: manual (acks=all flushes), never (nothing flushes
+    /// before shutdown, as Kafka by default), always, or every:N (records).
+    #[arg(long, default_value = "manual")]
+    pub flush: FlushPolicy,
+
+    /// Batches remembered per producer for duplicate detection (Kafka: 5, fixed).
+    #[arg(long, default_value_t = 5)]
+    pub dedup_window: usize,
+
+    /// Bytes of each active segment kept faulted in ahead of the writer (0: none).
+    #[arg(long, default_value_t = PREFAULT_BYTES)]
+    pub prefault_bytes: usize,
+
+    /// Most producers remembered per partition; the one idle the longest is forgotten first.
+    #[arg(long)]
+    pub max_producers: Option<usize>,
+
+    /// A producer idle this long is forgotten (`producer.id.expiration.ms`).
+    #[arg(long, default_value_t = 86_400_000)]
+    pub producer_expiration_ms: i64,
+
+    /// The largest batch accepted (`max.message.bytes`).
+    #[arg(long, default_value_t = 1_048_588)]
+    pub max_message_bytes: usize,
+
+    /// Timestamps stored in batches (`message.timestamp.type`).
+    #[arg(long, value_enum, default_value_t = TimestampType::CreateTime)]
+    pub message_timestamp_type: TimestampType,
+
+    /// What recovery may cut after an unclean shutdown.
+    #[arg(long, value_enum, default_value_t = RecoveryMode::TolerateTail)]
+    pub recovery_mode: RecoveryMode,
+
+    /// The largest request frame accepted (`socket.request.max.bytes`); a larger one closes
+    /// the connection.
+    #[arg(long, default_value_t = 100 << 20)]
+    pub max_request_bytes: usize,
+}
+
+/// The engine's default prefault distance.
+pub const PREFAULT_BYTES: usize = 8 << 20;
+
+/// The settings of every partition log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    pub segment_bytes: usize,
+    pub flush: FlushPolicy,
+    pub dedup_window: usize,
+    pub prefault_bytes: usize,
+    pub max_producers: Option<usize>,
+    pub producer_expiration_ms: i64,
+    pub max_message_bytes: usize,
+    pub message_timestamp_type: TimestampType,
+    pub recovery_mode: RecoveryMode,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            segment_bytes: 64 << 20,
+            flush: FlushPolicy::Manual,
+            dedup_window: 5,
+            prefault_bytes: PREFAULT_BYTES,
+            max_producers: None,
+            producer_expiration_ms: 86_400_000,
+            max_message_bytes: 1_048_588,
+            message_timestamp_type: TimestampType::CreateTime,
+            recovery_mode: RecoveryMode::TolerateTail,
+        }
+    }
+}
+
+/// Everything the broker needs to start.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `None`: a temporary directory.
+    pub data: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub advertised_listener: Option<(String, u16)>,
+    pub node_id: i32,
+    pub partitions: i32,
+    pub auto_create_topics: bool,
+    pub max_request_bytes: usize,
+    pub log: LogSettings,
+}
+
+/// A flag value the broker cannot run with.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid --{flag} {value:?}: {rule}")]
+pub struct ConfigError {
+    pub flag: &'static str,
+    pub value: String,
+    pub rule: &'static str,
+}
+
+impl Args {
+    /// Checks the flags that clap cannot and returns the configuration.
+    pub fn into_config(self) -> Result<BrokerConfig, ConfigError> {
+        let advertised_listener = match self.advertised_listener {
+            None => None,
+            Some(value) => Some(parse_host_port(&value).ok_or(ConfigError {
+                flag: "advertised-listener",
+                value,
+                rule: "must be HOST:PORT",
+            })?),
+        };
+        Ok(BrokerConfig {
+            data: self.data,
+            listen: self.listen,
+            advertised_listener,
+            node_id: self.node_id,
+            partitions: self.partitions,
+            auto_create_topics: !self.no_auto_create_topics,
+            max_request_bytes: self.max_request_bytes,
+            log: LogSettings {
+                segment_bytes: self.segment_bytes,
+                flush: self.flush,
+                dedup_window: self.dedup_window,
+                prefault_bytes: self.prefault_bytes,
+                max_producers: self.max_producers,
+                producer_expiration_ms: self.producer_expiration_ms,
+                max_message_bytes: self.max_message_bytes,
+                message_timestamp_type: self.message_timestamp_type,
+                recovery_mode: self.recovery_mode,
+            },
+        })
+    }
+}
+
+fn parse_host_port(value: &str) -> Option<(String, u16)> {
+    let (host, port) = value.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_policies_parse_as_the_engine_names_them() {
+        assert_eq!("manual".parse(), Ok(FlushPolicy::Manual));
+        assert_eq!("always".parse(), Ok(FlushPolicy::Always));
+        assert_eq!("never".parse(), Ok(FlushPolicy::Never));
+        assert_eq!("every:100".parse(), Ok(FlushPolicy::EveryMessages(100)));
+        assert!("every:0".parse::<FlushPolicy>().is_err());
+        assert!("every:".parse::<FlushPolicy>().is_err());
+        assert!("sometimes".parse::<FlushPolicy>().is_err());
+    }
+
+    #[test]
+    fn advertised_listener_needs_a_host_and_a_port() {
+        assert_eq!(
+            parse_host_port("127.0.0.1:9092"),
+            Some(("127.0.0.1".to_string(), 9092))
+        );
+        assert_eq!(parse_host_port("[::1]:9"), Some(("::1".to_string(), 9)));
+        assert_eq!(parse_host_port(":9092"), None);
+        assert_eq!(parse_host_port("localhost"), None);
+        assert_eq!(parse_host_port("localhost:http"), None);
+    }
+}

@@ -1,0 +1,23 @@
+//! oncelog-broker: an example Kafka-protocol broker on oncelog partition logs, for real Kafka
+//! clients (librdkafka, kafka-python, the Java client).
+//!
+//! Layout: [`codec`] (framing, headers, response frames), [`api`] (one module per API family),
+//! [`store`] (the only user of the oncelog API), [`producer_ids`], [`wait`] (long-poll
+//! wake-ups), [`connection`] and [`server`].
+#![deny(unsafe_code)]
+
+pub mod api;
+pub mod broker;
+pub mod codec;
+pub mod config;
+pub mod connection;
+pub mod errors;
+mod files;
+pub mod producer_ids;
+pub mod server;
+pub mod stats;
+pub mod store;
+pub mod wait;
+
+pub use config::{Args, BrokerConfig};
+pub use server::{Server, ShutdownError, StartError};

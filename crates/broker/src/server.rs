@@ -1,0 +1,185 @@
+//! The listener: opens the data directory, accepts connections, and shuts down cleanly.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::api::CommittedOffsets;
+use crate::broker::{Broker, Endpoint};
+use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
+use crate::connection;
+use crate::producer_ids::{ProducerIdError, ProducerIds};
+use crate::stats::Stats;
+use crate::store::{Store, StoreError};
+
+/// How long connections get at shutdown to answer the requests they already read.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create a temporary data directory: {0}")]
+    TempDir(io::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    ProducerIds(#[from] ProducerIdError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: io::Error },
+    #[error("startup task failed: {0}")]
+    Task(String),
+}
+
+/// Partitions that could not be closed cleanly at shutdown (they recover on the next start).
+#[derive(Debug, thiserror::Error)]
+#[error("{} partitions did not close cleanly: {}", .0.len(), .0.iter().map(|(p, e)| format!("{p}: {e}")).collect::<Vec<_>>().join("; "))]
+pub struct ShutdownError(pub Vec<(String, String)>);
+
+/// A bound, ready broker.
+pub struct Server {
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    max_request_bytes: usize,
+    data_dir: PathBuf,
+    /// Removed when the server is dropped.
+    _temp_dir: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// Opens (recovering if need be) every partition of the data directory and binds the
+    /// listener.
+    pub async fn bind(config: BrokerConfig) -> Result<Server, StartError> {
+        let (data_dir, temp_dir) = match &config.data {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("oncelog-broker-")
+                    .tempdir()
+                    .map_err(StartError::TempDir)?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
+        let (store, producer_ids) = tokio::task::spawn_blocking(move || {
+            let store = Store::open(&dir, &settings, node_id)?;
+            let producer_ids = ProducerIds::open(&dir)?;
+            Ok::<_, StartError>((store, producer_ids))
+        })
+        .await
+        .map_err(|e| StartError::Task(e.to_string()))??;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let (host, port) = config
+            .advertised_listener
+            .clone()
+            .unwrap_or_else(|| (local.ip().to_string(), local.port()));
+        let broker = Broker {
+            store: Arc::new(store),
+            producer_ids: Arc::new(producer_ids),
+            offsets: CommittedOffsets::default(),
+            stats: Stats::default(),
+            endpoint: Endpoint {
+                node_id: config.node_id,
+                host,
+                port,
+            },
+            default_partitions: config.partitions,
+            auto_create_topics: config.auto_create_topics,
+            log_append_time: config.log.message_timestamp_type == TimestampType::LogAppendTime,
+            acks_all_flushes: config.log.flush != FlushPolicy::Never,
+        };
+        Ok(Server {
+            listener,
+            broker: Arc::new(broker),
+            max_request_bytes: config.max_request_bytes,
+            data_dir,
+            _temp_dir: temp_dir,
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, lets connections answer what
+    /// they already read, and closes every partition cleanly (flush, producer snapshot,
+    /// clean-shutdown checkpoint).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ShutdownError> {
+        let (stop, stopping) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        tracing::debug!(client = %peer, "connection accepted");
+                        connections.spawn(connection::serve(
+                            Arc::clone(&self.broker),
+                            stream,
+                            peer,
+                            self.max_request_bytes,
+                            stopping.clone(),
+                        ));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors, or a connection reset before accept: keep
+                        // serving the others, after a breath so a persistent error cannot spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        tracing::info!("shutting down");
+        drop(self.listener);
+        let _ = stop.send(true);
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                left = connections.len(),
+                "connections still busy at shutdown; dropping them"
+            );
+            connections.shutdown().await;
+        }
+        let store = Arc::clone(&self.broker.store);
+        let failed = tokio::task::spawn_blocking(move || store.close())
+            .await
+            .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
+        self.broker.stats.log();
+        if failed.is_empty() {
+            tracing::info!(data = %self.data_dir.display(), "every partition closed cleanly");
+            Ok(())
+        } else {
+            Err(ShutdownError(failed))
+        }
+    }
+}

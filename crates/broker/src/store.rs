@@ -1,0 +1,898 @@
+//! The broker's storage: topics and their partitions, each an `oncelog::Log` in its own
+//! directory `<data>/<topic>-<partition>/`, as Kafka lays out a log dir.
+//!
+//! This is the only module that touches the oncelog API, because that API is moving (a
+//! `LogManager` over log dirs will replace the map kept here). Everything the protocol layer
+//! needs comes out of here as the broker's own types: [`Appended`], [`AppendRefused`] (with the
+//! engine's stable error kind), [`ReadRefused`].
+//!
+//! Files of the data directory besides the partitions:
+//!
+//! | file | content |
+//! |---|---|
+//! | `<topic>-<n>/partition.metadata` | Kafka's: `version: 0\ntopic_id: <uuid, base64url>` |
+//! | `meta.properties` | Kafka's: `version`, `cluster.id`, `node.id` (the cluster id answered in Metadata) |
+//! | `producer-ids` | the producer ids reserved so far ([`crate::producer_ids`]) |
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use bytes::Bytes;
+use oncelog::format::BatchIter;
+use oncelog::producer::ProducerStateConfig;
+use oncelog::{AppendOutcome, Log, LogConfig, ReadError};
+use uuid::Uuid;
+
+use crate::config::{self, LogSettings};
+use crate::files;
+use crate::wait::{AppendListener, AppendSignal};
+
+/// Kafka's name for the file holding a partition's topic id.
+const PARTITION_METADATA: &str = "partition.metadata";
+
+/// Why the store could not open or create something.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("partition log {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: oncelog::OpenError,
+    },
+    #[error("{}: {reason}", path.display())]
+    Layout { path: PathBuf, reason: String },
+    #[error("invalid topic name {name:?}: {rule}")]
+    InvalidTopicName { name: String, rule: &'static str },
+    #[error("invalid log settings: {0}")]
+    Config(#[from] oncelog::ConfigError),
+}
+
+fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The answer to an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// Written at these offsets; `append_time_ms` is the broker's clock at the append.
+    Written {
+        first_offset: i64,
+        last_offset: i64,
+        append_time_ms: i64,
+    },
+    /// A retry of a batch still in its producer's dedup window: nothing was written, and these
+    /// are the offsets the original got.
+    Duplicate { first_offset: i64, last_offset: i64 },
+}
+
+impl Appended {
+    pub fn last_offset(&self) -> i64 {
+        match *self {
+            Appended::Written { last_offset, .. } | Appended::Duplicate { last_offset, .. } => {
+                last_offset
+            }
+        }
+    }
+}
+
+/// A batch the log refused; nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AppendRefused {
+    /// The engine's stable name for the error (`AppendError::kind`), which
+    /// [`crate::errors::append_error`] maps to a Kafka error code.
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// Why a read (fetch, offset lookup) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadRefused {
+    #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
+    OutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    #[error("stored data could not be read: {0}")]
+    Storage(String),
+    #[error("the partition is closed")]
+    Closed,
+}
+
+impl From<ReadError> for ReadRefused {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            } => ReadRefused::OutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            },
+            ReadError::Corrupt(e) => ReadRefused::Storage(e.to_string()),
+            ReadError::Closed => ReadRefused::Closed,
+        }
+    }
+}
+
+/// Why making appends durable failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("flush failed: {0}")]
+pub struct FlushRefused(pub String);
+
+/// A record found by timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+}
+
+/// The producer fields of a batch header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub base_sequence: i32,
+}
+
+/// Reads the producer fields of the batch at the front of `records` (header only, no checks
+/// beyond its frame: for logging).
+pub fn batch_producer(records: &[u8]) -> Option<BatchProducer> {
+    let batch = oncelog::format::RecordBatch::parse(records).ok()?;
+    Some(BatchProducer {
+        producer_id: batch.producer_id(),
+        epoch: batch.producer_epoch(),
+        base_sequence: batch.base_sequence(),
+    })
+}
+
+/// One partition: its log, the signal that wakes its long-polling fetchers, and the turn its
+/// acks=all producers take to flush.
+pub struct Partition {
+    topic: String,
+    index: i32,
+    log: Log,
+    appended: AppendSignal,
+    /// One flush at a time; the producers queued behind it usually find their batch already
+    /// covered when their turn comes, so concurrent acks=all producers share each fsync.
+    flush_turn: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.index)
+    }
+}
+
+impl Partition {
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    pub fn index(&self) -> i32 {
+        self.index
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log.log_start_offset()
+    }
+    /// The next offset to be assigned; everything below it can be fetched (Kafka's high
+    /// watermark on a single broker).
+    pub fn log_end_offset(&self) -> i64 {
+        self.log.log_end_offset()
+    }
+
+    /// Whether [`Partition::append`] may wait for an fsync (the `always` and `every:N`
+    /// policies flush inside the append). Under `manual` an append is a validation and a copy
+    /// into the mapped segment, with a file created and allocated at a roll.
+    pub fn append_may_sync(&self) -> bool {
+        self.log.config().flush_policy != oncelog::FlushPolicy::Manual
+    }
+
+    /// Appends one batch as the client sent it. Under the `always` flush policy it returns
+    /// once the batch is durable; when [`Partition::append_may_sync`], run it off the reactor.
+    pub fn append(&self, batch: &[u8]) -> Result<Appended, AppendRefused> {
+        let outcome = self.log.append(batch).map_err(|e| AppendRefused {
+            kind: e.kind(),
+            message: e.to_string(),
+        })?;
+        Ok(match outcome {
+            AppendOutcome::Appended(info) => {
+                self.appended.appended();
+                Appended::Written {
+                    first_offset: info.first_offset,
+                    last_offset: info.last_offset,
+                    append_time_ms: info.append_time_ms,
+                }
+            }
+            AppendOutcome::Duplicate(original) => Appended::Duplicate {
+                first_offset: original.first_offset,
+                last_offset: original.last_offset,
+            },
+        })
+    }
+
+    /// Returns once every offset below `end_offset` is durable, flushing if need be. The flush
+    /// runs on a blocking thread; producers waiting at the same time share it.
+    pub async fn make_durable(self: &Arc<Self>, end_offset: i64) -> Result<(), FlushRefused> {
+        if self.log.recovery_point() >= end_offset {
+            return Ok(());
+        }
+        let _turn = self.flush_turn.lock().await;
+        if self.log.recovery_point() >= end_offset {
+            return Ok(());
+        }
+        let partition = Arc::clone(self);
+        tokio::task::spawn_blocking(move || partition.log.flush())
+            .await
+            .map_err(|e| FlushRefused(format!("flush task failed: {e}")))?
+            .map_err(|e| FlushRefused(e.to_string()))
+    }
+
+    /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one batch,
+    /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadRefused> {
+        Ok(self.log.read(offset, max_bytes)?)
+    }
+
+    /// Registers for the next append (see [`crate::wait`]).
+    pub fn listen(&self) -> AppendListener {
+        self.appended.listen()
+    }
+
+    /// The first record with a timestamp at or after `timestamp`, if any.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<TimestampOffset>, ReadRefused> {
+        Ok(self
+            .log
+            .offset_for_timestamp(timestamp)?
+            .map(|t| TimestampOffset {
+                timestamp: t.timestamp,
+                offset: t.offset,
+            }))
+    }
+
+    /// The first record with the largest timestamp in the log (ListOffsets' MAX_TIMESTAMP).
+    /// Walks the batch headers of the whole log: meant for the rare request that asks.
+    pub fn max_timestamp(&self) -> Result<Option<TimestampOffset>, ReadRefused> {
+        const CHUNK: usize = 1 << 20;
+        let mut offset = self.log.log_start_offset();
+        let mut max: Option<i64> = None;
+        loop {
+            let bytes = self.log.read(offset, CHUNK)?;
+            if bytes.is_empty() {
+                break;
+            }
+            for item in BatchIter::new(&bytes) {
+                let (_, batch) = item.map_err(|e| {
+                    ReadRefused::Storage(format!(
+                        "batch at byte {} of a read: {}",
+                        e.position, e.error
+                    ))
+                })?;
+                if max.is_none_or(|m| batch.max_timestamp() > m) {
+                    max = Some(batch.max_timestamp());
+                }
+                offset = batch.last_offset() + 1;
+            }
+        }
+        match max {
+            Some(timestamp) => self.offset_for_timestamp(timestamp),
+            None => Ok(None),
+        }
+    }
+
+    /// The epoch this partition last saw from `producer_id`, if it knows the producer.
+    fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.log.producer(producer_id).map(|p| p.epoch())
+    }
+}
+
+/// A topic and its partitions, numbered from 0.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[derive(Default)]
+struct Topics {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+}
+
+/// Every topic of the data directory.
+pub struct Store {
+    dir: PathBuf,
+    log_config: LogConfig,
+    topics: RwLock<Topics>,
+    /// Serialises topic creation, so two Metadata requests for a new topic create it once.
+    creating: Mutex<()>,
+    cluster_id: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.dir)
+            .field("topics", &self.read_topics().by_name.len())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens every partition under `dir` (creating `dir` if needed), recovering those that were
+    /// not closed cleanly. Blocking.
+    pub fn open(dir: &Path, settings: &LogSettings, node_id: i32) -> Result<Store, StoreError> {
+        let log_config = log_config(settings);
+        log_config.validate()?;
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let cluster_id = load_cluster_id(dir, node_id)?;
+        let mut found: HashMap<String, Vec<(i32, PathBuf)>> = HashMap::new();
+        for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+            let entry = entry.map_err(io_error(dir))?;
+            if !entry.file_type().map_err(io_error(dir))?.is_dir() {
+                continue;
+            }
+            let name = entry.file_name();
+            let Some((topic, index)) = name.to_str().and_then(parse_partition_dir) else {
+                // Not a partition (Kafka's `-delete` and `-future` directories, or anything else).
+                tracing::debug!(dir = %entry.path().display(), "not a partition directory, skipped");
+                continue;
+            };
+            found
+                .entry(topic.to_string())
+                .or_default()
+                .push((index, entry.path()));
+        }
+        let mut topics = Topics::default();
+        for (name, mut dirs) in found {
+            dirs.sort();
+            for (expected, (index, path)) in dirs.iter().enumerate() {
+                if *index != expected as i32 {
+                    return Err(StoreError::Layout {
+                        path: path.clone(),
+                        reason: format!("topic {name} has no partition {expected}"),
+                    });
+                }
+            }
+            let topic = open_topic(&name, &dirs, &log_config)?;
+            topics.by_id.insert(topic.id, Arc::clone(&topic));
+            topics.by_name.insert(name, topic);
+        }
+        Ok(Store {
+            dir: dir.to_path_buf(),
+            log_config,
+            topics: RwLock::new(topics),
+            creating: Mutex::new(()),
+            cluster_id,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The id of the cluster this data directory belongs to (kept in `meta.properties`).
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.read_topics().by_name.get(name).cloned()
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.read_topics().by_id.get(&id).cloned()
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut all: Vec<_> = self.read_topics().by_name.values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        self.topic(topic)?.partition(index).cloned()
+    }
+
+    /// Returns the topic, creating it with `partitions` partitions if it does not exist.
+    /// Blocking. Each partition directory gets its `partition.metadata` before its log, so a
+    /// crash half-way leaves a topic with fewer partitions, never a partition without an id.
+    pub fn create_topic(&self, name: &str, partitions: i32) -> Result<Arc<Topic>, StoreError> {
+        validate_topic_name(name)?;
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(topic) = self.topic(name) {
+            return Ok(topic);
+        }
+        let id = new_topic_id(|id| self.topic_by_id(id).is_some());
+        let mut dirs = Vec::new();
+        for index in 0..partitions {
+            let path = self.dir.join(format!("{name}-{index}"));
+            fs::create_dir_all(&path).map_err(io_error(&path))?;
+            write_partition_metadata(&path, id)?;
+            dirs.push((index, path));
+        }
+        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
+        let topic = open_topic(name, &dirs, &self.log_config)?;
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        topics.by_id.insert(id, Arc::clone(&topic));
+        topics.by_name.insert(name.to_string(), Arc::clone(&topic));
+        Ok(topic)
+    }
+
+    /// The newest epoch any partition saw from `producer_id`.
+    pub fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
+        self.topics()
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter_map(|p| p.producer_epoch(producer_id))
+            .max()
+    }
+
+    /// Flushes and closes every partition cleanly (clean-shutdown checkpoint, producer
+    /// snapshot). Blocking. Returns the partitions that failed, with why.
+    pub fn close(&self) -> Vec<(String, String)> {
+        let mut failed = Vec::new();
+        for topic in self.topics() {
+            for partition in &topic.partitions {
+                if let Err(e) = partition.log.close() {
+                    failed.push((format!("{partition:?}"), e.to_string()));
+                }
+            }
+        }
+        failed
+    }
+
+    fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, Topics> {
+        self.topics.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The engine's configuration for every partition.
+fn log_config(settings: &LogSettings) -> LogConfig {
+    LogConfig {
+        segment_bytes: settings.segment_bytes,
+        prefault_bytes: settings.prefault_bytes,
+        max_message_bytes: settings.max_message_bytes,
+        message_timestamp_type: match settings.message_timestamp_type {
+            config::TimestampType::CreateTime => oncelog::format::TimestampType::CreateTime,
+            config::TimestampType::LogAppendTime => oncelog::format::TimestampType::LogAppendTime,
+        },
+        flush_policy: match settings.flush {
+            config::FlushPolicy::Manual | config::FlushPolicy::Never => {
+                oncelog::FlushPolicy::Manual
+            }
+            config::FlushPolicy::Always => oncelog::FlushPolicy::Always,
+            config::FlushPolicy::EveryMessages(n) => oncelog::FlushPolicy::EveryMessages(n),
+        },
+        recovery_mode: match settings.recovery_mode {
+            config::RecoveryMode::TolerateTail => oncelog::RecoveryMode::TolerateTailCorruption,
+            config::RecoveryMode::TolerateAny => oncelog::RecoveryMode::TolerateAnyCorruption,
+            config::RecoveryMode::Absolute => oncelog::RecoveryMode::AbsoluteConsistency,
+        },
+        producer_state: ProducerStateConfig {
+            window: settings.dedup_window,
+            max_producers: settings.max_producers,
+            expiration_ms: settings.producer_expiration_ms,
+            ..ProducerStateConfig::default()
+        },
+        ..LogConfig::default()
+    }
+}
+
+fn open_topic(
+    name: &str,
+    dirs: &[(i32, PathBuf)],
+    config: &LogConfig,
+) -> Result<Arc<Topic>, StoreError> {
+    let mut id = None;
+    let mut partitions = Vec::with_capacity(dirs.len());
+    for (index, path) in dirs {
+        match (read_partition_metadata(path)?, id) {
+            (Some(found), None) => id = Some(found),
+            (Some(found), Some(known)) if found != known => {
+                return Err(StoreError::Layout {
+                    path: path.join(PARTITION_METADATA),
+                    reason: format!(
+                        "topic id {} differs from {} in partition 0",
+                        encode_topic_id(found),
+                        encode_topic_id(known)
+                    ),
+                })
+            }
+            _ => {}
+        }
+        let log = Log::open(path, config.clone()).map_err(|source| StoreError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        report_recovery(path, &log);
+        partitions.push(Arc::new(Partition {
+            topic: name.to_string(),
+            index: *index,
+            log,
+            appended: AppendSignal::default(),
+            flush_turn: tokio::sync::Mutex::new(()),
+        }));
+    }
+    // A directory written by something that keeps no topic ids gets one now, in every
+    // partition, so the next start answers with the same id.
+    let id = match id {
+        Some(id) => id,
+        None => Uuid::new_v4(),
+    };
+    for (_, path) in dirs {
+        if read_partition_metadata(path)?.is_none() {
+            write_partition_metadata(path, id)?;
+        }
+    }
+    Ok(Arc::new(Topic {
+        name: name.to_string(),
+        id,
+        partitions,
+    }))
+}
+
+fn report_recovery(path: &Path, log: &Log) {
+    let report = log.recovery_report();
+    let producers = log.producer_load_report();
+    // A new partition has no checkpoint and nothing to validate: nothing was recovered.
+    let created = !report.checkpoint_found && report.segments_validated == 0;
+    if report.clean_shutdown || created {
+        tracing::debug!(dir = %path.display(), log_end_offset = log.log_end_offset(), "opened partition");
+    } else {
+        tracing::info!(
+            dir = %path.display(),
+            log_end_offset = log.log_end_offset(),
+            segments_validated = report.segments_validated,
+            bytes_validated = report.bytes_validated,
+            truncations = report.truncations.len(),
+            producers = producers.producers,
+            batches_replayed = producers.batches_replayed,
+            "recovered partition after an unclean shutdown"
+        );
+    }
+    for cut in &report.truncations {
+        tracing::warn!(file = %cut.path.display(), position = cut.position, "recovery cut a damaged tail");
+    }
+}
+
+/// Splits `orders-3` into (`orders`, 3): the partition is after the last `-`.
+fn parse_partition_dir(name: &str) -> Option<(&str, i32)> {
+    let (topic, digits) = name.rsplit_once('-')?;
+    let index: i32 = digits.parse().ok()?;
+    // Only the canonical spelling: `orders-03` or `orders-+3` is not a partition.
+    if index < 0 || index.to_string() != digits {
+        return None;
+    }
+    validate_topic_name(topic).ok()?;
+    Some((topic, index))
+}
+
+/// Kafka's topic name rules (`Topic.validate`).
+pub fn validate_topic_name(name: &str) -> Result<(), StoreError> {
+    let bad = |rule| StoreError::InvalidTopicName {
+        name: name.to_string(),
+        rule,
+    };
+    if name.is_empty() {
+        return Err(bad("must not be empty"));
+    }
+    if name == "." || name == ".." {
+        return Err(bad("must not be '.' or '..'"));
+    }
+    if name.len() > 249 {
+        return Err(bad("must be at most 249 characters"));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(bad(
+            "may only contain ASCII letters, digits, '.', '_' and '-'",
+        ));
+    }
+    Ok(())
+}
+
+/// A fresh random topic id, never the null id nor one in use.
+fn new_topic_id(in_use: impl Fn(Uuid) -> bool) -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if !id.is_nil() && !in_use(id) {
+            return id;
+        }
+    }
+}
+
+/// Kafka writes a `Uuid` as URL-safe base64 without padding (22 characters).
+pub fn encode_topic_id(id: Uuid) -> String {
+    URL_SAFE_NO_PAD.encode(id.as_bytes())
+}
+
+fn decode_topic_id(text: &str) -> Option<Uuid> {
+    let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
+    Uuid::from_slice(&bytes).ok()
+}
+
+fn write_partition_metadata(dir: &Path, id: Uuid) -> Result<(), StoreError> {
+    let path = dir.join(PARTITION_METADATA);
+    let text = format!("version: 0\ntopic_id: {}", encode_topic_id(id));
+    files::replace_atomically(&path, text.as_bytes()).map_err(io_error(&path))
+}
+
+fn read_partition_metadata(dir: &Path) -> Result<Option<Uuid>, StoreError> {
+    let path = dir.join(PARTITION_METADATA);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error(&path)(e)),
+    };
+    parse_partition_metadata(&text)
+        .map(Some)
+        .ok_or_else(|| StoreError::Layout {
+            path,
+            reason: format!("not a version-0 partition.metadata: {text:?}"),
+        })
+}
+
+fn parse_partition_metadata(text: &str) -> Option<Uuid> {
+    let mut lines = text.lines();
+    if lines.next()?.trim() != "version: 0" {
+        return None;
+    }
+    decode_topic_id(lines.next()?.trim().strip_prefix("topic_id:")?.trim())
+}
+
+/// The cluster id from Kafka's `meta.properties`, written on first start.
+fn load_cluster_id(dir: &Path, node_id: i32) -> Result<String, StoreError> {
+    let path = dir.join("meta.properties");
+    match fs::read_to_string(&path) {
+        Ok(text) => {
+            let id = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("cluster.id="))
+                .map(str::trim)
+                .filter(|id| !id.is_empty());
+            match id {
+                Some(id) => Ok(id.to_string()),
+                None => Err(StoreError::Layout {
+                    path,
+                    reason: "no cluster.id".to_string(),
+                }),
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let id = encode_topic_id(Uuid::new_v4());
+            let text = format!("version=1\ncluster.id={id}\nnode.id={node_id}\n");
+            files::replace_atomically(&path, text.as_bytes()).map_err(io_error(&path))?;
+            Ok(id)
+        }
+        Err(e) => Err(io_error(&path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncelog::format::BatchBuilder;
+
+    fn batch(producer_id: i64, sequence: i32, records: usize) -> Vec<u8> {
+        let mut builder = BatchBuilder::new().producer(producer_id, 0, sequence);
+        for i in 0..records {
+            builder.append(1_700_000_000_000 + i as i64, None, Some(b"v"), &[]);
+        }
+        builder.build().unwrap()
+    }
+
+    #[test]
+    fn topic_ids_are_written_as_kafka_writes_them() {
+        // The id of the `idem` topic in ../shared/fixtures/kafka-broker, written by Kafka 4.4.
+        let text = "version: 0\ntopic_id: IM2DM_xxRv21CyKjxgmXyQ";
+        let id = parse_partition_metadata(text).unwrap();
+        assert_eq!(encode_topic_id(id), "IM2DM_xxRv21CyKjxgmXyQ");
+        assert_eq!(parse_partition_metadata("version: 1\ntopic_id: x"), None);
+    }
+
+    #[test]
+    fn partition_directories_are_split_at_the_last_dash() {
+        assert_eq!(parse_partition_dir("orders-3"), Some(("orders", 3)));
+        assert_eq!(parse_partition_dir("harness-0-0"), Some(("harness-0", 0)));
+        assert_eq!(parse_partition_dir("orders-03"), None);
+        assert_eq!(parse_partition_dir("orders-+3"), None);
+        assert_eq!(parse_partition_dir("orders"), None);
+        assert_eq!(
+            parse_partition_dir("orders-0.abc-delete"),
+            None,
+            "Kafka's deleted-partition directories are not partitions"
+        );
+    }
+
+    #[test]
+    fn topic_names_follow_kafkas_rules() {
+        assert!(validate_topic_name("orders.v2_x-1").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_reopened_store_has_the_same_topics_ids_and_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = LogSettings::default();
+        let (id, cluster) = {
+            let store = Store::open(dir.path(), &settings, 1).unwrap();
+            let topic = store.create_topic("orders", 3).unwrap();
+            let again = store.create_topic("orders", 5).unwrap();
+            assert_eq!(
+                again.partitions.len(),
+                3,
+                "an existing topic is returned as it is"
+            );
+            let appended = topic.partitions[2].append(&batch(7, 0, 4)).unwrap();
+            assert_eq!(
+                appended,
+                Appended::Written {
+                    first_offset: 0,
+                    last_offset: 3,
+                    append_time_ms: match appended {
+                        Appended::Written { append_time_ms, .. } => append_time_ms,
+                        Appended::Duplicate { .. } => unreachable!("a first append"),
+                    }
+                }
+            );
+            assert!(store.close().is_empty());
+            (topic.id, store.cluster_id().to_string())
+        };
+        let store = Store::open(dir.path(), &settings, 1).unwrap();
+        let topic = store.topic("orders").unwrap();
+        assert_eq!((topic.id, topic.partitions.len()), (id, 3));
+        assert_eq!(store.cluster_id(), cluster);
+        assert_eq!(store.topic_by_id(id).unwrap().name, "orders");
+        let partition = store.partition("orders", 2).unwrap();
+        assert_eq!(partition.log_end_offset(), 4);
+        assert_eq!(
+            partition.append(&batch(7, 0, 4)).unwrap(),
+            Appended::Duplicate {
+                first_offset: 0,
+                last_offset: 3
+            },
+            "the retry after a restart is still a duplicate"
+        );
+        assert_eq!(store.producer_epoch(7), Some(0));
+        assert_eq!(store.producer_epoch(8), None);
+        store.close();
+    }
+
+    #[test]
+    fn a_gap_in_the_partitions_of_a_topic_refuses_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("orders-0")).unwrap();
+        fs::create_dir_all(dir.path().join("orders-2")).unwrap();
+        let err = Store::open(dir.path(), &LogSettings::default(), 1).expect_err("a gap");
+        assert!(err.to_string().contains("has no partition 1"), "{err}");
+    }
+
+    #[test]
+    fn refused_appends_carry_the_engines_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &LogSettings::default(), 1).unwrap();
+        let partition = store.create_topic("t", 1).unwrap().partitions[0].clone();
+        let mut damaged = batch(1, 0, 1);
+        let last = damaged.len() - 1;
+        damaged[last] ^= 0xff;
+        assert_eq!(
+            partition.append(&damaged).unwrap_err().kind,
+            "corrupt_batch"
+        );
+        partition.append(&batch(1, 0, 1)).unwrap();
+        assert_eq!(
+            partition.append(&batch(1, 5, 1)).unwrap_err().kind,
+            "out_of_order_sequence"
+        );
+        store.close();
+    }
+
+    #[test]
+    fn every_kind_a_client_append_can_get_has_a_kafka_code() {
+        use oncelog::format::BatchError;
+        use oncelog::producer::ProducerError;
+        use oncelog::AppendError;
+        let io = || oncelog::io::IoError::new("write", "/x", io::Error::other("boom"));
+        let errors = [
+            AppendError::Batch(BatchError::CrcMismatch {
+                stored: 1,
+                computed: 2,
+            }),
+            AppendError::Batch(BatchError::EmptyBatch),
+            AppendError::Batch(BatchError::TooLarge { size: 2, max: 1 }),
+            AppendError::Producer(ProducerError::OutOfOrderSequence {
+                producer_id: 1,
+                expected: 1,
+                got: 3,
+            }),
+            AppendError::Producer(ProducerError::InvalidProducerEpoch {
+                producer_id: 1,
+                current: 2,
+                got: 1,
+            }),
+            AppendError::Producer(ProducerError::InvalidTxnState {
+                producer_id: 1,
+                txn_first_offset: 0,
+            }),
+            AppendError::Producer(ProducerError::CoordinatorFenced {
+                producer_id: 1,
+                current: 2,
+                got: 1,
+            }),
+            AppendError::Producer(ProducerError::TooManyProducers {
+                producer_id: 1,
+                limit: 1,
+            }),
+            AppendError::RecordListTooLarge {
+                size: 2,
+                segment_bytes: 1,
+            },
+            AppendError::Io(io()),
+            AppendError::ReadOnly {
+                cause: Arc::new(io()),
+            },
+            AppendError::Closed,
+        ];
+        for e in errors {
+            assert!(
+                crate::errors::APPEND_ERRORS
+                    .iter()
+                    .any(|(kind, _)| *kind == e.kind()),
+                "{} ({e}) has no Kafka code",
+                e.kind()
+            );
+        }
+    }
+
+    #[test]
+    fn max_timestamp_finds_the_first_record_with_the_largest_timestamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &LogSettings::default(), 1).unwrap();
+        let partition = store.create_topic("t", 1).unwrap().partitions[0].clone();
+        assert_eq!(partition.max_timestamp().unwrap(), None);
+        for (sequence, timestamps) in [(0, [10, 50]), (2, [30, 20])] {
+            let mut builder = BatchBuilder::new().producer(1, 0, sequence);
+            for ts in timestamps {
+                builder.append(ts, None, Some(b"v"), &[]);
+            }
+            partition.append(&builder.build().unwrap()).unwrap();
+        }
+        assert_eq!(
+            partition.max_timestamp().unwrap(),
+            Some(TimestampOffset {
+                timestamp: 50,
+                offset: 1
+            })
+        );
+        store.close();
+    }
+}

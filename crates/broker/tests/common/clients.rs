@@ -1,0 +1,286 @@
+//! The real Kafka clients, run as child processes that print one JSON object per line
+//! (tests/clients/*.py, tests/java/OncelogClient.java).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Installs the clients on first use (tests/clients/setup.sh: a venv from PyPI, jars from
+/// Maven Central) and returns their directory.
+pub fn clients_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/setup.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run tests/clients/setup.sh");
+        assert!(
+            out.status.success(),
+            "client set-up failed: {:?}",
+            out.status
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        PathBuf::from(
+            stdout
+                .lines()
+                .last()
+                .expect("setup.sh prints the directory"),
+        )
+    })
+}
+
+/// A Kafka client library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// confluent-kafka 2.16 (librdkafka 2.16).
+    Confluent,
+    /// kafka-python 3.0.
+    KafkaPython,
+    /// org.apache.kafka:kafka-clients 4.4.
+    Java,
+}
+
+/// Options of a produce run.
+#[derive(Debug, Clone, Default)]
+pub struct Produce {
+    /// Wait for delivery after every `wave` messages (0: all at once).
+    pub wave: usize,
+    /// Sleep between waves.
+    pub pace_ms: u64,
+    /// Value size (values are `m-<i>` padded with dots).
+    pub size: usize,
+    /// A plain producer, without producer id and sequences (librdkafka only).
+    pub no_idempotence: bool,
+}
+
+impl Client {
+    pub const ALL: [Client; 3] = [Client::Confluent, Client::KafkaPython, Client::Java];
+
+    fn command(self) -> Command {
+        let dir = clients_dir();
+        let scripts = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
+        match self {
+            Client::Confluent | Client::KafkaPython => {
+                let mut c = Command::new(dir.join("venv/bin/python"));
+                c.arg(format!(
+                    "{scripts}/{}",
+                    if self == Client::Confluent {
+                        "confluent_client.py"
+                    } else {
+                        "kafka_python_client.py"
+                    }
+                ));
+                c
+            }
+            Client::Java => {
+                let mut c = Command::new("java");
+                c.arg("-Xmx256m")
+                    .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+                    .arg("-cp")
+                    .arg(format!(
+                        "{}:{}/*",
+                        dir.join("java/classes").display(),
+                        dir.join("java/lib").display()
+                    ))
+                    .arg("OncelogClient");
+                c
+            }
+        }
+    }
+
+    /// Starts an idempotent producer (acks=all, retries on) of `count` messages.
+    pub fn produce(self, bootstrap: &str, topic: &str, count: usize, opts: &Produce) -> Run {
+        let mut c = self.command();
+        c.args(["produce", bootstrap, topic, &count.to_string()])
+            .args(["--wave", &opts.wave.to_string()])
+            .args(["--pace-ms", &opts.pace_ms.to_string()])
+            .args(["--size", &opts.size.to_string()]);
+        if opts.no_idempotence {
+            assert_eq!(
+                self,
+                Client::Confluent,
+                "only the librdkafka script has the option"
+            );
+            c.arg("--no-idempotence");
+        }
+        Run::spawn(self, c)
+    }
+
+    /// Reads `count` records of every partition of `topic` from the beginning.
+    pub fn consume(self, bootstrap: &str, topic: &str, count: usize) -> Consumed {
+        let mut c = self.command();
+        c.args(["consume", bootstrap, topic, &count.to_string()])
+            .args(["--timeout", "60"]);
+        let events = Run::spawn(self, c).finish(Duration::from_secs(120));
+        let mut consumed = Consumed::default();
+        for e in &events {
+            match e["event"].as_str() {
+                Some("consumed") => consumed.records.push(Record {
+                    partition: e["partition"].as_i64().unwrap() as i32,
+                    offset: e["offset"].as_i64().unwrap(),
+                    value: e["value"].as_str().unwrap().to_string(),
+                }),
+                Some("committed") => {
+                    consumed.committed.insert(
+                        e["partition"].as_i64().unwrap() as i32,
+                        e["offset"].as_i64().unwrap(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        consumed
+    }
+}
+
+/// One record a consumer read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub value: String,
+}
+
+/// What a consumer read, and the offsets it committed and read back.
+#[derive(Debug, Default)]
+pub struct Consumed {
+    pub records: Vec<Record>,
+    pub committed: BTreeMap<i32, i64>,
+}
+
+/// A running client and the events it printed.
+pub struct Run {
+    client: Client,
+    child: Child,
+    events: Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Run {
+    fn spawn(client: Client, mut command: Command) -> Run {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start the {client:?} client: {e}"));
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, events) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) => {
+                        if tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => eprintln!("[{client:?} stdout] {line}"),
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[{client:?}] {line}");
+            }
+        });
+        Run {
+            client,
+            child,
+            events,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits until `n` messages were delivered.
+    pub fn wait_delivered(&mut self, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self
+            .seen
+            .iter()
+            .filter(|e| e["event"] == "delivered")
+            .count()
+            < n
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(e) => self.seen.push(e),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "{:?}: fewer than {n} deliveries within {timeout:?}",
+                        self.client
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("{:?} exited before {n} deliveries", self.client)
+                }
+            }
+        }
+    }
+
+    /// Waits for the client to exit; returns every event it printed.
+    pub fn finish(mut self, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(e) => self.seen.push(e),
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    panic!("{:?} did not finish within {timeout:?}", self.client);
+                }
+            }
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{:?} exited with {status}", self.client);
+        std::mem::take(&mut self.seen)
+    }
+
+    /// Waits for a producer to finish and returns its delivery reports.
+    pub fn delivered(self, timeout: Duration) -> Delivered {
+        let client = self.client;
+        let events = self.finish(timeout);
+        let mut report = Delivered::default();
+        for e in &events {
+            match e["event"].as_str() {
+                Some("delivered") => {
+                    let i = e["i"].as_u64().unwrap() as usize;
+                    let at = (
+                        e["partition"].as_i64().unwrap() as i32,
+                        e["offset"].as_i64().unwrap(),
+                    );
+                    assert!(
+                        report.offsets.insert(i, at).is_none(),
+                        "{client:?}: message {i} was reported delivered twice"
+                    );
+                }
+                Some("failed") => report.failed.push(e.to_string()),
+                _ => {}
+            }
+        }
+        report
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A producer's delivery reports: message index → (partition, offset).
+#[derive(Debug, Default)]
+pub struct Delivered {
+    pub offsets: BTreeMap<usize, (i32, i64)>,
+    pub failed: Vec<String>,
+}

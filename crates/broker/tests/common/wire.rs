@@ -1,0 +1,102 @@
+//! A raw Kafka protocol connection, with kafka-protocol's generated types.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+
+pub struct Wire {
+    pub stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Wire {
+    pub fn connect(addr: SocketAddr) -> Wire {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Wire {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.stream.local_addr().unwrap()
+    }
+
+    /// Sends a request; returns its correlation id.
+    pub fn send<Req: Encodable>(&mut self, api_key: ApiKey, version: i16, body: &Req) -> i32 {
+        self.correlation_id += 1;
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(api_key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("raw-test")))
+            .encode(&mut buf, api_key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        self.send_frame(&buf);
+        self.correlation_id
+    }
+
+    /// Sends raw bytes as one frame.
+    pub fn send_frame(&mut self, frame: &[u8]) {
+        self.stream
+            .write_all(&(frame.len() as i32).to_be_bytes())
+            .unwrap();
+        self.stream.write_all(frame).unwrap();
+    }
+
+    /// Reads one response frame: its correlation id and the body after a header of
+    /// `header_version`.
+    pub fn receive<Resp: Decodable + HeaderVersion>(&mut self, version: i16) -> (i32, Resp) {
+        self.receive_with_header::<Resp>(version, Resp::header_version(version))
+    }
+
+    pub fn receive_with_header<Resp: Decodable>(
+        &mut self,
+        version: i16,
+        header_version: i16,
+    ) -> (i32, Resp) {
+        let mut frame = self.read_frame().expect("a response");
+        let header = ResponseHeader::decode(&mut frame, header_version).unwrap();
+        (
+            header.correlation_id,
+            Resp::decode(&mut frame, version).unwrap(),
+        )
+    }
+
+    /// A request and its response.
+    pub fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Resp {
+        let id = self.send(api_key, version, body);
+        let (got, response) = self.receive::<Resp>(version);
+        assert_eq!(got, id, "responses come in request order");
+        response
+    }
+
+    pub fn read_frame(&mut self) -> io::Result<Bytes> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut frame)?;
+        Ok(Bytes::from(frame))
+    }
+
+    /// Whether the broker closed the connection (a read sees the end of the stream).
+    pub fn is_closed_by_broker(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0))
+            || matches!(self.stream.read(&mut byte), Err(e) if e.kind() == io::ErrorKind::ConnectionReset)
+    }
+}

@@ -1,0 +1,549 @@
+//! The broker over a raw TCP connection, with kafka-protocol's generated request and response
+//! types: version negotiation, Kafka's error codes, malformed frames, acks=0, the long poll,
+//! offsets by time, topic ids and producer ids across a crash.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::wire::Wire;
+use common::BrokerProcess;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use oncelog::format::BatchBuilder;
+use uuid::Uuid;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A batch of `n` records from producer (id, epoch) starting at `sequence`, timestamps `ts..`.
+fn batch(producer: Option<(i64, i16)>, sequence: i32, n: usize, ts: i64) -> Bytes {
+    // Leader epoch 0 is what the log stamps: a stored batch then equals the one sent.
+    let mut builder = BatchBuilder::new().partition_leader_epoch(0);
+    if let Some((id, epoch)) = producer {
+        builder = builder.producer(id, epoch, sequence);
+    }
+    for i in 0..n {
+        builder.append(ts + i as i64, None, Some(format!("v{i}").as_bytes()), &[]);
+    }
+    Bytes::from(builder.build().unwrap())
+}
+
+fn produce_request(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
+}
+
+fn produce(
+    wire: &mut Wire,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> PartitionProduceResponse {
+    let response: ProduceResponse = wire.call(
+        ApiKey::Produce,
+        9,
+        &produce_request(topic, partition, records, -1),
+    );
+    response.responses[0].partition_responses[0].clone()
+}
+
+/// Creates `topic` through Metadata (auto-creation) and returns its id.
+fn create_topic(wire: &mut Wire, topic: &str) -> Uuid {
+    let response: MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(name(topic)))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    let t = &response.topics[0];
+    assert_eq!(t.error_code, 0);
+    assert_eq!(t.partitions.len(), 1);
+    t.topic_id
+}
+
+fn init_producer(wire: &mut Wire, held: Option<(i64, i16)>) -> InitProducerIdResponse {
+    let (id, epoch) = held.unwrap_or((-1, -1));
+    wire.call(
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(epoch),
+    )
+}
+
+fn list_offset(wire: &mut Wire, topic: &str, timestamp: i64) -> (i64, i64) {
+    let response: ListOffsetsResponse = wire.call(
+        ApiKey::ListOffsets,
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(timestamp)
+                ])]),
+    );
+    let p = &response.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    (p.offset, p.timestamp)
+}
+
+fn fetch_request(
+    version: i16,
+    topic: &str,
+    id: Uuid,
+    offset: i64,
+    max_wait_ms: i32,
+) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(if version <= 12 {
+                name(topic)
+            } else {
+                TopicName::default()
+            })
+            .with_topic_id(if version >= 13 { id } else { Uuid::nil() })
+            .with_partitions(vec![FetchPartition::default()
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
+#[test]
+fn api_versions_lists_every_api_and_a_newer_version_gets_error_35_in_a_v0_body() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    let response: ApiVersionsResponse = wire.call(
+        ApiKey::ApiVersions,
+        4,
+        &ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("raw"))
+            .with_client_software_version(StrBytes::from_static_str("1")),
+    );
+    assert_eq!(response.error_code, 0);
+    let range = |key: ApiKey| {
+        response
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == key as i16)
+            .map(|k| (k.min_version, k.max_version))
+    };
+    // Produce from v3 and Fetch from v4: clients then send and expect magic-2 batches only.
+    assert_eq!(range(ApiKey::Produce).map(|r| r.0), Some(3));
+    assert_eq!(range(ApiKey::Fetch).map(|r| r.0), Some(4));
+    for key in [
+        ApiKey::Metadata,
+        ApiKey::InitProducerId,
+        ApiKey::ListOffsets,
+        ApiKey::FindCoordinator,
+    ] {
+        assert!(range(key).is_some(), "{key:?} advertised");
+    }
+    assert_eq!(range(ApiKey::JoinGroup), None, "groups are not advertised");
+
+    // A version newer than the broker's: the body of v4 under a v5 header, as a newer client
+    // would send it.
+    let mut frame = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(ApiKey::ApiVersions as i16)
+        .with_request_api_version(5)
+        .with_correlation_id(77)
+        .with_client_id(Some(StrBytes::from_static_str("future")))
+        .encode(&mut frame, 2)
+        .unwrap();
+    ApiVersionsRequest::default().encode(&mut frame, 4).unwrap();
+    wire.send_frame(&frame);
+    let (correlation_id, old): (i32, ApiVersionsResponse) = wire.receive_with_header(0, 0);
+    assert_eq!(correlation_id, 77);
+    assert_eq!(old.error_code, 35, "UNSUPPORTED_VERSION");
+    assert_eq!(
+        old.api_keys, response.api_keys,
+        "the supported ranges, in a v0 body"
+    );
+}
+
+#[test]
+fn a_malformed_request_closes_only_its_connection_and_appends_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut good = Wire::connect(broker.addr);
+    create_topic(&mut good, "t");
+    assert_eq!(
+        produce(&mut good, "t", 0, batch(None, 0, 2, 1000)).error_code,
+        0
+    );
+
+    // A produce request whose frame ends early: its batch is whole, the request is not.
+    let mut cut = Wire::connect(broker.addr);
+    let mut frame = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(9)
+        .with_correlation_id(1)
+        .encode(&mut frame, ApiKey::Produce.request_header_version(9))
+        .unwrap();
+    produce_request("t", 0, batch(None, 0, 3, 2000), -1)
+        .encode(&mut frame, 9)
+        .unwrap();
+    cut.send_frame(&frame[..frame.len() - 3]);
+    assert!(
+        cut.is_closed_by_broker(),
+        "a truncated request closes the connection"
+    );
+    broker.wait_for_log(&cut.local_addr().to_string(), Duration::from_secs(10));
+
+    // An unknown API key; a negative frame size; a frame too short for a header.
+    let mut garbage = Wire::connect(broker.addr);
+    garbage.send_frame(&[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0xde, 0xad]);
+    assert!(garbage.is_closed_by_broker());
+    let mut negative = Wire::connect(broker.addr);
+    std::io::Write::write_all(&mut negative.stream, &(-5i32).to_be_bytes()).unwrap();
+    assert!(negative.is_closed_by_broker());
+    let mut short = Wire::connect(broker.addr);
+    short.send_frame(&[0, 3]);
+    assert!(short.is_closed_by_broker());
+    for w in [&garbage, &negative, &short] {
+        broker.wait_for_log(&w.local_addr().to_string(), Duration::from_secs(10));
+    }
+
+    // The other connection is untouched, and nothing of the broken requests was appended.
+    assert_eq!(list_offset(&mut good, "t", -1).0, 2);
+    assert_eq!(
+        produce(&mut good, "t", 0, batch(None, 0, 1, 3000)).base_offset,
+        2
+    );
+}
+
+#[test]
+fn refused_batches_get_kafkas_error_codes_and_a_duplicate_its_original_offset() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &["--max-message-bytes", "2000"]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    let p = init_producer(&mut wire, None);
+    assert_eq!(p.error_code, 0);
+    let me = Some((p.producer_id.0, p.producer_epoch));
+
+    let first = batch(me, 0, 5, 1000);
+    assert_eq!(produce(&mut wire, "t", 0, first.clone()).base_offset, 0);
+    assert_eq!(
+        produce(&mut wire, "t", 0, batch(me, 5, 5, 1000)).base_offset,
+        5
+    );
+    // The retry of the first batch: no error, its original base offset, nothing written.
+    let retry = produce(&mut wire, "t", 0, first);
+    assert_eq!((retry.error_code, retry.base_offset), (0, 0));
+    assert_eq!(list_offset(&mut wire, "t", -1).0, 10);
+    let logged = broker.wait_for_log("duplicate batch", Duration::from_secs(10));
+    assert!(logged.contains("first_offset=0"), "{logged}");
+
+    let code = |wire: &mut Wire, topic: &str, partition: i32, records: Bytes| {
+        produce(wire, topic, partition, records).error_code
+    };
+    assert_eq!(
+        code(&mut wire, "t", 0, batch(me, 12, 1, 1000)),
+        45,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    );
+    let mut corrupt = batch(me, 10, 1, 1000).to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0x55;
+    assert_eq!(
+        code(&mut wire, "t", 0, Bytes::from(corrupt)),
+        2,
+        "CORRUPT_MESSAGE"
+    );
+    let big = batch(me, 10, 300, 1000);
+    assert!(big.len() > 2000);
+    assert_eq!(code(&mut wire, "t", 0, big), 10, "MESSAGE_TOO_LARGE");
+    let mut two = batch(me, 10, 1, 1000).to_vec();
+    two.extend_from_slice(&batch(me, 11, 1, 1000));
+    assert_eq!(
+        code(&mut wire, "t", 0, Bytes::from(two)),
+        87,
+        "INVALID_RECORD: one batch per partition"
+    );
+    let mut offset_set = batch(me, 10, 1, 1000).to_vec();
+    offset_set[7] = 9; // baseOffset must be 0 from a client
+    assert_eq!(
+        code(&mut wire, "t", 0, Bytes::from(offset_set)),
+        87,
+        "INVALID_RECORD"
+    );
+    assert_eq!(
+        code(&mut wire, "nope", 0, batch(None, 0, 1, 1)),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    assert_eq!(
+        code(&mut wire, "t", 4, batch(None, 0, 1, 1)),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+
+    // The producer bumps its epoch (KIP-360): the old epoch is fenced.
+    let bumped = init_producer(&mut wire, me);
+    assert_eq!(
+        (bumped.error_code, bumped.producer_id, bumped.producer_epoch),
+        (0, p.producer_id, p.producer_epoch + 1)
+    );
+    let new_epoch = Some((p.producer_id.0, bumped.producer_epoch));
+    assert_eq!(
+        produce(&mut wire, "t", 0, batch(new_epoch, 0, 1, 1000)).base_offset,
+        10
+    );
+    assert_eq!(
+        code(&mut wire, "t", 0, batch(me, 10, 1, 1000)),
+        47,
+        "INVALID_PRODUCER_EPOCH"
+    );
+    // The same bump again (as after a lost answer) gets the same epoch, not a second bump;
+    // once the producer moved on, a bump from the fenced epoch is refused.
+    assert_eq!(
+        init_producer(&mut wire, me).producer_epoch,
+        bumped.producer_epoch
+    );
+    let again = init_producer(&mut wire, new_epoch);
+    assert_eq!(again.producer_epoch, bumped.producer_epoch + 1);
+    assert_eq!(init_producer(&mut wire, me).error_code, 47);
+    assert_eq!(
+        list_offset(&mut wire, "t", -1).0,
+        11,
+        "no refused batch was written"
+    );
+}
+
+#[test]
+fn acks_zero_gets_no_answer_and_a_refused_batch_closes_the_connection() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    wire.send(
+        ApiKey::Produce,
+        9,
+        &produce_request("t", 0, batch(None, 0, 2, 1), 0),
+    );
+    // The next answer on the connection is the next request's.
+    let id = wire.send(ApiKey::Metadata, 12, &MetadataRequest::default());
+    let (got, _): (i32, MetadataResponse) = wire.receive(12);
+    assert_eq!(got, id);
+    assert_eq!(
+        list_offset(&mut wire, "t", -1).0,
+        2,
+        "the acks=0 batch was appended"
+    );
+
+    let mut corrupt = batch(None, 0, 1, 1).to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 1;
+    wire.send(
+        ApiKey::Produce,
+        9,
+        &produce_request("t", 0, Bytes::from(corrupt), 0),
+    );
+    assert!(
+        wire.is_closed_by_broker(),
+        "closing is how acks=0 reports an error"
+    );
+}
+
+#[test]
+fn a_long_poll_fetch_is_woken_by_an_append() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut producer = Wire::connect(broker.addr);
+    let id = create_topic(&mut producer, "t");
+    let mut consumer = Wire::connect(broker.addr);
+
+    // Nothing to read and a short wait: an empty answer once the wait is over.
+    let empty: FetchResponse =
+        consumer.call(ApiKey::Fetch, 12, &fetch_request(12, "t", id, 0, 100));
+    let p = &empty.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 0));
+    assert_eq!(p.records.as_ref().map_or(0, |r| r.len()), 0);
+
+    // A wait far longer than the test's read timeout (30 s): only the append can end it.
+    let sent = consumer.send(ApiKey::Fetch, 12, &fetch_request(12, "t", id, 0, 600_000));
+    std::thread::sleep(Duration::from_millis(200));
+    let records = batch(None, 0, 3, 5);
+    assert_eq!(
+        produce(&mut producer, "t", 0, records.clone()).error_code,
+        0
+    );
+    let (got, woken): (i32, FetchResponse) = consumer.receive(12);
+    assert_eq!(got, sent);
+    let p = &woken.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, 3);
+    let fetched = p.records.clone().unwrap();
+    // The stored batch is the client's, with only its base offset (0 here) and leader epoch
+    // set by the log.
+    assert_eq!(fetched, records);
+
+    // From v13 the topic is named by id; an unknown id is refused.
+    let by_id: FetchResponse = consumer.call(ApiKey::Fetch, 16, &fetch_request(16, "t", id, 1, 0));
+    assert_eq!(by_id.responses[0].topic_id, id);
+    assert_eq!(
+        by_id.responses[0].partitions[0].records.clone().unwrap(),
+        records
+    );
+    let unknown: FetchResponse = consumer.call(
+        ApiKey::Fetch,
+        16,
+        &fetch_request(16, "t", Uuid::new_v4(), 0, 0),
+    );
+    assert_eq!(
+        unknown.responses[0].partitions[0].error_code, 100,
+        "UNKNOWN_TOPIC_ID"
+    );
+    let out_of_range: FetchResponse =
+        consumer.call(ApiKey::Fetch, 12, &fetch_request(12, "t", id, 99, 0));
+    assert_eq!(
+        out_of_range.responses[0].partitions[0].error_code, 1,
+        "OFFSET_OUT_OF_RANGE"
+    );
+}
+
+#[test]
+fn list_offsets_answers_earliest_latest_max_and_by_timestamp() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    assert_eq!(
+        list_offset(&mut wire, "t", 1000),
+        (-1, -1),
+        "nothing at or after the time"
+    );
+    for (i, ts) in [1000, 2000, 3000].into_iter().enumerate() {
+        assert_eq!(
+            produce(&mut wire, "t", 0, batch(None, 0, 2, ts)).base_offset,
+            2 * i as i64
+        );
+    }
+    assert_eq!(list_offset(&mut wire, "t", -2).0, 0, "earliest");
+    assert_eq!(list_offset(&mut wire, "t", -1).0, 6, "latest");
+    assert_eq!(list_offset(&mut wire, "t", 2000), (2, 2000));
+    assert_eq!(
+        list_offset(&mut wire, "t", 2001),
+        (3, 2001),
+        "the first record at or after"
+    );
+    assert_eq!(list_offset(&mut wire, "t", 9999), (-1, -1));
+    assert_eq!(
+        list_offset(&mut wire, "t", -3),
+        (5, 3001),
+        "the record with the largest timestamp"
+    );
+}
+
+#[test]
+fn topic_ids_and_producer_ids_survive_a_crash() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    let id = create_topic(&mut wire, "t");
+    let first = init_producer(&mut wire, None).producer_id.0;
+    let second = init_producer(&mut wire, None).producer_id.0;
+    assert_ne!(first, second);
+    broker.crash();
+
+    let text = std::fs::read_to_string(data.path().join("t-0/partition.metadata")).unwrap();
+    assert!(
+        text.starts_with("version: 0\ntopic_id: "),
+        "Kafka's format: {text:?}"
+    );
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(
+        create_topic(&mut wire, "t"),
+        id,
+        "the same topic id after the crash"
+    );
+    let after = init_producer(&mut wire, None).producer_id.0;
+    assert!(
+        after > second,
+        "ids are never handed out twice: {after} after {second}"
+    );
+}
+
+#[test]
+fn one_produce_request_appends_to_several_partitions_and_one_fetch_reads_them() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &["--partitions", "3"]);
+    let mut wire = Wire::connect(broker.addr);
+    let response: MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(name("t")))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    assert_eq!(response.topics[0].partitions.len(), 3, "--partitions 3");
+    let id = response.topics[0].topic_id;
+
+    let partitions: Vec<_> = (0..4)
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(None, 0, p as usize + 1, 100)))
+        })
+        .collect();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name("t"))
+            .with_partition_data(partitions)]);
+    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
+    let codes: Vec<(i32, i16, i64)> = answer.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(codes, vec![(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 3, -1)]);
+
+    let mut fetch = fetch_request(12, "t", id, 0, 0);
+    fetch.topics[0].partitions = (0..3)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
+    let ends: Vec<i64> = fetched.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.high_watermark)
+        .collect();
+    assert_eq!(ends, vec![1, 2, 3], "each partition got its own batch");
+}
