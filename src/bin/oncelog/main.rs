@@ -31,11 +31,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print every batch, index entry and snapshot entry of a partition directory or file
+    /// Print every batch, index, snapshot and leader-epoch entry of a directory or file
     ///
-    /// PATH is a partition directory or one .log, .index, .timeindex or .snapshot file. Never
-    /// modifies what it reads. One line per batch or entry, or one JSON object per line with
-    /// --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
+    /// PATH is a partition directory or one .log, .index, .timeindex, .snapshot or
+    /// leader-epoch-checkpoint file. Never modifies what it reads. One line per batch or
+    /// entry, or one JSON object per line with --json. Exits 1 if anything was damaged, 2 if
+    /// PATH cannot be read.
     Dump(dump::DumpArgs),
     /// Measure durable append throughput, then a CRC-checked read-back
     ///
