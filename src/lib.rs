@@ -38,12 +38,12 @@ internal_mod!(log);
 internal_mod!(segment);
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, Clock, ConfigError, Damage,
-    DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
-    FlushError, FlushPolicy, HighWatermarkPolicy, LatencyHistogram, Log, LogConfig, LogMetrics,
-    OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
-    Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
-    Truncation, WaitFor, WaitOutcome,
+    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Clock, ConfigError,
+    Damage, DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error,
+    FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, LatencyHistogram, Log, LogConfig,
+    LogMetrics, OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode,
+    RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock,
+    TruncateReport, Truncation, WaitFor, WaitOutcome,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
@@ -51,6 +51,9 @@ pub use segment::{BatchProblem, CorruptSegment};
 /// `oncelog dump` does: file names, and the entries of `.index`, `.timeindex` and `.snapshot`
 /// files (byte tables in docs/format.md). Reading `.log` files is [`format::BatchIter`]'s job.
 pub mod files {
+    pub use crate::log::epochs::{
+        decode_file as decode_leader_epochs, FILE_NAME as LEADER_EPOCH_CHECKPOINT,
+    };
     pub use crate::producer::snapshot::{decode as decode_snapshot, Snapshot};
     pub use crate::segment::names::{
         file_name, parse as parse_file_name, ParsedName, INDEX_EXT, LOG_EXT, SNAPSHOT_EXT,

@@ -5,7 +5,17 @@ mod common_cli;
 
 use common_cli::{fresh_log, run, run_path, stdout};
 
-const COMMANDS: [&str; 6] = ["dump", "bench", "append", "verify", "recover", "demo"];
+const COMMANDS: [&str; 9] = [
+    "dump",
+    "bench",
+    "append",
+    "verify",
+    "recover",
+    "truncate",
+    "delete-records",
+    "retention",
+    "demo",
+];
 
 #[test]
 fn top_level_help_lists_each_command_on_one_short_line() {

@@ -185,9 +185,11 @@ impl LeaderEpochCache {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason} (remove the file to rebuild the leader epochs from the log)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
 pub struct BadEpochCheckpoint {
+    /// The file.
     pub path: PathBuf,
     /// The 1-based line at fault, where there is one.
     pub line: Option<usize>,
+    /// What is wrong.
     pub reason: String,
 }
 
@@ -271,12 +273,19 @@ pub fn read(
         }
         io::SmallFile::Bytes(b) => b,
     };
-    let Ok(text) = String::from_utf8(bytes) else {
-        return Ok(Err(bad(None, "not UTF-8 text".into())));
+    Ok(decode_file(&p, &bytes).map(Some))
+}
+
+/// Parses the bytes of a `leader-epoch-checkpoint` read from `path` (which errors name): the
+/// entries, oldest epoch first.
+pub fn decode_file(path: &Path, bytes: &[u8]) -> Result<Vec<EpochEntry>, BadEpochCheckpoint> {
+    let bad = |line, reason: String| BadEpochCheckpoint {
+        path: path.to_path_buf(),
+        line,
+        reason,
     };
-    Ok(decode(&text)
-        .map(Some)
-        .map_err(|(line, reason)| bad(line, reason)))
+    let text = std::str::from_utf8(bytes).map_err(|_| bad(None, "not UTF-8 text".into()))?;
+    decode(text).map_err(|(line, reason)| bad(line, reason))
 }
 
 /// Writes the checkpoint atomically (temp file, fsync, rename, directory fsync).

@@ -41,7 +41,7 @@ pub use config::{
     Clock, ConfigError, Environment, FlushPolicy, HighWatermarkPolicy, LogConfig, RecoveryMode,
     SystemClock,
 };
-pub use epochs::{EpochEndOffset, EpochEntry};
+pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
 pub use fetch::FetchResult;
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};

@@ -1,5 +1,5 @@
-//! `oncelog dump`: every batch, index entry and producer-snapshot entry of a partition
-//! directory or of one file, one line each.
+//! `oncelog dump`: every batch, index entry, producer-snapshot entry and leader-epoch entry of
+//! a partition directory or of one file, one line each.
 //!
 //! It reads files with `std::fs::read` and never opens them for writing, and never goes
 //! through `Log::open` (which would recover, trim and write a checkpoint): an operator must be
@@ -9,7 +9,8 @@
 //! `crc_valid: false`; bytes that cannot be framed as a batch (torn tail, garbage) give one
 //! error line with the byte position, and the rest of that file is not parsed. The zeros at the
 //! end of a preallocated, untrimmed file (an active segment, or one left by a crash) are not
-//! damage: they are reported as one line.
+//! damage: they are reported as one line. A `leader-epoch-checkpoint` that cannot be parsed
+//! gives one error line with the line at fault.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,8 @@ pub struct DumpArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     json: bool,
-    /// A partition directory, or one `.log`, `.index`, `.timeindex` or `.snapshot` file.
+    /// A partition directory, or one `.log`, `.index`, `.timeindex`, `.snapshot` or
+    /// `leader-epoch-checkpoint` file.
     path: PathBuf,
 }
 
@@ -39,6 +41,7 @@ enum FileKind {
     Index,
     TimeIndex,
     Snapshot,
+    LeaderEpochs,
 }
 
 impl FileKind {
@@ -86,13 +89,22 @@ pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
 }
 
 /// The segment files in base-offset order (each `.log`, then its `.index` and `.timeindex`),
-/// then the snapshots. Temporary files (`.deleted`, `.cleaned`, `.swap`, `.tmp`) and other
-/// files of the directory (checkpoints, `partition.metadata`) are skipped.
+/// then the snapshots, then the `leader-epoch-checkpoint`. Temporary files (`.deleted`,
+/// `.cleaned`, `.swap`, `.tmp`) and other files of the directory (the recovery checkpoint,
+/// `partition.metadata`) are skipped.
 fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
     let mut targets = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))? {
         let entry = entry.map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
         let name = entry.file_name();
+        if name == files::LEADER_EPOCH_CHECKPOINT {
+            targets.push(Target {
+                path: entry.path(),
+                kind: FileKind::LeaderEpochs,
+                base_offset: None,
+            });
+            continue;
+        }
         let Some(parsed) = name.to_str().and_then(files::parse_file_name) else {
             continue;
         };
@@ -107,12 +119,26 @@ fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
             });
         }
     }
-    targets.sort_by_key(|t| (t.kind == FileKind::Snapshot, t.base_offset, t.kind));
+    targets.sort_by_key(|t| {
+        (
+            t.kind == FileKind::LeaderEpochs,
+            t.kind == FileKind::Snapshot,
+            t.base_offset,
+            t.kind,
+        )
+    });
     Ok(targets)
 }
 
 fn classify_file(path: &Path) -> Result<Target, CliError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name == files::LEADER_EPOCH_CHECKPOINT {
+        return Ok(Target {
+            path: path.to_path_buf(),
+            kind: FileKind::LeaderEpochs,
+            base_offset: None,
+        });
+    }
     let parsed = files::parse_file_name(name);
     let ext = match &parsed {
         Some(p) => Some(p.ext),
@@ -120,7 +146,8 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
     };
     let kind = ext.and_then(FileKind::from_ext).ok_or_else(|| {
         CliError(format!(
-            "{}: not a partition directory nor a .log, .index, .timeindex or .snapshot file",
+            "{}: not a partition directory nor a .log, .index, .timeindex, .snapshot or \
+             leader-epoch-checkpoint file",
             path.display()
         ))
     })?;
@@ -347,6 +374,15 @@ impl<'a> SnapshotLine<'a> {
 }
 
 #[derive(Serialize)]
+struct LeaderEpochLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    file: &'a str,
+    epoch: i32,
+    start_offset: i64,
+}
+
+#[derive(Serialize)]
 struct PreallocatedLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -360,7 +396,12 @@ struct ErrorLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     file: &'a str,
-    position: usize,
+    /// The byte at fault in a binary file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    position: Option<usize>,
+    /// The 1-based line at fault in a text file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<usize>,
     error: String,
 }
 
@@ -383,6 +424,7 @@ impl Dumper {
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::Snapshot => self.snapshot(&file, &bytes),
+            FileKind::LeaderEpochs => self.leader_epochs(&file, &bytes),
         }
     }
 
@@ -520,6 +562,37 @@ impl Dumper {
         Ok(())
     }
 
+    /// Kafka's text checkpoint: a version line, a count, one `<epoch> <start offset>` a line.
+    fn leader_epochs(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
+        let entries = match files::decode_leader_epochs(Path::new(file), bytes) {
+            Ok(entries) => entries,
+            Err(e) => return self.text_error(file, e.line, e.reason),
+        };
+        if !self.json {
+            self.out.line(&format!(
+                "leader-epoch checkpoint with {}",
+                crate::plural(entries.len() as u64, "entry", "entries")
+            ))?;
+        }
+        for e in &entries {
+            let line = LeaderEpochLine {
+                kind: "leader_epoch",
+                file,
+                epoch: e.epoch,
+                start_offset: e.start_offset,
+            };
+            if self.json {
+                self.out.json(&line)?;
+            } else {
+                self.out.line(&format!(
+                    "leader_epoch {} start_offset {}",
+                    line.epoch, line.start_offset
+                ))?;
+            }
+        }
+        Ok(())
+    }
+
     fn preallocated(&mut self, file: &str, position: usize, bytes: usize) -> Result<(), CliError> {
         if self.json {
             self.out.json(&PreallocatedLine {
@@ -542,12 +615,37 @@ impl Dumper {
             self.out.json(&ErrorLine {
                 kind: "error",
                 file,
-                position,
+                position: Some(position),
+                line: None,
                 error,
             })?;
         } else {
             self.out
                 .line(&format!("ERROR {file}: byte {position}: {error}"))?;
+        }
+        Ok(())
+    }
+
+    /// Damage in a text file: at a line, or (a wrong entry count, bytes that are not text) in
+    /// the file as a whole.
+    fn text_error(
+        &mut self,
+        file: &str,
+        line: Option<usize>,
+        error: String,
+    ) -> Result<(), CliError> {
+        self.damaged = true;
+        if self.json {
+            self.out.json(&ErrorLine {
+                kind: "error",
+                file,
+                position: None,
+                line,
+                error,
+            })?;
+        } else {
+            let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+            self.out.line(&format!("ERROR {file}: {at}{error}"))?;
         }
         Ok(())
     }

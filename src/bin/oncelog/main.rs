@@ -1,6 +1,7 @@
-//! `oncelog`: inspect, verify and recover partition directories, benchmark appends, append
-//! client batches from a shell, and demonstrate exactly-once appends across a crash. Built on
-//! the public library API only (docs/design.md, "Layers").
+//! `oncelog`: inspect, verify and recover partition directories, truncate them and apply
+//! retention, benchmark appends, append client batches from a shell, and demonstrate
+//! exactly-once appends across a crash. Built on the public library API only (docs/design.md,
+//! "Layers").
 //!
 //! Exit codes, the same for every command: 0 success; 1 the command ran and found damage, or
 //! refused something (a damaged file, a refused batch, a failed step); 2 it could not run (bad
@@ -12,6 +13,7 @@ mod demo;
 mod dump;
 mod output;
 mod recover;
+mod rewrite;
 mod verify;
 
 use std::process::ExitCode;
@@ -31,11 +33,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print every batch, index entry and snapshot entry of a partition directory or file
+    /// Print every batch, index, snapshot and leader-epoch entry of a directory or file
     ///
-    /// PATH is a partition directory or one .log, .index, .timeindex or .snapshot file. Never
-    /// modifies what it reads. One line per batch or entry, or one JSON object per line with
-    /// --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
+    /// PATH is a partition directory or one .log, .index, .timeindex, .snapshot or
+    /// leader-epoch-checkpoint file. Never modifies what it reads. One line per batch or
+    /// entry, or one JSON object per line with --json. Exits 1 if anything was damaged, 2 if
+    /// PATH cannot be read.
     Dump(dump::DumpArgs),
     /// Measure durable append throughput, then a CRC-checked read-back
     ///
@@ -61,6 +64,33 @@ enum Command {
     /// loaded, then closes cleanly. Exits 1 (changing nothing) when the mode refuses the
     /// damage found.
     Recover(recover::RecoverArgs),
+    /// Cut the log back to end at an offset, or start it over empty at one
+    ///
+    /// --to OFFSET removes every batch ending at or after OFFSET (a batch holding it goes
+    /// whole, so the log can end below OFFSET) and rebuilds the producer state from the newest
+    /// snapshot at or below the new end; --start-at OFFSET removes everything and starts over
+    /// at OFFSET. The files of removed segments are deleted before it exits, not left as
+    /// .deleted (a closed log leaves those to its next open). Refuses a log that needs
+    /// recovery, or that another process has open. Exits 1 (changing nothing) when the offset
+    /// is refused (above the log end, below the log start).
+    Truncate(rewrite::TruncateArgs),
+    /// Raise the log start (Kafka's DeleteRecords) and delete the segments below it
+    ///
+    /// Records below OFFSET are no longer readable; the segments wholly below it are deleted
+    /// before it exits, not left as .deleted; the producer state is kept (a retry of a removed
+    /// batch is still a duplicate). Refuses a log that needs recovery, or that another process
+    /// has open. Exits 1 (changing nothing) when OFFSET is above the high watermark (for a log
+    /// used alone, the durable end).
+    DeleteRecords(rewrite::DeleteRecordsArgs),
+    /// Apply retention now: delete the oldest segments over a size or age limit
+    ///
+    /// Kafka's rules in its order: segments wholly below the log start, then the oldest while
+    /// the log is over --bytes, then those whose newest timestamp is older than --ms before
+    /// --now. Whole segments only, never above the high watermark; when every segment goes the
+    /// log rolls first. A limit not given is the library's default (no size limit, 7 days), and
+    /// the report says so. The files of deleted segments are gone before it exits, not left as
+    /// .deleted. Refuses a log that needs recovery, or that another process has open.
+    Retention(rewrite::RetentionArgs),
     /// Show exactly-once appends surviving a lost ack and a SIGKILL, step by step
     ///
     /// The lost-acknowledgement scenario end to end, with a real SIGKILL of a child process.
@@ -97,6 +127,9 @@ fn main() -> ExitCode {
         Command::Append(args) => append::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Recover(args) => recover::run(&args),
+        Command::Truncate(args) => rewrite::run_truncate(&args),
+        Command::DeleteRecords(args) => rewrite::run_delete_records(&args),
+        Command::Retention(args) => rewrite::run_retention(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoChild(args) => demo::run_child(&args),
     };
