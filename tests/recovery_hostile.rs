@@ -218,24 +218,57 @@ fn a_second_open_of_a_live_directory_is_refused_naming_it() {
     assert_eq!(again.log_end_offset(), 3001);
 }
 
+/// Set in the child that [`another_process_cannot_open_a_live_directory`] spawns: the
+/// directory it tries to open.
+const LOCK_CHILD_DIR: &str = "ONCELOG_LOCK_CHILD_DIR";
+
+/// The child's side: open the directory and print how the open ended. Run in-process (no
+/// variable set) it is a plain smoke test of an open that nobody contends.
+#[test]
+fn lock_child_process() {
+    let (dir, _temp) = match std::env::var(LOCK_CHILD_DIR) {
+        Ok(dir) => (PathBuf::from(dir), None),
+        Err(_) => {
+            let t = tempfile::tempdir().unwrap();
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    match Log::open(&dir, config(RecoveryMode::default())) {
+        Ok(log) => println!("OPENED {}", log.log_end_offset()),
+        Err(e) => println!("REFUSED {}: {e}", e.kind()),
+    }
+}
+
 #[test]
 fn another_process_cannot_open_a_live_directory() {
     let f = Fixture::new();
     let log = f.open(RecoveryMode::default()).unwrap();
-    let input = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(input.path(), BatchBuilder::new().build_single(1, b"x")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_oncelog"))
-        .arg("append")
-        .arg(f.path())
-        .arg(input.path())
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_child_process",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(LOCK_CHILD_DIR, f.path())
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("in use by another log"), "{err}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    // The harness prints "test lock_child_process ... " on the same line.
+    let line = said
+        .lines()
+        .find_map(|l| {
+            l.find("OPENED")
+                .or_else(|| l.find("REFUSED"))
+                .map(|at| &l[at..])
+        })
+        .unwrap_or_else(|| panic!("the child said nothing: {said}"));
+    assert!(line.starts_with("REFUSED locked: "), "{line}");
+    assert!(line.contains("in use by another log"), "{line}");
     assert!(
-        err.contains(&format!("process {}", std::process::id())),
-        "{err}"
+        line.contains(&format!("process {}", std::process::id())),
+        "the holder is named: {line}"
     );
     assert_eq!(log.log_end_offset(), 3000, "the other process wrote");
     check_contract(&log, &f.sent);

@@ -3,6 +3,7 @@
 //! through the library), the refusals that change nothing, a directory another process holds,
 //! and `dump` of the leader-epoch checkpoint.
 
+#[path = "../../../tests/common/mod.rs"]
 mod common;
 mod common_cli;
 
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0"
+    "/../../../shared/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0"
 );
 
 const PID: i64 = 3;
