@@ -130,9 +130,13 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     /// Opens a regular file (see [`OpenMode`]).
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>>;
     /// Atomically replaces `to` with `from` (POSIX rename). Durable only after [`Self::sync_dir`].
+    /// `from` may also be a directory, renamed within its parent to a name that is free (the
+    /// log manager's `<topic>-<n>.<id>-delete`).
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Removes a file. Durable only after [`Self::sync_dir`].
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory. Durable only after [`Self::sync_dir`] of its parent.
+    fn remove_dir(&self, dir: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 }

@@ -84,6 +84,10 @@ impl FileSystem for RealFs {
         fs::remove_file(path)
     }
 
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::remove_dir(dir)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         fs::File::open(dir)?.sync_all()
     }

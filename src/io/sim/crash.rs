@@ -3,6 +3,7 @@
 //! docs).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use super::{DirOp, Inode, SimFs, SplitMix64};
 
@@ -32,11 +33,40 @@ impl SimFs {
         let mut report = CrashReport::default();
         let mut st = self.state.lock();
         st.counters.crashes += 1;
-        // Directory entries: the durable set plus a prefix of the pending operations.
+        // How much of each directory's pending operations survives: a prefix.
+        let mut undo: Vec<(u64, PathBuf, DirOp)> = Vec::new();
+        let state = &mut *st;
+        let live = state.dirs.iter_mut().map(|(p, d)| (p.clone(), d));
+        let removed = state.removed_dirs.values_mut().map(|(p, d)| (p.clone(), d));
+        for (path, dir) in live.chain(removed) {
+            dir.kept = rng.below(dir.pending.len() as u64 + 1) as usize;
+            report.dir_ops_kept += dir.kept;
+            report.dir_ops_lost += dir.pending.len() - dir.kept;
+            for op in &dir.pending[dir.kept..] {
+                if let DirOp::RenameDir(.., n) | DirOp::RemoveDir(_, n) = op {
+                    undo.push((*n, path.clone(), op.clone()));
+                }
+            }
+        }
+        // Directory renames and removals that did not survive are undone, newest first: the
+        // directory is back under its old name with its entries (a removed one was empty, but
+        // the removals of its files may not have survived either).
+        undo.sort_by_key(|(n, ..)| std::cmp::Reverse(*n));
+        for (_, parent, op) in undo {
+            match op {
+                DirOp::RenameDir(from, to, _) => st.move_dir_tree(&parent.join(to), &parent.join(from)),
+                DirOp::RemoveDir(name, n) => {
+                    if let Some((_, dir)) = st.removed_dirs.remove(&n) {
+                        st.dirs.insert(parent.join(name), dir);
+                    }
+                }
+                _ => {}
+            }
+        }
+        st.removed_dirs.clear();
+        // Directory entries: the durable set plus the surviving prefix of the pending operations.
         for dir in st.dirs.values_mut() {
-            let keep = rng.below(dir.pending.len() as u64 + 1) as usize;
-            report.dir_ops_kept += keep;
-            report.dir_ops_lost += dir.pending.len() - keep;
+            let keep = dir.kept;
             let mut entries = std::mem::take(&mut dir.durable);
             for op in dir.pending.drain(..).take(keep) {
                 match op {
@@ -50,8 +80,10 @@ impl SimFs {
                         entries.remove(&from);
                         entries.insert(to, id);
                     }
+                    DirOp::RenameDir(..) | DirOp::RemoveDir(..) => {}
                 }
             }
+            dir.kept = 0;
             dir.live = entries.clone();
             dir.durable = entries;
         }

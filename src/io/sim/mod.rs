@@ -22,7 +22,9 @@
 //! * Creations, renames and removals are pending on their directory until `sync_dir`; a crash
 //!   keeps a random *prefix* of each directory's pending operations (a journalling file system
 //!   commits them in order). Directories themselves are durable once created: the engine never
-//!   relies on an unsynced `mkdir`.
+//!   relies on an unsynced `mkdir`. Renaming a directory (within its parent) and removing an
+//!   empty one are pending on the parent like a file's rename and removal: a crash that loses
+//!   them brings the directory back under its old name, with what it durably held.
 //! * A crash, for every 4096-byte page where the live and durable images differ, keeps the old
 //!   page, the new one, the new one torn at a random byte (new prefix, old rest), or zeroes the
 //!   bytes that changed — chosen per page (writeback in any order) or as a whole (all, none,
@@ -115,6 +117,10 @@ enum DirOp {
     Link(String, u64),
     Unlink(String),
     Rename(String, String, u64),
+    /// A subdirectory renamed; the number orders it among every directory operation.
+    RenameDir(String, String, u64),
+    /// A subdirectory removed: what it held is in `State::removed_dirs` under the number.
+    RemoveDir(String, u64),
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +128,8 @@ struct Dir {
     live: BTreeMap<String, u64>,
     durable: BTreeMap<String, u64>,
     pending: Vec<DirOp>,
+    /// How many of `pending` the crash being built keeps.
+    kept: usize,
 }
 
 #[derive(Debug)]
@@ -154,6 +162,11 @@ struct State {
     /// Held locks by path, with the id of the guard holding each (a crash drops them all, as
     /// the death of the process releases `flock` locks).
     locks: HashMap<PathBuf, u64>,
+    /// Numbers directory renames and removals, so a crash undoes those it loses newest first.
+    dir_ops: u64,
+    /// Directories removed while their parent's removal entry is not durable: their path and
+    /// entries, by the number of the removal, to bring back if a crash loses it.
+    removed_dirs: BTreeMap<u64, (PathBuf, Dir)>,
 }
 
 fn sim_error(msg: impl Into<String>) -> io::Error {
@@ -214,19 +227,65 @@ impl State {
     /// Removes inodes nothing refers to any more (no entry, live or durable, no handle).
     fn collect_garbage(&mut self) {
         let mut referenced: Vec<u64> = Vec::new();
-        for d in self.dirs.values() {
+        let removed = self.removed_dirs.values().map(|(_, d)| d);
+        for d in self.dirs.values().chain(removed) {
             referenced.extend(d.live.values());
             referenced.extend(d.durable.values());
             for op in &d.pending {
                 match op {
                     DirOp::Link(_, id) | DirOp::Rename(_, _, id) => referenced.push(*id),
-                    DirOp::Unlink(_) => {}
+                    DirOp::Unlink(_) | DirOp::RenameDir(..) | DirOp::RemoveDir(..) => {}
                 }
             }
         }
         referenced.sort_unstable();
         self.inodes
             .retain(|id, i| i.handles > 0 || referenced.binary_search(id).is_ok());
+    }
+}
+
+impl State {
+    /// Renames the directory `from_name` of `parent` to `to_name` (only within its parent, as
+    /// the engine does), its subdirectories with it; pending on the parent until it is synced.
+    fn rename_dir(
+        &mut self,
+        parent: &Path,
+        from_name: &str,
+        to_parent: &Path,
+        to_name: &str,
+    ) -> io::Result<()> {
+        if parent != to_parent {
+            return Err(sim_error("a directory is renamed only within its parent"));
+        }
+        let (from, to) = (parent.join(from_name), parent.join(to_name));
+        if self.dirs.contains_key(&to) || self.dir(parent)?.live.contains_key(to_name) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("simfs: {} exists", to.display()),
+            ));
+        }
+        self.move_dir_tree(&from, &to);
+        self.dir_ops += 1;
+        let n = self.dir_ops;
+        self.dir_mut(parent)?
+            .pending
+            .push(DirOp::RenameDir(from_name.to_string(), to_name.to_string(), n));
+        Ok(())
+    }
+
+    /// Moves the directory `from` and everything under it to `to`.
+    fn move_dir_tree(&mut self, from: &Path, to: &Path) {
+        let moved: Vec<PathBuf> = self
+            .dirs
+            .keys()
+            .filter(|k| k.starts_with(from))
+            .cloned()
+            .collect();
+        for old in moved {
+            if let (Some(d), Ok(rest)) = (self.dirs.remove(&old), old.strip_prefix(from)) {
+                self.dirs.insert(to.join(rest), d);
+            }
+        }
     }
 }
 
@@ -449,6 +508,9 @@ impl FileSystem for SimFs {
         let (to_dir, to_name) = split(to)?;
         let mut st = self.state.lock();
         st.op(OpKind::Rename)?;
+        if st.dirs.contains_key(&normalize(from)) {
+            return st.rename_dir(&from_dir, &from_name, &to_dir, &to_name);
+        }
         let id = *st
             .dir(&from_dir)?
             .live
@@ -486,6 +548,28 @@ impl FileSystem for SimFs {
         Ok(())
     }
 
+    fn remove_dir(&self, dir: &Path) -> io::Result<()> {
+        let path = normalize(dir);
+        let (parent, name) = split(&path)?;
+        let mut st = self.state.lock();
+        st.op(OpKind::Remove)?;
+        let d = st.dir(&path)?;
+        let has_subdir = st.dirs.keys().any(|k| k.parent() == Some(path.as_path()));
+        if !d.live.is_empty() || has_subdir {
+            return Err(io::Error::new(
+                io::ErrorKind::DirectoryNotEmpty,
+                format!("simfs: {} is not empty", path.display()),
+            ));
+        }
+        st.dir(&parent)?;
+        let removed = st.dirs.remove(&path).unwrap_or_default();
+        st.dir_ops += 1;
+        let n = st.dir_ops;
+        st.removed_dirs.insert(n, (path, removed));
+        st.dir_mut(&parent)?.pending.push(DirOp::RemoveDir(name, n));
+        Ok(())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let dir = normalize(dir);
         let mut st = self.state.lock();
@@ -493,7 +577,17 @@ impl FileSystem for SimFs {
         st.counters.dir_syncs += 1;
         let d = st.dir_mut(&dir)?;
         d.durable = d.live.clone();
-        d.pending.clear();
+        let removals: Vec<u64> = d
+            .pending
+            .drain(..)
+            .filter_map(|op| match op {
+                DirOp::RemoveDir(_, n) => Some(n),
+                _ => None,
+            })
+            .collect();
+        for n in removals {
+            st.removed_dirs.remove(&n);
+        }
         st.collect_garbage();
         Ok(())
     }

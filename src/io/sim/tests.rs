@@ -263,3 +263,74 @@ fn a_file_removed_while_mapped_keeps_its_bytes_for_the_map_and_is_gone_after_a_c
     );
     assert!(!fs.exists(&p("old.log")).expect("exists"));
 }
+
+/// A partition directory with one durable file, as the log manager has it before a deletion.
+fn fs_with_partition() -> SimFs {
+    let fs = fs_with_dir();
+    fs.create_dir_all(&p("t-0")).expect("mkdir");
+    let f = fs.open(&p("t-0/0.log"), OpenMode::Create).expect("open");
+    f.write_all_at(b"data", 0).expect("write");
+    f.sync_data().expect("sync");
+    fs.sync_dir(&p("t-0")).expect("sync partition dir");
+    fs
+}
+
+#[test]
+fn a_directory_rename_is_lost_or_kept_whole_until_its_parent_is_synced() {
+    let (mut lost, mut kept) = (0, 0);
+    for seed in 0..64 {
+        let fs = fs_with_partition();
+        fs.rename(&p("t-0"), &p("t-0.abc-delete")).expect("rename dir");
+        assert!(!fs.exists(&p("t-0")).expect("exists"));
+        assert_eq!(fs.read_live(&p("t-0.abc-delete/0.log")).expect("moved"), b"data");
+        fs.crash(seed);
+        let (old, new) = (p("t-0/0.log"), p("t-0.abc-delete/0.log"));
+        match (fs.exists(&old).expect("old"), fs.exists(&new).expect("new")) {
+            (true, false) => lost += 1,
+            (false, true) => kept += 1,
+            other => panic!("seed {seed}: the directory is in both or neither place: {other:?}"),
+        }
+        let name = if fs.exists(&old).expect("old") { old } else { new };
+        assert_eq!(fs.read_live(&name).expect("file"), b"data", "seed {seed}");
+    }
+    assert!(lost > 0 && kept > 0, "{lost} {kept}");
+    let fs = fs_with_partition();
+    fs.rename(&p("t-0"), &p("t-0.abc-delete")).expect("rename dir");
+    fs.sync_dir(Path::new(DIR)).expect("sync parent");
+    fs.crash(7);
+    assert!(!fs.exists(&p("t-0")).expect("exists"));
+    assert!(fs.exists(&p("t-0.abc-delete/0.log")).expect("exists"));
+}
+
+#[test]
+fn a_removed_directory_comes_back_only_until_its_parent_is_synced() {
+    let mut back = 0;
+    for seed in 0..64 {
+        let fs = fs_with_partition();
+        assert_eq!(
+            fs.remove_dir(&p("t-0")).map_err(|e| e.kind()),
+            Err(io::ErrorKind::DirectoryNotEmpty),
+            "a directory with files is not removed"
+        );
+        fs.remove_file(&p("t-0/0.log")).expect("remove file");
+        fs.remove_dir(&p("t-0")).expect("remove dir");
+        assert!(!fs.exists(&p("t-0")).expect("exists"));
+        fs.crash(seed);
+        if fs.exists(&p("t-0")).expect("exists") {
+            back += 1;
+            // Back with what it durably held: the file's removal may be lost too.
+            let names = fs.list(&p("t-0")).expect("list");
+            assert!(names.is_empty() || names == ["0.log"], "seed {seed}: {names:?}");
+        }
+    }
+    assert!(back > 0, "a lost removal must bring the directory back for some seed");
+    for seed in 0..16 {
+        let fs = fs_with_partition();
+        fs.remove_file(&p("t-0/0.log")).expect("remove file");
+        fs.sync_dir(&p("t-0")).expect("sync");
+        fs.remove_dir(&p("t-0")).expect("remove dir");
+        fs.sync_dir(Path::new(DIR)).expect("sync parent");
+        fs.crash(seed);
+        assert!(!fs.exists(&p("t-0")).expect("exists"), "seed {seed}");
+    }
+}
