@@ -260,9 +260,12 @@ impl Log {
         let segment = writer.seal()?;
         segment.flush_all()?;
         let log_end = self.log_end_offset();
-        st.producers
-            .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?;
-        self.metrics.snapshot_written();
+        if st
+            .producers
+            .write_snapshot(self.env.fs.as_ref(), &self.dir, log_end)?
+        {
+            self.metrics.snapshot_written();
+        }
         drop(st);
         self.remove_stray_snapshots()?;
         self.write_checkpoint(true)?;

@@ -11,6 +11,7 @@ pub mod epochs;
 mod error;
 mod fetch;
 mod flush;
+mod managed;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 mod metrics;
@@ -46,7 +47,7 @@ pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, Re
 pub use fetch::FetchResult;
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
-pub use recovery::{RecoveryReport, Truncation};
+pub use recovery::{LogDirOffsets, RecoveryReport, Truncation};
 pub use rewrite::{DeletedSegment, RetentionReason, RetentionReport, TruncateReport};
 pub use wait::{WaitFor, WaitOutcome};
 
@@ -178,6 +179,18 @@ impl Log {
         dir: impl AsRef<Path>,
         config: LogConfig,
     ) -> Result<Log, OpenError> {
+        Log::open_in_log_dir(env, dir, config, None)
+    }
+
+    /// Opens the log of a partition of a log dir: `log_dir` is what the log dir's Kafka
+    /// checkpoints say of it, which vouches for its segments when it has no checkpoint of its
+    /// own (the log manager's open).
+    pub(crate) fn open_in_log_dir(
+        env: Environment,
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        log_dir: Option<&LogDirOffsets>,
+    ) -> Result<Log, OpenError> {
         let opening = Instant::now();
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
@@ -185,7 +198,7 @@ impl Log {
         let fs = env.fs.as_ref();
         fs.create_dir_all(&dir).ctx("create directory", &dir)?;
         let lock = lock_dir(fs, &dir)?;
-        let loaded = recovery::open(fs, &dir, &config, now)?;
+        let loaded = recovery::open(fs, &dir, &config, now, log_dir)?;
         let mut segments = BTreeMap::new();
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);

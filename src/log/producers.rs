@@ -43,6 +43,11 @@ pub(crate) struct ProducerState {
     /// roll since the last flush (each at a segment base, kept), plus at most one interval
     /// snapshot (replaced by the next).
     pending: Vec<Pending>,
+    /// The offset of a snapshot file that holds exactly this state: the one loaded on open
+    /// when nothing was replayed after it or expired since, or the last one written. A close
+    /// at that offset writes nothing, so opening and closing a log without appending rewrites
+    /// no snapshot (a Kafka snapshot stays in Kafka's format, which Kafka can read back).
+    on_disk: Option<i64>,
 }
 
 struct Pending {
@@ -150,14 +155,18 @@ impl ProducerState {
             from = offset.max(log_start);
         }
         report.batches_replayed = replay(fs, &mut table, segments, from, now_ms)?;
-        table.expire(now_ms);
+        let expired = table.expire(now_ms);
         report.producers = table.len();
+        let on_disk = report
+            .snapshot_offset
+            .filter(|&o| o == log_end && report.batches_replayed == 0 && expired == 0);
         let state = ProducerState {
             table,
             version: config.snapshot_version,
             interval_bytes: config.snapshot_interval_bytes,
             bytes_since_snapshot: 0,
             pending: Vec::new(),
+            on_disk,
         };
         Ok(LoadPlan {
             state,
@@ -188,6 +197,11 @@ impl ProducerState {
             self.table.record_replicated(b, first_offset, now_ms);
         }
         self.bytes_since_snapshot += size as u64;
+    }
+
+    /// Bytes appended since the last snapshot: what a crash now would replay on open.
+    pub fn bytes_since_snapshot(&self) -> u64 {
+        self.bytes_since_snapshot
     }
 
     pub fn snapshot_due(&self) -> bool {
@@ -268,27 +282,40 @@ impl ProducerState {
             interval_bytes: config.snapshot_interval_bytes,
             bytes_since_snapshot: 0,
             pending: Vec::new(),
+            on_disk: None,
         })
     }
 
-    /// Writes the state as of `offset` durably (at close).
+    /// Writes the state as of `offset` durably (at close), unless the snapshot file at
+    /// `offset` already holds exactly this state. Returns whether it wrote one.
     pub fn write_snapshot(
         &mut self,
         fs: &dyn FileSystem,
         dir: &Path,
         offset: i64,
-    ) -> Result<(), IoError> {
+    ) -> Result<bool, IoError> {
+        let unchanged = self.on_disk == Some(offset)
+            && self.pending.iter().all(|p| p.snapshot.offset() != offset);
+        let path = snapshot_files::path(dir, offset);
+        if unchanged && fs.exists(&path).ctx("stat", &path)? {
+            return Ok(false);
+        }
         // A pending snapshot at the same offset is replaced by this one (its temp file is
         // rewritten); the others still wait for their flush.
         self.pending.retain(|p| p.snapshot.offset() != offset);
         let bytes = snapshot::encode(self.table.iter(), self.version, offset);
         snapshot_files::write(fs, dir, offset, &bytes)?;
         self.bytes_since_snapshot = 0;
-        Ok(())
+        self.on_disk = Some(offset);
+        Ok(true)
     }
 
     pub fn expire(&mut self, now_ms: i64) -> usize {
-        self.table.expire(now_ms)
+        let expired = self.table.expire(now_ms);
+        if expired > 0 {
+            self.on_disk = None;
+        }
+        expired
     }
 
     pub fn producer(&self, producer_id: i64) -> Option<ProducerEntry> {

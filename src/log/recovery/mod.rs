@@ -27,6 +27,7 @@ use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
 use plan::{Doomed, KeptSegment, Plan, PlanError, Planner, Trust};
+pub use plan::LogDirOffsets;
 pub use report::{RecoveryReport, Truncation};
 
 /// The loaded log, ready for appends.
@@ -51,14 +52,20 @@ pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
     }
 }
 
+/// Opens the log in `dir`. `log_dir` holds what the log dir's Kafka checkpoints say of it when
+/// the log manager opens it: they vouch for the segments when the partition has no checkpoint
+/// of its own (a Kafka partition), or when its own is older than them (Kafka ran on it since).
 pub(crate) fn open(
     fs: &dyn FileSystem,
     dir: &Path,
     config: &LogConfig,
     now_ms: i64,
+    log_dir: Option<&LogDirOffsets>,
 ) -> Result<Loaded, OpenError> {
     let inv = Inventory::take(fs, dir)?;
-    let cp = checkpoint::read(fs, dir)??;
+    let own = checkpoint::read(fs, dir)??;
+    let superseded = matches!((&own, log_dir), (Some(c), Some(l)) if l.supersede(c));
+    let cp = own.filter(|_| !superseded);
     let mode = config.recovery_mode;
     let mut deep = config.deep_recovery;
     let refused = |path, position, damage| OpenError::Refused {
@@ -72,11 +79,18 @@ pub(crate) fn open(
     // again, which finds the damage where it can be cut.
     let (report, plan, producers) = loop {
         let mut report = RecoveryReport {
-            clean_shutdown: cp.as_ref().is_some_and(|c| c.clean_shutdown),
+            clean_shutdown: match &cp {
+                Some(c) => c.clean_shutdown,
+                None => log_dir.is_some_and(|l| l.clean_shutdown),
+            },
             checkpoint_found: cp.is_some(),
             segments_recorded: cp.as_ref().is_some_and(|c| c.segments.is_some()),
-            recovery_point: cp.as_ref().map_or(0, |c| c.recovery_point),
+            recovery_point: match &cp {
+                Some(c) => c.recovery_point,
+                None => log_dir.and_then(|l| l.recovery_point).unwrap_or(0),
+            },
             deep,
+            checkpoint_superseded: superseded,
             ..RecoveryReport::default()
         };
         let planner = Planner {
@@ -84,6 +98,7 @@ pub(crate) fn open(
             dir,
             mode,
             checkpoint: cp.as_ref(),
+            log_dir: log_dir.copied(),
             deep,
         };
         let plan = match planner.plan(&inv, &mut report) {

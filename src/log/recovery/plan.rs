@@ -10,8 +10,15 @@
 //! - Every other segment is validated batch by batch: frame, CRC, records, and offsets, which
 //!   no checksum covers (strictly increasing, inside the segment's int32 range, below the next
 //!   segment's base).
+//! - Without a checkpoint of its own (a Kafka partition), a partition opened through the log
+//!   manager is vouched for by the log dir's Kafka checkpoints: after a clean shutdown
+//!   (`.kafka_cleanshutdown`) every segment, otherwise every segment that ends at or below
+//!   Kafka's recovery point, is trusted as Kafka trusts it (kafka-format.md §8.2 step 6): its
+//!   indexes are checked and kept whatever interval wrote them, and only its tail is walked,
+//!   for its end offset.
 //! - Damage is judged by whether it loses durable offsets: below the checkpoint's recovery
-//!   point, or, without a checkpoint (a Kafka directory), anywhere but in the last segment.
+//!   point (or Kafka's), or, without either (a Kafka directory opened alone), anywhere but in
+//!   the last segment.
 //!   `TolerateTailCorruption` cuts only what was not durable, `TolerateAnyCorruption` cuts
 //!   anything, `AbsoluteConsistency` nothing.
 
@@ -53,6 +60,8 @@ impl From<IoError> for PlanError {
 pub(super) enum Trust {
     /// Held to the checkpoint's record; its batches were not read.
     Recorded,
+    /// Vouched for by the log dir's Kafka checkpoints; only its tail was walked.
+    Vouched,
     /// Every batch validated.
     Validated,
 }
@@ -133,7 +142,9 @@ impl Plan {
     pub fn intent_checkpoint(&self) -> Checkpoint {
         let mut record = Vec::new();
         for s in self.sealed() {
-            if s.trust != Trust::Recorded || s.log_changes() || s.next_offset > self.recovery_point
+            if s.trust == Trust::Validated
+                || s.log_changes()
+                || s.next_offset > self.recovery_point
             {
                 break;
             }
@@ -183,12 +194,43 @@ fn record_of(s: &KeptSegment, file_len: u64) -> SegmentRecord {
     }
 }
 
+/// What the log dir's Kafka checkpoint files say of a partition (kafka-format.md §8): the
+/// log manager reads them and passes on the partition's entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogDirOffsets {
+    /// The log dir had `.kafka_cleanshutdown`: Kafka trusts every segment.
+    pub clean_shutdown: bool,
+    /// The partition's `recovery-point-offset-checkpoint` entry.
+    pub recovery_point: Option<i64>,
+    /// Its `log-start-offset-checkpoint` entry (written only when above the first segment).
+    pub log_start_offset: Option<i64>,
+    /// Its `replication-offset-checkpoint` entry: the high watermark.
+    pub high_watermark: Option<i64>,
+}
+
+impl LogDirOffsets {
+    /// Whether these offsets are newer than the partition's own clean checkpoint: someone
+    /// (Kafka) appended or deleted records after the log was last closed cleanly, when the
+    /// manager wrote the same recovery point and log start into both. Only a clean checkpoint
+    /// can be judged so: after a crash the log dir's recovery point may be ahead of the
+    /// partition's checkpoint, which is rewritten only when a segment is sealed.
+    pub fn supersede(&self, own: &Checkpoint) -> bool {
+        own.clean_shutdown
+            && (self.recovery_point.is_some_and(|rp| rp > own.recovery_point)
+                || self
+                    .log_start_offset
+                    .is_some_and(|start| start > own.log_start_offset))
+    }
+}
+
 /// The segment plan's inputs.
 pub(super) struct Planner<'a> {
     pub fs: &'a dyn FileSystem,
     pub dir: &'a Path,
     pub mode: RecoveryMode,
     pub checkpoint: Option<&'a Checkpoint>,
+    /// The log dir's offsets, used when there is no checkpoint.
+    pub log_dir: Option<LogDirOffsets>,
     /// Validate every segment, recorded ones included.
     pub deep: bool,
 }
@@ -201,7 +243,32 @@ struct Candidate {
 
 impl Planner<'_> {
     fn rp(&self) -> i64 {
-        self.checkpoint.map_or(0, |c| c.recovery_point)
+        match (self.checkpoint, self.vouch()) {
+            (Some(c), _) => c.recovery_point,
+            (None, Some(v)) => v.recovery_point.unwrap_or(0),
+            (None, None) => 0,
+        }
+    }
+
+    /// The log dir's offsets, when they are what vouches for the log (no checkpoint of its own).
+    fn vouch(&self) -> Option<&LogDirOffsets> {
+        self.log_dir.as_ref().filter(|_| self.checkpoint.is_none())
+    }
+
+    /// Whether the log dir vouches for the segment at `base` whose successor starts at
+    /// `next_base`: every segment after a clean shutdown, otherwise those that end at or below
+    /// Kafka's recovery point (recovery starts at the segment containing it).
+    fn vouches_for(&self, next_base: Option<i64>) -> bool {
+        match self.vouch() {
+            Some(v) if v.clean_shutdown => true,
+            Some(v) => matches!((next_base, v.recovery_point), (Some(n), Some(rp)) if n <= rp),
+            None => false,
+        }
+    }
+
+    /// Whether a recovery point says what was durable: the checkpoint's, or Kafka's.
+    fn knows_durable_end(&self) -> bool {
+        self.checkpoint.is_some() || self.vouch().is_some_and(|v| v.recovery_point.is_some())
     }
 
     fn record(&self) -> Option<&[SegmentRecord]> {
@@ -235,10 +302,13 @@ impl Planner<'_> {
         let mut swaps = SwapPlan::default();
         let (candidates, swap_range) = self.resolve_swaps(inv, &mut swaps, report)?;
         let rp = self.rp();
-        let log_start = self.checkpoint.map_or_else(
-            || candidates.keys().next().copied().unwrap_or(0),
-            |c| c.log_start_offset,
-        );
+        let first_file = candidates.keys().next().copied().unwrap_or(0);
+        let log_start = match (self.checkpoint, self.vouch()) {
+            (Some(c), _) => c.log_start_offset,
+            // Kafka's rule: max(checkpoint, first base offset) (§8.2 step 8).
+            (None, Some(v)) => v.log_start_offset.map_or(first_file, |s| s.max(first_file)),
+            (None, None) => first_file,
+        };
         // The record, without what an interrupted swap replaces.
         let in_swap = |base: i64| swap_range.is_some_and(|(lo, hi)| base >= lo && base < hi);
         let record: BTreeMap<i64, SegmentRecord> = self
@@ -303,7 +373,8 @@ impl Planner<'_> {
             if rec.is_none() && !candidate.swapped {
                 // Wholly below the log start: a retention whose deletion a crash interrupted
                 // (the log start is made durable before any file goes).
-                if self.checkpoint.is_some() && next_file_base.is_some_and(|n| n <= log_start) {
+                let has_start = self.checkpoint.is_some() || self.vouch().is_some();
+                if has_start && next_file_base.is_some_and(|n| n <= log_start) {
                     doomed.push(Doomed {
                         base,
                         path: f.path.clone(),
@@ -341,9 +412,9 @@ impl Planner<'_> {
                             next_offset: prev.next_offset,
                             next_segment_base: base,
                         };
-                        let durable = match self.checkpoint {
-                            Some(_) => prev.next_offset < rp,
-                            None => true,
+                        let durable = match self.knows_durable_end() {
+                            true => prev.next_offset < rp,
+                            false => true,
                         };
                         self.judge(durable, &prev.source, Some(prev.log_size), &damage)?;
                         report.truncations.push(Truncation {
@@ -416,6 +487,15 @@ impl Planner<'_> {
                         }
                     }
                 }
+                None if !self.deep && !candidate.swapped && self.vouches_for(next_file_base) => {
+                    match self.vouched(f, bounds, previous_last, report)? {
+                        Ok(kept) => Some(kept),
+                        Err(damage) => {
+                            tolerated = Some(damage);
+                            None
+                        }
+                    }
+                }
                 _ => None,
             };
             let segment = match trusted {
@@ -452,9 +532,9 @@ impl Planner<'_> {
                     if let Some((position, d)) = damage {
                         let durable = rec.is_some()
                             || candidate.swapped
-                            || match self.checkpoint {
-                                Some(_) => next_offset < rp,
-                                None => Some(base) != last_file_base,
+                            || match self.knows_durable_end() {
+                                true => next_offset < rp,
+                                false => Some(base) != last_file_base,
                             };
                         self.judge(durable, &f.path, Some(position), &d)?;
                         report.truncations.push(Truncation {
@@ -489,6 +569,10 @@ impl Planner<'_> {
         }
 
         let log_end = kept.last().map_or(log_start, |s| s.next_offset);
+        if self.vouch().is_some_and(|v| v.clean_shutdown) && cut_at.is_none() {
+            // Kafka's rule: after a clean shutdown the recovery point is the log end.
+            rp_after = log_end;
+        }
         if let Some(c) = cut_at {
             rp_after = rp_after.min(c);
         } else if log_end < rp {
@@ -509,11 +593,13 @@ impl Planner<'_> {
         }
         let first_base = kept.first().map_or(log_start, |s| s.base);
         let log_start_offset = log_start.max(first_base).min(log_end);
-        let high_watermark = self
-            .checkpoint
-            .map_or(log_start_offset, |c| c.high_watermark)
-            .min(log_end)
-            .max(log_start_offset);
+        let high_watermark = match (self.checkpoint, self.vouch()) {
+            (Some(c), _) => c.high_watermark,
+            (None, Some(v)) => v.high_watermark.unwrap_or(log_start_offset),
+            (None, None) => log_start_offset,
+        }
+        .min(log_end)
+        .max(log_start_offset);
         let dense_from = self
             .checkpoint
             .and_then(|c| c.dense_from)
@@ -557,9 +643,9 @@ impl Planner<'_> {
     /// Without a checkpoint, only the last segment's tail may be cut in the default mode (the
     /// durable end is unknown; Kafka's own recovery point lives outside the partition).
     fn loses_durable(&self, base: i64, last_file_base: Option<i64>) -> bool {
-        match self.checkpoint {
-            Some(c) => base < c.recovery_point,
-            None => Some(base) != last_file_base,
+        match self.knows_durable_end() {
+            true => base < self.rp(),
+            false => Some(base) != last_file_base,
         }
     }
 
@@ -614,22 +700,7 @@ impl Planner<'_> {
             }
             // The last recorded segment's tail is walked from the last index entry that names
             // its batch: a few headers.
-            None => {
-                let hint = index
-                    .as_ref()
-                    .ok()
-                    .and_then(|i| last_named_entry(i.published_slice(), data, base));
-                let (start, prev) = hint.map_or((0, previous_last), |(pos, prev)| (pos, prev));
-                let mut result =
-                    segment::walk_frames(&data[start..], bounds, prev, &mut |b| batches.push(*b));
-                result.valid_len += start;
-                if let ScanStop::Torn { position, .. } | ScanStop::Invalid { position, .. } =
-                    &mut result.stop
-                {
-                    *position += start;
-                }
-                (result.valid_len, result.stop, result.last_offset.or(prev))
-            }
+            None => walk_tail(index.as_ref().ok(), data, bounds, previous_last, &mut batches),
         };
         let (valid_len, stop, walked_last) = walked;
         let found_next = walked_last.map_or(base, |l| l + 1);
@@ -675,6 +746,106 @@ impl Planner<'_> {
                 .map(|t| t.timestamp)
         });
         Ok(Ok(self.recorded(r, f, None, tail)))
+    }
+
+    /// A segment the log dir's Kafka checkpoints vouch for, checked as cheaply as a recorded
+    /// one: its indexes (kept whatever `index.interval.bytes` wrote them, if they are sound),
+    /// and a walk of its tail from the last index entry, which gives its end offset; its size
+    /// is its file's length (Kafka trims a segment at roll and at a clean shutdown). `Err`
+    /// with the damage found when it must be validated instead.
+    fn vouched(
+        &self,
+        f: &FileEntry,
+        bounds: OffsetBounds,
+        previous_last: Option<i64>,
+        report: &mut RecoveryReport,
+    ) -> Result<Result<KeptSegment, Damage>, PlanError> {
+        let base = bounds.segment_base;
+        let size = f.len.min(MAX_SEGMENT_BYTES) as usize;
+        if f.len > MAX_SEGMENT_BYTES {
+            return Ok(Err(Damage::TooLarge {
+                len: f.len,
+                max: MAX_SEGMENT_BYTES,
+            }));
+        }
+        let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
+        let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
+        let offset_problem = match &index {
+            Ok(index) => offset_index::check(index.published_slice(), base, size.max(1))
+                .map_err(|e| format!("offset index: {e}"))
+                .err(),
+            Err(reason) => Some(reason.clone()),
+        };
+        let map = self.map_log(&f.path, size)?;
+        let data = map.published_slice();
+        let mut batches = Vec::new();
+        let (valid_len, stop, last_offset) = match offset_problem {
+            Some(_) => {
+                let r = segment::walk_frames(data, bounds, previous_last, &mut |b| batches.push(*b));
+                (r.valid_len, r.stop, r.last_offset)
+            }
+            None => walk_tail(index.as_ref().ok(), data, bounds, previous_last, &mut batches),
+        };
+        let damage = match stop {
+            ScanStop::Torn {
+                position,
+                needed,
+                available,
+            } => Some((position, Damage::Torn { needed, available })),
+            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
+            ScanStop::End => None,
+        };
+        if let Some((position, damage)) = damage {
+            self.judge(true, &f.path, Some(position), &damage)?;
+            return Ok(Err(damage));
+        }
+        let next_offset = last_offset.map_or(base, |l| l + 1);
+        let time_problem = match &time {
+            Ok(time) => time_index::check(time.published_slice(), base, next_offset.max(base + 1) - 1)
+                .map_err(|e| format!("time index: {e}"))
+                .err(),
+            Err(reason) => Some(reason.clone()),
+        };
+        let index_problem = offset_problem.or(time_problem);
+        let mut tail = TailInfo {
+            last_offset,
+            first_batch_timestamp: first_batch_timestamp(data),
+            max_timestamp: None,
+        };
+        let rebuild = match index_problem {
+            Some(reason) => {
+                if batches.first().is_none_or(|b| b.position != 0) {
+                    // Only the tail was walked: the rebuild needs every frame.
+                    batches.clear();
+                    segment::walk_frames(data, bounds, previous_last, &mut |b| batches.push(*b));
+                }
+                report
+                    .indexes_rebuilt
+                    .push((names::file_path(self.dir, base, names::INDEX_EXT), reason));
+                tail = TailInfo::from_batches(&batches);
+                Some(batches)
+            }
+            None => {
+                tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
+                    time.ok()
+                        .and_then(|t| time_index::decode(t.published_slice(), base).last())
+                        .map(|t| t.timestamp)
+                });
+                None
+            }
+        };
+        report.segments_vouched += 1;
+        Ok(Ok(KeptSegment {
+            base,
+            source: f.path.clone(),
+            file_len: f.len,
+            log_size: valid_len,
+            next_offset,
+            trust: Trust::Vouched,
+            rebuild,
+            tail,
+            swapped: false,
+        }))
     }
 
     fn recorded(
@@ -943,6 +1114,27 @@ struct Validated {
     batches: Vec<BatchInfo>,
     /// Where the valid batches end early, and why.
     damage: Option<(usize, Damage)>,
+}
+
+/// Walks a segment's tail from the last offset-index entry that names its batch (from the
+/// start without one): a few headers. Returns the valid length, where and why the walk
+/// stopped, and the last offset.
+fn walk_tail(
+    index: Option<&Mapping>,
+    data: &[u8],
+    bounds: OffsetBounds,
+    previous_last: Option<i64>,
+    batches: &mut Vec<BatchInfo>,
+) -> (usize, ScanStop, Option<i64>) {
+    let hint = index.and_then(|i| last_named_entry(i.published_slice(), data, bounds.segment_base));
+    let (start, prev) = hint.map_or((0, previous_last), |(pos, prev)| (pos, prev));
+    let mut result = segment::walk_frames(&data[start..], bounds, prev, &mut |b| batches.push(*b));
+    result.valid_len += start;
+    if let ScanStop::Torn { position, .. } | ScanStop::Invalid { position, .. } = &mut result.stop
+    {
+        *position += start;
+    }
+    (result.valid_len, result.stop, result.last_offset.or(prev))
 }
 
 /// The last offset-index entry that names the batch at its position, with that batch's

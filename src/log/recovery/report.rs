@@ -21,6 +21,13 @@ pub struct RecoveryReport {
     pub deep: bool,
     /// Segments whose batches were validated one by one.
     pub segments_validated: usize,
+    /// Segments trusted on the log dir's Kafka checkpoints (opened through
+    /// [`crate::LogManager`], without a checkpoint of the partition's own): their indexes
+    /// checked and kept, their tail walked, their batches not validated.
+    pub segments_vouched: usize,
+    /// The partition's own checkpoint was older than the log dir's Kafka checkpoints (Kafka
+    /// appended or deleted records after it was written) and was not used.
+    pub checkpoint_superseded: bool,
     /// Bytes of batches validated.
     pub bytes_validated: u64,
     /// Where damaged bytes were cut off.

@@ -1,0 +1,74 @@
+//! What a log offers the log manager's background jobs (DESIGN.md §13) besides its own API:
+//! removal of `.deleted` files, snapshots by replay budget, and the two ways the manager ends
+//! a log other than a clean close.
+
+use std::sync::atomic::Ordering;
+
+use super::{FlushError, Log};
+use crate::io::IoError;
+
+impl Log {
+    /// Removes the `.deleted` files of segments that truncation or retention removed once
+    /// their `file_delete_delay_ms` is over at `now_ms` (retention and truncation also do it
+    /// on their way). What the log manager's deletion job calls.
+    pub fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
+        self.remove_due_deletions(now_ms, false)
+    }
+
+    /// Takes a producer snapshot at the log end, and flushes it, if more than `replay_bytes`
+    /// were appended since the last one: a crash then replays at most that much on open (the
+    /// append path takes one only every `snapshot_interval_bytes`, and only when appending).
+    /// Returns whether it took one.
+    pub fn snapshot_if_behind(&self, replay_bytes: u64) -> Result<bool, FlushError> {
+        {
+            let mut st = self.append.lock();
+            if let Some(cause) = &st.failure {
+                return Err(FlushError::ReadOnly {
+                    cause: std::sync::Arc::clone(cause),
+                });
+            }
+            if st.active.is_none() {
+                return Err(FlushError::Closed);
+            }
+            if st.producers.bytes_since_snapshot() <= replay_bytes {
+                return Ok(false);
+            }
+            let end = self.log_end_offset.load(Ordering::Acquire);
+            st.producers
+                .prepare_snapshot(self.env.fs.as_ref(), &self.dir, end, false)?;
+            self.metrics.snapshot_written();
+        }
+        // The snapshot waits in its temp file for a flush to make it durable.
+        self.flush()?;
+        Ok(true)
+    }
+
+    /// Whether the log was closed (by [`Log::close`], or by its manager deleting it).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The base offset of the first segment (Kafka writes a log start offset into its
+    /// checkpoint only when it is above it).
+    pub(crate) fn first_segment_base(&self) -> Option<i64> {
+        self.segments.read().keys().next().copied()
+    }
+
+    /// Ends the log of a partition being deleted: later appends and flushes answer `Closed`
+    /// and waiters wake, but nothing is flushed, trimmed or checkpointed (its directory is
+    /// about to go). Bytes readers hold stay valid.
+    pub(crate) fn close_for_deletion(&self) {
+        let mut st = self.append.lock();
+        self.closed.store(true, Ordering::Release);
+        st.active.take();
+        drop(st);
+        self.end_signal.wake_all();
+        self.lock.lock().take();
+    }
+
+    /// Leaves the log as a crash of the process would when it is dropped: no flush, no trim,
+    /// no clean checkpoint (a log manager dropped without `close`).
+    pub(crate) fn abandon_on_drop(&self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+}
