@@ -35,6 +35,7 @@ pub mod producer;
 pub mod verify;
 
 internal_mod!(log);
+internal_mod!(manager);
 internal_mod!(segment);
 
 pub use log::{
@@ -44,6 +45,13 @@ pub use log::{
     LogMetrics, OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode,
     RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock,
     TruncateReport, Truncation, WaitFor, WaitOutcome,
+};
+pub use manager::{
+    BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanupPolicy, DirCheckpoints,
+    DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport,
+    LogManager, ManagerConfig, ManagerError, MetaProperties, OpenReport, PartitionConfig,
+    PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, TopicError,
+    TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 

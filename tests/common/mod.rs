@@ -179,3 +179,37 @@ pub fn batch_layout(data: &[u8]) -> Vec<(usize, usize, i64)> {
         })
         .collect()
 }
+
+/// Copies a directory tree (a whole log dir), making the copies writable.
+pub fn copy_tree(from: &Path, to: &Path) {
+    copy_dir(from, to);
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        }
+    }
+}
+
+/// Every file of a tree by its path relative to `root`: (length, CRC-32C of its bytes).
+pub fn tree_digest(root: &Path) -> BTreeMap<String, (usize, u32)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (usize, u32)>) {
+        for entry in std::fs::read_dir(dir).expect("read_dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                walk(root, &path, out);
+            } else {
+                let bytes = std::fs::read(&path).expect("read");
+                let rel = path.strip_prefix(root).expect("under root");
+                out.insert(
+                    rel.to_string_lossy().into_owned(),
+                    (bytes.len(), crc32c::crc32c(&bytes)),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}

@@ -1,0 +1,481 @@
+//! The manager's configuration, and the per-partition settings that override its defaults.
+//!
+//! A partition's own settings are Kafka's topic-level configurations. Kafka keeps them in the
+//! cluster's metadata; the manager has no cluster, so those given to
+//! [`super::LogManager::create`] are written beside the partition's segments in
+//! `oncelog.properties`, with Kafka's names, and read back on every open:
+//!
+//! ```text
+//! # oncelog: this partition's settings over the manager's defaults
+//! retention.ms=86400000
+//! segment.bytes=67108864
+//! cleanup.policy=delete
+//! ```
+//!
+//! A partition without the file (one Kafka wrote) takes [`ManagerConfig::topics`]' entry for
+//! its topic, if any, over [`ManagerConfig::log`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::format::TimestampType;
+use crate::io::{self, FileSystem, IoError};
+use crate::log::LogConfig;
+
+/// The file holding a partition's own settings, in its directory.
+pub const PARTITION_CONFIG_FILE: &str = "oncelog.properties";
+
+/// Kafka's `cleanup.policy`: what happens to old segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Retention by time and size deletes them (Kafka's default).
+    #[default]
+    Delete,
+    /// Compaction keeps the newest record of each key; retention deletes only below the log
+    /// start. Compaction itself is not built yet (issue 12): such a partition is kept whole.
+    Compact,
+    /// Both: compacted, and deleted by time and size.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Kafka's spelling: `delete`, `compact`, `compact,delete`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+
+    fn parse(text: &str) -> Option<CleanupPolicy> {
+        let mut words: Vec<&str> = text.split(',').map(str::trim).collect();
+        words.sort_unstable();
+        words.dedup();
+        match words.as_slice() {
+            ["delete"] => Some(CleanupPolicy::Delete),
+            ["compact"] => Some(CleanupPolicy::Compact),
+            ["compact", "delete"] => Some(CleanupPolicy::CompactDelete),
+            _ => None,
+        }
+    }
+
+    /// Whether retention by time and size applies.
+    pub fn deletes(self) -> bool {
+        self != CleanupPolicy::Compact
+    }
+}
+
+/// One partition's settings over the manager's defaults (Kafka's topic configurations);
+/// `None` takes the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionConfig {
+    /// `segment.bytes`.
+    pub segment_bytes: Option<usize>,
+    /// `segment.ms`.
+    pub segment_ms: Option<i64>,
+    /// `segment.jitter.ms`.
+    pub segment_jitter_ms: Option<i64>,
+    /// `segment.index.bytes`.
+    pub segment_index_bytes: Option<usize>,
+    /// `index.interval.bytes`.
+    pub index_interval_bytes: Option<usize>,
+    /// `max.message.bytes`.
+    pub max_message_bytes: Option<usize>,
+    /// `message.timestamp.type`.
+    pub message_timestamp_type: Option<TimestampType>,
+    /// `retention.bytes`: `Some(None)` is Kafka's -1, no limit.
+    pub retention_bytes: Option<Option<u64>>,
+    /// `retention.ms`: `Some(None)` is Kafka's -1, no limit.
+    pub retention_ms: Option<Option<i64>>,
+    /// `file.delete.delay.ms`.
+    pub file_delete_delay_ms: Option<i64>,
+    /// `flush.messages`: the flush job makes the partition durable once this many messages
+    /// are unflushed. `Some(None)`: never by count.
+    pub flush_messages: Option<Option<u64>>,
+    /// `flush.ms`: the flush job makes the partition durable once its oldest unflushed append
+    /// is this old. `Some(None)`: never by time.
+    pub flush_ms: Option<Option<u64>>,
+    /// `cleanup.policy`.
+    pub cleanup_policy: Option<CleanupPolicy>,
+}
+
+/// A partition's settings resolved over the defaults: its log's configuration and what the
+/// manager's jobs do with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedConfig {
+    /// What its [`crate::Log`] is opened with.
+    pub log: LogConfig,
+    /// `flush.messages`.
+    pub flush_messages: Option<u64>,
+    /// `flush.ms`.
+    pub flush_ms: Option<u64>,
+    /// `cleanup.policy`.
+    pub cleanup_policy: CleanupPolicy,
+}
+
+impl PartitionConfig {
+    /// These settings over `base`: each one set here replaces its default.
+    pub fn over(&self, base: &PartitionConfig) -> PartitionConfig {
+        macro_rules! pick {
+            ($($f:ident),*) => { PartitionConfig { $($f: self.$f.or(base.$f),)* } };
+        }
+        pick!(
+            segment_bytes,
+            segment_ms,
+            segment_jitter_ms,
+            segment_index_bytes,
+            index_interval_bytes,
+            max_message_bytes,
+            message_timestamp_type,
+            retention_bytes,
+            retention_ms,
+            file_delete_delay_ms,
+            flush_messages,
+            flush_ms,
+            cleanup_policy
+        )
+    }
+
+    /// The partition's configuration: these settings over the manager's defaults. A
+    /// compact-only partition is never deleted by time or size.
+    pub fn resolve(&self, defaults: &ManagerConfig) -> ResolvedConfig {
+        let d = &defaults.log;
+        let cleanup_policy = self.cleanup_policy.unwrap_or_default();
+        let mut log = LogConfig {
+            segment_bytes: self.segment_bytes.unwrap_or(d.segment_bytes),
+            segment_ms: self.segment_ms.unwrap_or(d.segment_ms),
+            segment_jitter_ms: self.segment_jitter_ms.unwrap_or(d.segment_jitter_ms),
+            segment_index_bytes: self.segment_index_bytes.unwrap_or(d.segment_index_bytes),
+            index_interval_bytes: self.index_interval_bytes.unwrap_or(d.index_interval_bytes),
+            max_message_bytes: self.max_message_bytes.unwrap_or(d.max_message_bytes),
+            message_timestamp_type: self
+                .message_timestamp_type
+                .unwrap_or(d.message_timestamp_type),
+            retention_bytes: self.retention_bytes.unwrap_or(d.retention_bytes),
+            retention_ms: self.retention_ms.unwrap_or(d.retention_ms),
+            file_delete_delay_ms: self.file_delete_delay_ms.unwrap_or(d.file_delete_delay_ms),
+            ..d.clone()
+        };
+        if !cleanup_policy.deletes() {
+            log.retention_bytes = None;
+            log.retention_ms = None;
+        }
+        ResolvedConfig {
+            log,
+            flush_messages: self.flush_messages.unwrap_or(defaults.flush_messages),
+            flush_ms: self.flush_ms.unwrap_or(defaults.flush_ms),
+            cleanup_policy,
+        }
+    }
+
+    /// The `oncelog.properties` text of these settings: only those that are set.
+    pub fn encode(&self) -> String {
+        let mut out = String::from("# oncelog: this partition's settings over the manager's defaults\n");
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(v) = value {
+                out.push_str(&format!("{key}={v}\n"));
+            }
+        };
+        let limit = |v: Option<Option<u64>>| v.map(|l| l.map_or("-1".to_string(), |n| n.to_string()));
+        put("segment.bytes", self.segment_bytes.map(|v| v.to_string()));
+        put("segment.ms", self.segment_ms.map(|v| v.to_string()));
+        put("segment.jitter.ms", self.segment_jitter_ms.map(|v| v.to_string()));
+        put("segment.index.bytes", self.segment_index_bytes.map(|v| v.to_string()));
+        put("index.interval.bytes", self.index_interval_bytes.map(|v| v.to_string()));
+        put("max.message.bytes", self.max_message_bytes.map(|v| v.to_string()));
+        put(
+            "message.timestamp.type",
+            self.message_timestamp_type.map(|t| match t {
+                TimestampType::CreateTime => "CreateTime".to_string(),
+                TimestampType::LogAppendTime => "LogAppendTime".to_string(),
+            }),
+        );
+        put("retention.bytes", limit(self.retention_bytes));
+        put(
+            "retention.ms",
+            self.retention_ms
+                .map(|l| l.map_or("-1".to_string(), |n| n.to_string())),
+        );
+        put("file.delete.delay.ms", self.file_delete_delay_ms.map(|v| v.to_string()));
+        put("flush.messages", limit(self.flush_messages));
+        put("flush.ms", limit(self.flush_ms));
+        put("cleanup.policy", self.cleanup_policy.map(|p| p.name().to_string()));
+        out
+    }
+
+    /// Parses `oncelog.properties` text; the error names the line.
+    pub fn decode(text: &str) -> Result<PartitionConfig, (usize, String)> {
+        let mut c = PartitionConfig::default();
+        let mut seen = BTreeMap::new();
+        for (i, raw) in text.lines().enumerate() {
+            let n = i + 1;
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err((n, format!("expected \"<key>=<value>\", found {line:?}")));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if seen.insert(key.to_string(), n).is_some() {
+                return Err((n, format!("{key} is set twice")));
+            }
+            let bad = |what: &str| (n, format!("{key}: {value:?} is not {what}"));
+            let number = |v: &str| v.parse::<i64>().map_err(|_| bad("an integer"));
+            let size = |v: &str| v.parse::<usize>().map_err(|_| bad("a size in bytes"));
+            let limit = |v: &str| -> Result<Option<u64>, (usize, String)> {
+                match v.parse::<i64>() {
+                    Ok(-1) => Ok(None),
+                    Ok(x) if x >= 0 => Ok(Some(x as u64)),
+                    _ => Err(bad("a non-negative integer or -1")),
+                }
+            };
+            match key {
+                "segment.bytes" => c.segment_bytes = Some(size(value)?),
+                "segment.ms" => c.segment_ms = Some(number(value)?),
+                "segment.jitter.ms" => c.segment_jitter_ms = Some(number(value)?),
+                "segment.index.bytes" => c.segment_index_bytes = Some(size(value)?),
+                "index.interval.bytes" => c.index_interval_bytes = Some(size(value)?),
+                "max.message.bytes" => c.max_message_bytes = Some(size(value)?),
+                "message.timestamp.type" => {
+                    c.message_timestamp_type = Some(match value {
+                        "CreateTime" => TimestampType::CreateTime,
+                        "LogAppendTime" => TimestampType::LogAppendTime,
+                        _ => return Err(bad("CreateTime or LogAppendTime")),
+                    })
+                }
+                "retention.bytes" => c.retention_bytes = Some(limit(value)?),
+                "retention.ms" => c.retention_ms = Some(limit(value)?.map(|v| v as i64)),
+                "file.delete.delay.ms" => c.file_delete_delay_ms = Some(number(value)?),
+                "flush.messages" => c.flush_messages = Some(limit(value)?),
+                "flush.ms" => c.flush_ms = Some(limit(value)?),
+                "cleanup.policy" => {
+                    c.cleanup_policy = Some(
+                        CleanupPolicy::parse(value)
+                            .ok_or_else(|| bad("delete, compact or compact,delete"))?,
+                    )
+                }
+                _ => return Err((n, format!("unknown setting {key:?}"))),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Reads a partition directory's `oncelog.properties`: `Ok(Ok(None))` without one.
+    pub(crate) fn read(
+        fs: &dyn FileSystem,
+        dir: &Path,
+    ) -> Result<Result<Option<PartitionConfig>, BadPartitionConfig>, IoError> {
+        let path = dir.join(PARTITION_CONFIG_FILE);
+        let bad = |line, reason: String| BadPartitionConfig {
+            path: path.clone(),
+            line,
+            reason,
+        };
+        let bytes = match io::read_small_file(fs, &path, 64 << 10)? {
+            io::SmallFile::Missing => return Ok(Ok(None)),
+            io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
+            io::SmallFile::TooLarge(len) => {
+                return Ok(Err(bad(None, format!("{len} bytes, more than any settings file"))))
+            }
+            io::SmallFile::Bytes(b) => b,
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return Ok(Err(bad(None, "not UTF-8 text".into())));
+        };
+        Ok(PartitionConfig::decode(&text)
+            .map(Some)
+            .map_err(|(line, reason)| bad(Some(line), reason)))
+    }
+
+    pub(crate) fn write(&self, fs: &dyn FileSystem, dir: &Path) -> Result<(), IoError> {
+        io::write_file_atomically(fs, &dir.join(PARTITION_CONFIG_FILE), self.encode().as_bytes())
+    }
+}
+
+/// A partition's `oncelog.properties` that cannot be used: the partition is not opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+pub struct BadPartitionConfig {
+    /// The file.
+    pub path: PathBuf,
+    /// The 1-based line at fault, where there is one.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// How often each background job runs; `None` turns it off (it can still be run at once with
+/// [`super::LogManager::run_job`]). Defaults are Kafka's where Kafka has the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobIntervals {
+    /// Checks `flush.ms` and `flush.messages` of every partition (Kafka's
+    /// `log.flush.scheduler.interval.ms`). Default 1 s.
+    pub flush: Option<Duration>,
+    /// Writes the recovery points and log start offsets of every log dir
+    /// (`log.flush.offset.checkpoint.interval.ms`). Default 60 s.
+    pub checkpoints: Option<Duration>,
+    /// Writes the high watermarks (`replica.high.watermark.checkpoint.interval.ms`).
+    /// Default 5 s.
+    pub high_watermarks: Option<Duration>,
+    /// Applies retention (`log.retention.check.interval.ms`). Default 5 minutes.
+    pub retention: Option<Duration>,
+    /// Forgets expired producers (`producer.id.expiration.check.interval.ms`). Default 10
+    /// minutes.
+    pub producer_expiry: Option<Duration>,
+    /// Snapshots the producer state of partitions whose replay since the last snapshot is over
+    /// [`ManagerConfig::replay_budget_bytes`]. Default 30 s.
+    pub snapshots: Option<Duration>,
+    /// Removes `.deleted` segment files and deleted partitions' directories once their
+    /// `file.delete.delay.ms` is over. Default 1 s.
+    pub deletion: Option<Duration>,
+}
+
+impl Default for JobIntervals {
+    fn default() -> Self {
+        JobIntervals {
+            flush: Some(Duration::from_secs(1)),
+            checkpoints: Some(Duration::from_secs(60)),
+            high_watermarks: Some(Duration::from_secs(5)),
+            retention: Some(Duration::from_secs(300)),
+            producer_expiry: Some(Duration::from_secs(600)),
+            snapshots: Some(Duration::from_secs(30)),
+            deletion: Some(Duration::from_secs(1)),
+        }
+    }
+}
+
+impl JobIntervals {
+    /// Every job off: they run only when [`super::LogManager::run_job`] is called.
+    pub fn none() -> JobIntervals {
+        JobIntervals {
+            flush: None,
+            checkpoints: None,
+            high_watermarks: None,
+            retention: None,
+            producer_expiry: None,
+            snapshots: None,
+            deletion: None,
+        }
+    }
+}
+
+/// Configuration of a [`super::LogManager`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagerConfig {
+    /// Every partition's defaults.
+    pub log: LogConfig,
+    /// `flush.messages` by default (`None`: Kafka's default, never by count).
+    pub flush_messages: Option<u64>,
+    /// `flush.ms` by default (`None`: Kafka's default, never by time).
+    pub flush_ms: Option<u64>,
+    /// Settings by topic over [`ManagerConfig::log`], for partitions without their own
+    /// `oncelog.properties` (those Kafka wrote: Kafka keeps them in its cluster metadata).
+    pub topics: BTreeMap<String, PartitionConfig>,
+    /// Threads that open (and recover) partitions in parallel (Kafka's
+    /// `num.recovery.threads.per.data.dir`, for all dirs together). Default: the machine's
+    /// parallelism.
+    pub recovery_threads: usize,
+    /// The background jobs' intervals.
+    pub jobs: JobIntervals,
+    /// A partition's producer state is snapshotted by the snapshot job once this many bytes
+    /// were appended since its last snapshot, so a crash replays at most this much on open.
+    /// Default 16 MiB.
+    pub replay_budget_bytes: u64,
+    /// The cluster every log dir belongs to: checked against each `meta.properties`, and
+    /// written into a new dir's (a new id when `None` and no dir has one).
+    pub cluster_id: Option<String>,
+    /// This node's id: checked against each `meta.properties`, written into a new dir's (0
+    /// when `None` and no dir has one).
+    pub node_id: Option<i32>,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig {
+            log: LogConfig::default(),
+            flush_messages: None,
+            flush_ms: None,
+            topics: BTreeMap::new(),
+            recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            jobs: JobIntervals::default(),
+            replay_budget_bytes: 16 << 20,
+            cluster_id: None,
+            node_id: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_round_trip_with_kafkas_names() {
+        let c = PartitionConfig {
+            segment_bytes: Some(1 << 20),
+            retention_ms: Some(None),
+            retention_bytes: Some(Some(5_000)),
+            message_timestamp_type: Some(TimestampType::LogAppendTime),
+            flush_messages: Some(Some(100)),
+            cleanup_policy: Some(CleanupPolicy::CompactDelete),
+            ..PartitionConfig::default()
+        };
+        let text = c.encode();
+        assert!(text.contains("retention.ms=-1\n"), "{text}");
+        assert!(text.contains("cleanup.policy=compact,delete\n"), "{text}");
+        assert_eq!(PartitionConfig::decode(&text), Ok(c));
+        assert_eq!(
+            PartitionConfig::decode("cleanup.policy=delete,compact\n")
+                .unwrap()
+                .cleanup_policy,
+            Some(CleanupPolicy::CompactDelete)
+        );
+    }
+
+    #[test]
+    fn every_malformed_line_is_refused_with_its_number() {
+        for (text, line) in [
+            ("segment.bytes\n", 1),
+            ("# c\nsegment.bytes=big\n", 2),
+            ("retention.ms=-2\n", 1),
+            ("message.timestamp.type=Now\n", 1),
+            ("cleanup.policy=keep\n", 1),
+            ("no.such.setting=1\n", 1),
+            ("flush.ms=1\nflush.ms=2\n", 2),
+        ] {
+            match PartitionConfig::decode(text) {
+                Ok(c) => panic!("accepted {text:?} as {c:?}"),
+                Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_partitions_settings_win_over_its_topics_and_the_defaults() {
+        let mut defaults = ManagerConfig::default();
+        defaults.log.segment_bytes = 1 << 20;
+        defaults.flush_ms = Some(1000);
+        let topic = PartitionConfig {
+            retention_ms: Some(Some(10)),
+            segment_bytes: Some(2 << 20),
+            ..PartitionConfig::default()
+        };
+        let own = PartitionConfig {
+            segment_bytes: Some(3 << 20),
+            ..PartitionConfig::default()
+        };
+        let r = own.over(&topic).resolve(&defaults);
+        assert_eq!(r.log.segment_bytes, 3 << 20);
+        assert_eq!(r.log.retention_ms, Some(10));
+        assert_eq!(r.flush_ms, Some(1000));
+        let compact = PartitionConfig {
+            cleanup_policy: Some(CleanupPolicy::Compact),
+            ..PartitionConfig::default()
+        };
+        let r = compact.resolve(&defaults);
+        assert_eq!((r.log.retention_ms, r.log.retention_bytes), (None, None));
+    }
+}

@@ -1,0 +1,389 @@
+//! The background jobs, each on a thread of its own that runs it every interval until the
+//! manager stops it, and the checkpoint writes the jobs share with `close`.
+//!
+//! Cleaning (compaction) is the one job Kafka has that is not here: compaction is issue 12.
+//! Its seam: a partition's [`super::CleanupPolicy`] (a compact-only partition is kept whole by
+//! retention) and the cleaner checkpoint, whose entries are read, kept within each log's
+//! bounds and written back with the others; the cleaner will be a job of this module that
+//! compacts from those offsets and moves them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::log_dir;
+use super::offsets::{self, Offsets};
+use super::partitions;
+use super::{Inner, ManagerError, SlotState};
+use crate::log::Log;
+
+/// A background job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Job {
+    /// Flushes partitions past their `flush.ms` or `flush.messages`.
+    Flush,
+    /// Writes every log dir's recovery points and log start offsets.
+    Checkpoints,
+    /// Writes every log dir's high watermarks (and the cleaner's offsets).
+    HighWatermarks,
+    /// Applies retention to every partition.
+    Retention,
+    /// Forgets expired producers.
+    ProducerExpiry,
+    /// Snapshots producer state whose replay is over the budget.
+    Snapshots,
+    /// Removes `.deleted` files and deleted partitions whose delay is over.
+    Deletion,
+}
+
+impl Job {
+    /// Every job.
+    pub const ALL: [Job; 7] = [
+        Job::Flush,
+        Job::Checkpoints,
+        Job::HighWatermarks,
+        Job::Retention,
+        Job::ProducerExpiry,
+        Job::Snapshots,
+        Job::Deletion,
+    ];
+
+    /// Its name: `flush`, `checkpoints`, `high_watermarks`, `retention`, `producer_expiry`,
+    /// `snapshots`, `deletion`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Job::Flush => "flush",
+            Job::Checkpoints => "checkpoints",
+            Job::HighWatermarks => "high_watermarks",
+            Job::Retention => "retention",
+            Job::ProducerExpiry => "producer_expiry",
+            Job::Snapshots => "snapshots",
+            Job::Deletion => "deletion",
+        }
+    }
+
+    fn interval(self, inner: &Inner) -> Option<Duration> {
+        let i = &inner.config.jobs;
+        match self {
+            Job::Flush => i.flush,
+            Job::Checkpoints => i.checkpoints,
+            Job::HighWatermarks => i.high_watermarks,
+            Job::Retention => i.retention,
+            Job::ProducerExpiry => i.producer_expiry,
+            Job::Snapshots => i.snapshots,
+            Job::Deletion => i.deletion,
+        }
+    }
+}
+
+/// What one run of a job did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobReport {
+    /// Partitions (or log dirs, for the checkpoint jobs) it looked at.
+    pub visited: usize,
+    /// What it did: partitions flushed, segments deleted, producers expired, snapshots taken,
+    /// checkpoint files written, directories removed.
+    pub acted: usize,
+    /// What failed, named (a partition or a file) with why; the job goes on with the others.
+    pub failures: Vec<String>,
+}
+
+/// How a job has done since the manager opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobStats {
+    /// Runs, by its thread or by [`super::LogManager::run_job`].
+    pub runs: u64,
+    /// The sum of their [`JobReport::acted`].
+    pub acted: u64,
+    /// Failures over all runs.
+    pub failures: u64,
+    /// The last failure.
+    pub last_failure: Option<String>,
+}
+
+/// The running job threads.
+pub(crate) struct Running {
+    stop: Arc<Stop>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Stop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Running {
+    /// Stops every job thread and waits for them (a run in progress ends first).
+    pub fn stop(self) {
+        *self.stop.stopped.lock() = true;
+        self.stop.wake.notify_all();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a thread for each job with an interval.
+pub(crate) fn start(inner: &Arc<Inner>) -> Running {
+    let stop = Arc::new(Stop::default());
+    let mut threads = Vec::new();
+    for job in Job::ALL {
+        let Some(every) = job.interval(inner) else {
+            continue;
+        };
+        let (shared, stop) = (Arc::clone(inner), Arc::clone(&stop));
+        let spawned = std::thread::Builder::new()
+            .name(format!("oncelog-{}", job.name()))
+            .spawn(move || loop {
+                let deadline = Instant::now() + every;
+                let mut stopped = stop.stopped.lock();
+                while !*stopped && Instant::now() < deadline {
+                    stop.wake.wait_until(&mut stopped, deadline);
+                }
+                if *stopped {
+                    return;
+                }
+                drop(stopped);
+                run(&shared, job);
+            });
+        match spawned {
+            Ok(t) => threads.push(t),
+            // A job that cannot get a thread is recorded as failing; run_job still runs it.
+            Err(e) => {
+                let report = JobReport {
+                    failures: vec![format!("no thread: {e}")],
+                    ..JobReport::default()
+                };
+                record(&inner.stats, job, &report)
+            }
+        }
+    }
+    Running { stop, threads }
+}
+
+fn record(stats: &Mutex<BTreeMap<Job, JobStats>>, job: Job, report: &JobReport) {
+    let mut stats = stats.lock();
+    let s = stats.entry(job).or_default();
+    s.runs += 1;
+    s.acted += report.acted as u64;
+    s.failures += report.failures.len() as u64;
+    if let Some(f) = report.failures.last() {
+        s.last_failure = Some(f.clone());
+    }
+}
+
+/// Runs one job now.
+pub(crate) fn run(inner: &Inner, job: Job) -> JobReport {
+    let report = match job {
+        Job::Flush => flush(inner),
+        Job::Checkpoints => checkpoints(inner, Files::RecoveryAndStart),
+        Job::HighWatermarks => checkpoints(inner, Files::HighWatermarksAndCleaner),
+        Job::Retention => each_log(inner, |log, now| match log.enforce_retention(now) {
+            Ok(r) => Ok(r.deleted.len()),
+            Err(e) => Err(e.to_string()),
+        }),
+        Job::ProducerExpiry => each_log(inner, |log, now| Ok(log.expire_producers(now))),
+        Job::Snapshots => {
+            let budget = inner.config.replay_budget_bytes;
+            each_log(inner, |log, _| match log.snapshot_if_behind(budget) {
+                Ok(took) => Ok(took as usize),
+                Err(e) => Err(e.to_string()),
+            })
+        }
+        Job::Deletion => deletion(inner),
+    };
+    record(&inner.stats, job, &report);
+    report
+}
+
+/// Runs `work` on every online log; a closed one (deleted meanwhile) is skipped.
+fn each_log(inner: &Inner, work: impl Fn(&Log, i64) -> Result<usize, String>) -> JobReport {
+    let mut report = JobReport::default();
+    for slot in inner.slots() {
+        let Some((log, _)) = slot.online() else {
+            continue;
+        };
+        report.visited += 1;
+        match work(log, inner.now_ms()) {
+            Ok(n) => report.acted += n,
+            Err(_) if log.is_closed() => {}
+            Err(e) => report.failures.push(format!("{}: {e}", slot.tp)),
+        }
+    }
+    report
+}
+
+/// `flush.messages` and `flush.ms`: the appender never waits for these flushes.
+fn flush(inner: &Inner) -> JobReport {
+    let mut report = JobReport::default();
+    for slot in inner.slots() {
+        let Some((log, config)) = slot.online() else {
+            continue;
+        };
+        if config.flush_messages.is_none() && config.flush_ms.is_none() {
+            continue;
+        }
+        report.visited += 1;
+        let now = inner.now_ms();
+        let unflushed = (log.log_end_offset() - log.recovery_point()).max(0) as u64;
+        let mut since = slot.dirty_since.lock();
+        if unflushed == 0 {
+            *since = None;
+            continue;
+        }
+        let dirty_since = *since.get_or_insert(now);
+        let by_count = config.flush_messages.is_some_and(|n| unflushed >= n);
+        let by_time = config
+            .flush_ms
+            .is_some_and(|ms| now.saturating_sub(dirty_since) >= ms as i64);
+        if !(by_count || by_time) {
+            continue;
+        }
+        match log.flush() {
+            Ok(()) => {
+                *since = None;
+                report.acted += 1;
+            }
+            Err(_) if log.is_closed() => {}
+            Err(e) => report.failures.push(format!("{}: {e}", slot.tp)),
+        }
+    }
+    report
+}
+
+fn checkpoints(inner: &Inner, files: Files) -> JobReport {
+    let mut report = JobReport::default();
+    for i in 0..inner.dirs.len() {
+        report.visited += 1;
+        match write_checkpoints(inner, i, files) {
+            Ok(n) => report.acted += n,
+            Err(e) => report.failures.push(e.to_string()),
+        }
+    }
+    report
+}
+
+fn deletion(inner: &Inner) -> JobReport {
+    let mut report = each_log(inner, |log, now| {
+        log.remove_deleted_files(now).map(|()| 0).map_err(|e| e.to_string())
+    });
+    let (removed, failed) = partitions::remove_due(inner, inner.now_ms());
+    report.acted += removed;
+    report
+        .failures
+        .extend(failed.into_iter().map(|(p, e)| format!("{}: {e}", p.display())));
+    report
+}
+
+/// Which of a log dir's checkpoint files to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Files {
+    /// Recovery points and log start offsets (Kafka writes them together, every 60 s).
+    RecoveryAndStart,
+    /// High watermarks, and the cleaner's offsets.
+    HighWatermarksAndCleaner,
+    All,
+}
+
+/// Writes the checkpoint files of log dir `i` from its partitions: an online one's offsets
+/// now, an offline one's as they were read at open. Returns the files written.
+pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result<usize, ManagerError> {
+    let dir = &inner.dirs[i];
+    let _one_writer = dir.checkpoint_writes.lock();
+    let (mut rp, mut start, mut hw, mut cleaner) =
+        (Offsets::new(), Offsets::new(), Offsets::new(), Offsets::new());
+    for slot in inner.slots().into_iter().filter(|s| s.dir == i) {
+        let tp = slot.tp.clone();
+        let k = slot.kept;
+        match &slot.state {
+            SlotState::Online { log, .. } => {
+                let (log_start, log_end) = (log.log_start_offset(), log.log_end_offset());
+                rp.insert(tp.clone(), log.recovery_point());
+                // Kafka lists a log start only above the first segment's base.
+                if log.first_segment_base().is_some_and(|b| log_start > b) {
+                    start.insert(tp.clone(), log_start);
+                }
+                hw.insert(tp.clone(), log.high_watermark());
+                if let Some(c) = k.cleaner_offset {
+                    cleaner.insert(tp, c.clamp(log_start, log_end.max(log_start)));
+                }
+            }
+            SlotState::Offline(_) => {
+                let keep = |m: &mut Offsets, v: Option<i64>| {
+                    if let Some(v) = v {
+                        m.insert(tp.clone(), v);
+                    }
+                };
+                keep(&mut rp, k.recovery_point);
+                keep(&mut start, k.log_start_offset);
+                keep(&mut hw, k.high_watermark);
+                keep(&mut cleaner, k.cleaner_offset);
+            }
+        }
+    }
+    let fs = inner.env.fs.as_ref();
+    let mut written = 0;
+    let mut write = |name: &str, offsets: &Offsets| -> Result<(), ManagerError> {
+        offsets::write(fs, &dir.path, name, offsets)?;
+        written += 1;
+        Ok(())
+    };
+    if files != Files::HighWatermarksAndCleaner {
+        write(offsets::RECOVERY_POINTS, &rp)?;
+        write(offsets::LOG_START_OFFSETS, &start)?;
+    }
+    if files != Files::RecoveryAndStart {
+        write(offsets::HIGH_WATERMARKS, &hw)?;
+        write(offsets::CLEANER_OFFSETS, &cleaner)?;
+    }
+    Ok(written)
+}
+
+/// The clean close, once the jobs are stopped: every log closed (in parallel), every
+/// checkpoint written, the marker in every dir whose partitions all closed, the locks released.
+pub(crate) fn close(inner: &Inner) -> Result<(), ManagerError> {
+    let slots = inner.slots();
+    let threads = inner.config.recovery_threads.clamp(1, slots.len().max(1));
+    let closed = super::open::parallel(threads, &slots, |slot| match &slot.state {
+        SlotState::Online { log, .. } => log.close().err(),
+        SlotState::Offline(_) => None,
+    });
+    let mut failed = Vec::new();
+    let mut unclean = vec![false; inner.dirs.len()];
+    for (slot, error) in slots.iter().zip(closed) {
+        if matches!(slot.state, SlotState::Offline(_)) {
+            unclean[slot.dir] = true;
+        }
+        if let Some(e) = error {
+            unclean[slot.dir] = true;
+            failed.push((slot.tp.clone(), e));
+        }
+    }
+    let mut first_error = None;
+    for (i, d) in inner.dirs.iter().enumerate() {
+        let marked = write_checkpoints(inner, i, Files::All).and_then(|_| {
+            // An offline partition was not recovered: the next open must not take its log dir
+            // for cleanly shut down, or it would trust what it could not check.
+            if !unclean[i] {
+                log_dir::write_clean_shutdown(inner.env.fs.as_ref(), &d.path, d.broker_epoch)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = marked {
+            first_error.get_or_insert(e);
+        }
+        d.lock.lock().take();
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if !failed.is_empty() {
+        return Err(ManagerError::Close { failed });
+    }
+    Ok(())
+}
+

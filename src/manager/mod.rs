@@ -1,0 +1,360 @@
+//! Many partitions in one or more Kafka log dirs (DESIGN.md §13): a lock per log dir,
+//! `meta.properties`, Kafka's offset checkpoint files and clean-shutdown marker, partitions
+//! opened in parallel, created and deleted as Kafka names them, and background jobs.
+//!
+//! The layers: [`topic`] (names), [`offsets`] and [`meta`] (the log dir's files, pure
+//! encode/decode beside their I/O), [`log_dir`] (one log dir), `open` (the parallel open and
+//! its report), `partitions` (create and delete), `jobs` (the background threads, and the
+//! checkpoint writes close shares with them).
+
+mod config;
+mod error;
+mod jobs;
+pub mod log_dir;
+pub mod meta;
+pub mod offsets;
+mod open;
+mod partitions;
+pub mod topic;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::io::FileLock;
+use crate::log::{Environment, Log};
+
+pub use config::{
+    BadPartitionConfig, CleanupPolicy, JobIntervals, ManagerConfig, PartitionConfig,
+    ResolvedConfig, PARTITION_CONFIG_FILE,
+};
+pub use error::{ManagerError, PartitionFailure};
+pub use jobs::{Job, JobReport, JobStats};
+pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
+pub use meta::{BadMetaProperties, MetaProperties};
+pub use offsets::BadOffsetCheckpoint;
+pub use open::{LogDirReport, OpenReport, PartitionOpened, PartitionReport};
+pub use topic::{validate_topic, DirEntry, TopicError, TopicPartition};
+
+/// The partitions of one or more Kafka log dirs, opened together, with background flush,
+/// checkpoints, retention, producer expiry, snapshots and file deletion on threads it owns.
+/// `Send + Sync`; each partition is an [`Arc<Log>`] to use as a standalone log is used.
+///
+/// [`LogManager::close`] stops the jobs, closes every log, writes every checkpoint file and
+/// the clean-shutdown marker. Dropped without `close`, it leaves the disk as a crash would:
+/// the jobs stop, nothing more is flushed, and no marker is written.
+pub struct LogManager {
+    inner: Arc<Inner>,
+    jobs: Mutex<Option<jobs::Running>>,
+    report: OpenReport,
+}
+
+/// What the manager and its job threads share.
+pub(crate) struct Inner {
+    env: Environment,
+    config: ManagerConfig,
+    dirs: Vec<Dir>,
+    partitions: RwLock<BTreeMap<TopicPartition, Arc<Slot>>>,
+    /// Serialises creations and deletions with each other (reads go on).
+    changes: Mutex<()>,
+    /// Deleted partitions' directories, waiting for their removal.
+    doomed: Mutex<Vec<partitions::DoomedDir>>,
+    closed: AtomicBool,
+    stats: Mutex<BTreeMap<Job, JobStats>>,
+}
+
+/// An open log dir.
+pub(crate) struct Dir {
+    path: PathBuf,
+    /// Held until the manager is closed or dropped.
+    lock: Mutex<Option<FileLock>>,
+    /// The broker epoch to write into the clean-shutdown marker (the one found at open, or
+    /// Kafka's -1 for none).
+    broker_epoch: i64,
+    /// Serialises the writes of its checkpoint files.
+    checkpoint_writes: Mutex<()>,
+}
+
+/// One partition.
+pub(crate) struct Slot {
+    tp: TopicPartition,
+    dir: usize,
+    path: PathBuf,
+    state: SlotState,
+    /// What the log dir's checkpoint files held for it at open: written back as they were
+    /// while it is offline, so nothing they know (a raised log start) is lost.
+    kept: Kept,
+    /// When the flush job first saw it with unflushed appends (clock ms), for `flush.ms`.
+    dirty_since: Mutex<Option<i64>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Kept {
+    recovery_point: Option<i64>,
+    log_start_offset: Option<i64>,
+    high_watermark: Option<i64>,
+    cleaner_offset: Option<i64>,
+}
+
+pub(crate) enum SlotState {
+    Online {
+        log: Arc<Log>,
+        config: Box<ResolvedConfig>,
+    },
+    Offline(Arc<PartitionFailure>),
+}
+
+/// A partition as [`LogManager::list`] shows it.
+#[derive(Debug, Clone)]
+pub struct PartitionInfo {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Why it is offline, if it is: it did not open.
+    pub offline: Option<Arc<PartitionFailure>>,
+}
+
+impl LogManager {
+    /// Opens the log dirs `dirs` (created if missing) on the real file system: locks each,
+    /// checks its `meta.properties` (writing one into a dir without), reads its offset
+    /// checkpoints, and opens every partition in parallel. A partition that does not open is
+    /// reported in [`LogManager::open_report`] and left offline; the others open.
+    pub fn open(
+        dirs: &[impl AsRef<Path>],
+        config: ManagerConfig,
+    ) -> Result<LogManager, ManagerError> {
+        LogManager::open_in(Environment::default(), dirs, config)
+    }
+
+    /// [`LogManager::open`] with an explicit file system and clock.
+    pub fn open_in(
+        env: Environment,
+        dirs: &[impl AsRef<Path>],
+        config: ManagerConfig,
+    ) -> Result<LogManager, ManagerError> {
+        LogManager::open_reporting(env, dirs, config, &|_| {})
+    }
+
+    /// [`LogManager::open_in`], calling `on_partition` (from the opening threads) as each
+    /// partition has been opened or has failed: a progress report.
+    pub fn open_reporting(
+        env: Environment,
+        dirs: &[impl AsRef<Path>],
+        config: ManagerConfig,
+        on_partition: &(dyn Fn(&PartitionReport) + Sync),
+    ) -> Result<LogManager, ManagerError> {
+        let dirs: Vec<PathBuf> = dirs.iter().map(|d| d.as_ref().to_path_buf()).collect();
+        let (inner, report) = open::open(env, &dirs, config, on_partition)?;
+        let inner = Arc::new(inner);
+        let running = jobs::start(&inner);
+        Ok(LogManager {
+            inner,
+            jobs: Mutex::new(Some(running)),
+            report,
+        })
+    }
+
+    /// What opening found: each partition's recovery, or why it did not open.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
+    }
+
+    /// The log dirs, in the order given.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
+        self.inner.dirs.iter().map(|d| d.path.clone()).collect()
+    }
+
+    /// The manager's configuration.
+    pub fn config(&self) -> &ManagerConfig {
+        &self.inner.config
+    }
+
+    /// The log of a partition.
+    pub fn get(&self, topic: &str, partition: i32) -> Result<Arc<Log>, ManagerError> {
+        self.inner.check_open()?;
+        let tp = TopicPartition::new(topic, partition);
+        let slot = self.inner.partitions.read().get(&tp).cloned();
+        match slot {
+            None => Err(ManagerError::UnknownPartition { partition: tp }),
+            Some(slot) => slot.log(),
+        }
+    }
+
+    /// Every partition, in order, online or not.
+    pub fn list(&self) -> Vec<PartitionInfo> {
+        self.inner
+            .partitions
+            .read()
+            .values()
+            .map(|s| PartitionInfo {
+                partition: s.tp.clone(),
+                dir: s.path.clone(),
+                offline: match &s.state {
+                    SlotState::Online { .. } => None,
+                    SlotState::Offline(f) => Some(Arc::clone(f)),
+                },
+            })
+            .collect()
+    }
+
+    /// The resolved settings of an online partition.
+    pub fn partition_config(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<ResolvedConfig, ManagerError> {
+        let tp = TopicPartition::new(topic, partition);
+        let slot = self.inner.partitions.read().get(&tp).cloned();
+        match slot.as_deref().map(|s| &s.state) {
+            None => Err(ManagerError::UnknownPartition { partition: tp }),
+            Some(SlotState::Online { config, .. }) => Ok((**config).clone()),
+            Some(SlotState::Offline(f)) => Err(ManagerError::PartitionOffline {
+                partition: tp,
+                failure: Arc::clone(f),
+            }),
+        }
+    }
+
+    /// Creates partition `partition` of `topic` in the log dir with the fewest partitions,
+    /// with `config` over the manager's defaults (kept in its `oncelog.properties`). Refuses a
+    /// topic name Kafka would refuse, one colliding with an existing topic, and a partition
+    /// that exists.
+    pub fn create(
+        &self,
+        topic: &str,
+        partition: i32,
+        config: PartitionConfig,
+    ) -> Result<Arc<Log>, ManagerError> {
+        self.inner.check_open()?;
+        partitions::create(&self.inner, topic, partition, config)
+    }
+
+    /// Deletes a partition (online or offline): its log is closed, its directory renamed to
+    /// Kafka's `<topic>-<n>.<id>-delete` (durably: from then on no open brings it back) and
+    /// removed by the deletion job once `file.delete.delay.ms` is over. Handles to its log
+    /// answer `closed` from then on.
+    pub fn delete(&self, topic: &str, partition: i32) -> Result<(), ManagerError> {
+        self.inner.check_open()?;
+        partitions::delete(&self.inner, &TopicPartition::new(topic, partition))
+    }
+
+    /// Runs one background job now, on this thread, whatever its interval.
+    pub fn run_job(&self, job: Job) -> Result<JobReport, ManagerError> {
+        self.inner.check_open()?;
+        Ok(jobs::run(&self.inner, job))
+    }
+
+    /// How each background job has done so far.
+    pub fn job_stats(&self) -> BTreeMap<Job, JobStats> {
+        self.inner.stats.lock().clone()
+    }
+
+    /// Stops the background jobs (waiting for a run in progress to end), closes every log
+    /// (flush, trim, snapshot, clean checkpoint), writes the four offset checkpoints of each
+    /// log dir and, in each dir whose partitions all closed cleanly, the clean-shutdown
+    /// marker; then releases the locks. A partition that fails to close is reported, and the
+    /// others are closed all the same.
+    pub fn close(self) -> Result<(), ManagerError> {
+        self.shut(true)
+    }
+
+    fn shut(&self, clean: bool) -> Result<(), ManagerError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(running) = self.jobs.lock().take() {
+            running.stop();
+        }
+        if !clean {
+            // A crash, as far as the disk is concerned.
+            for slot in self.inner.partitions.read().values() {
+                if let SlotState::Online { log, .. } = &slot.state {
+                    log.abandon_on_drop();
+                }
+            }
+            for d in &self.inner.dirs {
+                d.lock.lock().take();
+            }
+            return Ok(());
+        }
+        jobs::close(&self.inner)
+    }
+}
+
+impl Drop for LogManager {
+    fn drop(&mut self) {
+        let _ = self.shut(false);
+    }
+}
+
+impl std::fmt::Debug for LogManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogManager")
+            .field("log_dirs", &self.log_dirs())
+            .field("partitions", &self.inner.partitions.read().len())
+            .finish()
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<(), ManagerError> {
+        match self.closed.load(Ordering::Acquire) {
+            true => Err(ManagerError::Closed),
+            false => Ok(()),
+        }
+    }
+
+    /// Every partition, for a job to walk without holding the table's lock.
+    fn slots(&self) -> Vec<Arc<Slot>> {
+        self.partitions.read().values().cloned().collect()
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.env.clock.now_ms()
+    }
+}
+
+impl Slot {
+    fn log(&self) -> Result<Arc<Log>, ManagerError> {
+        match &self.state {
+            SlotState::Online { log, .. } => Ok(Arc::clone(log)),
+            SlotState::Offline(f) => Err(ManagerError::PartitionOffline {
+                partition: self.tp.clone(),
+                failure: Arc::clone(f),
+            }),
+        }
+    }
+
+    fn online(&self) -> Option<(&Arc<Log>, &ResolvedConfig)> {
+        match &self.state {
+            SlotState::Online { log, config } => Some((log, config.as_ref())),
+            SlotState::Offline(_) => None,
+        }
+    }
+}
+
+/// 16 bytes no two calls in any process return alike (ids of new directories): a
+/// randomly keyed hash of the time, the process and a counter.
+pub(crate) fn random_bytes() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::AtomicU64;
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut out = [0u8; 16];
+    for (i, half) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(nanos);
+        h.write_u64(n);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
