@@ -98,11 +98,6 @@ pub fn decode(text: &str) -> Result<MetaProperties, (Option<usize>, String)> {
             return Err((None, "cluster.id is missing (required in version 1)".into()));
         }
     }
-    if let Some((n, v)) = props.get("cluster.id") {
-        if v.is_empty() {
-            return Err((Some(*n), "cluster.id is empty".into()));
-        }
-    }
     let directory_id = match props.get("directory.id") {
         None => None,
         Some((n, v)) => {
@@ -241,6 +236,9 @@ mod tests {
         );
         let zk = "#\n#Wed Apr 09 17:09:23 UTC 2025\nbroker.id=1001\nversion=0\ncluster.id=F8kBSwSuSge6VehGPmqMIw\n";
         let m = decode(zk).unwrap();
+        // Kafka reads any string as a cluster id, the empty one too (a real dir has it).
+        let empty = decode("cluster.id=\ndirectory.id=gIODMx0B20PHQLXVLoRD7w\nnode.id=1\nversion=1\n");
+        assert_eq!(empty.unwrap().cluster_id.as_deref(), Some(""));
         assert_eq!((m.version, m.node_id), (0, Some(1001)));
         assert_eq!(decode(&encode(&m)), Ok(m));
     }
@@ -254,7 +252,6 @@ mod tests {
             ("version=1\nnode.id=one\ncluster.id=x\n", Some(2)),
             ("version=1\nnode.id=-1\ncluster.id=x\n", Some(2)),
             ("version=0\nbroker.id=x\n", Some(2)),
-            ("version=1\nnode.id=1\ncluster.id=\n", Some(3)),
             ("just words\n", Some(1)),
             ("version=1\nversion=1\n", Some(2)),
             ("version=1\nnode.id=1\ncluster.id=x\ndirectory.id=nope\n", Some(4)),
