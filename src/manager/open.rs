@@ -312,8 +312,22 @@ fn check_config(config: &ManagerConfig, paths: &[PathBuf]) -> Result<(), Manager
     Ok(())
 }
 
+/// Whether two paths name the same dir, lexically (`a/./b/../c` is `a/c`). One reached
+/// through a symbolic link is caught by its lock instead.
 fn same_dir(a: &Path, b: &Path) -> bool {
-    let norm = |p: &Path| p.components().collect::<PathBuf>();
+    let norm = |p: &Path| {
+        let mut out = PathBuf::new();
+        for c in p.components() {
+            match c {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir => {
+                    out.pop();
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    };
     norm(a) == norm(b)
 }
 

@@ -1,0 +1,285 @@
+//! The manager's background jobs: each one run by hand on a clock the test moves (what it
+//! does and when), and all of them on their threads, stopped cleanly by `close`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{env_with, TestClock};
+use oncelog::format::BatchBuilder;
+use oncelog::manager::offsets;
+use oncelog::{
+    AppendOutcome, Job, JobIntervals, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig,
+    TopicPartition,
+};
+
+const T0: i64 = 1_700_000_000_000;
+const DAY: i64 = 24 * 60 * 60 * 1000;
+
+fn config() -> ManagerConfig {
+    ManagerConfig {
+        log: LogConfig {
+            segment_bytes: 8 << 10,
+            segment_index_bytes: 4096,
+            prefault_bytes: 0,
+            ..LogConfig::default()
+        },
+        jobs: JobIntervals::none(),
+        recovery_threads: 2,
+        ..ManagerConfig::default()
+    }
+}
+
+fn open(clock: &Arc<TestClock>, cfg: ManagerConfig) -> (tempfile::TempDir, PathBuf, LogManager) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let m = LogManager::open_in(env_with(clock.clone()), &[&dir], cfg).unwrap();
+    (tmp, dir, m)
+}
+
+/// `n` batches of one 100-byte record, timestamped from `T0`; idempotent for `producer`.
+fn append(log: &Log, n: i64, producer: Option<i64>) {
+    for i in 0..n {
+        let seq = (log.log_end_offset()) as i32;
+        let mut b = match producer {
+            Some(pid) => BatchBuilder::new().producer(pid, 0, seq),
+            None => BatchBuilder::new(),
+        };
+        b.append(T0 + i, None, Some(&[b'v'; 100]), &[]);
+        assert!(matches!(
+            log.append(&b.build().unwrap()).unwrap(),
+            AppendOutcome::Appended(_)
+        ));
+    }
+}
+
+#[test]
+fn the_flush_job_flushes_by_message_count_and_by_age_without_the_appender_waiting() {
+    let clock = TestClock::new(T0);
+    let (_tmp, _dir, m) = open(&clock, config());
+    let by_count = m
+        .create(
+            "c",
+            0,
+            PartitionConfig {
+                flush_messages: Some(Some(10)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let by_age = m
+        .create(
+            "t",
+            0,
+            PartitionConfig {
+                flush_ms: Some(Some(1_000)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let never = m.create("n", 0, PartitionConfig::default()).unwrap();
+    append(&by_count, 9, None);
+    append(&by_age, 3, None);
+    append(&never, 3, None);
+    assert_eq!(m.run_job(Job::Flush).unwrap().acted, 0);
+    assert_eq!((by_count.recovery_point(), by_age.recovery_point()), (0, 0));
+    append(&by_count, 1, None);
+    clock.set(T0 + 999);
+    let r = m.run_job(Job::Flush).unwrap();
+    assert_eq!(
+        (r.visited, r.acted),
+        (2, 1),
+        "the partition with neither setting is not visited"
+    );
+    assert_eq!(
+        (by_count.recovery_point(), by_age.recovery_point()),
+        (10, 0)
+    );
+    clock.set(T0 + 1_000);
+    assert_eq!(m.run_job(Job::Flush).unwrap().acted, 1);
+    assert_eq!(by_age.recovery_point(), 3);
+    assert_eq!(
+        never.recovery_point(),
+        0,
+        "Kafka's default: the page cache decides"
+    );
+    let stats = m.job_stats();
+    assert_eq!((stats[&Job::Flush].runs, stats[&Job::Flush].acted), (3, 2));
+    m.close().unwrap();
+}
+
+#[test]
+fn the_checkpoint_jobs_write_recovery_points_log_starts_and_high_watermarks() {
+    let clock = TestClock::new(T0);
+    let (_tmp, dir, m) = open(&clock, config());
+    let log = m.create("a", 0, PartitionConfig::default()).unwrap();
+    append(&log, 200, None);
+    log.flush().unwrap();
+    log.delete_records(150).unwrap();
+    let read = |name| {
+        offsets::decode(&std::fs::read_to_string(dir.join(name)).unwrap_or_default()).unwrap()
+    };
+    let tp = TopicPartition::new("a", 0);
+    assert_eq!(m.run_job(Job::Checkpoints).unwrap().acted, 2);
+    assert_eq!(read(offsets::RECOVERY_POINTS)[&tp], 200);
+    assert_eq!(read(offsets::LOG_START_OFFSETS)[&tp], 150);
+    assert!(
+        read(offsets::HIGH_WATERMARKS).is_empty(),
+        "not written by this job"
+    );
+    assert_eq!(m.run_job(Job::HighWatermarks).unwrap().acted, 2);
+    assert_eq!(read(offsets::HIGH_WATERMARKS)[&tp], 200);
+    m.close().unwrap();
+}
+
+#[test]
+fn retention_then_deletion_remove_old_segments_and_their_files_after_the_delay() {
+    let clock = TestClock::new(T0);
+    let (_tmp, dir, m) = open(&clock, config());
+    let log = m.create("old", 0, PartitionConfig::default()).unwrap();
+    let kept = m
+        .create(
+            "kept",
+            0,
+            PartitionConfig {
+                retention_ms: Some(None),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    append(&log, 300, None);
+    append(&kept, 300, None);
+    log.flush().unwrap();
+    kept.flush().unwrap();
+    let segments = log.segment_count();
+    assert!(segments > 3, "{segments}");
+    clock.set(T0 + 8 * DAY);
+    let r = m.run_job(Job::Retention).unwrap();
+    assert_eq!(r.acted, segments, "every segment is past 7 days");
+    assert_eq!(log.log_start_offset(), 300);
+    assert_eq!(kept.log_start_offset(), 0, "retention.ms=-1");
+    let deleted = || {
+        std::fs::read_dir(dir.join("old-0"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".deleted")
+            })
+            .count()
+    };
+    assert!(deleted() > 0);
+    m.run_job(Job::Deletion).unwrap();
+    assert!(deleted() > 0, "file.delete.delay.ms is not over");
+    clock.set(T0 + 8 * DAY + 60_000);
+    m.run_job(Job::Deletion).unwrap();
+    assert_eq!(deleted(), 0);
+    m.close().unwrap();
+}
+
+#[test]
+fn producer_expiry_and_snapshots_by_replay_budget() {
+    let clock = TestClock::new(T0);
+    let cfg = ManagerConfig {
+        replay_budget_bytes: 4 << 10,
+        ..config()
+    };
+    let (_tmp, dir, m) = open(&clock, cfg);
+    let log = m
+        .create(
+            "p",
+            0,
+            PartitionConfig {
+                segment_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    append(&log, 20, Some(7));
+    assert_eq!(
+        m.run_job(Job::Snapshots).unwrap().acted,
+        0,
+        "under the budget"
+    );
+    append(&log, 30, Some(7));
+    assert_eq!(m.run_job(Job::Snapshots).unwrap().acted, 1);
+    assert!(dir.join("p-0/00000000000000000050.snapshot").exists());
+    assert_eq!(
+        log.recovery_point(),
+        50,
+        "the snapshot is made durable with the log"
+    );
+    assert_eq!(m.run_job(Job::ProducerExpiry).unwrap().acted, 0);
+    clock.set(T0 + DAY);
+    assert_eq!(m.run_job(Job::ProducerExpiry).unwrap().acted, 1);
+    assert!(log.producer(7).is_none());
+    m.close().unwrap();
+}
+
+/// Threads of this process whose name says they run a manager job.
+fn job_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let comm = task.unwrap().path().join("comm");
+        let name = std::fs::read_to_string(comm)
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        // The prefault thread serves every log of the process and outlives managers.
+        if name.starts_with("oncelog-") && !name.starts_with("oncelog-prefau") {
+            names.push(name);
+        }
+    }
+    names
+}
+
+#[test]
+fn every_job_runs_on_its_thread_and_close_stops_them_all() {
+    let every = Some(Duration::from_millis(5));
+    let cfg = ManagerConfig {
+        jobs: JobIntervals {
+            flush: every,
+            checkpoints: every,
+            high_watermarks: every,
+            retention: every,
+            producer_expiry: every,
+            snapshots: every,
+            deletion: every,
+        },
+        flush_messages: Some(1),
+        ..config()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let m = LogManager::open(&[&dir], cfg).unwrap();
+    assert_eq!(job_threads().len(), Job::ALL.len());
+    let log = m.create("live", 0, PartitionConfig::default()).unwrap();
+    append(&log, 50, Some(3));
+    // Wait (without asserting on time) until every job has run with the partition there.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while m.job_stats().len() < Job::ALL.len() || log.recovery_point() < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "jobs did not run: {:?}",
+            m.job_stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        m.job_stats().values().all(|s| s.failures == 0),
+        "{:?}",
+        m.job_stats()
+    );
+    drop(log);
+    m.close().unwrap();
+    assert_eq!(
+        job_threads(),
+        Vec::<String>::new(),
+        "close joined every job thread"
+    );
+    assert!(dir.join(".kafka_cleanshutdown").exists());
+}
