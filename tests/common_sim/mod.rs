@@ -75,6 +75,8 @@ pub struct Ctx {
     pub seed: u64,
     pub test: &'static str,
     pub history: Vec<String>,
+    /// How to replay a failure: the seed variable and the test target.
+    pub replay: (&'static str, &'static str),
 }
 
 impl Ctx {
@@ -83,7 +85,13 @@ impl Ctx {
             seed,
             test,
             history: Vec::new(),
+            replay: ("ONCELOG_CRASH_SEED", "crash_sim"),
         }
+    }
+    /// A context whose failures say to replay with `seed_var` and `--test target`.
+    pub fn replayed_by(mut self, seed_var: &'static str, target: &'static str) -> Ctx {
+        self.replay = (seed_var, target);
+        self
     }
     pub fn note(&mut self, what: impl Into<String>) {
         self.history.push(what.into());
@@ -93,10 +101,12 @@ impl Ctx {
     }
     pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!(
-            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: ONCELOG_CRASH_SEED={seed} cargo test --test crash_sim {test} -- --nocapture",
+            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: {var}={seed} cargo test --test {target} {test} -- --nocapture",
             self.history,
             seed = self.seed,
             test = self.test,
+            var = self.replay.0,
+            target = self.replay.1,
         )
     }
 }
