@@ -55,6 +55,24 @@ pub use manager::{
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
+/// The files of a Kafka log dir, for tools that read one without opening a [`LogManager`], as
+/// `oncelog dump`, `verify` and `recover` of a whole log dir do: the names of partition
+/// directories (Kafka's topic rules), the offset checkpoint files and `meta.properties`
+/// (byte layouts in docs/format.md). [`LogDirContents::read`] reads them all.
+pub mod log_dir {
+    pub use crate::manager::log_dir::{CLEAN_SHUTDOWN_FILE, LOCK_FILE};
+    pub use crate::manager::meta::{
+        decode as decode_meta_properties, FILE_NAME as META_PROPERTIES,
+    };
+    pub use crate::manager::offsets::{
+        decode as decode_offset_checkpoint, CLEANER_OFFSETS, HIGH_WATERMARKS, LOG_START_OFFSETS,
+        RECOVERY_POINTS,
+    };
+    pub use crate::manager::topic::{
+        collides, parse_dir_name, validate_topic, DELETE_SUFFIX, MAX_TOPIC_LENGTH,
+    };
+}
+
 /// The files of a partition directory, for tools that read one without opening a [`Log`], as
 /// `oncelog dump` does: file names, and the entries of `.index`, `.timeindex` and `.snapshot`
 /// files (byte tables in docs/format.md). Reading `.log` files is [`format::BatchIter`]'s job.

@@ -164,8 +164,7 @@ fn check(ctx: &Ctx, m: &LogManager, model: &mut Model, kafka_only: bool) {
                 part.durable_start, part.checkpointed_start
             ));
         }
-        let mut expected = start;
-        for (offset, value) in contents(&log) {
+        for (expected, (offset, value)) in (start..).zip(contents(&log)) {
             if offset != expected {
                 ctx.fail(format!("{tp}: offset {offset} where {expected} was due"));
             }
@@ -173,7 +172,6 @@ fn check(ctx: &Ctx, m: &LogManager, model: &mut Model, kafka_only: bool) {
             if want != Some(&value) {
                 ctx.fail(format!("{tp}: at {offset} {value:?}, appended {want:?}"));
             }
-            expected += 1;
         }
         part.values.truncate(end as usize);
         part.durable_end = end;

@@ -37,7 +37,7 @@ pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
 pub use meta::{BadMetaProperties, MetaProperties};
 pub use offsets::BadOffsetCheckpoint;
 pub use open::{LogDirReport, OpenReport, PartitionOpened, PartitionReport};
-pub use topic::{validate_topic, DirEntry, TopicError, TopicPartition};
+pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicPartition};
 
 /// The partitions of one or more Kafka log dirs, opened together, with background flush,
 /// checkpoints, retention, producer expiry, snapshots and file deletion on threads it owns.

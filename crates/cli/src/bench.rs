@@ -23,31 +23,55 @@ use crate::{plural, CliError, Status};
 pub struct BenchArgs {
     /// Bytes of each record value.
     #[arg(long, default_value_t = 100)]
-    message_size: usize,
+    pub(crate) message_size: usize,
     /// Records per batch.
     #[arg(long, default_value_t = 100)]
-    batch_size: usize,
+    pub(crate) batch_size: usize,
     /// Records in total (rounded up to whole batches).
     #[arg(long, default_value_t = 1_000_000)]
-    messages: usize,
+    pub(crate) messages: usize,
     /// When appends are made durable: `manual` (one flush at the end), `always` (every
     /// append), or `every:N` (every N records).
     #[arg(long, default_value = "manual", value_parser = parse_flush)]
-    flush: FlushPolicy,
+    pub(crate) flush: FlushPolicy,
     /// Directory for the log (must be empty or absent; kept afterwards). Default: a temporary
     /// directory, removed afterwards.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Segment size in bytes (Kafka's `segment.bytes`).
-    #[arg(long, default_value_t = LogConfig::default().segment_bytes)]
-    segment_bytes: usize,
+    /// Segment size in bytes (Kafka's `segment.bytes`). Default: Kafka's 1 GiB, or 4 MiB with
+    /// --partitions (each active segment is allocated whole).
+    #[arg(long)]
+    segment_bytes: Option<usize>,
+    /// Size of each index file (Kafka's `segment.index.bytes`). Default: Kafka's 10 MiB, or
+    /// 64 KiB with --partitions.
+    #[arg(long)]
+    segment_index_bytes: Option<usize>,
+    /// Spread the batches round robin over N partitions of one log dir (opened by a log
+    /// manager) instead of one log.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    partitions: Option<u32>,
+    /// With --partitions: threads appending, each to its own share of the partitions.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    threads: u32,
     /// Idempotent producers the batches are spread over, round robin, each with its own
     /// sequence; 0 = no producer id (non-idempotent).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_producers)]
-    producers: u32,
+    pub(crate) producers: u32,
     /// Print the summary as one JSON object.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+impl BenchArgs {
+    pub(crate) fn segment_bytes_or(&self, default: usize) -> usize {
+        self.segment_bytes.unwrap_or(default)
+    }
+    pub(crate) fn segment_index_bytes_or(&self, default: usize) -> usize {
+        self.segment_index_bytes.unwrap_or(default)
+    }
+    pub(crate) fn threads(&self) -> usize {
+        self.threads as usize
+    }
 }
 
 fn parse_flush(s: &str) -> Result<FlushPolicy, String> {
@@ -73,7 +97,7 @@ fn parse_producers(s: &str) -> Result<u32, String> {
     }
 }
 
-fn flush_name(p: FlushPolicy) -> String {
+pub(crate) fn flush_name(p: FlushPolicy) -> String {
     match p {
         FlushPolicy::Manual => "manual".into(),
         FlushPolicy::Always => "always".into(),
@@ -127,7 +151,7 @@ impl Workload {
 
 /// Appends to `out` one batch of `records` distinct values of `value.len()` bytes, numbered from
 /// `first_record`, with the header settings of `builder`.
-fn build_batch(
+pub(crate) fn build_batch(
     builder: &mut BatchBuilder,
     first_record: u64,
     records: usize,
@@ -149,7 +173,7 @@ fn build_batch(
 }
 
 /// Refuses options that cannot describe a benchmark, before anything is built or created.
-fn check_args(args: &BenchArgs, config: &LogConfig) -> Result<(), CliError> {
+pub(crate) fn check_args(args: &BenchArgs, config: &LogConfig) -> Result<(), CliError> {
     let bad = |msg: String| Err(CliError(format!("bench: {msg}")));
     if args.messages == 0 {
         return bad("--messages must be at least 1".into());
@@ -245,7 +269,7 @@ fn build_workload(args: &BenchArgs) -> Result<Workload, CliError> {
     })
 }
 
-fn progress(len: u64, message: &'static str) -> ProgressBar {
+pub(crate) fn progress(len: u64, message: &'static str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -261,10 +285,12 @@ fn progress(len: u64, message: &'static str) -> ProgressBar {
 }
 
 pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
+    let defaults = LogConfig::default();
     let config = LogConfig {
-        segment_bytes: args.segment_bytes,
+        segment_bytes: args.segment_bytes_or(defaults.segment_bytes),
+        segment_index_bytes: args.segment_index_bytes_or(defaults.segment_index_bytes),
         flush_policy: args.flush,
-        ..LogConfig::default()
+        ..defaults
     };
     check_args(args, &config)?;
     let (_temp, dir) = match &args.dir {
@@ -283,8 +309,11 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
             (Some(t), path)
         }
     };
+    if let Some(n) = args.partitions {
+        return crate::bench_partitions::run(args, n as usize, &dir);
+    }
     let workload = build_workload(args)?;
-    let log = Log::open(&dir, config)?;
+    let log = Log::open(&dir, config.clone())?;
 
     let bar = progress(workload.data.len() as u64, "append");
     let mut duplicates = 0u64;
@@ -326,7 +355,7 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
         batch_size: args.batch_size,
         producers: args.producers,
         flush: flush_name(args.flush),
-        segment_bytes: args.segment_bytes,
+        segment_bytes: config.segment_bytes,
         segments,
         duplicates,
         append_seconds,

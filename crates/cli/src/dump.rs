@@ -29,8 +29,8 @@ pub struct DumpArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     json: bool,
-    /// A partition directory, or one `.log`, `.index`, `.timeindex`, `.snapshot` or
-    /// `leader-epoch-checkpoint` file.
+    /// A partition directory, a whole log dir (every partition, after the log dir's own files),
+    /// or one `.log`, `.index`, `.timeindex`, `.snapshot` or `leader-epoch-checkpoint` file.
     path: PathBuf,
 }
 
@@ -58,7 +58,7 @@ impl FileKind {
 
 /// One file to dump: its kind and the base offset its name carries (if it has a Kafka name).
 #[derive(Debug)]
-struct Target {
+pub(crate) struct Target {
     path: PathBuf,
     kind: FileKind,
     base_offset: Option<i64>,
@@ -67,16 +67,15 @@ struct Target {
 pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
     std::fs::metadata(&args.path)
         .map_err(|e| CliError(format!("{}: {}", args.path.display(), crate::io_reason(&e))))?;
+    if args.path.is_dir() && crate::log_dir::is_log_dir(&args.path) {
+        return crate::log_dir::dump(&args.path, args.json);
+    }
     let targets = if args.path.is_dir() {
         list_partition_dir(&args.path)?
     } else {
         vec![classify_file(&args.path)?]
     };
-    let mut dumper = Dumper {
-        out: Out::stdout(),
-        json: args.json,
-        damaged: false,
-    };
+    let mut dumper = Dumper::new(args.json);
     for target in &targets {
         dumper.dump(target)?;
     }
@@ -92,7 +91,7 @@ pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
 /// then the snapshots, then the `leader-epoch-checkpoint`. Temporary files (`.deleted`,
 /// `.cleaned`, `.swap`, `.tmp`) and other files of the directory (the recovery checkpoint,
 /// `partition.metadata`) are skipped.
-fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
+pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
     let mut targets = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))? {
         let entry = entry.map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
@@ -405,14 +404,23 @@ struct ErrorLine<'a> {
     error: String,
 }
 
-struct Dumper {
-    out: Out,
+pub(crate) struct Dumper {
+    pub out: Out,
     json: bool,
-    damaged: bool,
+    /// Whether anything dumped so far was damaged.
+    pub damaged: bool,
 }
 
 impl Dumper {
-    fn dump(&mut self, target: &Target) -> Result<(), CliError> {
+    pub fn new(json: bool) -> Dumper {
+        Dumper {
+            out: Out::stdout(),
+            json,
+            damaged: false,
+        }
+    }
+
+    pub fn dump(&mut self, target: &Target) -> Result<(), CliError> {
         let file = target.path.display().to_string();
         let bytes = fs::read(&target.path).map_err(|e| CliError(format!("{file}: {e}")))?;
         if !self.json {

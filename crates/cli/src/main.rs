@@ -9,8 +9,10 @@
 
 mod append;
 mod bench;
+mod bench_partitions;
 mod demo;
 mod dump;
+mod log_dir;
 mod output;
 mod recover;
 mod rewrite;

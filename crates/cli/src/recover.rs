@@ -28,10 +28,13 @@ pub struct RecoverArgs {
     /// (by default they are held to the checkpoint's record without being read).
     #[arg(long)]
     deep: bool,
-    /// Print the report as one JSON object.
+    /// Print the report as one JSON object (one per partition, then a summary, for a log dir).
     #[arg(long)]
     json: bool,
-    /// The partition directory.
+    /// For a log dir: threads opening partitions in parallel (default: the machine's).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// A partition directory, or a whole log dir (every partition, as a log manager opens it).
     dir: PathBuf,
 }
 
@@ -53,7 +56,7 @@ impl From<Mode> for RecoveryMode {
 }
 
 #[derive(Serialize)]
-struct Report {
+pub(crate) struct Report {
     dir: String,
     mode: &'static str,
     clean_shutdown: bool,
@@ -129,6 +132,9 @@ pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
     // `Log::open` would create a missing directory: recovering a typo must not do that.
     crate::require_dir(&args.dir)?;
     let mode = RecoveryMode::from(args.mode);
+    if crate::log_dir::is_log_dir(&args.dir) {
+        return crate::log_dir::recover(&args.dir, mode, args.deep, args.threads, args.json);
+    }
     let config = LogConfig {
         recovery_mode: mode,
         deep_recovery: args.deep,
@@ -217,7 +223,7 @@ fn print_refusal(
 }
 
 impl Report {
-    fn new(dir: &Path, mode: RecoveryMode, log: &Log) -> Report {
+    pub(crate) fn new(dir: &Path, mode: RecoveryMode, log: &Log) -> Report {
         let r: &RecoveryReport = log.recovery_report();
         let p: &ProducerLoadReport = log.producer_load_report();
         let reasons = |v: &[(PathBuf, String)]| {
@@ -282,22 +288,8 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         plural(r.segments_validated as u64, "segment", "segments"),
         r.bytes_validated
     ))?;
-    for c in &r.truncations {
-        out.line(&format!(
-            "CUT {} at byte {}: {} bytes removed (file was {} bytes): {}",
-            c.file, c.position, c.bytes_cut, c.file_len, c.damage
-        ))?;
-    }
-    for f in &r.segments_deleted {
-        out.line(&format!("DELETED {}: {}", f.file, f.reason))?;
-    }
-    for f in &r.indexes_rebuilt {
-        out.line(&format!("REBUILT {}: {}", f.file, f.reason))?;
-    }
-    for f in &r.leftovers {
-        out.line(&format!(
-            "LEFTOVER {f} of an interrupted operation, finished"
-        ))?;
+    for line in detail_lines(r) {
+        out.line(&line)?;
     }
     let p = &r.producer_state;
     let source = match p.snapshot_offset {
@@ -327,4 +319,27 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
         plural(r.segments as u64, "segment", "segments")
     ))?;
     Ok(())
+}
+
+/// What recovery cut, deleted, rebuilt and finished: one line each.
+pub(crate) fn detail_lines(r: &Report) -> Vec<String> {
+    let mut lines = Vec::new();
+    for c in &r.truncations {
+        lines.push(format!(
+            "CUT {} at byte {}: {} bytes removed (file was {} bytes): {}",
+            c.file, c.position, c.bytes_cut, c.file_len, c.damage
+        ));
+    }
+    for f in &r.segments_deleted {
+        lines.push(format!("DELETED {}: {}", f.file, f.reason));
+    }
+    for f in &r.indexes_rebuilt {
+        lines.push(format!("REBUILT {}: {}", f.file, f.reason));
+    }
+    for f in &r.leftovers {
+        lines.push(format!(
+            "LEFTOVER {f} of an interrupted operation, finished"
+        ));
+    }
+    lines
 }

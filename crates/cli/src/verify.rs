@@ -17,12 +17,13 @@ pub struct VerifyArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
-    /// The partition directory.
+    /// A partition directory, or a whole log dir (every partition, and the log dir's own
+    /// `meta.properties` and offset checkpoints).
     dir: PathBuf,
 }
 
 #[derive(Serialize)]
-struct Report<'a> {
+pub(crate) struct Report<'a> {
     dir: String,
     clean: bool,
     segments: usize,
@@ -66,6 +67,9 @@ impl<'a> ProblemLine<'a> {
 
 pub fn run(args: &VerifyArgs) -> Result<Status, CliError> {
     crate::require_dir(&args.dir)?;
+    if crate::log_dir::is_log_dir(&args.dir) {
+        return crate::log_dir::verify(&args.dir, args.json);
+    }
     let report = verify::verify_dir(&RealFs, &args.dir)?;
     let mut out = Out::stdout();
     if args.json {
@@ -81,7 +85,12 @@ pub fn run(args: &VerifyArgs) -> Result<Status, CliError> {
     })
 }
 
-fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
+/// A problem as one line of text.
+pub(crate) fn problem_text(p: &Problem) -> String {
+    ProblemLine::new(p).text()
+}
+
+pub(crate) fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
     Report {
         dir: dir.display().to_string(),
         clean: r.is_clean(),
