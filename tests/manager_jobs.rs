@@ -256,11 +256,20 @@ fn every_job_runs_on_its_thread_and_close_stops_them_all() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("logs");
     let m = LogManager::open(&[&dir], cfg).unwrap();
-    assert_eq!(job_threads().len(), Job::ALL.len());
     let log = m.create("live", 0, PartitionConfig::default()).unwrap();
     append(&log, 50, Some(3));
-    // Wait (without asserting on time) until every job has run with the partition there.
+    // Wait (without asserting on time) until every job thread has named itself (a thread sets
+    // its name once it runs) and every job has run with the partition there.
     let deadline = Instant::now() + Duration::from_secs(60);
+    while job_threads().len() < Job::ALL.len() {
+        assert!(
+            Instant::now() < deadline,
+            "job threads: {:?}",
+            job_threads()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(job_threads().len(), Job::ALL.len(), "{:?}", job_threads());
     while m.job_stats().len() < Job::ALL.len() || log.recovery_point() < 50 {
         assert!(
             Instant::now() < deadline,

@@ -250,15 +250,24 @@ impl Log {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.flush()?;
+        // A log opened clean and never changed has nothing to make durable.
+        if !self.append.lock().clean_on_disk {
+            self.flush()?;
+        }
         let mut st = self.append.lock();
         let Some(writer) = st.active.take() else {
             return Ok(());
         };
         self.closed.store(true, Ordering::Release);
         self.end_signal.wake_all();
+        // Nothing changed since a clean open: the clean checkpoint on disk still holds once the
+        // active segment is trimmed back (recovery reads preallocated zeros after a clean
+        // record's end as what they are, should the trim not reach the disk).
+        let untouched = st.clean_on_disk;
         let segment = writer.seal()?;
-        segment.flush_all()?;
+        if !untouched {
+            segment.flush_all()?;
+        }
         let log_end = self.log_end_offset();
         if st
             .producers
@@ -267,8 +276,10 @@ impl Log {
             self.metrics.snapshot_written();
         }
         drop(st);
-        self.remove_stray_snapshots()?;
-        self.write_checkpoint(true)?;
+        if !untouched {
+            self.remove_stray_snapshots()?;
+            self.write_checkpoint(true)?;
+        }
         // Another `Log` may open the directory from now on.
         self.lock.lock().take();
         Ok(())

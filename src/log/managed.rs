@@ -4,8 +4,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{FlushError, Log};
+use std::sync::Arc;
+
+use super::{checkpoint, AppendState, FlushError, Log};
 use crate::io::IoError;
+use crate::segment::Segment;
 
 impl Log {
     /// Removes the `.deleted` files of segments that truncation or retention removed once
@@ -24,7 +27,7 @@ impl Log {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {
                 return Err(FlushError::ReadOnly {
-                    cause: std::sync::Arc::clone(cause),
+                    cause: Arc::clone(cause),
                 });
             }
             if st.active.is_none() {
@@ -33,6 +36,7 @@ impl Log {
             if st.producers.bytes_since_snapshot() <= replay_bytes {
                 return Ok(false);
             }
+            self.mark_unclean(&mut st)?;
             let end = self.log_end_offset.load(Ordering::Acquire);
             st.producers
                 .prepare_snapshot(self.env.fs.as_ref(), &self.dir, end, false)?;
@@ -41,6 +45,21 @@ impl Log {
         // The snapshot waits in its temp file for a flush to make it durable.
         self.flush()?;
         Ok(true)
+    }
+
+    /// Before the first change to a log whose open rewrote nothing (its clean checkpoint is
+    /// still on disk, vouching for every segment as the last close left it): writes the
+    /// unclean checkpoint, durably, so that a crash from here on is recovered as one. Until
+    /// then a crash needs no recovery, and opening an idle log costs no write at all.
+    pub(super) fn mark_unclean(&self, st: &mut AppendState) -> Result<(), IoError> {
+        if !st.clean_on_disk {
+            return Ok(());
+        }
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let c = self.checkpoint_of(st, &segments, self.recovery_point(), self.log_start_offset());
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+        st.clean_on_disk = false;
+        Ok(())
     }
 
     /// Whether the log was closed (by [`Log::close`], or by its manager deleting it).

@@ -108,6 +108,10 @@ struct AppendState {
     leader_epoch: i32,
     /// From this offset on the log has no gap (the checkpoint's `dense_from`).
     dense_from: i64,
+    /// The checkpoint on disk is still the clean one the log was opened with: opening changed
+    /// nothing it vouches for, so it was not rewritten. The first change writes the unclean
+    /// checkpoint first ([`Log::mark_unclean`]).
+    clean_on_disk: bool,
 }
 
 /// What the flusher remembers.
@@ -232,6 +236,7 @@ impl Log {
                 epochs: loaded.epochs,
                 leader_epoch,
                 dense_from: loaded.dense_from,
+                clean_on_disk: loaded.clean_on_disk,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             end_signal: wait::EndSignal::default(),
@@ -349,6 +354,7 @@ impl Log {
                 return self.answer_duplicate(original.first_offset(), original.last_offset);
             }
         }
+        self.mark_unclean(&mut st)?;
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
         self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
@@ -420,6 +426,7 @@ impl Log {
         let now = self.env.clock.now_ms();
         let mut st = self.append.lock();
         self.check_writable(&st)?;
+        self.mark_unclean(&mut st)?;
         let mut end = self.log_end_offset.load(Ordering::Relaxed);
         let mut last_gap = None;
         for b in &parsed {

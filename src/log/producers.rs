@@ -95,6 +95,11 @@ pub(crate) struct LoadPlan {
 }
 
 impl LoadPlan {
+    /// Whether applying it changes no file: no snapshot to set aside or remove.
+    pub fn changes_nothing(&self) -> bool {
+        self.bad.is_empty() && self.above_end.is_empty()
+    }
+
     /// Sets bad snapshots aside and removes those above the log end.
     pub fn apply(
         mut self,

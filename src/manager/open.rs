@@ -202,6 +202,7 @@ pub(super) fn open(
                             recovery_point: kept.recovery_point,
                             log_start_offset: kept.log_start_offset,
                             high_watermark: kept.high_watermark,
+                            cleaner_offset: kept.cleaner_offset,
                         },
                         kept,
                     });

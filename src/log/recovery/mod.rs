@@ -42,6 +42,10 @@ pub(crate) struct Loaded {
     pub high_watermark: i64,
     pub dense_from: i64,
     pub epochs: LeaderEpochCache,
+    /// The clean checkpoint the log was opened with is still on disk: opening changed nothing
+    /// it vouches for, so nothing was written (the log writes the unclean one before its first
+    /// change).
+    pub clean_on_disk: bool,
 }
 
 pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
@@ -236,6 +240,9 @@ fn plan_producers(
 /// 3. delete segments dropped after a cut, set bad snapshots aside;
 /// 4. open the segments: cut, rebuild indexes, flush what was rewritten;
 /// 5. write the checkpoint that vouches for every sealed segment, all durable by then.
+///
+/// After a clean close whose files are as the checkpoint says, none of that is needed: nothing
+/// is written, and the clean checkpoint stays until the log's first change replaces it.
 #[allow(clippy::too_many_arguments)]
 fn apply(
     fs: &dyn FileSystem,
@@ -248,6 +255,11 @@ fn apply(
     mut report: RecoveryReport,
     producers: super::producers::LoadPlan,
 ) -> Result<Loaded, OpenError> {
+    // The leader-epoch file is no part of what the checkpoint vouches for: it is rewritten
+    // (atomically) whatever the checkpoint says, and read again by every open.
+    let untouched = old.is_some_and(|c| c.clean_shutdown)
+        && untouched(inv, &plan, &report)
+        && producers.changes_nothing();
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let swaps = &plan.swaps;
     for path in &swaps.superseded {
@@ -273,7 +285,7 @@ fn apply(
 
     // 2. The intent checkpoint.
     let intent = plan.intent_checkpoint();
-    if old != Some(&intent) {
+    if old != Some(&intent) && !untouched {
         checkpoint::write(fs, dir, &intent)?;
     }
 
@@ -305,10 +317,12 @@ fn apply(
 
     // 5. The result checkpoint.
     let result = plan.result_checkpoint();
-    if result != intent {
-        checkpoint::write(fs, dir, &result)?;
+    if !untouched {
+        if result != intent {
+            checkpoint::write(fs, dir, &result)?;
+        }
+        fs.sync_dir(dir).ctx("fsync directory", dir)?;
     }
-    fs.sync_dir(dir).ctx("fsync directory", dir)?;
     let log_end = active.segment().next_offset();
     Ok(Loaded {
         sealed,
@@ -321,7 +335,26 @@ fn apply(
         high_watermark: plan.high_watermark,
         dense_from: plan.dense_from,
         epochs: LeaderEpochCache::default(),
+        clean_on_disk: untouched,
     })
+}
+
+/// Whether applying the plan leaves every file as it is: no leftover, swap, removal, cut or
+/// index rebuild (the active segment's preallocation aside, which the checkpoint's record
+/// tolerates).
+fn untouched(inv: &Inventory, plan: &Plan, report: &RecoveryReport) -> bool {
+    let live = |base: &i64| plan.segments.iter().any(|s| s.base == *base);
+    inv.garbage.is_empty()
+        && plan.swaps.superseded.is_empty()
+        && plan.swaps.renames.is_empty()
+        && plan.swaps.discarded.is_empty()
+        && plan.doomed.is_empty()
+        && report.truncations.is_empty()
+        && inv.indexes.iter().all(|(base, _)| live(base))
+        && plan
+            .segments
+            .iter()
+            .all(|s| s.rebuild.is_none() && !s.log_changes() && s.trust != Trust::Validated)
 }
 
 fn open_segment(

@@ -206,6 +206,10 @@ pub struct LogDirOffsets {
     pub log_start_offset: Option<i64>,
     /// Its `replication-offset-checkpoint` entry: the high watermark.
     pub high_watermark: Option<i64>,
+    /// Its `cleaner-offset-checkpoint` entry: compaction, which leaves gaps between the
+    /// segments it rewrites, has cleaned only below it; a partition without one was never
+    /// compacted.
+    pub cleaner_offset: Option<i64>,
 }
 
 impl LogDirOffsets {
@@ -462,8 +466,17 @@ impl Planner<'_> {
             };
             // Damage to what the record vouches for that the mode lets validation deal with.
             let mut tolerated: Option<Damage> = None;
+            // A clean close's last segment, preallocated again by an open that crashed before
+            // its first append (the first change rewrites the checkpoint unclean before it
+            // writes anything): zeros after the recorded end, not damage.
+            let reopened = |r: &SegmentRecord| {
+                clean
+                    && f.len > r.file_len
+                    && record.keys().next_back() == Some(&base)
+                    && self.zeros_at(&f.path, r.size, f.len)
+            };
             let trusted = match rec {
-                Some(r) if f.len != r.file_len => {
+                Some(r) if f.len != r.file_len && !reopened(r) => {
                     let damage = Damage::SizeMismatch {
                         expected: r.file_len,
                         found: f.len,
@@ -631,12 +644,19 @@ impl Planner<'_> {
         if self.is_offset_overflow_gap(base, prev.next_offset) {
             return false;
         }
-        match self.checkpoint {
-            Some(_) => true,
-            None => inv
-                .snapshots
+        let snapshot_in_gap = || {
+            inv.snapshots
                 .iter()
-                .any(|(o, _)| *o > prev.base && *o >= prev.next_offset && *o < base),
+                .any(|(o, _)| *o > prev.base && *o >= prev.next_offset && *o < base)
+        };
+        match (self.checkpoint, self.vouch()) {
+            (Some(_), _) => true,
+            // Kafka rolls at the log end: only the cleaner leaves gaps, and only below its
+            // checkpoint. Any other gap lost the offsets in it.
+            (None, Some(v)) => {
+                v.cleaner_offset.is_none_or(|c| prev.next_offset >= c) || snapshot_in_gap()
+            }
+            (None, None) => snapshot_in_gap(),
         }
     }
 
@@ -905,6 +925,16 @@ impl Planner<'_> {
             batches,
             damage,
         })
+    }
+
+    /// Whether the file holds zeros where a batch after `at` would start (a header's worth,
+    /// or what there is).
+    fn zeros_at(&self, path: &Path, at: u64, len: u64) -> bool {
+        let Ok(file) = self.fs.open(path, OpenMode::Read) else {
+            return false;
+        };
+        let mut head = vec![0u8; (len - at).min(crate::format::HEADER_SIZE as u64) as usize];
+        file.read_at(&mut head, at).is_ok_and(|n| n == head.len()) && head.iter().all(|&b| b == 0)
     }
 
     fn map_log(&self, path: &Path, len: usize) -> Result<Mapping, IoError> {

@@ -57,7 +57,7 @@ impl Log {
         }
         fst.in_progress = true;
         drop(fst);
-        let ex = Exclusive {
+        let mut ex = Exclusive {
             log: self,
             st: self.append.lock(),
         };
@@ -69,6 +69,7 @@ impl Log {
         if ex.st.active.is_none() {
             return Err(RewriteError::Closed);
         }
+        self.mark_unclean(&mut ex.st)?;
         Ok(ex)
     }
 
