@@ -168,10 +168,11 @@ fn workload(messages: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn throughput_config(segment_bytes: usize) -> LogConfig {
+fn throughput_config(segment_bytes: usize, prefault_bytes: usize) -> LogConfig {
     LogConfig {
         segment_bytes,
         segment_index_bytes: 64 << 10,
+        prefault_bytes,
         ..LogConfig::default()
     }
 }
@@ -184,10 +185,10 @@ fn spread(
     batches: &[Vec<u8>],
     partitions: usize,
     threads: usize,
-    seg: usize,
+    log: LogConfig,
 ) -> (f64, f64) {
     let config = ManagerConfig {
-        log: throughput_config(seg),
+        log,
         jobs: JobIntervals::none(),
         ..ManagerConfig::default()
     };
@@ -230,8 +231,8 @@ fn spread(
 }
 
 /// The same batches into one standalone log (what `oncelog bench` measures).
-fn single(dir: &Path, batches: &[Vec<u8>], seg: usize) -> (f64, f64) {
-    let log = Log::open(dir, throughput_config(seg)).expect("open");
+fn single(dir: &Path, batches: &[Vec<u8>], config: LogConfig) -> (f64, f64) {
+    let log = Log::open(dir, config).expect("open");
     let started = Instant::now();
     for b in batches {
         log.append(b).expect("append");
@@ -274,23 +275,28 @@ fn main() {
     let bytes: usize = batches.iter().map(Vec::len).sum();
     let mb = bytes as f64 / 1e6;
     // (name, partitions, segment bytes); 0 partitions: one standalone log.
-    let cases: [(&str, usize, usize); 6] = [
-        ("single log, 1 GiB segments (oncelog bench)", 0, 1 << 30),
-        ("single log, 4 MiB segments", 0, 4 << 20),
-        ("manager, 1 partition", 1, 4 << 20),
-        ("manager, 100 partitions", 100, 4 << 20),
-        ("manager, 1000 partitions", 1000, 4 << 20),
-        ("manager, 1000 partitions, 64 KiB segments", 1000, 64 << 10),
+    // (name, partitions, segment bytes, prefault bytes); 0 partitions: one standalone log.
+    const PF: usize = 8 << 20;
+    let cases: [(&str, usize, usize, usize); 8] = [
+        ("single log, 1 GiB segments (oncelog bench)", 0, 1 << 30, PF),
+        ("single log, 4 MiB segments", 0, 4 << 20, PF),
+        ("manager, 1 partition", 1, 4 << 20, PF),
+        ("manager, 100 partitions", 100, 4 << 20, PF),
+        ("manager, 1000 partitions", 1000, 4 << 20, PF),
+        ("manager, 1 partition, prefault off", 1, 4 << 20, 0),
+        ("manager, 100 partitions, prefault off", 100, 4 << 20, 0),
+        ("manager, 1000 partitions, prefault off", 1000, 4 << 20, 0),
     ];
     let mut opens = Vec::new();
     let mut figures: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         opens.push(open_round(&idle, n));
-        for (i, (_, partitions, seg)) in cases.iter().enumerate() {
+        for (i, (_, partitions, seg, prefault)) in cases.iter().enumerate() {
             let dir = fresh(root.path(), &format!("load-{i}"));
+            let config = throughput_config(*seg, *prefault);
             let f = match partitions {
-                0 => single(&dir, &batches, *seg),
-                p => spread(&dir, &batches, *p, 2, *seg),
+                0 => single(&dir, &batches, config),
+                p => spread(&dir, &batches, *p, 2, config),
             };
             figures[i].push(f);
             let _ = std::fs::remove_dir_all(&dir);
@@ -324,7 +330,7 @@ fn main() {
     println!("| appends of {messages} records of 100 B in batches of 100 ({mb:.1} MB), 2 threads | durable MB/s | append MB/s | vs single log, 4 MiB segments |");
     println!("|---|---:|---:|---:|");
     let base = median(figures[1].iter().map(|f| f.0).collect());
-    for (i, (name, _, _)) in cases.iter().enumerate() {
+    for (i, (name, ..)) in cases.iter().enumerate() {
         let durable = median(figures[i].iter().map(|f| f.0).collect());
         let append = median(figures[i].iter().map(|f| f.1).collect());
         println!(
