@@ -241,6 +241,7 @@ impl Log {
             high_watermark: self.high_watermark().max(log_start),
             dense_from: Some(st.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 

@@ -57,8 +57,14 @@ pub(crate) fn open(
     config: &LogConfig,
     now_ms: i64,
 ) -> Result<Loaded, OpenError> {
-    let inv = Inventory::take(fs, dir)?;
-    let cp = checkpoint::read(fs, dir)??;
+    let mut inv = Inventory::take(fs, dir)?;
+    let mut cp = checkpoint::read(fs, dir)??;
+    let mut started_over = Vec::new();
+    if let Some(c) = cp.as_ref().filter(|c| c.start_over_at.is_some()) {
+        let c = finish_start_over(fs, dir, &inv, c, &mut started_over)?;
+        cp = Some(c);
+        inv = Inventory::take(fs, dir)?;
+    }
     let mode = config.recovery_mode;
     let mut deep = config.deep_recovery;
     let refused = |path, position, damage| OpenError::Refused {
@@ -77,6 +83,7 @@ pub(crate) fn open(
             segments_recorded: cp.as_ref().is_some_and(|c| c.segments.is_some()),
             recovery_point: cp.as_ref().map_or(0, |c| c.recovery_point),
             deep,
+            segments_deleted: started_over.clone(),
             ..RecoveryReport::default()
         };
         let planner = Planner {
@@ -128,6 +135,50 @@ pub(crate) fn open(
     }
     loaded.epochs = epochs.cache;
     Ok(loaded)
+}
+
+/// Completes a full truncation a crash interrupted after its commit point (the checkpoint's
+/// `start_over_at`): every segment file, snapshot and epoch entry is from before it and goes,
+/// then the checkpoint of the empty log it left is written. Not damage: nothing the log holds
+/// is lost, so no mode refuses it. Returns that checkpoint; `deleted` gets the segments.
+fn finish_start_over(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    inv: &Inventory,
+    c: &Checkpoint,
+    deleted: &mut Vec<(std::path::PathBuf, String)>,
+) -> Result<Checkpoint, OpenError> {
+    let at = c.start_over_at.unwrap_or(c.log_start_offset);
+    let reason = format!("removed by a full truncation to {at}");
+    let segment_files = inv
+        .logs
+        .values()
+        .map(|f| &f.path)
+        .chain(inv.swaps.iter().map(|s| &s.file.path));
+    for path in segment_files {
+        fs.remove_file(path).ctx("remove", path)?;
+        deleted.push((path.clone(), reason.clone()));
+    }
+    let others = inv
+        .indexes
+        .iter()
+        .chain(&inv.index_swaps)
+        .chain(&inv.snapshots)
+        .map(|(_, p)| p);
+    for path in others {
+        fs.remove_file(path).ctx("remove", path)?;
+    }
+    let epochs = epochs::path(dir);
+    if fs.exists(&epochs).ctx("stat", &epochs)? {
+        fs.remove_file(&epochs).ctx("remove", &epochs)?;
+    }
+    fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    let empty = Checkpoint {
+        start_over_at: None,
+        ..c.clone()
+    };
+    checkpoint::write(fs, dir, &empty)?;
+    Ok(empty)
 }
 
 /// The leader-epoch cache recovery opens with, and the file to write if it changed.

@@ -146,6 +146,7 @@ impl Plan {
             high_watermark: self.high_watermark,
             dense_from: Some(self.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 
@@ -165,6 +166,7 @@ impl Plan {
             high_watermark: self.high_watermark,
             dense_from: Some(self.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 
@@ -333,6 +335,34 @@ impl Planner<'_> {
                     });
                     continue;
                 }
+            }
+            if rec.is_none()
+                && !candidate.swapped
+                && kept.is_empty()
+                && base > log_start
+                && self.lost_before(base)
+            {
+                // The first segment starts above the log start the checkpoint records: the
+                // offsets between were lost (say, with segments a truncation was removing).
+                let damage = Damage::MissingOffsets {
+                    next_offset: log_start,
+                    next_segment_base: base,
+                };
+                self.judge(log_start < rp, &f.path, Some(0), &damage)?;
+                report.truncations.push(Truncation {
+                    path: f.path.clone(),
+                    position: 0,
+                    file_len: f.len as usize,
+                    damage,
+                });
+                cut_at = Some(log_start);
+                doomed.push(Doomed {
+                    base,
+                    path: f.path.clone(),
+                    reason: "after a cut".into(),
+                    unrecorded: true,
+                });
+                continue;
             }
             if rec.is_none() {
                 if let Some(prev) = kept.last().filter(|k| base > k.next_offset) {
@@ -551,6 +581,15 @@ impl Planner<'_> {
                 .snapshots
                 .iter()
                 .any(|(o, _)| *o > prev.base && *o >= prev.next_offset && *o < base),
+        }
+    }
+
+    /// Whether the offsets from the checkpoint's log start to a first segment at `base` were
+    /// lost: with a checkpoint, unless the log is not dense there (a replicated gap).
+    fn lost_before(&self, base: i64) -> bool {
+        match self.checkpoint {
+            Some(c) => c.dense_from.is_none_or(|d| base > d),
+            None => false,
         }
     }
 
