@@ -92,8 +92,8 @@ impl State {
                 "batches end at {next}, the log end offset is {log_end}"
             ));
         }
-        // An epoch that starts at the log end holds no batch; recovery drops it, as Kafka's
-        // log loader does (`truncateFromEnd(logEndOffset)`), and the leader sets it again.
+        // An epoch that starts at the log end holds no batch; a reopen drops it, as Kafka's log
+        // loader does (`truncateFromEnd(logEndOffset)`), so it does not tell states apart.
         let epochs = epochs(log)
             .into_iter()
             .filter(|&(_, start)| start < log_end)

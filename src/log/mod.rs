@@ -195,7 +195,21 @@ impl Log {
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
-        let leader_epoch = loaded.epochs.latest_epoch().unwrap_or(0);
+        // The latest epoch of the cache, or of the newest batch the segments hold if that is
+        // later (a truncation or a raised log start can leave the cache without it): the
+        // epochs stamped on a log never go back.
+        let newest_batch_epoch = segments
+            .values()
+            .rev()
+            .find(|s| !s.is_empty())
+            .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
+            .and_then(|(bytes, _)| format::RecordBatch::parse(&bytes).ok().map(|b| b.partition_leader_epoch()));
+        let leader_epoch = loaded
+            .epochs
+            .latest_epoch()
+            .max(newest_batch_epoch)
+            .unwrap_or(0)
+            .max(0);
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,

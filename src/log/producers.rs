@@ -90,6 +90,11 @@ pub(crate) struct LoadPlan {
 }
 
 impl LoadPlan {
+    /// The state alone, leaving the snapshot files as they are.
+    pub fn into_state(self) -> ProducerState {
+        self.state
+    }
+
     /// Sets bad snapshots aside and removes those above the log end.
     pub fn apply(
         mut self,
@@ -135,7 +140,10 @@ impl ProducerState {
             .collect();
         let choice = snapshot_files::choose_newest(fs, snapshots, log_end)?;
         let mut report = ProducerLoadReport::default();
-        let mut from = log_start;
+        // Batches below the log start that are still in the first segment (DeleteRecords hid
+        // them) are replayed too: a producer known only from them stays known.
+        let first_base = segments.first().map_or(log_start, |s| s.base.min(log_start));
+        let mut from = first_base;
         if let Some((offset, mut snap)) = choice.newest {
             if snap.version == SnapshotVersion::V1 {
                 // Kafka's format has no append wall clock, only record timestamps, which client
@@ -147,7 +155,7 @@ impl ProducerState {
             }
             table.load(snap.entries);
             report.snapshot_offset = Some(offset);
-            from = offset.max(log_start);
+            from = offset.max(first_base);
         }
         report.batches_replayed = replay(fs, &mut table, segments, from, now_ms)?;
         table.expire(now_ms);

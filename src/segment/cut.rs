@@ -1,8 +1,8 @@
 //! Cutting a segment back for a truncation (docs/design.md "Truncation"), at a cost that grows
 //! with what is removed, not with the segment: the indexes lose their entries at or after the
 //! new end (both are sorted by offset), the time index gets its final entry from the few batches
-//! after the last kept offset-index entry, and the `.log` keeps its length: a reader may still
-//! hold bytes after the cut, and a mapped file is never shrunk under a reader. The segment is
+//! after the last kept offset-index entry, and the `.log` is cut too unless a reader still holds
+//! bytes after the cut: a mapped file is never shrunk under a reader. The segment is then
 //! mapped only up to the cut; the bytes after it are dead ([`Segment::file_len`]).
 
 use std::path::Path;
@@ -64,7 +64,7 @@ pub fn reopen_cut(
         .index
         .set_len((kept_index.len() * offset_index::ENTRY_SIZE) as u64)
         .ctx("truncate", &files.index_path)?;
-    let mut time_len = kept_time.len() * time_index::ENTRY_SIZE;
+    let time_len = kept_time.len() * time_index::ENTRY_SIZE;
     files
         .time
         .set_len(time_len as u64)
@@ -75,14 +75,27 @@ pub fn reopen_cut(
             .time
             .write_all_at(&time_index::encode(base, n), time_len as u64)
             .ctx("write", &files.time_path)?;
-        time_len += time_index::ENTRY_SIZE;
     }
     files
         .index
         .sync_data()
         .ctx("fdatasync", &files.index_path)?;
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
-    debug_assert_eq!(files.time.len().unwrap_or(0) as usize, time_len);
+    // The `.log` shrinks only where no reader can be: to the cut when no one holds bytes of
+    // the old map (checked under the segments' write lock, so no reader can start), else to
+    // the end of the old batches (readers hold only those; the preallocation after them was
+    // never handed out). What stays after the cut is dead, trimmed by the next open. A crash
+    // before the length is synced leaves it anywhere between, which recovery accepts.
+    let keep = if old.readers_hold_bytes() {
+        old.size() as u64
+    } else {
+        cut as u64
+    };
+    if files.log.len().ctx("stat", &files.log_path)? > keep {
+        files.log.set_len(keep).ctx("truncate", &files.log_path)?;
+        // Durable before a checkpoint records the new length.
+        files.log.sync_data().ctx("fdatasync", &files.log_path)?;
+    }
     let file_len = files.log.len().ctx("stat", &files.log_path)?;
     let tail = TailInfo {
         last_offset,

@@ -112,6 +112,11 @@ impl Segment {
     }
     /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
     /// them while readers held them.
+    /// Whether some reader (a `Bytes` of a read, a prefault job) holds a share of the `.log`
+    /// map. Under the segments' write lock no new one can appear.
+    pub(crate) fn readers_hold_bytes(&self) -> bool {
+        Arc::strong_count(&self.log) > 1
+    }
     pub fn file_len(&self) -> u64 {
         self.size() as u64 + self.dead_bytes.load(Ordering::Acquire)
     }

@@ -221,8 +221,10 @@ fn plan_epochs(fs: &dyn FileSystem, dir: &Path, plan: &Plan) -> Result<EpochPlan
             None => {}
         }
     }
-    cache.truncate_from_end(plan.log_end());
+    // Kafka's loader: epochs that start at or after the log end wrote nothing that is left.
+    // The start first, so an epoch moved up to a log start at the log end goes too.
     cache.truncate_from_start(plan.log_start_offset);
+    cache.truncate_from_end(plan.log_end());
     let changed = match &stored {
         Some(entries) => entries.as_slice() != cache.entries(),
         None => !cache.entries().is_empty(),

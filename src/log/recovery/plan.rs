@@ -422,7 +422,9 @@ impl Planner<'_> {
             // Damage to what the record vouches for that the mode lets validation deal with.
             let mut tolerated: Option<Damage> = None;
             let trusted = match rec {
-                Some(r) if f.len != r.file_len => {
+                // Between the batches' end and the recorded length: only dead bytes after a
+                // truncation's cut are missing, and a crash may leave any length of them.
+                Some(r) if f.len < r.size || f.len > r.file_len => {
                     let damage = Damage::SizeMismatch {
                         expected: r.file_len,
                         found: f.len,

@@ -142,11 +142,6 @@ impl Log {
                 file_len,
             });
         }
-        // Segments wholly below the log start are not part of the record.
-        let record = record
-            .into_iter()
-            .skip_while(|r| r.next_offset <= log_start && r.next_offset < new_end)
-            .collect();
         let recovery_point = new_end;
         let dense_from = ex.st.dense_from.min(new_end);
         checkpoint::write(
@@ -203,7 +198,8 @@ impl Log {
             .hand_over_pending(fs, new_end, &mut producers);
         ex.st.producers = producers;
         report.producers = load;
-        // (5) Leader epochs.
+        // (5) Leader epochs: those that start at or after the new end go (Kafka's
+        // `truncateFromEnd`), as recovery would cut them after a crash at any step.
         let mut epochs_now = ex.st.epochs.clone();
         if epochs_now.truncate_from_end(new_end) {
             epochs::write(fs, &self.dir, epochs_now.entries())?;
@@ -271,8 +267,10 @@ impl Log {
         } else {
             cut
         };
-        if cut > flushed_from {
-            cut_segment.flush_log(flushed_from, cut)?;
+        // Always synced when cut: the checkpoint records the file's length too, and that
+        // length (a preallocated active segment's, say) may not be durable yet.
+        if cut > 0 {
+            cut_segment.flush_log(flushed_from.min(cut), cut)?;
         }
         if st.dir_dirty {
             self.env
