@@ -103,6 +103,9 @@ pub fn reopen_cut(
         max_timestamp: newest.map(|n| n.timestamp),
     };
     let segment = files.into_sealed(base, cut, tail)?;
+    if old.is_validated() {
+        segment.mark_validated();
+    }
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);

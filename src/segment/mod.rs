@@ -16,7 +16,7 @@ pub mod time_index;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -60,6 +60,9 @@ pub struct Segment {
     /// Bytes of the `.log` file after its batches that a truncation left because a reader
     /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
     dead_bytes: AtomicU64,
+    /// Every batch in it was validated by this process (appended through the log, or read
+    /// through by recovery): a replay of it need not check their CRCs again.
+    validated: AtomicBool,
 }
 
 /// A read that met bytes that are not a batch, or a batch whose offsets contradict the
@@ -112,6 +115,15 @@ impl Segment {
     }
     /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
     /// them while readers held them.
+    /// Whether every batch in the segment was validated by this process.
+    pub(crate) fn is_validated(&self) -> bool {
+        self.validated.load(Ordering::Acquire)
+    }
+    /// Records that every batch in the segment was validated by this process (a new segment,
+    /// which only validated appends fill, or one recovery read through).
+    pub(crate) fn mark_validated(&self) {
+        self.validated.store(true, Ordering::Release);
+    }
     /// Whether some reader (a `Bytes` of a read, a prefault job) holds a share of the `.log`
     /// map. Under the segments' write lock no new one can appear.
     pub(crate) fn readers_hold_bytes(&self) -> bool {
@@ -326,7 +338,9 @@ pub fn create(
     let made = (move || {
         files.index.set_len(0).ctx("truncate", &files.index_path)?;
         files.time.set_len(0).ctx("truncate", &files.time_path)?;
-        files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
+        let writer = files.into_writer(base_offset, cfg, 0, false, &[], now_ms)?;
+        writer.segment().mark_validated();
+        Ok(writer)
     })();
     if made.is_err() {
         // A half-made segment (a full disk after the `.log` was preallocated) would hold its
@@ -512,6 +526,7 @@ impl SegmentFiles {
             next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
             max_timestamp: AtomicI64::new(-1),
             dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
         };
         // A sealed segment's time index ends with its largest timestamp (forced at seal).
         let max_ts = tail
@@ -576,6 +591,7 @@ impl SegmentFiles {
             next_offset: AtomicI64::new(base),
             max_timestamp: AtomicI64::new(-1),
             dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
         });
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),

@@ -389,6 +389,12 @@ fn open_segment(
         tail: s.tail,
     };
     let opened = segment::open(fs, dir, cfg, spec, now_ms).map_err(segment_error)?;
+    if s.trust == Trust::Validated {
+        match &opened {
+            Opened::Sealed(seg) => seg.mark_validated(),
+            Opened::Active(w) => w.segment().mark_validated(),
+        }
+    }
     if let Opened::Sealed(seg) = &opened {
         // Recovery trimmed this segment or rebuilt its indexes in the page cache. The recovery
         // point will soon cover it and it is never flushed again, so it must be durable now, or

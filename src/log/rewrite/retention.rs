@@ -165,7 +165,8 @@ impl Log {
             return Ok(self.log_start_offset());
         }
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
-        self.raise_log_start(&mut ex, &segments, offset)?;
+        let now = self.env.clock.now_ms();
+        self.raise_log_start(&mut ex, &segments, offset, now)?;
         Ok(offset)
     }
 
@@ -215,7 +216,7 @@ impl Log {
         let kept: Vec<Arc<Segment>> = segments[reasons.len()..].to_vec();
         // Whether or not the log start moves (DeleteRecords may have moved it already), the
         // producer state of what goes is kept first.
-        report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start)?;
+        report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start, now_ms)?;
         let fs = self.env.fs.as_ref();
         for (s, reason) in doomed.iter().zip(&reasons) {
             let bytes = self.retire_segment_files(s.base_offset(), now_ms)?;
@@ -259,6 +260,7 @@ impl Log {
         ex: &mut Exclusive<'_>,
         kept: &[Arc<Segment>],
         new_start: i64,
+        now_ms: i64,
     ) -> Result<Vec<i64>, RewriteError> {
         let fs = self.env.fs.as_ref();
         let first_base = kept.first().map_or(new_start, |s| s.base_offset());
@@ -278,9 +280,13 @@ impl Log {
         let snapshots = snapshot_files::list(fs, &self.dir)?;
         let at_first_base = snapshots.iter().any(|(o, _)| *o == first_base);
         if !removed.is_empty() && !at_first_base {
-            let now = self.env.clock.now_ms();
-            let plan =
-                self.rebuild_producers(&removed, None, self.log_start_offset(), first_base, now)?;
+            let plan = self.rebuild_producers(
+                &removed,
+                None,
+                self.log_start_offset(),
+                first_base,
+                now_ms,
+            )?;
             plan.into_state().write_snapshot(fs, &self.dir, first_base)?;
         }
         let newest = snapshot_files::list(fs, &self.dir)?.last().map(|(o, _)| *o);
@@ -295,8 +301,19 @@ impl Log {
             epochs::write(fs, &self.dir, cache.entries())?;
             ex.st.epochs = cache;
         }
-        // Snapshots below the first kept segment need batches that are gone.
-        Ok(snapshot_files::delete_below(fs, &self.dir, first_base)?)
+        // Snapshots below the first kept segment need batches that are gone: they go the way of
+        // the segments, by `.deleted` (Kafka's `removeAndMarkSnapshotForDeletion`); the newest is
+        // always kept. The directory is synced with the segments' renames.
+        let listed = snapshot_files::list(fs, &self.dir)?;
+        let newest = listed.last().map(|(o, _)| *o);
+        let mut snapshots_removed = Vec::new();
+        for (offset, path) in listed {
+            if offset < first_base && Some(offset) != newest {
+                self.retire_file(&path, now_ms)?;
+                snapshots_removed.push(offset);
+            }
+        }
+        Ok(snapshots_removed)
     }
 
     fn write_log_start_checkpoint(

@@ -303,7 +303,9 @@ impl Log {
                 log_size,
                 next_offset,
                 next_segment_base: None,
-                validated: false,
+                // Batches this process validated are not checked again (a segment trusted on
+                // open without being read is).
+                validated: s.is_validated(),
                 batches: None,
             })
             .collect();
