@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::time_index::{self, TimestampOffset};
+use super::txn_index::{self, AbortedTxn};
 use super::{offset_index, OpenSegmentError, Segment, SegmentFiles, TailInfo};
 use crate::format::BatchIter;
 use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
@@ -83,13 +84,28 @@ pub fn reopen_cut(
         .ctx("fdatasync", &files.index_path)?;
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
     debug_assert_eq!(files.time.len().unwrap_or(0) as usize, time_len);
+    // The aborted transactions whose markers go (kafka-format.md §7.3 truncateTo): the file is
+    // cut at the first entry at or after the new end, in place like the other indexes.
+    let all_txn = old.txn_index().entries();
+    let kept_txn: Vec<AbortedTxn> = all_txn
+        .iter()
+        .copied()
+        .take_while(|e| e.last_offset < end)
+        .collect();
+    if kept_txn.len() < all_txn.len() {
+        let path = old.txn_index_path();
+        let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
+        txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
+            .ctx("truncate", path)?;
+        txn.sync_data().ctx("fdatasync", path)?;
+    }
     let file_len = files.log.len().ctx("stat", &files.log_path)?;
     let tail = TailInfo {
         last_offset,
         first_batch_timestamp: -1,
         max_timestamp: newest.map(|n| n.timestamp),
     };
-    let segment = files.into_sealed(base, cut, tail)?;
+    let segment = files.into_sealed(base, cut, tail, kept_txn)?;
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);
