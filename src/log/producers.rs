@@ -153,7 +153,13 @@ impl ProducerState {
             .map(|(o, _)| *o)
             .filter(|o| *o > log_end)
             .collect();
-        let at_or_below = wants.txn_index_from.map_or(log_end, |o| o.min(log_end));
+        // From at or below the high watermark, so every marker the high watermark has not
+        // passed is seen again and holds the first unstable offset back after a restart too
+        // (Kafka forgets those before its snapshot).
+        let at_or_below = wants
+            .txn_index_from
+            .map_or(log_end, |o| o.min(log_end))
+            .min(wants.completed_from.max(log_start));
         let choice = snapshot_files::choose_newest(fs, snapshots, at_or_below)?;
         let mut report = ProducerLoadReport::default();
         let mut from = log_start;

@@ -99,7 +99,7 @@ pub(crate) fn open(
                 damage,
             }) => return Err(refused(path, position, damage)),
         };
-        match plan_producers(fs, config, &inv, &plan, now_ms) {
+        match plan_producers(fs, config, &inv, &plan, cp.is_some(), now_ms) {
             Ok(p) => break (report, plan, p),
             Err(LoadError::Io(e)) => return Err(e.into()),
             Err(LoadError::Damaged {
@@ -191,6 +191,7 @@ fn plan_producers(
     config: &LogConfig,
     inv: &Inventory,
     plan: &Plan,
+    checkpoint_found: bool,
     now_ms: i64,
 ) -> Result<super::producers::LoadPlan, LoadError> {
     let segments: Vec<ReplaySegment<'_>> = plan
@@ -217,7 +218,13 @@ fn plan_producers(
             .filter(|s| s.rebuilds_txn_entries())
             .map(|s| s.base)
             .min(),
-        completed_from: plan.high_watermark.min(plan.recovery_point),
+        // The markers the high watermark has not passed (a directory without the checkpoint
+        // has no high watermark of its own: none are looked for).
+        completed_from: if checkpoint_found {
+            plan.high_watermark.min(plan.recovery_point)
+        } else {
+            plan.log_end()
+        },
     };
     ProducerState::plan(
         fs,
