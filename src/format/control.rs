@@ -74,6 +74,21 @@ impl ControlType {
         }
     }
 
+    /// Kafka's name of the type (`ControlRecordType`): `ABORT`, `COMMIT`, `LEADER_CHANGE`,
+    /// ..., `UNKNOWN` for an id it does not define.
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlType::Abort => "ABORT",
+            ControlType::Commit => "COMMIT",
+            ControlType::LeaderChange => "LEADER_CHANGE",
+            ControlType::SnapshotHeader => "SNAPSHOT_HEADER",
+            ControlType::SnapshotFooter => "SNAPSHOT_FOOTER",
+            ControlType::KraftVersion => "KRAFT_VERSION",
+            ControlType::KraftVoters => "KRAFT_VOTERS",
+            ControlType::Unknown(_) => "UNKNOWN",
+        }
+    }
+
     /// Whether the record ends a transaction, so its value is an [`EndTxnMarker`].
     pub fn is_end_txn(self) -> bool {
         matches!(self, ControlType::Abort | ControlType::Commit)
@@ -386,6 +401,9 @@ mod tests {
             assert_eq!(ControlType::from_id(id).id(), id);
         }
         assert_eq!(ControlType::from_id(128), ControlType::Unknown(128));
+        assert_eq!(ControlType::from_id(0).name(), "ABORT");
+        assert_eq!(ControlType::from_id(6).name(), "KRAFT_VOTERS");
+        assert_eq!(ControlType::from_id(9).name(), "UNKNOWN");
     }
 
     #[test]

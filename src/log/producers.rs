@@ -386,21 +386,11 @@ impl Completions {
                 .txn_index_from
                 .is_some_and(|from| c.marker_offset >= from)
         {
-            self.aborted.push(aborted_entry(&c));
+            self.aborted.push(c.aborted_entry());
         }
         if c.marker_offset >= self.wants.completed_from {
             self.completed.push(c);
         }
-    }
-}
-
-/// The `.txnindex` entry of an aborted transaction.
-pub(crate) fn aborted_entry(c: &CompletedTxn) -> AbortedTxn {
-    AbortedTxn {
-        producer_id: c.producer_id,
-        first_offset: c.first_offset,
-        last_offset: c.marker_offset,
-        last_stable_offset: c.last_stable_offset,
     }
 }
 

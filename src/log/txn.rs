@@ -23,7 +23,6 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use super::producers::aborted_entry;
 use super::{index_bug, AppendError, AppendInfo, AppendState, InFlight, Log};
 use crate::format::{self, batch, ControlType, TimestampType};
 use crate::producer::{CompletedTxn, Logged, Marker};
@@ -354,7 +353,7 @@ impl Log {
         let created = writer
             .segment()
             .txn_index()
-            .append(self.env.fs.as_ref(), aborted_entry(c))?;
+            .append(self.env.fs.as_ref(), c.aborted_entry())?;
         // A new file's directory entry is made durable by the next flush, with the segment's.
         st.dir_dirty |= created;
         Ok(true)

@@ -4,6 +4,7 @@
 
 use super::state::IncomingBatch;
 use crate::format::{self, BatchError, RecordBatch};
+use crate::segment::AbortedTxn;
 
 /// A COMMIT or ABORT marker as the producer state sees it: its producer, epochs and timestamp
 /// come from the batch, its coordinator epoch and type from the control record's key and value
@@ -32,6 +33,18 @@ pub struct CompletedTxn {
     /// marker was written, or the marker's offset + 1 when there was none (Kafka's
     /// `lastStableOffset(completedTxn)`).
     pub last_stable_offset: i64,
+}
+
+impl CompletedTxn {
+    /// Its `.txnindex` entry (for an aborted one).
+    pub fn aborted_entry(&self) -> AbortedTxn {
+        AbortedTxn {
+            producer_id: self.producer_id,
+            first_offset: self.first_offset,
+            last_offset: self.marker_offset,
+            last_stable_offset: self.last_stable_offset,
+        }
+    }
 }
 
 /// The transaction version a marker is written under (Kafka's `transaction.version`, sent by

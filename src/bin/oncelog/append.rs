@@ -28,16 +28,26 @@ pub struct AppendArgs {
     #[arg(long, value_enum, requires_all = ["producer", "epoch"])]
     marker: Option<MarkerKind>,
     /// The producer whose transaction the marker ends.
-    #[arg(long, requires = "marker")]
+    #[arg(long, requires = "marker", allow_negative_numbers = true)]
     producer: Option<i64>,
     /// The producer epoch the marker carries.
-    #[arg(long, requires = "marker")]
+    #[arg(long, requires = "marker", allow_negative_numbers = true)]
     epoch: Option<i16>,
     /// The transaction coordinator's epoch.
-    #[arg(long, requires = "marker", default_value_t = 0)]
+    #[arg(
+        long,
+        requires = "marker",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
     coordinator_epoch: i32,
     /// The coordinator's transaction version (2: KIP-890, the marker must bump the epoch).
-    #[arg(long, requires = "marker", default_value_t = 0)]
+    #[arg(
+        long,
+        requires = "marker",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
     transaction_version: i8,
 }
 

@@ -36,10 +36,10 @@ struct Cli {
 enum Command {
     /// Print every batch, index, snapshot and leader-epoch entry of a directory or file
     ///
-    /// PATH is a partition directory or one .log, .index, .timeindex, .snapshot or
+    /// PATH is a partition directory or one .log, .index, .timeindex, .txnindex, .snapshot or
     /// leader-epoch-checkpoint file. Never modifies what it reads. One line per batch or
-    /// entry, or one JSON object per line with --json. Exits 1 if anything was damaged, 2 if
-    /// PATH cannot be read.
+    /// entry (a control batch with its marker type and coordinator epoch), or one JSON object
+    /// per line with --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
     Dump(dump::DumpArgs),
     /// Measure durable append throughput, then a CRC-checked read-back
     ///
@@ -48,7 +48,7 @@ enum Command {
     /// checking every batch's CRC-32C. MB are 10^6 bytes. Runs on a temporary directory unless
     /// --dir is given. Exits 2 for options that cannot describe a run (--batch-size 0, ...).
     Bench(bench::BenchArgs),
-    /// Append client batches from a file or stdin, or a transaction marker, one JSON line each
+    /// Append client batches or a transaction marker, one JSON line each
     ///
     /// FILE (`-` = stdin) holds concatenated client batches; each goes through the log in DIR
     /// (created if missing, recovered if needed) and its outcome is printed as one JSON line.
