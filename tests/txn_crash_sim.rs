@@ -1,0 +1,352 @@
+//! Crash tests of transactions on the simulated file system: interleaved transactional,
+//! idempotent and plain producers, COMMIT and ABORT markers, flushes, rolls and clean reopens,
+//! cut by a power failure at a random point (between calls, or inside one: every file
+//! operation from the Nth on fails), then reopened and checked: every durable batch, markers
+//! included, is there exactly once at its offset (a durable marker is never lost), and from what
+//! survived, the open transactions, the first unstable and last stable offsets, every
+//! `.txnindex` entry and what a read_committed consumer receives are what Kafka's rules give.
+//!
+//! Environment, as for `crash_sim`: `ONCELOG_CRASH_POINTS=<n>` crash points per test
+//! (default 1,000), `ONCELOG_CRASH_SEED=<n>` to replay one seed.
+
+mod common_sim;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common_sim::{
+    client_batch, config, dir, open, sweep_seeds, Ctx, Model, ProducerSeq, StepClock,
+};
+use oncelog::format::{decode_txn_marker, BatchBuilder, RecordBatch};
+use oncelog::io::sim::{OpKind, SplitMix64};
+use oncelog::io::SimFs;
+use oncelog::segment::txn_index::{self, AbortedTxn};
+use oncelog::{AppendOutcome, IsolationLevel, Log, LogConfig, TxnMarker};
+
+const DEFAULT_CRASH_POINTS: u64 = 1_000;
+
+/// Transactional producers are 20, 21 and 22; idempotent ones 1 and 2.
+const TXN_PRODUCERS: [i64; 3] = [20, 21, 22];
+
+enum Step {
+    Ok,
+    PowerCut,
+}
+
+/// What the recovered batches say, by Kafka's rules, replayed here from their bytes.
+#[derive(Debug, Default)]
+struct Expected {
+    ongoing: BTreeMap<i64, i64>,
+    /// (producer, first, marker, abort, index LSO).
+    completed: Vec<(i64, i64, i64, bool, i64)>,
+}
+
+fn expected(model: &Model) -> Expected {
+    let mut e = Expected::default();
+    for s in &model.batches {
+        let b = RecordBatch::parse(&s.bytes).expect("a stored batch");
+        if b.producer_id() < 0 {
+            continue;
+        }
+        match decode_txn_marker(&b).expect("a valid marker") {
+            Some(m) => {
+                if let Some(first) = e.ongoing.remove(&b.producer_id()) {
+                    let lso = e.ongoing.values().min().map_or(s.first + 1, |f| *f);
+                    e.completed
+                        .push((b.producer_id(), first, s.first, m.is_abort(), lso));
+                }
+            }
+            None if b.is_transactional() => {
+                e.ongoing.entry(b.producer_id()).or_insert(s.first);
+            }
+            None => {}
+        }
+    }
+    e
+}
+
+/// The transactional state of the reopened log against what its batches say.
+fn check_transactions(ctx: &Ctx, fs: &SimFs, log: &Log, model: &Model) {
+    let e = expected(model);
+    for pid in TXN_PRODUCERS {
+        let open = log.producer(pid).and_then(|p| p.current_txn_first_offset());
+        if open != e.ongoing.get(&pid).copied() {
+            ctx.fail(format!(
+                "producer {pid}: open transaction {open:?}, its batches say {:?}",
+                e.ongoing.get(&pid)
+            ));
+        }
+    }
+    let hw = log.high_watermark();
+    let fuo = e
+        .ongoing
+        .values()
+        .copied()
+        .chain(e.completed.iter().filter(|c| c.2 >= hw).map(|c| c.1))
+        .min();
+    let lso = match fuo {
+        Some(f) if f < hw => f,
+        _ => hw,
+    };
+    if log.first_unstable_offset() != fuo || log.last_stable_offset() != lso {
+        ctx.fail(format!(
+            "first unstable {:?} / last stable {} with high watermark {hw}; expected {fuo:?} / \
+             {lso}",
+            log.first_unstable_offset(),
+            log.last_stable_offset()
+        ));
+    }
+    let mut stored = Vec::new();
+    let bases = log.segment_base_offsets();
+    for (i, base) in bases.iter().enumerate() {
+        let path = dir().join(format!("{base:020}.txnindex"));
+        let bytes = fs.read_live(&path).unwrap_or_default();
+        let next = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        for entry in txn_index::decode(&bytes) {
+            match entry {
+                Ok(a) if a.last_offset >= *base && a.last_offset < next => stored.push(a),
+                other => ctx.fail(format!("{}: entry {other:?}", path.display())),
+            }
+        }
+    }
+    let want: Vec<AbortedTxn> = e
+        .completed
+        .iter()
+        .filter(|c| c.3)
+        .map(
+            |&(producer_id, first_offset, last_offset, _, last_stable_offset)| AbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset,
+                last_stable_offset,
+            },
+        )
+        .collect();
+    if stored != want {
+        ctx.fail(format!(
+            ".txnindex entries {stored:?}, the batches say {want:?}\n{}",
+            common_sim::describe_dir(fs)
+        ));
+    }
+    // A read_committed consumer gets no record of an aborted or open transaction.
+    let mut next = log.log_start_offset();
+    loop {
+        let f = match log.fetch_isolated(next, 8 * 1024, IsolationLevel::ReadCommitted) {
+            Ok(f) => f,
+            Err(err) => ctx.fail(format!("read_committed fetch at {next}: {err}")),
+        };
+        if f.bytes.is_empty() {
+            break;
+        }
+        for r in f.records() {
+            let r = r.unwrap_or_else(|err| ctx.fail(format!("record: {err}")));
+            let s = model
+                .batches
+                .iter()
+                .find(|s| s.first <= r.offset && r.offset <= s.last)
+                .unwrap_or_else(|| ctx.fail(format!("record {} in no batch", r.offset)));
+            let b = RecordBatch::parse(&s.bytes).expect("stored");
+            let aborted = e
+                .completed
+                .iter()
+                .any(|c| c.3 && c.0 == b.producer_id() && c.1 <= r.offset && r.offset <= c.2);
+            if r.offset >= lso || (b.is_transactional() && aborted) {
+                ctx.fail(format!(
+                    "read_committed returned record {} (lso {lso})",
+                    r.offset
+                ));
+            }
+        }
+        next = f.next_offset;
+    }
+}
+
+/// Sequences of the producers that have batches in the model.
+fn next_seq(model: &Model, pid: i64) -> i32 {
+    model
+        .batches
+        .iter()
+        .rfind(|s| s.producer.is_some_and(|p| p.producer_id == pid))
+        .map_or(0, |s| s.producer.map_or(0, |p| p.base_sequence) + s.records)
+}
+
+fn txn_batch(pid: i64, seq: i32, records: usize, fill: u8) -> Vec<u8> {
+    let mut b = BatchBuilder::new()
+        .producer(pid, 0, seq)
+        .transactional(true);
+    let value = vec![fill; 60];
+    for i in 0..records {
+        b.append(1_700_000_000_000 + i as i64, Some(b"t"), Some(&value), &[]);
+    }
+    b.build().expect("build")
+}
+
+fn power_cut_or_fail(ctx: &Ctx, fs: &SimFs, what: String) -> Step {
+    if fs.counters().injected_failures > 0 {
+        Step::PowerCut
+    } else {
+        ctx.fail(what)
+    }
+}
+
+fn step(
+    rng: &mut SplitMix64,
+    ctx: &mut Ctx,
+    fs: &SimFs,
+    clock: &Arc<StepClock>,
+    cfg: &LogConfig,
+    log: &mut Log,
+    model: &mut Model,
+) -> Step {
+    let roll = rng.below(100);
+    if roll < 45 {
+        // A transactional batch; its producer's transaction opens or goes on.
+        let pid = TXN_PRODUCERS[rng.below(3) as usize];
+        let records = 1 + rng.below(8) as usize;
+        let seq = next_seq(model, pid);
+        let client = txn_batch(pid, seq, records, rng.below(256) as u8);
+        match log.append(&client) {
+            Ok(AppendOutcome::Appended(info)) => {
+                ctx.note(format!(
+                    "txn {pid} {}..={}",
+                    info.first_offset, info.last_offset
+                ));
+                let producer = Some(ProducerSeq {
+                    producer_id: pid,
+                    epoch: 0,
+                    base_sequence: seq,
+                });
+                let (first, last) = (info.first_offset, info.last_offset);
+                model.appended(ctx, log, first, last, client, producer, records as i32);
+                Step::Ok
+            }
+            Ok(other) => ctx.fail(format!("a new batch answered {other:?}")),
+            Err(e) => power_cut_or_fail(ctx, fs, format!("txn append: {e}")),
+        }
+    } else if roll < 70 {
+        let pid = TXN_PRODUCERS[rng.below(3) as usize];
+        let abort = rng.chance(1, 2);
+        let marker = if abort {
+            TxnMarker::abort(pid, 0, 0)
+        } else {
+            TxnMarker::commit(pid, 0, 0)
+        };
+        match log.append_marker(&marker) {
+            Ok(info) => {
+                ctx.note(format!(
+                    "{} {pid} at {}",
+                    if abort { "abort" } else { "commit" },
+                    info.first_offset
+                ));
+                let at = info.first_offset;
+                model.appended(ctx, log, at, at, Vec::new(), None, 1);
+                Step::Ok
+            }
+            Err(e) => power_cut_or_fail(ctx, fs, format!("marker: {e}")),
+        }
+    } else if roll < 82 {
+        let pid = 1 + rng.below(2) as i64;
+        let producer = rng.chance(1, 2).then(|| ProducerSeq {
+            producer_id: pid,
+            epoch: 0,
+            base_sequence: next_seq(model, pid),
+        });
+        let records = 1 + rng.below(6) as usize;
+        let client = client_batch(
+            records,
+            rng.below(200) as usize,
+            1_700_000_000_000,
+            producer,
+            7,
+        );
+        match log.append(&client) {
+            Ok(AppendOutcome::Appended(info)) => {
+                let (first, last) = (info.first_offset, info.last_offset);
+                model.appended(ctx, log, first, last, client, producer, records as i32);
+                Step::Ok
+            }
+            Ok(other) => ctx.fail(format!("a new batch answered {other:?}")),
+            Err(e) => power_cut_or_fail(ctx, fs, format!("append: {e}")),
+        }
+    } else if roll < 95 {
+        ctx.note("flush");
+        match log.flush() {
+            Ok(()) => {
+                model.durable_end = model.end();
+                Step::Ok
+            }
+            Err(e) => power_cut_or_fail(ctx, fs, format!("flush: {e}")),
+        }
+    } else {
+        ctx.note("close and reopen");
+        if let Err(e) = log.close() {
+            return power_cut_or_fail(ctx, fs, format!("close: {e}"));
+        }
+        model.durable_end = model.end();
+        match open(fs, clock, cfg) {
+            Ok(l) => {
+                *log = l;
+                model.check_recovered(ctx, log);
+                check_transactions(ctx, fs, log, model);
+                Step::Ok
+            }
+            Err(e) => power_cut_or_fail(ctx, fs, format!("reopen: {e}")),
+        }
+    }
+}
+
+/// One seed: up to three crash cycles on one simulated disk.
+fn crash_cycles(seed: u64, test: &'static str) -> u64 {
+    let mut rng = SplitMix64::new(seed);
+    let mut ctx = Ctx::new(seed, test);
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = config(&mut rng);
+    ctx.note(format!("{cfg:?}"));
+    let mut model = Model::default();
+    let mut log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
+    let cycles = 1 + rng.below(3);
+    for cycle in 0..cycles {
+        let cut_at = rng.chance(1, 2).then(|| 1 + rng.below(120));
+        if let Some(n) = cut_at {
+            fs.fail_from(OpKind::Any, n, libc::EIO);
+        }
+        ctx.note(format!("cycle {cycle}: power cut after {cut_at:?} ops"));
+        for _ in 0..1 + rng.below(60) {
+            if let Step::PowerCut =
+                step(&mut rng, &mut ctx, &fs, &clock, &cfg, &mut log, &mut model)
+            {
+                break;
+            }
+        }
+        log.abandon();
+        fs.clear_faults();
+        let report = fs.crash(rng.next_u64());
+        ctx.note(format!("crash: {report:?}"));
+        log = open(&fs, &clock, &cfg).unwrap_or_else(|e| {
+            ctx.fail(format!(
+                "open after crash: {e}\n{}",
+                common_sim::describe_dir(&fs)
+            ))
+        });
+        ctx.note(format!("reopened: {:?}", log.recovery_report()));
+        model.check_recovered(&ctx, &log);
+        check_transactions(&ctx, &fs, &log, &model);
+    }
+    log.abandon();
+    cycles
+}
+
+#[test]
+fn crash_points_keep_durable_markers_and_rebuild_the_lso_and_txnindex() {
+    let test = "crash_points_keep_durable_markers_and_rebuild_the_lso_and_txnindex";
+    let points = sweep_seeds(
+        "ONCELOG_CRASH_SEED",
+        "ONCELOG_CRASH_POINTS",
+        DEFAULT_CRASH_POINTS,
+        7 << 40,
+        "crash points",
+        |seed| crash_cycles(seed, test),
+    );
+    assert!(points > 0);
+}
