@@ -350,3 +350,154 @@ fn crash_points_keep_durable_markers_and_rebuild_the_lso_and_txnindex() {
     );
     assert!(points > 0);
 }
+
+/// The ops around two markers, each followed by a flush, on a log with two transactions open:
+/// the power is cut at file operation `n` of them, then the disk crashes with `seed`.
+fn around_markers(n: u64, seed: u64) {
+    let test = "every_crash_point_around_markers_keeps_a_durable_marker_and_the_index_right";
+    let mut ctx = Ctx::new(seed, test);
+    ctx.note(format!("power cut at op {n}"));
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = LogConfig {
+        segment_bytes: 2048,
+        ..LogConfig::default()
+    };
+    let mut model = Model::default();
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    // Two transactions open, rolling a segment or two; everything durable.
+    for (i, pid) in [20, 21, 20, 21, 20].into_iter().enumerate() {
+        let seq = next_seq(&model, pid);
+        let client = txn_batch(pid, seq, 4, i as u8);
+        let info = match log.append(&client) {
+            Ok(AppendOutcome::Appended(info)) => info,
+            other => ctx.fail(format!("setup append: {other:?}")),
+        };
+        let producer = Some(ProducerSeq {
+            producer_id: pid,
+            epoch: 0,
+            base_sequence: seq,
+        });
+        model.appended(
+            &ctx,
+            &log,
+            info.first_offset,
+            info.last_offset,
+            client,
+            producer,
+            4,
+        );
+    }
+    log.flush()
+        .unwrap_or_else(|e| ctx.fail(format!("setup flush: {e}")));
+    model.durable_end = model.end();
+    fs.fail_from(OpKind::Any, n, libc::EIO);
+    let mut cut = false;
+    for marker in [TxnMarker::abort(20, 0, 0), TxnMarker::commit(21, 0, 0)] {
+        match log.append_marker(&marker) {
+            Ok(info) => {
+                let at = info.first_offset;
+                model.appended(&ctx, &log, at, at, Vec::new(), None, 1);
+            }
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+        match log.flush() {
+            // Durable: no crash may take it now.
+            Ok(()) => model.durable_end = model.end(),
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    if !cut {
+        if let Err(e) = log.close() {
+            ctx.note(format!("close: {e}"));
+        } else {
+            model.durable_end = model.end();
+        }
+    }
+    log.abandon();
+    fs.clear_faults();
+    let report = fs.crash(seed);
+    ctx.note(format!("crash: {report:?}"));
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| {
+        ctx.fail(format!(
+            "open after crash: {e}\n{}",
+            common_sim::describe_dir(&fs)
+        ))
+    });
+    model.check_recovered(&ctx, &log);
+    check_transactions(&ctx, &fs, &log, &model);
+    // The recovered log goes on: whatever the crash left, both transactions can end.
+    for marker in [TxnMarker::abort(20, 0, 0), TxnMarker::commit(21, 0, 0)] {
+        if let Err(e) = log.append_marker(&marker) {
+            ctx.fail(format!("marker after recovery: {e}"));
+        }
+    }
+    log.flush()
+        .unwrap_or_else(|e| ctx.fail(format!("flush after recovery: {e}")));
+    if log.first_unstable_offset().is_some() {
+        ctx.fail(format!(
+            "still unstable at {:?}",
+            log.first_unstable_offset()
+        ));
+    }
+    log.abandon();
+}
+
+#[test]
+fn every_crash_point_around_markers_keeps_a_durable_marker_and_the_index_right() {
+    // Every op of the marker appends, their flushes and the close, under several crash seeds.
+    let seeds = common_sim::env_u64("ONCELOG_CRASH_SEEDS_PER_POINT").unwrap_or(4);
+    let mut points = 0;
+    for n in 1..=60 {
+        for s in 0..seeds {
+            around_markers(n, (n << 16) + s);
+            points += 1;
+        }
+    }
+    eprintln!("{points} crash points around markers");
+}
+
+#[test]
+fn an_abort_whose_index_entry_cannot_be_written_is_refused_and_changes_nothing() {
+    let ctx = Ctx::new(
+        0,
+        "an_abort_whose_index_entry_cannot_be_written_is_refused_and_changes_nothing",
+    );
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = LogConfig {
+        segment_bytes: 64 * 1024,
+        ..LogConfig::default()
+    };
+    let log = open(&fs, &clock, &cfg).unwrap();
+    log.append(&txn_batch(20, 0, 3, 1)).unwrap();
+    // The marker itself goes through the map; the index entry is the one write.
+    fs.fail_next(OpKind::Write, 1, libc::ENOSPC);
+    match log.append_marker(&TxnMarker::abort(20, 0, 0)) {
+        Err(oncelog::AppendError::Io(e)) => assert_eq!(e.kind(), "out_of_space"),
+        other => ctx.fail(format!("{other:?}")),
+    }
+    assert_eq!(log.log_end_offset(), 3);
+    assert_eq!(
+        log.producer(20).unwrap().current_txn_first_offset(),
+        Some(0)
+    );
+    let index = dir().join("00000000000000000000.txnindex");
+    assert_eq!(fs.read_live(&index).unwrap_or_default().len(), 0);
+    // The disk has room again: the same marker goes in, with its one entry.
+    log.append_marker(&TxnMarker::abort(20, 0, 0)).unwrap();
+    let entries: Vec<_> = txn_index::decode(&fs.read_live(&index).unwrap()).collect();
+    assert_eq!(entries.len(), 1);
+    log.flush().unwrap();
+    assert_eq!(log.first_unstable_offset(), None);
+    let f = log
+        .fetch_isolated(0, 1 << 20, IsolationLevel::ReadCommitted)
+        .unwrap();
+    assert_eq!(f.records().count(), 0, "the aborted records are skipped");
+}

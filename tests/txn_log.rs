@@ -772,3 +772,59 @@ fn a_plain_log_has_no_unstable_offset_and_no_txnindex() {
         .collect();
     assert!(!names.iter().any(|n| n.ends_with(".txnindex")), "{names:?}");
 }
+
+#[test]
+fn a_stored_control_batch_that_is_no_marker_is_damage_named_by_file_and_position() {
+    // A directory without oncelog's checkpoint (as Kafka leaves one): a transactional batch,
+    // then a control batch of its producer, CRC-valid, whose record says type 7.
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = BatchBuilder::new()
+        .base_offset(0)
+        .producer(7, 0, 0)
+        .transactional(true);
+    data.append(T0, None, Some(b"v"), &[]);
+    let mut bytes = data.build().unwrap();
+    let at = bytes.len();
+    bytes.extend(bent_marker(1, 7, 6));
+    let path = dir.path().join("00000000000000000000.log");
+    std::fs::write(&path, &bytes).unwrap();
+    let strict = LogConfig {
+        recovery_mode: oncelog::RecoveryMode::AbsoluteConsistency,
+        ..config()
+    };
+    match Log::open_in(env_with(TestClock::new(T0)), dir.path(), strict) {
+        Err(oncelog::OpenError::Refused {
+            path: p,
+            position,
+            damage,
+            ..
+        }) => {
+            assert_eq!((p, position), (path.clone(), Some(at)));
+            assert!(
+                matches!(
+                    &damage,
+                    oncelog::Damage::Invalid(oncelog::BatchProblem::Batch(
+                        BatchError::InvalidMarker { producer_id: 7, .. }
+                    ))
+                ),
+                "{damage}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a refused open changes nothing"
+    );
+    // The default mode cuts it as the torn tail of the last segment it is, and says so.
+    let log = open(dir.path());
+    let cut = &log.recovery_report().truncations;
+    assert_eq!(cut.len(), 1);
+    assert_eq!(
+        (cut[0].position, cut[0].damage.kind()),
+        (at, "invalid_batch")
+    );
+    assert_eq!(log.log_end_offset(), 1);
+    assert_eq!(log.first_unstable_offset(), Some(0));
+}
