@@ -187,6 +187,9 @@ pub fn decode_control_record(
     Ok((key, Some(EndTxnMarker::decode(value)?)))
 }
 
+/// The most a control batch's records may decompress to when its marker is read.
+pub const MAX_MARKER_RECORDS_BYTES: usize = 64 * 1024;
+
 /// What a transaction marker says: how the transaction ended, which coordinator ended it, and
 /// when (the control record's timestamp, which becomes the producer's last timestamp).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,7 +221,9 @@ pub fn decode_txn_marker(batch: &RecordBatch<'_>) -> Result<Option<TxnMarkerReco
         return Ok(None);
     }
     let producer_id = batch.producer_id();
-    let buf = batch.records_buf()?;
+    // Kafka never compresses a marker (17 bytes of record): a compressed control batch may be
+    // read, but never made to inflate more than this.
+    let buf = batch.records_buf_limited(MAX_MARKER_RECORDS_BYTES)?;
     let record = match batch.iter_records(&buf).next() {
         Some(record) => record?,
         // A negative count: the iterator says so as the first item.
