@@ -78,11 +78,22 @@ fn check_transactions(ctx: &Ctx, fs: &SimFs, log: &Log, model: &Model) {
         }
     }
     let hw = log.high_watermark();
+    // Like Kafka's, the reopened log knows the completed transactions the high watermark has
+    // not passed from where its replay started on.
+    let replayed_from = log
+        .producer_load_report()
+        .snapshot_offset
+        .unwrap_or(log.log_start_offset());
     let fuo = e
         .ongoing
         .values()
         .copied()
-        .chain(e.completed.iter().filter(|c| c.2 >= hw).map(|c| c.1))
+        .chain(
+            e.completed
+                .iter()
+                .filter(|c| c.2 >= hw && c.2 >= replayed_from)
+                .map(|c| c.1),
+        )
         .min();
     let lso = match fuo {
         Some(f) if f < hw => f,

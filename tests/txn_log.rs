@@ -703,21 +703,25 @@ fn under_a_caller_set_high_watermark_the_lso_follows_it() {
     assert_eq!(log.high_watermark(), 5);
     assert_eq!(log.first_unstable_offset(), Some(3));
     log.close().unwrap();
-    // And a reopen with the marker unreplicated keeps holding it back.
-    let log = open_with(dir.path(), cfg);
+    // A reopen whose replay meets the unreplicated marker (from the snapshot at 5, after a
+    // crash) knows its transaction still holds the LSO back...
+    let log = open_with(dir.path(), cfg.clone());
     log.append_marker(&TxnMarker::commit(5, 0, 0)).unwrap();
-    log.close().unwrap();
-    let log = open_with(
-        dir.path(),
-        LogConfig {
-            high_watermark: HighWatermarkPolicy::SetByCaller,
-            ..config()
-        },
-    );
+    log.flush().unwrap();
+    log.abandon();
+    let log = open_with(dir.path(), cfg.clone());
+    assert_eq!(log.producer_load_report().snapshot_offset, Some(5));
     assert_eq!(log.high_watermark(), 5);
     assert_eq!(log.first_unstable_offset(), Some(3));
-    log.set_high_watermark(6).unwrap();
+    assert_eq!(log.last_stable_offset(), 3);
+    log.close().unwrap();
+    // ...and, as Kafka's, one that starts from a snapshot taken after the marker does not.
+    let log = open_with(dir.path(), cfg);
+    assert_eq!(log.producer_load_report().snapshot_offset, Some(6));
     assert_eq!(log.first_unstable_offset(), None);
+    assert_eq!(log.last_stable_offset(), 5);
+    log.set_high_watermark(6).unwrap();
+    assert_eq!(log.last_stable_offset(), 6);
 }
 
 #[test]

@@ -108,6 +108,10 @@ struct Model {
     seq: BTreeMap<i64, i32>,
     /// Every batch below this offset is durable: a crash may lose only what is after it.
     durable_end: i64,
+    /// Where the log's last replay of producer state started (its snapshot, or the log
+    /// start): like Kafka's, it knows the completed transactions the high watermark has not
+    /// passed only from there on.
+    replayed_from: i64,
 }
 
 /// What a replay of the model's batches gives.
@@ -150,7 +154,11 @@ impl Model {
     fn first_unstable(&self, hw: i64, log_start: i64) -> Option<i64> {
         let d = self.derive();
         let ongoing = d.ongoing.values().copied();
-        let unreplicated = d.completed.iter().filter(|c| c.2 >= hw).map(|c| c.1);
+        let unreplicated = d
+            .completed
+            .iter()
+            .filter(|c| c.2 >= hw && c.2 >= self.replayed_from)
+            .map(|c| c.1);
         ongoing.chain(unreplicated).min().map(|f| f.max(log_start))
     }
 
@@ -393,6 +401,12 @@ fn run(ops: Vec<Op>) {
                     .find(|b| b.last >= target)
                     .map_or(target, |b| b.base);
                 assert_eq!(report.new_log_end, expected);
+                if expected < end {
+                    model.replayed_from = report
+                        .producers
+                        .snapshot_offset
+                        .unwrap_or(log.log_start_offset());
+                }
                 model.truncate(expected);
             }
             Op::CloseReopen => {
@@ -400,6 +414,7 @@ fn run(ops: Vec<Op>) {
                 model.durable_end = end;
                 log = open(dir.path());
                 assert!(log.recovery_report().clean_shutdown);
+                model.replayed_from = replayed_from(&log);
             }
             Op::CrashReopen { flush_first } => {
                 if flush_first {
@@ -424,6 +439,7 @@ fn run(ops: Vec<Op>) {
                 );
                 model.truncate(recovered);
                 model.durable_end = recovered;
+                model.replayed_from = replayed_from(&log);
             }
             Op::Read { max_bytes: m } => max_bytes = m,
         }
@@ -434,6 +450,12 @@ fn run(ops: Vec<Op>) {
     log.close().unwrap();
     let log = open(dir.path());
     check(&log, dir.path(), &model, max_bytes);
+}
+
+fn replayed_from(log: &Log) -> i64 {
+    log.producer_load_report()
+        .snapshot_offset
+        .unwrap_or(log.log_start_offset())
 }
 
 /// A non-transactional batch, of an idempotent producer or of none.

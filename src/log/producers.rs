@@ -91,7 +91,10 @@ pub(crate) struct ReplayWants {
     /// the transactions open there is what the entries are made of).
     pub txn_index_from: Option<i64>,
     /// The completed transactions whose markers are at or after this offset (the high
-    /// watermark: they still hold the first unstable offset back).
+    /// watermark: they still hold the first unstable offset back), among those the replay
+    /// meets. Like Kafka, the replay does not start earlier for them: the transactions
+    /// completed before the snapshot it starts from are not known again (a replay from the
+    /// high watermark would undo the replay budget of every unclean open).
     pub completed_from: i64,
 }
 
@@ -153,13 +156,7 @@ impl ProducerState {
             .map(|(o, _)| *o)
             .filter(|o| *o > log_end)
             .collect();
-        // From at or below the high watermark, so every marker the high watermark has not
-        // passed is seen again and holds the first unstable offset back after a restart too
-        // (Kafka forgets those before its snapshot).
-        let at_or_below = wants
-            .txn_index_from
-            .map_or(log_end, |o| o.min(log_end))
-            .min(wants.completed_from.max(log_start));
+        let at_or_below = wants.txn_index_from.map_or(log_end, |o| o.min(log_end));
         let choice = snapshot_files::choose_newest(fs, snapshots, at_or_below)?;
         let mut report = ProducerLoadReport::default();
         let mut from = log_start;

@@ -288,19 +288,24 @@ impl TxnIndex {
     /// readers see. On a failure nothing changes: a partly written entry is cut off again, and
     /// if even that fails the error says so (the caller must not go on appending).
     pub fn append(&self, fs: &dyn FileSystem, entry: AbortedTxn) -> Result<bool, IoError> {
-        let mut entries = self.entries.write();
-        if let Some(previous) = entries.last().filter(|p| entry.last_offset <= p.last_offset) {
+        // The file's lock orders appenders (there is one: the log's, under its append lock);
+        // the entries' lock is taken for writing only to push, so readers never wait for I/O.
+        let mut file = self.file.lock();
+        let (count, last) = {
+            let entries = self.entries.read();
+            (entries.len(), entries.last().map(|e| e.last_offset))
+        };
+        if let Some(previous) = last.filter(|p| entry.last_offset <= *p) {
             return Err(IoError::new(
                 "txn index append",
                 &self.path,
                 std::io::Error::other(format!(
-                    "marker offset {} does not follow {}",
-                    entry.last_offset, previous.last_offset
+                    "marker offset {} does not follow {previous}",
+                    entry.last_offset
                 )),
             ));
         }
-        let end = (entries.len() * ENTRY_SIZE) as u64;
-        let mut file = self.file.lock();
+        let end = (count * ENTRY_SIZE) as u64;
         let mut created = false;
         if file.is_none() {
             created = !fs.exists(&self.path).ctx("stat", &self.path)?;
@@ -319,6 +324,8 @@ impl TxnIndex {
             let write = IoError::new("write", &self.path, e);
             return match f.set_len(end) {
                 Ok(()) => Err(write),
+                // The next append writes over the partial entry (at the count's position), and
+                // recovery rebuilds or refuses a partial tail: the entries stay right.
                 Err(cut) => Err(IoError::new(
                     "truncate after a failed write",
                     &self.path,
@@ -326,7 +333,7 @@ impl TxnIndex {
                 )),
             };
         }
-        entries.push(entry);
+        self.entries.write().push(entry);
         Ok(created)
     }
 
