@@ -94,8 +94,11 @@ impl Log {
         // a rewrite moves them all under the write lock.
         let segments = self.segments.read();
         let log_start_offset = self.log_start_offset();
-        let high_watermark = self.high_watermark();
+        // The last stable offset is taken with a high watermark of its own: bounded by the
+        // one answered, so the answer never has it above its high watermark.
         let last_stable_offset = self.last_stable_offset();
+        let high_watermark = self.high_watermark();
+        let last_stable_offset = last_stable_offset.min(high_watermark);
         let below = match isolation {
             IsolationLevel::ReadUncommitted => high_watermark,
             IsolationLevel::ReadCommitted => last_stable_offset,
