@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::time_index::{self, TimestampOffset};
+use super::txn_index::{self, AbortedTxn};
 use super::{offset_index, OpenSegmentError, Segment, SegmentFiles, TailInfo};
 use crate::format::BatchIter;
 use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
@@ -81,6 +82,21 @@ pub fn reopen_cut(
         .sync_data()
         .ctx("fdatasync", &files.index_path)?;
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
+    // The aborted transactions whose markers go (kafka-format.md §7.3 truncateTo): the file is
+    // cut at the first entry at or after the new end, in place like the other indexes.
+    let all_txn = old.txn_index().entries();
+    let kept_txn: Vec<AbortedTxn> = all_txn
+        .iter()
+        .copied()
+        .take_while(|e| e.last_offset < end)
+        .collect();
+    if kept_txn.len() < all_txn.len() {
+        let path = old.txn_index_path();
+        let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
+        txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
+            .ctx("truncate", path)?;
+        txn.sync_data().ctx("fdatasync", path)?;
+    }
     // The `.log` shrinks only where no reader can be: to the cut when no one holds bytes of
     // the old map (checked under the segments' write lock, so no reader can start), else to
     // the end of the old batches (readers hold only those; the preallocation after them was
@@ -102,7 +118,7 @@ pub fn reopen_cut(
         first_batch_timestamp: -1,
         max_timestamp: newest.map(|n| n.timestamp),
     };
-    let segment = files.into_sealed(base, cut, tail)?;
+    let segment = files.into_sealed(base, cut, tail, kept_txn)?;
     if old.is_validated() {
         segment.mark_validated();
     }

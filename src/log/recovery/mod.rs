@@ -18,15 +18,17 @@ use super::checkpoint::{self, Checkpoint};
 use super::config::{LogConfig, RecoveryMode};
 use super::epochs::{self, LeaderEpochCache};
 use super::error::{Damage, OpenError};
-use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment};
+use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
 use crate::io::{FileSystem, IoError, IoResultExt, MapMode, OpenMode};
+use crate::producer::CompletedTxn;
 use crate::segment::{
-    self, names, IndexSource, OffsetBounds, OpenSegmentError, OpenSpec, Opened, Segment,
+    self, names, AbortedTxn, IndexSource, OffsetBounds, OpenSegmentError, OpenSpec, Opened,
+    Segment, TxnSource,
 };
 use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
-use plan::{Doomed, KeptSegment, Plan, PlanError, Planner, Trust};
+use plan::{Doomed, KeptSegment, KeptTxn, Plan, PlanError, Planner, Trust};
 pub use report::{RecoveryReport, Truncation};
 
 /// The loaded log, ready for appends.
@@ -41,6 +43,8 @@ pub(crate) struct Loaded {
     pub high_watermark: i64,
     pub dense_from: i64,
     pub epochs: LeaderEpochCache,
+    /// The transactions completed by markers the high watermark may not have passed yet.
+    pub completed: Vec<CompletedTxn>,
 }
 
 pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
@@ -102,7 +106,7 @@ pub(crate) fn open(
                 damage,
             }) => return Err(refused(path, position, damage)),
         };
-        match plan_producers(fs, config, &inv, &plan, now_ms) {
+        match plan_producers(fs, config, &inv, &plan, cp.is_some(), now_ms) {
             Ok(p) => break (report, plan, p),
             Err(LoadError::Io(e)) => return Err(e.into()),
             Err(LoadError::Damaged {
@@ -240,6 +244,7 @@ fn plan_producers(
     config: &LogConfig,
     inv: &Inventory,
     plan: &Plan,
+    checkpoint_found: bool,
     now_ms: i64,
 ) -> Result<super::producers::LoadPlan, LoadError> {
     let segments: Vec<ReplaySegment<'_>> = plan
@@ -256,6 +261,24 @@ fn plan_producers(
             batches: s.rebuild.as_deref(),
         })
         .collect();
+    // A `.txnindex` rebuilt from its segment's markers needs the transactions open at the
+    // segment's start: replay starts from a snapshot at or below the first such segment
+    // (Kafka's recoverSegment rebuilds producer state up to the segment's base).
+    let wants = ReplayWants {
+        txn_index_from: plan
+            .segments
+            .iter()
+            .filter(|s| s.rebuilds_txn_entries())
+            .map(|s| s.base)
+            .min(),
+        // The markers the high watermark has not passed (a directory without the checkpoint
+        // has no high watermark of its own: none are looked for).
+        completed_from: if checkpoint_found {
+            plan.high_watermark.min(plan.recovery_point)
+        } else {
+            plan.log_end()
+        },
+    };
     ProducerState::plan(
         fs,
         config,
@@ -263,6 +286,7 @@ fn plan_producers(
         &segments,
         plan.log_start_offset,
         plan.log_end(),
+        wants,
         now_ms,
     )
 }
@@ -284,7 +308,7 @@ fn apply(
     old: Option<&Checkpoint>,
     plan: Plan,
     mut report: RecoveryReport,
-    producers: super::producers::LoadPlan,
+    mut producers: super::producers::LoadPlan,
 ) -> Result<Loaded, OpenError> {
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let swaps = &plan.swaps;
@@ -320,6 +344,8 @@ fn apply(
         remove_segment_files(fs, dir, d, &mut report)?;
     }
     remove_orphan_indexes(fs, inv, &plan, &mut report)?;
+    let aborted = std::mem::take(&mut producers.aborted);
+    let completed = std::mem::take(&mut producers.completed);
     let (producers, producer_report) = producers.apply(fs, dir)?;
 
     // 4. The segments.
@@ -328,7 +354,9 @@ fn apply(
     let mut active = None;
     let last = plan.segments.len().saturating_sub(1);
     for (i, s) in plan.segments.iter().enumerate() {
-        let opened = open_segment(fs, dir, &cfg, s, i == last, now_ms, &mut report)?;
+        let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
+        let rebuilt = markers_in(&aborted, s.base, next_base);
+        let opened = open_segment(fs, dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
         match opened {
             Opened::Sealed(seg) => sealed.push(seg),
             Opened::Active(w) => active = Some(w),
@@ -359,15 +387,25 @@ fn apply(
         high_watermark: plan.high_watermark,
         dense_from: plan.dense_from,
         epochs: LeaderEpochCache::default(),
+        completed,
     })
 }
 
+/// The aborted transactions (in marker order) whose markers lie in `[from, to)`.
+fn markers_in(aborted: &[AbortedTxn], from: i64, to: i64) -> &[AbortedTxn] {
+    let start = aborted.partition_point(|e| e.last_offset < from);
+    let end = aborted.partition_point(|e| e.last_offset < to);
+    &aborted[start..end]
+}
+
+#[allow(clippy::too_many_arguments)]
 fn open_segment(
     fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     s: &KeptSegment,
     active: bool,
+    rebuilt_txn: &[AbortedTxn],
     now_ms: i64,
     report: &mut RecoveryReport,
 ) -> Result<Opened, OpenError> {
@@ -381,12 +419,17 @@ fn open_segment(
             "rebuilt by recovery".to_string(),
         ));
     }
+    let txn = match &s.txn {
+        KeptTxn::Stored(entries) => TxnSource::Stored(entries),
+        KeptTxn::Rebuild => TxnSource::Rebuilt(rebuilt_txn),
+    };
     let spec = OpenSpec {
         base_offset: s.base,
         log_size: s.log_size,
         active,
         indexes,
         tail: s.tail,
+        txn,
     };
     let opened = segment::open(fs, dir, cfg, spec, now_ms).map_err(segment_error)?;
     if s.trust == Trust::Validated {

@@ -25,7 +25,8 @@ use crate::log::checkpoint::{Checkpoint, SegmentRecord};
 use crate::log::config::RecoveryMode;
 use crate::log::error::Damage;
 use crate::segment::{
-    self, names, offset_index, time_index, BatchInfo, OffsetBounds, ScanStop, TailInfo,
+    self, names, offset_index, time_index, txn_index, AbortedTxn, BatchInfo, OffsetBounds,
+    ScanStop, TailInfo,
 };
 
 /// A segment's `.log` can never reach 2 GiB: positions are int32 (kafka-format.md §2.3).
@@ -73,12 +74,34 @@ pub(super) struct KeptSegment {
     pub tail: TailInfo,
     /// Part of an interrupted swap being completed.
     pub swapped: bool,
+    /// Its aborted transactions.
+    pub txn: KeptTxn,
+}
+
+/// Where a kept segment's aborted transactions come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KeptTxn {
+    /// Its `.txnindex` passed the sanity check (empty without a file).
+    Stored(Vec<AbortedTxn>),
+    /// Rebuilt while the producer state is replayed: the segment's bytes were validated, or
+    /// its stored index failed the check.
+    Rebuild,
 }
 
 impl KeptSegment {
     /// Whether applying the plan changes its `.log` file.
     pub fn log_changes(&self) -> bool {
         self.swapped || (self.log_size as u64) < self.file_len
+    }
+
+    /// Whether its `.txnindex` is rebuilt from markers it holds (its batches were listed and
+    /// one is a producer's control batch): what decides how far back replay must start.
+    pub fn rebuilds_txn_entries(&self) -> bool {
+        self.txn == KeptTxn::Rebuild
+            && self
+                .rebuild
+                .as_ref()
+                .is_some_and(|batches| batches.iter().any(|b| b.is_marker))
     }
 }
 
@@ -514,6 +537,7 @@ impl Planner<'_> {
                         tail: TailInfo::from_batches(&v.batches),
                         rebuild: Some(v.batches),
                         swapped: candidate.swapped,
+                        txn: KeptTxn::Rebuild,
                     }
                 }
             };
@@ -622,6 +646,7 @@ impl Planner<'_> {
         let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
         let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
         let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
+        let stored_txn = self.stored_txn_index(base, size, r.next_offset)?;
         let index_problem = match (&index, &time) {
             (Ok(index), Ok(time)) => {
                 offset_index::check(index.published_slice(), base, size.max(1))
@@ -630,9 +655,16 @@ impl Planner<'_> {
                         time_index::check(time.published_slice(), base, last_offset.unwrap_or(base))
                             .map_err(|e| format!("time index: {e}"))
                     })
+                    .and_then(|()| stored_txn.as_ref().map(|_| ()).map_err(Clone::clone))
                     .err()
             }
             (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
+        };
+        // Kafka recovers a segment whose `.txnindex` fails its sanity check; only that index
+        // is rebuilt from the replay when the others are what failed.
+        let txn = match stored_txn {
+            Ok(entries) => KeptTxn::Stored(entries),
+            Err(_) => KeptTxn::Rebuild,
         };
         let mut tail = TailInfo {
             last_offset,
@@ -641,7 +673,7 @@ impl Planner<'_> {
         };
         let needs_data = index_problem.is_some() || check_tail;
         if !needs_data {
-            return Ok(Ok(self.recorded(r, f, None, tail)));
+            return Ok(Ok(self.recorded(r, f, None, tail, txn)));
         }
         let map = self.map_log(&f.path, size)?;
         let data = map.published_slice();
@@ -708,14 +740,14 @@ impl Planner<'_> {
                 .indexes_rebuilt
                 .push((names::file_path(self.dir, base, names::INDEX_EXT), reason));
             tail = TailInfo::from_batches(&batches);
-            return Ok(Ok(self.recorded(r, f, Some(batches), tail)));
+            return Ok(Ok(self.recorded(r, f, Some(batches), tail, txn)));
         }
         tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
             time.ok()
                 .and_then(|t| time_index::decode(t.published_slice(), base).last())
                 .map(|t| t.timestamp)
         });
-        Ok(Ok(self.recorded(r, f, None, tail)))
+        Ok(Ok(self.recorded(r, f, None, tail, txn)))
     }
 
     fn recorded(
@@ -724,6 +756,7 @@ impl Planner<'_> {
         f: &FileEntry,
         rebuild: Option<Vec<BatchInfo>>,
         tail: TailInfo,
+        txn: KeptTxn,
     ) -> KeptSegment {
         KeptSegment {
             base: r.base_offset,
@@ -735,7 +768,30 @@ impl Planner<'_> {
             rebuild,
             tail,
             swapped: false,
+            txn,
         }
+    }
+
+    /// A recorded segment's stored `.txnindex` entries (none without a file), or why they
+    /// cannot be used: not a regular file, larger than the markers of the segment could need
+    /// (at most one per batch: never read), or failing the sanity check.
+    fn stored_txn_index(
+        &self,
+        base: i64,
+        log_size: usize,
+        next_offset: i64,
+    ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
+        let path = names::file_path(self.dir, base, names::TXN_INDEX_EXT);
+        let max = (log_size / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
+        Ok(match crate::io::read_small_file(self.fs, &path, max as u64)? {
+            crate::io::SmallFile::Missing => Ok(Vec::new()),
+            crate::io::SmallFile::NotAFile(kind) => Err(format!("txn index: a {kind}")),
+            crate::io::SmallFile::TooLarge(len) => Err(format!(
+                "txn index: {len} bytes, more than a {log_size}-byte segment can need"
+            )),
+            crate::io::SmallFile::Bytes(bytes) => txn_index::check(&bytes, base, next_offset)
+                .map_err(|e| format!("txn index: {e}")),
+        })
     }
 
     /// Validates every batch of a segment file.

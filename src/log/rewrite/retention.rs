@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::Exclusive;
 use crate::log::checkpoint;
+use crate::log::producers::ReplayWants;
 use crate::log::{epochs, AppendError, Log, RewriteError};
 use crate::producer::snapshot_files;
 use crate::segment::Segment;
@@ -280,11 +281,16 @@ impl Log {
         let snapshots = snapshot_files::list(fs, &self.dir)?;
         let at_first_base = snapshots.iter().any(|(o, _)| *o == first_base);
         if !removed.is_empty() && !at_first_base {
+            let wants = ReplayWants {
+                txn_index_from: None,
+                completed_from: first_base,
+            };
             let plan = self.rebuild_producers(
                 &removed,
                 None,
                 self.log_start_offset(),
                 first_base,
+                wants,
                 now_ms,
             )?;
             plan.into_state().write_snapshot(fs, &self.dir, first_base)?;

@@ -21,8 +21,9 @@ use super::Exclusive;
 use crate::format::{BatchIter, RecordBatch};
 use crate::io::IoError;
 use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
-use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment};
+use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
 use crate::log::recovery::segment_config;
+use crate::log::txn::Unstable;
 use crate::log::{epochs, prefault, AppendState, Log, RewriteError};
 use crate::producer::snapshot_files;
 use crate::segment::{self, CorruptSegment, Segment};
@@ -191,7 +192,15 @@ impl Log {
         report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, new_end)?;
         let kept_before = &segments[..at];
         let cut_extent = (cut > 0).then_some((s.as_ref(), cut, new_end));
-        let rebuilt = self.rebuild_producers(kept_before, cut_extent, log_start, new_end, now)?;
+        // The transactions completed by markers the lowered high watermark has not passed still
+        // hold the first unstable offset back (the cut segment's `.txnindex` is cut with it).
+        let wants = ReplayWants {
+            txn_index_from: None,
+            completed_from: recovery_point.min(high_watermark),
+        };
+        let mut rebuilt =
+            self.rebuild_producers(kept_before, cut_extent, log_start, new_end, wants, now)?;
+        let completed = std::mem::take(&mut rebuilt.completed);
         let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
         ex.st
             .producers
@@ -230,6 +239,9 @@ impl Log {
             self.recovery_point.store(recovery_point, Ordering::Release);
             self.high_watermark
                 .store(high_watermark.max(log_start), Ordering::Release);
+            let first_ongoing = ex.st.producers.table().first_ongoing_offset();
+            self.txn.reset(Unstable::new(first_ongoing, &completed));
+            ex.st.first_ongoing = first_ongoing;
         }
         // Everything kept was made durable before the commit point.
         ex.st.unflushed_sealed.clear();
@@ -288,6 +300,7 @@ impl Log {
         cut: Option<(&Segment, usize, i64)>,
         log_start: i64,
         log_end: i64,
+        wants: ReplayWants,
         now: i64,
     ) -> Result<crate::log::producers::LoadPlan, RewriteError> {
         let fs = self.env.fs.as_ref();
@@ -319,6 +332,7 @@ impl Log {
             &replay,
             log_start,
             log_end,
+            wants,
             now,
         )
         .map_err(|e| match e {
@@ -433,6 +447,8 @@ impl Log {
             self.log_start_offset.store(offset, Ordering::Release);
             self.recovery_point.store(offset, Ordering::Release);
             self.high_watermark.store(offset, Ordering::Release);
+            self.txn.reset(Unstable::default());
+            ex.st.first_ongoing = None;
         }
         ex.st.unflushed_sealed.clear();
         ex.st.dense_from = offset;
