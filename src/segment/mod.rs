@@ -1,5 +1,6 @@
-//! One segment: the memory-mapped `N.log` and its sparse `N.index` and `N.timeindex`
-//! (docs/format.md; docs/design.md, "Memory maps without hazards").
+//! One segment: the memory-mapped `N.log`, its sparse `N.index` and `N.timeindex`, and its
+//! `N.txnindex` of aborted transactions when it has one (docs/format.md; docs/design.md,
+//! "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
 //! one writer of the active segment. Files are preallocated with a real allocation before they
@@ -13,10 +14,11 @@ pub mod offset_index;
 pub mod scan;
 mod search;
 pub mod time_index;
+pub mod txn_index;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -28,6 +30,7 @@ pub use cut::reopen_cut;
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use time_index::{TimeIndex, TimestampOffset};
+pub use txn_index::{AbortedTxn, TxnIndex};
 pub use writer::SegmentWriter;
 
 /// The sizes a segment is created with.
@@ -53,6 +56,8 @@ pub struct Segment {
     log: Arc<Mapping>,
     offset_index: OffsetIndex,
     time_index: TimeIndex,
+    /// The aborted transactions whose markers it holds.
+    txn_index: TxnIndex,
     /// Last offset + 1 of the published batches (the base offset while empty).
     next_offset: AtomicI64,
     /// Largest batch maxTimestamp published, -1 while empty.
@@ -60,6 +65,9 @@ pub struct Segment {
     /// Bytes of the `.log` file after its batches that a truncation left because a reader
     /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
     dead_bytes: AtomicU64,
+    /// Every batch in it was validated by this process (appended through the log, or read
+    /// through by recovery): a replay of it need not check their CRCs again.
+    validated: AtomicBool,
 }
 
 /// A read that met bytes that are not a batch, or a batch whose offsets contradict the
@@ -112,6 +120,20 @@ impl Segment {
     }
     /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
     /// them while readers held them.
+    /// Whether every batch in the segment was validated by this process.
+    pub(crate) fn is_validated(&self) -> bool {
+        self.validated.load(Ordering::Acquire)
+    }
+    /// Records that every batch in the segment was validated by this process (a new segment,
+    /// which only validated appends fill, or one recovery read through).
+    pub(crate) fn mark_validated(&self) {
+        self.validated.store(true, Ordering::Release);
+    }
+    /// Whether some reader (a `Bytes` of a read, a prefault job) holds a share of the `.log`
+    /// map. Under the segments' write lock no new one can appear.
+    pub(crate) fn readers_hold_bytes(&self) -> bool {
+        Arc::strong_count(&self.log) > 1
+    }
     pub fn file_len(&self) -> u64 {
         self.size() as u64 + self.dead_bytes.load(Ordering::Acquire)
     }
@@ -130,6 +152,12 @@ impl Segment {
     pub fn time_index(&self) -> &TimeIndex {
         &self.time_index
     }
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+    pub fn txn_index_path(&self) -> &Path {
+        self.txn_index.path()
+    }
     /// The published log bytes.
     pub fn data(&self) -> &[u8] {
         self.log.published_slice()
@@ -144,8 +172,8 @@ impl Segment {
 
     /// Whole batches, zero-copy, starting with the first batch whose last offset is ≥ `target`
     /// and adding batches while they fit in `max_bytes` (the first is returned whole even if it
-    /// is larger, like Kafka's fetch), with the offset after the last of them. `None` if no
-    /// batch of this segment reaches `target`.
+    /// is larger, like Kafka's fetch), with the offset after the last of them and where they
+    /// start. `None` if no batch of this segment reaches `target`.
     ///
     /// Only batches that start below `below` are returned: the writer publishes a batch's
     /// bytes a moment before it moves the log end, and a reader must never see a batch the log
@@ -159,7 +187,7 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<(Bytes, i64)>, CorruptSegment> {
+    ) -> Result<Option<SegmentRead>, CorruptSegment> {
         let data = self.data();
         let start = self.index_start(target);
         if start >= data.len() {
@@ -213,9 +241,13 @@ impl Segment {
         if first.is_none() && target >= self.base_offset && target < held {
             return Err(skipped(data.len()));
         }
-        Ok(first
-            .and_then(|f| self.log.bytes(f, end))
-            .map(|bytes| (bytes, next_offset)))
+        Ok(first.and_then(|f| {
+            self.log.bytes(f, end).map(|bytes| SegmentRead {
+                bytes,
+                next_offset,
+                position: f,
+            })
+        }))
     }
 
     /// Where a scan for `target` starts: the index entry's position if the batch there is the
@@ -268,7 +300,7 @@ impl Segment {
         self.log_file.sync_data().ctx("fdatasync", &self.log_path)
     }
 
-    /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the
+    /// Makes the whole segment durable: log and indexes (for a sealed segment, before the
     /// recovery point moves past it).
     pub fn flush_all(&self) -> Result<(), IoError> {
         self.flush_log(0, self.size())?;
@@ -283,8 +315,20 @@ impl Segment {
             .ctx("msync", &self.time_index_path())?;
         self.time_file
             .sync_data()
-            .ctx("fdatasync", &self.time_index_path())
+            .ctx("fdatasync", &self.time_index_path())?;
+        self.txn_index.sync()
     }
+}
+
+/// What [`Segment::read`] returns.
+#[derive(Debug, Clone)]
+pub struct SegmentRead {
+    /// Whole batches, zero-copy.
+    pub bytes: Bytes,
+    /// The offset after the last of them.
+    pub next_offset: i64,
+    /// Where the first of them starts in the segment's `.log`.
+    pub position: usize,
 }
 
 /// How a segment's indexes are obtained when it is opened.
@@ -313,6 +357,15 @@ pub fn create(
     now_ms: i64,
 ) -> Result<SegmentWriter, OpenSegmentError> {
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::CreateTruncate)?;
+    // A leftover `.txnindex` of that name would be read as this segment's when it is opened
+    // again (the others are truncated by their open).
+    let txn_path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
+    match fs.remove_file(&txn_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(IoError::new("remove", &txn_path, e).into())
+        }
+        _ => {}
+    }
     let paths = [
         files.log_path.clone(),
         files.index_path.clone(),
@@ -321,7 +374,9 @@ pub fn create(
     let made = (move || {
         files.index.set_len(0).ctx("truncate", &files.index_path)?;
         files.time.set_len(0).ctx("truncate", &files.time_path)?;
-        files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
+        let writer = files.into_writer(base_offset, cfg, 0, false, &[], Vec::new(), now_ms)?;
+        writer.segment().mark_validated();
+        Ok(writer)
     })();
     if made.is_err() {
         // A half-made segment (a full disk after the `.log` was preallocated) would hold its
@@ -344,6 +399,18 @@ pub struct OpenSpec<'a> {
     pub active: bool,
     pub indexes: IndexSource<'a>,
     pub tail: TailInfo,
+    /// Its aborted transactions, and whether its `.txnindex` must be written from them.
+    pub txn: TxnSource<'a>,
+}
+
+/// Where a reopened segment's aborted transactions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnSource<'a> {
+    /// What its `.txnindex` holds (recovery read and checked it; empty without a file).
+    Stored(&'a [AbortedTxn]),
+    /// Rebuilt from the log by recovery: the file is rewritten to hold exactly these (and
+    /// removed when there are none).
+    Rebuilt(&'a [AbortedTxn]),
 }
 
 /// Opens an existing segment as recovery planned it: cuts what follows its valid bytes,
@@ -361,7 +428,16 @@ pub fn open(
         active,
         indexes,
         tail,
+        txn,
     } = spec;
+    let txn = match txn {
+        TxnSource::Stored(entries) => entries,
+        TxnSource::Rebuilt(entries) => {
+            let path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
+            txn_index::rewrite(fs, &path, entries)?;
+            entries
+        }
+    };
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::Create)?;
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
@@ -379,10 +455,18 @@ pub fn open(
         IndexSource::Stored => (false, &[]),
     };
     if !active && !rebuild {
-        let segment = files.into_sealed(base_offset, log_size, tail)?;
+        let segment = files.into_sealed(base_offset, log_size, tail, txn.to_vec())?;
         return Ok(Opened::Sealed(segment));
     }
-    let mut writer = files.into_writer(base_offset, cfg, log_size, !rebuild, batches, now_ms)?;
+    let mut writer = files.into_writer(
+        base_offset,
+        cfg,
+        log_size,
+        !rebuild,
+        batches,
+        txn.to_vec(),
+        now_ms,
+    )?;
     writer.restore(tail.last_offset, tail.first_batch_timestamp);
     if let Some(last) = tail.last_offset {
         writer.segment().set_next_offset(last + 1);
@@ -482,6 +566,7 @@ impl SegmentFiles {
         base: i64,
         log_size: usize,
         tail: TailInfo,
+        txn: Vec<AbortedTxn>,
     ) -> Result<Arc<Segment>, IoError> {
         let log = Arc::new(
             self.log
@@ -495,6 +580,7 @@ impl SegmentFiles {
         )?;
         let time =
             Self::map_sealed_index(self.time.as_ref(), &self.time_path, time_index::ENTRY_SIZE)?;
+        let txn_index = TxnIndex::new(self.log_path.with_extension(names::TXN_INDEX_EXT), txn);
         let segment = Segment {
             base_offset: base,
             log_path: self.log_path,
@@ -504,9 +590,11 @@ impl SegmentFiles {
             log,
             offset_index: OffsetIndex::new(base, index),
             time_index: TimeIndex::new(base, time),
+            txn_index,
             next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
             max_timestamp: AtomicI64::new(-1),
             dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
         };
         // A sealed segment's time index ends with its largest timestamp (forced at seal).
         let max_ts = tail
@@ -520,7 +608,8 @@ impl SegmentFiles {
 
     /// Maps the three files writable (preallocated to their full sizes) and makes a writer. With
     /// `keep_indexes` the stored index entries are kept, otherwise the indexes restart empty and
-    /// are filled from `batches`.
+    /// are filled from `batches`. `txn` are the aborted transactions its `.txnindex` holds.
+    #[allow(clippy::too_many_arguments)]
     fn into_writer(
         self,
         base: i64,
@@ -528,6 +617,7 @@ impl SegmentFiles {
         log_size: usize,
         keep_indexes: bool,
         batches: &[BatchInfo],
+        txn: Vec<AbortedTxn>,
         now_ms: i64,
     ) -> Result<SegmentWriter, OpenSegmentError> {
         let capacity = cfg.segment_bytes.max(log_size);
@@ -559,6 +649,7 @@ impl SegmentFiles {
             keep_indexes,
         )?;
         let log_writer = log.writer().ok_or_else(|| no_writer(&self.log_path))?;
+        let txn_index = TxnIndex::new(self.log_path.with_extension(names::TXN_INDEX_EXT), txn);
         let segment = Arc::new(Segment {
             base_offset: base,
             log_path: self.log_path,
@@ -568,9 +659,11 @@ impl SegmentFiles {
             log,
             offset_index: OffsetIndex::new(base, index),
             time_index: TimeIndex::new(base, time),
+            txn_index,
             next_offset: AtomicI64::new(base),
             max_timestamp: AtomicI64::new(-1),
             dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
         });
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),

@@ -73,24 +73,31 @@ impl Clock for StepClock {
 #[derive(Debug, Clone)]
 pub struct Ctx {
     pub seed: u64,
+    /// The test file (`--test` target) and the test in it.
+    pub file: &'static str,
     pub test: &'static str,
     pub history: Vec<String>,
-    /// How to replay a failure: the seed variable and the test target.
-    pub replay: (&'static str, &'static str),
+    /// The variable that replays a failure's seed.
+    pub seed_var: &'static str,
 }
 
 impl Ctx {
     pub fn new(seed: u64, test: &'static str) -> Ctx {
+        Ctx::in_file(seed, "crash_sim", test)
+    }
+    pub fn in_file(seed: u64, file: &'static str, test: &'static str) -> Ctx {
         Ctx {
             seed,
+            file,
             test,
             history: Vec::new(),
-            replay: ("ONCELOG_CRASH_SEED", "crash_sim"),
+            seed_var: "ONCELOG_CRASH_SEED",
         }
     }
     /// A context whose failures say to replay with `seed_var` and `--test target`.
     pub fn replayed_by(mut self, seed_var: &'static str, target: &'static str) -> Ctx {
-        self.replay = (seed_var, target);
+        self.seed_var = seed_var;
+        self.file = target;
         self
     }
     pub fn note(&mut self, what: impl Into<String>) {
@@ -101,12 +108,12 @@ impl Ctx {
     }
     pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!(
-            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: {var}={seed} cargo test --test {target} {test} -- --nocapture",
+            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: {var}={seed} cargo test --test {file} {test} -- --nocapture",
             self.history,
             seed = self.seed,
+            file = self.file,
             test = self.test,
-            var = self.replay.0,
-            target = self.replay.1,
+            var = self.seed_var,
         )
     }
 }
