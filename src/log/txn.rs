@@ -276,6 +276,8 @@ impl Log {
         };
         st.producers
             .check_marker(&m, marker.transaction_version)?;
+        // The clean checkpoint a clean open kept gives way before the first byte is written.
+        self.mark_unclean(&mut st)?;
         let size = MARKER_SIZE;
         self.maybe_roll(&mut st, size, now, offset, now)?;
         self.maybe_snapshot(&mut st, offset)?;
