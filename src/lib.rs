@@ -47,11 +47,11 @@ pub use log::{
     SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
 };
 pub use manager::{
-    BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanupPolicy, DirCheckpoints,
-    DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport,
-    LogManager, ManagerConfig, ManagerError, MetaProperties, OpenReport, PartitionConfig,
-    PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, TopicError,
-    TopicPartition,
+    BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,
+    CleanupPolicy, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
+    LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, MetaProperties,
+    OpenReport, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport,
+    ResolvedConfig, Throttle, TopicError, TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 

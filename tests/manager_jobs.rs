@@ -3,16 +3,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{env_with, TestClock};
 use oncelog::format::BatchBuilder;
 use oncelog::manager::offsets;
 use oncelog::{
-    AppendOutcome, Job, JobIntervals, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig,
-    TopicPartition,
+    AppendOutcome, CleanRequest, Cleaned, Cleaner, CleanupPolicy, Job, JobIntervals, Log,
+    LogConfig, LogManager, ManagerConfig, PartitionConfig, TopicPartition,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -249,6 +250,7 @@ fn every_job_runs_on_its_thread_and_close_stops_them_all() {
             producer_expiry: every,
             snapshots: every,
             deletion: every,
+            cleaning: every,
         },
         flush_messages: Some(1),
         ..config()
@@ -291,4 +293,137 @@ fn every_job_runs_on_its_thread_and_close_stops_them_all() {
         "close joined every job thread"
     );
     assert!(dir.join(".kafka_cleanshutdown").exists());
+}
+
+fn cleaner_offsets(dir: &Path) -> offsets::Offsets {
+    let text = std::fs::read_to_string(dir.join(offsets::CLEANER_OFFSETS)).unwrap();
+    offsets::decode(&text).unwrap()
+}
+
+/// A cleaner that records what it was asked and answers what the test set.
+#[derive(Default)]
+struct FakeCleaner {
+    asked: Mutex<Vec<(String, CleanupPolicy, i64)>>,
+    /// What to answer for each partition (topic name): `None` answers an error.
+    answers: Mutex<BTreeMap<String, Option<i64>>>,
+}
+
+impl Cleaner for FakeCleaner {
+    fn clean(&self, log: &Log, request: &CleanRequest<'_>) -> Result<Cleaned, String> {
+        let topic = request.partition.topic.clone();
+        self.asked
+            .lock()
+            .unwrap()
+            .push((topic.clone(), request.policy, request.from));
+        assert!(request.throttle.pay(100), "the manager is not closing");
+        let answer = self.answers.lock().unwrap().get(&topic).copied();
+        match answer {
+            Some(Some(to)) => Ok(Cleaned {
+                clean_to: to,
+                bytes_read: 100,
+            }),
+            Some(None) => Err(format!("cannot clean {topic}")),
+            None => Ok(Cleaned {
+                clean_to: log.log_end_offset(),
+                bytes_read: 0,
+            }),
+        }
+    }
+}
+
+#[test]
+fn the_cleaning_job_runs_the_given_cleaner_on_compacted_partitions_and_moves_their_checkpoint() {
+    let clock = TestClock::new(T0);
+    let (_tmp, dir, m) = open(&clock, config());
+    let policy = |p| PartitionConfig {
+        cleanup_policy: Some(p),
+        ..Default::default()
+    };
+    let compact = m
+        .create("compact", 0, policy(CleanupPolicy::Compact))
+        .unwrap();
+    let both = m
+        .create("both", 0, policy(CleanupPolicy::CompactDelete))
+        .unwrap();
+    let deleted = m
+        .create("delete", 0, policy(CleanupPolicy::Delete))
+        .unwrap();
+    for log in [&compact, &both, &deleted] {
+        append(log, 20, None);
+    }
+
+    // Without a cleaner the job visits nothing.
+    assert_eq!(m.run_job(Job::Cleaning).unwrap(), Default::default());
+
+    let cleaner = Arc::new(FakeCleaner::default());
+    m.set_cleaner(cleaner.clone());
+    cleaner.answers.lock().unwrap().extend([
+        ("compact".to_string(), Some(12)),
+        ("both".to_string(), None),
+    ]);
+    let r = m.run_job(Job::Cleaning).unwrap();
+    assert_eq!((r.visited, r.acted), (2, 1), "{r:?}");
+    assert_eq!(r.failures, vec!["both-0: cannot clean both".to_string()]);
+    // Only the compacted partitions, from their log start (no checkpoint entry yet).
+    assert_eq!(
+        *cleaner.asked.lock().unwrap(),
+        vec![
+            ("both".to_string(), CleanupPolicy::CompactDelete, 0),
+            ("compact".to_string(), CleanupPolicy::Compact, 0),
+        ]
+    );
+    // The entry moved for the partition cleaned, and is what the checkpoint job writes.
+    m.run_job(Job::HighWatermarks).unwrap();
+    let written = cleaner_offsets(&dir);
+    let entries: Vec<(TopicPartition, i64)> = written.into_iter().collect();
+    assert_eq!(entries, vec![(TopicPartition::new("compact", 0), 12)]);
+
+    // The next run starts where the last one stopped; an answer outside the log is refused
+    // and moves nothing.
+    cleaner.asked.lock().unwrap().clear();
+    cleaner.answers.lock().unwrap().extend([
+        ("compact".to_string(), Some(21)),
+        ("both".to_string(), Some(-1)),
+    ]);
+    let r = m.run_job(Job::Cleaning).unwrap();
+    assert_eq!(r.acted, 0, "{r:?}");
+    assert_eq!(r.failures.len(), 2, "{r:?}");
+    assert!(
+        r.failures[1].contains("compact-0") && r.failures[1].contains("outside 12..=20"),
+        "{r:?}"
+    );
+    assert_eq!(cleaner.asked.lock().unwrap()[1].2, 12);
+    m.close().unwrap();
+    let written = cleaner_offsets(&dir);
+    assert_eq!(written.get(&TopicPartition::new("compact", 0)), Some(&12));
+
+    // Reopened, the entry read back is where cleaning starts.
+    let m = LogManager::open_in(env_with(clock.clone()), &[&dir], config()).unwrap();
+    let cleaner = Arc::new(FakeCleaner::default());
+    m.set_cleaner(cleaner.clone());
+    m.run_job(Job::Cleaning).unwrap();
+    let asked = cleaner.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked[1],
+        ("compact".to_string(), CleanupPolicy::Compact, 12)
+    );
+    m.close().unwrap();
+}
+
+#[test]
+fn a_cleaner_rate_of_zero_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let err = LogManager::open(
+        &[tmp.path().join("logs")],
+        ManagerConfig {
+            cleaner_bytes_per_second: Some(0),
+            ..config()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), "zero_cleaner_rate", "{err}");
+    assert!(
+        !tmp.path().join("logs").exists(),
+        "a refused open changes nothing"
+    );
 }

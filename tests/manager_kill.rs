@@ -42,6 +42,7 @@ fn config(jobs: bool) -> ManagerConfig {
             producer_expiry: every,
             snapshots: every,
             deletion: every,
+            cleaning: every,
         },
         replay_budget_bytes: 2 << 10,
         recovery_threads: 2,

@@ -331,6 +331,10 @@ pub struct JobIntervals {
     /// Removes `.deleted` segment files and deleted partitions' directories once their
     /// `file.delete.delay.ms` is over. Default 1 s.
     pub deletion: Option<Duration>,
+    /// Cleans (compacts) the partitions whose `cleanup.policy` includes `compact`, with the
+    /// cleaner given to [`super::LogManager::set_cleaner`] (Kafka's `log.cleaner.backoff.ms`).
+    /// Default 15 s.
+    pub cleaning: Option<Duration>,
 }
 
 impl Default for JobIntervals {
@@ -343,6 +347,7 @@ impl Default for JobIntervals {
             producer_expiry: Some(Duration::from_secs(600)),
             snapshots: Some(Duration::from_secs(30)),
             deletion: Some(Duration::from_secs(1)),
+            cleaning: Some(Duration::from_secs(15)),
         }
     }
 }
@@ -358,6 +363,7 @@ impl JobIntervals {
             producer_expiry: None,
             snapshots: None,
             deletion: None,
+            cleaning: None,
         }
     }
 }
@@ -384,6 +390,9 @@ pub struct ManagerConfig {
     /// were appended since its last snapshot, so a crash replays at most this much on open.
     /// Default 16 MiB.
     pub replay_budget_bytes: u64,
+    /// The cleaning job's bound on the bytes its cleaner reads per second, over all partitions
+    /// (Kafka's `log.cleaner.io.max.bytes.per.second`). Default `None`: no bound. 0 is refused.
+    pub cleaner_bytes_per_second: Option<u64>,
     /// The cluster every log dir belongs to: checked against each `meta.properties`, and
     /// written into a new dir's (a new id when `None` and no dir has one).
     pub cluster_id: Option<String>,
@@ -402,6 +411,7 @@ impl Default for ManagerConfig {
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             jobs: JobIntervals::default(),
             replay_budget_bytes: 16 << 20,
+            cleaner_bytes_per_second: None,
             cluster_id: None,
             node_id: None,
         }

@@ -48,6 +48,10 @@ pub enum ManagerError {
     /// [`super::LogManager::open`] was given no log dir.
     #[error("no log dir given")]
     NoLogDirs,
+    /// [`super::ManagerConfig::cleaner_bytes_per_second`] is 0: the cleaner could never read
+    /// a byte (`None` is no bound).
+    #[error("cleaner_bytes_per_second is 0: the cleaner could never read (None for no bound)")]
+    ZeroCleanerRate,
     /// The same log dir was given twice.
     #[error("log dir {} is given twice", dir.display())]
     DuplicateLogDir {
@@ -159,6 +163,7 @@ impl ManagerError {
     pub fn kind(&self) -> &'static str {
         match self {
             ManagerError::NoLogDirs => "no_log_dirs",
+            ManagerError::ZeroCleanerRate => "zero_cleaner_rate",
             ManagerError::DuplicateLogDir { .. } => "duplicate_log_dir",
             ManagerError::Locked { .. } => "locked",
             ManagerError::BadMetaProperties(e) => e.kind(),

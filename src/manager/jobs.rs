@@ -1,11 +1,9 @@
 //! The background jobs, each on a thread of its own that runs it every interval until the
 //! manager stops it, and the checkpoint writes the jobs share with `close`.
 //!
-//! Cleaning (compaction) is the one job Kafka has that is not here: compaction is issue 12.
-//! Its seam: a partition's [`super::CleanupPolicy`] (a compact-only partition is kept whole by
-//! retention) and the cleaner checkpoint, whose entries are read, kept within each log's
-//! bounds and written back with the others; the cleaner will be a job of this module that
-//! compacts from those offsets and moves them.
+//! Cleaning is scheduled here like the others ([`Job::Cleaning`]), but what cleans is a
+//! [`super::Cleaner`] given to the manager (compaction is issue 12): the job, its throttle and
+//! the cleaner checkpoint it moves are in `cleaning`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +15,8 @@ use parking_lot::{Condvar, Mutex};
 use super::log_dir;
 use super::offsets::{self, Offsets};
 use super::partitions;
-use super::{Inner, ManagerError, SlotState};
+use super::cleaning::{CleanRequest, Throttle};
+use super::{CleanupPolicy, Inner, ManagerError, SlotState};
 use crate::log::Log;
 
 /// A background job.
@@ -37,11 +36,13 @@ pub enum Job {
     Snapshots,
     /// Removes `.deleted` files and deleted partitions whose delay is over.
     Deletion,
+    /// Cleans compacted partitions with the manager's [`super::Cleaner`], if it has one.
+    Cleaning,
 }
 
 impl Job {
     /// Every job.
-    pub const ALL: [Job; 7] = [
+    pub const ALL: [Job; 8] = [
         Job::Flush,
         Job::Checkpoints,
         Job::HighWatermarks,
@@ -49,10 +50,11 @@ impl Job {
         Job::ProducerExpiry,
         Job::Snapshots,
         Job::Deletion,
+        Job::Cleaning,
     ];
 
     /// Its name: `flush`, `checkpoints`, `high_watermarks`, `retention`, `producer_expiry`,
-    /// `snapshots`, `deletion`.
+    /// `snapshots`, `deletion`, `cleaning`.
     pub fn name(self) -> &'static str {
         match self {
             Job::Flush => "flush",
@@ -62,6 +64,7 @@ impl Job {
             Job::ProducerExpiry => "producer_expiry",
             Job::Snapshots => "snapshots",
             Job::Deletion => "deletion",
+            Job::Cleaning => "cleaning",
         }
     }
 
@@ -75,6 +78,7 @@ impl Job {
             Job::ProducerExpiry => i.producer_expiry,
             Job::Snapshots => i.snapshots,
             Job::Deletion => i.deletion,
+            Job::Cleaning => i.cleaning,
         }
     }
 }
@@ -195,6 +199,7 @@ pub(crate) fn run(inner: &Inner, job: Job) -> JobReport {
             })
         }
         Job::Deletion => deletion(inner),
+        Job::Cleaning => cleaning(inner),
     };
     record(&inner.stats, job, &report);
     report
@@ -279,6 +284,54 @@ fn deletion(inner: &Inner) -> JobReport {
     report
 }
 
+/// Runs the manager's cleaner on every online partition whose policy includes `compact`, from
+/// its cleaner checkpoint entry, and moves the entry to what the cleaner answers.
+fn cleaning(inner: &Inner) -> JobReport {
+    let mut report = JobReport::default();
+    let Some(cleaner) = inner.cleaner.read().clone() else {
+        return report;
+    };
+    let throttle = Throttle::new(inner.config.cleaner_bytes_per_second, &inner.closed);
+    for slot in inner.slots() {
+        let Some((log, config)) = slot.online() else {
+            continue;
+        };
+        if config.cleanup_policy == CleanupPolicy::Delete {
+            continue;
+        }
+        if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            break;
+        }
+        report.visited += 1;
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        let from = slot.cleaned.lock().map_or(start, |c| c.clamp(start, end.max(start)));
+        let request = CleanRequest {
+            partition: &slot.tp,
+            policy: config.cleanup_policy,
+            from,
+            throttle: &throttle,
+        };
+        match cleaner.clean(log, &request) {
+            Ok(done) if (from..=log.log_end_offset()).contains(&done.clean_to) => {
+                *slot.cleaned.lock() = Some(done.clean_to);
+                if done.bytes_read > 0 {
+                    report.acted += 1;
+                }
+            }
+            Ok(done) => report.failures.push(format!(
+                "{}: the cleaner answered clean to {}, outside {from}..={}; the cleaner \
+                 checkpoint stays at {from}",
+                slot.tp,
+                done.clean_to,
+                log.log_end_offset()
+            )),
+            Err(_) if log.is_closed() => {}
+            Err(e) => report.failures.push(format!("{}: {e}", slot.tp)),
+        }
+    }
+    report
+}
+
 /// Which of a log dir's checkpoint files to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Files {
@@ -299,6 +352,7 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
     for slot in inner.slots().into_iter().filter(|s| s.dir == i) {
         let tp = slot.tp.clone();
         let k = slot.kept;
+        let cleaned = *slot.cleaned.lock();
         match &slot.state {
             SlotState::Online { log, .. } => {
                 let (log_start, log_end) = (log.log_start_offset(), log.log_end_offset());
@@ -308,7 +362,7 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
                     start.insert(tp.clone(), log_start);
                 }
                 hw.insert(tp.clone(), log.high_watermark());
-                if let Some(c) = k.cleaner_offset {
+                if let Some(c) = cleaned {
                     cleaner.insert(tp, c.clamp(log_start, log_end.max(log_start)));
                 }
             }
@@ -321,7 +375,7 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
                 keep(&mut rp, k.recovery_point);
                 keep(&mut start, k.log_start_offset);
                 keep(&mut hw, k.high_watermark);
-                keep(&mut cleaner, k.cleaner_offset);
+                keep(&mut cleaner, cleaned);
             }
         }
     }

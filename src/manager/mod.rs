@@ -7,6 +7,7 @@
 //! its report), `partitions` (create and delete), `jobs` (the background threads, and the
 //! checkpoint writes close shares with them).
 
+mod cleaning;
 mod config;
 mod error;
 mod jobs;
@@ -27,6 +28,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::io::FileLock;
 use crate::log::{Environment, Log};
 
+pub use cleaning::{CleanRequest, Cleaned, Cleaner, Throttle};
 pub use config::{
     BadPartitionConfig, CleanupPolicy, JobIntervals, ManagerConfig, PartitionConfig,
     ResolvedConfig, PARTITION_CONFIG_FILE,
@@ -64,6 +66,8 @@ pub(crate) struct Inner {
     doomed: Mutex<Vec<partitions::DoomedDir>>,
     closed: AtomicBool,
     stats: Mutex<BTreeMap<Job, JobStats>>,
+    /// What the cleaning job runs, once given ([`LogManager::set_cleaner`]).
+    cleaner: RwLock<Option<Arc<dyn Cleaner>>>,
 }
 
 /// An open log dir.
@@ -89,6 +93,9 @@ pub(crate) struct Slot {
     kept: Kept,
     /// When the flush job first saw it with unflushed appends (clock ms), for `flush.ms`.
     dirty_since: Mutex<Option<i64>>,
+    /// Its cleaner checkpoint entry: where the next cleaning starts (`kept`'s at open, then
+    /// what the cleaner answered).
+    cleaned: Mutex<Option<i64>>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -246,6 +253,14 @@ impl LogManager {
     pub fn run_job(&self, job: Job) -> Result<JobReport, ManagerError> {
         self.inner.check_open()?;
         Ok(jobs::run(&self.inner, job))
+    }
+
+    /// Gives the cleaning job ([`Job::Cleaning`]) its cleaner, replacing any earlier one: from
+    /// the next run on, each partition whose `cleanup.policy` includes `compact` is cleaned
+    /// from its cleaner checkpoint entry. Until a cleaner is given, the job visits nothing
+    /// and the entries read at open are written back within each log's bounds.
+    pub fn set_cleaner(&self, cleaner: Arc<dyn Cleaner>) {
+        *self.inner.cleaner.write() = Some(cleaner);
     }
 
     /// How each background job has done so far.

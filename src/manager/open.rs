@@ -263,6 +263,7 @@ pub(super) fn open(
                 state,
                 kept: p.kept,
                 dirty_since: Mutex::new(None),
+                cleaned: Mutex::new(p.kept.cleaner_offset),
             }),
         );
         reports.push(report);
@@ -277,6 +278,7 @@ pub(super) fn open(
         doomed: Mutex::new(doomed),
         closed: AtomicBool::new(false),
         stats: Mutex::new(BTreeMap::new()),
+        cleaner: RwLock::new(None),
     };
     // Entries of partitions that are gone (a deletion a crash interrupted before the files
     // were rewritten) must not vouch for a partition created under the same name later.
@@ -303,6 +305,9 @@ fn check_config(config: &ManagerConfig, paths: &[PathBuf]) -> Result<(), Manager
         }
     }
     config.log.validate()?;
+    if config.cleaner_bytes_per_second == Some(0) {
+        return Err(ManagerError::ZeroCleanerRate);
+    }
     for (topic, c) in &config.topics {
         validate_topic(topic).map_err(|error| ManagerError::InvalidTopic {
             topic: topic.clone(),

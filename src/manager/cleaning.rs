@@ -1,0 +1,148 @@
+//! The seam the compaction cleaner (issue 12) plugs into: the manager's `cleaning` job, its
+//! interval, its byte-rate throttle and the cleaner checkpoint are here; the cleaning itself
+//! is a [`Cleaner`] given to [`super::LogManager::set_cleaner`].
+//!
+//! Each run of [`super::Job::Cleaning`] visits every online partition whose
+//! `cleanup.policy` includes `compact`, in order, and asks the cleaner to clean it from the
+//! partition's `cleaner-offset-checkpoint` entry (its log start when it has none). The offset
+//! the cleaner answers moves that entry, which the high-watermark job, and `close`, write to
+//! the log dir's `cleaner-offset-checkpoint` as Kafka does; an answer outside the log's bounds
+//! is a failure and moves nothing. Every partition of one run shares one [`Throttle`]: Kafka's
+//! `log.cleaner.io.max.bytes.per.second` bounds the cleaner as a whole.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::{CleanupPolicy, TopicPartition};
+use crate::log::Log;
+
+/// A compaction cleaner, run by the manager's cleaning job on the job's thread.
+pub trait Cleaner: Send + Sync {
+    /// Cleans `log` from `request.from` on, calling [`Throttle::pay`] for the bytes it reads
+    /// (and stopping early when it answers `false`: the manager is closing). Answers how far
+    /// the log is now clean: the next run starts there.
+    fn clean(&self, log: &Log, request: &CleanRequest<'_>) -> Result<Cleaned, String>;
+}
+
+/// What the cleaning job asks of a [`Cleaner`] for one partition.
+#[derive(Debug)]
+pub struct CleanRequest<'a> {
+    /// The partition.
+    pub partition: &'a TopicPartition,
+    /// Its `cleanup.policy` (`compact` or `compact,delete`).
+    pub policy: CleanupPolicy,
+    /// Where cleaning starts: the cleaner checkpoint's offset, within the log's bounds, or the
+    /// log start.
+    pub from: i64,
+    /// The throttle every partition of this run shares.
+    pub throttle: &'a Throttle<'a>,
+}
+
+/// What a [`Cleaner`] did to one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleaned {
+    /// The log is clean below this offset: the partition's new cleaner checkpoint entry. Must
+    /// lie between the request's `from` and the log end.
+    pub clean_to: i64,
+    /// Bytes the cleaner read (reported in the job's statistics as what it did when > 0).
+    pub bytes_read: u64,
+}
+
+/// Bounds the bytes per second of a cleaning run; a closing manager ends its waits.
+pub struct Throttle<'a> {
+    bytes_per_second: Option<u64>,
+    started: Instant,
+    paid: Mutex<u64>,
+    stopping: &'a AtomicBool,
+}
+
+impl std::fmt::Debug for Throttle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("bytes_per_second", &self.bytes_per_second)
+            .field("paid", &*self.paid.lock())
+            .finish()
+    }
+}
+
+/// The longest single wait, so that a closing manager is noticed soon.
+const WAIT_SLICE: Duration = Duration::from_millis(20);
+
+impl<'a> Throttle<'a> {
+    /// A throttle to `bytes_per_second` (`None`: unbounded) that gives up waiting once
+    /// `stopping` is set.
+    pub(crate) fn new(bytes_per_second: Option<u64>, stopping: &'a AtomicBool) -> Throttle<'a> {
+        Throttle {
+            bytes_per_second,
+            started: Instant::now(),
+            paid: Mutex::new(0),
+            stopping,
+        }
+    }
+
+    /// Accounts for `bytes` read, waiting until the run is back within its rate. `false`:
+    /// the manager is closing, and the cleaner should stop where it is.
+    pub fn pay(&self, bytes: u64) -> bool {
+        let total = {
+            let mut paid = self.paid.lock();
+            *paid = paid.saturating_add(bytes);
+            *paid
+        };
+        loop {
+            if self.stopping.load(Ordering::Acquire) {
+                return false;
+            }
+            let wait = wait_for(total, self.started.elapsed(), self.bytes_per_second);
+            if wait.is_zero() {
+                return true;
+            }
+            std::thread::sleep(wait.min(WAIT_SLICE));
+        }
+    }
+
+    /// Bytes paid for so far.
+    pub fn paid(&self) -> u64 {
+        *self.paid.lock()
+    }
+}
+
+/// How long to wait, `elapsed` into a run that read `total` bytes, to keep within
+/// `bytes_per_second`: the time those bytes take at the rate, less what has passed.
+pub(crate) fn wait_for(total: u64, elapsed: Duration, bytes_per_second: Option<u64>) -> Duration {
+    match bytes_per_second {
+        None => Duration::ZERO,
+        Some(0) => Duration::MAX,
+        Some(rate) => {
+            let due = Duration::from_secs_f64(total as f64 / rate as f64);
+            due.saturating_sub(elapsed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_is_what_the_bytes_take_at_the_rate_less_what_passed() {
+        let s = Duration::from_secs;
+        assert_eq!(wait_for(1 << 30, s(0), None), Duration::ZERO);
+        assert_eq!(wait_for(1000, s(0), Some(1000)), s(1));
+        assert_eq!(wait_for(1000, Duration::from_millis(400), Some(1000)), Duration::from_millis(600));
+        assert_eq!(wait_for(1000, s(2), Some(1000)), Duration::ZERO);
+        assert_eq!(wait_for(5000, s(1), Some(1000)), s(4));
+    }
+
+    #[test]
+    fn a_closing_manager_ends_the_wait() {
+        let stopping = AtomicBool::new(true);
+        let t = Throttle::new(Some(1), &stopping);
+        // A day's worth of bytes at 1 B/s: answered at once, because the manager is closing.
+        assert!(!t.pay(86_400));
+        assert_eq!(t.paid(), 86_400);
+        let running = AtomicBool::new(false);
+        assert!(Throttle::new(None, &running).pay(u64::MAX));
+    }
+}
