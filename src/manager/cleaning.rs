@@ -115,7 +115,8 @@ pub(crate) fn wait_for(total: u64, elapsed: Duration, bytes_per_second: Option<u
         None => Duration::ZERO,
         Some(0) => Duration::MAX,
         Some(rate) => {
-            let due = Duration::from_secs_f64(total as f64 / rate as f64);
+            let due =
+                Duration::try_from_secs_f64(total as f64 / rate as f64).unwrap_or(Duration::MAX);
             due.saturating_sub(elapsed)
         }
     }
@@ -130,9 +131,14 @@ mod tests {
         let s = Duration::from_secs;
         assert_eq!(wait_for(1 << 30, s(0), None), Duration::ZERO);
         assert_eq!(wait_for(1000, s(0), Some(1000)), s(1));
-        assert_eq!(wait_for(1000, Duration::from_millis(400), Some(1000)), Duration::from_millis(600));
+        assert_eq!(
+            wait_for(1000, Duration::from_millis(400), Some(1000)),
+            Duration::from_millis(600)
+        );
         assert_eq!(wait_for(1000, s(2), Some(1000)), Duration::ZERO);
         assert_eq!(wait_for(5000, s(1), Some(1000)), s(4));
+        // More bytes than a Duration holds at the rate: the longest wait, no overflow.
+        assert_eq!(wait_for(u64::MAX, s(0), Some(1)), Duration::MAX);
     }
 
     #[test]
