@@ -4,10 +4,16 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::Duration;
 
 use memmap2::MmapOptions;
 
 use super::{File, FileKind, FileLock, FileMeta, FileSystem, MapMode, Mapping, OpenMode};
+
+/// How long a held lock is retried before it is reported held (see `try_lock`): far longer than
+/// a fork's child keeps the lock's description before its exec, far shorter than a user waits.
+const LOCK_PATIENCE: Duration = Duration::from_millis(200);
+const LOCK_RETRY: Duration = Duration::from_millis(5);
 
 fn kind_of(t: fs::FileType) -> FileKind {
     if t.is_file() {
@@ -59,11 +65,24 @@ impl FileSystem for RealFs {
     fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock> {
         let mut file = open_regular(path, OpenMode::Create)?;
         // flock(2): owned by this open file description, so a second open in the same process
-        // is refused too, and the kernel releases it when the process dies.
-        file.try_lock().map_err(|e| match e {
-            fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
-            fs::TryLockError::Error(e) => e,
-        })?;
+        // is refused too, and the kernel releases it when the process dies. A child forked by
+        // any thread of this process shares the description until its exec closes it (the
+        // descriptor is close-on-exec), so a lock just released can look held for that
+        // moment: a refusal is retried for a short while before it is believed.
+        let mut waited = Duration::ZERO;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(fs::TryLockError::WouldBlock) if waited < LOCK_PATIENCE => {
+                    std::thread::sleep(LOCK_RETRY);
+                    waited += LOCK_RETRY;
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::from(io::ErrorKind::WouldBlock))
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
         file.set_len(0)?;
         file.write_all(holder.as_bytes())?;
         Ok(FileLock::new(Box::new(file)))
