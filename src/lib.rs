@@ -38,12 +38,13 @@ internal_mod!(log);
 internal_mod!(segment);
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Clock, ConfigError,
-    Damage, DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error,
-    FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram,
-    Log, LogConfig, LogMetrics, OpenError, ProducerLoadReport, ReadError, RecoveryMetrics,
-    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
-    SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
+    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Cleanable,
+    CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
+    DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
+    FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
+    OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
+    Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
+    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
