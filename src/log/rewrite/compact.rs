@@ -806,11 +806,11 @@ impl Log {
         report.segments_written += 1;
         if let Some(f) = &file {
             f.sync_data().ctx("fdatasync", &log_path)?;
-            if !txn_entries.is_empty() {
-                let txn_path = suffixed(&self.dir, base, names::TXN_INDEX_EXT, names::CLEANED_SUFFIX);
-                let bytes: Vec<u8> = txn_entries.iter().flat_map(|e| e.encode()).collect();
-                crate::io::write_file_synced(fs, &txn_path, &bytes)?;
-            }
+            // Written even when empty: recovery takes a swapped-in segment's aborted
+            // transactions from it, never from the old segment's file of the same name.
+            let txn_path = suffixed(&self.dir, base, names::TXN_INDEX_EXT, names::CLEANED_SUFFIX);
+            let bytes: Vec<u8> = txn_entries.iter().flat_map(|e| e.encode()).collect();
+            crate::io::write_file_synced(fs, &txn_path, &bytes)?;
         }
         Ok(Cleaned {
             base,
@@ -855,9 +855,6 @@ impl Log {
         for c in &cleaned {
             for ext in [names::LOG_EXT, names::TXN_INDEX_EXT] {
                 let from = suffixed(dir, c.base, ext, names::CLEANED_SUFFIX);
-                if ext == names::TXN_INDEX_EXT && c.txn.is_empty() {
-                    continue;
-                }
                 let to = suffixed(dir, c.base, ext, names::SWAP_SUFFIX);
                 fs.rename(&from, &to).ctx("rename", &from)?;
             }
@@ -873,23 +870,28 @@ impl Log {
                 .collect();
             record.retain(|r| !replaced.contains(&r.base_offset));
             for n in &cleaned {
-                record.push(SegmentRecord::exact(n.base, n.next_offset, n.size as u64));
+                // Opening the new segment rebuilds its indexes through a writer, which
+                // preallocates the `.log` until it is sealed: a crash in between leaves zeros
+                // after the batches, dead bytes recovery trims.
+                let mut r = SegmentRecord::exact(n.base, n.next_offset, n.size as u64);
+                r.file_len = r.file_len.max(self.config.segment_bytes as u64);
+                record.push(r);
             }
             record.sort_by_key(|r| r.base_offset);
         }
         checkpoint::write(fs, dir, &c)?;
-        // 5. The old segments' files go.
+        // 5. The old segments' files go, durably before any `.swap` takes a final name: a
+        //    segment of the old log left next to the new ones would not be in the record.
         for n in &cleaned {
             for s in &n.replaces {
                 self.retire_segment_files(s.base_offset(), now_ms)?;
             }
         }
-        // 6. `.swap` → final names.
+        fs.sync_dir(dir).ctx("fsync directory", dir)?;
+        // 6. `.swap` → final names; a segment's `.txnindex` before its `.log`, so a `.log.swap`
+        //    left by a crash still covers the index swaps recovery completes with it.
         for n in &cleaned {
-            for ext in [names::LOG_EXT, names::TXN_INDEX_EXT] {
-                if ext == names::TXN_INDEX_EXT && n.txn.is_empty() {
-                    continue;
-                }
+            for ext in [names::TXN_INDEX_EXT, names::LOG_EXT] {
                 let from = suffixed(dir, n.base, ext, names::SWAP_SUFFIX);
                 let to = names::file_path(dir, n.base, ext);
                 fs.rename(&from, &to).ctx("rename", &from)?;
