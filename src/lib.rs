@@ -44,7 +44,7 @@ pub use log::{
     FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
     OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
     Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
-    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
+    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
