@@ -137,7 +137,7 @@ enum Retention {
 /// A key → latest offset map, keys compared byte for byte, bounded by memory.
 #[derive(Debug, Default)]
 pub(crate) struct KeyMap {
-    map: HashMap<Box<[u8]>, i64>,
+    map: HashMap<Box<[u8]>, i64, foldhash::fast::RandomState>,
     bytes: usize,
     limit: usize,
     /// The last offset the map covers: records above it are kept whatever their key.
@@ -147,7 +147,7 @@ pub(crate) struct KeyMap {
 impl KeyMap {
     pub(crate) fn new(limit: usize) -> KeyMap {
         KeyMap {
-            map: HashMap::new(),
+            map: HashMap::default(),
             bytes: 0,
             limit,
             latest: -1,
