@@ -15,7 +15,10 @@ use oncelog::format::BatchBuilder;
 use oncelog::{CleanupPolicy, Log, LogConfig};
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn config() -> LogConfig {

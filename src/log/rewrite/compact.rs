@@ -1027,3 +1027,244 @@ fn index_bytes(s: &Segment) -> u64 {
 fn time_bytes(s: &Segment) -> u64 {
     (s.time_index().len() * segment::time_index::ENTRY_SIZE) as u64
 }
+
+#[cfg(test)]
+mod tests {
+    //! Kafka's record and batch rules (kafka-format.md §9.3), one case each.
+    use super::*;
+    use crate::format::{end_txn_marker, BatchBuilder};
+
+    const NOW: i64 = 1_000_000;
+    const RETENTION: i64 = 500;
+
+    /// A batch at `base` of `(key, value)` records; `producer` sets pid (epoch 0, seq = base).
+    fn batch(
+        base: i64,
+        records: &[(Option<&str>, Option<&str>)],
+        producer: Option<i64>,
+        transactional: bool,
+        codec: Compression,
+        horizon: Option<i64>,
+    ) -> Vec<u8> {
+        let mut b = BatchBuilder::new()
+            .base_offset(base)
+            .compression(codec)
+            .transactional(transactional);
+        if let Some(h) = horizon {
+            b = b.delete_horizon(h);
+        }
+        if let Some(pid) = producer {
+            b = b.producer(pid, 0, base as i32);
+        }
+        for (i, (k, v)) in records.iter().enumerate() {
+            b.append(
+                100 + i as i64,
+                k.map(str::as_bytes),
+                v.map(str::as_bytes),
+                &[],
+            );
+        }
+        b.build().unwrap()
+    }
+
+    fn plain(base: i64, records: &[(Option<&str>, Option<&str>)]) -> Vec<u8> {
+        batch(base, records, None, false, Compression::None, None)
+    }
+
+    struct Case {
+        map: KeyMap,
+        producers: ActiveProducers,
+        round_end: i64,
+        txns: TxnTracker,
+        now: i64,
+    }
+
+    impl Case {
+        fn new(keys: &[(&str, i64)], latest: i64) -> Case {
+            let mut map = KeyMap::new(1 << 20);
+            for (k, o) in keys {
+                map.put(k.as_bytes(), *o);
+            }
+            map.latest = latest;
+            Case {
+                map,
+                producers: ActiveProducers::default(),
+                round_end: 1_000,
+                txns: TxnTracker::new(Vec::new()),
+                now: NOW,
+            }
+        }
+
+        fn clean(&mut self, bytes: &[u8], group_end: bool) -> (Outcome, Vec<u8>, CompactionReport) {
+            let rules = Rules {
+                map: &self.map,
+                now_ms: self.now,
+                delete_retention_ms: RETENTION,
+                producers: &self.producers,
+                round_end: self.round_end,
+                max_decompressed_bytes: 1 << 20,
+            };
+            let b = RecordBatch::parse(bytes).unwrap();
+            let mut out = Vec::new();
+            let mut report = CompactionReport::default();
+            let (outcome, _) =
+                clean_batch(&b, &rules, &mut self.txns, group_end, &mut out, &mut report).unwrap();
+            (outcome, out, report)
+        }
+    }
+
+    fn offsets(bytes: &[u8]) -> Vec<i64> {
+        let b = RecordBatch::parse(bytes).unwrap();
+        let buf = b.records_buf().unwrap();
+        b.iter_records(&buf).map(|r| r.unwrap().offset).collect()
+    }
+
+    #[test]
+    fn a_record_past_the_map_stays_and_an_unchanged_batch_is_copied() {
+        let mut c = Case::new(&[("a", 50)], 9);
+        let b = plain(10, &[(Some("a"), Some("x"))]);
+        let (o, out, _) = c.clean(&b, false);
+        assert_eq!(o, Outcome::Copied);
+        assert_eq!(out, b);
+    }
+
+    #[test]
+    fn a_superseded_record_goes_and_the_batch_is_rebuilt_with_its_offsets() {
+        let mut c = Case::new(&[("a", 11), ("b", 10)], 20);
+        let b = plain(10, &[(Some("a"), Some("old")), (Some("b"), Some("y")), (Some("a"), Some("new"))]);
+        let (o, out, r) = c.clean(&b, false);
+        assert_eq!(o, Outcome::Rebuilt);
+        let rb = RecordBatch::parse(&out).unwrap();
+        assert!(rb.is_crc_valid());
+        assert_eq!((rb.base_offset(), rb.last_offset(), rb.records_count()), (10, 12, 2));
+        assert_eq!(offsets(&out), vec![11, 12]);
+        assert_eq!(r.records_removed, 1);
+    }
+
+    #[test]
+    fn keyless_records_go() {
+        let mut c = Case::new(&[], 20);
+        let (o, _, _) = c.clean(&plain(10, &[(None, Some("v"))]), false);
+        assert_eq!(o, Outcome::Removed);
+    }
+
+    #[test]
+    fn a_tombstone_gets_the_horizon_and_goes_once_it_passed() {
+        let mut c = Case::new(&[("a", 10)], 20);
+        let (o, out, r) = c.clean(&plain(10, &[(Some("a"), None)]), false);
+        assert_eq!((o, r.tombstones_kept), (Outcome::Rebuilt, 1));
+        let rb = RecordBatch::parse(&out).unwrap();
+        assert!(rb.has_delete_horizon());
+        assert_eq!(rb.base_timestamp(), NOW + RETENTION);
+        // Its record keeps its own timestamp against the new base.
+        let buf = rb.records_buf().unwrap();
+        assert_eq!(rb.iter_records(&buf).next().unwrap().unwrap().timestamp, 100);
+        // Not passed: copied as it is; passed: removed.
+        let before = batch(10, &[(Some("a"), None)], None, false, Compression::None, Some(NOW + 1));
+        assert_eq!(c.clean(&before, false).0, Outcome::Copied);
+        let after = batch(10, &[(Some("a"), None)], None, false, Compression::None, Some(NOW));
+        let (o, _, r) = c.clean(&after, false);
+        assert_eq!((o, r.tombstones_removed), (Outcome::Removed, 1));
+    }
+
+    #[test]
+    fn an_active_producers_last_batch_stays_as_a_bare_header() {
+        let mut c = Case::new(&[("a", 99)], 200);
+        c.producers.last_data_offset.insert(7, 11);
+        let b = batch(10, &[(Some("a"), Some("x")), (Some("a"), Some("y"))], Some(7), false, Compression::None, None);
+        let (o, out, _) = c.clean(&b, false);
+        assert_eq!(o, Outcome::Emptied);
+        let e = RecordBatch::parse(&out).unwrap();
+        assert_eq!(out.len(), 61);
+        assert!(e.is_crc_valid());
+        assert_eq!((e.base_offset(), e.last_offset(), e.records_count()), (10, 11, 0));
+        assert_eq!((e.producer_id(), e.producer_epoch(), e.base_sequence()), (7, 0, 10));
+        assert_eq!((e.base_timestamp(), e.max_timestamp()), (-1, 101));
+        // Not the producer's last batch: removed.
+        c.producers.last_data_offset.insert(7, 50);
+        assert_eq!(c.clean(&b, false).0, Outcome::Removed);
+        // The last batch of the round, or of its group, stays as well.
+        c.round_end = 12;
+        assert_eq!(c.clean(&b, false).0, Outcome::Emptied);
+        c.round_end = 1_000;
+        assert_eq!(c.clean(&b, true).0, Outcome::Emptied);
+    }
+
+    #[test]
+    fn aborted_data_goes_and_its_abort_marker_stays_with_its_txnindex_entry() {
+        let mut c = Case::new(&[], 200);
+        let txn = AbortedTxn {
+            producer_id: 5,
+            first_offset: 10,
+            last_offset: 11,
+            last_stable_offset: 10,
+        };
+        c.txns = TxnTracker::new(vec![txn]);
+        let data = batch(10, &[(Some("k"), Some("v"))], Some(5), true, Compression::None, None);
+        let (o, _, r) = c.clean(&data, false);
+        assert_eq!((o, r.aborted_records_removed), (Outcome::Removed, 1));
+        let marker = end_txn_marker(11, 0, 5, 0, 100, ControlType::Abort, 0);
+        let rules = Rules {
+            map: &c.map,
+            now_ms: NOW,
+            delete_retention_ms: RETENTION,
+            producers: &c.producers,
+            round_end: 1_000,
+            max_decompressed_bytes: 1 << 20,
+        };
+        let mut out = Vec::new();
+        let (o, carried) = clean_batch(
+            &RecordBatch::parse(&marker).unwrap(),
+            &rules,
+            &mut c.txns,
+            false,
+            &mut out,
+            &mut CompactionReport::default(),
+        )
+        .unwrap();
+        assert_eq!(o, Outcome::Copied);
+        assert_eq!(carried, Some(txn));
+    }
+
+    #[test]
+    fn a_marker_without_data_gets_a_horizon_then_goes() {
+        let mut c = Case::new(&[], 200);
+        let commit = end_txn_marker(11, 0, 5, 0, 100, ControlType::Commit, 0);
+        let (o, out, _) = c.clean(&commit, false);
+        assert_eq!(o, Outcome::Rebuilt);
+        let rb = RecordBatch::parse(&out).unwrap();
+        assert!(rb.has_delete_horizon() && rb.is_control());
+        assert_eq!(rb.base_timestamp(), NOW + RETENTION);
+        // Past the horizon it goes; with data of it seen in the pass, it stays untouched.
+        let mut late = Case::new(&[], 200);
+        late.now = NOW + RETENTION;
+        assert_eq!(late.clean(&out, false).0, Outcome::Removed);
+        let mut seen = Case::new(&[], 200);
+        let data = batch(10, &[(Some("k"), Some("v"))], Some(5), true, Compression::None, None);
+        seen.clean(&data, false);
+        assert_eq!(seen.clean(&commit, false).0, Outcome::Copied);
+    }
+
+    #[test]
+    fn a_compressed_batch_is_rebuilt_with_its_own_codec() {
+        let mut c = Case::new(&[("a", 12)], 20);
+        for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let b = batch(10, &[(Some("a"), Some("old")), (Some("b"), Some("keep")), (Some("a"), Some("new"))], None, false, codec, None);
+            let (o, out, _) = c.clean(&b, false);
+            assert_eq!(o, Outcome::Rebuilt);
+            let rb = RecordBatch::parse(&out).unwrap();
+            assert_eq!(rb.compression(), Some(codec));
+            assert_eq!(offsets(&out), vec![11, 12]);
+        }
+    }
+
+    #[test]
+    fn the_key_map_refuses_a_new_key_beyond_its_bound_but_updates_known_ones() {
+        let mut m = KeyMap::new(2 * (KEY_ENTRY_OVERHEAD + 1));
+        assert!(m.put(b"a", 1) && m.put(b"b", 2));
+        assert!(!m.put(b"c", 3));
+        assert!(m.put(b"a", 4));
+        assert_eq!(m.get(b"a"), Some(4));
+        assert_eq!(m.get(b"c"), None);
+    }
+}
