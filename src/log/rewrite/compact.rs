@@ -345,9 +345,7 @@ pub(crate) fn clean_batch(
         let r = r?;
         let keep = if discard_records {
             false
-        } else if marker_batch {
-            true
-        } else if r.offset > rules.map.latest {
+        } else if marker_batch || r.offset > rules.map.latest {
             true
         } else if let Some(key) = r.key {
             let latest = rules.map.get(key).is_none_or(|o| r.offset >= o);
