@@ -12,7 +12,7 @@
 //! faults) gives the state after.
 //!
 //! Environment:
-//! * `ONCELOG_COMPACT_CRASH_POINTS=<n>`: crash points (default 1,500).
+//! * `ONCELOG_COMPACT_CRASH_POINTS=<n>`: crash points (default 5,000).
 //! * `ONCELOG_CRASH_SEED=<n>`: replay one seed only (every failure prints its seed).
 
 mod common_sim;
@@ -25,7 +25,7 @@ use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{AppendOutcome, CleanupPolicy, Log, LogConfig, TxnMarker};
 
-const DEFAULT_POINTS: u64 = 1_500;
+const DEFAULT_POINTS: u64 = 5_000;
 const T0: i64 = 1_700_000_000_000;
 
 /// Every batch readable from the log start: `(base, last, bytes)`.

@@ -735,7 +735,17 @@ impl Log {
         if dry_run || cleaned.is_empty() {
             return Ok(end);
         }
-        self.swap_in(ex, cleaned, end, now_ms, report)?;
+        if let Err(e) = self.swap_in(ex, cleaned, end, now_ms, report) {
+            // The files may be between the old segments and the new ones (recovery settles
+            // that on the next open), but this process's view of them is not: nothing more
+            // may be written.
+            ex.st.failure = Some(Arc::new(IoError::new(
+                "compact",
+                &self.dir,
+                std::io::Error::other(format!("a compaction failed part way: {e}")),
+            )));
+            return Err(e);
+        }
         Ok(end)
     }
 
