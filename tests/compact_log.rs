@@ -671,3 +671,71 @@ fn a_corrupt_compressed_payload_stops_the_round_and_changes_nothing() {
     };
     assert_eq!(sealed(&before), sealed(&common::dir_contents(tmp.path())));
 }
+
+#[test]
+fn without_snapshots_the_retained_batches_rebuild_every_producers_last_sequence() {
+    // What a Kafka broker opening the compacted directory does: rebuild producer state from
+    // the batches. The batch holding each producer's last sequence survived the round.
+    let tmp = tempfile::tempdir().unwrap();
+    let log = open_with(tmp.path(), config());
+    let mut last = None;
+    for seq in 0..60 {
+        let pid = 40 + i64::from(seq % 3);
+        let batch = keyed(
+            &format!("k{}", seq % 2),
+            Some("value value"),
+            Some((pid, seq / 3)),
+        );
+        last = Some((batch.clone(), append(&log, &batch)));
+    }
+    for i in 0..40 {
+        append(
+            &log,
+            &keyed(&format!("k{}", i % 2), Some("superseding"), None),
+        );
+    }
+    let seqs: Vec<_> = (40..43)
+        .map(|p| log.producer(p).unwrap().last_seq())
+        .collect();
+    log.compact(T0).unwrap();
+    log.close().unwrap();
+    drop(log);
+    for e in std::fs::read_dir(tmp.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "snapshot") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    std::fs::remove_file(tmp.path().join("oncelog.checkpoint")).unwrap();
+    let log = open_with(tmp.path(), config());
+    let rebuilt: Vec<_> = (40..43)
+        .map(|p| log.producer(p).unwrap().last_seq())
+        .collect();
+    assert_eq!(rebuilt, seqs);
+    let (batch, offsets) = last.unwrap();
+    match log.append(&batch).unwrap() {
+        AppendOutcome::Duplicate(d) => assert_eq!((d.first_offset, d.last_offset), offsets),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_invalid_cleaner_offset_is_reset_to_the_log_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = open_with(tmp.path(), config());
+    for i in 0..80 {
+        append(
+            &log,
+            &keyed(&format!("k{}", i % 3), Some("value value value"), None),
+        );
+    }
+    log.flush().unwrap();
+    for bad in ["0\n1\n999999\n", "0\n1\n-5\n", "garbage", "0\n2\n1\n"] {
+        std::fs::write(tmp.path().join(oncelog::CLEANER_OFFSET_FILE), bad).unwrap();
+        assert_eq!(log.cleanable(T0).first_dirty_offset, 0, "{bad:?}");
+    }
+    let r = log.compact(T0).unwrap();
+    let text = std::fs::read_to_string(tmp.path().join(oncelog::CLEANER_OFFSET_FILE)).unwrap();
+    assert_eq!(text, format!("0\n1\n{}\n", r.cleaned_to));
+    assert_eq!(log.cleanable(T0).first_dirty_offset, r.cleaned_to);
+}
