@@ -39,16 +39,17 @@ internal_mod!(manager);
 internal_mod!(segment);
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Clock, ConfigError,
-    Damage, DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error,
-    FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram,
-    Log, LogConfig, LogMetrics, OpenError, ProducerLoadReport, ReadError, RecoveryMetrics,
-    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
-    SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
+    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Cleanable,
+    CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
+    DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
+    FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
+    OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
+    Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
+    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,
-    CleanupPolicy, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
+    Compactor, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
     LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, MetaProperties,
     OpenReport, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport,
     ResolvedConfig, Throttle, TopicError, TopicPartition,

@@ -40,7 +40,8 @@ fn open(clock: &Arc<TestClock>, cfg: ManagerConfig) -> (tempfile::TempDir, PathB
     (tmp, dir, m)
 }
 
-/// `n` batches of one 100-byte record, timestamped from `T0`; idempotent for `producer`.
+/// `n` batches of one 100-byte record keyed `k0`..`k4` (a compacted log refuses keyless
+/// records), timestamped from `T0`; idempotent for `producer`.
 fn append(log: &Log, n: i64, producer: Option<i64>) {
     for i in 0..n {
         let seq = (log.log_end_offset()) as i32;
@@ -48,7 +49,8 @@ fn append(log: &Log, n: i64, producer: Option<i64>) {
             Some(pid) => BatchBuilder::new().producer(pid, 0, seq),
             None => BatchBuilder::new(),
         };
-        b.append(T0 + i, None, Some(&[b'v'; 100]), &[]);
+        let key = format!("k{}", i % 5);
+        b.append(T0 + i, Some(key.as_bytes()), Some(&[b'v'; 100]), &[]);
         assert!(matches!(
             log.append(&b.build().unwrap()).unwrap(),
             AppendOutcome::Appended(_)
@@ -332,6 +334,49 @@ impl Cleaner for FakeCleaner {
 }
 
 #[test]
+fn the_default_cleaner_compacts_partitions_that_are_due_and_records_how_far() {
+    let clock = TestClock::new(T0);
+    let (_tmp, dir, m) = open(&clock, config());
+    let compact = m
+        .create(
+            "compact",
+            0,
+            PartitionConfig {
+                cleanup_policy: Some(CleanupPolicy::Compact),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let deleted = m.create("delete", 0, PartitionConfig::default()).unwrap();
+    // 400 records over 5 keys in 8 KiB segments: every sealed segment is dirty.
+    for log in [&compact, &deleted] {
+        append(log, 400, None);
+        log.flush().unwrap();
+    }
+    let sealed_end = compact.log_end_offset();
+    let before = compact.size_bytes();
+    let r = m.run_job(Job::Cleaning).unwrap();
+    assert_eq!((r.visited, r.acted), (1, 1), "{r:?}");
+    assert!(r.failures.is_empty(), "{r:?}");
+    assert!(compact.size_bytes() < before / 2, "compacted");
+    assert_eq!(deleted.log_end_offset(), 400);
+    // Offsets stay; every key keeps at least its latest value.
+    assert_eq!(compact.log_end_offset(), sealed_end);
+    m.run_job(Job::HighWatermarks).unwrap();
+    let entries: Vec<(TopicPartition, i64)> = cleaner_offsets(&dir).into_iter().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].0, TopicPartition::new("compact", 0));
+    assert!(
+        entries[0].1 > 0 && entries[0].1 <= sealed_end,
+        "{entries:?}"
+    );
+    // A second run finds nothing due and acts on nothing.
+    let r = m.run_job(Job::Cleaning).unwrap();
+    assert_eq!((r.visited, r.acted), (1, 0), "{r:?}");
+    m.close().unwrap();
+}
+
+#[test]
 fn the_cleaning_job_runs_the_given_cleaner_on_compacted_partitions_and_moves_their_checkpoint() {
     let clock = TestClock::new(T0);
     let (_tmp, dir, m) = open(&clock, config());
@@ -351,9 +396,6 @@ fn the_cleaning_job_runs_the_given_cleaner_on_compacted_partitions_and_moves_the
     for log in [&compact, &both, &deleted] {
         append(log, 20, None);
     }
-
-    // Without a cleaner the job visits nothing.
-    assert_eq!(m.run_job(Job::Cleaning).unwrap(), Default::default());
 
     let cleaner = Arc::new(FakeCleaner::default());
     m.set_cleaner(cleaner.clone());

@@ -253,6 +253,63 @@ impl BatchBuilder {
     }
 }
 
+/// Re-encodes a stored record for a rebuilt batch (the log cleaner's): its attributes, its own
+/// offset delta, key, value and headers as they were, and its timestamp as a delta to
+/// `base_timestamp`, the rebuilt batch's baseTimestamp.
+pub(crate) fn reencode_record(record: &super::record::Record<'_>, base_timestamp: i64, out: &mut Vec<u8>) {
+    let timestamp_delta = record.timestamp.wrapping_sub(base_timestamp);
+    let headers = record.header_bytes();
+    let body_len = 1
+        + varlong_size(timestamp_delta)
+        + varint_size(record.offset_delta)
+        + nullable_size(record.key)
+        + nullable_size(record.value)
+        + varint_size(record.header_count() as i32)
+        + headers.len();
+    encode_varint(body_len as i32, out);
+    out.push(record.attributes as u8);
+    encode_varlong(timestamp_delta, out);
+    encode_varint(record.offset_delta, out);
+    put_nullable(record.key, out);
+    put_nullable(record.value, out);
+    encode_varint(record.header_count() as i32, out);
+    out.extend_from_slice(headers);
+}
+
+/// The header of a batch the log cleaner writes in place of `original`: everything the
+/// original says (baseOffset, lastOffsetDelta, producer, partition leader epoch, flags)
+/// except the codec-independent parts given here. `records` is the (compressed, if the
+/// attributes say so) records stream, `count` its records. The CRC is computed.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_cleaned_batch(
+    original: &super::batch::RecordBatch<'_>,
+    attributes: i16,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    count: i32,
+    records: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    let size = HEADER_SIZE + records.len();
+    out.reserve(size);
+    out.extend_from_slice(&original.base_offset().to_be_bytes());
+    out.extend_from_slice(&((size - LOG_OVERHEAD) as i32).to_be_bytes());
+    out.extend_from_slice(&original.partition_leader_epoch().to_be_bytes());
+    out.push(MAGIC_V2 as u8);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&attributes.to_be_bytes());
+    out.extend_from_slice(&original.last_offset_delta().to_be_bytes());
+    out.extend_from_slice(&base_timestamp.to_be_bytes());
+    out.extend_from_slice(&max_timestamp.to_be_bytes());
+    out.extend_from_slice(&original.producer_id().to_be_bytes());
+    out.extend_from_slice(&original.producer_epoch().to_be_bytes());
+    out.extend_from_slice(&original.base_sequence().to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(records);
+    rewrite_crc(&mut out[start..]);
+}
+
 fn nullable_size(bytes: Option<&[u8]>) -> usize {
     match bytes {
         None => 1,

@@ -133,7 +133,89 @@ pub struct LogConfig {
     /// A producer snapshot is also taken once this many bytes were appended since the last
     /// one, so a restart replays at most this much of the log. Default 64 MiB.
     pub snapshot_interval_bytes: u64,
+    /// `cleanup.policy`: whether old data goes by retention ([`CleanupPolicy::Delete`], the
+    /// default), by key compaction ([`super::Log::compact`]), or both. On a log that compacts,
+    /// an append holding a record without a key is refused, as Kafka refuses it.
+    pub cleanup_policy: CleanupPolicy,
+    /// The compaction knobs (`min.cleanable.dirty.ratio`, the compaction lags,
+    /// `delete.retention.ms`, the key map's memory).
+    pub compaction: CompactionConfig,
 }
+
+/// Kafka's `cleanup.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// `delete`: retention by size and time (the default).
+    #[default]
+    Delete,
+    /// `compact`: the latest value of each key is kept; retention's size and time rules are off.
+    Compact,
+    /// `compact,delete`: both.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    /// Whether the policy contains `compact`.
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+    /// Whether the policy contains `delete`.
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+    /// Kafka's spelling: `delete`, `compact`, `compact,delete`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        }
+    }
+}
+
+/// The log cleaner's settings, with Kafka's names and defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionConfig {
+    /// `min.cleanable.dirty.ratio`: compaction is due when the dirty part is at least this
+    /// share of the cleanable log. Default 0.5; 0 ..= 1.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a segment whose newest timestamp is younger than this is not
+    /// cleaned. Default 0.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a log whose oldest dirty segment is older than this is due
+    /// whatever its dirty ratio. Default `i64::MAX` (off).
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long a tombstone, or a transaction marker with no data left,
+    /// stays after the cleaner stamped its batch's delete horizon. Default one day.
+    pub delete_retention_ms: i64,
+    /// Memory the cleaner's key → offset map may use (Kafka's `log.cleaner.dedupe.buffer.size`,
+    /// per cleaning pass): a dirty range with more keys is cleaned in several passes. Default
+    /// 128 MiB; at least 1 KiB.
+    pub key_map_bytes: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            key_map_bytes: 128 << 20,
+        }
+    }
+}
+
+impl PartialEq for CompactionConfig {
+    fn eq(&self, o: &Self) -> bool {
+        self.min_cleanable_dirty_ratio.to_bits() == o.min_cleanable_dirty_ratio.to_bits()
+            && self.min_compaction_lag_ms == o.min_compaction_lag_ms
+            && self.max_compaction_lag_ms == o.max_compaction_lag_ms
+            && self.delete_retention_ms == o.delete_retention_ms
+            && self.key_map_bytes == o.key_map_bytes
+    }
+}
+impl Eq for CompactionConfig {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -157,6 +239,8 @@ impl Default for LogConfig {
             snapshot_version: SnapshotVersion::V3,
             snapshot_interval_bytes: 64 << 20,
             prefault_bytes: 8 << 20,
+            cleanup_policy: CleanupPolicy::Delete,
+            compaction: CompactionConfig::default(),
         }
     }
 }
@@ -266,6 +350,38 @@ impl LogConfig {
         }
         if self.snapshot_interval_bytes == 0 {
             return Err(bad("snapshot_interval_bytes", 0, "must be at least 1"));
+        }
+        let c = &self.compaction;
+        if !(0.0..=1.0).contains(&c.min_cleanable_dirty_ratio) {
+            return Err(bad(
+                "min_cleanable_dirty_ratio",
+                c.min_cleanable_dirty_ratio,
+                "must be in 0 ..= 1",
+            ));
+        }
+        if c.min_compaction_lag_ms < 0 {
+            return Err(bad(
+                "min_compaction_lag_ms",
+                c.min_compaction_lag_ms,
+                "must not be negative",
+            ));
+        }
+        if c.max_compaction_lag_ms < 1 || c.max_compaction_lag_ms < c.min_compaction_lag_ms {
+            return Err(bad(
+                "max_compaction_lag_ms",
+                c.max_compaction_lag_ms,
+                "must be at least 1 and at least min_compaction_lag_ms",
+            ));
+        }
+        if c.delete_retention_ms < 0 {
+            return Err(bad(
+                "delete_retention_ms",
+                c.delete_retention_ms,
+                "must not be negative",
+            ));
+        }
+        if c.key_map_bytes < 1024 {
+            return Err(bad("key_map_bytes", c.key_map_bytes, "must be at least 1024"));
         }
         if let FlushPolicy::EveryMessages(0) = self.flush_policy {
             return Err(bad(

@@ -198,6 +198,13 @@ pub enum AppendError {
         /// The batch's base offset.
         got: i64,
     },
+    /// A record without a key, appended to a log whose cleanup policy compacts (Kafka's
+    /// INVALID_RECORD, "Compacted topic cannot accept message without key"): nothing was written.
+    #[error("record {index} has no key, and the log is compacted")]
+    KeylessRecord {
+        /// The record's index in the batch.
+        index: i32,
+    },
     /// A file operation failed; the log is unchanged and appends may be retried.
     #[error(transparent)]
     Io(#[from] IoError),
@@ -232,6 +239,7 @@ impl AppendError {
             AppendError::Producer(e) => e.kind(),
             AppendError::RecordListTooLarge { .. } => "record_list_too_large",
             AppendError::InvalidMarker { .. } => "invalid_marker",
+            AppendError::KeylessRecord { .. } => "keyless_record",
             AppendError::UnexpectedAppendOffset { .. } => "unexpected_append_offset",
             AppendError::Io(_) => "io",
             AppendError::ReadOnly { .. } => "read_only",
@@ -360,6 +368,32 @@ pub enum RewriteError {
     /// The log was closed.
     #[error("log is closed")]
     Closed,
+    /// [`super::Log::compact`] on a log whose `cleanup_policy` does not contain `compact`.
+    #[error("cleanup_policy is {policy}: the log is not compacted")]
+    NotCompacted {
+        /// The log's policy.
+        policy: &'static str,
+    },
+    /// The cleaner met a batch it cannot read (a payload that does not decompress, a record
+    /// that does not decode, a CRC that does not match): the round stopped and changed
+    /// nothing.
+    #[error("{} at byte {position}: compaction stopped: {error}", path.display())]
+    CompactionCorrupt {
+        /// The segment's `.log`.
+        path: std::path::PathBuf,
+        /// The batch's byte position in it.
+        position: usize,
+        /// What is wrong with it.
+        error: crate::format::BatchError,
+    },
+    /// Not even the keys of the first dirty batch fit the configured key map.
+    #[error("the keys of the batch at offset {offset} do not fit key_map_bytes = {key_map_bytes}")]
+    KeyMapTooSmall {
+        /// The configured bound.
+        key_map_bytes: usize,
+        /// The first dirty offset.
+        offset: i64,
+    },
 }
 
 impl RewriteError {
@@ -375,6 +409,9 @@ impl RewriteError {
             RewriteError::Io(_) => "io",
             RewriteError::ReadOnly { .. } => "read_only",
             RewriteError::Closed => "closed",
+            RewriteError::NotCompacted { .. } => "not_compacted",
+            RewriteError::CompactionCorrupt { .. } => "compaction_corrupt",
+            RewriteError::KeyMapTooSmall { .. } => "key_map_too_small",
         }
     }
 }

@@ -234,6 +234,8 @@ fn refusal_index(e: &AppendError) -> usize {
         AppendError::RecordListTooLarge { .. } => 2,
         // A coordinator's request breaking a rule, as a client's batch would.
         AppendError::InvalidMarker { .. } => 1,
+        // Kafka answers INVALID_RECORD.
+        AppendError::KeylessRecord { .. } => 1,
         AppendError::Producer(p) => match p {
             ProducerError::InvalidProducerEpoch { .. } => 3,
             ProducerError::OutOfOrderSequence { .. } => 4,

@@ -40,7 +40,7 @@ use epochs::LeaderEpochCache;
 
 pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
-    Clock, ConfigError, Environment, FlushPolicy, HighWatermarkPolicy, LogConfig, RecoveryMode,
+    CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy, HighWatermarkPolicy, LogConfig, RecoveryMode,
     SystemClock,
 };
 pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
@@ -49,7 +49,10 @@ pub use fetch::FetchResult;
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use recovery::{LogDirOffsets, RecoveryReport, Truncation};
-pub use rewrite::{DeletedSegment, RetentionReason, RetentionReport, TruncateReport};
+pub use rewrite::{
+    Cleanable, CompactionReport, DeletedSegment, RetentionReason, RetentionReport, TruncateReport,
+    CLEANER_OFFSET_FILE,
+};
 pub use txn::{IsolationLevel, TxnMarker, TxnResult};
 pub use wait::{WaitFor, WaitOutcome};
 
@@ -125,6 +128,23 @@ struct FlushState {
     position: usize,
     /// A leader is syncing; others wait on `Log::flushed`.
     in_progress: bool,
+}
+
+/// Kafka's `validateKey`: on a compacted log every record of a data batch has a key.
+fn refuse_keyless(batch: &[u8], max_decompressed: usize) -> Result<(), AppendError> {
+    let b = format::RecordBatch::parse(batch)?;
+    if b.is_control() {
+        return Ok(());
+    }
+    let records = b.records_buf_limited(max_decompressed)?;
+    for (index, r) in b.iter_records(&records).enumerate() {
+        if r?.key.is_none() {
+            return Err(AppendError::KeylessRecord {
+                index: index as i32,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The lock file of a partition directory: held (`flock`) for the life of a [`Log`], so a second
@@ -350,6 +370,9 @@ impl Log {
             self.config.max_message_bytes,
             self.config.max_decompressed_bytes,
         )?;
+        if self.config.cleanup_policy.compacts() {
+            refuse_keyless(batch, self.config.max_decompressed_bytes)?;
+        }
         if summary.size > self.config.segment_bytes {
             return Err(AppendError::RecordListTooLarge {
                 size: summary.size,

@@ -1,6 +1,7 @@
-//! The seam the compaction cleaner (issue 12) plugs into: the manager's `cleaning` job, its
+//! Where compaction plugs into the manager: the manager's `cleaning` job, its
 //! interval, its byte-rate throttle and the cleaner checkpoint are here; the cleaning itself
-//! is a [`Cleaner`] given to [`super::LogManager::set_cleaner`].
+//! is a [`Cleaner`]: [`Compactor`] (the log's own compaction) unless another is given to
+//! [`super::LogManager::set_cleaner`].
 //!
 //! Each run of [`super::Job::Cleaning`] visits every online partition whose
 //! `cleanup.policy` includes `compact`, in order, and asks the cleaner to clean it from the
@@ -36,6 +37,8 @@ pub struct CleanRequest<'a> {
     /// Where cleaning starts: the cleaner checkpoint's offset, within the log's bounds, or the
     /// log start.
     pub from: i64,
+    /// The manager's clock (ms since the epoch), for the cleaner's lags and horizons.
+    pub now_ms: i64,
     /// The throttle every partition of this run shares.
     pub throttle: &'a Throttle<'a>,
 }
@@ -105,6 +108,31 @@ impl<'a> Throttle<'a> {
     /// Bytes paid for so far.
     pub fn paid(&self) -> u64 {
         *self.paid.lock()
+    }
+}
+
+/// The manager's own cleaner: the log's compaction ([`Log::compact`], Kafka's log cleaner and
+/// its rules), run on a partition when [`Log::cleanable`] says a round is due. What a round
+/// reads is paid to the throttle after it (a round is one rewrite, committed as a whole); a
+/// manager that is closing stops before the next partition.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Compactor;
+
+impl Cleaner for Compactor {
+    fn clean(&self, log: &Log, request: &CleanRequest<'_>) -> Result<Cleaned, String> {
+        let due = log.cleanable(request.now_ms);
+        if !due.due {
+            return Ok(Cleaned {
+                clean_to: due.first_dirty_offset.max(request.from).min(log.log_end_offset()),
+                bytes_read: 0,
+            });
+        }
+        let report = log.compact(request.now_ms).map_err(|e| e.to_string())?;
+        request.throttle.pay(report.bytes_before);
+        Ok(Cleaned {
+            clean_to: report.cleaned_to.max(request.from).min(log.log_end_offset()),
+            bytes_read: report.bytes_before,
+        })
     }
 }
 

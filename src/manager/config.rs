@@ -21,51 +21,10 @@ use std::time::Duration;
 
 use crate::format::TimestampType;
 use crate::io::{self, FileSystem, IoError};
-use crate::log::LogConfig;
+use crate::log::{CleanupPolicy, LogConfig};
 
 /// The file holding a partition's own settings, in its directory.
 pub const PARTITION_CONFIG_FILE: &str = "oncelog.properties";
-
-/// Kafka's `cleanup.policy`: what happens to old segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CleanupPolicy {
-    /// Retention by time and size deletes them (Kafka's default).
-    #[default]
-    Delete,
-    /// Compaction keeps the newest record of each key; retention deletes only below the log
-    /// start. Compaction itself is not built yet (issue 12): such a partition is kept whole.
-    Compact,
-    /// Both: compacted, and deleted by time and size.
-    CompactDelete,
-}
-
-impl CleanupPolicy {
-    /// Kafka's spelling: `delete`, `compact`, `compact,delete`.
-    pub fn name(self) -> &'static str {
-        match self {
-            CleanupPolicy::Delete => "delete",
-            CleanupPolicy::Compact => "compact",
-            CleanupPolicy::CompactDelete => "compact,delete",
-        }
-    }
-
-    fn parse(text: &str) -> Option<CleanupPolicy> {
-        let mut words: Vec<&str> = text.split(',').map(str::trim).collect();
-        words.sort_unstable();
-        words.dedup();
-        match words.as_slice() {
-            ["delete"] => Some(CleanupPolicy::Delete),
-            ["compact"] => Some(CleanupPolicy::Compact),
-            ["compact", "delete"] => Some(CleanupPolicy::CompactDelete),
-            _ => None,
-        }
-    }
-
-    /// Whether retention by time and size applies.
-    pub fn deletes(self) -> bool {
-        self != CleanupPolicy::Compact
-    }
-}
 
 /// One partition's settings over the manager's defaults (Kafka's topic configurations);
 /// `None` takes the default.
@@ -142,7 +101,7 @@ impl PartitionConfig {
     /// compact-only partition is never deleted by time or size.
     pub fn resolve(&self, defaults: &ManagerConfig) -> ResolvedConfig {
         let d = &defaults.log;
-        let cleanup_policy = self.cleanup_policy.unwrap_or_default();
+        let cleanup_policy = self.cleanup_policy.unwrap_or(d.cleanup_policy);
         let mut log = LogConfig {
             segment_bytes: self.segment_bytes.unwrap_or(d.segment_bytes),
             segment_ms: self.segment_ms.unwrap_or(d.segment_ms),
@@ -156,6 +115,7 @@ impl PartitionConfig {
             retention_bytes: self.retention_bytes.unwrap_or(d.retention_bytes),
             retention_ms: self.retention_ms.unwrap_or(d.retention_ms),
             file_delete_delay_ms: self.file_delete_delay_ms.unwrap_or(d.file_delete_delay_ms),
+            cleanup_policy,
             ..d.clone()
         };
         if !cleanup_policy.deletes() {
@@ -253,7 +213,7 @@ impl PartitionConfig {
                 "flush.ms" => c.flush_ms = Some(limit(value)?),
                 "cleanup.policy" => {
                     c.cleanup_policy = Some(
-                        CleanupPolicy::parse(value)
+                        parse_cleanup_policy(value)
                             .ok_or_else(|| bad("delete, compact or compact,delete"))?,
                     )
                 }
@@ -332,7 +292,7 @@ pub struct JobIntervals {
     /// `file.delete.delay.ms` is over. Default 1 s.
     pub deletion: Option<Duration>,
     /// Cleans (compacts) the partitions whose `cleanup.policy` includes `compact`, with the
-    /// cleaner given to [`super::LogManager::set_cleaner`] (Kafka's `log.cleaner.backoff.ms`).
+    /// manager's cleaner (Kafka's `log.cleaner.backoff.ms`).
     /// Default 15 s.
     pub cleaning: Option<Duration>,
 }
@@ -418,6 +378,19 @@ impl Default for ManagerConfig {
     }
 }
 
+/// Kafka's spelling of a `cleanup.policy` (`delete`, `compact`, `compact,delete`, in any order).
+fn parse_cleanup_policy(text: &str) -> Option<CleanupPolicy> {
+    let mut words: Vec<&str> = text.split(',').map(str::trim).collect();
+    words.sort_unstable();
+    words.dedup();
+    match words.as_slice() {
+        ["delete"] => Some(CleanupPolicy::Delete),
+        ["compact"] => Some(CleanupPolicy::Compact),
+        ["compact", "delete"] => Some(CleanupPolicy::CompactDelete),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,3 +462,4 @@ mod tests {
         assert_eq!((r.log.retention_ms, r.log.retention_bytes), (None, None));
     }
 }
+

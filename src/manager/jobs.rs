@@ -1,8 +1,8 @@
 //! The background jobs, each on a thread of its own that runs it every interval until the
 //! manager stops it, and the checkpoint writes the jobs share with `close`.
 //!
-//! Cleaning is scheduled here like the others ([`Job::Cleaning`]), but what cleans is a
-//! [`super::Cleaner`] given to the manager (compaction is issue 12): the job, its throttle and
+//! Cleaning is scheduled here like the others ([`Job::Cleaning`]); what cleans is the
+//! manager's [`super::Cleaner`] (by default [`super::Compactor`]): the job, its throttle and
 //! the cleaner checkpoint it moves are in `cleaning`.
 
 use std::collections::BTreeMap;
@@ -309,6 +309,7 @@ fn cleaning(inner: &Inner) -> JobReport {
             partition: &slot.tp,
             policy: config.cleanup_policy,
             from,
+            now_ms: inner.now_ms(),
             throttle: &throttle,
         };
         match cleaner.clean(log, &request) {

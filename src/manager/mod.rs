@@ -26,11 +26,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 use crate::io::FileLock;
-use crate::log::{Environment, Log};
+use crate::log::{CleanupPolicy, Environment, Log};
 
-pub use cleaning::{CleanRequest, Cleaned, Cleaner, Throttle};
+pub use cleaning::{CleanRequest, Cleaned, Cleaner, Compactor, Throttle};
 pub use config::{
-    BadPartitionConfig, CleanupPolicy, JobIntervals, ManagerConfig, PartitionConfig,
+    BadPartitionConfig, JobIntervals, ManagerConfig, PartitionConfig,
     ResolvedConfig, PARTITION_CONFIG_FILE,
 };
 pub use error::{ManagerError, PartitionFailure};
@@ -66,7 +66,7 @@ pub(crate) struct Inner {
     doomed: Mutex<Vec<partitions::DoomedDir>>,
     closed: AtomicBool,
     stats: Mutex<BTreeMap<Job, JobStats>>,
-    /// What the cleaning job runs, once given ([`LogManager::set_cleaner`]).
+    /// What the cleaning job runs: [`Compactor`] or what [`LogManager::set_cleaner`] gave.
     cleaner: RwLock<Option<Arc<dyn Cleaner>>>,
 }
 
@@ -257,8 +257,8 @@ impl LogManager {
 
     /// Gives the cleaning job ([`Job::Cleaning`]) its cleaner, replacing any earlier one: from
     /// the next run on, each partition whose `cleanup.policy` includes `compact` is cleaned
-    /// from its cleaner checkpoint entry. Until a cleaner is given, the job visits nothing
-    /// and the entries read at open are written back within each log's bounds.
+    /// from its cleaner checkpoint entry. A manager starts with [`Compactor`], the log's own
+    /// compaction.
     pub fn set_cleaner(&self, cleaner: Arc<dyn Cleaner>) {
         *self.inner.cleaner.write() = Some(cleaner);
     }

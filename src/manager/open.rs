@@ -278,7 +278,7 @@ pub(super) fn open(
         doomed: Mutex::new(doomed),
         closed: AtomicBool::new(false),
         stats: Mutex::new(BTreeMap::new()),
-        cleaner: RwLock::new(None),
+        cleaner: RwLock::new(Some(Arc::new(super::cleaning::Compactor))),
     };
     // Entries of partitions that are gone (a deletion a crash interrupted before the files
     // were rewritten) must not vouch for a partition created under the same name later.

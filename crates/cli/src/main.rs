@@ -103,6 +103,16 @@ enum Command {
     /// the report says so. The files of deleted segments are gone before it exits, not left as
     /// .deleted. Refuses a log that needs recovery, or that another process has open.
     Retention(rewrite::RetentionArgs),
+    /// Compact the log by key now (Kafka's log cleaner, cleanup.policy=compact)
+    ///
+    /// Keeps the latest record of each key below the first uncleanable offset (the last
+    /// stable offset, the active segment), tombstones until their delete horizon, the batches
+    /// that hold producers' last sequences; removes aborted transactional data and markers
+    /// past their horizon. Offsets never move. Reports what it kept and removed (records,
+    /// tombstones, markers, bytes); --dry-run reports what it would, changing nothing. Refuses
+    /// a log that needs recovery, or that another process has open. Exits 1 (changing nothing)
+    /// when a batch cannot be read.
+    Compact(rewrite::CompactArgs),
     /// Show exactly-once appends surviving a lost ack and a SIGKILL, step by step
     ///
     /// The lost-acknowledgement scenario end to end, with a real SIGKILL of a child process.
@@ -143,6 +153,7 @@ fn main() -> ExitCode {
         Command::Truncate(args) => rewrite::run_truncate(&args),
         Command::DeleteRecords(args) => rewrite::run_delete_records(&args),
         Command::Retention(args) => rewrite::run_retention(&args),
+        Command::Compact(args) => rewrite::run_compact(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoChild(args) => demo::run_child(&args),
     };

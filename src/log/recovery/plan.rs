@@ -630,7 +630,16 @@ impl Planner<'_> {
                         tail: TailInfo::from_batches(&v.batches),
                         rebuild: Some(v.batches),
                         swapped: candidate.swapped,
-                        txn: KeptTxn::Rebuild,
+                        // A swapped-in segment brings its own `.txnindex` (the cleaner's, which
+                        // a replay could not rebuild: the batches it needs may be compacted
+                        // away); the others are rebuilt while the producer state is replayed.
+                        txn: match candidate.swapped {
+                            true => match self.swapped_txn_index(base, v.valid_len, next_offset)? {
+                                Ok(entries) => KeptTxn::Stored(entries),
+                                Err(_) => KeptTxn::Rebuild,
+                            },
+                            false => KeptTxn::Rebuild,
+                        },
                     }
                 }
             };
@@ -974,6 +983,25 @@ impl Planner<'_> {
     /// A recorded segment's stored `.txnindex` entries (none without a file), or why they
     /// cannot be used: not a regular file, larger than the markers of the segment could need
     /// (at most one per batch: never read), or failing the sanity check.
+    /// The `.txnindex` of a segment being swapped in: its `.txnindex.swap`, or, once that was
+    /// renamed (a segment's `.txnindex` takes its final name before its `.log`), the file.
+    fn swapped_txn_index(
+        &self,
+        base: i64,
+        log_size: usize,
+        next_offset: i64,
+    ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
+        let swap = self.dir.join(format!(
+            "{}.{}",
+            names::file_name(base, names::TXN_INDEX_EXT),
+            names::SWAP_SUFFIX
+        ));
+        if self.fs.exists(&swap).ctx("stat", &swap)? {
+            return self.txn_index_at(&swap, base, log_size, next_offset);
+        }
+        self.stored_txn_index(base, log_size, next_offset)
+    }
+
     fn stored_txn_index(
         &self,
         base: i64,
@@ -981,8 +1009,18 @@ impl Planner<'_> {
         next_offset: i64,
     ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
         let path = names::file_path(self.dir, base, names::TXN_INDEX_EXT);
+        self.txn_index_at(&path, base, log_size, next_offset)
+    }
+
+    fn txn_index_at(
+        &self,
+        path: &Path,
+        base: i64,
+        log_size: usize,
+        next_offset: i64,
+    ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
         let max = (log_size / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
-        Ok(match crate::io::read_small_file(self.fs, &path, max as u64)? {
+        Ok(match crate::io::read_small_file(self.fs, path, max as u64)? {
             crate::io::SmallFile::Missing => Ok(Vec::new()),
             crate::io::SmallFile::NotAFile(kind) => Err(format!("txn index: a {kind}")),
             crate::io::SmallFile::TooLarge(len) => Err(format!(

@@ -8,6 +8,7 @@
 //! after, and swaps the segments under their write lock, so a reader sees one state or the
 //! other; files are renamed and removed, never shrunk, under a reader's bytes.
 
+mod compact;
 mod retention;
 mod truncate;
 
@@ -22,6 +23,7 @@ use super::{AppendState, HighWatermarkPolicy, Log, RewriteError};
 use crate::io::{IoError, IoResultExt};
 use crate::segment::names;
 
+pub use compact::{Cleanable, CompactionReport, CLEANER_OFFSET_FILE};
 pub use retention::{DeletedSegment, RetentionReason, RetentionReport};
 pub use truncate::TruncateReport;
 

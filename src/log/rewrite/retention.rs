@@ -191,8 +191,15 @@ impl Log {
         let limits = Limits {
             log_start_offset: self.log_start_offset(),
             bound: self.high_watermark().min(self.recovery_point()),
-            retention_bytes: self.config.retention_bytes,
-            retention_ms: self.config.retention_ms,
+            // Size and time apply only when the cleanup policy contains `delete`.
+            retention_bytes: self
+                .config
+                .retention_bytes
+                .filter(|_| self.config.cleanup_policy.deletes()),
+            retention_ms: self
+                .config
+                .retention_ms
+                .filter(|_| self.config.cleanup_policy.deletes()),
             now_ms,
         };
         let reasons = deletable(&summaries, &limits);

@@ -24,9 +24,11 @@ use serde::Serialize;
 use crate::output::Out;
 use crate::{plural, CliError, Status};
 
+mod compact;
 mod retention;
 mod truncate;
 
+pub use compact::{run as run_compact, CompactArgs};
 pub use retention::{run_delete_records, run_retention, DeleteRecordsArgs, RetentionArgs};
 pub use truncate::{run as run_truncate, TruncateArgs};
 
@@ -47,6 +49,7 @@ enum Op {
     StartAt(i64),
     DeleteRecords(i64),
     Retention,
+    Compact,
 }
 
 impl Op {
@@ -56,13 +59,14 @@ impl Op {
             Op::StartAt(_) => "truncate_fully_and_start_at",
             Op::DeleteRecords(_) => "delete_records",
             Op::Retention => "retention",
+            Op::Compact => "compact",
         }
     }
 
     fn offset(self) -> Option<i64> {
         match self {
             Op::TruncateTo(o) | Op::StartAt(o) | Op::DeleteRecords(o) => Some(o),
-            Op::Retention => None,
+            Op::Retention | Op::Compact => None,
         }
     }
 
@@ -72,6 +76,7 @@ impl Op {
             Op::StartAt(o) => format!("truncate --start-at {o}"),
             Op::DeleteRecords(o) => format!("delete-records --before {o}"),
             Op::Retention => "retention".to_string(),
+            Op::Compact => "compact".to_string(),
         }
     }
 }
@@ -181,7 +186,9 @@ fn failed(
     let hint = match e {
         RewriteError::BelowLogStart { .. }
         | RewriteError::AboveLogEnd { .. }
-        | RewriteError::AboveHighWatermark { .. } => {
+        | RewriteError::AboveHighWatermark { .. }
+        | RewriteError::CompactionCorrupt { .. }
+        | RewriteError::KeyMapTooSmall { .. } => {
             close(log, dir)?;
             "nothing was changed".to_string()
         }
