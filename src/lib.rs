@@ -41,9 +41,9 @@ pub use log::{
     AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Clock, ConfigError,
     Damage, DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error,
     FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, LatencyHistogram, Log, LogConfig,
-    LogMetrics, OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode,
-    RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock,
-    TruncateReport, Truncation, WaitFor, WaitOutcome,
+    LogMetrics, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
+    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
+    SystemClock, TruncateReport, Truncation, WaitFor, WaitOutcome,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 

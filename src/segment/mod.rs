@@ -12,6 +12,7 @@ pub mod names;
 pub mod offset_index;
 pub mod scan;
 mod search;
+pub mod space;
 pub mod time_index;
 mod writer;
 
@@ -27,19 +28,24 @@ use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMo
 pub use cut::reopen_cut;
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
+pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
 pub use writer::SegmentWriter;
 
 /// The sizes a segment is created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentConfig {
-    /// Preallocated size of the `.log` (Kafka's `segment.bytes`).
+    /// The most the `.log` grows to (Kafka's `segment.bytes`): its map's length.
     pub segment_bytes: usize,
-    /// Preallocated size of each index (Kafka's `segment.index.bytes`), rounded down to whole
+    /// The most each index grows to (Kafka's `segment.index.bytes`), rounded down to whole
     /// entries.
     pub index_bytes: usize,
     /// Bytes between offset-index entries (Kafka's `index.interval.bytes`).
     pub index_interval_bytes: usize,
+    /// The `.log` grows by this much at a time, ahead of the writer.
+    pub allocation_step: usize,
+    /// How each step is allocated.
+    pub preallocation: Preallocation,
 }
 
 /// The read side of a segment.
@@ -257,21 +263,28 @@ impl Segment {
         Ok(None)
     }
 
-    /// Makes `[from, to)` of the log durable: msync of the range, then fdatasync.
+    /// Makes `[from, to)` of the log durable (the active segment's appends since the last
+    /// flush): one ranged sync (msync `MS_SYNC`), which writes the range, the file's length and
+    /// its extents if they changed, and waits for no other write-back of the file, such as the
+    /// zeros written ahead of the writer (docs/performance.md, "Durable appends").
     pub fn flush_log(&self, from: usize, to: usize) -> Result<(), IoError> {
-        let to = to.min(self.log.len());
+        let to = to.min(self.log.published());
         if to > from {
             self.log
-                .flush(from, to - from)
+                .sync(from, to - from)
                 .ctx("msync", &self.log_path)?;
         }
-        self.log_file.sync_data().ctx("fdatasync", &self.log_path)
+        Ok(())
     }
 
     /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the
-    /// recovery point moves past it).
+    /// recovery point moves past it), and the length it was trimmed to.
     pub fn flush_all(&self) -> Result<(), IoError> {
-        self.flush_log(0, self.size())?;
+        let size = self.size();
+        if size > 0 {
+            self.log.flush(0, size).ctx("msync", &self.log_path)?;
+        }
+        self.log_file.sync_data().ctx("fdatasync", &self.log_path)?;
         let idx = self.offset_index.mapping();
         idx.flush(0, idx.published())
             .ctx("msync", &self.index_path())?;
@@ -312,6 +325,20 @@ pub fn create(
     cfg: &SegmentConfig,
     now_ms: i64,
 ) -> Result<SegmentWriter, OpenSegmentError> {
+    create_with_room(fs, dir, base_offset, cfg, now_ms, 0)
+}
+
+/// [`create`], with `room` bytes of the `.log` allocated before it returns (a roll: the batch
+/// that rolled must fit, or the roll fails with nothing changed). The rest of the file grows
+/// ahead of the writer later, off the append path.
+pub fn create_with_room(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    base_offset: i64,
+    cfg: &SegmentConfig,
+    now_ms: i64,
+    room: usize,
+) -> Result<SegmentWriter, OpenSegmentError> {
     let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::CreateTruncate)?;
     let paths = [
         files.log_path.clone(),
@@ -321,7 +348,9 @@ pub fn create(
     let made = (move || {
         files.index.set_len(0).ctx("truncate", &files.index_path)?;
         files.time.set_len(0).ctx("truncate", &files.time_path)?;
-        files.into_writer(base_offset, cfg, 0, false, &[], now_ms)
+        let mut writer = files.into_writer(base_offset, cfg, 0, false, &[], now_ms)?;
+        writer.make_room(room)?;
+        Ok(writer)
     })();
     if made.is_err() {
         // A half-made segment (a full disk after the `.log` was preallocated) would hold its
@@ -438,6 +467,8 @@ struct SegmentFiles {
     log: Box<dyn File>,
     index: Box<dyn File>,
     time: Box<dyn File>,
+    /// Their file system lets a background thread grow them.
+    background: bool,
 }
 
 impl SegmentFiles {
@@ -460,6 +491,7 @@ impl SegmentFiles {
             log,
             index,
             time,
+            background: fs.allows_background_io(),
         })
     }
 
@@ -518,9 +550,9 @@ impl SegmentFiles {
         Ok(Arc::new(segment))
     }
 
-    /// Maps the three files writable (preallocated to their full sizes) and makes a writer. With
-    /// `keep_indexes` the stored index entries are kept, otherwise the indexes restart empty and
-    /// are filled from `batches`.
+    /// Maps the three files writable, each map as long as the file can grow (the files grow
+    /// into them, [`SegmentSpace`]), and makes a writer. With `keep_indexes` the stored index
+    /// entries are kept, otherwise the indexes restart empty and are filled from `batches`.
     fn into_writer(
         self,
         base: i64,
@@ -531,9 +563,8 @@ impl SegmentFiles {
         now_ms: i64,
     ) -> Result<SegmentWriter, OpenSegmentError> {
         let capacity = cfg.segment_bytes.max(log_size);
-        self.log
-            .allocate(capacity as u64)
-            .ctx("fallocate", &self.log_path)?;
+        let log_len = self.log.len().ctx("stat", &self.log_path)? as usize;
+        let background = self.background;
         let log = Arc::new(
             self.log
                 .map(
@@ -544,20 +575,29 @@ impl SegmentFiles {
                 )
                 .ctx("mmap", &self.log_path)?,
         );
-        let (index, index_writer) = Self::map_index(
+        let (index, index_writer, index_len) = Self::map_index(
             self.index.as_ref(),
             &self.index_path,
             cfg.index_bytes,
             offset_index::ENTRY_SIZE,
             keep_indexes,
         )?;
-        let (time, time_writer) = Self::map_index(
+        let (time, time_writer, time_len) = Self::map_index(
             self.time.as_ref(),
             &self.time_path,
             cfg.index_bytes,
             time_index::ENTRY_SIZE,
             keep_indexes,
         )?;
+        let space_cfg = space::SpaceConfig {
+            capacity,
+            step: cfg.allocation_step,
+            preallocation: cfg.preallocation,
+            index_capacity: index.len(),
+            time_capacity: time.len(),
+            index_interval_bytes: cfg.index_interval_bytes,
+            background,
+        };
         let log_writer = log.writer().ok_or_else(|| no_writer(&self.log_path))?;
         let segment = Arc::new(Segment {
             base_offset: base,
@@ -572,8 +612,16 @@ impl SegmentFiles {
             max_timestamp: AtomicI64::new(-1),
             dead_bytes: AtomicU64::new(0),
         });
+        let space = space::SegmentSpace::new(
+            Arc::clone(&segment),
+            space_cfg,
+            log_len,
+            index_len,
+            time_len,
+        )?;
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),
+            Arc::new(space),
             log_writer,
             offset_index::OffsetIndexWriter::new(base, index_writer),
             time_index::TimeIndexWriter::new(base, time_writer),
@@ -594,13 +642,15 @@ impl SegmentFiles {
         Ok(writer)
     }
 
+    /// Maps an active segment's index writable, as long as it can grow; returns the map, its
+    /// writer, and the file's length (what is allocated of it).
     fn map_index(
         file: &dyn File,
         path: &Path,
         index_bytes: usize,
         entry_size: usize,
         keep: bool,
-    ) -> Result<(Arc<Mapping>, crate::io::MapWriter), IoError> {
+    ) -> Result<(Arc<Mapping>, crate::io::MapWriter, usize), IoError> {
         let len = file.len().ctx("stat", path)? as usize;
         let stored = if keep { len } else { 0 };
         // A rebuilt index is written over the old file from the start rather than truncated and
@@ -613,13 +663,12 @@ impl SegmentFiles {
             // sparse) would keep its stale length until the segment is sealed.
             file.set_len(capacity as u64).ctx("truncate", path)?;
         }
-        file.allocate(capacity as u64).ctx("fallocate", path)?;
         let map = Arc::new(
             file.map(capacity, MapMode::ReadWrite { published })
                 .ctx("mmap", path)?,
         );
         let writer = map.writer().ok_or_else(|| no_writer(path))?;
-        Ok((map, writer))
+        Ok((map, writer, len.min(capacity)))
     }
 }
 

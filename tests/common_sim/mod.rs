@@ -14,7 +14,7 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::SimFs;
 use oncelog::Clock;
-use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError};
+use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError, Preallocation};
 
 pub const DIR: &str = "/data/topic-0";
 /// Kafka's (and oncelog's default) producer dedup window.
@@ -101,12 +101,22 @@ impl Ctx {
     }
 }
 
-/// A small log on the simulated file system.
+/// A small log on the simulated file system. Its segments grow in steps of 4 to 32 KiB (so
+/// growth happens in the middle of segments), reserved or zeroed, both derived from the other
+/// values rather than drawn, so every seed's scenario stays what it was.
 pub fn config(rng: &mut SplitMix64) -> LogConfig {
+    let segment_bytes = (16 + rng.below(49) as usize) * 1024;
+    let segment_index_bytes = 96 + 12 * rng.below(40) as usize;
     LogConfig {
-        segment_bytes: (16 + rng.below(49) as usize) * 1024,
-        segment_index_bytes: 96 + 12 * rng.below(40) as usize,
+        segment_bytes,
+        segment_index_bytes,
         index_interval_bytes: rng.below(2048) as usize,
+        allocation_step_bytes: 4096 << (segment_bytes / 1024 % 4),
+        preallocation: match segment_index_bytes / 12 % 3 {
+            0 => Preallocation::Auto,
+            1 => Preallocation::Reserved,
+            _ => Preallocation::Zeroed,
+        },
         ..LogConfig::default()
     }
 }

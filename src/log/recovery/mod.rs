@@ -48,6 +48,12 @@ pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
         segment_bytes: config.segment_bytes,
         index_bytes: config.segment_index_bytes,
         index_interval_bytes: config.index_interval_bytes,
+        allocation_step: config.allocation_step_bytes,
+        preallocation: if config.zeroes_ahead() {
+            segment::Preallocation::Zeroed
+        } else {
+            segment::Preallocation::Reserved
+        },
     }
 }
 
