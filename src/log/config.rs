@@ -93,6 +93,11 @@ pub struct LogConfig {
     pub allocation_step_bytes: usize,
     /// How each step is allocated: reserved, or zeroed for cheaper syncs.
     pub preallocation: Preallocation,
+    /// Sealed segments are mapped only while they are read, and hold no file descriptor: at
+    /// most this many stay mapped once read; the one read longest ago is unmapped when a read
+    /// maps one more (its readers keep the bytes they were handed). 0 unmaps each one after
+    /// its read. The active segment is always mapped. Default 16.
+    pub max_mapped_segments: usize,
     /// `segment.ms`: roll when the incoming batch's timestamp is this far past the segment's
     /// first batch. Default 7 days.
     pub segment_ms: i64,
@@ -167,6 +172,7 @@ impl Default for LogConfig {
             segment_bytes: 1 << 30,
             allocation_step_bytes: 32 << 20,
             preallocation: Preallocation::Auto,
+            max_mapped_segments: 16,
             segment_ms: 7 * 24 * 60 * 60 * 1000,
             segment_jitter_ms: 0,
             segment_index_bytes: 10 << 20,

@@ -2,11 +2,13 @@
 //! fetcher needs to go on (where the next fetch starts, how far the log is readable).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::{Log, ReadError};
 use crate::format::ConsumerRecordIter;
+use crate::segment::Segment;
 
 /// The answer to [`Log::fetch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,14 +82,42 @@ impl Log {
             return Ok((Bytes::new(), offset));
         }
         let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
+        let mut mapped = false;
+        let mut found = None;
         for segment in floor
             .into_iter()
             .chain(segments.range(offset + 1..).map(|(_, s)| s))
         {
-            if let Some(read) = segment.read(offset, max_bytes, below)? {
-                return Ok(read);
+            let read = segment.read(offset, max_bytes, below);
+            mapped |= segment.take_newly_mapped();
+            if let Some(read) = read? {
+                found = Some(read);
+                break;
             }
         }
-        Ok((Bytes::new(), offset))
+        drop(segments);
+        if mapped {
+            self.unmap_least_read();
+        }
+        Ok(found.unwrap_or((Bytes::new(), offset)))
+    }
+
+    /// Unmaps the sealed segments read longest ago while more than
+    /// [`LogConfig::max_mapped_segments`](super::LogConfig) are mapped (their readers keep the
+    /// bytes they hold). A scan of the segments, run only after a read mapped one.
+    pub(super) fn unmap_least_read(&self) {
+        let segments = self.segments.read();
+        let mut mapped: Vec<&Arc<Segment>> = segments
+            .values()
+            .filter(|s| s.is_unpinned() && s.is_mapped())
+            .collect();
+        let limit = self.config.max_mapped_segments;
+        if mapped.len() <= limit {
+            return;
+        }
+        mapped.sort_by_key(|s| s.last_read());
+        for s in &mapped[..mapped.len() - limit] {
+            s.unmap();
+        }
     }
 }

@@ -19,9 +19,17 @@ impl Log {
         self.flush_to(i64::MAX)
     }
 
-    /// Makes appends below `offset` durable; returns at once if they already are. Appenders
-    /// waiting here share the `fdatasync` of whoever flushes first (group commit).
-    pub(super) fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+    /// Makes every append below `offset` durable, and returns once it is (at once if it
+    /// already is): the wait an `acks=all` answer needs, for a caller that appends under
+    /// [`FlushPolicy::Manual`](super::FlushPolicy) and decides itself when to wait, e.g. after
+    /// the batches of one produce request, `flush_to(info.last_offset + 1)`.
+    ///
+    /// Callers waiting here share syncs (group commit): one thread syncs everything appended so
+    /// far while the others wait; when it is done, those it covered return and the first that
+    /// still needs a sync leads the next, which covers whatever was appended meanwhile. So a
+    /// thread never syncs alone while another sync is under way, and a sync never waits for
+    /// anything but the disk. `FlushPolicy::Always` is this, called by every append.
+    pub fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
         let entered = Instant::now();
         let result = self.flush_to_inner(offset);
         if offset != i64::MAX {
@@ -125,6 +133,8 @@ impl Log {
         let result = (|| -> Result<(), IoError> {
             for s in &sealed {
                 s.flush_all()?;
+                // Durable: from now on it is mapped only while read.
+                s.unpin();
             }
             if dir_dirty {
                 self.env

@@ -185,7 +185,7 @@ impl Log {
         let fs = env.fs.as_ref();
         fs.create_dir_all(&dir).ctx("create directory", &dir)?;
         let lock = lock_dir(fs, &dir)?;
-        let loaded = recovery::open(fs, &dir, &config, now)?;
+        let loaded = recovery::open(&env.fs, &dir, &config, now)?;
         let mut segments = BTreeMap::new();
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);
@@ -642,9 +642,8 @@ impl Log {
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         self.metrics.snapshot_written();
-        let cfg = recovery::segment_config(&self.config);
-        let fs = self.env.fs.as_ref();
-        let new = segment::create_with_room(fs, &self.dir, new_base, &cfg, now, size).map_err(|e| {
+        let cfg = recovery::segment_config(&self.config, &self.env.fs);
+        let new = segment::create_with_room(&self.dir, new_base, &cfg, now, size).map_err(|e| {
                 let e = match e {
                     segment::OpenSegmentError::Io(e) => e,
                     other => IoError::new(
@@ -704,14 +703,16 @@ impl Log {
             let segments = self.segments.read();
             let mut found = None;
             for segment in segments.values().filter(|s| s.max_timestamp() >= timestamp) {
-                if let Some(position) = segment.find_timestamp(timestamp)? {
-                    found = Some((Arc::clone(segment), position));
+                let view = segment.view().map_err(ReadError::Io)?;
+                if let Some(position) = segment.find_timestamp(&view, timestamp)? {
+                    found = Some((Arc::clone(segment), view, position));
                     break;
                 }
             }
             found
         };
-        let Some((segment, position)) = found else {
+        self.unmap_least_read();
+        let Some((segment, view, position)) = found else {
             return Ok(None);
         };
         let corrupt = |error: format::BatchError| segment::CorruptSegment {
@@ -719,8 +720,7 @@ impl Log {
             position,
             problem: error.into(),
         };
-        let batch =
-            format::RecordBatch::parse(&segment.data()[position..]).map_err(corrupt)?;
+        let batch = format::RecordBatch::parse(&view.data()[position..]).map_err(corrupt)?;
         // Kafka answers with the first record at or after the target, not its batch.
         let records = batch.records_buf().map_err(corrupt)?;
         let start = self.log_start_offset();

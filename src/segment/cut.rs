@@ -20,7 +20,7 @@ use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
 /// entries up only under the read lock, in segments found in the map, which `old` leaves under
 /// the same lock. The `.log` is not touched.
 pub fn reopen_cut(
-    fs: &dyn FileSystem,
+    fs: &Arc<dyn FileSystem>,
     dir: &Path,
     old: &Segment,
     cut: usize,
@@ -28,6 +28,7 @@ pub fn reopen_cut(
 ) -> Result<Arc<Segment>, OpenSegmentError> {
     let base = old.base_offset();
     let files = SegmentFiles::open(fs, dir, base, OpenMode::ReadWrite)?;
+    let old = old.view()?;
     let kept_index: Vec<offset_index::OffsetPosition> = old
         .offset_index()
         .entries()
@@ -89,7 +90,7 @@ pub fn reopen_cut(
         first_batch_timestamp: -1,
         max_timestamp: newest.map(|n| n.timestamp),
     };
-    let segment = files.into_sealed(base, cut, tail)?;
+    let segment = files.into_sealed(base, cut, tail);
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);

@@ -2,8 +2,10 @@
 //! (docs/format.md; docs/design.md, "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
-//! one writer of the active segment. Files are preallocated with a real allocation before they
-//! are mapped, and trimmed to their logical size when the segment is sealed.
+//! one writer of the active segment. The active segment's files grow ahead of the writer by
+//! real allocations ([`SegmentSpace`]) and are trimmed to their logical size when the segment is
+//! sealed. A sealed segment is mapped only while it is read ([`SegmentView`]); no segment keeps
+//! a file descriptor.
 
 mod cut;
 #[cfg(any(test, feature = "internals"))]
@@ -14,13 +16,15 @@ pub mod scan;
 mod search;
 pub mod space;
 pub mod time_index;
+mod view;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use parking_lot::RwLock;
 
 use crate::format::{self, BatchErrorAt, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
@@ -30,11 +34,14 @@ pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
+pub use view::SegmentView;
 pub use writer::SegmentWriter;
 
-/// The sizes a segment is created with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The sizes a segment is created with, and the file system it lives on.
+#[derive(Debug, Clone)]
 pub struct SegmentConfig {
+    /// Where its files are opened whenever a map, an allocation, a trim or a sync needs them.
+    pub fs: Arc<dyn FileSystem>,
     /// The most the `.log` grows to (Kafka's `segment.bytes`): its map's length.
     pub segment_bytes: usize,
     /// The most each index grows to (Kafka's `segment.index.bytes`), rounded down to whole
@@ -53,19 +60,37 @@ pub struct SegmentConfig {
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    log_file: Box<dyn File>,
-    index_file: Box<dyn File>,
-    time_file: Box<dyn File>,
-    log: Arc<Mapping>,
-    offset_index: OffsetIndex,
-    time_index: TimeIndex,
+    fs: Arc<dyn FileSystem>,
+    /// Its maps; `None` while a sealed segment is not mapped.
+    view: RwLock<Option<Arc<SegmentView>>>,
+    /// Never unmapped while set: the active segment (its writer writes the map), and a sealed
+    /// one until it is durable (the flush syncs it through that map).
+    pinned: AtomicBool,
+    /// Set when a read mapped it, until the log has looked at how many it keeps mapped.
+    newly_mapped: AtomicBool,
+    /// When it was last read, on [`view_clock`]'s scale: the log unmaps the least recent.
+    last_read: AtomicU64,
+    /// Published bytes of the log.
+    size: AtomicUsize,
     /// Last offset + 1 of the published batches (the base offset while empty).
     next_offset: AtomicI64,
-    /// Largest batch maxTimestamp published, -1 while empty.
+    /// Largest batch maxTimestamp published, -1 while empty, [`UNKNOWN_TIMESTAMP`] for a
+    /// sealed segment opened from disk until its time index is first asked.
     max_timestamp: AtomicI64,
     /// Bytes of the `.log` file after its batches that a truncation left because a reader
     /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
     dead_bytes: AtomicU64,
+}
+
+/// A sealed segment's largest timestamp before its time index was read.
+const UNKNOWN_TIMESTAMP: i64 = i64::MIN;
+
+/// A coarse clock for the order in which segments were read: it ticks each time a segment is
+/// mapped, so a read costs a load and a store, and the log can tell which mapped segment was
+/// read longest ago.
+fn view_clock() -> &'static AtomicU64 {
+    static CLOCK: AtomicU64 = AtomicU64::new(0);
+    &CLOCK
 }
 
 /// A read that met bytes that are not a batch, or a batch whose offsets contradict the
@@ -103,7 +128,7 @@ impl Segment {
     }
     /// Published bytes of the log.
     pub fn size(&self) -> usize {
-        self.log.published()
+        self.size.load(Ordering::Acquire)
     }
     pub fn is_empty(&self) -> bool {
         self.size() == 0
@@ -112,9 +137,24 @@ impl Segment {
     pub fn next_offset(&self) -> i64 {
         self.next_offset.load(Ordering::Acquire)
     }
-    /// Largest batch maxTimestamp, or -1 while empty.
+    /// Largest batch maxTimestamp, or -1 while empty. For a sealed segment opened from disk it
+    /// is found the first time it is asked, by mapping the segment (the last entry of its time
+    /// index, checked; [`SegmentView`]). `i64::MAX` if it cannot be mapped: such a segment is
+    /// never old enough for retention by time, and a search by time maps it and reports why.
     pub fn max_timestamp(&self) -> i64 {
-        self.max_timestamp.load(Ordering::Acquire)
+        let ts = self.max_timestamp.load(Ordering::Acquire);
+        if ts != UNKNOWN_TIMESTAMP {
+            return ts;
+        }
+        match self.view() {
+            Ok(view) => {
+                let ts = view.max_timestamp();
+                // A writer never exists for such a segment, so nothing else stores it.
+                self.max_timestamp.store(ts, Ordering::Release);
+                ts
+            }
+            Err(_) => i64::MAX,
+        }
     }
     /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
     /// them while readers held them.
@@ -130,17 +170,82 @@ impl Segment {
     pub fn time_index_path(&self) -> PathBuf {
         self.log_path.with_extension(names::TIME_INDEX_EXT)
     }
-    pub fn offset_index(&self) -> &OffsetIndex {
-        &self.offset_index
-    }
-    pub fn time_index(&self) -> &TimeIndex {
-        &self.time_index
-    }
-    /// The published log bytes.
-    pub fn data(&self) -> &[u8] {
-        self.log.published_slice()
+    /// Its maps, mapping a sealed segment first if it is not (its files are opened for as long
+    /// as that takes). The view stays valid, and its bytes readable, whatever happens to the
+    /// segment afterwards.
+    pub fn view(&self) -> Result<Arc<SegmentView>, IoError> {
+        self.last_read
+            .store(view_clock().load(Ordering::Relaxed), Ordering::Relaxed);
+        if let Some(v) = &*self.view.read() {
+            return Ok(Arc::clone(v));
+        }
+        let mut slot = self.view.write();
+        if let Some(v) = &*slot {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(view::map_sealed(
+            self.fs.as_ref(),
+            &self.log_path,
+            self.base_offset,
+            self.size(),
+            self.next_offset(),
+        )?);
+        *slot = Some(Arc::clone(&v));
+        let now = view_clock().fetch_add(1, Ordering::Relaxed) + 1;
+        self.last_read.store(now, Ordering::Relaxed);
+        self.newly_mapped.store(true, Ordering::Release);
+        Ok(v)
     }
 
+    /// Whether it is mapped now.
+    pub fn is_mapped(&self) -> bool {
+        self.view.read().is_some()
+    }
+    /// Whether it may be unmapped (a sealed segment that is durable).
+    pub fn is_unpinned(&self) -> bool {
+        !self.pinned.load(Ordering::Acquire)
+    }
+    /// When it was last read (larger is more recent).
+    pub fn last_read(&self) -> u64 {
+        self.last_read.load(Ordering::Relaxed)
+    }
+    /// Whether a read mapped it since the last call.
+    pub fn take_newly_mapped(&self) -> bool {
+        self.newly_mapped.swap(false, Ordering::AcqRel)
+    }
+    /// Drops its maps unless it is pinned; readers holding bytes keep theirs. Returns whether
+    /// it was mapped.
+    pub fn unmap(&self) -> bool {
+        if self.pinned.load(Ordering::Acquire) {
+            return false;
+        }
+        self.view.write().take().is_some()
+    }
+    /// A sealed segment became durable: its maps may go.
+    pub(crate) fn unpin(&self) {
+        self.pinned.store(false, Ordering::Release);
+    }
+
+    /// A segment opened from disk, not mapped.
+    fn lazy(fs: &Arc<dyn FileSystem>, log_path: PathBuf, base: i64, size: usize) -> Segment {
+        Segment {
+            base_offset: base,
+            log_path,
+            fs: Arc::clone(fs),
+            view: RwLock::new(None),
+            pinned: AtomicBool::new(false),
+            newly_mapped: AtomicBool::new(false),
+            last_read: AtomicU64::new(0),
+            size: AtomicUsize::new(size),
+            next_offset: AtomicI64::new(base),
+            max_timestamp: AtomicI64::new(UNKNOWN_TIMESTAMP),
+            dead_bytes: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn set_size(&self, size: usize) {
+        self.size.store(size, Ordering::Release);
+    }
     pub(crate) fn set_next_offset(&self, next: i64) {
         self.next_offset.store(next, Ordering::Release);
     }
@@ -165,9 +270,10 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<(Bytes, i64)>, CorruptSegment> {
-        let data = self.data();
-        let start = self.index_start(target);
+    ) -> Result<Option<(Bytes, i64)>, SegmentReadError> {
+        let view = self.view()?;
+        let data = view.data();
+        let start = self.index_start(&view, target);
         if start >= data.len() {
             return Ok(None);
         }
@@ -199,7 +305,7 @@ impl Segment {
             let at = start + at;
             if batch.base_offset() >= below {
                 if first.is_none() && target >= self.base_offset && target < held {
-                    return Err(skipped(at));
+                    return Err(skipped(at).into());
                 }
                 break;
             }
@@ -217,21 +323,21 @@ impl Segment {
             next_offset = batch.last_offset() + 1;
         }
         if first.is_none() && target >= self.base_offset && target < held {
-            return Err(skipped(data.len()));
+            return Err(skipped(data.len()).into());
         }
         Ok(first
-            .and_then(|f| self.log.bytes(f, end))
+            .and_then(|f| view.log.bytes(f, end))
             .map(|bytes| (bytes, next_offset)))
     }
 
     /// Where a scan for `target` starts: the index entry's position if the batch there is the
     /// one the entry names, else the start of the segment. A damaged index entry then costs a
     /// longer scan, never a wrong answer or an error blamed on the log.
-    fn index_start(&self, target: i64) -> usize {
-        let entry = self.offset_index.lookup(target);
+    fn index_start(&self, view: &SegmentView, target: i64) -> usize {
+        let entry = view.offset_index.lookup(target);
         let at = entry.position as usize;
         let names_its_batch = at == 0
-            || format::RecordBatch::parse(self.data().get(at..).unwrap_or(&[]))
+            || format::RecordBatch::parse(view.data().get(at..).unwrap_or(&[]))
                 .is_ok_and(|b| b.last_offset() == entry.offset);
         if names_its_batch {
             at
@@ -250,10 +356,14 @@ impl Segment {
 
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
     /// time and offset indexes (docs/format.md, "Time index" lookup).
-    pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<usize>, CorruptSegment> {
-        let from = self.time_index.lookup(timestamp).offset;
-        let start = self.index_start(from);
-        let data = self.data();
+    pub fn find_timestamp(
+        &self,
+        view: &SegmentView,
+        timestamp: i64,
+    ) -> Result<Option<usize>, CorruptSegment> {
+        let from = view.time_index.lookup(timestamp).offset;
+        let start = self.index_start(view, from);
+        let data = view.data();
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
             let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             if batch.max_timestamp() >= timestamp {
@@ -268,9 +378,10 @@ impl Segment {
     /// its extents if they changed, and waits for no other write-back of the file, such as the
     /// zeros written ahead of the writer (docs/performance.md, "Durable appends").
     pub fn flush_log(&self, from: usize, to: usize) -> Result<(), IoError> {
-        let to = to.min(self.log.published());
+        let view = self.view()?;
+        let to = to.min(view.log.published());
         if to > from {
-            self.log
+            view.log
                 .sync(from, to - from)
                 .ctx("msync", &self.log_path)?;
         }
@@ -280,23 +391,28 @@ impl Segment {
     /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the
     /// recovery point moves past it), and the length it was trimmed to.
     pub fn flush_all(&self) -> Result<(), IoError> {
-        let size = self.size();
-        if size > 0 {
-            self.log.flush(0, size).ctx("msync", &self.log_path)?;
+        let view = self.view.read().clone();
+        let index_path = self.index_path();
+        let time_path = self.time_index_path();
+        if let Some(v) = &view {
+            // What was written through the maps reaches the files first.
+            let size = v.log.published();
+            if size > 0 {
+                v.log.flush(0, size).ctx("msync", &self.log_path)?;
+            }
+            let idx = v.offset_index.mapping();
+            idx.flush(0, idx.published()).ctx("msync", &index_path)?;
+            let time = v.time_index.mapping();
+            time.flush(0, time.published()).ctx("msync", &time_path)?;
         }
-        self.log_file.sync_data().ctx("fdatasync", &self.log_path)?;
-        let idx = self.offset_index.mapping();
-        idx.flush(0, idx.published())
-            .ctx("msync", &self.index_path())?;
-        self.index_file
-            .sync_data()
-            .ctx("fdatasync", &self.index_path())?;
-        let time = self.time_index.mapping();
-        time.flush(0, time.published())
-            .ctx("msync", &self.time_index_path())?;
-        self.time_file
-            .sync_data()
-            .ctx("fdatasync", &self.time_index_path())
+        for path in [&self.log_path, &index_path, &time_path] {
+            self.fs
+                .open(path, OpenMode::ReadWrite)
+                .ctx("open", path)?
+                .sync_data()
+                .ctx("fdatasync", path)?;
+        }
+        Ok(())
     }
 }
 
@@ -319,27 +435,26 @@ pub enum Opened {
 /// Creates an empty active segment at `base_offset`, replacing leftover files of that name.
 /// All or nothing: on failure the files it made are removed again.
 pub fn create(
-    fs: &dyn FileSystem,
     dir: &Path,
     base_offset: i64,
     cfg: &SegmentConfig,
     now_ms: i64,
 ) -> Result<SegmentWriter, OpenSegmentError> {
-    create_with_room(fs, dir, base_offset, cfg, now_ms, 0)
+    create_with_room(dir, base_offset, cfg, now_ms, 0)
 }
 
 /// [`create`], with `room` bytes of the `.log` allocated before it returns (a roll: the batch
 /// that rolled must fit, or the roll fails with nothing changed). The rest of the file grows
 /// ahead of the writer later, off the append path.
 pub fn create_with_room(
-    fs: &dyn FileSystem,
     dir: &Path,
     base_offset: i64,
     cfg: &SegmentConfig,
     now_ms: i64,
     room: usize,
 ) -> Result<SegmentWriter, OpenSegmentError> {
-    let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::CreateTruncate)?;
+    let fs = cfg.fs.as_ref();
+    let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::CreateTruncate)?;
     let paths = [
         files.log_path.clone(),
         files.index_path.clone(),
@@ -376,9 +491,9 @@ pub struct OpenSpec<'a> {
 }
 
 /// Opens an existing segment as recovery planned it: cuts what follows its valid bytes,
-/// rebuilds its indexes if told to, and maps it.
+/// rebuilds its indexes if told to, and maps it if it is the active one (a sealed one is
+/// mapped when it is read).
 pub fn open(
-    fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     spec: OpenSpec<'_>,
@@ -391,7 +506,7 @@ pub fn open(
         indexes,
         tail,
     } = spec;
-    let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::Create)?;
+    let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::Create)?;
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
         // Bytes past the valid end (a torn tail, or preallocated zeros after a crash) are cut
@@ -408,7 +523,7 @@ pub fn open(
         IndexSource::Stored => (false, &[]),
     };
     if !active && !rebuild {
-        let segment = files.into_sealed(base_offset, log_size, tail)?;
+        let segment = files.into_sealed(base_offset, log_size, tail);
         return Ok(Opened::Sealed(segment));
     }
     let mut writer = files.into_writer(base_offset, cfg, log_size, !rebuild, batches, now_ms)?;
@@ -424,6 +539,16 @@ pub fn open(
     } else {
         Ok(Opened::Sealed(writer.seal()?))
     }
+}
+
+/// Why a read of a segment failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentReadError {
+    /// A sealed segment could not be mapped.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptSegment),
 }
 
 /// Why a segment could not be opened.
@@ -459,8 +584,9 @@ impl TailInfo {
     }
 }
 
-/// The three open files of a segment.
+/// The three files of a segment, open while it is made, opened or cut.
 struct SegmentFiles {
+    fs: Arc<dyn FileSystem>,
     log_path: PathBuf,
     index_path: PathBuf,
     time_path: PathBuf,
@@ -473,7 +599,7 @@ struct SegmentFiles {
 
 impl SegmentFiles {
     fn open(
-        fs: &dyn FileSystem,
+        fs: &Arc<dyn FileSystem>,
         dir: &Path,
         base: i64,
         mode: OpenMode,
@@ -485,6 +611,7 @@ impl SegmentFiles {
         let index = fs.open(&index_path, mode).ctx("open", &index_path)?;
         let time = fs.open(&time_path, mode).ctx("open", &time_path)?;
         Ok(SegmentFiles {
+            fs: Arc::clone(fs),
             log_path,
             index_path,
             time_path,
@@ -495,59 +622,17 @@ impl SegmentFiles {
         })
     }
 
-    /// Maps a sealed segment's index read-only, whole entries only (a trailing partial entry
-    /// is never read).
-    fn map_sealed_index(
-        file: &dyn File,
-        path: &Path,
-        entry_size: usize,
-    ) -> Result<Arc<Mapping>, IoError> {
-        let len = file.len().ctx("stat", path)? as usize;
-        let len = len - len % entry_size;
-        Ok(Arc::new(
-            file.map(len, MapMode::ReadOnly).ctx("mmap", path)?,
-        ))
-    }
-
-    fn into_sealed(
-        self,
-        base: i64,
-        log_size: usize,
-        tail: TailInfo,
-    ) -> Result<Arc<Segment>, IoError> {
-        let log = Arc::new(
-            self.log
-                .map(log_size, MapMode::ReadOnly)
-                .ctx("mmap", &self.log_path)?,
-        );
-        let index = Self::map_sealed_index(
-            self.index.as_ref(),
-            &self.index_path,
-            offset_index::ENTRY_SIZE,
-        )?;
-        let time =
-            Self::map_sealed_index(self.time.as_ref(), &self.time_path, time_index::ENTRY_SIZE)?;
-        let segment = Segment {
-            base_offset: base,
-            log_path: self.log_path,
-            log_file: self.log,
-            index_file: self.index,
-            time_file: self.time,
-            log,
-            offset_index: OffsetIndex::new(base, index),
-            time_index: TimeIndex::new(base, time),
-            next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
-            max_timestamp: AtomicI64::new(-1),
-            dead_bytes: AtomicU64::new(0),
-        };
-        // A sealed segment's time index ends with its largest timestamp (forced at seal).
-        let max_ts = tail
-            .max_timestamp
-            .or_else(|| segment.time_index.last().map(|t| t.timestamp));
+    /// A sealed segment of `log_size` bytes, not mapped; its files are closed.
+    fn into_sealed(self, base: i64, log_size: usize, tail: TailInfo) -> Arc<Segment> {
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size);
         segment
-            .max_timestamp
-            .store(max_ts.unwrap_or(-1), Ordering::Release);
-        Ok(Arc::new(segment))
+            .next_offset
+            .store(tail.last_offset.map_or(base, |l| l + 1), Ordering::Release);
+        // Without it, the last entry of its time index (forced at seal) says, when asked.
+        if let Some(ts) = tail.max_timestamp {
+            segment.max_timestamp.store(ts, Ordering::Release);
+        }
+        Arc::new(segment)
     }
 
     /// Maps the three files writable, each map as long as the file can grow (the files grow
@@ -599,19 +684,15 @@ impl SegmentFiles {
             background,
         };
         let log_writer = log.writer().ok_or_else(|| no_writer(&self.log_path))?;
-        let segment = Arc::new(Segment {
-            base_offset: base,
-            log_path: self.log_path,
-            log_file: self.log,
-            index_file: self.index,
-            time_file: self.time,
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size);
+        segment.max_timestamp.store(-1, Ordering::Release);
+        *segment.view.write() = Some(Arc::new(SegmentView {
             log,
             offset_index: OffsetIndex::new(base, index),
             time_index: TimeIndex::new(base, time),
-            next_offset: AtomicI64::new(base),
-            max_timestamp: AtomicI64::new(-1),
-            dead_bytes: AtomicU64::new(0),
-        });
+        }));
+        segment.pinned.store(true, Ordering::Release);
+        let segment = Arc::new(segment);
         let space = space::SegmentSpace::new(
             Arc::clone(&segment),
             space_cfg,

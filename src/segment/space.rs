@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use super::{offset_index, time_index, Segment};
 use crate::format::HEADER_SIZE;
-use crate::io::{IoError, IoResultExt};
+use crate::io::{File, IoError, IoResultExt, OpenMode};
 
 /// How the active segment's `.log` is allocated ahead of its writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,9 +217,19 @@ impl SegmentSpace {
         }
         if zeroed {
             let s = &self.segment;
-            s.log_file.sync_data().ctx("fdatasync", &s.log_path)?;
+            self.open(&s.log_path)?
+                .sync_data()
+                .ctx("fdatasync", &s.log_path)?;
         }
         Ok(())
+    }
+
+    /// One of the segment's files, opened for one allocation.
+    fn open(&self, path: &std::path::Path) -> Result<Box<dyn File>, IoError> {
+        self.segment
+            .fs
+            .open(path, OpenMode::ReadWrite)
+            .ctx("open", path)
     }
 
     /// No growth after this: the segment is sealed (its files trimmed) or its writer gone.
@@ -235,7 +245,7 @@ impl SegmentSpace {
         let end = match growth {
             Growth::Reserve(grain) => {
                 let end = next_end(g.log, wanted, grain, self.cfg.capacity);
-                s.log_file
+                self.open(&s.log_path)?
                     .allocate(end as u64)
                     .ctx("fallocate", &s.log_path)?;
                 end
@@ -243,13 +253,13 @@ impl SegmentSpace {
             Growth::Zero { sync } => {
                 let piece = ZERO_CHUNK.min(self.cfg.step);
                 let end = next_end(g.log, wanted.min(g.log + piece), piece, self.cfg.capacity);
-                s.log_file
-                    .write_zeros(g.log as u64, (end - g.log) as u64)
+                let file = self.open(&s.log_path)?;
+                file.write_zeros(g.log as u64, (end - g.log) as u64)
                     .ctx("allocate zeroed", &s.log_path)?;
                 if sync {
                     // The new blocks' extents and the file's length on disk before the
                     // writer's first sync reaches them.
-                    s.log_file.sync_data().ctx("fdatasync", &s.log_path)?;
+                    file.sync_data().ctx("fdatasync", &s.log_path)?;
                 }
                 end
             }
@@ -274,17 +284,19 @@ impl SegmentSpace {
         if index > g.index {
             // Reserved a step's worth at a time, not an entry at a time.
             let index = next_end(g.index, index, 64 << 10, self.cfg.index_capacity);
-            s.index_file
+            let path = s.index_path();
+            self.open(&path)?
                 .allocate(index as u64)
-                .ctx("fallocate", &s.index_path())?;
+                .ctx("fallocate", &path)?;
             g.index = index;
         }
         let time = index_bytes_for(log_end, interval, time_index::ENTRY_SIZE, self.cfg.time_capacity);
         if time > g.time {
             let time = next_end(g.time, time, 96 << 10, self.cfg.time_capacity);
-            s.time_file
+            let path = s.time_index_path();
+            self.open(&path)?
                 .allocate(time as u64)
-                .ctx("fallocate", &s.time_index_path())?;
+                .ctx("fallocate", &path)?;
             g.time = time;
         }
         Ok(())

@@ -6,7 +6,7 @@ use super::offset_index::{IndexError, OffsetIndexWriter};
 use super::space::SegmentSpace;
 use super::time_index::TimeIndexWriter;
 use super::Segment;
-use crate::io::{IoError, IoResultExt, MapWriter};
+use crate::io::{IoError, IoResultExt, MapWriter, OpenMode};
 
 /// Appends to one segment. There is exactly one per active segment, owned by the log's append
 /// state; readers share the [`Segment`].
@@ -156,6 +156,7 @@ impl SegmentWriter {
         patch(dst);
         self.index_batch(position, batch.len(), last_offset, max_timestamp)?;
         self.log.publish(end);
+        self.segment.set_size(end);
         self.segment.set_next_offset(last_offset + 1);
         self.segment.note_timestamp(max_timestamp);
         Ok(position as u32)
@@ -215,15 +216,16 @@ impl SegmentWriter {
             let _ = self.time.maybe_append(ts, offset, true);
         }
         let s = &self.segment;
-        s.log_file
-            .set_len(self.log.published() as u64)
-            .ctx("trim", &s.log_path)?;
-        s.index_file
-            .set_len(self.index.size_bytes() as u64)
-            .ctx("trim", &s.index_path())?;
-        s.time_file
-            .set_len(self.time.size_bytes() as u64)
-            .ctx("trim", &s.time_index_path())?;
+        for (path, len) in [
+            (s.log_path.clone(), self.log.published()),
+            (s.index_path(), self.index.size_bytes()),
+            (s.time_index_path(), self.time.size_bytes()),
+        ] {
+            s.fs.open(&path, OpenMode::ReadWrite)
+                .ctx("open", &path)?
+                .set_len(len as u64)
+                .ctx("trim", &path)?;
+        }
         Ok(Arc::clone(&self.segment))
     }
 }

@@ -287,6 +287,15 @@ impl Model {
     /// durable batch present, and the end a batch boundary of the model (a prefix, no holes). Then
     /// forgets the batches the crash took.
     pub fn check_recovered(&mut self, ctx: &Ctx, log: &Log) {
+        if let Err(e) = self.try_check_recovered(ctx, log) {
+            ctx.fail(format!("read: {e}"));
+        }
+    }
+
+    /// [`Model::check_recovered`], except that a read which fails with an I/O error (a sealed
+    /// segment is mapped when it is first read, so a dead disk fails reads too) is returned
+    /// rather than failed on.
+    pub fn try_check_recovered(&mut self, ctx: &Ctx, log: &Log) -> Result<(), oncelog::ReadError> {
         if log.log_start_offset() != 0 {
             ctx.fail(format!("log start moved to {}", log.log_start_offset()));
         }
@@ -304,6 +313,7 @@ impl Model {
             let bytes = match log.read(next, 64 * 1024) {
                 Ok(b) if !b.is_empty() => b,
                 Ok(_) => ctx.fail(format!("empty read at {next} below the end {end}")),
+                Err(e @ oncelog::ReadError::Io(_)) => return Err(e),
                 Err(e) => ctx.fail(format!("read at {next}: {e}")),
             };
             for item in BatchIter::new(&bytes) {
@@ -341,6 +351,7 @@ impl Model {
         self.batches.truncate(index);
         // What recovery accepted is on disk: a second crash must not lose it.
         self.durable_end = end;
+        Ok(())
     }
 }
 

@@ -56,6 +56,13 @@ impl SimFile {
         Ok(st)
     }
 
+    /// The last extension of the file's name, for the counters.
+    fn kind(&self) -> String {
+        self.path
+            .extension()
+            .map_or_else(String::new, |e| e.to_string_lossy().into_owned())
+    }
+
     fn check_writable(&self) -> io::Result<()> {
         if self.writable {
             Ok(())
@@ -133,6 +140,7 @@ impl File for SimFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut st = self.begin(OpKind::Read)?;
+        *st.counters.reads.entry(self.kind()).or_default() += 1;
         let inode = st.inode(self.id)?;
         // With a writer alive the read is refused (by `live_view`): the engine never reads a
         // file it is writing through a map.
@@ -175,6 +183,7 @@ impl File for SimFile {
 
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
         let mut st = self.begin(OpKind::Map)?;
+        *st.counters.maps.entry(self.kind()).or_default() += 1;
         let (writable, published) = match mode {
             MapMode::ReadOnly => (false, len),
             MapMode::ReadWrite { published } => (true, published.min(len)),

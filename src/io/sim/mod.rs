@@ -90,6 +90,10 @@ pub struct Counters {
     pub data_syncs: u64,
     pub dir_syncs: u64,
     pub msyncs: u64,
+    /// Maps made (`File::map`), and reads (`File::read_at`) by kind of file, as the last
+    /// extension of the file's name (`log`, `index`, `snapshot`, ...).
+    pub maps: std::collections::BTreeMap<String, u64>,
+    pub reads: std::collections::BTreeMap<String, u64>,
     /// Operations that failed by injection.
     pub injected_failures: u64,
     pub crashes: u64,

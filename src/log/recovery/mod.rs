@@ -43,8 +43,9 @@ pub(crate) struct Loaded {
     pub epochs: LeaderEpochCache,
 }
 
-pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
+pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> SegmentConfig {
     SegmentConfig {
+        fs: Arc::clone(fs),
         segment_bytes: config.segment_bytes,
         index_bytes: config.segment_index_bytes,
         index_interval_bytes: config.index_interval_bytes,
@@ -58,11 +59,12 @@ pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
 }
 
 pub(crate) fn open(
-    fs: &dyn FileSystem,
+    fs_arc: &Arc<dyn FileSystem>,
     dir: &Path,
     config: &LogConfig,
     now_ms: i64,
 ) -> Result<Loaded, OpenError> {
+    let fs = fs_arc.as_ref();
     let inv = Inventory::take(fs, dir)?;
     let cp = checkpoint::read(fs, dir)??;
     let mode = config.recovery_mode;
@@ -119,7 +121,7 @@ pub(crate) fn open(
     };
     let epochs = plan_epochs(fs, dir, &plan)?;
     let mut loaded = apply(
-        fs,
+        fs_arc,
         dir,
         config,
         now_ms,
@@ -229,7 +231,7 @@ fn plan_producers(
 /// 5. write the checkpoint that vouches for every sealed segment, all durable by then.
 #[allow(clippy::too_many_arguments)]
 fn apply(
-    fs: &dyn FileSystem,
+    fs_arc: &Arc<dyn FileSystem>,
     dir: &Path,
     config: &LogConfig,
     now_ms: i64,
@@ -239,6 +241,7 @@ fn apply(
     mut report: RecoveryReport,
     producers: super::producers::LoadPlan,
 ) -> Result<Loaded, OpenError> {
+    let fs = fs_arc.as_ref();
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let swaps = &plan.swaps;
     for path in &swaps.superseded {
@@ -276,12 +279,12 @@ fn apply(
     let (producers, producer_report) = producers.apply(fs, dir)?;
 
     // 4. The segments.
-    let cfg = segment_config(config);
+    let cfg = segment_config(config, fs_arc);
     let mut sealed = Vec::new();
     let mut active = None;
     let last = plan.segments.len().saturating_sub(1);
     for (i, s) in plan.segments.iter().enumerate() {
-        let opened = open_segment(fs, dir, &cfg, s, i == last, now_ms, &mut report)?;
+        let opened = open_segment(dir, &cfg, s, i == last, now_ms, &mut report)?;
         match opened {
             Opened::Sealed(seg) => sealed.push(seg),
             Opened::Active(w) => active = Some(w),
@@ -290,7 +293,7 @@ fn apply(
     let active = match active {
         Some(w) => w,
         None => {
-            segment::create(fs, dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
+            segment::create(dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
         }
     };
 
@@ -316,7 +319,6 @@ fn apply(
 }
 
 fn open_segment(
-    fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     s: &KeptSegment,
@@ -341,7 +343,7 @@ fn open_segment(
         indexes,
         tail: s.tail,
     };
-    let opened = segment::open(fs, dir, cfg, spec, now_ms).map_err(segment_error)?;
+    let opened = segment::open(dir, cfg, spec, now_ms).map_err(segment_error)?;
     if let Opened::Sealed(seg) = &opened {
         // Recovery trimmed this segment or rebuilt its indexes in the page cache. The recovery
         // point will soon cover it and it is never flushed again, so it must be durable now, or
@@ -349,6 +351,7 @@ fn open_segment(
         if s.rebuild.is_some() || s.log_changes() {
             seg.flush_all()?;
         }
+        seg.unpin();
     }
     Ok(opened)
 }

@@ -579,6 +579,24 @@ impl Planner<'_> {
         let base = r.base_offset;
         let size = r.size as usize;
         let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
+        let tail = TailInfo {
+            last_offset,
+            first_batch_timestamp: -1,
+            max_timestamp: None,
+        };
+        if self.checkpoint.is_some_and(|c| c.clean_shutdown) && !check_tail {
+            // A clean close synced every index with its segment: a sealed segment's are read
+            // whole when it is first mapped (a damaged one is not used; `SegmentView`), so
+            // opening a cleanly closed log reads none of its sealed segments' batches, and of
+            // its indexes only their last entries, held to the record here.
+            if let Some(max_timestamp) = self.last_entries_agree(base, size, last_offset)? {
+                let tail = TailInfo {
+                    max_timestamp,
+                    ..tail
+                };
+                return Ok(Ok(self.recorded(r, f, None, tail)));
+            }
+        }
         let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
         let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
         let index_problem = match (&index, &time) {
@@ -593,11 +611,7 @@ impl Planner<'_> {
             }
             (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
         };
-        let mut tail = TailInfo {
-            last_offset,
-            first_batch_timestamp: -1,
-            max_timestamp: None,
-        };
+        let mut tail = tail;
         let needs_data = index_problem.is_some() || check_tail;
         if !needs_data {
             return Ok(Ok(self.recorded(r, f, None, tail)));
@@ -772,6 +786,70 @@ impl Planner<'_> {
         let file = self.fs.open(&path, OpenMode::Read).ctx("open", &path)?;
         let len = meta.len as usize - meta.len as usize % entry_size;
         Ok(Ok(file.map(len, MapMode::ReadOnly).ctx("mmap", &path)?))
+    }
+
+    /// After a clean close, the last entry of each index of a recorded segment against the
+    /// record, read without mapping anything: both within the segment's offsets (a record
+    /// whose end was damaged contradicts the time index's last entry, which names the
+    /// segment's last offset with its largest timestamp), the offset index's inside its bytes.
+    /// `Some` with the largest timestamp (`None` for an empty time index) when they agree;
+    /// `None` when the indexes must be checked whole.
+    fn last_entries_agree(
+        &self,
+        base: i64,
+        size: usize,
+        last_offset: Option<i64>,
+    ) -> Result<Option<Option<i64>>, IoError> {
+        let Some(index) = self.last_entry::<{ offset_index::ENTRY_SIZE }>(base, names::INDEX_EXT)?
+        else {
+            return Ok(None);
+        };
+        let Some(time) = self.last_entry::<{ time_index::ENTRY_SIZE }>(base, names::TIME_INDEX_EXT)?
+        else {
+            return Ok(None);
+        };
+        let last = last_offset.unwrap_or(base);
+        let index_agrees = index.is_none_or(|e| {
+            let e = offset_index::decode(&e, base).next();
+            e.is_some_and(|e| e.offset >= base && e.offset <= last && (e.position as usize) < size)
+        });
+        let time = time.map(|e| time_index::decode(&e, base).next());
+        let time_agrees = match &time {
+            None => true,
+            Some(e) => e.is_some_and(|e| e.offset >= base && e.offset <= last),
+        };
+        if !(index_agrees && time_agrees) {
+            return Ok(None);
+        }
+        Ok(Some(time.flatten().map(|e| e.timestamp)))
+    }
+
+    /// The last whole entry of an index file: `Some(None)` for an empty one, `None` if it is
+    /// missing, not a regular file, or not a whole number of entries (the full check says
+    /// what is wrong).
+    fn last_entry<const N: usize>(
+        &self,
+        base: i64,
+        ext: &str,
+    ) -> Result<Option<Option<[u8; N]>>, IoError> {
+        let path = names::file_path(self.dir, base, ext);
+        let meta = match self.fs.stat(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(IoError::new("stat", &path, e)),
+        };
+        if meta.kind != FileKind::File || meta.len % N as u64 != 0 {
+            return Ok(None);
+        }
+        if meta.len == 0 {
+            return Ok(Some(None));
+        }
+        let file = self.fs.open(&path, OpenMode::Read).ctx("open", &path)?;
+        let mut entry = [0u8; N];
+        let n = file
+            .read_at(&mut entry, meta.len - N as u64)
+            .ctx("read", &path)?;
+        Ok((n == N).then_some(Some(entry)))
     }
 
     /// Whether the segment at `next_base` starts past `next_expected` because its first batch
