@@ -308,6 +308,35 @@ pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
     }
 }
 
+/// Writes the dirty pages of `[offset, offset + len)` of `file` back and waits for them
+/// (`sync_file_range` with `WAIT_BEFORE | WRITE | WAIT_AFTER`): the data reaches the device, no
+/// metadata is written and no cache flush is issued, so nothing is made durable. Where it is
+/// not supported (EINVAL, ENOSYS, ESPIPE) nothing happens: it only moves work earlier.
+pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "range too large",
+        ));
+    };
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(()),
+        _ => Err(err),
+    }
+}
+
 /// A fixed-size heap allocation that stands in for the page cache of a mapped file in the
 /// simulated file system (`io::sim`): [`Mapping::over_shared_buffer`] maps it, the engine writes
 /// it through a [`MapWriter`] as it would a real map, and the simulator copies ranges out of it.

@@ -159,11 +159,12 @@ pub trait File: Send + Sync + Debug {
     /// hazards").
     fn allocate(&self, len: u64) -> io::Result<()>;
     /// Allocates `[offset, offset + len)` as [`File::allocate`] does and writes zeros over it,
-    /// growing the file to its end: its blocks are then allocated *and written*, so a later
-    /// overwrite and `fdatasync` change no file-system metadata. (`allocate` leaves unwritten
-    /// extents on ext4 and XFS: the first write-back of each range converts them, a metadata
-    /// write in every sync that reaches new blocks; docs/performance.md.) The range must hold
-    /// zeros already or lie past the end: the engine allocates with it, it never erases.
+    /// growing the file to its end, and writes them back to the device (without making them
+    /// durable): its blocks are then allocated *and written*, so a later overwrite and sync
+    /// change no file-system metadata. (`allocate` leaves unwritten extents on ext4 and XFS:
+    /// the first write-back of each range converts them, a metadata write in every sync that
+    /// reaches new blocks; docs/performance.md.) The range must hold zeros already or lie past
+    /// the end: the engine allocates with it, it never erases.
     ///
     /// The default only allocates.
     fn write_zeros(&self, offset: u64, len: u64) -> io::Result<()> {

@@ -114,8 +114,12 @@ struct FlushState {
     /// Where the last sync of the active segment ended.
     segment_base: i64,
     position: usize,
-    /// A leader is syncing; others wait on `Log::flushed`.
+    /// A leader is syncing (or a rewrite holds the turn); others wait.
     in_progress: bool,
+    /// Threads waiting for a sync, in the order they came.
+    waiters: Vec<flush::Waiter>,
+    /// Rewrites waiting for the turn (on `Log::flushed`): a leader then hands it to none.
+    exclusive_waiting: usize,
 }
 
 /// The lock file of a partition directory: held (`flock`) for the life of a [`Log`], so a second
@@ -134,7 +138,7 @@ pub struct Log {
     segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
     append: Mutex<AppendState>,
     flush: Mutex<FlushState>,
-    /// Signalled when a sync ends (group commit).
+    /// Signalled when the flush turn is free (a rewrite waits for it).
     flushed: Condvar,
     /// Client appends between entry and the end of their write (group commit waits for them).
     appends_in_flight: AtomicUsize,
@@ -205,6 +209,8 @@ impl Log {
                 segment_base: active.base_offset(),
                 position: active.size(),
                 in_progress: false,
+                waiters: Vec::new(),
+                exclusive_waiting: 0,
             }),
             flushed: Condvar::new(),
             appends_in_flight: AtomicUsize::new(0),

@@ -88,8 +88,8 @@ pub(super) struct SpaceConfig {
 enum Growth {
     /// Reserve (fallocate) up to the next multiple of this many bytes.
     Reserve(usize),
-    /// Write zeros over one [`ZERO_CHUNK`] (and sync them, with `sync`).
-    Zero { sync: bool },
+    /// Write zeros over one [`ZERO_CHUNK`], written back as they are written.
+    Zero,
 }
 
 /// How far each of an active segment's files is allocated.
@@ -180,7 +180,7 @@ impl SegmentSpace {
             Preallocation::Zeroed if self.cfg.background => {
                 Growth::Reserve(RESERVE_GRAIN.min(self.cfg.step))
             }
-            Preallocation::Zeroed => Growth::Zero { sync: true },
+            Preallocation::Zeroed => Growth::Zero,
         };
         let mut g = self.grown.lock();
         while g.log < needed {
@@ -197,31 +197,22 @@ impl SegmentSpace {
 
     /// Grows the `.log` toward `target` (ahead of the writer, from the background thread), a
     /// piece at a time so a writer that catches up waits for one piece only. Zeroed pieces
-    /// are synced once, at the end: one sync per step keeps the window in which the file's
-    /// metadata is being changed, and a sync of appended data must write it too, to one
-    /// write-back of the step (docs/performance.md has the measurements). Stops when the
-    /// segment is closed.
+    /// far ahead of the writer are synced once, at the end: one sync per step keeps the window
+    /// in which the file's metadata is being changed, and a sync of appended data must write
+    /// it too, to one write-back of the step (docs/performance.md has the measurements).
+    /// Stops when the segment is closed.
     pub fn grow_ahead(&self, target: usize) -> Result<(), IoError> {
         let growth = match self.cfg.preallocation {
             Preallocation::Reserved => Growth::Reserve(self.cfg.step),
-            Preallocation::Zeroed => Growth::Zero { sync: false },
+            Preallocation::Zeroed => Growth::Zero,
         };
-        let mut zeroed = false;
         loop {
             let mut g = self.grown.lock();
             if g.closed || g.log >= target.min(self.cfg.capacity) {
-                break;
+                return Ok(());
             }
             self.grow_once(&mut g, target, growth)?;
-            zeroed = matches!(growth, Growth::Zero { .. });
         }
-        if zeroed {
-            let s = &self.segment;
-            self.open(&s.log_path)?
-                .sync_data()
-                .ctx("fdatasync", &s.log_path)?;
-        }
-        Ok(())
     }
 
     /// One of the segment's files, opened for one allocation.
@@ -250,17 +241,12 @@ impl SegmentSpace {
                     .ctx("fallocate", &s.log_path)?;
                 end
             }
-            Growth::Zero { sync } => {
+            Growth::Zero => {
                 let piece = ZERO_CHUNK.min(self.cfg.step);
                 let end = next_end(g.log, wanted.min(g.log + piece), piece, self.cfg.capacity);
-                let file = self.open(&s.log_path)?;
-                file.write_zeros(g.log as u64, (end - g.log) as u64)
+                self.open(&s.log_path)?
+                    .write_zeros(g.log as u64, (end - g.log) as u64)
                     .ctx("allocate zeroed", &s.log_path)?;
-                if sync {
-                    // The new blocks' extents and the file's length on disk before the
-                    // writer's first sync reaches them.
-                    file.sync_data().ctx("fdatasync", &s.log_path)?;
-                }
                 end
             }
         };
