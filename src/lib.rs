@@ -40,16 +40,18 @@ internal_mod!(segment);
 pub use log::{
     AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Clock, ConfigError,
     Damage, DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error,
-    FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, LatencyHistogram, Log, LogConfig,
-    LogMetrics, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
-    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
-    SystemClock, TruncateReport, Truncation, WaitFor, WaitOutcome,
+    FetchResult, FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram,
+    Log, LogConfig, LogMetrics, OpenError, Preallocation, ProducerLoadReport, ReadError,
+    RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport,
+    RewriteError, SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor,
+    WaitOutcome,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
 /// The files of a partition directory, for tools that read one without opening a [`Log`], as
-/// `oncelog dump` does: file names, and the entries of `.index`, `.timeindex` and `.snapshot`
-/// files (byte tables in docs/format.md). Reading `.log` files is [`format::BatchIter`]'s job.
+/// `oncelog dump` does: file names, and the entries of `.index`, `.timeindex`, `.txnindex` and
+/// `.snapshot` files (byte tables in docs/format.md). Reading `.log` files is
+/// [`format::BatchIter`]'s job.
 pub mod files {
     pub use crate::log::epochs::{
         decode_file as decode_leader_epochs, FILE_NAME as LEADER_EPOCH_CHECKPOINT,
@@ -57,12 +59,15 @@ pub mod files {
     pub use crate::producer::snapshot::{decode as decode_snapshot, Snapshot};
     pub use crate::segment::names::{
         file_name, parse as parse_file_name, ParsedName, INDEX_EXT, LOG_EXT, SNAPSHOT_EXT,
-        TIME_INDEX_EXT,
+        TIME_INDEX_EXT, TXN_INDEX_EXT,
     };
     pub use crate::segment::offset_index::{
         decode as decode_offset_index, OffsetPosition, ENTRY_SIZE as OFFSET_INDEX_ENTRY_SIZE,
     };
     pub use crate::segment::time_index::{
         decode as decode_time_index, TimestampOffset, ENTRY_SIZE as TIME_INDEX_ENTRY_SIZE,
+    };
+    pub use crate::segment::txn_index::{
+        decode as decode_txn_index, AbortedTxn, TxnIndexProblem, ENTRY_SIZE as TXN_INDEX_ENTRY_SIZE,
     };
 }

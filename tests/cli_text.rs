@@ -5,10 +5,11 @@ mod common_cli;
 
 use common_cli::{fresh_log, run, run_path, stdout};
 
-const COMMANDS: [&str; 9] = [
+const COMMANDS: [&str; 10] = [
     "dump",
     "bench",
     "append",
+    "read",
     "verify",
     "recover",
     "truncate",

@@ -4,7 +4,8 @@
 
 use oncelog::format::sequence;
 use oncelog::producer::snapshot::{decode, encode, SnapshotVersion};
-use oncelog::producer::state::{Decision, IncomingBatch, ProducerStateTable, TxnMarker};
+use oncelog::producer::state::{Decision, IncomingBatch, ProducerStateTable};
+use oncelog::producer::txn::Marker;
 use oncelog::producer::{BatchMetadata, ProducerEntry, ProducerStateConfig};
 use proptest::prelude::*;
 
@@ -145,7 +146,7 @@ fn build_table(window: usize, ops: &[Op]) -> ProducerStateTable {
                 coordinator_epoch,
             } => {
                 let epoch = table.get(pid).map_or(0, |e| e.epoch().max(0));
-                let m = TxnMarker {
+                let m = Marker {
                     producer_id: pid,
                     epoch,
                     coordinator_epoch,
@@ -153,7 +154,7 @@ fn build_table(window: usize, ops: &[Op]) -> ProducerStateTable {
                     offset,
                     is_abort: false,
                 };
-                if table.check_marker(&m).is_ok() {
+                if table.check_marker(&m, 0).is_ok() {
                     table.record_marker(&m, wall);
                     offset += 1;
                 }

@@ -412,7 +412,8 @@ fn a_checkpoint_that_contradicts_itself_is_refused_in_every_mode_and_deletes_not
     for (from, to) in [
         ("log_start_offset 0", "log_start_offset 999999"),
         ("recovery_point 3000", "recovery_point 999999"),
-        ("log_start_offset 0", "log_start_offset 1000"),
+        // A full truncation's commit point with segments still recorded.
+        ("dense_from 0", "dense_from 0\nstart_over_at 0"),
         ("860 1720 98986", "860 1720 10"),
     ] {
         let f = Fixture::new();

@@ -314,14 +314,43 @@ fn truncation_of_real_kafka_data_keeps_its_offsets_and_producer_state() {
     let end = log.log_end_offset();
     assert!(all.len() > 4, "{all:?}");
     let (keep_base, keep_last) = all[all.len() / 2];
+    // The broker's producers (ids 0..14, 1000..7000), and the last sequence of each among the
+    // batches that stay.
+    let mut last_kept_seq = std::collections::BTreeMap::new();
+    let mut every_producer = std::collections::BTreeSet::new();
+    for bytes in read_all(&log, usize::MAX) {
+        let b = RecordBatch::parse(&bytes).unwrap();
+        if b.producer_id() < 0 {
+            continue;
+        }
+        every_producer.insert(b.producer_id());
+        if b.last_offset() <= keep_last {
+            let last_seq = b.base_sequence() + b.last_offset_delta();
+            last_kept_seq.insert(b.producer_id(), last_seq);
+        }
+    }
+    assert!(
+        every_producer.len() > last_kept_seq.len(),
+        "{every_producer:?}"
+    );
     let report = log.truncate_to(keep_last + 1).unwrap();
     assert_eq!(report.new_log_end, keep_last + 1);
     assert_eq!(offsets(&log), all[..=all.len() / 2].to_vec());
     assert!(report.old_log_end == end && keep_base <= keep_last);
+    // The producer state is the one of the batches that stay: a producer whose batches all went
+    // is unknown, the others end at their last kept sequence. After a reopen too.
+    let check = |log: &Log| {
+        for pid in &every_producer {
+            let last = log.producer(*pid).map(|p| p.last_seq());
+            assert_eq!(last, last_kept_seq.get(pid).copied(), "producer {pid}");
+        }
+    };
+    check(&log);
     log.close().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(log.log_end_offset(), keep_last + 1);
     assert_eq!(offsets(&log), all[..=all.len() / 2].to_vec());
+    check(&log);
 }
 
 #[test]

@@ -10,6 +10,11 @@
 //! - compressed batches are decompressed (at most
 //!   [`DEFAULT_MAX_DECOMPRESSED_BYTES`](super::DEFAULT_MAX_DECOMPRESSED_BYTES) each);
 //! - control batches (transaction markers) are not records of the application and are skipped;
+//! - under read_committed ([`ConsumerRecordIter::read_committed`]) the records of aborted
+//!   transactions are skipped too: given the aborted transactions a read_committed fetch returns
+//!   (`(producer id, first offset)`, kafka-format.md §7.4), a producer's transactional batches
+//!   are skipped from the first offset of one of them to its ABORT marker, as Kafka's consumer
+//!   does;
 //! - timestamps follow the batch's type: under LogAppendTime every record carries the batch's
 //!   maxTimestamp.
 //!
@@ -18,10 +23,12 @@
 //! the one decompressed buffer of a compressed batch.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use bytes::Bytes;
 
 use super::batch::{RecordBatch, TimestampType, HEADER_SIZE};
+use super::control::decode_txn_marker;
 use super::error::{BatchError, BatchErrorAt};
 use super::record::{HeaderIter, RecordContext, RecordIter};
 
@@ -54,6 +61,17 @@ impl ConsumerRecord {
     }
 }
 
+/// A transaction a read_committed fetch says was aborted (Kafka's
+/// `FetchResponse.AbortedTransaction`): its producer's transactional records from
+/// `first_offset` up to the producer's next ABORT marker are not the application's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AbortedTransaction {
+    /// The producer whose transaction was aborted.
+    pub producer_id: i64,
+    /// The transaction's first offset.
+    pub first_offset: i64,
+}
+
 /// Iterates over the data records at or after an offset in a buffer of whole batches. Yields
 /// each record, or one [`BatchErrorAt`] (the byte position of the batch in the buffer and what
 /// is wrong with it) and then ends.
@@ -65,6 +83,50 @@ pub struct ConsumerRecordIter {
     next_batch: usize,
     current: Option<OpenBatch>,
     done: bool,
+    /// Under read_committed, the aborted transactions to skip.
+    aborted: Option<Aborted>,
+}
+
+/// Kafka's consumer-side bookkeeping of aborted transactions (`CompletedFetch`): the aborted
+/// transactions not reached yet, and the producers whose transactional batches are being
+/// skipped until their ABORT marker.
+#[derive(Debug, Clone, Default)]
+struct Aborted {
+    /// Sorted by first offset, latest first, so the next to reach is at the end.
+    pending: Vec<AbortedTransaction>,
+    skipping: HashSet<i64>,
+}
+
+impl Aborted {
+    fn new(aborted: impl IntoIterator<Item = AbortedTransaction>) -> Aborted {
+        let mut pending: Vec<AbortedTransaction> = aborted.into_iter().collect();
+        pending.sort_by_key(|a| std::cmp::Reverse((a.first_offset, a.producer_id)));
+        Aborted {
+            pending,
+            skipping: HashSet::new(),
+        }
+    }
+
+    /// Whether `batch`, a producer's batch, is to be skipped. The aborted transactions that
+    /// began at or before its last offset start being skipped (Kafka's
+    /// `consumeAbortedTransactionsUpTo`); its ABORT marker ends its producer's.
+    fn skips(&mut self, batch: &RecordBatch<'_>) -> Result<bool, BatchError> {
+        while let Some(next) = self.pending.last() {
+            if next.first_offset > batch.last_offset() {
+                break;
+            }
+            self.skipping.insert(next.producer_id);
+            self.pending.pop();
+        }
+        if batch.is_control() {
+            batch.verify_crc()?;
+            if decode_txn_marker(batch)?.is_some_and(|m| m.is_abort()) {
+                self.skipping.remove(&batch.producer_id());
+            }
+            return Ok(true);
+        }
+        Ok(batch.is_transactional() && self.skipping.contains(&batch.producer_id()))
+    }
 }
 
 /// The batch whose records are being read.
@@ -80,7 +142,8 @@ struct OpenBatch {
 }
 
 impl ConsumerRecordIter {
-    /// The records of `data` whose offset is at least `from_offset`.
+    /// The records of `data` whose offset is at least `from_offset` (read_uncommitted: the
+    /// records of open and aborted transactions included).
     pub fn new(data: Bytes, from_offset: i64) -> ConsumerRecordIter {
         ConsumerRecordIter {
             data,
@@ -88,6 +151,22 @@ impl ConsumerRecordIter {
             next_batch: 0,
             current: None,
             done: false,
+            aborted: None,
+        }
+    }
+
+    /// The committed records of `data` whose offset is at least `from_offset`: `data` read
+    /// under read_committed, and `aborted` the aborted transactions that fetch returned. The
+    /// records of those transactions are skipped, each producer's from the transaction's first
+    /// offset to its ABORT marker; every control batch read is checked against its CRC.
+    pub fn read_committed(
+        data: Bytes,
+        from_offset: i64,
+        aborted: impl IntoIterator<Item = AbortedTransaction>,
+    ) -> ConsumerRecordIter {
+        ConsumerRecordIter {
+            aborted: Some(Aborted::new(aborted)),
+            ..ConsumerRecordIter::new(data, from_offset)
         }
     }
 
@@ -108,6 +187,11 @@ impl ConsumerRecordIter {
             let batch = RecordBatch::parse(&self.data[position..]).map_err(at)?;
             let size = batch.size();
             self.next_batch += size;
+            if let Some(aborted) = self.aborted.as_mut().filter(|_| batch.has_producer_id()) {
+                if aborted.skips(&batch).map_err(at)? {
+                    continue;
+                }
+            }
             if batch.last_offset() < self.from_offset || batch.is_control() {
                 continue;
             }
@@ -276,6 +360,90 @@ mod tests {
             5,
         ));
         assert_eq!(offsets(&data, 0), [0, 1]);
+    }
+
+    /// A batch of `n` records of producer `pid` at `offset`, transactional.
+    fn txn_batch(offset: i64, pid: i64, n: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new()
+            .base_offset(offset)
+            .producer(pid, 0, 0)
+            .transactional(true);
+        for i in 0..n {
+            b.append(1_000, None, Some(format!("{pid}/{}", offset + i as i64).as_bytes()), &[]);
+        }
+        b.build().expect("build")
+    }
+
+    fn marker(offset: i64, pid: i64, control_type: crate::format::ControlType) -> Vec<u8> {
+        crate::format::end_txn_marker(offset, 0, pid, 0, 1_000, control_type, 0)
+    }
+
+    fn committed(data: &[u8], from: i64, aborted: &[(i64, i64)]) -> Vec<i64> {
+        let aborted = aborted.iter().map(|&(producer_id, first_offset)| AbortedTransaction {
+            producer_id,
+            first_offset,
+        });
+        ConsumerRecordIter::read_committed(Bytes::copy_from_slice(data), from, aborted)
+            .map(|r| r.expect("record").offset)
+            .collect()
+    }
+
+    #[test]
+    fn read_committed_skips_aborted_transactions_up_to_their_marker() {
+        use crate::format::ControlType::{Abort, Commit};
+        // Producer 1 aborts [0, 2), producer 2 commits [2, 3) and [5, 6), then producer 1's
+        // next transaction [6, 8) commits: the abort marker at 4 ends the skipping.
+        let mut data = txn_batch(0, 1, 2);
+        data.extend(txn_batch(2, 2, 1));
+        data.extend(marker(3, 2, Commit));
+        data.extend(marker(4, 1, Abort));
+        data.extend(txn_batch(5, 2, 1));
+        data.extend(txn_batch(6, 1, 2));
+        data.extend(marker(8, 1, Commit));
+        data.extend(marker(9, 2, Commit));
+        assert_eq!(committed(&data, 0, &[(1, 0)]), [2, 5, 6, 7]);
+        assert_eq!(committed(&data, 0, &[]), [0, 1, 2, 5, 6, 7]);
+        assert_eq!(offsets(&data, 0), [0, 1, 2, 5, 6, 7], "read_uncommitted");
+        assert_eq!(committed(&data, 6, &[(1, 0)]), [6, 7]);
+    }
+
+    #[test]
+    fn an_aborted_transaction_is_skipped_only_from_its_first_offset() {
+        use crate::format::ControlType::Abort;
+        // Producer 1's batch at 0 belongs to an earlier, committed transaction; the aborted one
+        // starts at 3.
+        let mut data = txn_batch(0, 1, 2);
+        data.extend(txn_batch(2, 3, 1));
+        data.extend(txn_batch(3, 1, 2));
+        data.extend(marker(5, 1, Abort));
+        assert_eq!(committed(&data, 0, &[(1, 3)]), [0, 1, 2]);
+    }
+
+    #[test]
+    fn non_transactional_batches_of_a_skipped_producer_are_kept() {
+        use crate::format::ControlType::Abort;
+        let mut data = txn_batch(0, 1, 1);
+        let mut idempotent = BatchBuilder::new().base_offset(1).producer(1, 0, 1);
+        idempotent.append(1_000, None, Some(b"plain"), &[]);
+        data.extend(idempotent.build().expect("build"));
+        data.extend(marker(2, 1, Abort));
+        assert_eq!(committed(&data, 0, &[(1, 0)]), [1]);
+    }
+
+    #[test]
+    fn a_damaged_control_batch_under_read_committed_is_an_error() {
+        use crate::format::ControlType::Abort;
+        let mut data = txn_batch(0, 1, 1);
+        let at = data.len();
+        data.extend(marker(1, 1, Abort));
+        let last = data.len() - 1;
+        data[last] ^= 1;
+        let items: Vec<_> =
+            ConsumerRecordIter::read_committed(Bytes::from(data), 0, []).collect();
+        assert_eq!(items.len(), 2);
+        let err = items[1].as_ref().expect_err("the marker");
+        assert_eq!(err.position, at);
+        assert!(matches!(err.error, BatchError::CrcMismatch { .. }), "{err}");
     }
 
     #[test]

@@ -19,8 +19,9 @@
 
 use super::batch::be_i16;
 use super::batch::be_i32;
+use super::batch::{RecordBatch, HEADER_SIZE};
 use super::builder::BatchBuilder;
-use super::error::ControlRecordError;
+use super::error::{BatchError, ControlRecordError};
 use super::record::Record;
 
 /// What a control record says. Unknown types are kept, not refused: Kafka ignores them.
@@ -70,6 +71,21 @@ impl ControlType {
             ControlType::KraftVersion => 5,
             ControlType::KraftVoters => 6,
             ControlType::Unknown(id) => id,
+        }
+    }
+
+    /// Kafka's name of the type (`ControlRecordType`): `ABORT`, `COMMIT`, `LEADER_CHANGE`,
+    /// ..., `UNKNOWN` for an id it does not define.
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlType::Abort => "ABORT",
+            ControlType::Commit => "COMMIT",
+            ControlType::LeaderChange => "LEADER_CHANGE",
+            ControlType::SnapshotHeader => "SNAPSHOT_HEADER",
+            ControlType::SnapshotFooter => "SNAPSHOT_FOOTER",
+            ControlType::KraftVersion => "KRAFT_VERSION",
+            ControlType::KraftVoters => "KRAFT_VOTERS",
+            ControlType::Unknown(_) => "UNKNOWN",
         }
     }
 
@@ -171,6 +187,71 @@ pub fn decode_control_record(
     Ok((key, Some(EndTxnMarker::decode(value)?)))
 }
 
+/// The most a control batch's records may decompress to when its marker is read.
+pub const MAX_MARKER_RECORDS_BYTES: usize = 64 * 1024;
+
+/// What a transaction marker says: how the transaction ended, which coordinator ended it, and
+/// when (the control record's timestamp, which becomes the producer's last timestamp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnMarkerRecord {
+    /// [`ControlType::Abort`] or [`ControlType::Commit`].
+    pub control_type: ControlType,
+    /// The epoch of the transaction coordinator that wrote it.
+    pub coordinator_epoch: i32,
+    /// The control record's timestamp.
+    pub timestamp: i64,
+}
+
+impl TxnMarkerRecord {
+    /// Whether the marker aborts its transaction.
+    pub fn is_abort(&self) -> bool {
+        self.control_type == ControlType::Abort
+    }
+}
+
+/// The transaction marker of a producer's control batch, read as Kafka's producer state reads
+/// it: the first record, whose key must say ABORT or COMMIT and whose value must be an end-txn
+/// marker. `Ok(None)` for a control batch without records (what compaction leaves once a
+/// transaction is gone: nothing to do) and for a batch that is not a control batch of a
+/// producer (producer id ≥ 0); a KRaft control batch (producer id −1) may hold any type.
+///
+/// The CRC is not checked here; records after the first are not read (Kafka ignores them).
+pub fn decode_txn_marker(batch: &RecordBatch<'_>) -> Result<Option<TxnMarkerRecord>, BatchError> {
+    if !batch.is_control() || batch.producer_id() < 0 || batch.records_count() == 0 {
+        return Ok(None);
+    }
+    let producer_id = batch.producer_id();
+    // Kafka never compresses a marker (17 bytes of record): a compressed control batch may be
+    // read, but never made to inflate more than this.
+    let buf = batch.records_buf_limited(MAX_MARKER_RECORDS_BYTES)?;
+    let record = match batch.iter_records(&buf).next() {
+        Some(record) => record?,
+        // A negative count: the iterator says so as the first item.
+        None => {
+            return Err(BatchError::InvalidRecord {
+                index: 0,
+                position: HEADER_SIZE,
+                reason: super::error::RecordError::Truncated,
+            })
+        }
+    };
+    let invalid = |reason| BatchError::InvalidMarker {
+        producer_id,
+        reason,
+    };
+    let (key, value) = decode_control_record(&record).map_err(invalid)?;
+    let Some(value) = value else {
+        return Err(invalid(ControlRecordError::NotEndTxnMarker {
+            control_type: key.control_type.id(),
+        }));
+    };
+    Ok(Some(TxnMarkerRecord {
+        control_type: key.control_type,
+        coordinator_epoch: value.coordinator_epoch,
+        timestamp: record.timestamp,
+    }))
+}
+
 /// A complete transaction-marker batch: control + transactional (attributes 0x30), no
 /// sequence, one record with key (0, `control_type`) and value (0, `coordinator_epoch`), as the
 /// transaction coordinator's WriteTxnMarkers produces it (78 bytes).
@@ -247,11 +328,87 @@ mod tests {
     }
 
     #[test]
+    fn a_marker_batch_reads_back_as_its_type_epoch_and_timestamp() {
+        let bytes = end_txn_marker(3, 0, 9, 2, 1_234, ControlType::Abort, 44);
+        let batch = RecordBatch::parse(&bytes).unwrap();
+        assert_eq!(
+            decode_txn_marker(&batch),
+            Ok(Some(TxnMarkerRecord {
+                control_type: ControlType::Abort,
+                coordinator_epoch: 44,
+                timestamp: 1_234,
+            }))
+        );
+    }
+
+    /// A record's key and value.
+    type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
+    /// A producer's control batch of `records`.
+    fn control_batch(producer_id: i64, records: &[KeyValue<'_>]) -> Vec<u8> {
+        let mut b = BatchBuilder::new()
+            .producer(producer_id, 0, -1)
+            .transactional(true)
+            .control(true);
+        for (key, value) in records {
+            b.append(5, *key, *value, &[]);
+        }
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn a_producers_control_batch_of_another_type_is_not_a_marker() {
+        let leader_change: &[u8] = &[0, 0, 0, 2];
+        let bytes = control_batch(7, &[(Some(leader_change), Some(&[0, 0]))]);
+        let batch = RecordBatch::parse(&bytes).unwrap();
+        assert_eq!(
+            decode_txn_marker(&batch),
+            Err(BatchError::InvalidMarker {
+                producer_id: 7,
+                reason: ControlRecordError::NotEndTxnMarker { control_type: 2 }
+            })
+        );
+        // The same record in a KRaft control batch (no producer) is not a marker to read.
+        let kraft = control_batch(-1, &[(Some(leader_change), Some(&[0, 0]))]);
+        assert_eq!(decode_txn_marker(&RecordBatch::parse(&kraft).unwrap()), Ok(None));
+    }
+
+    #[test]
+    fn a_marker_with_a_short_value_or_key_is_invalid() {
+        let commit: &[u8] = &[0, 0, 0, 1];
+        let bytes = control_batch(7, &[(Some(commit), Some(&[0, 0, 0, 0, 1]))]);
+        assert_eq!(
+            decode_txn_marker(&RecordBatch::parse(&bytes).unwrap()),
+            Err(BatchError::InvalidMarker {
+                producer_id: 7,
+                reason: ControlRecordError::ValueTooShort { len: 5 }
+            })
+        );
+        let bytes = control_batch(7, &[(Some(&[0, 0, 1]), Some(&[0; 6]))]);
+        assert_eq!(
+            decode_txn_marker(&RecordBatch::parse(&bytes).unwrap()),
+            Err(BatchError::InvalidMarker {
+                producer_id: 7,
+                reason: ControlRecordError::KeyTooShort { len: 3 }
+            })
+        );
+    }
+
+    #[test]
+    fn an_empty_control_batch_says_nothing() {
+        let bytes = control_batch(7, &[]);
+        assert_eq!(decode_txn_marker(&RecordBatch::parse(&bytes).unwrap()), Ok(None));
+    }
+
+    #[test]
     fn control_types_round_trip_through_their_ids() {
         for id in [0, 1, 2, 3, 4, 5, 6, 7, 128, -1] {
             assert_eq!(ControlType::from_id(id).id(), id);
         }
         assert_eq!(ControlType::from_id(128), ControlType::Unknown(128));
+        assert_eq!(ControlType::from_id(0).name(), "ABORT");
+        assert_eq!(ControlType::from_id(6).name(), "KRAFT_VOTERS");
+        assert_eq!(ControlType::from_id(9).name(), "UNKNOWN");
     }
 
     #[test]

@@ -132,6 +132,15 @@ pub enum BatchError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// A control batch of a producer (producer id ≥ 0) whose first record is not a valid
+    /// COMMIT or ABORT marker: Kafka reads every such batch as the end of a transaction.
+    #[error("control batch of producer {producer_id}: {reason}")]
+    InvalidMarker {
+        /// The batch's producer id.
+        producer_id: i64,
+        /// What is wrong with its control record.
+        reason: ControlRecordError,
+    },
     /// The builder could not compress the records.
     #[error("cannot compress records with {codec:?}: {message}")]
     CompressionFailed {
@@ -171,7 +180,9 @@ impl BatchError {
             | BatchError::ControlBatchFromClient
             | BatchError::MissingSequence { .. }
             | BatchError::TrailingBytes { .. }
-            | BatchError::UnknownCompression { .. } => "invalid_record",
+            | BatchError::UnknownCompression { .. }
+            // Kafka's EndTransactionMarker refuses such a record (InvalidRecordException).
+            | BatchError::InvalidMarker { .. } => "invalid_record",
             // A limit, not damage: the same records split into smaller batches would be accepted.
             // Kafka answers MESSAGE_TOO_LARGE, on which its producer splits the batch and
             // retries; a decompression bomb of one record cannot be split, and fails on the
@@ -304,6 +315,12 @@ pub enum ControlRecordError {
         /// `"key"` or `"value"`.
         field: &'static str,
     },
+    /// A producer's control record whose type is neither ABORT (0) nor COMMIT (1).
+    #[error("control record type {control_type} is not a transaction marker (0 ABORT, 1 COMMIT)")]
+    NotEndTxnMarker {
+        /// The type id in the key.
+        control_type: i16,
+    },
 }
 
 impl ControlRecordError {
@@ -315,6 +332,7 @@ impl ControlRecordError {
             ControlRecordError::ValueTooShort { .. } => "value_too_short",
             ControlRecordError::NegativeValueVersion { .. } => "negative_value_version",
             ControlRecordError::Null { .. } => "null_field",
+            ControlRecordError::NotEndTxnMarker { .. } => "not_end_txn_marker",
         }
     }
 }
@@ -363,6 +381,7 @@ mod tests {
             ControlRecordError::ValueTooShort { len: 1 },
             ControlRecordError::NegativeValueVersion { version: -1 },
             ControlRecordError::Null { field: "key" },
+            ControlRecordError::NotEndTxnMarker { control_type: 2 },
         ]
         .map(|e| e.kind());
         for names in [&record[..], &control[..]] {

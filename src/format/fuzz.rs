@@ -6,7 +6,8 @@
 //! `write_batch_decoder_seed_corpus` below (`cargo test --lib write_batch_decoder -- --ignored`).
 
 use super::batch::{frame, BatchIter, RecordBatch, TimestampType};
-use super::control::{decode_control_record, ControlRecordKey, EndTxnMarker};
+use super::consumer::{AbortedTransaction, ConsumerRecordIter};
+use super::control::{decode_control_record, decode_txn_marker, ControlRecordKey, EndTxnMarker};
 use super::record::{RecordContext, RecordIter};
 use super::validate::{validate_client_batch, validate_stored_batch};
 use super::varint::{decode_varint, decode_varlong};
@@ -29,6 +30,22 @@ pub fn fuzz_batch(data: &[u8]) {
     for item in BatchIter::new(data) {
         let Ok((_, batch)) = item else { break };
         walk_batch(&batch);
+        let _ = decode_txn_marker(&batch);
+    }
+    // As a read_committed fetch, with the batches' own producers as aborted transactions.
+    let aborted: Vec<AbortedTransaction> = BatchIter::new(data)
+        .map_while(Result::ok)
+        .map(|(_, b)| AbortedTransaction {
+            producer_id: b.producer_id(),
+            first_offset: b.base_offset(),
+        })
+        .take(16)
+        .collect();
+    let bytes = bytes::Bytes::copy_from_slice(data);
+    for r in ConsumerRecordIter::read_committed(bytes, i64::MIN, aborted).take(1 << 16) {
+        if r.is_err() {
+            break;
+        }
     }
 
     // The bytes as a raw records stream, as if they followed a header.

@@ -22,9 +22,10 @@ pub use batch::{
 };
 pub use builder::BatchBuilder;
 pub use compression::DEFAULT_MAX_DECOMPRESSED_BYTES;
-pub use consumer::{ConsumerRecord, ConsumerRecordIter};
+pub use consumer::{AbortedTransaction, ConsumerRecord, ConsumerRecordIter};
 pub use control::{
-    decode_control_record, end_txn_marker, ControlRecordKey, ControlType, EndTxnMarker,
+    decode_control_record, decode_txn_marker, end_txn_marker, ControlRecordKey, ControlType,
+    EndTxnMarker, TxnMarkerRecord,
 };
 pub use error::{BatchError, BatchErrorAt, ControlRecordError, RecordError};
 pub use record::{Header, HeaderIter, Record, RecordContext, RecordIter};

@@ -285,12 +285,15 @@ fn known_compression(batch: &RecordBatch<'_>) -> Result<Compression, BatchError>
 }
 
 /// Validates a batch that already carries its offsets (replication, recovery): the frame, the
-/// CRC, a known codec and a non-negative lastOffsetDelta. Control batches are allowed.
+/// CRC, a known codec and a non-negative lastOffsetDelta. Control batches are allowed; one of a
+/// producer (a transaction marker) must hold a valid COMMIT or ABORT marker, since producer
+/// state reads it ([`super::decode_txn_marker`]).
 ///
 /// `buf` may hold more bytes after the batch (a scanner passes the rest of a segment); the
 /// returned view is exactly the batch, and its size says where the next one starts. A negative
 /// recordsCount is refused too; a count of 0 is legal (compaction leaves empty batches).
-/// Records are not decoded: recovery reads headers only (docs/design.md, "Recovery on open").
+/// Records of data batches are not decoded: recovery reads headers only (docs/design.md,
+/// "Recovery on open"); a marker's one record is a few bytes.
 pub fn validate_stored_batch(buf: &[u8]) -> Result<RecordBatch<'_>, BatchError> {
     let batch = RecordBatch::parse(buf)?;
     batch.verify_crc()?;
@@ -305,6 +308,7 @@ pub fn validate_stored_batch(buf: &[u8]) -> Result<RecordBatch<'_>, BatchError> 
             records_count: batch.records_count(),
         });
     }
+    super::control::decode_txn_marker(&batch)?;
     Ok(batch)
 }
 
@@ -713,6 +717,25 @@ mod tests {
         );
         set_base_offset(&mut buf, 10);
         assert!(validate_stored_batch(&buf).is_ok(), "markers are stored");
+    }
+
+    #[test]
+    fn a_stored_marker_of_an_unknown_type_is_refused() {
+        // After the header: one byte each of record length, attributes, timestamp delta, offset
+        // delta and key length, then the key's int16 version and int16 type (low byte here).
+        let mut buf = end_txn_marker(0, 0, 5, 0, 1, ControlType::Commit, 0);
+        let type_at = HEADER_SIZE + 5 + 3;
+        assert_eq!(buf[type_at], 1);
+        buf[type_at] = 7;
+        rewrite_crc(&mut buf);
+        assert_eq!(
+            validate_stored_batch(&buf).unwrap_err(),
+            BatchError::InvalidMarker {
+                producer_id: 5,
+                reason: crate::format::ControlRecordError::NotEndTxnMarker { control_type: 7 }
+            }
+        );
+        assert_eq!(validate_stored_batch(&buf).unwrap_err().kind(), "invalid_record");
     }
 
     #[test]

@@ -22,6 +22,10 @@
 //! A segment line may carry a fourth field, the file's length, when a truncation left dead
 //! bytes after the segment's batches (see [`SegmentRecord::file_len`]).
 //!
+//! While a full truncation (`Log::truncate_fully_and_start_at`) is under way, a line
+//! `start_over_at <offset>` follows `dense_from`: the log is empty from that offset, whatever
+//! segment files are still there (see [`Checkpoint::start_over_at`]).
+//!
 //! The record lists every segment that is wholly durable: sealed, flushed and trimmed (and, at
 //! a clean close, the last segment as well). Recovery holds the directory to it: a recorded
 //! segment that is missing, shorter or longer, or a segment file that appears where the record
@@ -82,6 +86,10 @@ pub struct Checkpoint {
     pub dense_from: Option<i64>,
     /// The segments vouched for, in offset order; `None` for a version-0 file.
     pub segments: Option<Vec<SegmentRecord>>,
+    /// A full truncation's commit point: the log is empty, starting at this offset, and every
+    /// segment file, snapshot and epoch entry in the directory is from before it (recovery
+    /// removes them). Written only until the truncation has removed them itself.
+    pub start_over_at: Option<i64>,
 }
 
 /// A checkpoint that cannot be used: unreadable, malformed, or contradicting itself. Recovery
@@ -120,6 +128,9 @@ pub fn encode(c: &Checkpoint) -> String {
         c.high_watermark,
         c.dense_from.unwrap_or(0),
     );
+    if let Some(at) = c.start_over_at {
+        out.push_str(&format!("start_over_at {at}\n"));
+    }
     let segments = c.segments.as_deref().unwrap_or(&[]);
     out.push_str(&format!("segments {}\n", segments.len()));
     for s in segments {
@@ -141,12 +152,12 @@ type LineError = (Option<usize>, String);
 /// Parses a checkpoint and checks that its values agree with each other
 /// ([`Checkpoint::check`]).
 pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
-    let mut lines = text.split('\n').enumerate().map(|(i, l)| (i + 1, l));
+    let lines: Vec<(usize, &str)> = text.split('\n').enumerate().map(|(i, l)| (i + 1, l)).collect();
+    let mut at = 0;
     let mut next_line = |what: &str| {
-        lines
-            .next()
-            .filter(|(_, l)| !l.is_empty())
-            .ok_or_else(|| (None, format!("ends before {what}")))
+        let line = lines.get(at).copied().filter(|(_, l)| !l.is_empty());
+        at += 1;
+        line.ok_or_else(|| (None, format!("ends before {what}")))
     };
     let (n, version) = next_line("the version")?;
     let version = match version {
@@ -154,8 +165,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         "1" => 1,
         other => return Err((Some(n), format!("unsupported version {other:?}"))),
     };
-    let mut field = |name: &str| -> Result<i64, LineError> {
-        let (n, line) = next_line(name)?;
+    let value = |name: &str, (n, line): (usize, &str)| -> Result<i64, LineError> {
         let value = line
             .strip_prefix(name)
             .and_then(|rest| rest.strip_prefix(' '))
@@ -169,6 +179,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
             .parse::<i64>()
             .map_err(|_| (Some(n), format!("{name} is not an integer: {value:?}")))
     };
+    let mut field = |name: &str| value(name, next_line(name)?);
     let clean = field("clean_shutdown")?;
     let recovery_point = field("recovery_point")?;
     let log_start_offset = field("log_start_offset")?;
@@ -182,10 +193,16 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
     } else {
         Some(field("dense_from")?)
     };
+    let mut start_over_at = None;
     let segments = if version == 0 {
         None
     } else {
-        let count = field("segments")?;
+        let mut line = next_line("segments")?;
+        if line.1.starts_with("start_over_at ") {
+            start_over_at = Some(value("start_over_at", line)?);
+            line = next_line("segments")?;
+        }
+        let count = value("segments", line)?;
         let mut records = Vec::new();
         for _ in 0..count.max(0) {
             let (n, line) = next_line("a segment line")?;
@@ -196,7 +213,8 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         }
         Some(records)
     };
-    if let Some((n, extra)) = lines.find(|(_, l)| !l.is_empty()) {
+    let rest = &lines[at.min(lines.len())..];
+    if let Some(&(n, extra)) = rest.iter().find(|(_, l)| !l.is_empty()) {
         return Err((Some(n), format!("unexpected line {extra:?}")));
     }
     if !(0..=1).contains(&clean) {
@@ -212,6 +230,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         high_watermark,
         dense_from,
         segments,
+        start_over_at,
     };
     c.check().map_err(|reason| (None, reason))?;
     Ok(c)
@@ -275,6 +294,16 @@ impl Checkpoint {
                 self.log_start_offset, self.high_watermark
             ));
         }
+        if let Some(at) = self.start_over_at {
+            if at != self.log_start_offset
+                || at != self.recovery_point
+                || self.segments.as_ref().is_none_or(|s| !s.is_empty())
+            {
+                return Err(format!(
+                    "start_over_at {at} must be the log start and recovery point, with no segment"
+                ));
+            }
+        }
         let Some(segments) = &self.segments else {
             return Ok(());
         };
@@ -327,13 +356,12 @@ impl Checkpoint {
         } else if self.clean_shutdown {
             return Err("a clean close records at least the last segment".into());
         }
+        // The log start may lie beyond the first segments: DeleteRecords hides their batches,
+        // and they stay (with the producer state they hold) until retention removes them.
         if let Some(first) = segments.first() {
-            let only = segments.len() == 1;
-            if self.log_start_offset < first.base_offset
-                || (self.log_start_offset >= first.next_offset && !only)
-            {
+            if self.log_start_offset < first.base_offset {
                 return Err(format!(
-                    "log start offset {} is not in the first segment [{}, {})",
+                    "log start offset {} is below the first segment [{}, {})",
                     self.log_start_offset, first.base_offset, first.next_offset
                 ));
             }
@@ -395,6 +423,7 @@ mod tests {
             high_watermark: end,
             dense_from: Some(0),
             segments: Some(segments),
+            start_over_at: None,
         }
     }
 
@@ -489,11 +518,6 @@ mod tests {
             // a size that cannot hold the offsets
             clean(vec![record(0, 860, 10), record(860, 1000, 1_600)]),
             clean(vec![record(0, 0, 100)]),
-            // log start in a later segment: retention would have removed the first
-            Checkpoint {
-                log_start_offset: 900,
-                ..ok.clone()
-            },
             // log start below the first segment
             Checkpoint {
                 log_start_offset: 0,
@@ -517,6 +541,7 @@ mod tests {
             high_watermark: 2_000,
             dense_from: Some(860),
             segments: Some(vec![record(0, 860, 9_000)]),
+            start_over_at: None,
         };
         assert_eq!(c.check(), Ok(()));
         let empty_log = Checkpoint {
@@ -526,6 +551,7 @@ mod tests {
             high_watermark: 42,
             dense_from: Some(42),
             segments: Some(vec![record(42, 42, 0)]),
+            start_over_at: None,
         };
         assert_eq!(empty_log.check(), Ok(()));
     }

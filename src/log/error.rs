@@ -181,6 +181,15 @@ pub enum AppendError {
         /// The configured `segment_bytes`.
         segment_bytes: usize,
     },
+    /// A transaction marker that names no producer (a negative producer id or epoch) or no
+    /// transaction version (a negative one): nothing was written.
+    #[error("invalid transaction marker: {field} is {value}")]
+    InvalidMarker {
+        /// `"producer_id"`, `"producer_epoch"` or `"transaction_version"`.
+        field: &'static str,
+        /// The value given.
+        value: i64,
+    },
     /// A replicated batch does not start at or after the log end (Kafka's UnexpectedAppendOffset).
     #[error("replicated batch starts at offset {got}, but the log ends at {log_end_offset}")]
     UnexpectedAppendOffset {
@@ -222,6 +231,7 @@ impl AppendError {
             AppendError::Batch(e) => e.kind(),
             AppendError::Producer(e) => e.kind(),
             AppendError::RecordListTooLarge { .. } => "record_list_too_large",
+            AppendError::InvalidMarker { .. } => "invalid_marker",
             AppendError::UnexpectedAppendOffset { .. } => "unexpected_append_offset",
             AppendError::Io(_) => "io",
             AppendError::ReadOnly { .. } => "read_only",

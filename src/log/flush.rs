@@ -279,13 +279,7 @@ impl Log {
     ) -> Checkpoint {
         let active = st.active.as_ref().map(|w| w.base_offset());
         let mut record = Vec::with_capacity(segments.len());
-        let last = segments.len().saturating_sub(1);
-        let from_log_start = segments
-            .iter()
-            .enumerate()
-            .skip_while(|(i, s)| s.next_offset() <= log_start && *i < last)
-            .map(|(_, s)| s);
-        for s in from_log_start {
+        for s in segments {
             let durable = Some(s.base_offset()) != active
                 && !st
                     .unflushed_sealed
@@ -309,6 +303,7 @@ impl Log {
             high_watermark: self.high_watermark().max(log_start),
             dense_from: Some(st.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 

@@ -232,6 +232,8 @@ fn refusal_index(e: &AppendError) -> usize {
             _ => 1,
         },
         AppendError::RecordListTooLarge { .. } => 2,
+        // A coordinator's request breaking a rule, as a client's batch would.
+        AppendError::InvalidMarker { .. } => 1,
         AppendError::Producer(p) => match p {
             ProducerError::InvalidProducerEpoch { .. } => 3,
             ProducerError::OutOfOrderSequence { .. } => 4,

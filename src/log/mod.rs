@@ -19,6 +19,7 @@ mod producers;
 mod recovery;
 mod rewrite;
 pub(crate) mod text_checkpoint;
+mod txn;
 mod wait;
 
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::format::{self, batch, TimestampType};
 use crate::io::{FileLock, IoError, IoResultExt};
-use crate::producer::{Decision, IncomingBatch, ProducerEntry};
+use crate::producer::{Decision, Logged, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
 use epochs::LeaderEpochCache;
 
@@ -48,6 +49,7 @@ pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use recovery::{RecoveryReport, Truncation};
 pub use rewrite::{DeletedSegment, RetentionReason, RetentionReport, TruncateReport};
+pub use txn::{IsolationLevel, TxnMarker, TxnResult};
 pub use wait::{WaitFor, WaitOutcome};
 
 /// The answer to an append.
@@ -107,6 +109,8 @@ struct AppendState {
     leader_epoch: i32,
     /// From this offset on the log has no gap (the checkpoint's `dense_from`).
     dense_from: i64,
+    /// The first offset of the earliest open transaction as [`Log::txn`] last heard of it.
+    first_ongoing: Option<i64>,
 }
 
 /// What the flusher remembers.
@@ -149,6 +153,8 @@ pub struct Log {
     recovery_point: AtomicI64,
     /// The high watermark under [`HighWatermarkPolicy::SetByCaller`].
     high_watermark: AtomicI64,
+    /// What the first unstable offset is made of, for readers.
+    txn: txn::StableOffsets,
     /// Segment files renamed `.deleted`, to remove once their delay is over.
     deletions: Mutex<Vec<rewrite::Deletion>>,
     closed: AtomicBool,
@@ -199,7 +205,23 @@ impl Log {
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
-        let leader_epoch = loaded.epochs.latest_epoch().unwrap_or(0);
+        // The latest epoch of the cache, or of the newest batch the segments hold if that is
+        // later (a truncation or a raised log start can leave the cache without it): the
+        // epochs stamped on a log never go back.
+        let newest_batch_epoch = segments
+            .values()
+            .rev()
+            .find(|s| !s.is_empty())
+            .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
+            .and_then(|r| format::RecordBatch::parse(&r.bytes).ok().map(|b| b.partition_leader_epoch()));
+        let first_ongoing = producers.table().first_ongoing_offset();
+        let unstable = txn::Unstable::new(first_ongoing, &loaded.completed);
+        let leader_epoch = loaded
+            .epochs
+            .latest_epoch()
+            .max(newest_batch_epoch)
+            .unwrap_or(0)
+            .max(0);
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
@@ -225,12 +247,14 @@ impl Log {
                 epochs: loaded.epochs,
                 leader_epoch,
                 dense_from: loaded.dense_from,
+                first_ongoing,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
             end_signal: wait::EndSignal::default(),
             log_start_offset: AtomicI64::new(loaded.log_start_offset),
             recovery_point: AtomicI64::new(loaded.recovery_point),
             high_watermark: AtomicI64::new(loaded.high_watermark),
+            txn: txn::StableOffsets::new(unstable),
             deletions: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
@@ -365,11 +389,16 @@ impl Log {
                 }
             })
             .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
+        // Producer state (a transaction it opens included) is recorded before the new end is
+        // published: a reader must never see an offset whose transaction it does not know of.
+        st.producers
+            .record(incoming.as_ref(), first_offset, summary.size, now);
+        if summary.is_transactional {
+            self.note_transactions(&mut st, None);
+        }
         self.publish_log_end(last_offset + 1);
         self.metrics
             .appended(summary.records_count as u64, summary.size);
-        st.producers
-            .record(incoming.as_ref(), first_offset, summary.size, now);
         self.prefault_ahead(&mut st);
         st.unflushed_messages += summary.records_count as u64;
         let flush = self.flush_due(&st);
@@ -491,17 +520,42 @@ impl Log {
         if epoch >= 0 && st.epochs.latest_epoch().is_none_or(|l| epoch > l) {
             self.note_epoch(st, epoch, first)?;
         }
+        // Producer state follows the leader's batches without checks (Kafka's REPLICATION
+        // origin); a marker that aborts a transaction gets its index entry before it is written.
+        let logged = crate::producer::txn::classify(b)?;
+        let completed = match &logged {
+            Some(Logged::Marker(m)) => st.producers.completion(m),
+            _ => None,
+        };
+        let wrote_entry = self.write_aborted_entry(st, completed.as_ref())?;
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
-        let position = writer
-            .append(b.as_bytes(), last, b.max_timestamp(), |_| {})
-            .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
         let segment_base_offset = writer.base_offset();
+        let position = match writer.append(b.as_bytes(), last, b.max_timestamp(), |_| {}) {
+            Ok(p) => p,
+            Err(error) => {
+                let error = index_bug(writer.segment(), error);
+                if !wrote_entry {
+                    return Err(AppendError::Io(error));
+                }
+                let cause = Arc::new(error);
+                st.failure = Some(Arc::clone(&cause));
+                return Err(AppendError::ReadOnly { cause });
+            }
+        };
+        let completed = match &logged {
+            Some(l) => st.producers.apply(l, first, b.size(), now),
+            None => {
+                st.producers.record(None, first, b.size(), now);
+                None
+            }
+        };
+        if b.is_transactional() || completed.is_some() {
+            self.note_transactions(st, completed.as_ref());
+        }
         self.publish_log_end(last + 1);
         self.metrics
             .appended(b.records_count().max(0) as u64, b.size());
         self.metrics.replicated();
-        let incoming = (b.producer_id() >= 0).then(|| IncomingBatch::from_batch(b));
-        st.producers.record(incoming.as_ref(), first, b.size(), now);
         self.prefault_ahead(st);
         st.unflushed_messages += b.records_count().max(0) as u64;
         Ok((segment_base_offset, position))

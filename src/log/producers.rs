@@ -1,5 +1,7 @@
 //! The log's producer state: the table, its snapshots beside the segments, and how it is
-//! rebuilt on open (docs/design.md "Producer state").
+//! rebuilt on open (docs/design.md "Producer state"), open transactions included: a replay
+//! also yields the transactions its markers complete, from which recovery rebuilds `.txnindex`
+//! files and the log its first unstable offset.
 //!
 //! Snapshots are taken at roll (at the new base offset), every `snapshot_interval_bytes`, and
 //! at close. The first two are written to a temp file under the append lock and made durable
@@ -14,10 +16,10 @@ use super::config::LogConfig;
 use crate::format::{self, sequence, BatchIter, BatchSummary};
 use crate::io::{FileSystem, IoError, IoResultExt, MapMode, OpenMode};
 use crate::producer::{
-    snapshot, snapshot_files, Decision, IncomingBatch, ProducerEntry, ProducerError,
-    ProducerStateTable, SnapshotError, SnapshotVersion,
+    snapshot, snapshot_files, txn, CompletedTxn, Decision, IncomingBatch, Logged, Marker,
+    ProducerEntry, ProducerError, ProducerStateTable, SnapshotError, SnapshotVersion,
 };
-use crate::segment::{names, offset_index, BatchInfo, BatchProblem, OffsetBounds};
+use crate::segment::{names, offset_index, AbortedTxn, BatchInfo, BatchProblem, OffsetBounds};
 
 /// What loading the producer state found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,15 +83,39 @@ impl From<IoError> for LoadError {
     }
 }
 
+/// What a replay must keep of the transactions it sees completed, besides the state itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplayWants {
+    /// The aborted transactions whose markers are at or after this offset, for `.txnindex`
+    /// files to rebuild: the replay then starts from a snapshot at or below it (the state of
+    /// the transactions open there is what the entries are made of).
+    pub txn_index_from: Option<i64>,
+    /// The completed transactions whose markers are at or after this offset (the high
+    /// watermark: they still hold the first unstable offset back), among those the replay
+    /// meets. Like Kafka, the replay does not start earlier for them: the transactions
+    /// completed before the snapshot it starts from are not known again (a replay from the
+    /// high watermark would undo the replay budget of every unclean open).
+    pub completed_from: i64,
+}
+
 /// The producer state decided on open, and the changes to the snapshot files it needs.
 pub(crate) struct LoadPlan {
     state: ProducerState,
     report: ProducerLoadReport,
     bad: Vec<(i64, PathBuf, SnapshotError)>,
     above_end: Vec<i64>,
+    /// The aborted transactions [`ReplayWants::txn_index_from`] asked for, in marker order.
+    pub aborted: Vec<AbortedTxn>,
+    /// The completed transactions [`ReplayWants::completed_from`] asked for, in marker order.
+    pub completed: Vec<CompletedTxn>,
 }
 
 impl LoadPlan {
+    /// The state alone, leaving the snapshot files as they are.
+    pub fn into_state(self) -> ProducerState {
+        self.state
+    }
+
     /// Sets bad snapshots aside and removes those above the log end.
     pub fn apply(
         mut self,
@@ -115,7 +141,8 @@ impl LoadPlan {
 
 impl ProducerState {
     /// Decides the producer state of a log about to be opened, reading only: the newest
-    /// snapshot at or below `log_end` that passes its checks, then the batches after it.
+    /// snapshot at or below `log_end` (and at or below `wants.txn_index_from`) that passes its
+    /// checks, then the batches after it.
     #[allow(clippy::too_many_arguments)]
     pub fn plan(
         fs: &dyn FileSystem,
@@ -124,6 +151,7 @@ impl ProducerState {
         segments: &[ReplaySegment<'_>],
         log_start: i64,
         log_end: i64,
+        wants: ReplayWants,
         now_ms: i64,
     ) -> Result<LoadPlan, LoadError> {
         let mut table = ProducerStateTable::new(config.producer_state)
@@ -133,9 +161,13 @@ impl ProducerState {
             .map(|(o, _)| *o)
             .filter(|o| *o > log_end)
             .collect();
-        let choice = snapshot_files::choose_newest(fs, snapshots, log_end)?;
+        let at_or_below = wants.txn_index_from.map_or(log_end, |o| o.min(log_end));
+        let choice = snapshot_files::choose_newest(fs, snapshots, at_or_below)?;
         let mut report = ProducerLoadReport::default();
-        let mut from = log_start;
+        // Batches below the log start that are still in the first segment (DeleteRecords hid
+        // them) are replayed too: a producer known only from them stays known.
+        let first_base = segments.first().map_or(log_start, |s| s.base.min(log_start));
+        let mut from = first_base;
         if let Some((offset, mut snap)) = choice.newest {
             if snap.version == SnapshotVersion::V1 {
                 // Kafka's format has no append wall clock, only record timestamps, which client
@@ -147,9 +179,10 @@ impl ProducerState {
             }
             table.load(snap.entries);
             report.snapshot_offset = Some(offset);
-            from = offset.max(log_start);
+            from = offset.max(first_base);
         }
-        report.batches_replayed = replay(fs, &mut table, segments, from, now_ms)?;
+        let mut seen = Completions::new(wants);
+        report.batches_replayed = replay(fs, &mut table, segments, from, now_ms, &mut seen)?;
         table.expire(now_ms);
         report.producers = table.len();
         let state = ProducerState {
@@ -164,6 +197,8 @@ impl ProducerState {
             report,
             bad: choice.bad,
             above_end,
+            aborted: seen.aborted,
+            completed: seen.completed,
         })
     }
 
@@ -176,7 +211,7 @@ impl ProducerState {
         self.table.check_client(incoming)
     }
 
-    /// Records a batch written at `first_offset` (client or replicated).
+    /// Records a data batch written at `first_offset` (client or replicated).
     pub fn record(
         &mut self,
         incoming: Option<&IncomingBatch>,
@@ -188,6 +223,29 @@ impl ProducerState {
             self.table.record_replicated(b, first_offset, now_ms);
         }
         self.bytes_since_snapshot += size as u64;
+    }
+
+    /// Records a batch read back from the log (replicated): data, a marker, or an empty
+    /// control batch. Returns the transaction a marker completed.
+    pub fn apply(
+        &mut self,
+        logged: &Logged,
+        first_offset: i64,
+        size: usize,
+        now_ms: i64,
+    ) -> Option<CompletedTxn> {
+        self.bytes_since_snapshot += size as u64;
+        self.table.apply(logged, first_offset, now_ms)
+    }
+
+    /// The producer rules for a marker from the coordinator (epoch, coordinator epoch).
+    pub fn check_marker(&self, m: &Marker, transaction_version: i8) -> Result<(), ProducerError> {
+        self.table.check_marker(m, transaction_version)
+    }
+
+    /// The transaction `m` would complete, without recording it.
+    pub fn completion(&self, m: &Marker) -> Option<CompletedTxn> {
+        self.table.completion(m)
     }
 
     pub fn snapshot_due(&self) -> bool {
@@ -310,17 +368,49 @@ pub(crate) fn incoming(summary: &BatchSummary) -> Option<IncomingBatch> {
     })
 }
 
-/// Applies every batch at or after `from` to the table, reading only batch headers. Batches of
-/// segments that were not validated on open (their bytes were trusted) are checked as they
-/// are replayed (CRC and offsets), so damage there never becomes producer state. Replayed
-/// batches carry no append wall clock, so they count as appended now: a restart can delay a
-/// producer's expiry, never hasten it.
+/// The completed transactions a replay keeps, as [`ReplayWants`] asks.
+struct Completions {
+    wants: ReplayWants,
+    aborted: Vec<AbortedTxn>,
+    completed: Vec<CompletedTxn>,
+}
+
+impl Completions {
+    fn new(wants: ReplayWants) -> Completions {
+        Completions {
+            wants,
+            aborted: Vec::new(),
+            completed: Vec::new(),
+        }
+    }
+
+    fn saw(&mut self, c: CompletedTxn) {
+        if c.is_abort
+            && self
+                .wants
+                .txn_index_from
+                .is_some_and(|from| c.marker_offset >= from)
+        {
+            self.aborted.push(c.aborted_entry());
+        }
+        if c.marker_offset >= self.wants.completed_from {
+            self.completed.push(c);
+        }
+    }
+}
+
+/// Applies every batch at or after `from` to the table, reading only batch headers (and the
+/// one record of each marker). Batches of segments that were not validated on open (their
+/// bytes were trusted) are checked as they are replayed (CRC and offsets), so damage there
+/// never becomes producer state. Replayed batches carry no append wall clock, so they count as
+/// appended now: a restart can delay a producer's expiry, never hasten it.
 fn replay(
     fs: &dyn FileSystem,
     table: &mut ProducerStateTable,
     segments: &[ReplaySegment<'_>],
     from: i64,
     now_ms: i64,
+    seen: &mut Completions,
 ) -> Result<u64, LoadError> {
     let mut replayed = 0;
     for segment in segments.iter().filter(|s| s.next_offset > from) {
@@ -366,11 +456,12 @@ fn replay(
             if batch.last_offset() < from || batch.producer_id() < 0 {
                 continue;
             }
-            table.record_replicated(
-                &IncomingBatch::from_batch(&batch),
-                batch.base_offset(),
-                now_ms,
-            );
+            let logged = txn::classify(&batch).map_err(|e| damaged(at, e.into()))?;
+            if let Some(logged) = logged {
+                if let Some(c) = table.apply(&logged, batch.base_offset(), now_ms) {
+                    seen.saw(c);
+                }
+            }
             replayed += 1;
         }
     }

@@ -12,6 +12,7 @@ internal_mod!(
 internal_mod!(snapshot);
 internal_mod!(snapshot_files);
 internal_mod!(state);
+internal_mod!(txn);
 internal_mod!(window);
 
 pub use config::{
@@ -24,3 +25,4 @@ pub use snapshot::{SnapshotError, SnapshotVersion};
 pub use window::BatchMetadata;
 
 pub(crate) use state::{Decision, IncomingBatch, ProducerStateTable};
+pub(crate) use txn::{CompletedTxn, Logged, Marker};

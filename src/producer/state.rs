@@ -9,6 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use super::config::{ConfigError, ProducerLimitPolicy, ProducerStateConfig};
 use super::entry::{ProducerEntry, NO_EPOCH};
 use super::error::ProducerError;
+use super::txn::{CompletedTxn, Logged, Marker, EPOCH_BUMPING_TRANSACTION_VERSION};
 use super::window::BatchMetadata;
 use crate::format::sequence;
 use crate::format::RecordBatch;
@@ -57,35 +58,16 @@ pub enum Decision {
     Duplicate(BatchMetadata),
 }
 
-/// A COMMIT or ABORT marker as the producer state sees it (its coordinator epoch comes from
-/// the marker record's value, docs/format.md, "Control batches and transaction markers").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxnMarker {
-    pub producer_id: i64,
-    pub epoch: i16,
-    pub coordinator_epoch: i32,
-    /// The marker record's timestamp.
-    pub timestamp: i64,
-    /// The offset the marker was written at.
-    pub offset: i64,
-    pub is_abort: bool,
-}
-
-/// A transaction closed by a marker (Kafka's `CompletedTxn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompletedTxn {
-    pub producer_id: i64,
-    pub first_offset: i64,
-    pub marker_offset: i64,
-    pub is_abort: bool,
-}
-
 /// Every known idempotent producer of one partition.
 ///
 /// Eviction bookkeeping: when a limit with [`ProducerLimitPolicy::EvictLongestIdle`] is set,
 /// `idle` orders the producers *without an open transaction* by `(last_append_ms, pid)`, so the
 /// victim is the first element: O(log n) per append, and a producer in a transaction can never
 /// be picked. Without such a limit the set stays empty and costs nothing.
+///
+/// Open transactions (Kafka's `ongoingTxns`): `ongoing` orders them by `(first offset, pid)`,
+/// kept in step with the entries, so the first unstable offset and the last stable offset of an
+/// aborted transaction's index entry are O(log n).
 #[derive(Debug, Clone)]
 pub struct ProducerStateTable {
     config: ProducerStateConfig,
@@ -94,14 +76,14 @@ pub struct ProducerStateTable {
     /// cannot be aimed at one bucket.
     producers: HashMap<i64, ProducerEntry, foldhash::fast::RandomState>,
     idle: BTreeSet<(i64, i64)>,
+    ongoing: BTreeSet<(i64, i64)>,
 }
 
-/// What eviction bookkeeping needs of an entry: its append wall clock and whether a
-/// transaction is open.
-type IdleKey = (i64, bool);
+/// What the bookkeeping needs of an entry: its append wall clock and its open transaction.
+type IdleKey = (i64, Option<i64>);
 
 fn idle_key(e: &ProducerEntry) -> IdleKey {
-    (e.last_append_ms(), e.has_open_txn())
+    (e.last_append_ms(), e.current_txn_first_offset())
 }
 
 impl ProducerStateTable {
@@ -111,6 +93,7 @@ impl ProducerStateTable {
             config,
             producers: HashMap::default(),
             idle: BTreeSet::new(),
+            ongoing: BTreeSet::new(),
         })
     }
 
@@ -133,6 +116,18 @@ impl ProducerStateTable {
     pub fn clear(&mut self) {
         self.producers.clear();
         self.idle.clear();
+        self.ongoing.clear();
+    }
+
+    /// The first offset of the earliest open transaction (what the first unstable offset is
+    /// made of, docs/design.md, "Transactions").
+    pub fn first_ongoing_offset(&self) -> Option<i64> {
+        self.ongoing.first().map(|(first, _)| *first)
+    }
+
+    /// The open transactions, `(first offset, producer id)`, earliest first.
+    pub fn ongoing(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.ongoing.iter().copied()
     }
 
     fn tracks_idle(&self) -> bool {
@@ -174,10 +169,12 @@ impl ProducerStateTable {
         self.record_replicated(b, first_offset, append_wall_ms)
     }
 
-    /// Records a batch without any check: replication and log replay, where the batch is
+    /// Records a data batch without any check: replication and log replay, where the batch is
     /// already in the log and the state must follow it. Never refused, even by
-    /// [`ProducerLimitPolicy::Reject`]. A control batch given here is applied as a marker that
-    /// keeps the coordinator epoch; use [`Self::record_marker`] when the marker was decoded.
+    /// [`ProducerLimitPolicy::Reject`]. A transactional batch opens its producer's transaction
+    /// at `first_offset` if none is open; a non-transactional one while a transaction is open
+    /// (which a client append refuses) leaves it open. Markers go through [`Self::apply`] or
+    /// [`Self::record_marker`].
     pub fn record_replicated(
         &mut self,
         b: &IncomingBatch,
@@ -187,23 +184,7 @@ impl ProducerStateTable {
         if !b.is_idempotent() {
             return None;
         }
-        if b.is_control {
-            let coordinator_epoch = self
-                .get(b.producer_id)
-                .map_or(-1, |e| e.coordinator_epoch());
-            self.record_marker(
-                &TxnMarker {
-                    producer_id: b.producer_id,
-                    epoch: b.epoch,
-                    coordinator_epoch,
-                    timestamp: b.max_timestamp,
-                    offset: first_offset,
-                    is_abort: false,
-                },
-                append_wall_ms,
-            );
-            return self.enforce_limit(b.producer_id);
-        }
+        debug_assert!(!b.is_control, "a control batch is a marker or empty: `apply` it");
         let window = self.config.window;
         self.update(b.producer_id, |entry| {
             entry.set_epoch(b.epoch);
@@ -225,16 +206,54 @@ impl ProducerStateTable {
         self.enforce_limit(b.producer_id)
     }
 
-    /// The checks for a COMMIT/ABORT marker from the coordinator (Kafka's rules for a control
-    /// batch; docs/design.md, "Producer state").
-    pub fn check_marker(&self, m: &TxnMarker) -> Result<(), ProducerError> {
+    /// Applies a batch read from the log (replay, replication) without checks, as Kafka's
+    /// REPLICATION origin does: stale epochs and coordinator epochs are taken as they are.
+    /// Returns the transaction a marker completed.
+    pub fn apply(
+        &mut self,
+        logged: &Logged,
+        first_offset: i64,
+        append_wall_ms: i64,
+    ) -> Option<CompletedTxn> {
+        match logged {
+            Logged::Data(b) => {
+                self.record_replicated(b, first_offset, append_wall_ms);
+                None
+            }
+            Logged::Marker(m) => self.record_marker(m, append_wall_ms),
+            Logged::Empty { producer_id } => {
+                // Kafka registers the producer and changes nothing else.
+                self.update(*producer_id, |_| {});
+                self.enforce_limit(*producer_id);
+                None
+            }
+        }
+    }
+
+    /// The checks for a COMMIT/ABORT marker from the coordinator, under its transaction
+    /// version (Kafka's `appendEndTxnMarker` for the COORDINATOR origin): the producer epoch,
+    /// then the coordinator epoch. Pure: nothing changes.
+    ///
+    /// Epoch: below version 2 a marker with an older epoch than the producer's is fenced. From
+    /// version 2 on (the coordinator bumps the epoch at every end) the marker's epoch must be
+    /// newer, except for a marker with the producer's epoch when no transaction is open (or
+    /// the epoch is at its maximum): that is a retry of the marker just written, which Kafka
+    /// writes again. A marker for a producer the table does not know is accepted.
+    pub fn check_marker(&self, m: &Marker, transaction_version: i8) -> Result<(), ProducerError> {
         let Some(entry) = self.producers.get(&m.producer_id) else {
             return Ok(());
         };
-        if m.epoch < entry.epoch() {
+        let current = entry.epoch();
+        let stale = if transaction_version >= EPOCH_BUMPING_TRANSACTION_VERSION {
+            let retry = m.epoch == current && (!entry.has_open_txn() || m.epoch == i16::MAX);
+            m.epoch <= current && !retry
+        } else {
+            m.epoch < current
+        };
+        if stale {
             return Err(ProducerError::InvalidProducerEpoch {
                 producer_id: m.producer_id,
-                current: entry.epoch(),
+                current,
                 got: m.epoch,
             });
         }
@@ -249,21 +268,16 @@ impl ProducerStateTable {
     }
 
     /// Applies a written marker: epoch (clearing the window if it changed), coordinator epoch,
-    /// last timestamp, and the end of the open transaction, which is returned.
-    pub fn record_marker(&mut self, m: &TxnMarker, append_wall_ms: i64) -> Option<CompletedTxn> {
+    /// last timestamp, and the end of the open transaction, which is returned with the last
+    /// stable offset its index entry records: the first offset of the earliest transaction of
+    /// another producer still open, else the marker's offset + 1. A marker for a producer
+    /// without an open transaction completes nothing (Kafka writes no index entry for it).
+    pub fn record_marker(&mut self, m: &Marker, append_wall_ms: i64) -> Option<CompletedTxn> {
         if m.producer_id < 0 {
             return None;
         }
-        let mut completed = None;
+        let completed = self.completion(m);
         self.update(m.producer_id, |entry| {
-            completed = entry
-                .current_txn_first_offset()
-                .map(|first_offset| CompletedTxn {
-                    producer_id: m.producer_id,
-                    first_offset,
-                    marker_offset: m.offset,
-                    is_abort: m.is_abort,
-                });
             entry.set_epoch(m.epoch);
             entry.set_coordinator_epoch(m.coordinator_epoch);
             entry.set_last_timestamp(m.timestamp);
@@ -272,6 +286,23 @@ impl ProducerStateTable {
         });
         self.enforce_limit(m.producer_id);
         completed
+    }
+
+    /// The transaction `m` completes, if its producer has one open, as [`Self::record_marker`]
+    /// returns it. Pure.
+    pub fn completion(&self, m: &Marker) -> Option<CompletedTxn> {
+        let first_offset = self.get(m.producer_id)?.current_txn_first_offset()?;
+        Some(CompletedTxn {
+            producer_id: m.producer_id,
+            first_offset,
+            marker_offset: m.offset,
+            is_abort: m.is_abort,
+            last_stable_offset: self
+                .ongoing
+                .iter()
+                .find(|(_, pid)| *pid != m.producer_id)
+                .map_or(m.offset + 1, |(first, _)| *first),
+        })
     }
 
     /// Forgets every producer without an open transaction whose last append (wall clock) is
@@ -328,14 +359,28 @@ impl ProducerStateTable {
         self.reindex(pid, before, Some(after));
     }
 
+    /// Keeps the idle and ongoing indexes in step with an entry that changed from `before` to
+    /// `after` (`None`: absent).
     fn reindex(&mut self, pid: i64, before: Option<IdleKey>, after: Option<IdleKey>) {
-        if !self.tracks_idle() || before == after {
+        if before == after {
             return;
         }
-        if let Some((ms, false)) = before {
+        let txn = |k: Option<IdleKey>| k.and_then(|(_, txn)| txn);
+        if txn(before) != txn(after) {
+            if let Some(first) = txn(before) {
+                self.ongoing.remove(&(first, pid));
+            }
+            if let Some(first) = txn(after) {
+                self.ongoing.insert((first, pid));
+            }
+        }
+        if !self.tracks_idle() {
+            return;
+        }
+        if let Some((ms, None)) = before {
             self.idle.remove(&(ms, pid));
         }
-        if let Some((ms, false)) = after {
+        if let Some((ms, None)) = after {
             self.idle.insert((ms, pid));
         }
     }

@@ -318,8 +318,8 @@ fn non_transactional_batch_during_an_open_transaction_is_invalid_txn_state() {
     assert_eq!(t.check_client(&txn(batch(PID, 0, 0, 1))), Ok(dup(0, 40, 0)));
 }
 
-fn marker(epoch: i16, coordinator_epoch: i32, offset: i64) -> TxnMarker {
-    TxnMarker {
+fn marker(epoch: i16, coordinator_epoch: i32, offset: i64) -> Marker {
+    Marker {
         producer_id: PID,
         epoch,
         coordinator_epoch,
@@ -333,7 +333,7 @@ fn marker(epoch: i16, coordinator_epoch: i32, offset: i64) -> TxnMarker {
 fn marker_closes_the_transaction_and_updates_epochs_and_timestamp() {
     let mut t = table();
     append(&mut t, txn(batch(PID, 0, 0, 1)), 40, 0).ok();
-    assert_eq!(t.check_marker(&marker(0, 2, 41)), Ok(()));
+    assert_eq!(t.check_marker(&marker(0, 2, 41), 0), Ok(()));
     let done = t.record_marker(&marker(0, 2, 41), 9);
     assert_eq!(
         done,
@@ -341,7 +341,8 @@ fn marker_closes_the_transaction_and_updates_epochs_and_timestamp() {
             producer_id: PID,
             first_offset: 40,
             marker_offset: 41,
-            is_abort: true
+            is_abort: true,
+            last_stable_offset: 42,
         })
     );
     let e = t.get(PID).map(|e| {
@@ -369,7 +370,7 @@ fn marker_from_an_older_coordinator_or_epoch_is_refused() {
     let mut t = table();
     t.record_marker(&marker(2, 5, 0), 0);
     assert_eq!(
-        t.check_marker(&marker(2, 4, 1)),
+        t.check_marker(&marker(2, 4, 1), 0),
         Err(ProducerError::CoordinatorFenced {
             producer_id: PID,
             current: 5,
@@ -377,7 +378,7 @@ fn marker_from_an_older_coordinator_or_epoch_is_refused() {
         })
     );
     assert_eq!(
-        t.check_marker(&marker(1, 5, 1)),
+        t.check_marker(&marker(1, 5, 1), 0),
         Err(ProducerError::InvalidProducerEpoch {
             producer_id: PID,
             current: 2,
@@ -418,7 +419,7 @@ fn eviction_never_picks_a_producer_with_an_open_transaction() {
     assert!(t.get(1).is_some());
     // Once its transaction ends, it is evictable again.
     t.record_marker(
-        &TxnMarker {
+        &Marker {
             producer_id: 1,
             epoch: 0,
             coordinator_epoch: 0,
@@ -515,4 +516,143 @@ fn load_applies_the_eviction_limit() {
         t.get(2).is_none() && t.get(3).is_none(),
         "pids 2 and 3 appended longest ago"
     );
+}
+
+fn marker_of(pid: i64, epoch: i16, offset: i64, is_abort: bool) -> Marker {
+    Marker {
+        producer_id: pid,
+        epoch,
+        coordinator_epoch: 0,
+        timestamp: 5,
+        offset,
+        is_abort,
+    }
+}
+
+#[test]
+fn the_ongoing_set_follows_open_transactions_earliest_first() {
+    let mut t = table();
+    assert_eq!(t.first_ongoing_offset(), None);
+    append(&mut t, txn(batch(1, 0, 0, 2)), 10, 0).ok();
+    append(&mut t, txn(batch(2, 0, 0, 1)), 12, 0).ok();
+    append(&mut t, txn(batch(1, 0, 2, 1)), 13, 0).ok();
+    assert_eq!(t.ongoing().collect::<Vec<_>>(), [(10, 1), (12, 2)]);
+    assert_eq!(t.first_ongoing_offset(), Some(10));
+    t.record_marker(&marker_of(1, 0, 14, false), 0);
+    assert_eq!(t.first_ongoing_offset(), Some(12));
+    t.record_marker(&marker_of(2, 0, 15, false), 0);
+    assert_eq!(t.first_ongoing_offset(), None);
+}
+
+#[test]
+fn an_aborted_transactions_index_lso_is_the_earliest_other_open_transaction() {
+    // Kafka's lastStableOffset(completedTxn): another producer's open transaction holds the
+    // index entry's last stable offset back, the producer's own does not.
+    let mut t = table();
+    append(&mut t, txn(batch(1, 0, 0, 1)), 0, 0).ok();
+    append(&mut t, txn(batch(2, 0, 0, 1)), 1, 0).ok();
+    append(&mut t, txn(batch(3, 0, 0, 1)), 2, 0).ok();
+    let done = t.record_marker(&marker_of(2, 0, 3, true), 0);
+    assert_eq!(done.map(|c| (c.first_offset, c.last_stable_offset)), Some((1, 0)));
+    let done = t.record_marker(&marker_of(1, 0, 4, true), 0);
+    assert_eq!(done.map(|c| (c.first_offset, c.last_stable_offset)), Some((0, 2)));
+    let done = t.record_marker(&marker_of(3, 0, 5, true), 0);
+    assert_eq!(done.map(|c| c.last_stable_offset), Some(6), "none left: marker + 1");
+}
+
+#[test]
+fn a_transactional_batch_after_a_marker_opens_the_next_transaction() {
+    let mut t = table();
+    append(&mut t, txn(batch(PID, 0, 0, 2)), 0, 0).ok();
+    t.record_marker(&marker_of(PID, 0, 2, false), 0);
+    // The retry of the committed transaction's batch is a duplicate, and opens nothing.
+    assert_eq!(t.check_client(&txn(batch(PID, 0, 0, 2))), Ok(dup(1, 1, 1)));
+    assert_eq!(t.first_ongoing_offset(), None);
+    // The next batch, same epoch, continues the sequence and opens a new transaction (without
+    // KIP-890 verification, Kafka's log accepts it so).
+    assert_eq!(
+        append(&mut t, txn(batch(PID, 0, 2, 1)), 3, 0),
+        Ok(Decision::Append)
+    );
+    assert_eq!(t.first_ongoing_offset(), Some(3));
+    // And a non-transactional one inside it is refused.
+    assert!(matches!(
+        t.check_client(&batch(PID, 0, 3, 1)),
+        Err(ProducerError::InvalidTxnState { txn_first_offset: 3, .. })
+    ));
+}
+
+#[test]
+fn a_non_transactional_batch_after_the_marker_is_accepted() {
+    let mut t = table();
+    append(&mut t, txn(batch(PID, 0, 0, 1)), 0, 0).ok();
+    t.record_marker(&marker_of(PID, 0, 1, true), 0);
+    assert_eq!(
+        append(&mut t, batch(PID, 0, 1, 1), 2, 0),
+        Ok(Decision::Append)
+    );
+    assert_eq!(t.first_ongoing_offset(), None);
+}
+
+#[test]
+fn under_transaction_version_2_a_marker_must_bump_the_epoch() {
+    let mut t = table();
+    append(&mut t, txn(batch(PID, 3, 0, 1)), 0, 0).ok();
+    // The data's own epoch: Kafka 4's TV2 refuses it while the transaction is open.
+    assert_eq!(
+        t.check_marker(&marker_of(PID, 3, 1, false), 2),
+        Err(ProducerError::InvalidProducerEpoch {
+            producer_id: PID,
+            current: 3,
+            got: 3
+        })
+    );
+    // Under TV 0/1 the same marker is fine (librdkafka's transactions).
+    assert_eq!(t.check_marker(&marker_of(PID, 3, 1, false), 1), Ok(()));
+    // The bumped epoch ends the transaction and starts the new epoch with an empty window.
+    assert_eq!(t.check_marker(&marker_of(PID, 4, 1, false), 2), Ok(()));
+    t.record_marker(&marker_of(PID, 4, 1, false), 0);
+    assert_eq!(t.get(PID).map(|e| (e.epoch(), e.batches().len())), Some((4, 0)));
+    // A retry of that marker (same epoch, nothing open) is written again, as Kafka does.
+    assert_eq!(t.check_marker(&marker_of(PID, 4, 2, false), 2), Ok(()));
+    // The old epoch's batches are fenced; the new epoch starts at sequence 0.
+    assert!(matches!(
+        t.check_client(&txn(batch(PID, 3, 1, 1))),
+        Err(ProducerError::InvalidProducerEpoch { .. })
+    ));
+    assert!(matches!(
+        t.check_client(&txn(batch(PID, 4, 1, 1))),
+        Err(ProducerError::OutOfOrderSequence { expected: 0, got: 1, .. })
+    ));
+    assert_eq!(t.check_client(&txn(batch(PID, 4, 0, 1))), Ok(Decision::Append));
+}
+
+#[test]
+fn a_marker_for_an_unknown_producer_is_accepted_and_completes_nothing() {
+    let mut t = table();
+    assert_eq!(t.check_marker(&marker_of(9, 0, 0, true), 2), Ok(()));
+    assert_eq!(t.record_marker(&marker_of(9, 0, 0, true), 0), None);
+    let e = t.get(9).map(|e| (e.epoch(), e.coordinator_epoch(), e.last_timestamp()));
+    assert_eq!(e, Some((0, 0, 5)));
+}
+
+#[test]
+fn load_restores_the_open_transactions() {
+    let mut t = table();
+    t.load([
+        ProducerEntry::restore(1, 0, 3, 0, Some(40), 0, vec![]),
+        ProducerEntry::restore(2, 0, -1, 0, None, 0, vec![]),
+        ProducerEntry::restore(3, 0, 3, 0, Some(17), 0, vec![]),
+    ]);
+    assert_eq!(t.ongoing().collect::<Vec<_>>(), [(17, 3), (40, 1)]);
+    t.load([ProducerEntry::restore(1, 0, 3, 0, None, 0, vec![])]);
+    assert_eq!(t.first_ongoing_offset(), None, "a reload replaces the set");
+}
+
+#[test]
+fn applying_an_empty_control_batch_only_registers_the_producer() {
+    let mut t = table();
+    assert_eq!(t.apply(&Logged::Empty { producer_id: 4 }, 0, 0), None);
+    let e = t.get(4).map(|e| (e.epoch(), e.batches().len(), e.has_open_txn()));
+    assert_eq!(e, Some((NO_EPOCH, 0, false)));
 }

@@ -1,8 +1,8 @@
 //! Cutting a segment back for a truncation (docs/design.md "Truncation"), at a cost that grows
 //! with what is removed, not with the segment: the indexes lose their entries at or after the
 //! new end (both are sorted by offset), the time index gets its final entry from the few batches
-//! after the last kept offset-index entry, and the `.log` keeps its length: a reader may still
-//! hold bytes after the cut, and a mapped file is never shrunk under a reader. The segment is
+//! after the last kept offset-index entry, and the `.log` is cut too unless a reader still holds
+//! bytes after the cut: a mapped file is never shrunk under a reader. The segment is then
 //! mapped only up to the cut; the bytes after it are dead ([`Segment::file_len`]).
 
 use std::path::Path;
@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::time_index::{self, TimestampOffset};
+use super::txn_index::{self, AbortedTxn};
 use super::{offset_index, OpenSegmentError, Segment, SegmentFiles, TailInfo};
 use crate::format::BatchIter;
 use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
@@ -28,6 +29,7 @@ pub fn reopen_cut(
 ) -> Result<Arc<Segment>, OpenSegmentError> {
     let base = old.base_offset();
     let files = SegmentFiles::open(fs, dir, base, OpenMode::ReadWrite)?;
+    let old_segment = old;
     let old = old.view()?;
     let kept_index: Vec<offset_index::OffsetPosition> = old
         .offset_index()
@@ -65,7 +67,7 @@ pub fn reopen_cut(
         .index
         .set_len((kept_index.len() * offset_index::ENTRY_SIZE) as u64)
         .ctx("truncate", &files.index_path)?;
-    let mut time_len = kept_time.len() * time_index::ENTRY_SIZE;
+    let time_len = kept_time.len() * time_index::ENTRY_SIZE;
     files
         .time
         .set_len(time_len as u64)
@@ -76,21 +78,54 @@ pub fn reopen_cut(
             .time
             .write_all_at(&time_index::encode(base, n), time_len as u64)
             .ctx("write", &files.time_path)?;
-        time_len += time_index::ENTRY_SIZE;
     }
     files
         .index
         .sync_data()
         .ctx("fdatasync", &files.index_path)?;
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
-    debug_assert_eq!(files.time.len().unwrap_or(0) as usize, time_len);
+    // The aborted transactions whose markers go (kafka-format.md §7.3 truncateTo): the file is
+    // cut at the first entry at or after the new end, in place like the other indexes.
+    let all_txn = old_segment.txn_index().entries();
+    let kept_txn: Vec<AbortedTxn> = all_txn
+        .iter()
+        .copied()
+        .take_while(|e| e.last_offset < end)
+        .collect();
+    if kept_txn.len() < all_txn.len() {
+        let path = old_segment.txn_index_path();
+        let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
+        txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
+            .ctx("truncate", path)?;
+        txn.sync_data().ctx("fdatasync", path)?;
+    }
+    // The `.log` shrinks only where no reader can be: to the cut when no one holds bytes of
+    // the old map (checked under the segments' write lock, so no reader can start), else to
+    // the end of the old batches (readers hold only those; the preallocation after them was
+    // never handed out). What stays after the cut is dead, trimmed by the next open. A crash
+    // before the length is synced leaves it anywhere between, which recovery accepts.
+    // This cut's own view of the old segment is no reader.
+    drop(old);
+    let keep = if old_segment.readers_hold_bytes() {
+        old_segment.size() as u64
+    } else {
+        cut as u64
+    };
+    if files.log.len().ctx("stat", &files.log_path)? > keep {
+        files.log.set_len(keep).ctx("truncate", &files.log_path)?;
+        // Durable before a checkpoint records the new length.
+        files.log.sync_data().ctx("fdatasync", &files.log_path)?;
+    }
     let file_len = files.log.len().ctx("stat", &files.log_path)?;
     let tail = TailInfo {
         last_offset,
         first_batch_timestamp: -1,
         max_timestamp: newest.map(|n| n.timestamp),
     };
-    let segment = files.into_sealed(base, cut, tail);
+    let segment = files.into_sealed(base, cut, tail, kept_txn);
+    if old_segment.is_validated() {
+        segment.mark_validated();
+    }
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);

@@ -1,6 +1,7 @@
-//! Fuzz entry for the segment-level decoders: index files, time-index files and the log scan.
+//! Fuzz entry for the segment-level decoders: index files, time-index files, `.txnindex`
+//! files and the log scan.
 
-use super::{offset_index, scan, time_index};
+use super::{offset_index, scan, time_index, txn_index};
 use crate::format::batch::be_i64;
 
 /// Runs every index and segment decoder on arbitrary bytes; must never panic. The first 8
@@ -16,6 +17,13 @@ pub fn fuzz_index(data: &[u8]) {
     let _ = offset_index::decode(body, base).count();
     let _ = time_index::check(body, base, base.saturating_add(i32::MAX as i64));
     let _ = time_index::decode(body, base).count();
+    let _ = txn_index::decode(body).count();
+    if let Ok(entries) = txn_index::check(body, base, base.saturating_add(i32::MAX as i64)) {
+        let mut out = Vec::new();
+        for e in entries.iter().take(64) {
+            txn_index::collect_aborted(&entries, e.first_offset, e.last_stable_offset, &mut out);
+        }
+    }
     let mut batches = 0;
     let _ = scan::scan(
         body,

@@ -1,5 +1,6 @@
-//! One segment: the memory-mapped `N.log` and its sparse `N.index` and `N.timeindex`
-//! (docs/format.md; docs/design.md, "Memory maps without hazards").
+//! One segment: the memory-mapped `N.log`, its sparse `N.index` and `N.timeindex`, and its
+//! `N.txnindex` of aborted transactions when it has one (docs/format.md; docs/design.md,
+//! "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
 //! one writer of the active segment. The active segment's files grow ahead of the writer by
@@ -16,12 +17,13 @@ pub mod scan;
 mod search;
 pub mod space;
 pub mod time_index;
+pub mod txn_index;
 mod view;
 mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -34,6 +36,7 @@ pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
+pub use txn_index::{AbortedTxn, TxnIndex};
 pub use view::SegmentView;
 pub use writer::SegmentWriter;
 
@@ -63,6 +66,12 @@ pub struct Segment {
     fs: Arc<dyn FileSystem>,
     /// Its maps; `None` while a sealed segment is not mapped.
     view: RwLock<Option<Arc<SegmentView>>>,
+    /// Views unmapped while readers may still hold them or bytes of their `.log` map (a
+    /// truncation must not shrink the file under them).
+    retired: parking_lot::Mutex<Vec<(Weak<SegmentView>, Weak<Mapping>)>>,
+    /// The aborted transactions whose markers it holds (in memory; the file is open only
+    /// while entries are appended to it).
+    txn_index: TxnIndex,
     /// Never unmapped while set: the active segment (its writer writes the map), and a sealed
     /// one until it is durable (the flush syncs it through that map).
     pinned: AtomicBool,
@@ -80,6 +89,9 @@ pub struct Segment {
     /// Bytes of the `.log` file after its batches that a truncation left because a reader
     /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
     dead_bytes: AtomicU64,
+    /// Every batch in it was validated by this process (appended through the log, or read
+    /// through by recovery): a replay of it need not check their CRCs again.
+    validated: AtomicBool,
 }
 
 /// A sealed segment's largest timestamp before its time index was read.
@@ -156,6 +168,36 @@ impl Segment {
             Err(_) => i64::MAX,
         }
     }
+    /// Whether every batch in the segment was validated by this process.
+    pub(crate) fn is_validated(&self) -> bool {
+        self.validated.load(Ordering::Acquire)
+    }
+    /// Records that every batch in the segment was validated by this process (a new segment,
+    /// which only validated appends fill, or one recovery read through).
+    pub(crate) fn mark_validated(&self) {
+        self.validated.store(true, Ordering::Release);
+    }
+    /// Whether some reader (a `Bytes` of a read, a prefault job, a lookup holding a view)
+    /// holds a share of a map of the segment, the current one or one unmapped since. Under
+    /// the segments' write lock no new one can appear.
+    pub(crate) fn readers_hold_bytes(&self) -> bool {
+        let mut retired = self.retired.lock();
+        retired.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+        if !retired.is_empty() {
+            return true;
+        }
+        drop(retired);
+        self.view
+            .read()
+            .as_ref()
+            .is_some_and(|v| Arc::strong_count(v) > 1 || Arc::strong_count(&v.log) > 1)
+    }
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+    pub fn txn_index_path(&self) -> &Path {
+        self.txn_index.path()
+    }
     /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
     /// them while readers held them.
     pub fn file_len(&self) -> u64 {
@@ -219,7 +261,19 @@ impl Segment {
         if self.pinned.load(Ordering::Acquire) {
             return false;
         }
-        self.view.write().take().is_some()
+        match self.view.write().take() {
+            Some(v) => {
+                let mut retired = self.retired.lock();
+                retired.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+                let (view, log) = (Arc::downgrade(&v), Arc::downgrade(&v.log));
+                drop(v);
+                if view.strong_count() > 0 || log.strong_count() > 0 {
+                    retired.push((view, log));
+                }
+                true
+            }
+            None => false,
+        }
     }
     /// A sealed segment became durable: its maps may go.
     pub(crate) fn unpin(&self) {
@@ -227,12 +281,21 @@ impl Segment {
     }
 
     /// A segment opened from disk, not mapped.
-    fn lazy(fs: &Arc<dyn FileSystem>, log_path: PathBuf, base: i64, size: usize) -> Segment {
+    fn lazy(
+        fs: &Arc<dyn FileSystem>,
+        log_path: PathBuf,
+        base: i64,
+        size: usize,
+        txn: Vec<AbortedTxn>,
+    ) -> Segment {
+        let txn_index = TxnIndex::new(log_path.with_extension(names::TXN_INDEX_EXT), txn);
         Segment {
             base_offset: base,
             log_path,
             fs: Arc::clone(fs),
             view: RwLock::new(None),
+            retired: parking_lot::Mutex::new(Vec::new()),
+            txn_index,
             pinned: AtomicBool::new(false),
             newly_mapped: AtomicBool::new(false),
             last_read: AtomicU64::new(0),
@@ -240,6 +303,7 @@ impl Segment {
             next_offset: AtomicI64::new(base),
             max_timestamp: AtomicI64::new(UNKNOWN_TIMESTAMP),
             dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
         }
     }
 
@@ -270,7 +334,7 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<(Bytes, i64)>, SegmentReadError> {
+    ) -> Result<Option<SegmentRead>, SegmentReadError> {
         let view = self.view()?;
         let data = view.data();
         let start = self.index_start(&view, target);
@@ -325,9 +389,13 @@ impl Segment {
         if first.is_none() && target >= self.base_offset && target < held {
             return Err(skipped(data.len()).into());
         }
-        Ok(first
-            .and_then(|f| view.log.bytes(f, end))
-            .map(|bytes| (bytes, next_offset)))
+        Ok(first.and_then(|f| {
+            view.log.bytes(f, end).map(|bytes| SegmentRead {
+                bytes,
+                next_offset,
+                position: f,
+            })
+        }))
     }
 
     /// Where a scan for `target` starts: the index entry's position if the batch there is the
@@ -412,8 +480,19 @@ impl Segment {
                 .sync_data()
                 .ctx("fdatasync", path)?;
         }
-        Ok(())
+        self.txn_index.sync()
     }
+}
+
+/// What [`Segment::read`] returns.
+#[derive(Debug, Clone)]
+pub struct SegmentRead {
+    /// Whole batches, zero-copy.
+    pub bytes: Bytes,
+    /// The offset after the last of them.
+    pub next_offset: i64,
+    /// Where the first of them starts in the segment's `.log`.
+    pub position: usize,
 }
 
 /// How a segment's indexes are obtained when it is opened.
@@ -455,6 +534,15 @@ pub fn create_with_room(
 ) -> Result<SegmentWriter, OpenSegmentError> {
     let fs = cfg.fs.as_ref();
     let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::CreateTruncate)?;
+    // A leftover `.txnindex` of that name would be read as this segment's when it is opened
+    // again (the others are truncated by their open).
+    let txn_path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
+    match fs.remove_file(&txn_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(IoError::new("remove", &txn_path, e).into())
+        }
+        _ => {}
+    }
     let paths = [
         files.log_path.clone(),
         files.index_path.clone(),
@@ -463,7 +551,8 @@ pub fn create_with_room(
     let made = (move || {
         files.index.set_len(0).ctx("truncate", &files.index_path)?;
         files.time.set_len(0).ctx("truncate", &files.time_path)?;
-        let mut writer = files.into_writer(base_offset, cfg, 0, false, &[], now_ms)?;
+        let mut writer = files.into_writer(base_offset, cfg, 0, false, &[], Vec::new(), now_ms)?;
+        writer.segment().mark_validated();
         writer.make_room(room)?;
         Ok(writer)
     })();
@@ -488,6 +577,18 @@ pub struct OpenSpec<'a> {
     pub active: bool,
     pub indexes: IndexSource<'a>,
     pub tail: TailInfo,
+    /// Its aborted transactions, and whether its `.txnindex` must be written from them.
+    pub txn: TxnSource<'a>,
+}
+
+/// Where a reopened segment's aborted transactions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnSource<'a> {
+    /// What its `.txnindex` holds (recovery read and checked it; empty without a file).
+    Stored(&'a [AbortedTxn]),
+    /// Rebuilt from the log by recovery: the file is rewritten to hold exactly these (and
+    /// removed when there are none).
+    Rebuilt(&'a [AbortedTxn]),
 }
 
 /// Opens an existing segment as recovery planned it: cuts what follows its valid bytes,
@@ -505,7 +606,16 @@ pub fn open(
         active,
         indexes,
         tail,
+        txn,
     } = spec;
+    let txn = match txn {
+        TxnSource::Stored(entries) => entries,
+        TxnSource::Rebuilt(entries) => {
+            let path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
+            txn_index::rewrite(cfg.fs.as_ref(), &path, entries)?;
+            entries
+        }
+    };
     let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::Create)?;
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
@@ -523,10 +633,18 @@ pub fn open(
         IndexSource::Stored => (false, &[]),
     };
     if !active && !rebuild {
-        let segment = files.into_sealed(base_offset, log_size, tail);
+        let segment = files.into_sealed(base_offset, log_size, tail, txn.to_vec());
         return Ok(Opened::Sealed(segment));
     }
-    let mut writer = files.into_writer(base_offset, cfg, log_size, !rebuild, batches, now_ms)?;
+    let mut writer = files.into_writer(
+        base_offset,
+        cfg,
+        log_size,
+        !rebuild,
+        batches,
+        txn.to_vec(),
+        now_ms,
+    )?;
     writer.restore(tail.last_offset, tail.first_batch_timestamp);
     if let Some(last) = tail.last_offset {
         writer.segment().set_next_offset(last + 1);
@@ -623,8 +741,14 @@ impl SegmentFiles {
     }
 
     /// A sealed segment of `log_size` bytes, not mapped; its files are closed.
-    fn into_sealed(self, base: i64, log_size: usize, tail: TailInfo) -> Arc<Segment> {
-        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size);
+    fn into_sealed(
+        self,
+        base: i64,
+        log_size: usize,
+        tail: TailInfo,
+        txn: Vec<AbortedTxn>,
+    ) -> Arc<Segment> {
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size, txn);
         segment
             .next_offset
             .store(tail.last_offset.map_or(base, |l| l + 1), Ordering::Release);
@@ -638,6 +762,8 @@ impl SegmentFiles {
     /// Maps the three files writable, each map as long as the file can grow (the files grow
     /// into them, [`SegmentSpace`]), and makes a writer. With `keep_indexes` the stored index
     /// entries are kept, otherwise the indexes restart empty and are filled from `batches`.
+    /// `txn` are the aborted transactions its `.txnindex` holds.
+    #[allow(clippy::too_many_arguments)]
     fn into_writer(
         self,
         base: i64,
@@ -645,6 +771,7 @@ impl SegmentFiles {
         log_size: usize,
         keep_indexes: bool,
         batches: &[BatchInfo],
+        txn: Vec<AbortedTxn>,
         now_ms: i64,
     ) -> Result<SegmentWriter, OpenSegmentError> {
         let capacity = cfg.segment_bytes.max(log_size);
@@ -684,7 +811,7 @@ impl SegmentFiles {
             background,
         };
         let log_writer = log.writer().ok_or_else(|| no_writer(&self.log_path))?;
-        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size);
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size, txn);
         segment.max_timestamp.store(-1, Ordering::Release);
         *segment.view.write() = Some(Arc::new(SegmentView {
             log,

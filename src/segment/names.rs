@@ -9,6 +9,7 @@ pub const LOG_EXT: &str = "log";
 pub const INDEX_EXT: &str = "index";
 /// A segment's time index.
 pub const TIME_INDEX_EXT: &str = "timeindex";
+/// A segment's index of aborted transactions.
 pub const TXN_INDEX_EXT: &str = "txnindex";
 /// A producer snapshot.
 pub const SNAPSHOT_EXT: &str = "snapshot";

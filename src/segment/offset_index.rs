@@ -202,6 +202,22 @@ impl OffsetIndex {
         }
     }
 
+    /// The first entry whose position is at or after `position` (Kafka's
+    /// `fetchUpperBoundOffset`: where a read_committed fetch that ends at `position` collects
+    /// aborted transactions up to), or `None` when every entry is before it.
+    pub fn fetch_upper_bound(&self, position: usize) -> Option<OffsetPosition> {
+        let n = self.len();
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.entry(mid) {
+                Some(e) if (e.position as usize) < position => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        self.entry(lo)
+    }
+
     /// All published entries.
     pub fn entries(&self) -> impl Iterator<Item = OffsetPosition> + '_ {
         decode(self.bytes(), self.base_offset)

@@ -22,6 +22,9 @@ pub struct BatchInfo {
     /// The leader epoch stamped on it (-1 for none), from which recovery rebuilds the
     /// leader-epoch cache.
     pub partition_leader_epoch: i32,
+    /// A producer's control batch (a transaction marker): a segment without one needs no
+    /// `.txnindex`.
+    pub is_marker: bool,
 }
 
 /// Why a batch in a segment is not acceptable.
@@ -276,6 +279,7 @@ fn walk(
             last_offset: batch.last_offset(),
             max_timestamp: batch.max_timestamp(),
             partition_leader_epoch: batch.partition_leader_epoch(),
+            is_marker: batch.is_control() && batch.producer_id() >= 0,
         };
         if let Some((h, _)) = held.replace((info, last)) {
             on_batch(&h);

@@ -112,6 +112,10 @@ pub struct SegmentSpace {
     grown: Mutex<Grown>,
     /// `grown.log`, readable without the lock.
     ready: AtomicUsize,
+    /// The lengths of the indexes when the segment was opened: the entries a reopened file
+    /// holds need not follow the rule that sizes the indexes (a truncation ends one with an
+    /// extra entry), so the room for new ones is counted on top of them.
+    indexes_at_open: (usize, usize),
 }
 
 impl SegmentSpace {
@@ -134,6 +138,7 @@ impl SegmentSpace {
                 closed: false,
             }),
             ready: AtomicUsize::new(log),
+            indexes_at_open: (index, time),
         };
         if log > 0 {
             // A reopened segment's rebuilt indexes get their room before any entry is written.
@@ -266,7 +271,10 @@ impl SegmentSpace {
     fn grow_indexes_for(&self, g: &mut Grown, log_end: usize) -> Result<(), IoError> {
         let s = &self.segment;
         let interval = self.cfg.index_interval_bytes;
-        let index = index_bytes_for(log_end, interval, offset_index::ENTRY_SIZE, self.cfg.index_capacity);
+        let (index_at_open, time_at_open) = self.indexes_at_open;
+        let index = index_bytes_for(log_end, interval, offset_index::ENTRY_SIZE, self.cfg.index_capacity)
+            .saturating_add(index_at_open)
+            .min(self.cfg.index_capacity);
         if index > g.index {
             // Reserved a step's worth at a time, not an entry at a time.
             let index = next_end(g.index, index, 64 << 10, self.cfg.index_capacity);
@@ -276,7 +284,9 @@ impl SegmentSpace {
                 .ctx("fallocate", &path)?;
             g.index = index;
         }
-        let time = index_bytes_for(log_end, interval, time_index::ENTRY_SIZE, self.cfg.time_capacity);
+        let time = index_bytes_for(log_end, interval, time_index::ENTRY_SIZE, self.cfg.time_capacity)
+            .saturating_add(time_at_open)
+            .min(self.cfg.time_capacity);
         if time > g.time {
             let time = next_end(g.time, time, 96 << 10, self.cfg.time_capacity);
             let path = s.time_index_path();

@@ -73,14 +73,20 @@ impl Clock for StepClock {
 #[derive(Debug, Clone)]
 pub struct Ctx {
     pub seed: u64,
+    /// The test file (`--test` target) and the test in it.
+    pub file: &'static str,
     pub test: &'static str,
     pub history: Vec<String>,
 }
 
 impl Ctx {
     pub fn new(seed: u64, test: &'static str) -> Ctx {
+        Ctx::in_file(seed, "crash_sim", test)
+    }
+    pub fn in_file(seed: u64, file: &'static str, test: &'static str) -> Ctx {
         Ctx {
             seed,
+            file,
             test,
             history: Vec::new(),
         }
@@ -93,9 +99,10 @@ impl Ctx {
     }
     pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!(
-            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: ONCELOG_CRASH_SEED={seed} cargo test --test crash_sim {test} -- --nocapture",
+            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: ONCELOG_CRASH_SEED={seed} cargo test --test {file} {test} -- --nocapture",
             self.history,
             seed = self.seed,
+            file = self.file,
             test = self.test,
         )
     }

@@ -1,13 +1,17 @@
 //! `oncelog append DIR FILE`: what a broker would do with a stream of produce requests, from a
 //! shell. FILE holds concatenated v2 batches as clients send them (baseOffset 0); each one goes
 //! through `Log::append`, and its outcome is printed as one JSON line.
+//!
+//! `oncelog append DIR --marker commit|abort --producer ID --epoch E [--coordinator-epoch C]
+//! [--transaction-version V]`: what the transaction coordinator's WriteTxnMarkers asks of the
+//! partition, through `Log::append_marker`, with the same one-line answer.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use oncelog::format::{self, BatchFrame};
-use oncelog::{AppendOutcome, Log, LogConfig};
+use oncelog::{AppendOutcome, Log, LogConfig, TxnMarker, TxnResult};
 use serde::Serialize;
 
 use crate::output::Out;
@@ -18,7 +22,39 @@ pub struct AppendArgs {
     /// The partition directory (created if missing; recovered if the last close was unclean).
     dir: PathBuf,
     /// A file of concatenated client batches, or `-` for standard input.
-    file: PathBuf,
+    #[arg(required_unless_present = "marker", conflicts_with = "marker")]
+    file: Option<PathBuf>,
+    /// Write a transaction marker instead: `commit` or `abort`.
+    #[arg(long, value_enum, requires_all = ["producer", "epoch"])]
+    marker: Option<MarkerKind>,
+    /// The producer whose transaction the marker ends.
+    #[arg(long, requires = "marker", allow_negative_numbers = true)]
+    producer: Option<i64>,
+    /// The producer epoch the marker carries.
+    #[arg(long, requires = "marker", allow_negative_numbers = true)]
+    epoch: Option<i16>,
+    /// The transaction coordinator's epoch.
+    #[arg(
+        long,
+        requires = "marker",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    coordinator_epoch: i32,
+    /// The coordinator's transaction version (2: KIP-890, the marker must bump the epoch).
+    #[arg(
+        long,
+        requires = "marker",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    transaction_version: i8,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum MarkerKind {
+    Commit,
+    Abort,
 }
 
 #[derive(Serialize)]
@@ -38,14 +74,25 @@ enum Line {
     },
 }
 
+fn open(dir: &Path) -> Result<Log, CliError> {
+    Log::open(dir, LogConfig::default())
+        .map_err(|e| CliError(format!("cannot open the log in {}: {e}", dir.display())))
+}
+
+fn close(log: Log, dir: &Path) -> Result<(), CliError> {
+    log.close()
+        .map_err(|e| CliError(format!("closing the log in {}: {e}", dir.display())))
+}
+
 pub fn run(args: &AppendArgs) -> Result<Status, CliError> {
-    let input = read_input(&args.file)?;
-    let log = Log::open(&args.dir, LogConfig::default()).map_err(|e| {
-        CliError(format!(
-            "cannot open the log in {}: {e}",
-            args.dir.display()
-        ))
-    })?;
+    if let Some(kind) = args.marker {
+        return append_marker(args, kind);
+    }
+    let Some(file) = &args.file else {
+        return Err(CliError("FILE or --marker is needed".into()));
+    };
+    let input = read_input(file)?;
+    let log = open(&args.dir)?;
     let mut out = Out::stdout();
     let mut all_accepted = true;
     let mut pos = 0;
@@ -94,13 +141,50 @@ pub fn run(args: &AppendArgs) -> Result<Status, CliError> {
         pos += size;
     }
     out.flush()?;
-    log.close()
-        .map_err(|e| CliError(format!("closing the log in {}: {e}", args.dir.display())))?;
+    close(log, &args.dir)?;
     Ok(if all_accepted {
         Status::Ok
     } else {
         Status::Failed
     })
+}
+
+fn append_marker(args: &AppendArgs, kind: MarkerKind) -> Result<Status, CliError> {
+    let (Some(producer_id), Some(producer_epoch)) = (args.producer, args.epoch) else {
+        return Err(CliError("--marker needs --producer and --epoch".into()));
+    };
+    let marker = TxnMarker {
+        producer_id,
+        producer_epoch,
+        coordinator_epoch: args.coordinator_epoch,
+        result: match kind {
+            MarkerKind::Commit => TxnResult::Commit,
+            MarkerKind::Abort => TxnResult::Abort,
+        },
+        transaction_version: args.transaction_version,
+    };
+    let log = open(&args.dir)?;
+    let (line, status) = match log.append_marker(&marker) {
+        Ok(info) => (
+            Line::Appended {
+                first_offset: info.first_offset,
+                last_offset: info.last_offset,
+            },
+            Status::Ok,
+        ),
+        Err(e) => (
+            Line::Error {
+                error: e.kind(),
+                message: e.to_string(),
+            },
+            Status::Failed,
+        ),
+    };
+    let mut out = Out::stdout();
+    out.json(&line)?;
+    out.flush()?;
+    close(log, &args.dir)?;
+    Ok(status)
 }
 
 fn read_input(path: &std::path::Path) -> Result<Vec<u8>, CliError> {

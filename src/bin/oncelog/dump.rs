@@ -1,5 +1,6 @@
-//! `oncelog dump`: every batch, index entry, producer-snapshot entry and leader-epoch entry of
-//! a partition directory or of one file, one line each.
+//! `oncelog dump`: every batch (a control batch with its marker type and coordinator epoch),
+//! index entry, aborted-transaction entry, producer-snapshot entry and leader-epoch entry of a
+//! partition directory or of one file, one line each.
 //!
 //! It reads files with `std::fs::read` and never opens them for writing, and never goes
 //! through `Log::open` (which would recover, trim and write a checkpoint): an operator must be
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use oncelog::files::{self, Snapshot};
-use oncelog::format::{BatchIter, RecordBatch};
+use oncelog::format::{decode_control_record, BatchIter, RecordBatch};
 use oncelog::producer::{ProducerEntry, SnapshotVersion};
 use serde::Serialize;
 
@@ -29,8 +30,8 @@ pub struct DumpArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     json: bool,
-    /// A partition directory, or one `.log`, `.index`, `.timeindex`, `.snapshot` or
-    /// `leader-epoch-checkpoint` file.
+    /// A partition directory, or one `.log`, `.index`, `.timeindex`, `.txnindex`, `.snapshot`
+    /// or `leader-epoch-checkpoint` file.
     path: PathBuf,
 }
 
@@ -40,6 +41,7 @@ enum FileKind {
     Log,
     Index,
     TimeIndex,
+    TxnIndex,
     Snapshot,
     LeaderEpochs,
 }
@@ -50,6 +52,7 @@ impl FileKind {
             files::LOG_EXT => FileKind::Log,
             files::INDEX_EXT => FileKind::Index,
             files::TIME_INDEX_EXT => FileKind::TimeIndex,
+            files::TXN_INDEX_EXT => FileKind::TxnIndex,
             files::SNAPSHOT_EXT => FileKind::Snapshot,
             _ => return None,
         })
@@ -88,7 +91,8 @@ pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
     })
 }
 
-/// The segment files in base-offset order (each `.log`, then its `.index` and `.timeindex`),
+/// The segment files in base-offset order (each `.log`, then its `.index`, `.timeindex` and
+/// `.txnindex`),
 /// then the snapshots, then the `leader-epoch-checkpoint`. Temporary files (`.deleted`,
 /// `.cleaned`, `.swap`, `.tmp`) and other files of the directory (the recovery checkpoint,
 /// `partition.metadata`) are skipped.
@@ -146,8 +150,8 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
     };
     let kind = ext.and_then(FileKind::from_ext).ok_or_else(|| {
         CliError(format!(
-            "{}: not a partition directory nor a .log, .index, .timeindex, .snapshot or \
-             leader-epoch-checkpoint file",
+            "{}: not a partition directory nor a .log, .index, .timeindex, .txnindex, .snapshot \
+             or leader-epoch-checkpoint file",
             path.display()
         ))
     })?;
@@ -190,6 +194,13 @@ struct BatchLine<'a> {
     producer_epoch: i16,
     base_sequence: i32,
     records_count: i32,
+    /// A control batch's type, from its first record's key (`ABORT`, `COMMIT`,
+    /// `LEADER_CHANGE`, ..., `UNKNOWN(<id>)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control_type: Option<String>,
+    /// A transaction marker's coordinator epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coordinator_epoch: Option<i32>,
 }
 
 impl<'a> BatchLine<'a> {
@@ -219,7 +230,28 @@ impl<'a> BatchLine<'a> {
             producer_epoch: b.producer_epoch(),
             base_sequence: b.base_sequence(),
             records_count: b.records_count(),
+            control_type: None,
+            coordinator_epoch: None,
         }
+    }
+
+    /// Reads a control batch's first record into the line; the reason when it cannot be read.
+    fn read_control(&mut self, b: &RecordBatch<'_>) -> Result<(), String> {
+        if !b.is_control() || b.records_count() == 0 {
+            return Ok(());
+        }
+        let records = b.records_buf().map_err(|e| e.to_string())?;
+        let Some(record) = b.iter_records(&records).next() else {
+            return Ok(());
+        };
+        let record = record.map_err(|e| e.to_string())?;
+        let (key, marker) = decode_control_record(&record).map_err(|e| e.to_string())?;
+        self.control_type = Some(match key.control_type {
+            oncelog::format::ControlType::Unknown(id) => format!("UNKNOWN({id})"),
+            known => known.name().to_string(),
+        });
+        self.coordinator_epoch = marker.map(|m| m.coordinator_epoch);
+        Ok(())
     }
 
     fn text(&self) -> String {
@@ -248,6 +280,12 @@ impl<'a> BatchLine<'a> {
         if self.is_control {
             s.push_str(" control");
         }
+        if let Some(t) = &self.control_type {
+            s.push_str(&format!(" {t}"));
+        }
+        if let Some(e) = self.coordinator_epoch {
+            s.push_str(&format!(" coordinator_epoch {e}"));
+        }
         s
     }
 }
@@ -268,6 +306,17 @@ struct TimeIndexLine<'a> {
     file: &'a str,
     timestamp: i64,
     offset: i64,
+}
+
+#[derive(Serialize)]
+struct TxnIndexLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    file: &'a str,
+    producer_id: i64,
+    first_offset: i64,
+    last_offset: i64,
+    last_stable_offset: i64,
 }
 
 #[derive(Serialize)]
@@ -423,6 +472,7 @@ impl Dumper {
             FileKind::Log => self.log(&file, &bytes),
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
+            FileKind::TxnIndex => self.txn_index(&file, &bytes),
             FileKind::Snapshot => self.snapshot(&file, &bytes),
             FileKind::LeaderEpochs => self.leader_epochs(&file, &bytes),
         }
@@ -432,12 +482,16 @@ impl Dumper {
         for item in BatchIter::new(bytes) {
             match item {
                 Ok((position, batch)) => {
-                    let line = BatchLine::new(file, position, &batch);
+                    let mut line = BatchLine::new(file, position, &batch);
                     self.damaged |= !line.crc_valid;
+                    let control = line.read_control(&batch);
                     if self.json {
                         self.out.json(&line)?;
                     } else {
                         self.out.line(&line.text())?;
+                    }
+                    if let Err(e) = control {
+                        self.error(file, position, format!("control record: {e}"))?;
                     }
                 }
                 Err(oncelog::format::BatchErrorAt { position, error }) => {
@@ -497,6 +551,36 @@ impl Dumper {
             }
         }
         self.index_tail(file, bytes, files::TIME_INDEX_ENTRY_SIZE, used)
+    }
+
+    /// Every aborted transaction of a `.txnindex`; an entry of an unknown version ends the
+    /// listing, and a partial entry at the end is reported (both as errors).
+    fn txn_index(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
+        for (i, entry) in files::decode_txn_index(bytes).enumerate() {
+            let e = match entry {
+                Ok(e) => e,
+                Err(problem) => {
+                    return self.error(file, i * files::TXN_INDEX_ENTRY_SIZE, problem.to_string())
+                }
+            };
+            let line = TxnIndexLine {
+                kind: "txn_index",
+                file,
+                producer_id: e.producer_id,
+                first_offset: e.first_offset,
+                last_offset: e.last_offset,
+                last_stable_offset: e.last_stable_offset,
+            };
+            if self.json {
+                self.out.json(&line)?;
+            } else {
+                self.out.line(&format!(
+                    "txnindex producer {} first_offset {} last_offset {} last_stable_offset {}",
+                    line.producer_id, line.first_offset, line.last_offset, line.last_stable_offset
+                ))?;
+            }
+        }
+        Ok(())
     }
 
     /// How many leading bytes of an index hold entries. Trailing all-zero entries are the

@@ -1,6 +1,6 @@
 //! `oncelog`: inspect, verify and recover partition directories, truncate them and apply
-//! retention, benchmark appends, append client batches from a shell, and demonstrate
-//! exactly-once appends across a crash. Built on the public library API only (docs/design.md,
+//! retention, benchmark appends, append client batches and transaction markers from a shell,
+//! read records as a consumer would, and demonstrate exactly-once appends across a crash. Built on the public library API only (docs/design.md,
 //! "Layers").
 //!
 //! Exit codes, the same for every command: 0 success; 1 the command ran and found damage, or
@@ -12,6 +12,7 @@ mod bench;
 mod demo;
 mod dump;
 mod output;
+mod read;
 mod recover;
 mod rewrite;
 mod verify;
@@ -35,10 +36,10 @@ struct Cli {
 enum Command {
     /// Print every batch, index, snapshot and leader-epoch entry of a directory or file
     ///
-    /// PATH is a partition directory or one .log, .index, .timeindex, .snapshot or
+    /// PATH is a partition directory or one .log, .index, .timeindex, .txnindex, .snapshot or
     /// leader-epoch-checkpoint file. Never modifies what it reads. One line per batch or
-    /// entry, or one JSON object per line with --json. Exits 1 if anything was damaged, 2 if
-    /// PATH cannot be read.
+    /// entry (a control batch with its marker type and coordinator epoch), or one JSON object
+    /// per line with --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
     Dump(dump::DumpArgs),
     /// Measure durable append throughput, then a CRC-checked read-back
     ///
@@ -47,12 +48,21 @@ enum Command {
     /// checking every batch's CRC-32C. MB are 10^6 bytes. Runs on a temporary directory unless
     /// --dir is given. Exits 2 for options that cannot describe a run (--batch-size 0, ...).
     Bench(bench::BenchArgs),
-    /// Append client batches from a file or stdin, one JSON line per batch
+    /// Append client batches or a transaction marker, one JSON line each
     ///
     /// FILE (`-` = stdin) holds concatenated client batches; each goes through the log in DIR
     /// (created if missing, recovered if needed) and its outcome is printed as one JSON line.
-    /// Exits 1 unless every batch was appended or a duplicate.
+    /// With --marker commit|abort --producer ID --epoch E instead of FILE, writes the COMMIT or
+    /// ABORT marker the transaction coordinator would. Exits 1 unless every batch was appended
+    /// or a duplicate (or the marker was written).
     Append(append::AppendArgs),
+    /// Print the records of a partition as an application receives them
+    ///
+    /// From --from (default: the log start) up to the high watermark, or under --isolation
+    /// read_committed up to the last stable offset without the records of aborted
+    /// transactions; control batches are never shown. One line per record, or one JSON object
+    /// per record and a final `end` object with --json. Refuses a log that needs recovery.
+    Read(read::ReadArgs),
     /// Deep read-only check of a partition directory
     ///
     /// Checks every batch (frame, CRC, records, offsets), index entry, snapshot and the
@@ -125,6 +135,7 @@ fn main() -> ExitCode {
         Command::Dump(args) => dump::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Append(args) => append::run(&args),
+        Command::Read(args) => read::run(&args),
         Command::Verify(args) => verify::run(&args),
         Command::Recover(args) => recover::run(&args),
         Command::Truncate(args) => rewrite::run_truncate(&args),

@@ -30,6 +30,8 @@ struct Report<'a> {
     bytes: u64,
     index_entries: u64,
     time_index_entries: u64,
+    /// Aborted-transaction entries of `.txnindex` files, checked against the log.
+    txn_index_entries: u64,
     snapshots: usize,
     preallocated_bytes: u64,
     /// Bytes from a damaged batch to the next valid one, which could not be checked.
@@ -90,6 +92,7 @@ fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
         bytes: r.bytes,
         index_entries: r.index_entries,
         time_index_entries: r.time_index_entries,
+        txn_index_entries: r.txn_index_entries,
         snapshots: r.snapshots,
         preallocated_bytes: r.preallocated_bytes,
         unchecked_bytes: r.unchecked_bytes,
@@ -99,7 +102,7 @@ fn to_json<'a>(dir: &std::path::Path, r: &'a VerifyReport) -> Report<'a> {
 
 fn print_text(out: &mut Out, dir: &std::path::Path, r: &VerifyReport) -> Result<(), CliError> {
     out.line(&format!(
-        "{}: {}, {}, {} bytes of batches, {}, {}, {}, {} bytes of preallocated space",
+        "{}: {}, {}, {} bytes of batches, {}, {}, {}, {}, {} bytes of preallocated space",
         dir.display(),
         plural(r.segments as u64, "segment", "segments"),
         plural(r.batches, "batch", "batches"),
@@ -110,6 +113,7 @@ fn print_text(out: &mut Out, dir: &std::path::Path, r: &VerifyReport) -> Result<
             "time-index entry",
             "time-index entries"
         ),
+        plural(r.txn_index_entries, "txn-index entry", "txn-index entries"),
         plural(r.snapshots as u64, "snapshot", "snapshots"),
         r.preallocated_bytes,
     ))?;

@@ -18,15 +18,17 @@ use super::checkpoint::{self, Checkpoint};
 use super::config::{LogConfig, RecoveryMode};
 use super::epochs::{self, LeaderEpochCache};
 use super::error::{Damage, OpenError};
-use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment};
+use super::producers::{LoadError, ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
 use crate::io::{FileSystem, IoError, IoResultExt, MapMode, OpenMode};
+use crate::producer::CompletedTxn;
 use crate::segment::{
-    self, names, IndexSource, OffsetBounds, OpenSegmentError, OpenSpec, Opened, Segment,
+    self, names, AbortedTxn, IndexSource, OffsetBounds, OpenSegmentError, OpenSpec, Opened,
+    Segment, TxnSource,
 };
 use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
-use plan::{Doomed, KeptSegment, Plan, PlanError, Planner, Trust};
+use plan::{Doomed, KeptSegment, KeptTxn, Plan, PlanError, Planner, Trust};
 pub use report::{RecoveryReport, Truncation};
 
 /// The loaded log, ready for appends.
@@ -41,6 +43,8 @@ pub(crate) struct Loaded {
     pub high_watermark: i64,
     pub dense_from: i64,
     pub epochs: LeaderEpochCache,
+    /// The transactions completed by markers the high watermark may not have passed yet.
+    pub completed: Vec<CompletedTxn>,
 }
 
 pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> SegmentConfig {
@@ -65,8 +69,14 @@ pub(crate) fn open(
     now_ms: i64,
 ) -> Result<Loaded, OpenError> {
     let fs = fs_arc.as_ref();
-    let inv = Inventory::take(fs, dir)?;
-    let cp = checkpoint::read(fs, dir)??;
+    let mut inv = Inventory::take(fs, dir)?;
+    let mut cp = checkpoint::read(fs, dir)??;
+    let mut started_over = Vec::new();
+    if let Some(c) = cp.as_ref().filter(|c| c.start_over_at.is_some()) {
+        let c = finish_start_over(fs, dir, &inv, c, &mut started_over)?;
+        cp = Some(c);
+        inv = Inventory::take(fs, dir)?;
+    }
     let mode = config.recovery_mode;
     let mut deep = config.deep_recovery;
     let refused = |path, position, damage| OpenError::Refused {
@@ -85,6 +95,7 @@ pub(crate) fn open(
             segments_recorded: cp.as_ref().is_some_and(|c| c.segments.is_some()),
             recovery_point: cp.as_ref().map_or(0, |c| c.recovery_point),
             deep,
+            segments_deleted: started_over.clone(),
             ..RecoveryReport::default()
         };
         let planner = Planner {
@@ -103,7 +114,7 @@ pub(crate) fn open(
                 damage,
             }) => return Err(refused(path, position, damage)),
         };
-        match plan_producers(fs, config, &inv, &plan, now_ms) {
+        match plan_producers(fs, config, &inv, &plan, cp.is_some(), now_ms) {
             Ok(p) => break (report, plan, p),
             Err(LoadError::Io(e)) => return Err(e.into()),
             Err(LoadError::Damaged {
@@ -136,6 +147,50 @@ pub(crate) fn open(
     }
     loaded.epochs = epochs.cache;
     Ok(loaded)
+}
+
+/// Completes a full truncation a crash interrupted after its commit point (the checkpoint's
+/// `start_over_at`): every segment file, snapshot and epoch entry is from before it and goes,
+/// then the checkpoint of the empty log it left is written. Not damage: nothing the log holds
+/// is lost, so no mode refuses it. Returns that checkpoint; `deleted` gets the segments.
+fn finish_start_over(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    inv: &Inventory,
+    c: &Checkpoint,
+    deleted: &mut Vec<(std::path::PathBuf, String)>,
+) -> Result<Checkpoint, OpenError> {
+    let at = c.start_over_at.unwrap_or(c.log_start_offset);
+    let reason = format!("removed by a full truncation to {at}");
+    let segment_files = inv
+        .logs
+        .values()
+        .map(|f| &f.path)
+        .chain(inv.swaps.iter().map(|s| &s.file.path));
+    for path in segment_files {
+        fs.remove_file(path).ctx("remove", path)?;
+        deleted.push((path.clone(), reason.clone()));
+    }
+    let others = inv
+        .indexes
+        .iter()
+        .chain(&inv.index_swaps)
+        .chain(&inv.snapshots)
+        .map(|(_, p)| p);
+    for path in others {
+        fs.remove_file(path).ctx("remove", path)?;
+    }
+    let epochs = epochs::path(dir);
+    if fs.exists(&epochs).ctx("stat", &epochs)? {
+        fs.remove_file(&epochs).ctx("remove", &epochs)?;
+    }
+    fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    let empty = Checkpoint {
+        start_over_at: None,
+        ..c.clone()
+    };
+    checkpoint::write(fs, dir, &empty)?;
+    Ok(empty)
 }
 
 /// The leader-epoch cache recovery opens with, and the file to write if it changed.
@@ -178,8 +233,10 @@ fn plan_epochs(fs: &dyn FileSystem, dir: &Path, plan: &Plan) -> Result<EpochPlan
             None => {}
         }
     }
-    cache.truncate_from_end(plan.log_end());
+    // Kafka's loader: epochs that start at or after the log end wrote nothing that is left.
+    // The start first, so an epoch moved up to a log start at the log end goes too.
     cache.truncate_from_start(plan.log_start_offset);
+    cache.truncate_from_end(plan.log_end());
     let changed = match &stored {
         Some(entries) => entries.as_slice() != cache.entries(),
         None => !cache.entries().is_empty(),
@@ -195,6 +252,7 @@ fn plan_producers(
     config: &LogConfig,
     inv: &Inventory,
     plan: &Plan,
+    checkpoint_found: bool,
     now_ms: i64,
 ) -> Result<super::producers::LoadPlan, LoadError> {
     let segments: Vec<ReplaySegment<'_>> = plan
@@ -211,6 +269,24 @@ fn plan_producers(
             batches: s.rebuild.as_deref(),
         })
         .collect();
+    // A `.txnindex` rebuilt from its segment's markers needs the transactions open at the
+    // segment's start: replay starts from a snapshot at or below the first such segment
+    // (Kafka's recoverSegment rebuilds producer state up to the segment's base).
+    let wants = ReplayWants {
+        txn_index_from: plan
+            .segments
+            .iter()
+            .filter(|s| s.rebuilds_txn_entries())
+            .map(|s| s.base)
+            .min(),
+        // The markers the high watermark has not passed (a directory without the checkpoint
+        // has no high watermark of its own: none are looked for).
+        completed_from: if checkpoint_found {
+            plan.high_watermark.min(plan.recovery_point)
+        } else {
+            plan.log_end()
+        },
+    };
     ProducerState::plan(
         fs,
         config,
@@ -218,6 +294,7 @@ fn plan_producers(
         &segments,
         plan.log_start_offset,
         plan.log_end(),
+        wants,
         now_ms,
     )
 }
@@ -239,7 +316,7 @@ fn apply(
     old: Option<&Checkpoint>,
     plan: Plan,
     mut report: RecoveryReport,
-    producers: super::producers::LoadPlan,
+    mut producers: super::producers::LoadPlan,
 ) -> Result<Loaded, OpenError> {
     let fs = fs_arc.as_ref();
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
@@ -276,6 +353,8 @@ fn apply(
         remove_segment_files(fs, dir, d, &mut report)?;
     }
     remove_orphan_indexes(fs, inv, &plan, &mut report)?;
+    let aborted = std::mem::take(&mut producers.aborted);
+    let completed = std::mem::take(&mut producers.completed);
     let (producers, producer_report) = producers.apply(fs, dir)?;
 
     // 4. The segments.
@@ -284,7 +363,9 @@ fn apply(
     let mut active = None;
     let last = plan.segments.len().saturating_sub(1);
     for (i, s) in plan.segments.iter().enumerate() {
-        let opened = open_segment(dir, &cfg, s, i == last, now_ms, &mut report)?;
+        let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
+        let rebuilt = markers_in(&aborted, s.base, next_base);
+        let opened = open_segment(dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
         match opened {
             Opened::Sealed(seg) => sealed.push(seg),
             Opened::Active(w) => active = Some(w),
@@ -315,14 +396,24 @@ fn apply(
         high_watermark: plan.high_watermark,
         dense_from: plan.dense_from,
         epochs: LeaderEpochCache::default(),
+        completed,
     })
 }
 
+/// The aborted transactions (in marker order) whose markers lie in `[from, to)`.
+fn markers_in(aborted: &[AbortedTxn], from: i64, to: i64) -> &[AbortedTxn] {
+    let start = aborted.partition_point(|e| e.last_offset < from);
+    let end = aborted.partition_point(|e| e.last_offset < to);
+    &aborted[start..end]
+}
+
+#[allow(clippy::too_many_arguments)]
 fn open_segment(
     dir: &Path,
     cfg: &SegmentConfig,
     s: &KeptSegment,
     active: bool,
+    rebuilt_txn: &[AbortedTxn],
     now_ms: i64,
     report: &mut RecoveryReport,
 ) -> Result<Opened, OpenError> {
@@ -336,14 +427,25 @@ fn open_segment(
             "rebuilt by recovery".to_string(),
         ));
     }
+    let txn = match &s.txn {
+        KeptTxn::Stored(entries) => TxnSource::Stored(entries),
+        KeptTxn::Rebuild => TxnSource::Rebuilt(rebuilt_txn),
+    };
     let spec = OpenSpec {
         base_offset: s.base,
         log_size: s.log_size,
         active,
         indexes,
         tail: s.tail,
+        txn,
     };
     let opened = segment::open(dir, cfg, spec, now_ms).map_err(segment_error)?;
+    if s.trust == Trust::Validated {
+        match &opened {
+            Opened::Sealed(seg) => seg.mark_validated(),
+            Opened::Active(w) => w.segment().mark_validated(),
+        }
+    }
     if let Opened::Sealed(seg) = &opened {
         // Recovery trimmed this segment or rebuilt its indexes in the page cache. The recovery
         // point will soon cover it and it is never flushed again, so it must be durable now, or

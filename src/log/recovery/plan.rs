@@ -25,7 +25,8 @@ use crate::log::checkpoint::{Checkpoint, SegmentRecord};
 use crate::log::config::RecoveryMode;
 use crate::log::error::Damage;
 use crate::segment::{
-    self, names, offset_index, time_index, BatchInfo, OffsetBounds, ScanStop, TailInfo,
+    self, names, offset_index, time_index, txn_index, AbortedTxn, BatchInfo, OffsetBounds,
+    ScanStop, TailInfo,
 };
 
 /// A segment's `.log` can never reach 2 GiB: positions are int32 (kafka-format.md §2.3).
@@ -73,12 +74,34 @@ pub(super) struct KeptSegment {
     pub tail: TailInfo,
     /// Part of an interrupted swap being completed.
     pub swapped: bool,
+    /// Its aborted transactions.
+    pub txn: KeptTxn,
+}
+
+/// Where a kept segment's aborted transactions come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KeptTxn {
+    /// Its `.txnindex` passed the sanity check (empty without a file).
+    Stored(Vec<AbortedTxn>),
+    /// Rebuilt while the producer state is replayed: the segment's bytes were validated, or
+    /// its stored index failed the check.
+    Rebuild,
 }
 
 impl KeptSegment {
     /// Whether applying the plan changes its `.log` file.
     pub fn log_changes(&self) -> bool {
         self.swapped || (self.log_size as u64) < self.file_len
+    }
+
+    /// Whether its `.txnindex` is rebuilt from markers it holds (its batches were listed and
+    /// one is a producer's control batch): what decides how far back replay must start.
+    pub fn rebuilds_txn_entries(&self) -> bool {
+        self.txn == KeptTxn::Rebuild
+            && self
+                .rebuild
+                .as_ref()
+                .is_some_and(|batches| batches.iter().any(|b| b.is_marker))
     }
 }
 
@@ -146,6 +169,7 @@ impl Plan {
             high_watermark: self.high_watermark,
             dense_from: Some(self.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 
@@ -165,6 +189,7 @@ impl Plan {
             high_watermark: self.high_watermark,
             dense_from: Some(self.dense_from),
             segments: Some(record),
+            start_over_at: None,
         }
     }
 
@@ -369,6 +394,34 @@ impl Planner<'_> {
                     continue;
                 }
             }
+            if rec.is_none()
+                && !candidate.swapped
+                && kept.is_empty()
+                && base > log_start
+                && self.lost_before(base)
+            {
+                // The first segment starts above the log start the checkpoint records: the
+                // offsets between were lost (say, with segments a truncation was removing).
+                let damage = Damage::MissingOffsets {
+                    next_offset: log_start,
+                    next_segment_base: base,
+                };
+                self.judge(log_start < rp, &f.path, Some(0), &damage)?;
+                report.truncations.push(Truncation {
+                    path: f.path.clone(),
+                    position: 0,
+                    file_len: f.len as usize,
+                    damage,
+                });
+                cut_at = Some(log_start);
+                doomed.push(Doomed {
+                    base,
+                    path: f.path.clone(),
+                    reason: "after a cut".into(),
+                    unrecorded: true,
+                });
+                continue;
+            }
             if rec.is_none() {
                 if let Some(prev) = kept.last().filter(|k| base > k.next_offset) {
                     if self.lost_between(prev, base, inv) {
@@ -427,7 +480,9 @@ impl Planner<'_> {
             // Damage to what the record vouches for that the mode lets validation deal with.
             let mut tolerated: Option<Damage> = None;
             let trusted = match rec {
-                Some(r) if f.len != r.file_len => {
+                // Between the batches' end and the recorded length: only dead bytes after a
+                // truncation's cut are missing, and a crash may leave any length of them.
+                Some(r) if f.len < r.size || f.len > r.file_len => {
                     let damage = Damage::SizeMismatch {
                         expected: r.file_len,
                         found: f.len,
@@ -517,6 +572,7 @@ impl Planner<'_> {
                         tail: TailInfo::from_batches(&v.batches),
                         rebuild: Some(v.batches),
                         swapped: candidate.swapped,
+                        txn: KeptTxn::Rebuild,
                     }
                 }
             };
@@ -589,6 +645,15 @@ impl Planner<'_> {
         }
     }
 
+    /// Whether the offsets from the checkpoint's log start to a first segment at `base` were
+    /// lost: with a checkpoint, unless the log is not dense there (a replicated gap).
+    fn lost_before(&self, base: i64) -> bool {
+        match self.checkpoint {
+            Some(c) => c.dense_from.is_none_or(|d| base > d),
+            None => false,
+        }
+    }
+
     /// Without a checkpoint, only the last segment's tail may be cut in the default mode (the
     /// durable end is unknown; Kafka's own recovery point lives outside the partition).
     fn loses_durable(&self, base: i64, last_file_base: Option<i64>) -> bool {
@@ -619,7 +684,8 @@ impl Planner<'_> {
             first_batch_timestamp: -1,
             max_timestamp: None,
         };
-        if self.checkpoint.is_some_and(|c| c.clean_shutdown) && !check_tail {
+        let stored_txn = self.stored_txn_index(base, size, r.next_offset)?;
+        if self.checkpoint.is_some_and(|c| c.clean_shutdown) && !check_tail && stored_txn.is_ok() {
             // A clean close synced every index with its segment: a sealed segment's are read
             // whole when it is first mapped (a damaged one is not used; `SegmentView`), so
             // opening a cleanly closed log reads none of its sealed segments' batches, and of
@@ -629,7 +695,8 @@ impl Planner<'_> {
                     max_timestamp,
                     ..tail
                 };
-                return Ok(Ok(self.recorded(r, f, None, tail)));
+                let txn = KeptTxn::Stored(stored_txn.unwrap_or_default());
+                return Ok(Ok(self.recorded(r, f, None, tail, txn)));
             }
         }
         let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
@@ -642,14 +709,21 @@ impl Planner<'_> {
                         time_index::check(time.published_slice(), base, last_offset.unwrap_or(base))
                             .map_err(|e| format!("time index: {e}"))
                     })
+                    .and_then(|()| stored_txn.as_ref().map(|_| ()).map_err(Clone::clone))
                     .err()
             }
             (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
         };
+        // Kafka recovers a segment whose `.txnindex` fails its sanity check; only that index
+        // is rebuilt from the replay when the others are what failed.
+        let txn = match stored_txn {
+            Ok(entries) => KeptTxn::Stored(entries),
+            Err(_) => KeptTxn::Rebuild,
+        };
         let mut tail = tail;
         let needs_data = index_problem.is_some() || check_tail;
         if !needs_data {
-            return Ok(Ok(self.recorded(r, f, None, tail)));
+            return Ok(Ok(self.recorded(r, f, None, tail, txn)));
         }
         let map = self.map_log(&f.path, size)?;
         let data = map.published_slice();
@@ -716,14 +790,14 @@ impl Planner<'_> {
                 .indexes_rebuilt
                 .push((names::file_path(self.dir, base, names::INDEX_EXT), reason));
             tail = TailInfo::from_batches(&batches);
-            return Ok(Ok(self.recorded(r, f, Some(batches), tail)));
+            return Ok(Ok(self.recorded(r, f, Some(batches), tail, txn)));
         }
         tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
             time.ok()
                 .and_then(|t| time_index::decode(t.published_slice(), base).last())
                 .map(|t| t.timestamp)
         });
-        Ok(Ok(self.recorded(r, f, None, tail)))
+        Ok(Ok(self.recorded(r, f, None, tail, txn)))
     }
 
     fn recorded(
@@ -732,6 +806,7 @@ impl Planner<'_> {
         f: &FileEntry,
         rebuild: Option<Vec<BatchInfo>>,
         tail: TailInfo,
+        txn: KeptTxn,
     ) -> KeptSegment {
         KeptSegment {
             base: r.base_offset,
@@ -743,7 +818,30 @@ impl Planner<'_> {
             rebuild,
             tail,
             swapped: false,
+            txn,
         }
+    }
+
+    /// A recorded segment's stored `.txnindex` entries (none without a file), or why they
+    /// cannot be used: not a regular file, larger than the markers of the segment could need
+    /// (at most one per batch: never read), or failing the sanity check.
+    fn stored_txn_index(
+        &self,
+        base: i64,
+        log_size: usize,
+        next_offset: i64,
+    ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
+        let path = names::file_path(self.dir, base, names::TXN_INDEX_EXT);
+        let max = (log_size / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
+        Ok(match crate::io::read_small_file(self.fs, &path, max as u64)? {
+            crate::io::SmallFile::Missing => Ok(Vec::new()),
+            crate::io::SmallFile::NotAFile(kind) => Err(format!("txn index: a {kind}")),
+            crate::io::SmallFile::TooLarge(len) => Err(format!(
+                "txn index: {len} bytes, more than a {log_size}-byte segment can need"
+            )),
+            crate::io::SmallFile::Bytes(bytes) => txn_index::check(&bytes, base, next_offset)
+                .map_err(|e| format!("txn index: {e}")),
+        })
     }
 
     /// Validates every batch of a segment file.

@@ -160,7 +160,6 @@ impl Log {
     pub(super) fn retire_segment_files(&self, base: i64, now_ms: i64) -> Result<u64, IoError> {
         let fs = self.env.fs.as_ref();
         let mut bytes = 0;
-        let mut deletions = self.deletions.lock();
         for ext in [
             names::LOG_EXT,
             names::INDEX_EXT,
@@ -174,17 +173,24 @@ impl Log {
             if ext == names::LOG_EXT {
                 bytes = fs.stat(&path).ctx("stat", &path)?.len;
             }
-            let mut name = path.file_name().unwrap_or_default().to_os_string();
-            name.push(".");
-            name.push(names::DELETED_SUFFIX);
-            let to = path.with_file_name(name);
-            fs.rename(&path, &to).ctx("rename", &path)?;
-            deletions.push(Deletion {
-                path: to,
-                due_ms: now_ms + self.config.file_delete_delay_ms,
-            });
+            self.retire_file(&path, now_ms)?;
         }
         Ok(bytes)
+    }
+
+    /// Renames a file to `.deleted` and queues its removal after `file_delete_delay_ms` (the
+    /// next open removes it if the process ends first).
+    pub(super) fn retire_file(&self, path: &std::path::Path, now_ms: i64) -> Result<(), IoError> {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".");
+        name.push(names::DELETED_SUFFIX);
+        let to = path.with_file_name(name);
+        self.env.fs.rename(path, &to).ctx("rename", path)?;
+        self.deletions.lock().push(Deletion {
+            path: to,
+            due_ms: now_ms + self.config.file_delete_delay_ms,
+        });
+        Ok(())
     }
 
     /// Removes the `.deleted` files whose delay is over (all of them with `everything`).

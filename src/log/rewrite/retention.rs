@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::Exclusive;
 use crate::log::checkpoint;
+use crate::log::producers::ReplayWants;
 use crate::log::{epochs, AppendError, Log, RewriteError};
 use crate::producer::snapshot_files;
 use crate::segment::Segment;
@@ -165,7 +166,8 @@ impl Log {
             return Ok(self.log_start_offset());
         }
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
-        self.raise_log_start(&mut ex, &segments, offset)?;
+        let now = self.env.clock.now_ms();
+        self.raise_log_start(&mut ex, &segments, offset, now)?;
         Ok(offset)
     }
 
@@ -213,11 +215,9 @@ impl Log {
             .max(limits.log_start_offset);
         let doomed: Vec<Arc<Segment>> = segments[..reasons.len()].to_vec();
         let kept: Vec<Arc<Segment>> = segments[reasons.len()..].to_vec();
-        if new_start > self.log_start_offset() {
-            report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start)?;
-        } else {
-            self.write_log_start_checkpoint(&ex, &kept, self.log_start_offset())?;
-        }
+        // Whether or not the log start moves (DeleteRecords may have moved it already), the
+        // producer state of what goes is kept first.
+        report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start, now_ms)?;
         let fs = self.env.fs.as_ref();
         for (s, reason) in doomed.iter().zip(&reasons) {
             let bytes = self.retire_segment_files(s.base_offset(), now_ms)?;
@@ -245,16 +245,56 @@ impl Log {
         Ok(report)
     }
 
-    /// Moves the log start offset to `new_start` durably: a snapshot holding the producer state
-    /// at or after it first, then the checkpoint, the leader-epoch cache, and the snapshots it
-    /// makes unnecessary. `kept` are the segments that stay. Returns the snapshots removed.
+    /// Moves the log start offset to `new_start` (or keeps it there) durably: the producer
+    /// state of the segments before `kept` first, then the checkpoint that records only
+    /// `kept`, the leader-epoch cache, and the snapshots it makes unnecessary. Returns the
+    /// snapshots removed.
+    ///
+    /// A snapshot at the first kept segment's base keeps a producer known after its batches
+    /// are gone: a roll wrote it there, or, if none did, it is computed now from the segments
+    /// about to go. Every truncation point is at or above the log start, so no truncation
+    /// removes it, and the kept segments hold every batch after it; a restart and a truncation
+    /// replay from it (or from a newer one). A snapshot at the log end is written too when none
+    /// is at or after the new start, so a restart does not replay what DeleteRecords hid.
     fn raise_log_start(
         &self,
         ex: &mut Exclusive<'_>,
         kept: &[Arc<Segment>],
         new_start: i64,
+        now_ms: i64,
     ) -> Result<Vec<i64>, RewriteError> {
         let fs = self.env.fs.as_ref();
+        let first_base = kept.first().map_or(new_start, |s| s.base_offset());
+        let all: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let removed: Vec<Arc<Segment>> = all
+            .iter()
+            .filter(|s| s.base_offset() < first_base)
+            .cloned()
+            .collect();
+        // The snapshots that rolls left for the next flush are made durable now: one of them
+        // may be the one at the first kept base.
+        for pending in ex.st.producers.take_pending() {
+            pending.finish(fs)?;
+        }
+        // At the base itself: a snapshot elsewhere below the log start is a stray that the
+        // next open removes (Kafka keeps one per segment base and the newest).
+        let snapshots = snapshot_files::list(fs, &self.dir)?;
+        let at_first_base = snapshots.iter().any(|(o, _)| *o == first_base);
+        if !removed.is_empty() && !at_first_base {
+            let wants = ReplayWants {
+                txn_index_from: None,
+                completed_from: first_base,
+            };
+            let plan = self.rebuild_producers(
+                &removed,
+                None,
+                self.log_start_offset(),
+                first_base,
+                wants,
+                now_ms,
+            )?;
+            plan.into_state().write_snapshot(fs, &self.dir, first_base)?;
+        }
         let newest = snapshot_files::list(fs, &self.dir)?.last().map(|(o, _)| *o);
         if newest.is_none_or(|o| o < new_start) {
             let end = self.log_end_offset();
@@ -267,9 +307,19 @@ impl Log {
             epochs::write(fs, &self.dir, cache.entries())?;
             ex.st.epochs = cache;
         }
-        // Below the log start only the newest snapshot (which `delete_below` always keeps) could
-        // still matter, and one at or after the start exists now.
-        Ok(snapshot_files::delete_below(fs, &self.dir, new_start)?)
+        // Snapshots below the first kept segment need batches that are gone: they go the way of
+        // the segments, by `.deleted` (Kafka's `removeAndMarkSnapshotForDeletion`); the newest is
+        // always kept. The directory is synced with the segments' renames.
+        let listed = snapshot_files::list(fs, &self.dir)?;
+        let newest = listed.last().map(|(o, _)| *o);
+        let mut snapshots_removed = Vec::new();
+        for (offset, path) in listed {
+            if offset < first_base && Some(offset) != newest {
+                self.retire_file(&path, now_ms)?;
+                snapshots_removed.push(offset);
+            }
+        }
+        Ok(snapshots_removed)
     }
 
     fn write_log_start_checkpoint(

@@ -20,10 +20,11 @@ use std::sync::Arc;
 use super::Exclusive;
 use crate::format::{BatchIter, RecordBatch};
 use crate::io::IoError;
-use crate::log::checkpoint::{self, Checkpoint};
-use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment};
+use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
+use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
 use crate::log::recovery::segment_config;
-use crate::log::{epochs, prefault, Log, RewriteError};
+use crate::log::txn::Unstable;
+use crate::log::{epochs, prefault, AppendState, Log, RewriteError};
 use crate::producer::snapshot_files;
 use crate::segment::{self, CorruptSegment, Segment, SegmentView};
 
@@ -114,19 +115,48 @@ impl Log {
         let fs = self.env.fs.as_ref();
         let s = &segments[at];
         let old_end = self.log_end_offset();
-        let recovery_point = self.recovery_point().min(new_end);
         let high_watermark = self.high_watermark.load(Ordering::Acquire).min(new_end);
         let log_start = self.log_start_offset().min(new_end);
-        // (1) The checkpoint vouches only for what stays as it is: durable sealed segments
-        // before the one cut.
+        // (1) The commit point: a checkpoint whose record ends at the new end, the cut segment
+        // recorded with the bytes after the cut as a dead tail. Once it is durable, recovery
+        // holds the kept segments to it and removes what lies above, so a crash leaves the log
+        // as it was before (the checkpoint not yet durable) or as it is after, never between,
+        // and removed batches never come back. Everything it vouches for is made durable first.
+        self.sync_below(&ex.st, s, cut)?;
+        let mut record = Vec::with_capacity(at + 1);
+        for k in &segments[..at] {
+            record.push(SegmentRecord {
+                base_offset: k.base_offset(),
+                next_offset: k.next_offset(),
+                size: k.size() as u64,
+                file_len: k.file_len(),
+            });
+        }
+        if cut > 0 {
+            let file_len = fs
+                .stat(s.log_path())
+                .map_err(|e| IoError::new("stat", s.log_path(), e))?
+                .len;
+            record.push(SegmentRecord {
+                base_offset: s.base_offset(),
+                next_offset: new_end,
+                size: cut as u64,
+                file_len,
+            });
+        }
+        let recovery_point = new_end;
         let dense_from = ex.st.dense_from.min(new_end);
         checkpoint::write(
             fs,
             &self.dir,
             &Checkpoint {
+                clean_shutdown: false,
+                recovery_point,
+                log_start_offset: log_start,
                 high_watermark: high_watermark.max(log_start),
                 dense_from: Some(dense_from),
-                ..self.checkpoint_of(&ex.st, &segments[..at], recovery_point, log_start)
+                segments: Some(record),
+                start_over_at: None,
             },
         )?;
         ex.st.dense_from = dense_from;
@@ -163,14 +193,23 @@ impl Log {
         report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, new_end)?;
         let kept_before = &segments[..at];
         let cut_extent = (cut > 0).then_some((s.as_ref(), cut, new_end));
-        let rebuilt = self.rebuild_producers(kept_before, cut_extent, log_start, new_end, now)?;
+        // The transactions completed by markers the lowered high watermark has not passed still
+        // hold the first unstable offset back (the cut segment's `.txnindex` is cut with it).
+        let wants = ReplayWants {
+            txn_index_from: None,
+            completed_from: recovery_point.min(high_watermark),
+        };
+        let mut rebuilt =
+            self.rebuild_producers(kept_before, cut_extent, log_start, new_end, wants, now)?;
+        let completed = std::mem::take(&mut rebuilt.completed);
         let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
         ex.st
             .producers
             .hand_over_pending(fs, new_end, &mut producers);
         ex.st.producers = producers;
         report.producers = load;
-        // (5) Leader epochs.
+        // (5) Leader epochs: those that start at or after the new end go (Kafka's
+        // `truncateFromEnd`), as recovery would cut them after a crash at any step.
         let mut epochs_now = ex.st.epochs.clone();
         if epochs_now.truncate_from_end(new_end) {
             epochs::write(fs, &self.dir, epochs_now.entries())?;
@@ -204,12 +243,12 @@ impl Log {
             self.recovery_point.store(recovery_point, Ordering::Release);
             self.high_watermark
                 .store(high_watermark.max(log_start), Ordering::Release);
+            let first_ongoing = ex.st.producers.table().first_ongoing_offset();
+            self.txn.reset(Unstable::new(first_ongoing, &completed));
+            ex.st.first_ongoing = first_ongoing;
         }
-        ex.st
-            .unflushed_sealed
-            .retain(|u| u.base_offset() < s.base_offset());
-        // The cut segment is flushed (and so recorded) by the next flush.
-        ex.st.unflushed_sealed.extend(cut_segment);
+        // Everything kept was made durable before the commit point.
+        ex.st.unflushed_sealed.clear();
         ex.st.unflushed_messages = 0;
         ex.st.dir_dirty = false;
         self.reset_flush_position(new_end, 0);
@@ -218,6 +257,46 @@ impl Log {
 
     /// The producer state of the log made of `segments`, ending at `log_end`: the newest
     /// snapshot at or below it and the batches after (their CRC and offsets checked).
+    /// Makes durable what a truncation's commit point vouches for: the sealed segments before
+    /// `cut_segment`, its first `cut` bytes, and the directory entries of new segments.
+    fn sync_below(
+        &self,
+        st: &AppendState,
+        cut_segment: &Segment,
+        cut: usize,
+    ) -> Result<(), RewriteError> {
+        let base = cut_segment.base_offset();
+        for u in st.unflushed_sealed.iter().filter(|u| u.base_offset() < base) {
+            u.flush_all()?;
+        }
+        let active = st.active.as_ref().map(|w| w.base_offset());
+        let flushed_from = if Some(base) == active {
+            // The active segment is durable up to where the last sync ended.
+            let fst = self.flush.lock();
+            if fst.segment_base == base {
+                fst.position.min(cut)
+            } else {
+                0
+            }
+        } else if st.unflushed_sealed.iter().any(|u| u.base_offset() == base) {
+            0
+        } else {
+            cut
+        };
+        // Always synced when cut: the checkpoint records the file's length too, and that
+        // length (a preallocated active segment's, say) may not be durable yet.
+        if cut > 0 {
+            cut_segment.flush_log(flushed_from.min(cut), cut)?;
+        }
+        if st.dir_dirty {
+            self.env
+                .fs
+                .sync_dir(&self.dir)
+                .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
+        }
+        Ok(())
+    }
+
     /// `cut`, if any, is the segment after `segments` with the size and next offset it keeps.
     pub(super) fn rebuild_producers(
         &self,
@@ -225,6 +304,7 @@ impl Log {
         cut: Option<(&Segment, usize, i64)>,
         log_start: i64,
         log_end: i64,
+        wants: ReplayWants,
         now: i64,
     ) -> Result<crate::log::producers::LoadPlan, RewriteError> {
         let fs = self.env.fs.as_ref();
@@ -240,7 +320,9 @@ impl Log {
                 log_size,
                 next_offset,
                 next_segment_base: None,
-                validated: false,
+                // Batches this process validated are not checked again (a segment trusted on
+                // open without being read is).
+                validated: s.is_validated(),
                 batches: None,
             })
             .collect();
@@ -254,6 +336,7 @@ impl Log {
             &replay,
             log_start,
             log_end,
+            wants,
             now,
         )
         .map_err(|e| match e {
@@ -312,18 +395,18 @@ impl Log {
             log_start_offset: offset,
             ..TruncateReport::default()
         };
-        checkpoint::write(
-            fs,
-            &self.dir,
-            &Checkpoint {
-                clean_shutdown: false,
-                recovery_point: offset,
-                log_start_offset: offset,
-                high_watermark: offset,
-                dense_from: Some(offset),
-                segments: Some(Vec::new()),
-            },
-        )?;
+        // The commit point: once this is durable, recovery empties the log whatever files a
+        // crash leaves (a segment file cannot tell the old log from the new one by its name).
+        let empty = Checkpoint {
+            clean_shutdown: false,
+            recovery_point: offset,
+            log_start_offset: offset,
+            high_watermark: offset,
+            dense_from: Some(offset),
+            segments: Some(Vec::new()),
+            start_over_at: Some(offset),
+        };
+        checkpoint::write(fs, &self.dir, &empty)?;
         if let Some(same) = segments.iter().find(|s| s.base_offset() == offset) {
             report.bytes_removed += same.size() as u64;
             self.retire_segment_files(offset, now)?;
@@ -349,6 +432,15 @@ impl Log {
             epochs::write(fs, &self.dir, &[])?;
         }
         ex.st.epochs = epochs::LeaderEpochCache::default();
+        // Done: the files are those of the empty log, which the checkpoint now describes.
+        checkpoint::write(
+            fs,
+            &self.dir,
+            &Checkpoint {
+                start_over_at: None,
+                ..empty
+            },
+        )?;
         {
             let mut map = self.segments.write();
             map.clear();
@@ -359,6 +451,8 @@ impl Log {
             self.log_start_offset.store(offset, Ordering::Release);
             self.recovery_point.store(offset, Ordering::Release);
             self.high_watermark.store(offset, Ordering::Release);
+            self.txn.reset(Unstable::default());
+            ex.st.first_ongoing = None;
         }
         ex.st.unflushed_sealed.clear();
         ex.st.dense_from = offset;

@@ -1,7 +1,8 @@
 //! A deep, read-only check of a partition directory (`oncelog verify`): every batch of every
 //! segment (frame, CRC, records, offsets strictly increasing within and across segments and
-//! below the next segment's base), every index entry against the log, the segments against
-//! the checkpoint's record of them, every producer snapshot against its name, and interrupted
+//! below the next segment's base), every index entry against the log, every `.txnindex`
+//! against the aborted transactions a replay of the log finds, the segments against the
+//! checkpoint's record of them, every producer snapshot against its name, and interrupted
 //! swaps. It opens files read-only, never opens anything that is not a regular file, maps
 //! rather than reads whatever can be large, and never changes a byte.
 //!
@@ -16,6 +17,8 @@ use crate::io::{self, FileKind, FileSystem, IoResultExt, MapMode, Mapping, OpenM
 use crate::log::checkpoint::{self, SegmentRecord};
 use crate::producer::{snapshot, snapshot_files, SnapshotError};
 use crate::segment::{names, offset_index, scan, time_index, OffsetBounds, ScanStop};
+
+mod txn;
 
 /// One thing wrong with a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +46,8 @@ pub struct VerifyReport {
     pub index_entries: u64,
     /// Time-index entries checked against their segments.
     pub time_index_entries: u64,
+    /// Aborted-transaction entries (`.txnindex`) checked against the log.
+    pub txn_index_entries: u64,
     /// Producer snapshots checked.
     pub snapshots: usize,
     /// Everything found wrong, in the order found.
@@ -184,6 +189,8 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
     }
 
     let bases: Vec<i64> = segments.keys().copied().collect();
+    snapshots.sort();
+    let mut txn = txn::TxnCheck::new(fs, &snapshots, bases.first().copied())?;
     let mut previous_last: Option<i64> = None;
     let mut log_end = None;
     for (i, &base) in bases.iter().enumerate() {
@@ -235,7 +242,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             next_segment_base: bases.get(i + 1).copied(),
             dense_from: cp.as_ref().and_then(|c| c.dense_from),
         };
-        let last = verify_segment(fs, dir, f, bounds, previous_last, &mut report)?;
+        let last = verify_segment(fs, dir, f, bounds, previous_last, &mut txn, &mut report)?;
         let next = last.or(previous_last).map_or(base, |l| l + 1);
         if let Some(r) = rec.filter(|r| r.size == f.len && r.next_offset != next) {
             // (`f.len` is the length without a dead tail here.)
@@ -359,6 +366,7 @@ fn verify_segment(
     f: &SegmentFile,
     bounds: OffsetBounds,
     previous_last: Option<i64>,
+    txn: &mut txn::TxnCheck,
     report: &mut VerifyReport,
 ) -> Result<Option<i64>, io::IoError> {
     let base = bounds.segment_base;
@@ -382,6 +390,8 @@ fn verify_segment(
     let mut last = previous_last;
     let mut found_last = None;
     let mut pos = 0;
+    // Whether every byte was checked: the replay of transactions is exact only then.
+    let mut clean = true;
     loop {
         let result = scan(&data[pos..], bounds, last, &mut |b| {
             starts.insert(pos + b.position, b.last_offset);
@@ -400,6 +410,7 @@ fn verify_segment(
             }
             stop => pos + stop.position().unwrap_or(result.valid_len),
         };
+        clean = false;
         let kind = match result.stop {
             ScanStop::Torn { .. } => "torn_batch",
             ScanStop::Invalid { ref problem, .. } => problem.kind(),
@@ -440,6 +451,8 @@ fn verify_segment(
         }
     }
     records_decode(data, &starts, &f.path, report);
+    let next_offset = found_last.map_or(base, |l| l + 1);
+    txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;
     verify_indexes(
         fs,
         dir,
