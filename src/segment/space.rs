@@ -42,6 +42,13 @@ pub enum Preallocation {
 /// as soon as it holds zeros, so one that catches up waits for one piece at most.
 pub const ZERO_CHUNK: usize = 1 << 20;
 
+/// How far ahead of the writer zeroed space is prepared (at most a step): one piece. Zeroing a
+/// whole step ahead wrote the step's zeros back in a burst that every sync of appended data
+/// queued behind (a fresh 32 MiB step cost group commit half its throughput); a piece ahead
+/// keeps the zeros' write-back at the writer's pace, in small pieces between its syncs
+/// (docs/performance.md, "Durable appends").
+pub const ZERO_AHEAD: usize = ZERO_CHUNK;
+
 /// What the appending thread reserves at a time (at most a step) when it catches up with
 /// zeroed space that a background thread prepares: it never zeroes (a write and a sync of a
 /// whole piece on the append path); a little reserved space ahead costs a few syncs a metadata
@@ -165,12 +172,19 @@ impl SegmentSpace {
         self.cfg.preallocation
     }
     /// Where growth ahead of a writer at `written` should reach, if it is due: once less than
-    /// half a step is left, to a step past the writer.
+    /// half the window is left, to the window past the writer. The window is a step for
+    /// reserved space, [`ZERO_AHEAD`] for zeroed space.
     pub fn wanted_ahead(&self, written: usize) -> Option<usize> {
         let ready = self.ready();
-        let half = self.cfg.step / 2;
-        (ready < self.cfg.capacity && ready.saturating_sub(written) < half)
-            .then(|| next_end(ready, written.saturating_add(self.cfg.step), self.cfg.step, self.cfg.capacity))
+        let (window, grain) = match self.cfg.preallocation {
+            Preallocation::Reserved => (self.cfg.step, self.cfg.step),
+            Preallocation::Zeroed => {
+                let piece = ZERO_CHUNK.min(self.cfg.step);
+                (ZERO_AHEAD.min(self.cfg.step), piece)
+            }
+        };
+        (ready < self.cfg.capacity && ready.saturating_sub(written) < window / 2)
+            .then(|| next_end(ready, written.saturating_add(window), grain, self.cfg.capacity))
     }
 
     /// Makes at least `needed` bytes of the `.log` ready (on the append path): waits for a
