@@ -170,6 +170,15 @@ pub trait File: Send + Sync + Debug {
     fn write_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
         self.allocate(offset.saturating_add(len))
     }
+    /// Starts writing `[offset, offset + len)` back to the device and waits for it, without
+    /// making anything durable (`sync_file_range`; no metadata, no cache flush): after
+    /// [`File::write_zeros`], it converts the new extents long before the writer reaches them,
+    /// and is called without holding the lock the writer may wait on. Only moves work
+    /// earlier, so the default does nothing.
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, growing the file if it ends before.

@@ -160,9 +160,10 @@ impl File for RealFile {
             self.file.write_all_at(&ZEROS[..n as usize], at)?;
             at += n;
         }
-        // Written back now, a piece at a time: the extents are converted when the zeros land,
-        // long before the writer gets there, and the data a later sync must flush comes in
-        // small pieces rather than a whole step at once (docs/performance.md).
+        Ok(())
+    }
+
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
         super::map::write_back(&self.file, offset, len)
     }
 

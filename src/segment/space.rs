@@ -230,7 +230,19 @@ impl SegmentSpace {
             if g.closed || g.log >= target.min(self.cfg.capacity) {
                 return Ok(());
             }
+            let from = g.log;
             self.grow_once(&mut g, target, growth)?;
+            let to = g.log;
+            drop(g);
+            if growth == Growth::Zero {
+                // Written back with the lock released: a writer that catches up and reserves a
+                // little space for itself must not wait behind the device (under its append
+                // lock, with every appender behind it).
+                let s = &self.segment;
+                self.open(&s.log_path)?
+                    .write_back(from as u64, (to - from) as u64)
+                    .ctx("sync_file_range", &s.log_path)?;
+            }
         }
     }
 
