@@ -43,9 +43,9 @@ pub use log::{
     CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
     DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
     FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
-    OpenError, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport,
-    Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
-    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
+    OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode,
+    RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock,
+    TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,

@@ -159,8 +159,11 @@ fn step(
                     ctx.fail(format!("clean close not seen: {:?}", l.recovery_report()));
                 }
                 *log = l;
-                model.check_recovered(ctx, log);
-                Step::Ok
+                // The power may be going down: a read that maps a segment can fail too.
+                match model.try_check_recovered(ctx, log) {
+                    Ok(()) => Step::Ok,
+                    Err(e) => power_cut_or_fail(ctx, fs, format!("read after reopen: {e}")),
+                }
             }
             Err(e) => power_cut_or_fail(ctx, fs, format!("reopen: {e}")),
         }

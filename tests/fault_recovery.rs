@@ -545,7 +545,15 @@ fn reopen_step(
     match open(fs, clock, cfg) {
         Ok(l) => {
             ctx.note("reopen");
-            model.check_recovered(ctx, &l);
+            // A sealed segment is mapped when it is first read, so the fault can fail a read
+            // too: typed, and the log goes on (the close made everything durable already).
+            if let Err(e) = model.try_check_recovered(ctx, &l) {
+                let oncelog::ReadError::Io(io) = &e else {
+                    ctx.fail(format!("read after reopen: {e}"));
+                };
+                ctx.note(format!("read: {e}"));
+                fault.check(ctx, fs, fired_before, "read", Some(io));
+            }
             *log = Some(l);
             Some(Health::Writable)
         }

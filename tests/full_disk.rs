@@ -12,6 +12,15 @@ struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
+/// The tests take turns: `mount` and `umount` are forked while another test's log holds its
+/// directory lock, and a forked child shares the lock's open file until it execs, so a reopen
+/// right after a close could find the lock still held.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Tmpfs {
     /// Mounts a tmpfs of `size` on a fresh directory, or `None` where this machine forbids it.
     fn mount(size: &str) -> Option<Tmpfs> {
@@ -62,6 +71,7 @@ fn read_all(log: &Log) -> Vec<(i64, i64)> {
 
 #[test]
 fn a_full_tmpfs_refuses_appends_with_a_typed_error_and_they_resume_when_space_returns() {
+    let _serial = serial();
     let Some(fs) = Tmpfs::mount("1m") else {
         eprintln!(
             "skipped: cannot mount a tmpfs here (needs root); the simulated full disk covers this"
@@ -113,4 +123,60 @@ fn a_full_tmpfs_refuses_appends_with_a_typed_error_and_they_resume_when_space_re
     let log = Log::open(&dir, config).unwrap();
     assert_eq!(read_all(&log), acked);
     log.close().unwrap();
+}
+
+#[test]
+fn a_full_tmpfs_fails_the_growth_of_a_segment_typed_and_mid_segment_appends_resume() {
+    use oncelog::{FlushPolicy, Preallocation};
+    let _serial = serial();
+    for preallocation in [Preallocation::Reserved, Preallocation::Zeroed] {
+        let Some(fs) = Tmpfs::mount("1m") else {
+            eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+            return;
+        };
+        let ballast: PathBuf = fs.path().join("ballast");
+        std::fs::write(&ballast, vec![1u8; 640 * 1024]).unwrap();
+        let dir = fs.path().join("partition-0");
+        // One segment far larger than the disk, growing 16 KiB at a time: the disk fills in
+        // the middle of it, at a growth, not at a roll.
+        let config = LogConfig {
+            segment_bytes: 64 << 20,
+            allocation_step_bytes: 16 << 10,
+            segment_index_bytes: 64 << 10,
+            preallocation,
+            flush_policy: FlushPolicy::Always,
+            ..LogConfig::default()
+        };
+        let log = Log::open(&dir, config.clone()).unwrap();
+        let mut acked = Vec::new();
+        let mut seq = 0;
+        let err = loop {
+            match log.append(&batch(seq)) {
+                Ok(AppendOutcome::Appended(info)) => {
+                    acked.push((info.first_offset, info.last_offset));
+                    seq += 10;
+                }
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => break e,
+            }
+            assert!(seq < 100_000, "the disk never filled");
+        };
+        match &err {
+            AppendError::Io(io) => assert!(io.is_out_of_space(), "{preallocation:?}: {io}"),
+            other => panic!("{preallocation:?}: expected out of space, got {other:?}"),
+        }
+        assert_eq!(log.segment_count(), 1, "no roll: the growth failed");
+        assert_eq!(read_all(&log), acked);
+        std::fs::remove_file(&ballast).unwrap();
+        let AppendOutcome::Appended(info) = log.append(&batch(seq)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(info.first_offset, acked.last().unwrap().1 + 1);
+        acked.push((info.first_offset, info.last_offset));
+        log.close().unwrap();
+        drop(log);
+        let log = Log::open(&dir, config).unwrap();
+        assert_eq!(read_all(&log), acked);
+        log.close().unwrap();
+    }
 }

@@ -4,6 +4,10 @@
 //! a retry of any acknowledged batch in its producer's window is answered with the original
 //! offsets.
 //!
+//! The segment's space grows in 4 KiB steps, so kills land while the appender reserves space
+//! and while the background thread writes zeros ahead of it (`Preallocation::Zeroed`, every
+//! other round; `Reserved` in the others).
+//!
 //! `ONCELOG_KILL_ROUNDS` sets the number of kill rounds (default 50).
 
 use std::collections::BTreeMap;
@@ -12,16 +16,24 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use oncelog::format::{BatchBuilder, BatchIter};
-use oncelog::{AppendOutcome, DuplicateInfo, FlushPolicy, Log, LogConfig};
+use oncelog::{AppendOutcome, DuplicateInfo, FlushPolicy, Log, LogConfig, Preallocation};
 
 const PRODUCERS: [i64; 3] = [100, 200, 300];
 const RECORDS: i32 = 4;
 const CHILD_DIR: &str = "ONCELOG_KILL_CHILD_DIR";
+/// `zeroed` or `reserved`: how the child preallocates.
+const CHILD_PREALLOCATION: &str = "ONCELOG_KILL_CHILD_PREALLOCATION";
 
-fn config() -> LogConfig {
+fn config(zeroed: bool) -> LogConfig {
     LogConfig {
         segment_bytes: 32 * 1024,
         segment_index_bytes: 2048,
+        allocation_step_bytes: 4096,
+        preallocation: if zeroed {
+            Preallocation::Zeroed
+        } else {
+            Preallocation::Reserved
+        },
         snapshot_interval_bytes: 8 * 1024,
         flush_policy: FlushPolicy::Always,
         ..LogConfig::default()
@@ -45,8 +57,8 @@ fn batch(pid: i64, seq: i32) -> Vec<u8> {
 
 /// The child's side: append round-robin for each producer from where the log says it is,
 /// printing one line per acknowledged (durable) batch, until killed or after `limit` batches.
-fn run_appender(dir: &str, limit: usize) {
-    let log = Log::open(dir, config()).expect("child opens the log");
+fn run_appender(dir: &str, limit: usize, zeroed: bool) {
+    let log = Log::open(dir, config(zeroed)).expect("child opens the log");
     let mut next: BTreeMap<i64, i32> = PRODUCERS
         .iter()
         .map(|&pid| (pid, log.producer(pid).map_or(0, |e| e.last_seq() + 1)))
@@ -68,13 +80,16 @@ fn run_appender(dir: &str, limit: usize) {
 /// Entry point of the child process; run in-process (briefly) it is a plain smoke test.
 #[test]
 fn appender_child_process() {
+    let zeroed = std::env::var(CHILD_PREALLOCATION).map_or(true, |v| v == "zeroed");
     match std::env::var(CHILD_DIR) {
-        Ok(dir) => run_appender(&dir, usize::MAX),
+        Ok(dir) => run_appender(&dir, usize::MAX, zeroed),
         Err(_) => {
-            let dir = tempfile::tempdir().unwrap();
-            run_appender(dir.path().to_str().unwrap(), 12);
-            let log = Log::open(dir.path(), config()).unwrap();
-            assert_eq!(log.log_end_offset(), 12 * RECORDS as i64);
+            for zeroed in [true, false] {
+                let dir = tempfile::tempdir().unwrap();
+                run_appender(dir.path().to_str().unwrap(), 12, zeroed);
+                let log = Log::open(dir.path(), config(zeroed)).unwrap();
+                assert_eq!(log.log_end_offset(), 12 * RECORDS as i64);
+            }
         }
     }
 }
@@ -107,6 +122,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
     let mut rng = 0x5EED_u64;
     let mut acked: Vec<Ack> = Vec::new();
     for round in 0..rounds {
+        let zeroed = round % 2 == 0;
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
@@ -116,6 +132,10 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
                 "1",
             ])
             .env(CHILD_DIR, &dir_str)
+            .env(
+                CHILD_PREALLOCATION,
+                if zeroed { "zeroed" } else { "reserved" },
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -139,7 +159,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
         for line in lines.map_while(Result::ok) {
             acked.extend(parse_ack(&line));
         }
-        check_after_crash(&dir_str, &acked, round);
+        check_after_crash(&dir_str, &acked, round, zeroed);
     }
     assert!(
         acked.len() >= rounds,
@@ -163,8 +183,9 @@ fn parse_ack(line: &str) -> Option<Ack> {
     })
 }
 
-fn check_after_crash(dir: &str, acked: &[Ack], round: usize) {
-    let log = Log::open(dir, config()).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
+fn check_after_crash(dir: &str, acked: &[Ack], round: usize, zeroed: bool) {
+    let log =
+        Log::open(dir, config(zeroed)).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
     // Every acknowledged batch is present once, at its offsets, with its producer fields.
     let mut present: BTreeMap<i64, (i64, i32, i64)> = BTreeMap::new();
     let mut next = log.log_start_offset();

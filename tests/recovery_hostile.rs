@@ -874,12 +874,18 @@ fn append_replicated_says_what_it_wrote_before_it_failed() {
         b.append(1, None, Some(&[b'r'; 1500][..]), &[]);
         input.extend(b.build().unwrap());
     }
-    // The third batch needs a new segment, and the disk is full when the roll allocates it.
-    fs.fail_next(OpKind::Allocate, 1, libc::ENOSPC);
+    // The third batch needs a new segment, and the disk is full when the roll allocates it:
+    // the first batch allocates the first segment's `.log` and its two indexes (allocations
+    // 1-3, the whole 4 KiB segment in one step), the roll's `.log` is the fourth.
+    fs.fail_next(OpKind::Allocate, 4, libc::ENOSPC);
     match log.append_replicated(&input) {
         Err(AppendError::PartiallyWritten { written, cause }) => {
             assert_eq!((written.first_offset, written.last_offset), (0, 1));
             assert_eq!(cause.kind(), "io");
+            assert!(
+                cause.to_string().contains("00000000000000000002.log"),
+                "{cause}"
+            );
         }
         other => panic!("{other:?}"),
     }

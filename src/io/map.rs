@@ -11,9 +11,11 @@
 //!   it with `Acquire`, so every byte below the watermark they read is fully written.
 //! * **A reader outlives the map.** A returned [`bytes::Bytes`] owns an `Arc` of the map, so the
 //!   pages stay mapped until the last reader is gone, even after the file is closed or deleted.
-//! * **SIGBUS.** The file must stay at least as long as the bytes anyone touches. Writers
-//!   preallocate with a real allocation before mapping (the `File::allocate` contract) and files
-//!   are only trimmed down to their published length.
+//! * **SIGBUS.** The file must stay at least as long as the bytes anyone touches. A writable
+//!   map may be longer than its file (address space reserved for the file to grow into), but
+//!   its writer only writes below the limit it was granted ([`MapWriter::grant`]), which the
+//!   owner raises only after a real allocation (the `File::allocate` contract) grew the file;
+//!   files are only trimmed down to their published length.
 
 use std::fmt;
 use std::io;
@@ -26,8 +28,11 @@ use bytes::Bytes;
 /// What keeps a mapping's memory alive and flushes it; dropped when the last [`Mapping`]
 /// reference goes (which unmaps it).
 pub trait MapBacking: Send + Sync + 'static {
-    /// Writes the dirty pages of `[offset, offset + len)` back to the file (msync).
+    /// Schedules the dirty pages of `[offset, offset + len)` for write-back (msync `MS_ASYNC`).
     fn flush(&self, offset: usize, len: usize) -> io::Result<()>;
+    /// Makes `[offset, offset + len)` durable: its pages and the metadata needed to read them
+    /// back (msync `MS_SYNC`, a ranged `fdatasync`).
+    fn sync(&self, offset: usize, len: usize) -> io::Result<()>;
     /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
     fn writer_dropped(&self) {}
     /// Faults in the pages of `[offset, offset + len)` ahead of the writer, readable (`write`
@@ -42,6 +47,8 @@ pub struct Mapping {
     len: usize,
     published: AtomicUsize,
     writable: bool,
+    /// What the file holds of a writable mapping when it is mapped: its writer's first limit.
+    writable_end: usize,
     writer_taken: AtomicBool,
     backing: Box<dyn MapBacking>,
 }
@@ -75,19 +82,27 @@ impl Mapping {
             len,
             published: AtomicUsize::new(published),
             writable,
+            writable_end: if writable { len } else { 0 },
             writer_taken: AtomicBool::new(false),
             backing,
         }
     }
 
-    /// Wraps a `memmap2` map of a whole file range (used by the real file system).
-    pub(super) fn from_mmap(raw: memmap2::MmapRaw, published: usize, writable: bool) -> Mapping {
+    /// Wraps a `memmap2` map of a file range (used by the real file system). A writable map
+    /// may reach past the file's end: its writer starts with the limit `writable_end`, the
+    /// bytes the file holds.
+    pub(super) fn from_mmap(
+        raw: memmap2::MmapRaw,
+        published: usize,
+        writable: bool,
+        writable_end: usize,
+    ) -> Mapping {
         let (ptr, len) = (raw.as_mut_ptr(), raw.len());
         // SAFETY: `raw` maps `len` bytes and is moved into the backing, which the Mapping keeps
         // until it drops; the caller mapped it read-write iff `writable`. Other processes
         // writing the same file are outside oncelog's contract (a log directory belongs to one
         // process).
-        unsafe {
+        let mut map = unsafe {
             Mapping::from_raw(
                 ptr,
                 len,
@@ -95,7 +110,9 @@ impl Mapping {
                 writable,
                 Box::new(RealMap(raw)),
             )
-        }
+        };
+        map.writable_end = writable_end.clamp(map.published(), map.len);
+        map
     }
 
     /// An empty mapping (of an empty file, which `mmap` refuses).
@@ -103,6 +120,9 @@ impl Mapping {
         struct NoBacking;
         impl MapBacking for NoBacking {
             fn flush(&self, _: usize, _: usize) -> io::Result<()> {
+                Ok(())
+            }
+            fn sync(&self, _: usize, _: usize) -> io::Result<()> {
                 Ok(())
             }
         }
@@ -175,6 +195,22 @@ impl Mapping {
         if len == 0 {
             return Ok(());
         }
+        self.check_published(offset, len)?;
+        self.backing.flush(offset, len)
+    }
+
+    /// Makes the published range `[offset, offset + len)` durable with the metadata needed to
+    /// read it (msync `MS_SYNC`: a ranged `fdatasync`, which waits for no other write-back of
+    /// the file). Published only, as [`Mapping::flush`].
+    pub(crate) fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.check_published(offset, len)?;
+        self.backing.sync(offset, len)
+    }
+
+    fn check_published(&self, offset: usize, len: usize) -> io::Result<()> {
         let published = self.published();
         if offset.checked_add(len).is_none_or(|end| end > published) {
             return Err(io::Error::new(
@@ -182,7 +218,7 @@ impl Mapping {
                 format!("msync of [{offset}, +{len}) beyond the published {published} bytes"),
             ));
         }
-        self.backing.flush(offset, len)
+        Ok(())
     }
 
     /// The unique writer of a writable mapping, or `None` if the mapping is read-only or its
@@ -193,6 +229,7 @@ impl Mapping {
         }
         Some(MapWriter {
             map: Arc::clone(self),
+            limit: self.writable_end,
         })
     }
 }
@@ -215,6 +252,11 @@ impl MapBacking for RealMap {
     /// through this map included. Syncing twice doubled the journal commits of a durable append.
     fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
         self.0.flush_async_range(offset, len)
+    }
+
+    fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
+        // `flush_range` rounds the start down to its page, as msync requires.
+        self.0.flush_range(offset, len)
     }
 
     fn populate(&self, offset: usize, len: usize, write: bool) {
@@ -263,6 +305,35 @@ pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
     match unsafe { libc::posix_fallocate(fd, 0, len) } {
         0 => Ok(()),
         errno => Err(io::Error::from_raw_os_error(errno)),
+    }
+}
+
+/// Writes the dirty pages of `[offset, offset + len)` of `file` back and waits for them
+/// (`sync_file_range` with `WAIT_BEFORE | WRITE | WAIT_AFTER`): the data reaches the device, no
+/// metadata is written and no cache flush is issued, so nothing is made durable. Where it is
+/// not supported (EINVAL, ENOSYS, ESPIPE) nothing happens: it only moves work earlier.
+pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "range too large",
+        ));
+    };
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(()),
+        _ => Err(err),
     }
 }
 
@@ -369,6 +440,8 @@ impl fmt::Debug for SharedBuffer {
 pub trait SharedFlush: Send + Sync + 'static {
     /// msync of `[offset, offset + bytes.len())`; `bytes` are published and never change.
     fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
+    /// msync `MS_SYNC` of the same: the bytes and the file's length become durable.
+    fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
 }
 
 struct SharedBacking {
@@ -378,8 +451,9 @@ struct SharedBacking {
     sink: Box<dyn SharedFlush>,
 }
 
-impl MapBacking for SharedBacking {
-    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+impl SharedBacking {
+    /// The published bytes of `[offset, offset + len)`.
+    fn published(&self, offset: usize, len: usize) -> io::Result<&[u8]> {
         if offset
             .checked_add(len)
             .is_none_or(|end| end > self.buffer.len)
@@ -390,11 +464,19 @@ impl MapBacking for SharedBacking {
             ));
         }
         // SAFETY: this backing is private to this module and only reached through
-        // `Mapping::flush`, which refuses ranges that are not published; published bytes are
-        // never written again, so reading them races with nothing.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr().add(offset), len) };
-        self.sink.flush(offset, bytes)
+        // `Mapping::flush` and `Mapping::sync`, which refuse ranges that are not published;
+        // published bytes are never written again, so reading them races with nothing.
+        Ok(unsafe { std::slice::from_raw_parts(self.buffer.ptr.as_ptr().add(offset), len) })
+    }
+}
+
+impl MapBacking for SharedBacking {
+    fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.sink.flush(offset, self.published(offset, len)?)
+    }
+
+    fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.sink.sync(offset, self.published(offset, len)?)
     }
 
     fn writer_dropped(&self) {
@@ -423,11 +505,15 @@ impl Mapping {
     /// Maps `[0, len)` of a [`SharedBuffer`] (the simulated file system's maps). A writable
     /// mapping is refused while any other mapping of the buffer lives, a read-only one while a
     /// writable one lives: one writer, and readers never see a byte change.
+    ///
+    /// A writable mapping's writer starts with the limit `writable_end` (the bytes the file
+    /// holds; the buffer past them is address space reserved for the file to grow into).
     pub(crate) fn over_shared_buffer(
         buffer: &Arc<SharedBuffer>,
         len: usize,
         published: usize,
         writable: bool,
+        writable_end: usize,
         sink: Box<dyn SharedFlush>,
     ) -> Result<Mapping, SharedBufferBusy> {
         if len > buffer.len {
@@ -456,7 +542,7 @@ impl Mapping {
         // (an `Arc`) as long as the mapping. Only this mapping's `MapWriter` can write it: the
         // counts above admit one writable mapping and no readers beside it, and the buffer is
         // never written otherwise.
-        Ok(unsafe {
+        let mut map = unsafe {
             Mapping::from_raw(
                 buffer.ptr.as_ptr(),
                 len,
@@ -464,7 +550,9 @@ impl Mapping {
                 writable,
                 Box::new(backing),
             )
-        })
+        };
+        map.writable_end = writable_end.clamp(map.published(), len);
+        Ok(map)
     }
 }
 
@@ -483,17 +571,31 @@ impl AsRef<[u8]> for MapSlice {
     }
 }
 
-/// The one writer of a writable [`Mapping`]: writes above the watermark, then publishes.
+/// The one writer of a writable [`Mapping`]: writes above the watermark and below its limit,
+/// then publishes.
 pub struct MapWriter {
     map: Arc<Mapping>,
+    /// Bytes it may write below: never past the file's end (a SIGBUS), raised by [`Self::grant`].
+    limit: usize,
 }
 
 impl MapWriter {
     pub fn mapping(&self) -> &Arc<Mapping> {
         &self.map
     }
+    /// The mapped length: how far the file may grow under this map.
     pub fn capacity(&self) -> usize {
         self.map.len
+    }
+    /// Where writing must stop: the file's length when it was last granted.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+    /// Allows writes below `end` (at most the mapped length; a limit never goes down). The
+    /// caller must have grown the file to at least `end` and must not shrink it below that
+    /// while this writer lives: a write past a file's end is a SIGBUS.
+    pub fn grant(&mut self, end: usize) {
+        self.limit = self.limit.max(end.min(self.map.len));
     }
     pub fn published(&self) -> usize {
         // Only this writer stores the watermark, so a relaxed load sees its own last store.
@@ -504,12 +606,13 @@ impl MapWriter {
     /// beyond the map: that is a bug in the caller, never a property of input data.
     pub fn unpublished_mut(&mut self, start: usize, end: usize) -> &mut [u8] {
         assert!(
-            self.published() <= start && start <= end && end <= self.map.len,
+            self.published() <= start && start <= end && end <= self.limit,
             "write [{start}, {end}) outside the unpublished range [{}, {})",
             self.published(),
-            self.map.len
+            self.limit
         );
-        // SAFETY: the range is inside the mapping and at or above the watermark, so no reader
+        // SAFETY: the range is inside the mapping (the limit never passes its length) and at or
+        // above the watermark, so no reader
         // holds a slice of it (readers only get published bytes); `&mut self` on the unique
         // writer makes this the only mutable access.
         unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), end - start) }
@@ -524,10 +627,10 @@ impl MapWriter {
     /// Makes `[0, end)` visible to readers. `end` must not go backwards.
     pub fn publish(&mut self, end: usize) {
         assert!(
-            self.published() <= end && end <= self.map.len,
+            self.published() <= end && end <= self.limit,
             "publish {end} outside [{}, {}]",
             self.published(),
-            self.map.len
+            self.limit
         );
         self.map.published.store(end, Ordering::Release);
     }
@@ -570,6 +673,9 @@ mod tests {
     struct Heap(#[allow(dead_code)] Box<[u8]>);
     impl MapBacking for Heap {
         fn flush(&self, _: usize, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn sync(&self, _: usize, _: usize) -> io::Result<()> {
             Ok(())
         }
     }

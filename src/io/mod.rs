@@ -139,6 +139,12 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     fn remove_dir(&self, dir: &Path) -> io::Result<()>;
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Whether the engine may call this file system from its background threads, which
+    /// allocate segment space ahead of the writer. A simulated file system answers false: the
+    /// same work then happens on the appending thread, in an order a seed replays.
+    fn allows_background_io(&self) -> bool {
+        true
+    }
 }
 
 /// One open file.
@@ -156,14 +162,39 @@ pub trait File: Send + Sync + Debug {
     /// instead of later as a SIGBUS on a write through a map (docs/design.md, "Memory maps without
     /// hazards").
     fn allocate(&self, len: u64) -> io::Result<()>;
+    /// Allocates `[offset, offset + len)` as [`File::allocate`] does and writes zeros over it,
+    /// growing the file to its end, and writes them back to the device (without making them
+    /// durable): its blocks are then allocated *and written*, so a later overwrite and sync
+    /// change no file-system metadata. (`allocate` leaves unwritten extents on ext4 and XFS:
+    /// the first write-back of each range converts them, a metadata write in every sync that
+    /// reaches new blocks; docs/performance.md.) The range must hold zeros already or lie past
+    /// the end: the engine allocates with it, it never erases.
+    ///
+    /// The default only allocates.
+    fn write_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.allocate(offset.saturating_add(len))
+    }
+    /// Starts writing `[offset, offset + len)` back to the device and waits for it, without
+    /// making anything durable (`sync_file_range`; no metadata, no cache flush): after
+    /// [`File::write_zeros`], it converts the new extents long before the writer reaches them,
+    /// and is called without holding the lock the writer may wait on. Only moves work
+    /// earlier, so the default does nothing.
+    fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, growing the file if it ends before.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// fdatasync: the file's data and the metadata needed to read it back (its length).
     fn sync_data(&self) -> io::Result<()>;
-    /// Maps `[0, len)`. The file must be at least `len` bytes long for as long as bytes in the
-    /// map are read or written: only shrink a mapped file below bytes nobody will touch again.
+    /// Maps `[0, len)`. The file must be at least as long as the bytes in the map that are read
+    /// or written, for as long as they are: only shrink a mapped file below bytes nobody will
+    /// touch again. A read-only map must fit in the file; a writable one may be longer (a
+    /// reserve the file grows into, as the active segment's does): its writer only writes
+    /// below the limit it is granted (`MapWriter::grant`), which the engine raises only
+    /// after growing the file.
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping>;
 }
 

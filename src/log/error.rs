@@ -10,7 +10,7 @@ use crate::io::IoError;
 use crate::log::checkpoint::BadCheckpoint;
 use crate::log::epochs::BadEpochCheckpoint;
 use crate::producer::ProducerError;
-use crate::segment::{BatchProblem, CorruptSegment};
+use crate::segment::{BatchProblem, CorruptSegment, SegmentReadError};
 
 /// What is wrong with the files of a log: damaged bytes, or files that disagree with what the
 /// checkpoint vouches for. Recovery judges each by where it is (docs/design.md "Recovery on
@@ -265,6 +265,9 @@ pub enum ReadError {
     /// The segment holds bytes that are not a batch where one should be.
     #[error(transparent)]
     Corrupt(#[from] CorruptSegment),
+    /// A sealed segment could not be mapped to be read (its files are opened only then).
+    #[error(transparent)]
+    Io(IoError),
     /// The log was closed.
     #[error("log is closed")]
     Closed,
@@ -276,7 +279,17 @@ impl ReadError {
         match self {
             ReadError::OffsetOutOfRange { .. } => "offset_out_of_range",
             ReadError::Corrupt(_) => "corrupt_segment",
+            ReadError::Io(_) => "io",
             ReadError::Closed => "closed",
+        }
+    }
+}
+
+impl From<SegmentReadError> for ReadError {
+    fn from(e: SegmentReadError) -> Self {
+        match e {
+            SegmentReadError::Io(e) => ReadError::Io(e),
+            SegmentReadError::Corrupt(c) => ReadError::Corrupt(c),
         }
     }
 }

@@ -61,6 +61,9 @@ struct ReadFrom {
     next_offset: i64,
     /// Its segment and where the batches start in it.
     at: Option<(Arc<Segment>, usize)>,
+    /// The read mapped a sealed segment: once the segments' lock is released, the log unmaps
+    /// what exceeds its limit.
+    mapped: bool,
 }
 
 impl Log {
@@ -103,21 +106,44 @@ impl Log {
             IsolationLevel::ReadUncommitted => high_watermark,
             IsolationLevel::ReadCommitted => last_stable_offset,
         };
-        let read = self.read_from(&segments, offset, max_bytes, below)?;
-        let aborted_transactions = (isolation == IsolationLevel::ReadCommitted).then(|| {
+        let read = self.read_from(&segments, offset, max_bytes, below);
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => {
+                drop(segments);
+                self.unmap_least_read();
+                return Err(e);
+            }
+        };
+        let aborted = if isolation == IsolationLevel::ReadCommitted {
             let mut found = Vec::new();
             if let Some((segment, position)) = &read.at {
                 let end = self.log_end_offset();
-                collect_aborted(&segments, segment, *position, read.bytes.len(), offset, end, &mut found);
+                let len = read.bytes.len();
+                let collected =
+                    collect_aborted(&segments, segment, *position, len, offset, end, &mut found);
+                if let Err(e) = collected {
+                    drop(segments);
+                    self.unmap_least_read();
+                    return Err(ReadError::Io(e));
+                }
             }
-            found
+            let found: Vec<AbortedTransaction> = found
                 .iter()
                 .map(|a| AbortedTransaction {
                     producer_id: a.producer_id,
                     first_offset: a.first_offset,
                 })
-                .collect()
-        });
+                .collect();
+            Some(found)
+        } else {
+            None
+        };
+        drop(segments);
+        if read.mapped {
+            self.unmap_least_read();
+        }
+        let aborted_transactions = aborted;
         Ok(FetchResult {
             offset,
             bytes: read.bytes,
@@ -143,8 +169,21 @@ impl Log {
         // The offsets are read under the segments' lock, which a rewrite holds while it moves
         // them: a read never mixes the segments of one state with the offsets of another.
         let segments = self.segments.read();
-        let read = self.read_from(&segments, offset, max_bytes, below)?;
-        Ok((read.bytes, read.next_offset))
+        let read = self.read_from(&segments, offset, max_bytes, below);
+        drop(segments);
+        match read {
+            Ok(read) => {
+                if read.mapped {
+                    self.unmap_least_read();
+                }
+                Ok((read.bytes, read.next_offset))
+            }
+            Err(e) => {
+                // The read may have mapped segments before it failed.
+                self.unmap_least_read();
+                Err(e)
+            }
+        }
     }
 
     fn read_from(
@@ -166,25 +205,49 @@ impl Log {
             bytes: Bytes::new(),
             next_offset: offset,
             at: None,
+            mapped: false,
         };
         let below = below.min(end);
         if offset >= below {
             return Ok(nothing);
         }
         let floor = segments.range(..=offset).next_back().map(|(_, s)| s);
+        let mut mapped = false;
         for segment in floor
             .into_iter()
             .chain(segments.range(offset + 1..).map(|(_, s)| s))
         {
-            if let Some(read) = segment.read(offset, max_bytes, below)? {
+            let read = segment.read(offset, max_bytes, below);
+            mapped |= segment.take_newly_mapped();
+            if let Some(read) = read? {
                 return Ok(ReadFrom {
                     bytes: read.bytes,
                     next_offset: read.next_offset,
                     at: Some((Arc::clone(segment), read.position)),
+                    mapped,
                 });
             }
         }
-        Ok(nothing)
+        Ok(ReadFrom { mapped, ..nothing })
+    }
+
+    /// Unmaps the sealed segments read longest ago while more than
+    /// [`LogConfig::max_mapped_segments`](super::LogConfig) are mapped (their readers keep the
+    /// bytes they hold). A scan of the segments, run only after a read mapped one.
+    pub(super) fn unmap_least_read(&self) {
+        let segments = self.segments.read();
+        let mut mapped: Vec<&Arc<Segment>> = segments
+            .values()
+            .filter(|s| s.is_unpinned() && s.is_mapped())
+            .collect();
+        let limit = self.config.max_mapped_segments;
+        if mapped.len() <= limit {
+            return;
+        }
+        mapped.sort_by_key(|s| s.last_read());
+        for s in &mapped[..mapped.len() - limit] {
+            s.unmap();
+        }
     }
 }
 
@@ -199,17 +262,19 @@ fn collect_aborted(
     fetch_offset: i64,
     log_end: i64,
     out: &mut Vec<AbortedTxn>,
-) {
+) -> Result<(), crate::io::IoError> {
     let base = segment.base_offset();
     let next_base = segments.range(base + 1..).next().map(|(b, _)| *b);
     let upper_bound = segment
+        .view()?
         .offset_index()
         .fetch_upper_bound(position + len)
         .map(|e| e.offset)
         .unwrap_or_else(|| next_base.unwrap_or(log_end));
     for (_, s) in segments.range(base..) {
         if s.txn_index().collect(fetch_offset, upper_bound, out) {
-            return;
+            return Ok(());
         }
     }
+    Ok(())
 }

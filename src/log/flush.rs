@@ -2,12 +2,12 @@
 //! makes appends durable, moves the recovery point, and writes the checkpoint that vouches for
 //! the durable segments.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::checkpoint::{self, Checkpoint, SegmentRecord};
-use super::{AppendState, FlushError, Log};
+use super::{AppendState, FlushError, FlushState, Log};
 use crate::io::{IoError, IoResultExt};
 use crate::producer::snapshot_files;
 use crate::segment::Segment;
@@ -19,9 +19,17 @@ impl Log {
         self.flush_to(i64::MAX)
     }
 
-    /// Makes appends below `offset` durable; returns at once if they already are. Appenders
-    /// waiting here share the `fdatasync` of whoever flushes first (group commit).
-    pub(super) fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
+    /// Makes every append below `offset` durable, and returns once it is (at once if it
+    /// already is): the wait an `acks=all` answer needs, for a caller that appends under
+    /// [`FlushPolicy::Manual`](super::FlushPolicy) and decides itself when to wait, e.g. after
+    /// the batches of one produce request, `flush_to(info.last_offset + 1)`.
+    ///
+    /// Callers waiting here share syncs (group commit): one thread syncs everything appended so
+    /// far while the others wait; when it is done, those it covered return and the first that
+    /// still needs a sync leads the next, which covers whatever was appended meanwhile. So a
+    /// thread never syncs alone while another sync is under way, and a sync never waits for
+    /// anything but the disk. `FlushPolicy::Always` is this, called by every append.
+    pub fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
         let entered = Instant::now();
         let result = self.flush_to_inner(offset);
         if offset != i64::MAX {
@@ -31,21 +39,34 @@ impl Log {
     }
 
     fn flush_to_inner(&self, offset: i64) -> Result<(), FlushError> {
-        // Leader and followers: one thread syncs (without holding the lock) while the others
-        // wait on the condition variable; when it is done every waiter wakes at once, those its
-        // sync covered return, and the first one that still needs a sync leads the next, which
-        // then covers everything appended in the meantime.
+        // One thread syncs (without holding the lock) while the others wait, each parked on its
+        // own wake-up. When the sync is done the leader wakes those it covered directly, and
+        // hands the lead to the first one it did not (it appended while the sync ran): that
+        // thread syncs at once, covering everything appended in the meantime, and the others
+        // pile onto it. Nobody contends for the lock on the way out, so a covered thread is
+        // back appending while the next sync is still being set up.
         let mut fst = self.flush.lock();
         loop {
             if offset != i64::MAX && self.recovery_point() >= offset {
                 return Ok(());
             }
             if !fst.in_progress {
+                fst.in_progress = true;
                 break;
             }
-            self.flushed.wait(&mut fst);
+            let wake = Arc::new(Wake::new());
+            fst.waiters.push(Waiter {
+                offset,
+                wake: Arc::clone(&wake),
+            });
+            drop(fst);
+            let lead = wake.wait();
+            fst = self.flush.lock();
+            if lead {
+                // Handed over: `in_progress` stayed set for us.
+                break;
+            }
         }
-        fst.in_progress = true;
         let (from_base, from_position) = (fst.segment_base, fst.position);
         drop(fst);
         if offset != i64::MAX {
@@ -63,26 +84,71 @@ impl Log {
         let result = self.sync_once(from_base, from_position);
         self.metrics.synced(syncing.elapsed(), result.is_ok());
         let mut fst = self.flush.lock();
-        fst.in_progress = false;
-        let outcome = match result {
+        let sealed_flushed = match &result {
             Ok((base, position, sealed_flushed)) => {
-                fst.segment_base = base;
-                fst.position = position;
-                drop(fst);
-                self.flushed.notify_all();
-                if sealed_flushed {
-                    // A sealed segment became durable: record that recovery can start after it.
-                    // Data is durable whatever happens here, so a failure is reported but does
-                    // not make the log read-only.
-                    self.write_checkpoint(false)?;
-                }
-                return Ok(());
+                fst.segment_base = *base;
+                fst.position = *position;
+                *sealed_flushed
             }
-            Err(e) => Err(e),
+            Err(_) => false,
         };
+        self.hand_over(&mut fst, result.is_ok());
+        drop(fst);
+        result?;
+        if sealed_flushed {
+            // A sealed segment became durable: record that recovery can start after it. Data
+            // is durable whatever happens here, so a failure is reported but does not make the
+            // log read-only.
+            self.write_checkpoint(false)?;
+        }
+        Ok(())
+    }
+
+    /// At the end of a sync: wakes the waiters it covered, and hands the next sync to the first
+    /// waiter it did not cover; with none, or when a rewrite waits for its turn, or when the
+    /// sync failed (each waiter then finds out for itself), the turn is free again.
+    fn hand_over(&self, fst: &mut FlushState, synced: bool) {
+        let covered = self.recovery_point();
+        fst.waiters.retain(|w| {
+            let done = w.offset != i64::MAX && w.offset <= covered;
+            if done {
+                w.wake.set(Wake::RECHECK);
+            }
+            !done
+        });
+        if synced && fst.exclusive_waiting == 0 && !fst.waiters.is_empty() {
+            let next = fst.waiters.remove(0);
+            next.wake.set(Wake::LEAD);
+            return;
+        }
+        fst.in_progress = false;
+        for w in fst.waiters.drain(..) {
+            w.wake.set(Wake::RECHECK);
+        }
+        self.flushed.notify_all();
+    }
+
+    /// Takes the flush turn for a rewrite: waits for the sync in flight, and keeps the next one
+    /// from starting until [`Log::end_exclusive_flush`].
+    pub(super) fn begin_exclusive_flush(&self) {
+        let mut fst = self.flush.lock();
+        fst.exclusive_waiting += 1;
+        while fst.in_progress {
+            self.flushed.wait(&mut fst);
+        }
+        fst.exclusive_waiting -= 1;
+        fst.in_progress = true;
+    }
+
+    /// Gives the flush turn back after a rewrite.
+    pub(super) fn end_exclusive_flush(&self) {
+        let mut fst = self.flush.lock();
+        fst.in_progress = false;
+        for w in fst.waiters.drain(..) {
+            w.wake.set(Wake::RECHECK);
+        }
         drop(fst);
         self.flushed.notify_all();
-        outcome
     }
 
     /// One sync by the flush leader: takes what is unflushed under the append lock, makes it
@@ -125,6 +191,8 @@ impl Log {
         let result = (|| -> Result<(), IoError> {
             for s in &sealed {
                 s.flush_all()?;
+                // Durable: from now on it is mapped only while read.
+                s.unpin();
             }
             if dir_dirty {
                 self.env
@@ -278,5 +346,48 @@ impl Log {
         // Another `Log` may open the directory from now on.
         self.lock.lock().take();
         Ok(())
+    }
+}
+
+/// A thread waiting in [`Log::flush_to`] for a sync that covers its offset.
+pub(super) struct Waiter {
+    offset: i64,
+    wake: Arc<Wake>,
+}
+
+/// One waiter's wake-up: parked until the leader sets it, woken directly (no lock to take on
+/// the way out).
+struct Wake {
+    state: AtomicU8,
+    thread: std::thread::Thread,
+}
+
+impl Wake {
+    const WAITING: u8 = 0;
+    /// Look again: covered, or the turn is free.
+    const RECHECK: u8 = 1;
+    /// Lead the next sync: the turn was handed over.
+    const LEAD: u8 = 2;
+
+    fn new() -> Wake {
+        Wake {
+            state: AtomicU8::new(Wake::WAITING),
+            thread: std::thread::current(),
+        }
+    }
+
+    fn set(&self, state: u8) {
+        self.state.store(state, Ordering::Release);
+        self.thread.unpark();
+    }
+
+    /// Parks until set; whether the lead was handed over.
+    fn wait(&self) -> bool {
+        loop {
+            match self.state.load(Ordering::Acquire) {
+                Wake::WAITING => std::thread::park(),
+                state => return state == Wake::LEAD,
+            }
+        }
     }
 }

@@ -40,8 +40,8 @@ use epochs::LeaderEpochCache;
 
 pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
-    CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy, HighWatermarkPolicy, LogConfig, RecoveryMode,
-    SystemClock,
+    CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
+    HighWatermarkPolicy, LogConfig, Preallocation, RecoveryMode, SystemClock,
 };
 pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
@@ -126,8 +126,12 @@ struct FlushState {
     /// Where the last sync of the active segment ended.
     segment_base: i64,
     position: usize,
-    /// A leader is syncing; others wait on `Log::flushed`.
+    /// A leader is syncing (or a rewrite holds the turn); others wait.
     in_progress: bool,
+    /// Threads waiting for a sync, in the order they came.
+    waiters: Vec<flush::Waiter>,
+    /// Rewrites waiting for the turn (on `Log::flushed`): a leader then hands it to none.
+    exclusive_waiting: usize,
 }
 
 /// Kafka's `validateKey`: on a compacted log every record of a data batch has a key.
@@ -163,7 +167,7 @@ pub struct Log {
     segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
     append: Mutex<AppendState>,
     flush: Mutex<FlushState>,
-    /// Signalled when a sync ends (group commit).
+    /// Signalled when the flush turn is free (a rewrite waits for it).
     flushed: Condvar,
     /// Client appends between entry and the end of their write (group commit waits for them).
     appends_in_flight: AtomicUsize,
@@ -228,7 +232,7 @@ impl Log {
         let fs = env.fs.as_ref();
         fs.create_dir_all(&dir).ctx("create directory", &dir)?;
         let lock = lock_dir(fs, &dir)?;
-        let loaded = recovery::open(fs, &dir, &config, now, log_dir)?;
+        let loaded = recovery::open(&env.fs, &dir, &config, now, log_dir)?;
         let mut segments = BTreeMap::new();
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);
@@ -264,6 +268,8 @@ impl Log {
                 segment_base: active.base_offset(),
                 position: active.size(),
                 in_progress: false,
+                waiters: Vec::new(),
+                exclusive_waiting: 0,
             }),
             flushed: Condvar::new(),
             appends_in_flight: AtomicUsize::new(0),
@@ -405,6 +411,7 @@ impl Log {
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
         self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
+        self.make_room(&mut st, summary.size)?;
         self.maybe_snapshot(&mut st, first_offset)?;
         let leader_epoch = st.leader_epoch;
         self.note_epoch(&mut st, leader_epoch, first_offset)?;
@@ -548,6 +555,7 @@ impl Log {
     ) -> Result<(i64, u32), AppendError> {
         let (first, last) = (b.base_offset(), b.last_offset());
         self.maybe_roll(st, b.size(), b.max_timestamp(), last, now)?;
+        self.make_room(st, b.size())?;
         let log_end = self.log_end_offset.load(Ordering::Relaxed);
         self.maybe_snapshot(st, log_end)?;
         // A follower's cache follows the leader's epochs as its batches carry them (§2.2).
@@ -633,9 +641,18 @@ impl Log {
         Ok(())
     }
 
-    /// Keeps `prefault_bytes` ahead of the writer faulted in, by the background thread. Under
-    /// `FlushPolicy::Always` the pages are faulted in readable only: writable ones would be
-    /// dirty, and every fdatasync would write them back as zeros ahead of the data.
+    /// Makes room in the active segment for a batch of `size` bytes (its files allocated that
+    /// far). A full disk fails here, with nothing written and the log still writable.
+    fn make_room(&self, st: &mut AppendState, size: usize) -> Result<(), AppendError> {
+        let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
+        writer.make_room(size).map_err(AppendError::Io)
+    }
+
+    /// Keeps the active segment allocated `allocation_step_bytes` ahead of its writer and
+    /// `prefault_bytes` of it faulted in, by the background thread (where the file system
+    /// allows one; otherwise the appender allocates when it needs to). Pages of zeroed steps,
+    /// and all pages under `FlushPolicy::Always`, are faulted in readable only: writable ones
+    /// would be dirty, and a sync would write them back as zeros ahead of the data.
     fn prefault_ahead(&self, st: &mut AppendState) {
         let AppendState {
             active: Some(w),
@@ -645,8 +662,21 @@ impl Log {
         else {
             return;
         };
-        let write = self.config.flush_policy != FlushPolicy::Always;
-        prefault.advance(w.log_mapping(), w.size(), self.config.prefault_bytes, write);
+        if !self.env.fs.allows_background_io() {
+            return;
+        }
+        if let Some(target) = w.growth_wanted() {
+            prefault.grow(w.space(), target);
+        }
+        let write =
+            self.config.flush_policy != FlushPolicy::Always && !self.config.zeroes_ahead();
+        prefault.advance(
+            w.log_mapping(),
+            w.size(),
+            w.space().ready(),
+            self.config.prefault_bytes,
+            write,
+        );
     }
 
     fn check_writable(&self, st: &AppendState) -> Result<(), AppendError> {
@@ -696,21 +726,27 @@ impl Log {
         if seg_size == 0 && new_base == w.base_offset() {
             return Ok(());
         }
-        self.roll(st, new_base, now)
+        self.roll(st, new_base, size, now)
     }
 
     /// Starts a new active segment at `new_base` and seals the old one. The new segment is
-    /// created (and its space allocated) first, so a full disk fails here with the old segment
-    /// still active and nothing changed.
-    fn roll(&self, st: &mut AppendState, new_base: i64, now: i64) -> Result<(), AppendError> {
+    /// created first, with room for the `size`-byte batch that rolled, so a full disk fails
+    /// here with the old segment still active and nothing changed. The rest of its space is
+    /// allocated ahead of the writer later, off the append path.
+    fn roll(
+        &self,
+        st: &mut AppendState,
+        new_base: i64,
+        size: usize,
+        now: i64,
+    ) -> Result<(), AppendError> {
         // The snapshot at the new base offset comes first: if it cannot be written (a full
         // disk) nothing has changed yet.
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         self.metrics.snapshot_written();
-        let cfg = recovery::segment_config(&self.config);
-        let new =
-            segment::create(self.env.fs.as_ref(), &self.dir, new_base, &cfg, now).map_err(|e| {
+        let cfg = recovery::segment_config(&self.config, &self.env.fs);
+        let new = segment::create_with_room(&self.dir, new_base, &cfg, now, size).map_err(|e| {
                 let e = match e {
                     segment::OpenSegmentError::Io(e) => e,
                     other => IoError::new(
@@ -733,6 +769,8 @@ impl Log {
         let new_segment = Arc::clone(new.segment());
         let old = st.active.replace(new).ok_or(AppendError::Closed)?;
         st.prefault = prefault::Prefault::default();
+        // The background thread starts on the new segment's space before its next append.
+        self.prefault_ahead(st);
         self.segments.write().insert(new_base, new_segment);
         st.dir_dirty = true;
         self.metrics.rolled();
@@ -768,14 +806,16 @@ impl Log {
             let segments = self.segments.read();
             let mut found = None;
             for segment in segments.values().filter(|s| s.max_timestamp() >= timestamp) {
-                if let Some(position) = segment.find_timestamp(timestamp)? {
-                    found = Some((Arc::clone(segment), position));
+                let view = segment.view().map_err(ReadError::Io)?;
+                if let Some(position) = segment.find_timestamp(&view, timestamp)? {
+                    found = Some((Arc::clone(segment), view, position));
                     break;
                 }
             }
             found
         };
-        let Some((segment, position)) = found else {
+        self.unmap_least_read();
+        let Some((segment, view, position)) = found else {
             return Ok(None);
         };
         let corrupt = |error: format::BatchError| segment::CorruptSegment {
@@ -783,8 +823,7 @@ impl Log {
             position,
             problem: error.into(),
         };
-        let batch =
-            format::RecordBatch::parse(&segment.data()[position..]).map_err(corrupt)?;
+        let batch = format::RecordBatch::parse(&view.data()[position..]).map_err(corrupt)?;
         // Kafka answers with the first record at or after the target, not its batch.
         let records = batch.records_buf().map_err(corrupt)?;
         let start = self.log_start_offset();

@@ -1,70 +1,117 @@
-//! Keeps the pages ahead of each active segment's writer faulted in, off the append path
-//! (docs/design.md, "Memory maps without hazards"): the first touch of a fresh page of a mapped
-//! file costs more than copying a batch into it, so a background thread asks the kernel to fault
-//! the next pages in (`MADV_POPULATE_*`) while the appender copies into the ones already there.
+//! Work ahead of each active segment's writer, off the append path: growing its files
+//! ([`SegmentSpace`], docs/design.md "Segment space") and faulting its pages in (docs/design.md,
+//! "Memory maps without hazards"). The first touch of a fresh page of a mapped file costs more
+//! than copying a batch into it, so a background thread asks the kernel to fault the next pages
+//! in (`MADV_POPULATE_*`) while the appender copies into the ones already there; and it
+//! allocates (or zeroes) the next step of the file before the writer gets there.
 //!
 //! One thread serves every log of the process, so thousands of partitions cost one thread.
+//! Everything it does is a hint: a growth that fails (a full disk) is done again, and its
+//! error reported, by the append that needs the space.
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::io::Mapping;
+use crate::segment::SegmentSpace;
 
 /// Ask for more once the writer is within this much of the prefaulted edge.
 const CHUNK: usize = 1 << 20;
 
-struct Job {
-    map: Arc<Mapping>,
-    from: usize,
-    to: usize,
-    write: bool,
+enum Job {
+    Populate {
+        map: Arc<Mapping>,
+        from: usize,
+        to: usize,
+        write: bool,
+    },
+    Grow {
+        space: Arc<SegmentSpace>,
+        to: usize,
+    },
 }
 
 fn worker() -> &'static Mutex<Sender<Job>> {
     static WORKER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
     WORKER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
-        // If the thread cannot be spawned the jobs are simply dropped: prefaulting is a hint.
+        // If the thread cannot be spawned the jobs are simply dropped: both kinds are hints.
         let _ = std::thread::Builder::new()
             .name("oncelog-prefault".into())
             .spawn(move || {
                 for job in rx {
-                    job.map.populate(job.from, job.to - job.from, job.write);
+                    match job {
+                        Job::Populate {
+                            map,
+                            from,
+                            to,
+                            write,
+                        } => map.populate(from, to - from, write),
+                        // An error here is met again by the append that needs the space.
+                        Job::Grow { space, to } => drop(space.grow_ahead(to)),
+                    }
                 }
             });
         Mutex::new(tx)
     })
 }
 
-/// The prefaulted edge of one active segment.
+fn send(job: Job) {
+    if let Ok(tx) = worker().lock() {
+        let _ = tx.send(job);
+    }
+}
+
+/// How far ahead of one active segment's writer work was requested.
 #[derive(Debug, Default)]
 pub(crate) struct Prefault {
-    /// Bytes from the start of the map already requested.
+    /// Bytes from the start of the map already requested faulted in.
     requested: usize,
+    /// Where growth of the files was last requested to reach.
+    grow_requested: usize,
 }
 
 impl Prefault {
+    /// Asks for the segment's files to be grown to `target`, unless that was asked already.
+    pub fn grow(&mut self, space: &Arc<SegmentSpace>, target: usize) {
+        if target <= self.grow_requested {
+            return;
+        }
+        self.grow_requested = target;
+        send(Job::Grow {
+            space: Arc::clone(space),
+            to: target,
+        });
+    }
+
     /// Called after an append: when the writer at `written` is within `lookahead` of the
-    /// requested edge, asks for the next stretch up to `written + lookahead`. `write` faults
-    /// the pages in writable (fastest copies, but they are dirty and a flush writes them back
-    /// as zeros); otherwise readable (the copy takes a cheap write-protect fault instead).
-    pub fn advance(&mut self, map: &Arc<Mapping>, written: usize, lookahead: usize, write: bool) {
+    /// requested edge, asks for the next stretch up to `written + lookahead`, at most to
+    /// `allocated` (a page past the file's end would be a SIGBUS). `write` faults the pages in
+    /// writable (fastest copies, but they are dirty and a flush writes them back as zeros);
+    /// otherwise readable (the copy takes a cheap write-protect fault instead).
+    pub fn advance(
+        &mut self,
+        map: &Arc<Mapping>,
+        written: usize,
+        allocated: usize,
+        lookahead: usize,
+        write: bool,
+    ) {
         if lookahead == 0 {
             return;
         }
-        let target = written.saturating_add(lookahead).min(map.len());
+        let end = allocated.min(map.len());
+        let target = written.saturating_add(lookahead).min(end);
         let from = self.requested.max(written);
-        if target <= from || (target - from < CHUNK && target < map.len()) {
+        if target <= from || (target - from < CHUNK && target < end) {
             return;
         }
         self.requested = target;
-        if let Ok(tx) = worker().lock() {
-            let _ = tx.send(Job {
-                map: Arc::clone(map),
-                from,
-                to: target,
-                write,
-            });
-        }
+        send(Job::Populate {
+            map: Arc::clone(map),
+            from,
+            to: target,
+            write,
+        });
     }
 }

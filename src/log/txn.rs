@@ -280,6 +280,7 @@ impl Log {
         self.mark_unclean(&mut st)?;
         let size = MARKER_SIZE;
         self.maybe_roll(&mut st, size, now, offset, now)?;
+        self.make_room(&mut st, size)?;
         self.maybe_snapshot(&mut st, offset)?;
         let leader_epoch = st.leader_epoch;
         self.note_epoch(&mut st, leader_epoch, offset)?;

@@ -21,7 +21,7 @@ use crate::io::{FileSystem, IoResultExt, MapMode, OpenMode};
 /// entries up only under the read lock, in segments found in the map, which `old` leaves under
 /// the same lock. The `.log` is not touched.
 pub fn reopen_cut(
-    fs: &dyn FileSystem,
+    fs: &Arc<dyn FileSystem>,
     dir: &Path,
     old: &Segment,
     cut: usize,
@@ -29,6 +29,8 @@ pub fn reopen_cut(
 ) -> Result<Arc<Segment>, OpenSegmentError> {
     let base = old.base_offset();
     let files = SegmentFiles::open(fs, dir, base, OpenMode::ReadWrite)?;
+    let old_segment = old;
+    let old = old.view()?;
     let kept_index: Vec<offset_index::OffsetPosition> = old
         .offset_index()
         .entries()
@@ -84,14 +86,14 @@ pub fn reopen_cut(
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
     // The aborted transactions whose markers go (kafka-format.md §7.3 truncateTo): the file is
     // cut at the first entry at or after the new end, in place like the other indexes.
-    let all_txn = old.txn_index().entries();
+    let all_txn = old_segment.txn_index().entries();
     let kept_txn: Vec<AbortedTxn> = all_txn
         .iter()
         .copied()
         .take_while(|e| e.last_offset < end)
         .collect();
     if kept_txn.len() < all_txn.len() {
-        let path = old.txn_index_path();
+        let path = old_segment.txn_index_path();
         let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
         txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
             .ctx("truncate", path)?;
@@ -102,8 +104,10 @@ pub fn reopen_cut(
     // the end of the old batches (readers hold only those; the preallocation after them was
     // never handed out). What stays after the cut is dead, trimmed by the next open. A crash
     // before the length is synced leaves it anywhere between, which recovery accepts.
-    let keep = if old.readers_hold_bytes() {
-        old.size() as u64
+    // This cut's own view of the old segment is no reader.
+    drop(old);
+    let keep = if old_segment.readers_hold_bytes() {
+        old_segment.size() as u64
     } else {
         cut as u64
     };
@@ -118,8 +122,8 @@ pub fn reopen_cut(
         first_batch_timestamp: -1,
         max_timestamp: newest.map(|n| n.timestamp),
     };
-    let segment = files.into_sealed(base, cut, tail, kept_txn)?;
-    if old.is_validated() {
+    let segment = files.into_sealed(base, cut, tail, kept_txn);
+    if old_segment.is_validated() {
         segment.mark_validated();
     }
     segment

@@ -3,8 +3,10 @@
 //! "Memory maps without hazards").
 //!
 //! A [`Segment`] is the read side, shared by readers and the log; a [`SegmentWriter`] is the
-//! one writer of the active segment. Files are preallocated with a real allocation before they
-//! are mapped, and trimmed to their logical size when the segment is sealed.
+//! one writer of the active segment. The active segment's files grow ahead of the writer by
+//! real allocations ([`SegmentSpace`]) and are trimmed to their logical size when the segment is
+//! sealed. A sealed segment is mapped only while it is read ([`SegmentView`]); no segment keeps
+//! a file descriptor.
 
 mod cut;
 #[cfg(any(test, feature = "internals"))]
@@ -13,15 +15,18 @@ pub mod names;
 pub mod offset_index;
 pub mod scan;
 mod search;
+pub mod space;
 pub mod time_index;
 pub mod txn_index;
+mod view;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
+use parking_lot::RwLock;
 
 use crate::format::{self, BatchErrorAt, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
@@ -29,20 +34,28 @@ use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMo
 pub use cut::reopen_cut;
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
+pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
 pub use txn_index::{AbortedTxn, TxnIndex};
+pub use view::SegmentView;
 pub use writer::SegmentWriter;
 
-/// The sizes a segment is created with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The sizes a segment is created with, and the file system it lives on.
+#[derive(Debug, Clone)]
 pub struct SegmentConfig {
-    /// Preallocated size of the `.log` (Kafka's `segment.bytes`).
+    /// Where its files are opened whenever a map, an allocation, a trim or a sync needs them.
+    pub fs: Arc<dyn FileSystem>,
+    /// The most the `.log` grows to (Kafka's `segment.bytes`): its map's length.
     pub segment_bytes: usize,
-    /// Preallocated size of each index (Kafka's `segment.index.bytes`), rounded down to whole
+    /// The most each index grows to (Kafka's `segment.index.bytes`), rounded down to whole
     /// entries.
     pub index_bytes: usize,
     /// Bytes between offset-index entries (Kafka's `index.interval.bytes`).
     pub index_interval_bytes: usize,
+    /// The `.log` grows by this much at a time, ahead of the writer.
+    pub allocation_step: usize,
+    /// How each step is allocated.
+    pub preallocation: Preallocation,
 }
 
 /// The read side of a segment.
@@ -50,17 +63,28 @@ pub struct SegmentConfig {
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    log_file: Box<dyn File>,
-    index_file: Box<dyn File>,
-    time_file: Box<dyn File>,
-    log: Arc<Mapping>,
-    offset_index: OffsetIndex,
-    time_index: TimeIndex,
-    /// The aborted transactions whose markers it holds.
+    fs: Arc<dyn FileSystem>,
+    /// Its maps; `None` while a sealed segment is not mapped.
+    view: RwLock<Option<Arc<SegmentView>>>,
+    /// Views unmapped while readers may still hold them or bytes of their `.log` map (a
+    /// truncation must not shrink the file under them).
+    retired: parking_lot::Mutex<Vec<(Weak<SegmentView>, Weak<Mapping>)>>,
+    /// The aborted transactions whose markers it holds (in memory; the file is open only
+    /// while entries are appended to it).
     txn_index: TxnIndex,
+    /// Never unmapped while set: the active segment (its writer writes the map), and a sealed
+    /// one until it is durable (the flush syncs it through that map).
+    pinned: AtomicBool,
+    /// Set when a read mapped it, until the log has looked at how many it keeps mapped.
+    newly_mapped: AtomicBool,
+    /// When it was last read, on [`view_clock`]'s scale: the log unmaps the least recent.
+    last_read: AtomicU64,
+    /// Published bytes of the log.
+    size: AtomicUsize,
     /// Last offset + 1 of the published batches (the base offset while empty).
     next_offset: AtomicI64,
-    /// Largest batch maxTimestamp published, -1 while empty.
+    /// Largest batch maxTimestamp published, -1 while empty, [`UNKNOWN_TIMESTAMP`] for a
+    /// sealed segment opened from disk until its time index is first asked.
     max_timestamp: AtomicI64,
     /// Bytes of the `.log` file after its batches that a truncation left because a reader
     /// still held them (a mapped file is never shrunk under a reader); 0 once trimmed.
@@ -68,6 +92,17 @@ pub struct Segment {
     /// Every batch in it was validated by this process (appended through the log, or read
     /// through by recovery): a replay of it need not check their CRCs again.
     validated: AtomicBool,
+}
+
+/// A sealed segment's largest timestamp before its time index was read.
+const UNKNOWN_TIMESTAMP: i64 = i64::MIN;
+
+/// A coarse clock for the order in which segments were read: it ticks each time a segment is
+/// mapped, so a read costs a load and a store, and the log can tell which mapped segment was
+/// read longest ago.
+fn view_clock() -> &'static AtomicU64 {
+    static CLOCK: AtomicU64 = AtomicU64::new(0);
+    &CLOCK
 }
 
 /// A read that met bytes that are not a batch, or a batch whose offsets contradict the
@@ -105,7 +140,7 @@ impl Segment {
     }
     /// Published bytes of the log.
     pub fn size(&self) -> usize {
-        self.log.published()
+        self.size.load(Ordering::Acquire)
     }
     pub fn is_empty(&self) -> bool {
         self.size() == 0
@@ -114,12 +149,25 @@ impl Segment {
     pub fn next_offset(&self) -> i64 {
         self.next_offset.load(Ordering::Acquire)
     }
-    /// Largest batch maxTimestamp, or -1 while empty.
+    /// Largest batch maxTimestamp, or -1 while empty. For a sealed segment opened from disk it
+    /// is found the first time it is asked, by mapping the segment (the last entry of its time
+    /// index, checked; [`SegmentView`]). `i64::MAX` if it cannot be mapped: such a segment is
+    /// never old enough for retention by time, and a search by time maps it and reports why.
     pub fn max_timestamp(&self) -> i64 {
-        self.max_timestamp.load(Ordering::Acquire)
+        let ts = self.max_timestamp.load(Ordering::Acquire);
+        if ts != UNKNOWN_TIMESTAMP {
+            return ts;
+        }
+        match self.view() {
+            Ok(view) => {
+                let ts = view.max_timestamp();
+                // A writer never exists for such a segment, so nothing else stores it.
+                self.max_timestamp.store(ts, Ordering::Release);
+                ts
+            }
+            Err(_) => i64::MAX,
+        }
     }
-    /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
-    /// them while readers held them.
     /// Whether every batch in the segment was validated by this process.
     pub(crate) fn is_validated(&self) -> bool {
         self.validated.load(Ordering::Acquire)
@@ -129,11 +177,29 @@ impl Segment {
     pub(crate) fn mark_validated(&self) {
         self.validated.store(true, Ordering::Release);
     }
-    /// Whether some reader (a `Bytes` of a read, a prefault job) holds a share of the `.log`
-    /// map. Under the segments' write lock no new one can appear.
+    /// Whether some reader (a `Bytes` of a read, a prefault job, a lookup holding a view)
+    /// holds a share of a map of the segment, the current one or one unmapped since. Under
+    /// the segments' write lock no new one can appear.
     pub(crate) fn readers_hold_bytes(&self) -> bool {
-        Arc::strong_count(&self.log) > 1
+        let mut retired = self.retired.lock();
+        retired.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+        if !retired.is_empty() {
+            return true;
+        }
+        drop(retired);
+        self.view
+            .read()
+            .as_ref()
+            .is_some_and(|v| Arc::strong_count(v) > 1 || Arc::strong_count(&v.log) > 1)
     }
+    pub fn txn_index(&self) -> &TxnIndex {
+        &self.txn_index
+    }
+    pub fn txn_index_path(&self) -> &Path {
+        self.txn_index.path()
+    }
+    /// The length of the `.log` file: its batches, and the dead bytes a truncation left after
+    /// them while readers held them.
     pub fn file_len(&self) -> u64 {
         self.size() as u64 + self.dead_bytes.load(Ordering::Acquire)
     }
@@ -146,23 +212,104 @@ impl Segment {
     pub fn time_index_path(&self) -> PathBuf {
         self.log_path.with_extension(names::TIME_INDEX_EXT)
     }
-    pub fn offset_index(&self) -> &OffsetIndex {
-        &self.offset_index
-    }
-    pub fn time_index(&self) -> &TimeIndex {
-        &self.time_index
-    }
-    pub fn txn_index(&self) -> &TxnIndex {
-        &self.txn_index
-    }
-    pub fn txn_index_path(&self) -> &Path {
-        self.txn_index.path()
-    }
-    /// The published log bytes.
-    pub fn data(&self) -> &[u8] {
-        self.log.published_slice()
+    /// Its maps, mapping a sealed segment first if it is not (its files are opened for as long
+    /// as that takes). The view stays valid, and its bytes readable, whatever happens to the
+    /// segment afterwards.
+    pub fn view(&self) -> Result<Arc<SegmentView>, IoError> {
+        self.last_read
+            .store(view_clock().load(Ordering::Relaxed), Ordering::Relaxed);
+        if let Some(v) = &*self.view.read() {
+            return Ok(Arc::clone(v));
+        }
+        let mut slot = self.view.write();
+        if let Some(v) = &*slot {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(view::map_sealed(
+            self.fs.as_ref(),
+            &self.log_path,
+            self.base_offset,
+            self.size(),
+            self.next_offset(),
+        )?);
+        *slot = Some(Arc::clone(&v));
+        let now = view_clock().fetch_add(1, Ordering::Relaxed) + 1;
+        self.last_read.store(now, Ordering::Relaxed);
+        self.newly_mapped.store(true, Ordering::Release);
+        Ok(v)
     }
 
+    /// Whether it is mapped now.
+    pub fn is_mapped(&self) -> bool {
+        self.view.read().is_some()
+    }
+    /// Whether it may be unmapped (a sealed segment that is durable).
+    pub fn is_unpinned(&self) -> bool {
+        !self.pinned.load(Ordering::Acquire)
+    }
+    /// When it was last read (larger is more recent).
+    pub fn last_read(&self) -> u64 {
+        self.last_read.load(Ordering::Relaxed)
+    }
+    /// Whether a read mapped it since the last call.
+    pub fn take_newly_mapped(&self) -> bool {
+        self.newly_mapped.swap(false, Ordering::AcqRel)
+    }
+    /// Drops its maps unless it is pinned; readers holding bytes keep theirs. Returns whether
+    /// it was mapped.
+    pub fn unmap(&self) -> bool {
+        if self.pinned.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.view.write().take() {
+            Some(v) => {
+                let mut retired = self.retired.lock();
+                retired.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+                let (view, log) = (Arc::downgrade(&v), Arc::downgrade(&v.log));
+                drop(v);
+                if view.strong_count() > 0 || log.strong_count() > 0 {
+                    retired.push((view, log));
+                }
+                true
+            }
+            None => false,
+        }
+    }
+    /// A sealed segment became durable: its maps may go.
+    pub(crate) fn unpin(&self) {
+        self.pinned.store(false, Ordering::Release);
+    }
+
+    /// A segment opened from disk, not mapped.
+    fn lazy(
+        fs: &Arc<dyn FileSystem>,
+        log_path: PathBuf,
+        base: i64,
+        size: usize,
+        txn: Vec<AbortedTxn>,
+    ) -> Segment {
+        let txn_index = TxnIndex::new(log_path.with_extension(names::TXN_INDEX_EXT), txn);
+        Segment {
+            base_offset: base,
+            log_path,
+            fs: Arc::clone(fs),
+            view: RwLock::new(None),
+            retired: parking_lot::Mutex::new(Vec::new()),
+            txn_index,
+            pinned: AtomicBool::new(false),
+            newly_mapped: AtomicBool::new(false),
+            last_read: AtomicU64::new(0),
+            size: AtomicUsize::new(size),
+            next_offset: AtomicI64::new(base),
+            max_timestamp: AtomicI64::new(UNKNOWN_TIMESTAMP),
+            dead_bytes: AtomicU64::new(0),
+            validated: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn set_size(&self, size: usize) {
+        self.size.store(size, Ordering::Release);
+    }
     pub(crate) fn set_next_offset(&self, next: i64) {
         self.next_offset.store(next, Ordering::Release);
     }
@@ -172,8 +319,8 @@ impl Segment {
 
     /// Whole batches, zero-copy, starting with the first batch whose last offset is ≥ `target`
     /// and adding batches while they fit in `max_bytes` (the first is returned whole even if it
-    /// is larger, like Kafka's fetch), with the offset after the last of them and where they
-    /// start. `None` if no batch of this segment reaches `target`.
+    /// is larger, like Kafka's fetch), with the offset after the last of them. `None` if no
+    /// batch of this segment reaches `target`.
     ///
     /// Only batches that start below `below` are returned: the writer publishes a batch's
     /// bytes a moment before it moves the log end, and a reader must never see a batch the log
@@ -187,9 +334,10 @@ impl Segment {
         target: i64,
         max_bytes: usize,
         below: i64,
-    ) -> Result<Option<SegmentRead>, CorruptSegment> {
-        let data = self.data();
-        let start = self.index_start(target);
+    ) -> Result<Option<SegmentRead>, SegmentReadError> {
+        let view = self.view()?;
+        let data = view.data();
+        let start = self.index_start(&view, target);
         if start >= data.len() {
             return Ok(None);
         }
@@ -221,7 +369,7 @@ impl Segment {
             let at = start + at;
             if batch.base_offset() >= below {
                 if first.is_none() && target >= self.base_offset && target < held {
-                    return Err(skipped(at));
+                    return Err(skipped(at).into());
                 }
                 break;
             }
@@ -239,10 +387,10 @@ impl Segment {
             next_offset = batch.last_offset() + 1;
         }
         if first.is_none() && target >= self.base_offset && target < held {
-            return Err(skipped(data.len()));
+            return Err(skipped(data.len()).into());
         }
         Ok(first.and_then(|f| {
-            self.log.bytes(f, end).map(|bytes| SegmentRead {
+            view.log.bytes(f, end).map(|bytes| SegmentRead {
                 bytes,
                 next_offset,
                 position: f,
@@ -253,11 +401,11 @@ impl Segment {
     /// Where a scan for `target` starts: the index entry's position if the batch there is the
     /// one the entry names, else the start of the segment. A damaged index entry then costs a
     /// longer scan, never a wrong answer or an error blamed on the log.
-    fn index_start(&self, target: i64) -> usize {
-        let entry = self.offset_index.lookup(target);
+    fn index_start(&self, view: &SegmentView, target: i64) -> usize {
+        let entry = view.offset_index.lookup(target);
         let at = entry.position as usize;
         let names_its_batch = at == 0
-            || format::RecordBatch::parse(self.data().get(at..).unwrap_or(&[]))
+            || format::RecordBatch::parse(view.data().get(at..).unwrap_or(&[]))
                 .is_ok_and(|b| b.last_offset() == entry.offset);
         if names_its_batch {
             at
@@ -276,10 +424,14 @@ impl Segment {
 
     /// The position of the first batch whose maxTimestamp is ≥ `timestamp`, searching from the
     /// time and offset indexes (docs/format.md, "Time index" lookup).
-    pub fn find_timestamp(&self, timestamp: i64) -> Result<Option<usize>, CorruptSegment> {
-        let from = self.time_index.lookup(timestamp).offset;
-        let start = self.index_start(from);
-        let data = self.data();
+    pub fn find_timestamp(
+        &self,
+        view: &SegmentView,
+        timestamp: i64,
+    ) -> Result<Option<usize>, CorruptSegment> {
+        let from = view.time_index.lookup(timestamp).offset;
+        let start = self.index_start(view, from);
+        let data = view.data();
         for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
             let (at, batch) = item.map_err(|e| CorruptSegment::at(&self.log_path, start, e))?;
             if batch.max_timestamp() >= timestamp {
@@ -289,33 +441,45 @@ impl Segment {
         Ok(None)
     }
 
-    /// Makes `[from, to)` of the log durable: msync of the range, then fdatasync.
+    /// Makes `[from, to)` of the log durable (the active segment's appends since the last
+    /// flush): one ranged sync (msync `MS_SYNC`), which writes the range, the file's length and
+    /// its extents if they changed, and waits for no other write-back of the file, such as the
+    /// zeros written ahead of the writer (docs/performance.md, "Durable appends").
     pub fn flush_log(&self, from: usize, to: usize) -> Result<(), IoError> {
-        let to = to.min(self.log.len());
+        let view = self.view()?;
+        let to = to.min(view.log.published());
         if to > from {
-            self.log
-                .flush(from, to - from)
+            view.log
+                .sync(from, to - from)
                 .ctx("msync", &self.log_path)?;
         }
-        self.log_file.sync_data().ctx("fdatasync", &self.log_path)
+        Ok(())
     }
 
-    /// Makes the whole segment durable: log and indexes (for a sealed segment, before the
-    /// recovery point moves past it).
+    /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the
+    /// recovery point moves past it), and the length it was trimmed to.
     pub fn flush_all(&self) -> Result<(), IoError> {
-        self.flush_log(0, self.size())?;
-        let idx = self.offset_index.mapping();
-        idx.flush(0, idx.published())
-            .ctx("msync", &self.index_path())?;
-        self.index_file
-            .sync_data()
-            .ctx("fdatasync", &self.index_path())?;
-        let time = self.time_index.mapping();
-        time.flush(0, time.published())
-            .ctx("msync", &self.time_index_path())?;
-        self.time_file
-            .sync_data()
-            .ctx("fdatasync", &self.time_index_path())?;
+        let view = self.view.read().clone();
+        let index_path = self.index_path();
+        let time_path = self.time_index_path();
+        if let Some(v) = &view {
+            // What was written through the maps reaches the files first.
+            let size = v.log.published();
+            if size > 0 {
+                v.log.flush(0, size).ctx("msync", &self.log_path)?;
+            }
+            let idx = v.offset_index.mapping();
+            idx.flush(0, idx.published()).ctx("msync", &index_path)?;
+            let time = v.time_index.mapping();
+            time.flush(0, time.published()).ctx("msync", &time_path)?;
+        }
+        for path in [&self.log_path, &index_path, &time_path] {
+            self.fs
+                .open(path, OpenMode::ReadWrite)
+                .ctx("open", path)?
+                .sync_data()
+                .ctx("fdatasync", path)?;
+        }
         self.txn_index.sync()
     }
 }
@@ -350,13 +514,26 @@ pub enum Opened {
 /// Creates an empty active segment at `base_offset`, replacing leftover files of that name.
 /// All or nothing: on failure the files it made are removed again.
 pub fn create(
-    fs: &dyn FileSystem,
     dir: &Path,
     base_offset: i64,
     cfg: &SegmentConfig,
     now_ms: i64,
 ) -> Result<SegmentWriter, OpenSegmentError> {
-    let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::CreateTruncate)?;
+    create_with_room(dir, base_offset, cfg, now_ms, 0)
+}
+
+/// [`create`], with `room` bytes of the `.log` allocated before it returns (a roll: the batch
+/// that rolled must fit, or the roll fails with nothing changed). The rest of the file grows
+/// ahead of the writer later, off the append path.
+pub fn create_with_room(
+    dir: &Path,
+    base_offset: i64,
+    cfg: &SegmentConfig,
+    now_ms: i64,
+    room: usize,
+) -> Result<SegmentWriter, OpenSegmentError> {
+    let fs = cfg.fs.as_ref();
+    let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::CreateTruncate)?;
     // A leftover `.txnindex` of that name would be read as this segment's when it is opened
     // again (the others are truncated by their open).
     let txn_path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
@@ -374,8 +551,9 @@ pub fn create(
     let made = (move || {
         files.index.set_len(0).ctx("truncate", &files.index_path)?;
         files.time.set_len(0).ctx("truncate", &files.time_path)?;
-        let writer = files.into_writer(base_offset, cfg, 0, false, &[], Vec::new(), now_ms)?;
+        let mut writer = files.into_writer(base_offset, cfg, 0, false, &[], Vec::new(), now_ms)?;
         writer.segment().mark_validated();
+        writer.make_room(room)?;
         Ok(writer)
     })();
     if made.is_err() {
@@ -414,9 +592,9 @@ pub enum TxnSource<'a> {
 }
 
 /// Opens an existing segment as recovery planned it: cuts what follows its valid bytes,
-/// rebuilds its indexes if told to, and maps it.
+/// rebuilds its indexes if told to, and maps it if it is the active one (a sealed one is
+/// mapped when it is read).
 pub fn open(
-    fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     spec: OpenSpec<'_>,
@@ -434,11 +612,11 @@ pub fn open(
         TxnSource::Stored(entries) => entries,
         TxnSource::Rebuilt(entries) => {
             let path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
-            txn_index::rewrite(fs, &path, entries)?;
+            txn_index::rewrite(cfg.fs.as_ref(), &path, entries)?;
             entries
         }
     };
-    let files = SegmentFiles::open(fs, dir, base_offset, OpenMode::Create)?;
+    let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::Create)?;
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
         // Bytes past the valid end (a torn tail, or preallocated zeros after a crash) are cut
@@ -455,7 +633,7 @@ pub fn open(
         IndexSource::Stored => (false, &[]),
     };
     if !active && !rebuild {
-        let segment = files.into_sealed(base_offset, log_size, tail, txn.to_vec())?;
+        let segment = files.into_sealed(base_offset, log_size, tail, txn.to_vec());
         return Ok(Opened::Sealed(segment));
     }
     let mut writer = files.into_writer(
@@ -479,6 +657,16 @@ pub fn open(
     } else {
         Ok(Opened::Sealed(writer.seal()?))
     }
+}
+
+/// Why a read of a segment failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SegmentReadError {
+    /// A sealed segment could not be mapped.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    #[error(transparent)]
+    Corrupt(#[from] CorruptSegment),
 }
 
 /// Why a segment could not be opened.
@@ -514,19 +702,22 @@ impl TailInfo {
     }
 }
 
-/// The three open files of a segment.
+/// The three files of a segment, open while it is made, opened or cut.
 struct SegmentFiles {
+    fs: Arc<dyn FileSystem>,
     log_path: PathBuf,
     index_path: PathBuf,
     time_path: PathBuf,
     log: Box<dyn File>,
     index: Box<dyn File>,
     time: Box<dyn File>,
+    /// Their file system lets a background thread grow them.
+    background: bool,
 }
 
 impl SegmentFiles {
     fn open(
-        fs: &dyn FileSystem,
+        fs: &Arc<dyn FileSystem>,
         dir: &Path,
         base: i64,
         mode: OpenMode,
@@ -538,77 +729,40 @@ impl SegmentFiles {
         let index = fs.open(&index_path, mode).ctx("open", &index_path)?;
         let time = fs.open(&time_path, mode).ctx("open", &time_path)?;
         Ok(SegmentFiles {
+            fs: Arc::clone(fs),
             log_path,
             index_path,
             time_path,
             log,
             index,
             time,
+            background: fs.allows_background_io(),
         })
     }
 
-    /// Maps a sealed segment's index read-only, whole entries only (a trailing partial entry
-    /// is never read).
-    fn map_sealed_index(
-        file: &dyn File,
-        path: &Path,
-        entry_size: usize,
-    ) -> Result<Arc<Mapping>, IoError> {
-        let len = file.len().ctx("stat", path)? as usize;
-        let len = len - len % entry_size;
-        Ok(Arc::new(
-            file.map(len, MapMode::ReadOnly).ctx("mmap", path)?,
-        ))
-    }
-
+    /// A sealed segment of `log_size` bytes, not mapped; its files are closed.
     fn into_sealed(
         self,
         base: i64,
         log_size: usize,
         tail: TailInfo,
         txn: Vec<AbortedTxn>,
-    ) -> Result<Arc<Segment>, IoError> {
-        let log = Arc::new(
-            self.log
-                .map(log_size, MapMode::ReadOnly)
-                .ctx("mmap", &self.log_path)?,
-        );
-        let index = Self::map_sealed_index(
-            self.index.as_ref(),
-            &self.index_path,
-            offset_index::ENTRY_SIZE,
-        )?;
-        let time =
-            Self::map_sealed_index(self.time.as_ref(), &self.time_path, time_index::ENTRY_SIZE)?;
-        let txn_index = TxnIndex::new(self.log_path.with_extension(names::TXN_INDEX_EXT), txn);
-        let segment = Segment {
-            base_offset: base,
-            log_path: self.log_path,
-            log_file: self.log,
-            index_file: self.index,
-            time_file: self.time,
-            log,
-            offset_index: OffsetIndex::new(base, index),
-            time_index: TimeIndex::new(base, time),
-            txn_index,
-            next_offset: AtomicI64::new(tail.last_offset.map_or(base, |l| l + 1)),
-            max_timestamp: AtomicI64::new(-1),
-            dead_bytes: AtomicU64::new(0),
-            validated: AtomicBool::new(false),
-        };
-        // A sealed segment's time index ends with its largest timestamp (forced at seal).
-        let max_ts = tail
-            .max_timestamp
-            .or_else(|| segment.time_index.last().map(|t| t.timestamp));
+    ) -> Arc<Segment> {
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size, txn);
         segment
-            .max_timestamp
-            .store(max_ts.unwrap_or(-1), Ordering::Release);
-        Ok(Arc::new(segment))
+            .next_offset
+            .store(tail.last_offset.map_or(base, |l| l + 1), Ordering::Release);
+        // Without it, the last entry of its time index (forced at seal) says, when asked.
+        if let Some(ts) = tail.max_timestamp {
+            segment.max_timestamp.store(ts, Ordering::Release);
+        }
+        Arc::new(segment)
     }
 
-    /// Maps the three files writable (preallocated to their full sizes) and makes a writer. With
-    /// `keep_indexes` the stored index entries are kept, otherwise the indexes restart empty and
-    /// are filled from `batches`. `txn` are the aborted transactions its `.txnindex` holds.
+    /// Maps the three files writable, each map as long as the file can grow (the files grow
+    /// into them, [`SegmentSpace`]), and makes a writer. With `keep_indexes` the stored index
+    /// entries are kept, otherwise the indexes restart empty and are filled from `batches`.
+    /// `txn` are the aborted transactions its `.txnindex` holds.
     #[allow(clippy::too_many_arguments)]
     fn into_writer(
         self,
@@ -621,9 +775,8 @@ impl SegmentFiles {
         now_ms: i64,
     ) -> Result<SegmentWriter, OpenSegmentError> {
         let capacity = cfg.segment_bytes.max(log_size);
-        self.log
-            .allocate(capacity as u64)
-            .ctx("fallocate", &self.log_path)?;
+        let log_len = self.log.len().ctx("stat", &self.log_path)? as usize;
+        let background = self.background;
         let log = Arc::new(
             self.log
                 .map(
@@ -634,39 +787,49 @@ impl SegmentFiles {
                 )
                 .ctx("mmap", &self.log_path)?,
         );
-        let (index, index_writer) = Self::map_index(
+        let (index, index_writer, index_len) = Self::map_index(
             self.index.as_ref(),
             &self.index_path,
             cfg.index_bytes,
             offset_index::ENTRY_SIZE,
             keep_indexes,
         )?;
-        let (time, time_writer) = Self::map_index(
+        let (time, time_writer, time_len) = Self::map_index(
             self.time.as_ref(),
             &self.time_path,
             cfg.index_bytes,
             time_index::ENTRY_SIZE,
             keep_indexes,
         )?;
+        let space_cfg = space::SpaceConfig {
+            capacity,
+            step: cfg.allocation_step,
+            preallocation: cfg.preallocation,
+            index_capacity: index.len(),
+            time_capacity: time.len(),
+            index_interval_bytes: cfg.index_interval_bytes,
+            background,
+        };
         let log_writer = log.writer().ok_or_else(|| no_writer(&self.log_path))?;
-        let txn_index = TxnIndex::new(self.log_path.with_extension(names::TXN_INDEX_EXT), txn);
-        let segment = Arc::new(Segment {
-            base_offset: base,
-            log_path: self.log_path,
-            log_file: self.log,
-            index_file: self.index,
-            time_file: self.time,
+        let segment = Segment::lazy(&self.fs, self.log_path, base, log_size, txn);
+        segment.max_timestamp.store(-1, Ordering::Release);
+        *segment.view.write() = Some(Arc::new(SegmentView {
             log,
             offset_index: OffsetIndex::new(base, index),
             time_index: TimeIndex::new(base, time),
-            txn_index,
-            next_offset: AtomicI64::new(base),
-            max_timestamp: AtomicI64::new(-1),
-            dead_bytes: AtomicU64::new(0),
-            validated: AtomicBool::new(false),
-        });
+        }));
+        segment.pinned.store(true, Ordering::Release);
+        let segment = Arc::new(segment);
+        let space = space::SegmentSpace::new(
+            Arc::clone(&segment),
+            space_cfg,
+            log_len,
+            index_len,
+            time_len,
+        )?;
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),
+            Arc::new(space),
             log_writer,
             offset_index::OffsetIndexWriter::new(base, index_writer),
             time_index::TimeIndexWriter::new(base, time_writer),
@@ -687,13 +850,15 @@ impl SegmentFiles {
         Ok(writer)
     }
 
+    /// Maps an active segment's index writable, as long as it can grow; returns the map, its
+    /// writer, and the file's length (what is allocated of it).
     fn map_index(
         file: &dyn File,
         path: &Path,
         index_bytes: usize,
         entry_size: usize,
         keep: bool,
-    ) -> Result<(Arc<Mapping>, crate::io::MapWriter), IoError> {
+    ) -> Result<(Arc<Mapping>, crate::io::MapWriter, usize), IoError> {
         let len = file.len().ctx("stat", path)? as usize;
         let stored = if keep { len } else { 0 };
         // A rebuilt index is written over the old file from the start rather than truncated and
@@ -706,13 +871,12 @@ impl SegmentFiles {
             // sparse) would keep its stale length until the segment is sealed.
             file.set_len(capacity as u64).ctx("truncate", path)?;
         }
-        file.allocate(capacity as u64).ctx("fallocate", path)?;
         let map = Arc::new(
             file.map(capacity, MapMode::ReadWrite { published })
                 .ctx("mmap", path)?,
         );
         let writer = map.writer().ok_or_else(|| no_writer(path))?;
-        Ok((map, writer))
+        Ok((map, writer, len.min(capacity)))
     }
 }
 

@@ -242,6 +242,10 @@ impl OffsetIndexWriter {
     pub fn len(&self) -> usize {
         self.writer.published() / ENTRY_SIZE
     }
+    /// Allows entries below byte `end` (the file was allocated that far).
+    pub fn grant(&mut self, end: usize) {
+        self.writer.grant(end);
+    }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -3,15 +3,18 @@
 use std::sync::Arc;
 
 use super::offset_index::{IndexError, OffsetIndexWriter};
+use super::space::SegmentSpace;
 use super::time_index::TimeIndexWriter;
 use super::Segment;
-use crate::io::{IoError, IoResultExt, MapWriter};
+use crate::io::{IoError, IoResultExt, MapWriter, OpenMode};
 
 /// Appends to one segment. There is exactly one per active segment, owned by the log's append
 /// state; readers share the [`Segment`].
 #[derive(Debug)]
 pub struct SegmentWriter {
     segment: Arc<Segment>,
+    /// How far the files are allocated; the writer is granted no more.
+    space: Arc<SegmentSpace>,
     log: MapWriter,
     index: OffsetIndexWriter,
     time: TimeIndexWriter,
@@ -32,6 +35,7 @@ pub struct SegmentWriter {
 impl SegmentWriter {
     pub(super) fn new(
         segment: Arc<Segment>,
+        space: Arc<SegmentSpace>,
         log: MapWriter,
         index: OffsetIndexWriter,
         time: TimeIndexWriter,
@@ -40,8 +44,9 @@ impl SegmentWriter {
     ) -> SegmentWriter {
         let bytes_since_index_entry = log.published() - index.last_position() as usize;
         let max_timestamp = time.last().map(|t| (t.timestamp, t.offset));
-        SegmentWriter {
+        let mut writer = SegmentWriter {
             segment,
+            space,
             log,
             index,
             time,
@@ -51,7 +56,40 @@ impl SegmentWriter {
             first_batch_timestamp: -1,
             created_ms,
             last_offset: None,
+        };
+        writer.grant_ready();
+        writer
+    }
+
+    /// Lets the writers use what the space has allocated.
+    fn grant_ready(&mut self) {
+        self.log.grant(self.space.ready());
+        let (index, time) = self.space.index_ready();
+        self.index.grant(index);
+        self.time.grant(time);
+    }
+
+    /// The segment's allocated space (the background thread grows it).
+    pub fn space(&self) -> &Arc<SegmentSpace> {
+        &self.space
+    }
+
+    /// Makes sure `size` more bytes can be appended: the files are grown (by the background
+    /// thread, or here if it has not got that far) before the writer is granted the bytes. A
+    /// full disk fails here, with nothing written. The caller has checked that they fit the
+    /// segment ([`Self::fits`]).
+    pub fn make_room(&mut self, size: usize) -> Result<(), IoError> {
+        let end = self.log.published() + size;
+        if end > self.log.limit() {
+            self.space.ensure(end)?;
+            self.grant_ready();
         }
+        Ok(())
+    }
+
+    /// Where growth ahead of the writer should reach now, if it is due.
+    pub fn growth_wanted(&self) -> Option<usize> {
+        self.space.wanted_ahead(self.log.published())
     }
 
     /// The `.log` map (to fault pages in ahead of the writer).
@@ -103,7 +141,7 @@ impl SegmentWriter {
 
     /// Copies one batch to the end of the segment, lets `patch` rewrite it in place (offsets,
     /// leader epoch, timestamps) before anyone can see it, adds index entries, and publishes it.
-    /// Returns the batch's position. The caller has checked that it fits (see [`Self::fits`]).
+    /// Returns the batch's position. The caller has made room for it ([`Self::make_room`]).
     pub fn append(
         &mut self,
         batch: &[u8],
@@ -118,6 +156,7 @@ impl SegmentWriter {
         patch(dst);
         self.index_batch(position, batch.len(), last_offset, max_timestamp)?;
         self.log.publish(end);
+        self.segment.set_size(end);
         self.segment.set_next_offset(last_offset + 1);
         self.segment.note_timestamp(max_timestamp);
         Ok(position as u32)
@@ -157,10 +196,11 @@ impl SegmentWriter {
         self.log.published() + size <= self.log.capacity()
     }
 
-    /// Prefaults the pages of the next `bytes` after the published end.
+    /// Prefaults the pages of the next `bytes` after the published end (what is allocated of
+    /// them).
     pub fn prefault(&mut self, bytes: usize) {
         let start = self.log.published();
-        let end = (start + bytes).min(self.log.capacity());
+        let end = (start + bytes).min(self.log.limit());
         self.log.prefault(start, end);
     }
 
@@ -168,6 +208,7 @@ impl SegmentWriter {
     /// files to their logical sizes (at roll and close, docs/design.md, "Append" step 3).
     /// Readers keep their bytes: nothing below the published ends is cut.
     pub fn seal(mut self) -> Result<Arc<Segment>, IoError> {
+        self.space.close();
         if let (Some((ts, offset)), Some(_)) = (self.max_timestamp, self.last_offset) {
             // The slot was reserved by the one-early full rule, and the entry's timestamp and
             // offset are the running maxima, so this cannot fail; if it somehow does, the index
@@ -175,15 +216,24 @@ impl SegmentWriter {
             let _ = self.time.maybe_append(ts, offset, true);
         }
         let s = &self.segment;
-        s.log_file
-            .set_len(self.log.published() as u64)
-            .ctx("trim", &s.log_path)?;
-        s.index_file
-            .set_len(self.index.size_bytes() as u64)
-            .ctx("trim", &s.index_path())?;
-        s.time_file
-            .set_len(self.time.size_bytes() as u64)
-            .ctx("trim", &s.time_index_path())?;
+        for (path, len) in [
+            (s.log_path.clone(), self.log.published()),
+            (s.index_path(), self.index.size_bytes()),
+            (s.time_index_path(), self.time.size_bytes()),
+        ] {
+            s.fs.open(&path, OpenMode::ReadWrite)
+                .ctx("open", &path)?
+                .set_len(len as u64)
+                .ctx("trim", &path)?;
+        }
         Ok(Arc::clone(&self.segment))
+    }
+}
+
+impl Drop for SegmentWriter {
+    /// A writer dropped without [`SegmentWriter::seal`] (a truncation replaces it, a close
+    /// fails): its files must not grow behind whoever handles them next.
+    fn drop(&mut self) {
+        self.space.close();
     }
 }

@@ -14,7 +14,7 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::SimFs;
 use oncelog::Clock;
-use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError};
+use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError, Preallocation};
 
 pub const DIR: &str = "/data/topic-0";
 /// Kafka's (and oncelog's default) producer dedup window.
@@ -118,12 +118,22 @@ impl Ctx {
     }
 }
 
-/// A small log on the simulated file system.
+/// A small log on the simulated file system. Its segments grow in steps of 4 to 32 KiB (so
+/// growth happens in the middle of segments), reserved or zeroed, both derived from the other
+/// values rather than drawn, so every seed's scenario stays what it was.
 pub fn config(rng: &mut SplitMix64) -> LogConfig {
+    let segment_bytes = (16 + rng.below(49) as usize) * 1024;
+    let segment_index_bytes = 96 + 12 * rng.below(40) as usize;
     LogConfig {
-        segment_bytes: (16 + rng.below(49) as usize) * 1024,
-        segment_index_bytes: 96 + 12 * rng.below(40) as usize,
+        segment_bytes,
+        segment_index_bytes,
         index_interval_bytes: rng.below(2048) as usize,
+        allocation_step_bytes: 4096 << (segment_bytes / 1024 % 4),
+        preallocation: match segment_index_bytes / 12 % 3 {
+            0 => Preallocation::Auto,
+            1 => Preallocation::Reserved,
+            _ => Preallocation::Zeroed,
+        },
         ..LogConfig::default()
     }
 }
@@ -294,6 +304,15 @@ impl Model {
     /// durable batch present, and the end a batch boundary of the model (a prefix, no holes). Then
     /// forgets the batches the crash took.
     pub fn check_recovered(&mut self, ctx: &Ctx, log: &Log) {
+        if let Err(e) = self.try_check_recovered(ctx, log) {
+            ctx.fail(format!("read: {e}"));
+        }
+    }
+
+    /// [`Model::check_recovered`], except that a read which fails with an I/O error (a sealed
+    /// segment is mapped when it is first read, so a dead disk fails reads too) is returned
+    /// rather than failed on.
+    pub fn try_check_recovered(&mut self, ctx: &Ctx, log: &Log) -> Result<(), oncelog::ReadError> {
         if log.log_start_offset() != 0 {
             ctx.fail(format!("log start moved to {}", log.log_start_offset()));
         }
@@ -311,6 +330,7 @@ impl Model {
             let bytes = match log.read(next, 64 * 1024) {
                 Ok(b) if !b.is_empty() => b,
                 Ok(_) => ctx.fail(format!("empty read at {next} below the end {end}")),
+                Err(e @ oncelog::ReadError::Io(_)) => return Err(e),
                 Err(e) => ctx.fail(format!("read at {next}: {e}")),
             };
             for item in BatchIter::new(&bytes) {
@@ -348,6 +368,7 @@ impl Model {
         self.batches.truncate(index);
         // What recovery accepted is on disk: a second crash must not lose it.
         self.durable_end = end;
+        Ok(())
     }
 }
 

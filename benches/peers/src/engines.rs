@@ -27,7 +27,7 @@ use oncelog::format::BatchIter;
 use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig};
 
 use crate::raft_entry::{Entry, EntryExt};
-use crate::{Data, Results, Sample, Workload, PER_BATCH};
+use crate::{Args, Data, Results, Sample, Workload, ACKS_PER_BATCH, PER_BATCH};
 
 pub const ONCELOG: &str = "oncelog";
 pub const COMMITLOG: &str = "commitlog 0.2";
@@ -39,12 +39,16 @@ pub const BARE_CRC: &str = "bare: CRC-32C";
 pub const BARE_WRITE: &str = "bare: write(2)+CRC";
 pub const BARE_MMAP: &str = "bare: mmap copy+CRC";
 pub const BARE_WRITE_FSYNC: &str = "bare: write(2)+CRC+fdatasync";
+pub const BARE_FALLOCATED_FSYNC: &str = "bare: pwrite+fdatasync, fallocated file";
+pub const BARE_ZEROED_FSYNC: &str = "bare: pwrite+fdatasync, zeroed file";
 
 /// The log-shaped peers the targets compare against; fjall and redb are context.
 pub const PEERS: [&str; 2] = [COMMITLOG, RAFT];
 
 /// Group-commit threads.
 pub const THREADS: usize = 4;
+/// Threads of the larger group commit and of the acks=all workload.
+pub const MANY_THREADS: usize = 16;
 
 /// Tries to drop the page cache (needs root outside a restricted container).
 pub fn drop_caches() -> bool {
@@ -157,45 +161,78 @@ fn consume_payload(acc: &mut u32, payload: &[u8]) {
     *acc ^= crc32c::crc32c(payload);
 }
 
-/// One round: every engine × workload once, in a fixed order.
-pub fn round(data: &Data, scratch: &Path, r: &mut Results) {
+/// One round: every engine × workload of the groups `args` names once, in a fixed order.
+pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
     let n = data.sizes.batches;
     let ns = data.sizes.sync_batches;
 
-    // (a) + (d): append without fsync, then read back what was appended.
-    bare_memcpy(data, n, r);
-    bare_crc(data, n, r);
-    bare_write(data, scratch, n, r);
-    bare_mmap(data, scratch, n, r);
-    oncelog_append_read(data, scratch, n, r);
-    commitlog_append_read(data, scratch, n, r);
-    raft_append_read(data, scratch, n, r);
-    fjall_append_read(data, scratch, n, r);
-    redb_append_read(data, scratch, n, r);
+    if args.runs("append") {
+        // (a) + (d): append without fsync, then read back what was appended.
+        bare_memcpy(data, n, r);
+        bare_crc(data, n, r);
+        bare_write(data, scratch, n, r);
+        bare_mmap(data, scratch, n, r);
+        oncelog_append_read(data, scratch, n, r);
+        commitlog_append_read(data, scratch, n, r);
+        raft_append_read(data, scratch, n, r);
+        fjall_append_read(data, scratch, n, r);
+        redb_append_read(data, scratch, n, r);
+    }
 
-    // (b) fsync per batch.
-    bare_write_fsync(data, scratch, ns, r);
-    oncelog_fsync(data, scratch, ns, r);
-    commitlog_fsync(data, scratch, ns, r);
-    raft_fsync(data, scratch, ns, r);
-    fjall_fsync(data, scratch, ns, r);
-    redb_fsync(data, scratch, ns, r);
+    if args.runs("fsync") {
+        // (b) fsync per batch.
+        bare_write_fsync(data, scratch, ns, r);
+        bare_pwrite_fsync(data, scratch, ns, false, r);
+        bare_pwrite_fsync(data, scratch, ns, true, r);
+        oncelog_fsync(data, scratch, ns, r);
+        commitlog_fsync(data, scratch, ns, r);
+        raft_fsync(data, scratch, ns, r);
+        fjall_fsync(data, scratch, ns, r);
+        redb_fsync(data, scratch, ns, r);
+    }
 
-    // (c) group commit.
-    oncelog_group(data, scratch, ns, r);
-    raft_group(data, scratch, ns, r);
+    if args.runs("group") {
+        // (c) group commit.
+        for (threads, w) in [
+            (THREADS, Workload::GroupCommit),
+            (MANY_THREADS, Workload::GroupCommit16),
+        ] {
+            let batches = &data.kafka[..ns];
+            oncelog_group(batches, PER_BATCH, threads, w, scratch, r);
+            raft_group(&data.payloads[..ns], threads, w, scratch, r);
+        }
+    }
 
-    // (e) recovery of an unflushed tail.
-    oncelog_recovery(data, scratch, n, r);
-    raft_recovery(data, scratch, n, r);
+    if args.runs("acks") {
+        // (g) acks=all: many producers of small batches, each waiting for durability.
+        let na = data.sizes.acks_batches;
+        let w = Workload::AcksAll;
+        oncelog_group(
+            &data.acks_kafka[..na],
+            ACKS_PER_BATCH,
+            MANY_THREADS,
+            w,
+            scratch,
+            r,
+        );
+        raft_group(&data.acks_payloads[..na], MANY_THREADS, w, scratch, r);
+    }
 
-    // (f) one appender, tailing readers.
-    for (readers, w) in [
-        (1, Workload::Tail1),
-        (2, Workload::Tail2),
-        (4, Workload::Tail4),
-    ] {
-        oncelog_tail(data, scratch, n, readers, w, r);
+    if args.runs("recovery") {
+        // (e) recovery of an unflushed tail.
+        oncelog_recovery(data, scratch, n, r);
+        raft_recovery(data, scratch, n, r);
+    }
+
+    if args.runs("tail") {
+        // (f) one appender, tailing readers.
+        for (readers, w) in [
+            (1, Workload::Tail1),
+            (2, Workload::Tail2),
+            (4, Workload::Tail4),
+        ] {
+            oncelog_tail(data, scratch, n, readers, w, r);
+        }
     }
 }
 
@@ -301,6 +338,58 @@ fn bare_write_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     );
 }
 
+/// The physical floor of (b): a positional write of each batch and an fdatasync, into a file
+/// whose blocks were allocated with `fallocate` (unwritten extents, as raft-engine allocates
+/// its files) or written with zeros and synced beforehand (what `Preallocation::Zeroed` does).
+fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mut Results) {
+    use std::os::unix::fs::FileExt;
+    let dir = fresh(scratch, "bare-pwrite-fsync");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join("data"))
+        .expect("create");
+    let total = data.kafka_bytes(n) as u64;
+    // SAFETY: plain fallocate on an fd we own.
+    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, total as libc::off_t) };
+    assert_eq!(rc, 0, "fallocate");
+    if zeroed {
+        let zeros = vec![0u8; 4096];
+        let mut at = 0;
+        while at < total {
+            f.write_all_at(&zeros, at).expect("zeros");
+            at += 4096;
+        }
+    }
+    f.sync_data().expect("fdatasync");
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        let mut at = 0u64;
+        for b in &data.kafka[..n] {
+            let t = Instant::now();
+            f.write_all_at(b, at).expect("pwrite");
+            f.sync_data().expect("fdatasync");
+            at += b.len() as u64;
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    drop(f);
+    cleanup(&dir);
+    let name = if zeroed {
+        BARE_ZEROED_FSYNC
+    } else {
+        BARE_FALLOCATED_FSYNC
+    };
+    push(
+        r,
+        Workload::FsyncPerBatch,
+        name,
+        latency_sample(s.messages, lat, s.secs),
+    );
+}
+
 // ---------------------------------------------------------------- oncelog
 
 fn oncelog_open(dir: &Path, policy: FlushPolicy) -> Log {
@@ -377,17 +466,27 @@ fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     );
 }
 
-fn oncelog_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+/// `threads` appenders sharing one log under `FlushPolicy::Always`: each append returns once
+/// its batch is durable, so the threads' appends share syncs (group commit).
+fn oncelog_group(
+    batches: &[Vec<u8>],
+    per_batch: usize,
+    threads: usize,
+    w: Workload,
+    scratch: &Path,
+    r: &mut Results,
+) {
+    let n = batches.len();
     let dir = fresh(scratch, "oncelog-group");
     let log = Arc::new(oncelog_open(&dir, FlushPolicy::Always));
     let lat = Mutex::new(Vec::with_capacity(n));
-    let s = timed(data.messages(n), || {
+    let s = timed((n * per_batch) as u64, || {
         std::thread::scope(|scope| {
-            for t in 0..THREADS {
+            for t in 0..threads {
                 let (log, lat) = (&log, &lat);
                 scope.spawn(move || {
-                    let mut mine = Vec::with_capacity(n / THREADS + 1);
-                    for b in data.kafka[..n].iter().skip(t).step_by(THREADS) {
+                    let mut mine = Vec::with_capacity(n / threads + 1);
+                    for b in batches.iter().skip(t).step_by(threads) {
                         let start = Instant::now();
                         oncelog_append_one(log, b);
                         mine.push(start.elapsed().as_secs_f64());
@@ -401,12 +500,7 @@ fn oncelog_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(log);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    push(
-        r,
-        Workload::GroupCommit,
-        ONCELOG,
-        latency_sample(s.messages, lat, s.secs),
-    );
+    push(r, w, ONCELOG, latency_sample(s.messages, lat, s.secs));
 }
 
 fn oncelog_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -746,24 +840,36 @@ fn raft_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     );
 }
 
-fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+/// `threads` writers sharing one engine, each `write(.., true)`: raft-engine's write group
+/// shares the sync of writers that arrive together.
+fn raft_group(
+    payloads: &[Vec<Vec<u8>>],
+    threads: usize,
+    w: Workload,
+    scratch: &Path,
+    r: &mut Results,
+) {
+    let n = payloads.len();
+    let messages: usize = payloads.iter().map(Vec::len).sum();
     let dir = fresh(scratch, "raft-group");
     // Raft indexes are contiguous per region, so each thread writes the batches it was dealt
     // to its own region, as separate Raft groups do.
-    let per_thread: Vec<Vec<raft_engine::LogBatch>> = (0..THREADS)
+    let per_thread: Vec<Vec<raft_engine::LogBatch>> = (0..threads)
         .map(|t| {
-            data.payloads[..n]
+            let mut next_index = 1u64;
+            payloads
                 .iter()
                 .skip(t)
-                .step_by(THREADS)
-                .enumerate()
-                .map(|(k, batch)| {
+                .step_by(threads)
+                .map(|batch| {
                     let entries: Vec<Entry> = batch
                         .iter()
-                        .enumerate()
-                        .map(|(m, p)| Entry::new((k * PER_BATCH + m) as u64 + 1, p.clone()))
+                        .map(|p| {
+                            next_index += 1;
+                            Entry::new(next_index - 1, p.clone())
+                        })
                         .collect();
-                    let mut lb = raft_engine::LogBatch::with_capacity(PER_BATCH);
+                    let mut lb = raft_engine::LogBatch::with_capacity(batch.len());
                     lb.add_entries::<EntryExt>(REGION + 10 + t as u64, &entries)
                         .expect("add entries");
                     lb
@@ -773,7 +879,7 @@ fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
         .collect();
     let engine = raft_open(&dir);
     let lat = Mutex::new(Vec::with_capacity(n));
-    let s = timed(data.messages(n), || {
+    let s = timed(messages as u64, || {
         std::thread::scope(|scope| {
             for mut mine in per_thread {
                 let (engine, lat) = (&engine, &lat);
@@ -792,12 +898,7 @@ fn raft_group(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(engine);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    push(
-        r,
-        Workload::GroupCommit,
-        RAFT,
-        latency_sample(s.messages, lat, s.secs),
-    );
+    push(r, w, RAFT, latency_sample(s.messages, lat, s.secs));
 }
 
 fn raft_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {

@@ -3,7 +3,7 @@
 //! medians of N.
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
-//!  [--quick] [--dir SCRATCH] [--out docs/benchmarks.md]`
+//!  [--quick] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
 
 mod engines;
 mod raft_entry;
@@ -19,12 +19,27 @@ use oncelog::format::BatchBuilder;
 pub const MESSAGE_BYTES: usize = 100;
 /// Messages per batch.
 pub const PER_BATCH: usize = 100;
+/// Messages per batch of the acks=all workload: 1 KB batches, as a producer with a short
+/// linger sends them.
+pub const ACKS_PER_BATCH: usize = 10;
+
+/// The workload groups `--only` can name, in the order a round runs them.
+pub const GROUPS: [&str; 6] = ["append", "fsync", "group", "acks", "recovery", "tail"];
 
 pub struct Args {
     pub rounds: usize,
     pub quick: bool,
     pub dir: Option<PathBuf>,
-    pub out: PathBuf,
+    /// Where the report goes; `None` with `--only`: a partial run prints, it writes no page.
+    pub out: Option<PathBuf>,
+    /// The workload groups to run (all by default).
+    pub only: Vec<&'static str>,
+}
+
+impl Args {
+    pub fn runs(&self, group: &str) -> bool {
+        self.only.contains(&group)
+    }
 }
 
 /// Sizes of each workload.
@@ -34,6 +49,8 @@ pub struct Sizes {
     pub batches: usize,
     /// Batches of the fsync-per-batch and group-commit workloads.
     pub sync_batches: usize,
+    /// 1 KB batches of the acks=all workload.
+    pub acks_batches: usize,
 }
 
 /// The same messages in every engine's shape. Built once, outside every timed region.
@@ -43,6 +60,10 @@ pub struct Data {
     pub payloads: Vec<Vec<Vec<u8>>>,
     /// Kafka RecordBatch v2 client batches (baseOffset 0), one per payload batch.
     pub kafka: Vec<Vec<u8>>,
+    /// The acks=all workload's payloads, [`ACKS_PER_BATCH`] messages a batch.
+    pub acks_payloads: Vec<Vec<Vec<u8>>>,
+    /// ... as Kafka batches.
+    pub acks_kafka: Vec<Vec<u8>>,
 }
 
 impl Data {
@@ -55,31 +76,38 @@ impl Data {
             state ^= state >> 27;
             state.wrapping_mul(0x2545_F491_4F6C_DD1D)
         };
-        let mut payloads = Vec::with_capacity(sizes.batches);
-        let mut kafka = Vec::with_capacity(sizes.batches);
-        for b in 0..sizes.batches {
-            let batch: Vec<Vec<u8>> = (0..PER_BATCH)
-                .map(|_| {
-                    let mut p = Vec::with_capacity(MESSAGE_BYTES + 8);
-                    while p.len() < MESSAGE_BYTES {
-                        p.extend_from_slice(&next().to_le_bytes());
-                    }
-                    p.truncate(MESSAGE_BYTES);
-                    p
-                })
-                .collect();
-            let mut builder = BatchBuilder::new();
-            let ts = 1_700_000_000_000 + b as i64;
-            for p in &batch {
-                builder.append(ts, None, Some(p), &[]);
+        let mut build = |batches: usize, per_batch: usize| {
+            let mut payloads = Vec::with_capacity(batches);
+            let mut kafka = Vec::with_capacity(batches);
+            for b in 0..batches {
+                let batch: Vec<Vec<u8>> = (0..per_batch)
+                    .map(|_| {
+                        let mut p = Vec::with_capacity(MESSAGE_BYTES + 8);
+                        while p.len() < MESSAGE_BYTES {
+                            p.extend_from_slice(&next().to_le_bytes());
+                        }
+                        p.truncate(MESSAGE_BYTES);
+                        p
+                    })
+                    .collect();
+                let mut builder = BatchBuilder::new();
+                let ts = 1_700_000_000_000 + b as i64;
+                for p in &batch {
+                    builder.append(ts, None, Some(p), &[]);
+                }
+                kafka.push(builder.build().expect("uncompressed batch builds"));
+                payloads.push(batch);
             }
-            kafka.push(builder.build().expect("uncompressed batch builds"));
-            payloads.push(batch);
-        }
+            (payloads, kafka)
+        };
+        let (payloads, kafka) = build(sizes.batches, PER_BATCH);
+        let (acks_payloads, acks_kafka) = build(sizes.acks_batches, ACKS_PER_BATCH);
         Data {
             sizes,
             payloads,
             kafka,
+            acks_payloads,
+            acks_kafka,
         }
     }
 
@@ -107,6 +135,8 @@ pub enum Workload {
     Append,
     FsyncPerBatch,
     GroupCommit,
+    GroupCommit16,
+    AcksAll,
     Read,
     ReadWarm,
     Recovery,
@@ -122,6 +152,8 @@ impl Workload {
             Workload::Append => "(a) append, no fsync",
             Workload::FsyncPerBatch => "(b) append, fsync per batch",
             Workload::GroupCommit => "(c) group commit, 4 threads",
+            Workload::GroupCommit16 => "(c) group commit, 16 threads",
+            Workload::AcksAll => "(g) acks=all: 1 KB batches, 16 producers",
             Workload::Read => "(d) sequential read, cold cache",
             Workload::ReadWarm => "(d) sequential read, warm cache",
             Workload::Recovery => "(e) reopen after unclean shutdown, cold cache",
@@ -141,8 +173,10 @@ fn parse_args() -> Args {
         rounds: 5,
         quick: false,
         dir: None,
-        out: root.join("docs/benchmarks.md"),
+        out: None,
+        only: GROUPS.to_vec(),
     };
+    let mut only = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| {
@@ -159,10 +193,25 @@ fn parse_args() -> Args {
             }
             "--quick" => args.quick = true,
             "--dir" => args.dir = Some(PathBuf::from(value("--dir"))),
-            "--out" => args.out = PathBuf::from(value("--out")),
+            "--out" => args.out = Some(PathBuf::from(value("--out"))),
+            "--only" => {
+                let list = value("--only");
+                args.only = GROUPS
+                    .iter()
+                    .copied()
+                    .filter(|g| list.split(',').any(|x| x == *g))
+                    .collect();
+                if list.split(',').any(|x| !GROUPS.contains(&x)) || args.only.is_empty() {
+                    usage(&format!("--only takes a list of {}", GROUPS.join(",")));
+                }
+                only = true;
+            }
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
+    }
+    if !only && args.out.is_none() {
+        args.out = Some(root.join("docs/benchmarks.md"));
     }
     args
 }
@@ -172,7 +221,9 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--dir SCRATCH] [--out FILE.md]"
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
+         --only runs some workload groups ({}) and writes no page unless --out is given",
+        GROUPS.join(",")
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -187,11 +238,13 @@ fn main() {
         Sizes {
             batches: 1_000,
             sync_batches: 100,
+            acks_batches: 800,
         }
     } else {
         Sizes {
             batches: 10_000,
             sync_batches: 1_000,
+            acks_batches: 8_000,
         }
     };
     let scratch_parent = match &args.dir {
@@ -227,7 +280,7 @@ fn main() {
     let started = Instant::now();
     for round in 1..=args.rounds {
         let t = Instant::now();
-        engines::round(&data, scratch.path(), &mut results);
+        engines::round(&args, &data, scratch.path(), &mut results);
         eprintln!("round {round}/{} took {:.1?}", args.rounds, t.elapsed());
     }
     eprintln!("total {:.1?}", started.elapsed());

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use crate::engines::{self, BARE_MMAP, ONCELOG, PEERS, RAFT};
-use crate::{Args, Data, Results, Sample, Workload, MESSAGE_BYTES, PER_BATCH};
+use crate::{Args, Data, Results, Sample, Workload, ACKS_PER_BATCH, MESSAGE_BYTES, PER_BATCH};
 
 /// Median of the samples by time, with each extra the median of its own values.
 fn median(samples: &[Sample]) -> Sample {
@@ -142,9 +142,19 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         );
     }
 
+    let extra = |w: Workload, e: &str, name: &str| -> Option<f64> {
+        medians
+            .iter()
+            .find(|((mw, me), _)| *mw == w && *me == e)
+            .and_then(|(_, s)| s.extra.iter().find(|(n, _)| *n == name).map(|x| x.1))
+    };
+    let vs_raft = |w: Workload| json_num(ratio(get(w, ONCELOG), get(w, RAFT)));
+    // Latency ratios are raft-engine's over oncelog's: above 1, oncelog's is lower.
+    let lat_vs_raft =
+        |w: Workload, name: &str| json_num(ratio(extra(w, RAFT, name), extra(w, ONCELOG, name)));
     let append = get(Workload::Append, ONCELOG);
     let json = format!(
-        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{}}}",
+        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{},\"fsync_vs_raft_engine\":{},\"fsync_p50_raft_over_oncelog\":{},\"fsync_p99_raft_over_oncelog\":{},\"group_commit_vs_raft_engine\":{},\"group_commit_16_vs_raft_engine\":{},\"acks_all_vs_raft_engine\":{}}}",
         json_num(ratio(append, best_peer(Workload::Append).map(|b| b.0))),
         json_num(ratio(append, get(Workload::Append, BARE_MMAP))),
         json_num(ratio(
@@ -163,6 +173,12 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
             get(Workload::Recovery, ONCELOG),
             get(Workload::Recovery, RAFT)
         )),
+        vs_raft(Workload::FsyncPerBatch),
+        lat_vs_raft(Workload::FsyncPerBatch, "p50 µs/batch"),
+        lat_vs_raft(Workload::FsyncPerBatch, "p99 µs/batch"),
+        vs_raft(Workload::GroupCommit),
+        vs_raft(Workload::GroupCommit16),
+        vs_raft(Workload::AcksAll),
     );
 
     let read_warm = json_num(ratio(
@@ -173,6 +189,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
     let dirty = !shell("git", &["status", "--porcelain", "--", "src", "Cargo.toml"]).is_empty();
     let n = data.sizes.batches;
     let ns = data.sizes.sync_batches;
+    let na = data.sizes.acks_batches;
     let mut doc = String::new();
     let _ = write!(
         doc,
@@ -189,7 +206,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - rounds: {rounds}, interleaved (each round runs every engine × workload once); every number is the median of the rounds\n\
          - page cache: {caches}\n\n\
          ## Results\n\n{table}\n\
-         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte):\n\n\
+         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte; the durable workloads against raft-engine in throughput (`fsync_vs_raft_engine`, `group_commit_vs_raft_engine` with {threads} threads, `group_commit_16_vs_raft_engine`, `acks_all_vs_raft_engine`) and, for one fsync per batch, in latency as raft-engine's p50 and p99 over oncelog's (above 1: oncelog's is lower)):\n\n\
          ```json\n{json}\n```\n\n\
          ## Method\n\n\
          - Data: {msgs} messages of {mb} B (incompressible) in batches of {pb}: {n} batches, {kb} B as Kafka RecordBatch v2 (records without key). \
@@ -207,9 +224,10 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          Bare loops on the same batches: memcpy into a prefaulted buffer; CRC-32C of each batch; `write(2)` of each batch after its CRC; \
          copy + CRC into a fresh fallocate'd, mmap'd file (the loop oncelog's append is compared with; creation and mapping are untimed, page faults are timed).\n\
          - (b) fsync per batch, {ns} batches: oncelog `FlushPolicy::Always`; commitlog `append` + `flush` + fdatasync of the segment; raft-engine `write(.., true)`; \
-         fjall `insert` + `persist(SyncData)`; redb `Durability::Immediate`; bare `write(2)` + fdatasync. Per-batch p50/p99 latency in the notes.\n\
-         - (c) group commit: the same {ns} batches from {threads} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
+         fjall `insert` + `persist(SyncData)`; redb `Durability::Immediate`; bare `write(2)` + fdatasync appending to a file, and `pwrite` + fdatasync into a file allocated beforehand with `fallocate` (unwritten extents, as raft-engine allocates) or written with zeros and synced (as oncelog's `Preallocation::Zeroed`). Per-batch p50/p99 latency in the notes.\n\
+         - (c) group commit: the same {ns} batches from {threads} and from {many} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
          raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync).\n\
+         - (g) acks=all: {na} batches of {apb} messages (about 1 KB each) from {many} threads at once, each waiting until its batch is durable before it sends the next, as producers with `acks=all` and a short linger do against a broker: as (c), oncelog one `Log` under `FlushPolicy::Always`, raft-engine `write(.., true)` into one region per thread.\n\
          - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
          commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall (its memtable flushed to a table before close) and redb full range scans. \
          Every reader touches every payload byte as a consumer checking its data does, with a CRC-32C: over each whole Kafka batch, checked against its stored CRC (oncelog, fjall, redb; the batch CRC covers every record value, and the record framing too, about 10% more bytes), over each message payload (commitlog) or entry's data (raft-engine). \
@@ -240,12 +258,19 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         pb = PER_BATCH,
         kb = data.kafka_bytes(n),
         threads = engines::THREADS,
+        many = engines::MANY_THREADS,
+        apb = ACKS_PER_BATCH,
     );
 
     // Hand-written notes after their marker (measurements made by other means), and the broker's
     // end-to-end section (another run's output), survive a run: everything from the first of
     // the two markers on is carried over.
-    if let Ok(old) = std::fs::read_to_string(&args.out) {
+    let Some(out) = &args.out else {
+        println!("{table}");
+        println!("{json}");
+        return;
+    };
+    if let Ok(old) = std::fs::read_to_string(out) {
         let kept = [NOTES_MARKER, BROKER_MARKER]
             .iter()
             .filter_map(|m| old.find(m))
@@ -256,10 +281,10 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         }
     }
     println!("{table}");
-    if let Err(e) = std::fs::write(&args.out, &doc) {
-        eprintln!("could not write {}: {e}", args.out.display());
+    if let Err(e) = std::fs::write(out, &doc) {
+        eprintln!("could not write {}: {e}", out.display());
     } else {
-        eprintln!("wrote {}", args.out.display());
+        eprintln!("wrote {}", out.display());
     }
     println!("{json}");
 }

@@ -122,6 +122,7 @@ impl From<ReadError> for ReadRefused {
                 log_end_offset,
             },
             ReadError::Corrupt(e) => ReadRefused::Storage(e.to_string()),
+            ReadError::Io(e) => ReadRefused::Storage(e.to_string()),
             ReadError::Closed => ReadRefused::Closed,
         }
     }

@@ -56,6 +56,13 @@ impl SimFile {
         Ok(st)
     }
 
+    /// The last extension of the file's name, for the counters.
+    fn kind(&self) -> String {
+        self.path
+            .extension()
+            .map_or_else(String::new, |e| e.to_string_lossy().into_owned())
+    }
+
     fn check_writable(&self) -> io::Result<()> {
         if self.writable {
             Ok(())
@@ -102,8 +109,38 @@ impl File for SimFile {
         SimFile::grow(&mut st, self.id, len as usize)
     }
 
+    /// Counted as an allocation (a full disk fails it as one). The zeros are live content at
+    /// once, as a write's; nothing of them is durable before a sync. The range must be zero
+    /// already or past the end, in the file and in a map of it: anything else is the engine
+    /// erasing data.
+    fn write_zeros(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut st = self.begin(OpKind::Allocate)?;
+        let (start, end) = (offset as usize, (offset + len) as usize);
+        SimFile::grow(&mut st, self.id, end)?;
+        let inode = st.inode(self.id)?;
+        let mapped_zero = match &inode.attached {
+            Some(a) if a.valid > start => {
+                let mut bytes = vec![0u8; end.min(a.valid) - start];
+                // With a writer alive the buffer cannot be read: the engine's writer only writes
+                // below its limit, which never reaches a range still being allocated.
+                a.buffer.read_unwritten(start, &mut bytes).is_err()
+                    || bytes.iter().all(|&b| b == 0)
+            }
+            _ => true,
+        };
+        if !mapped_zero || inode.live[start..end].iter().any(|&b| b != 0) {
+            return Err(sim_error(format!(
+                "{}: write_zeros over [{start}, {end}), which holds data",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut st = self.begin(OpKind::Read)?;
+        *st.counters.reads.entry(self.kind()).or_default() += 1;
         let inode = st.inode(self.id)?;
         // With a writer alive the read is refused (by `live_view`): the engine never reads a
         // file it is writing through a map.
@@ -146,6 +183,7 @@ impl File for SimFile {
 
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
         let mut st = self.begin(OpKind::Map)?;
+        *st.counters.maps.entry(self.kind()).or_default() += 1;
         let (writable, published) = match mode {
             MapMode::ReadOnly => (false, len),
             MapMode::ReadWrite { published } => (true, published.min(len)),
@@ -159,21 +197,29 @@ impl File for SimFile {
         st.next_id += 1;
         let fresh_id = st.next_id;
         let inode = st.inode(self.id)?;
-        if inode.live.len() < len {
+        // A writable map may reserve room past the end for the file to grow into (its writer
+        // is granted only what the file holds); a read-only one must fit.
+        let must_fit = if writable { published } else { len };
+        if inode.live.len() < must_fit {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "simfs: cannot map {len} bytes of a {}-byte file",
+                    "simfs: cannot map {must_fit} bytes of a {}-byte file",
                     inode.live.len()
                 ),
             ));
         }
+        let file_len = inode.live.len();
         // Without a writer the old buffer is folded in and left to its readers; the new map
         // gets a fresh buffer (its published bytes equal theirs). With a writer, the buffer
         // is shared and `over_shared_buffer` refuses a second writer or a reader beside it.
         if inode.detach().is_ok() {
+            // Zeroed (untouched) memory past the file's end: a reserve costs nothing until used.
+            let mut content = vec![0u8; len];
+            let n = len.min(file_len);
+            content[..n].copy_from_slice(&inode.live[..n]);
             inode.attached = Some(Attached {
-                buffer: SharedBuffer::new(inode.live[..len].to_vec()),
+                buffer: SharedBuffer::new(content),
                 id: fresh_id,
                 valid: len,
             });
@@ -194,7 +240,9 @@ impl File for SimFile {
             buffer_id: a.id,
             epoch: self.epoch,
         });
-        Mapping::over_shared_buffer(&a.buffer, len, published, writable, sink).map_err(|e| {
+        let writable_end = file_len.min(len);
+        Mapping::over_shared_buffer(&a.buffer, len, published, writable, writable_end, sink)
+            .map_err(|e| {
             sim_error(format!(
                 "{}: mapping refused (one writer or many readers): {e}",
                 self.path.display()
@@ -211,8 +259,10 @@ struct MsyncSink {
     epoch: u64,
 }
 
-impl SharedFlush for MsyncSink {
-    fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+impl MsyncSink {
+    /// Copies a map's published bytes into the file's live image; with `durable` (`MS_SYNC`)
+    /// into its durable image too, with the file's length, as a ranged `fdatasync` makes them.
+    fn write_back(&self, offset: usize, bytes: &[u8], durable: bool) -> io::Result<()> {
         let state = self
             .state
             .upgrade()
@@ -221,8 +271,17 @@ impl SharedFlush for MsyncSink {
         if st.epoch != self.epoch {
             return Err(sim_error("msync of a map from before a crash"));
         }
-        st.op(OpKind::Msync)?;
-        st.counters.msyncs += 1;
+        // A durable msync is a data sync: faults aimed at fsync hit it too.
+        st.op(if durable {
+            OpKind::SyncData
+        } else {
+            OpKind::Msync
+        })?;
+        if durable {
+            st.counters.data_syncs += 1;
+        } else {
+            st.counters.msyncs += 1;
+        }
         let Some(inode) = st.inodes.get_mut(&self.id) else {
             // The file was removed and its last handle closed while it was still mapped: as on
             // Linux, its pages live on for the map, and writing them back goes nowhere.
@@ -234,7 +293,7 @@ impl SharedFlush for MsyncSink {
             // A map whose buffer was folded into the live image (its writer is gone): its bytes
             // are already there, unless the file was rewritten since, which the engine must not
             // do under a map it still flushes.
-            _ if inode.live.get(offset..end) == Some(bytes) => return Ok(()),
+            _ if inode.live.get(offset..end) == Some(bytes) => usize::MAX,
             _ => return Err(sim_error("msync of a stale map: the file changed under it")),
         };
         if end > valid.min(inode.live.len()) {
@@ -244,6 +303,21 @@ impl SharedFlush for MsyncSink {
             )));
         }
         inode.live[offset..end].copy_from_slice(bytes);
+        if durable {
+            let len = inode.live.len();
+            inode.durable.resize(len, 0);
+            inode.durable[offset..end].copy_from_slice(bytes);
+        }
         Ok(())
+    }
+}
+
+impl SharedFlush for MsyncSink {
+    fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        self.write_back(offset, bytes, false)
+    }
+
+    fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        self.write_back(offset, bytes, true)
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! The model, and why it is at least as strict as Linux:
 //!
-//! * `write_all_at`, `set_len` and `allocate` change the live image. `sync_data` copies the
-//!   file's live content and length to the durable image.
-//! * A writable map is a [`SharedBuffer`] over the file's first bytes; the engine writes it
+//! * `write_all_at`, `set_len`, `allocate` and `write_zeros` change the live image. `sync_data`
+//!   copies the file's live content and length to the durable image; a durable msync
+//!   (`MS_SYNC`, a ranged fdatasync) copies the synced range and the length.
+//! * A writable map is a [`SharedBuffer`] over the file's first bytes (and zeros past its end,
+//!   for a map that reserves room for the file to grow into); the engine writes it
 //!   through a `MapWriter`. Those writes reach the file's live image only through `msync`
 //!   ([`Mapping::flush`](super::Mapping::flush), which only accepts published ranges) — or
 //!   when the last map of the buffer is gone, as the page cache would keep them. So
@@ -90,6 +92,10 @@ pub struct Counters {
     pub data_syncs: u64,
     pub dir_syncs: u64,
     pub msyncs: u64,
+    /// Maps made (`File::map`), and reads (`File::read_at`) by kind of file, as the last
+    /// extension of the file's name (`log`, `index`, `snapshot`, ...).
+    pub maps: std::collections::BTreeMap<String, u64>,
+    pub reads: std::collections::BTreeMap<String, u64>,
     /// Operations that failed by injection.
     pub injected_failures: u64,
     pub crashes: u64,
@@ -590,6 +596,12 @@ impl FileSystem for SimFs {
         }
         st.collect_garbage();
         Ok(())
+    }
+
+    /// No: a background thread would make the order of operations, and so which one a fault
+    /// or a crash hits, depend on scheduling rather than on the seed.
+    fn allows_background_io(&self) -> bool {
+        false
     }
 }
 

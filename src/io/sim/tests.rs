@@ -334,3 +334,92 @@ fn a_removed_directory_comes_back_only_until_its_parent_is_synced() {
         assert!(!fs.exists(&p("t-0")).expect("exists"), "seed {seed}");
     }
 }
+
+#[test]
+fn a_writable_map_reserves_room_its_writer_is_granted_only_as_the_file_grows() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("log"), OpenMode::Create).expect("open");
+    f.allocate(PAGE as u64).expect("allocate");
+    let map = Arc::new(
+        f.map(4 * PAGE, MapMode::ReadWrite { published: 0 })
+            .expect("a writable map may be longer than its file"),
+    );
+    let mut w = map.writer().expect("writer");
+    assert_eq!((w.limit(), w.capacity()), (PAGE, 4 * PAGE));
+    let past_the_end = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        w.write(PAGE, b"x");
+    }));
+    assert!(past_the_end.is_err(), "a write past the file's end is refused");
+    f.write_zeros(PAGE as u64, 2 * PAGE as u64).expect("grow");
+    w.grant(3 * PAGE);
+    w.write(PAGE, b"after the first page");
+    w.publish(PAGE + 20);
+    assert!(
+        f.map(5 * PAGE, MapMode::ReadOnly).is_err(),
+        "a read-only map must fit in the file"
+    );
+    drop(w);
+    drop(map);
+    assert_eq!(fs.read_live(&p("log")).expect("log").len(), 3 * PAGE);
+}
+
+#[test]
+fn write_zeros_allocates_like_allocate_and_never_erases_data() {
+    let fs = fs_with_dir();
+    let f = write(&fs, "a", b"data");
+    let allocations = || fs.counters().ops;
+    let before = allocations();
+    f.write_zeros(4, 100).expect("zeros after the data");
+    assert_eq!(allocations(), before + 1);
+    assert_eq!(fs.read_live(&p("a")).expect("a").len(), 104);
+    let err = f.write_zeros(0, 8).expect_err("over data");
+    assert!(err.to_string().contains("holds data"), "{err}");
+    // Nor over bytes written through a map and not yet written back.
+    let map = Arc::new(
+        f.map(2 * PAGE, MapMode::ReadWrite { published: 4 })
+            .expect("map"),
+    );
+    let mut w = map.writer().expect("writer");
+    w.write(4, b"mapped");
+    w.publish(10);
+    drop(w);
+    let err = f.write_zeros(4, 6).expect_err("over mapped data");
+    assert!(err.to_string().contains("holds data"), "{err}");
+    drop(map);
+    // A full disk fails it as it fails an allocation, and a fault aimed at allocations hits it.
+    fs.set_capacity(Some(fs.used_bytes() + 10));
+    let err = f.write_zeros(104, 11).expect_err("full");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    fs.set_capacity(None);
+    fs.fail_next(OpKind::Allocate, 1, libc::EIO);
+    assert_eq!(
+        f.write_zeros(104, 11).expect_err("injected").raw_os_error(),
+        Some(libc::EIO)
+    );
+}
+
+#[test]
+fn a_durable_msync_makes_its_range_and_the_length_durable_and_nothing_else() {
+    let fs = fs_with_dir();
+    let f = fs.open(&p("log"), OpenMode::Create).expect("open");
+    fs.sync_dir(Path::new(DIR)).expect("sync dir");
+    f.write_zeros(0, 3 * PAGE as u64).expect("grow");
+    let map = Arc::new(
+        f.map(3 * PAGE, MapMode::ReadWrite { published: 0 })
+            .expect("map"),
+    );
+    let mut w = map.writer().expect("writer");
+    w.write(0, &[1u8; PAGE]);
+    w.write(PAGE, &[2u8; PAGE]);
+    w.publish(2 * PAGE);
+    let syncs = fs.counters().data_syncs;
+    map.sync(PAGE, PAGE).expect("ranged sync");
+    assert_eq!(fs.counters().data_syncs, syncs + 1, "counted as a data sync");
+    let durable = fs.read_durable(&p("log")).expect("durable");
+    assert_eq!(durable.len(), 3 * PAGE, "the length is durable");
+    assert_eq!(durable[..PAGE], [0u8; PAGE], "the first page was not synced");
+    assert_eq!(durable[PAGE..2 * PAGE], [2u8; PAGE]);
+    // A fault aimed at fsync hits it.
+    fs.fail_next(OpKind::SyncData, 1, libc::EIO);
+    assert!(map.sync(0, PAGE).is_err());
+}

@@ -52,11 +52,18 @@ pub(crate) struct Loaded {
     pub completed: Vec<CompletedTxn>,
 }
 
-pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
+pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> SegmentConfig {
     SegmentConfig {
+        fs: Arc::clone(fs),
         segment_bytes: config.segment_bytes,
         index_bytes: config.segment_index_bytes,
         index_interval_bytes: config.index_interval_bytes,
+        allocation_step: config.allocation_step_bytes,
+        preallocation: if config.zeroes_ahead() {
+            segment::Preallocation::Zeroed
+        } else {
+            segment::Preallocation::Reserved
+        },
     }
 }
 
@@ -64,12 +71,13 @@ pub(crate) fn segment_config(config: &LogConfig) -> SegmentConfig {
 /// the log manager opens it: they vouch for the segments when the partition has no checkpoint
 /// of its own (a Kafka partition), or when its own is older than them (Kafka ran on it since).
 pub(crate) fn open(
-    fs: &dyn FileSystem,
+    fs_arc: &Arc<dyn FileSystem>,
     dir: &Path,
     config: &LogConfig,
     now_ms: i64,
     log_dir: Option<&LogDirOffsets>,
 ) -> Result<Loaded, OpenError> {
+    let fs = fs_arc.as_ref();
     let mut inv = Inventory::take(fs, dir)?;
     let own = checkpoint::read(fs, dir)??;
     // Kafka's offsets newer than a clean checkpoint of our own: Kafka wrote the log since.
@@ -144,7 +152,7 @@ pub(crate) fn open(
     };
     let epochs = plan_epochs(fs, dir, &plan)?;
     let mut loaded = apply(
-        fs,
+        fs_arc,
         dir,
         config,
         now_ms,
@@ -323,7 +331,7 @@ fn plan_producers(
 /// is written, and the clean checkpoint stays until the log's first change replaces it.
 #[allow(clippy::too_many_arguments)]
 fn apply(
-    fs: &dyn FileSystem,
+    fs_arc: &Arc<dyn FileSystem>,
     dir: &Path,
     config: &LogConfig,
     now_ms: i64,
@@ -333,6 +341,7 @@ fn apply(
     mut report: RecoveryReport,
     mut producers: super::producers::LoadPlan,
 ) -> Result<Loaded, OpenError> {
+    let fs = fs_arc.as_ref();
     // The leader-epoch file is no part of what the checkpoint vouches for: it is rewritten
     // (atomically) whatever the checkpoint says, and read again by every open.
     let untouched = old.is_some_and(|c| c.clean_shutdown)
@@ -377,14 +386,14 @@ fn apply(
     let (producers, producer_report) = producers.apply(fs, dir)?;
 
     // 4. The segments.
-    let cfg = segment_config(config);
+    let cfg = segment_config(config, fs_arc);
     let mut sealed = Vec::new();
     let mut active = None;
     let last = plan.segments.len().saturating_sub(1);
     for (i, s) in plan.segments.iter().enumerate() {
         let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
         let rebuilt = markers_in(&aborted, s.base, next_base);
-        let opened = open_segment(fs, dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
+        let opened = open_segment(dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
         match opened {
             Opened::Sealed(seg) => sealed.push(seg),
             Opened::Active(w) => active = Some(w),
@@ -393,7 +402,7 @@ fn apply(
     let active = match active {
         Some(w) => w,
         None => {
-            segment::create(fs, dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
+            segment::create(dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
         }
     };
 
@@ -454,7 +463,6 @@ fn markers_in(aborted: &[AbortedTxn], from: i64, to: i64) -> &[AbortedTxn] {
 
 #[allow(clippy::too_many_arguments)]
 fn open_segment(
-    fs: &dyn FileSystem,
     dir: &Path,
     cfg: &SegmentConfig,
     s: &KeptSegment,
@@ -485,7 +493,7 @@ fn open_segment(
         tail: s.tail,
         txn,
     };
-    let opened = segment::open(fs, dir, cfg, spec, now_ms).map_err(segment_error)?;
+    let opened = segment::open(dir, cfg, spec, now_ms).map_err(segment_error)?;
     if s.trust == Trust::Validated {
         match &opened {
             Opened::Sealed(seg) => seg.mark_validated(),
@@ -499,6 +507,7 @@ fn open_segment(
         if s.rebuild.is_some() || s.log_changes() {
             seg.flush_all()?;
         }
+        seg.unpin();
     }
     Ok(opened)
 }

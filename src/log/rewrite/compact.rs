@@ -622,8 +622,8 @@ impl Log {
         let max_dec = self.config.max_decompressed_bytes;
         let mut full = false;
         'segments: for s in segments.iter().filter(|s| s.next_offset() > first_dirty && s.base_offset() < uncleanable) {
-            let data = s.data();
-            let mut iter = BatchIter::new(data);
+            let view = s.view()?;
+            let mut iter = BatchIter::new(view.data());
             loop {
                 let (position, b) = match iter.next() {
                     None => break,
@@ -689,7 +689,7 @@ impl Log {
             })
             .cloned()
             .collect();
-        let groups = group_segments(&candidates, &self.config, uncleanable);
+        let groups = group_segments(&candidates, &self.config, uncleanable)?;
 
         // The producers whose last batch must stay.
         let mut producers = ActiveProducers::default();
@@ -774,8 +774,8 @@ impl Log {
         for (si, s) in group.iter().enumerate() {
             report.bytes_before += s.size() as u64;
             report.segments_replaced += 1;
-            let data = s.data();
-            let mut iter = BatchIter::new(data);
+            let view = s.view()?;
+            let mut iter = BatchIter::new(view.data());
             loop {
                 let (position, b) = match iter.next() {
                     None => break,
@@ -783,7 +783,7 @@ impl Log {
                     Some(Err(e)) => return Err(corrupt(s, e.position, e.error)),
                 };
                 b.verify_crc().map_err(|e| corrupt(s, position, e))?;
-                let group_end = si + 1 == group.len() && position + b.size() == data.len();
+                let group_end = si + 1 == group.len() && position + b.size() == view.data().len();
                 out.clear();
                 let (outcome, carried) = clean_batch(&b, rules, txns, group_end, &mut out, report)
                     .map_err(|e| corrupt(s, position, e))?;
@@ -906,7 +906,7 @@ impl Log {
             }
         }
         fs.sync_dir(dir).ctx("fsync directory", dir)?;
-        let cfg = crate::log::recovery::segment_config(&self.config);
+        let cfg = crate::log::recovery::segment_config(&self.config, &self.env.fs);
         let mut opened = Vec::new();
         for n in &cleaned {
             let spec = OpenSpec {
@@ -917,7 +917,7 @@ impl Log {
                 tail: TailInfo::from_batches(&n.batches),
                 txn: TxnSource::Stored(&n.txn),
             };
-            let seg = match segment::open(fs, dir, &cfg, spec, now_ms) {
+            let seg = match segment::open(dir, &cfg, spec, now_ms) {
                 Ok(Opened::Sealed(s)) => s,
                 Ok(Opened::Active(_)) => unreachable!("opened sealed"),
                 Err(segment::OpenSegmentError::Io(e)) => return Err(e.into()),
@@ -950,8 +950,11 @@ impl Log {
     }
 }
 
+/// The first batch's max timestamp (-1 when it cannot be read: the lag then counts it old).
 fn first_batch_timestamp(s: &Segment) -> i64 {
-    RecordBatch::parse(s.data()).map_or(-1, |b| b.max_timestamp())
+    s.view().ok().map_or(-1, |v| {
+        RecordBatch::parse(v.data()).map_or(-1, |b| b.max_timestamp())
+    })
 }
 
 fn control_kind(b: &RecordBatch<'_>, max: usize) -> Result<Option<ControlType>, BatchError> {
@@ -991,7 +994,7 @@ pub(crate) fn group_segments(
     segments: &[Arc<Segment>],
     config: &crate::log::LogConfig,
     uncleanable: i64,
-) -> Vec<Vec<Arc<Segment>>> {
+) -> Result<Vec<Vec<Arc<Segment>>>, IoError> {
     let mut groups: Vec<Vec<Arc<Segment>>> = Vec::new();
     let mut i = 0;
     while i < segments.len() {
@@ -1001,8 +1004,8 @@ pub(crate) fn group_segments(
         }
         let mut group = vec![Arc::clone(&segments[i])];
         let mut log = segments[i].size() as u64;
-        let mut index = index_bytes(&segments[i]);
-        let mut time = time_bytes(&segments[i]);
+        let mut index = index_bytes(&segments[i])?;
+        let mut time = time_bytes(&segments[i])?;
         i += 1;
         while let Some(next) = segments.get(i) {
             let last_offset = segments
@@ -1011,29 +1014,29 @@ pub(crate) fn group_segments(
                 .max(next.next_offset() - 1);
             if next.is_empty()
                 || log + next.size() as u64 > config.segment_bytes as u64
-                || index + index_bytes(next) > config.segment_index_bytes as u64
-                || time + time_bytes(next) > config.segment_index_bytes as u64
+                || index + index_bytes(next)? > config.segment_index_bytes as u64
+                || time + time_bytes(next)? > config.segment_index_bytes as u64
                 || last_offset - group[0].base_offset() > i32::MAX as i64
             {
                 break;
             }
             log += next.size() as u64;
-            index += index_bytes(next);
-            time += time_bytes(next);
+            index += index_bytes(next)?;
+            time += time_bytes(next)?;
             group.push(Arc::clone(next));
             i += 1;
         }
         groups.push(group);
     }
-    groups
+    Ok(groups)
 }
 
-fn index_bytes(s: &Segment) -> u64 {
-    (s.offset_index().len() * segment::offset_index::ENTRY_SIZE) as u64
+fn index_bytes(s: &Segment) -> Result<u64, IoError> {
+    Ok((s.view()?.offset_index().len() * segment::offset_index::ENTRY_SIZE) as u64)
 }
 
-fn time_bytes(s: &Segment) -> u64 {
-    (s.time_index().len() * segment::time_index::ENTRY_SIZE) as u64
+fn time_bytes(s: &Segment) -> Result<u64, IoError> {
+    Ok((s.view()?.time_index().len() * segment::time_index::ENTRY_SIZE) as u64)
 }
 
 #[cfg(test)]

@@ -42,10 +42,7 @@ pub(super) struct Exclusive<'a> {
 
 impl Drop for Exclusive<'_> {
     fn drop(&mut self) {
-        let mut fst = self.log.flush.lock();
-        fst.in_progress = false;
-        drop(fst);
-        self.log.flushed.notify_all();
+        self.log.end_exclusive_flush();
     }
 }
 
@@ -53,12 +50,7 @@ impl Log {
     /// Waits for any sync in flight, keeps the next one from starting, and takes the append
     /// lock.
     pub(super) fn exclusive(&self) -> Result<Exclusive<'_>, RewriteError> {
-        let mut fst = self.flush.lock();
-        while fst.in_progress {
-            self.flushed.wait(&mut fst);
-        }
-        fst.in_progress = true;
-        drop(fst);
+        self.begin_exclusive_flush();
         let mut ex = Exclusive {
             log: self,
             st: self.append.lock(),

@@ -213,7 +213,7 @@ impl Log {
         }
         if reasons.len() == segments.len() {
             // Every segment goes: the log rolls first, so it keeps one to append to.
-            self.roll(&mut ex.st, end, now_ms).map_err(append_error)?;
+            self.roll(&mut ex.st, end, 0, now_ms).map_err(append_error)?;
             report.rolled = true;
             segments = self.segments.read().values().cloned().collect();
         }

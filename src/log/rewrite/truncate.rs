@@ -26,7 +26,7 @@ use crate::log::recovery::segment_config;
 use crate::log::txn::Unstable;
 use crate::log::{epochs, prefault, AppendState, Log, RewriteError};
 use crate::producer::snapshot_files;
-use crate::segment::{self, CorruptSegment, Segment};
+use crate::segment::{self, CorruptSegment, Segment, SegmentView};
 
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -85,7 +85,8 @@ impl Log {
             .iter()
             .rposition(|s| s.base_offset() <= offset)
             .unwrap_or(0);
-        let (cut, new_end) = cut_point(&segments[at], offset)?;
+        let view = segments[at].view()?;
+        let (cut, new_end) = cut_point(&segments[at], &view, offset)?;
         let result = self.truncate_at(&mut ex, &segments, at, cut, new_end, now);
         if result.is_err() {
             // The files may be between the old state and the new one (recovery settles that),
@@ -172,8 +173,8 @@ impl Log {
             self.retire_segment_files(s.base_offset(), now)?;
             report.segments_removed.push(s.base_offset());
         }
-        let cfg = segment_config(&self.config);
-        let active = segment::create(fs, &self.dir, new_end, &cfg, now).map_err(segment_io)?;
+        let cfg = segment_config(&self.config, &self.env.fs);
+        let active = segment::create(&self.dir, new_end, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
         // (3) The later segments.
@@ -221,7 +222,10 @@ impl Log {
         {
             let mut map = self.segments.write();
             cut_segment = if cut > 0 {
-                Some(segment::reopen_cut(fs, &self.dir, s, cut, new_end).map_err(segment_error)?)
+                Some(
+                    segment::reopen_cut(&self.env.fs, &self.dir, s, cut, new_end)
+                        .map_err(segment_error)?,
+                )
             } else {
                 None
             };
@@ -408,8 +412,8 @@ impl Log {
             self.retire_segment_files(offset, now)?;
             report.segments_removed.push(offset);
         }
-        let cfg = segment_config(&self.config);
-        let active = segment::create(fs, &self.dir, offset, &cfg, now).map_err(segment_io)?;
+        let cfg = segment_config(&self.config, &self.env.fs);
+        let active = segment::create(&self.dir, offset, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
         for s in segments.iter().filter(|s| s.base_offset() != offset) {
@@ -463,9 +467,13 @@ impl Log {
 /// batch ending at or after `offset` (the batch holding `offset` goes whole), or, when `offset`
 /// is past the segment's batches (in a gap), the segment's end and `offset` itself. The walk
 /// starts at the index entry before the one for `offset`, a few batches back at most.
-pub(super) fn cut_point(s: &Segment, offset: i64) -> Result<(usize, i64), CorruptSegment> {
-    let data = s.data();
-    let entries: Vec<_> = s
+pub(super) fn cut_point(
+    s: &Segment,
+    view: &SegmentView,
+    offset: i64,
+) -> Result<(usize, i64), CorruptSegment> {
+    let data = view.data();
+    let entries: Vec<_> = view
         .offset_index()
         .entries()
         .take_while(|e| e.offset < offset)

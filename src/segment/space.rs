@@ -1,0 +1,365 @@
+//! The active segment's disk space, grown in steps ahead of its writer (docs/design.md,
+//! "Segment space").
+//!
+//! A segment's `.log` used to be preallocated to the whole `segment_bytes` (1 GiB by default)
+//! when it was created: an idle partition held a gigabyte, and the roll that created it held
+//! the append lock for the allocation. Now the file grows by `allocation_step_bytes` at a time,
+//! ahead of the writer, on the background thread that also faults its pages in
+//! (`log::prefault`); the appending thread grows it itself only when it catches up with the
+//! allocated end (or where no background thread may touch the file system, as in the
+//! simulator). Either way the growth is a real allocation before the writer is granted the
+//! bytes, so a full disk is an `ENOSPC` error at the append that needed the space, never a
+//! SIGBUS on a write through the map.
+//!
+//! How a step is allocated is [`Preallocation`]: reserved (fallocate: unwritten extents, the
+//! cheapest when syncs are rare) or zeroed (zeros written and synced, so that each later sync
+//! of appended data writes only data; docs/performance.md has the measurements). The indexes
+//! grow with the log, reserved, to what that much log can need.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{offset_index, time_index, Segment};
+use crate::format::HEADER_SIZE;
+use crate::io::{File, IoError, IoResultExt, OpenMode};
+
+/// How the active segment's `.log` is allocated ahead of its writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preallocation {
+    /// `fallocate`: the blocks are reserved as unwritten extents. Cheapest to allocate; the
+    /// first write-back of each range converts its extents, a metadata write in the sync that
+    /// reaches it.
+    Reserved,
+    /// Zeros written and synced over each step before the writer reaches it: a sync of
+    /// appended data then writes only data. Costs a second write of every byte, off the
+    /// append path.
+    Zeroed,
+}
+
+/// How much of a step is zeroed at a time (at most a step): the writer is granted each piece
+/// as soon as it holds zeros, so one that catches up waits for one piece at most.
+pub const ZERO_CHUNK: usize = 1 << 20;
+
+/// How far ahead of the writer zeroed space is prepared (at most a step): one piece. Zeroing a
+/// whole step ahead wrote the step's zeros back in a burst that every sync of appended data
+/// queued behind (a fresh 32 MiB step cost group commit half its throughput); a piece ahead
+/// keeps the zeros' write-back at the writer's pace, in small pieces between its syncs
+/// (docs/performance.md, "Durable appends").
+pub const ZERO_AHEAD: usize = ZERO_CHUNK;
+
+/// What the appending thread reserves at a time (at most a step) when it catches up with
+/// zeroed space that a background thread prepares: it never zeroes (a write and a sync of a
+/// whole piece on the append path); a little reserved space ahead costs a few syncs a metadata
+/// write instead.
+pub const RESERVE_GRAIN: usize = 64 << 10;
+
+/// The end of the next allocation of a file of `ready` bytes that must reach `wanted`: whole
+/// `step`s from the start of the file, at most `capacity`. Pure, so the rule has its tests.
+pub fn next_end(ready: usize, wanted: usize, step: usize, capacity: usize) -> usize {
+    let step = step.max(1);
+    let target = wanted.max(ready.saturating_add(1));
+    target
+        .div_ceil(step)
+        .saturating_mul(step)
+        .min(capacity)
+        .max(ready)
+}
+
+/// Bytes an index needs for a segment whose `.log` holds `log_bytes`: an offset-index entry
+/// is added only after more than `interval` bytes of batches (and batches are at least a
+/// header long), the time index gets one more at seal; never more than `capacity`.
+pub fn index_bytes_for(log_bytes: usize, interval: usize, entry_size: usize, capacity: usize) -> usize {
+    let per_entry = interval.saturating_add(1).max(HEADER_SIZE);
+    let entries = log_bytes / per_entry + 2;
+    entries.saturating_mul(entry_size).min(capacity)
+}
+
+/// The sizes that decide growth.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpaceConfig {
+    /// The mapped length of the `.log`: the most it can grow to.
+    pub capacity: usize,
+    pub step: usize,
+    pub preallocation: Preallocation,
+    pub index_capacity: usize,
+    pub time_capacity: usize,
+    pub index_interval_bytes: usize,
+    /// A background thread grows the files ahead of the writer (the file system allows it).
+    pub background: bool,
+}
+
+/// One allocation of the `.log`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Growth {
+    /// Reserve (fallocate) up to the next multiple of this many bytes.
+    Reserve(usize),
+    /// Write zeros over one [`ZERO_CHUNK`], written back as they are written.
+    Zero,
+}
+
+/// How far each of an active segment's files is allocated.
+#[derive(Debug)]
+struct Grown {
+    log: usize,
+    index: usize,
+    time: usize,
+    /// Sealed or dropped: the files are trimmed or cut, and must not grow again.
+    closed: bool,
+}
+
+/// The allocated ends of an active segment's files, shared by its writer and the background
+/// thread that grows them. The lock is held across one allocation, so growth is serial and
+/// never overlaps what the writer was granted.
+#[derive(Debug)]
+pub struct SegmentSpace {
+    segment: Arc<Segment>,
+    cfg: SpaceConfig,
+    grown: Mutex<Grown>,
+    /// `grown.log`, readable without the lock.
+    ready: AtomicUsize,
+    /// The lengths of the indexes when the segment was opened: the entries a reopened file
+    /// holds need not follow the rule that sizes the indexes (a truncation ends one with an
+    /// extra entry), so the room for new ones is counted on top of them.
+    indexes_at_open: (usize, usize),
+}
+
+impl SegmentSpace {
+    /// The space of a segment whose files are `log`, `index` and `time` bytes long, with the
+    /// indexes grown at once to what that log can need.
+    pub(super) fn new(
+        segment: Arc<Segment>,
+        cfg: SpaceConfig,
+        log: usize,
+        index: usize,
+        time: usize,
+    ) -> Result<SegmentSpace, IoError> {
+        let space = SegmentSpace {
+            segment,
+            cfg,
+            grown: Mutex::new(Grown {
+                log,
+                index,
+                time,
+                closed: false,
+            }),
+            ready: AtomicUsize::new(log),
+            indexes_at_open: (index, time),
+        };
+        if log > 0 {
+            // A reopened segment's rebuilt indexes get their room before any entry is written.
+            let mut g = space.grown.lock();
+            space.grow_indexes(&mut g)?;
+        }
+        Ok(space)
+    }
+
+    /// Bytes of the `.log` the writer may write.
+    pub fn ready(&self) -> usize {
+        self.ready.load(Ordering::Acquire)
+    }
+    /// Bytes of the offset index and the time index the writer may write.
+    pub fn index_ready(&self) -> (usize, usize) {
+        let g = self.grown.lock();
+        (g.index, g.time)
+    }
+    /// The most the `.log` can grow to.
+    pub fn capacity(&self) -> usize {
+        self.cfg.capacity
+    }
+    pub fn preallocation(&self) -> Preallocation {
+        self.cfg.preallocation
+    }
+    /// Where growth ahead of a writer at `written` should reach, if it is due: once less than
+    /// half the window is left, to the window past the writer. The window is a step for
+    /// reserved space, [`ZERO_AHEAD`] for zeroed space.
+    pub fn wanted_ahead(&self, written: usize) -> Option<usize> {
+        let ready = self.ready();
+        let (window, grain) = match self.cfg.preallocation {
+            Preallocation::Reserved => (self.cfg.step, self.cfg.step),
+            Preallocation::Zeroed => {
+                let piece = ZERO_CHUNK.min(self.cfg.step);
+                (ZERO_AHEAD.min(self.cfg.step), piece)
+            }
+        };
+        (ready < self.cfg.capacity && ready.saturating_sub(written) < window / 2)
+            .then(|| next_end(ready, written.saturating_add(window), grain, self.cfg.capacity))
+    }
+
+    /// Makes at least `needed` bytes of the `.log` ready (on the append path): waits for a
+    /// growth under way, or grows the file itself. Zeroing is the background thread's: where
+    /// there is one, this only reserves the little the writer needs now.
+    pub fn ensure(&self, needed: usize) -> Result<(), IoError> {
+        if self.ready() >= needed {
+            return Ok(());
+        }
+        let growth = match self.cfg.preallocation {
+            Preallocation::Reserved => Growth::Reserve(self.cfg.step),
+            Preallocation::Zeroed if self.cfg.background => {
+                Growth::Reserve(RESERVE_GRAIN.min(self.cfg.step))
+            }
+            Preallocation::Zeroed => Growth::Zero,
+        };
+        let mut g = self.grown.lock();
+        while g.log < needed {
+            if g.closed {
+                return Err(self.closed_error());
+            }
+            self.grow_once(&mut g, needed, growth)?;
+        }
+        // Again, in case an index could not grow after the log did (a full disk).
+        self.grow_indexes(&mut g)?;
+        self.ready.store(g.log, Ordering::Release);
+        Ok(())
+    }
+
+    /// Grows the `.log` toward `target` (ahead of the writer, from the background thread), a
+    /// piece at a time so a writer that catches up waits for one piece only. Zeroed pieces
+    /// far ahead of the writer are synced once, at the end: one sync per step keeps the window
+    /// in which the file's metadata is being changed, and a sync of appended data must write
+    /// it too, to one write-back of the step (docs/performance.md has the measurements).
+    /// Stops when the segment is closed.
+    pub fn grow_ahead(&self, target: usize) -> Result<(), IoError> {
+        let growth = match self.cfg.preallocation {
+            Preallocation::Reserved => Growth::Reserve(self.cfg.step),
+            Preallocation::Zeroed => Growth::Zero,
+        };
+        loop {
+            let mut g = self.grown.lock();
+            if g.closed || g.log >= target.min(self.cfg.capacity) {
+                return Ok(());
+            }
+            let from = g.log;
+            self.grow_once(&mut g, target, growth)?;
+            let to = g.log;
+            drop(g);
+            if growth == Growth::Zero {
+                // Written back with the lock released: a writer that catches up and reserves a
+                // little space for itself must not wait behind the device (under its append
+                // lock, with every appender behind it).
+                let s = &self.segment;
+                self.open(&s.log_path)?
+                    .write_back(from as u64, (to - from) as u64)
+                    .ctx("sync_file_range", &s.log_path)?;
+            }
+        }
+    }
+
+    /// One of the segment's files, opened for one allocation.
+    fn open(&self, path: &std::path::Path) -> Result<Box<dyn File>, IoError> {
+        self.segment
+            .fs
+            .open(path, OpenMode::ReadWrite)
+            .ctx("open", path)
+    }
+
+    /// No growth after this: the segment is sealed (its files trimmed) or its writer gone.
+    /// Waits for an allocation under way.
+    pub fn close(&self) {
+        self.grown.lock().closed = true;
+    }
+
+    /// One allocation toward `wanted`: reserved space, or a piece zeroed and synced; then
+    /// the indexes, to what the larger log can need.
+    fn grow_once(&self, g: &mut Grown, wanted: usize, growth: Growth) -> Result<(), IoError> {
+        let s = &self.segment;
+        let end = match growth {
+            Growth::Reserve(grain) => {
+                let end = next_end(g.log, wanted, grain, self.cfg.capacity);
+                self.open(&s.log_path)?
+                    .allocate(end as u64)
+                    .ctx("fallocate", &s.log_path)?;
+                end
+            }
+            Growth::Zero => {
+                let piece = ZERO_CHUNK.min(self.cfg.step);
+                let end = next_end(g.log, wanted.min(g.log + piece), piece, self.cfg.capacity);
+                self.open(&s.log_path)?
+                    .write_zeros(g.log as u64, (end - g.log) as u64)
+                    .ctx("allocate zeroed", &s.log_path)?;
+                end
+            }
+        };
+        g.log = end;
+        self.grow_indexes(g)?;
+        // Published after the indexes: a writer granted the log bytes finds room for their
+        // index entries.
+        self.ready.store(end, Ordering::Release);
+        Ok(())
+    }
+
+    fn grow_indexes(&self, g: &mut Grown) -> Result<(), IoError> {
+        let log = g.log;
+        self.grow_indexes_for(g, log)
+    }
+
+    fn grow_indexes_for(&self, g: &mut Grown, log_end: usize) -> Result<(), IoError> {
+        let s = &self.segment;
+        let interval = self.cfg.index_interval_bytes;
+        let (index_at_open, time_at_open) = self.indexes_at_open;
+        let index = index_bytes_for(log_end, interval, offset_index::ENTRY_SIZE, self.cfg.index_capacity)
+            .saturating_add(index_at_open)
+            .min(self.cfg.index_capacity);
+        if index > g.index {
+            // Reserved a step's worth at a time, not an entry at a time.
+            let index = next_end(g.index, index, 64 << 10, self.cfg.index_capacity);
+            let path = s.index_path();
+            self.open(&path)?
+                .allocate(index as u64)
+                .ctx("fallocate", &path)?;
+            g.index = index;
+        }
+        let time = index_bytes_for(log_end, interval, time_index::ENTRY_SIZE, self.cfg.time_capacity)
+            .saturating_add(time_at_open)
+            .min(self.cfg.time_capacity);
+        if time > g.time {
+            let time = next_end(g.time, time, 96 << 10, self.cfg.time_capacity);
+            let path = s.time_index_path();
+            self.open(&path)?
+                .allocate(time as u64)
+                .ctx("fallocate", &path)?;
+            g.time = time;
+        }
+        Ok(())
+    }
+
+    fn closed_error(&self) -> IoError {
+        IoError::new(
+            "allocate",
+            &self.segment.log_path,
+            std::io::Error::other("the segment is sealed"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_ends_on_whole_steps_within_the_capacity() {
+        const MIB: usize = 1 << 20;
+        assert_eq!(next_end(0, 1, 32 * MIB, 1 << 30), 32 * MIB);
+        assert_eq!(next_end(32 * MIB, 32 * MIB + 1, 32 * MIB, 1 << 30), 64 * MIB);
+        // A file cut to an odd length (recovery) grows back onto the step grid.
+        assert_eq!(next_end(5_000, 6_000, 4096, 1 << 30), 8192);
+        // Several steps at once when the writer needs them.
+        assert_eq!(next_end(0, 70 * MIB, 32 * MIB, 1 << 30), 96 * MIB);
+        // Never past the capacity, never below what is there.
+        assert_eq!(next_end(0, 100, 32 * MIB, 64 * 1024), 64 * 1024);
+        assert_eq!(next_end(64 * 1024, 100, 32 * MIB, 64 * 1024), 64 * 1024);
+        assert_eq!(next_end(10, 5, 4096, 1 << 20), 4096);
+    }
+
+    #[test]
+    fn indexes_grow_to_what_the_log_can_need() {
+        // Kafka's default interval: an entry per 4 KiB of batches at most, plus room for the
+        // first and the final one.
+        assert_eq!(index_bytes_for(0, 4096, 8, 10 << 20), 16);
+        assert_eq!(index_bytes_for(32 << 20, 4096, 8, 10 << 20), (8190 + 2) * 8);
+        // Interval 0: an entry per batch, and no batch is shorter than its header.
+        assert_eq!(index_bytes_for(61 * 100, 0, 12, 10 << 20), 102 * 12);
+        assert_eq!(index_bytes_for(1 << 30, 0, 8, 10 << 20), 10 << 20);
+    }
+}
