@@ -297,7 +297,11 @@ fn step(
         match open(fs, clock, cfg) {
             Ok(l) => {
                 *log = l;
-                model.check_recovered(ctx, log);
+                // Sealed segments are mapped when first read: a disk that died after the
+                // open fails the reads too.
+                if let Err(e) = model.try_check_recovered(ctx, log) {
+                    return power_cut_or_fail(ctx, fs, format!("read after reopen: {e}"));
+                }
                 check_transactions(ctx, fs, log, model);
                 Step::Ok
             }
