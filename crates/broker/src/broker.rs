@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::api::CommittedOffsets;
+use crate::coordinator::Groups;
 use crate::producer_ids::ProducerIds;
 use crate::stats::Stats;
 use crate::store::Store;
@@ -22,6 +23,7 @@ pub struct Broker {
     pub store: Arc<Store>,
     pub producer_ids: Arc<ProducerIds>,
     pub offsets: CommittedOffsets,
+    pub groups: Groups,
     pub stats: Stats,
     pub endpoint: Endpoint,
     /// Partitions of a topic created by Metadata.

@@ -15,6 +15,8 @@ use crate::api::CommittedOffsets;
 use crate::broker::{Broker, Endpoint};
 use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
+use crate::coordinator::Groups;
+use crate::offsets_log::OffsetsLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
@@ -31,6 +33,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     ProducerIds(#[from] ProducerIdError),
+    #[error(transparent)]
+    Offsets(#[from] OffsetsLogError),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: io::Error },
     #[error("startup task failed: {0}")]
@@ -67,10 +71,11 @@ impl Server {
             }
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
-        let (store, producer_ids) = tokio::task::spawn_blocking(move || {
+        let (store, producer_ids, offsets) = tokio::task::spawn_blocking(move || {
             let store = Store::open(&dir, &settings, node_id)?;
             let producer_ids = ProducerIds::open(&dir)?;
-            Ok::<_, StartError>((store, producer_ids))
+            let offsets = CommittedOffsets::open(&dir)?;
+            Ok::<_, StartError>((store, producer_ids, offsets))
         })
         .await
         .map_err(|e| StartError::Task(e.to_string()))??;
@@ -92,7 +97,8 @@ impl Server {
         let broker = Broker {
             store: Arc::new(store),
             producer_ids: Arc::new(producer_ids),
-            offsets: CommittedOffsets::default(),
+            offsets,
+            groups: Groups::default(),
             stats: Stats::default(),
             endpoint: Endpoint {
                 node_id: config.node_id,
@@ -130,6 +136,15 @@ impl Server {
     /// clean-shutdown checkpoint).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ShutdownError> {
         let (stop, stopping) = watch::channel(false);
+        // Session timeouts and join-phase deadlines of the groups.
+        let ticking = Arc::clone(&self.broker);
+        let ticker = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                ticking.groups.tick();
+            }
+        });
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -170,10 +185,18 @@ impl Server {
             );
             connections.shutdown().await;
         }
+        ticker.abort();
         let store = Arc::clone(&self.broker.store);
-        let failed = tokio::task::spawn_blocking(move || store.close())
-            .await
-            .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
+        let broker = Arc::clone(&self.broker);
+        let failed = tokio::task::spawn_blocking(move || {
+            let mut failed = store.close();
+            if let Err(e) = broker.offsets.close() {
+                failed.push(("__consumer_offsets".to_string(), e.to_string()));
+            }
+            failed
+        })
+        .await
+        .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
         self.broker.stats.log();
         if failed.is_empty() {
             tracing::info!(data = %self.data_dir.display(), "every partition closed cleanly");

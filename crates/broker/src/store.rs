@@ -592,7 +592,11 @@ fn parse_partition_dir(name: &str) -> Option<(&str, i32)> {
     Some((topic, index))
 }
 
-/// Kafka's topic name rules (`Topic.validate`).
+/// Internal topics: `__consumer_offsets` is the broker's offsets log (`crate::offsets_log`),
+/// never a partition of the store.
+pub const RESERVED_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
+
+/// Kafka's topic name rules (`Topic.validate`), and no internal topic.
 pub fn validate_topic_name(name: &str) -> Result<(), StoreError> {
     let bad = |rule| StoreError::InvalidTopicName {
         name: name.to_string(),
@@ -603,6 +607,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), StoreError> {
     }
     if name == "." || name == ".." {
         return Err(bad("must not be '.' or '..'"));
+    }
+    if RESERVED_TOPICS.contains(&name) {
+        return Err(bad("is an internal topic of the broker"));
     }
     if name.len() > 249 {
         return Err(bad("must be at most 249 characters"));

@@ -33,6 +33,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::InitProducerId, 0, 5),
 ];
@@ -108,7 +112,11 @@ pub async fn handle(
         ApiKey::Fetch => fetch::handle(broker, &request),
         ApiKey::ListOffsets => list_offsets::handle(broker, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(broker, &request),
-        ApiKey::OffsetCommit => groups::offset_commit(broker, &request),
+        ApiKey::OffsetCommit => groups::offset_commit(broker, &request).await,
+        ApiKey::JoinGroup => groups::join_group(broker, &request),
+        ApiKey::SyncGroup => groups::sync_group(broker, &request),
+        ApiKey::Heartbeat => groups::heartbeat(broker, &request),
+        ApiKey::LeaveGroup => groups::leave_group(broker, &request),
         ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }

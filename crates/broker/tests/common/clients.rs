@@ -284,3 +284,46 @@ pub struct Delivered {
     pub offsets: BTreeMap<usize, (i32, i64)>,
     pub failed: Vec<String>,
 }
+
+/// A librdkafka consumer in `group` (tests/clients/group_client.py): subscribe(), manual
+/// commits after each record; `extra` are its options (`--idle`, `--stop-after`, ...).
+pub fn group_consumer(bootstrap: &str, topic: &str, group: &str, extra: &[&str]) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/group_client.py"
+    ))
+    .args(["group", bootstrap, topic, group])
+    .args(extra);
+    Run::spawn(Client::Confluent, c)
+}
+
+impl Run {
+    /// Waits for an event named `name`; returns it (the events before it are kept).
+    pub fn wait_event(&mut self, name: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(e) => {
+                    self.seen.push(e.clone());
+                    if e["event"] == name {
+                        return e;
+                    }
+                }
+                Err(_) => panic!("{:?}: no {name:?} event within {timeout:?}", self.client),
+            }
+        }
+    }
+
+    /// Kills the client (SIGKILL) and returns every event it printed.
+    pub fn kill(mut self) -> Vec<Value> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        while let Ok(e) = self.events.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(e);
+        }
+        std::mem::take(&mut self.seen)
+    }
+}
