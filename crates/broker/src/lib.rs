@@ -19,6 +19,7 @@ pub mod producer_ids;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod txn_coordinator;
 pub mod wait;
 
 pub use config::{Args, BrokerConfig};

@@ -20,6 +20,7 @@ use crate::offsets_log::OffsetsLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
+use crate::txn_coordinator::{self, TxnLogError, Txns};
 
 /// How long connections get at shutdown to answer the requests they already read.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,6 +36,10 @@ pub enum StartError {
     ProducerIds(#[from] ProducerIdError),
     #[error(transparent)]
     Offsets(#[from] OffsetsLogError),
+    #[error(transparent)]
+    Txns(#[from] TxnLogError),
+    #[error("cannot settle the transaction of {0}")]
+    Settle(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: io::Error },
     #[error("startup task failed: {0}")]
@@ -71,11 +76,19 @@ impl Server {
             }
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
-        let (store, producer_ids, offsets) = tokio::task::spawn_blocking(move || {
+        let (store, producer_ids, offsets, txns) = tokio::task::spawn_blocking(move || {
             let store = Store::open(&dir, &settings, node_id)?;
             let producer_ids = ProducerIds::open(&dir)?;
             let offsets = CommittedOffsets::open(&dir)?;
-            Ok::<_, StartError>((store, producer_ids, offsets))
+            let (txns, unsettled) = Txns::open(&dir)?;
+            // Transactions a crash left: a decided commit is completed, the rest aborted.
+            for ending in &unsettled {
+                txn_coordinator::write_ending(&store, &offsets, &txns, ending).map_err(|e| {
+                    StartError::Settle(format!("{}: {e:?}", ending.transactional_id))
+                })?;
+            }
+            txn_coordinator::abort_orphans(&store);
+            Ok::<_, StartError>((store, producer_ids, offsets, txns))
         })
         .await
         .map_err(|e| StartError::Task(e.to_string()))??;
@@ -99,6 +112,7 @@ impl Server {
             producer_ids: Arc::new(producer_ids),
             offsets,
             groups: Groups::default(),
+            txns,
             stats: Stats::default(),
             endpoint: Endpoint {
                 node_id: config.node_id,
@@ -143,6 +157,18 @@ impl Server {
             loop {
                 every.tick().await;
                 ticking.groups.tick();
+                let b = Arc::clone(&ticking);
+                // Transactions past their timeout are aborted (markers: off the reactor).
+                let _ = tokio::task::spawn_blocking(move || {
+                    for ending in b.txns.expired() {
+                        if let Err(e) =
+                            txn_coordinator::write_ending(&b.store, &b.offsets, &b.txns, &ending)
+                        {
+                            tracing::error!(error = ?e, "cannot abort a timed-out transaction");
+                        }
+                    }
+                })
+                .await;
             }
         });
         let mut connections = JoinSet::new();
@@ -192,6 +218,9 @@ impl Server {
             let mut failed = store.close();
             if let Err(e) = broker.offsets.close() {
                 failed.push(("__consumer_offsets".to_string(), e.to_string()));
+            }
+            if let Err(e) = broker.txns.close() {
+                failed.push(("__transaction_state".to_string(), e.to_string()));
             }
             failed
         })

@@ -168,11 +168,9 @@ fn api_versions_lists_every_api_and_a_newer_version_gets_error_35_in_a_v0_body()
     ] {
         assert!(range(key).is_some(), "{key:?} advertised");
     }
-    assert_eq!(
-        range(ApiKey::AddPartitionsToTxn),
-        None,
-        "transactions are not advertised"
-    );
+    // Transactions as transaction version 1 runs them: no KIP-890 EndTxn v5.
+    assert_eq!(range(ApiKey::EndTxn), Some((0, 4)));
+    assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 3)));
 
     // A version newer than the broker's: the body of v4 under a v5 header, as a newer client
     // would send it.
@@ -699,4 +697,84 @@ fn group_requests_outside_the_rules_get_kafkas_codes_and_change_nothing() {
         5,
         "the commit survived a SIGKILL"
     );
+}
+
+fn init_txn(wire: &mut Wire, id: &str, timeout_ms: i32) -> InitProducerIdResponse {
+    wire.call(
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.to_string()))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    )
+}
+
+fn add_partition(wire: &mut Wire, id: &str, pid: i64, epoch: i16, topic: &str) -> i16 {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    let r: AddPartitionsToTxnResponse = wire.call(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                id.to_string(),
+            )))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![0])]),
+    );
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+fn end_txn(wire: &mut Wire, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let r: EndTxnResponse = wire.call(
+        ApiKey::EndTxn,
+        3,
+        &EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(commit),
+    );
+    r.error_code
+}
+
+/// The coordinator's refusals, each with Kafka's code; a refused request changes nothing.
+#[test]
+fn transactional_requests_outside_the_rules_get_kafkas_codes() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    // A timeout past transaction.max.timeout.ms: INVALID_TRANSACTION_TIMEOUT (50).
+    assert_eq!(init_txn(&mut wire, "x", 900_001).error_code, 50);
+    let first = init_txn(&mut wire, "x", 10_000);
+    assert_eq!(first.error_code, 0);
+    let (pid, epoch) = (first.producer_id.0, first.producer_epoch);
+    // An unknown transactional id, or another producer id: INVALID_PRODUCER_ID_MAPPING (49).
+    assert_eq!(add_partition(&mut wire, "nobody", pid, epoch, "t"), 49);
+    assert_eq!(add_partition(&mut wire, "x", pid + 1000, epoch, "t"), 49);
+    // An unknown partition: 3. Ending a transaction that has nothing: INVALID_TXN_STATE (48).
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "nope"), 3);
+    assert_eq!(end_txn(&mut wire, "x", pid, epoch, true), 48);
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "t"), 0);
+    // A new init bumps the epoch: the old one is fenced (PRODUCER_FENCED, 90, at v3).
+    let second = init_txn(&mut wire, "x", 10_000);
+    assert_eq!(second.producer_id.0, pid, "the same id");
+    assert_eq!(second.producer_epoch, epoch + 1, "a bumped epoch");
+    assert_eq!(end_txn(&mut wire, "x", pid, epoch, true), 90);
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "t"), 90);
+    // The open transaction was aborted by the new init: nothing to end.
+    assert_eq!(
+        end_txn(&mut wire, "x", pid, second.producer_epoch, false),
+        48
+    );
+    assert_eq!(
+        add_partition(&mut wire, "x", pid, second.producer_epoch, "t"),
+        0
+    );
+    assert_eq!(end_txn(&mut wire, "x", pid, second.producer_epoch, true), 0);
 }

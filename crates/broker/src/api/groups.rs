@@ -33,6 +33,7 @@ use crate::offsets_log::{Committed, OffsetKey, OffsetsLog, OffsetsLogError};
 
 /// FindCoordinator's key types.
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
 /// Kafka's `offset.metadata.max.bytes` default.
 const MAX_METADATA_BYTES: usize = 4096;
@@ -55,7 +56,7 @@ impl CommittedOffsets {
     }
 
     /// Stores the commits durably, then in memory. Blocking.
-    fn commit(&self, commits: Vec<(OffsetKey, Committed)>) -> Result<(), OffsetsLogError> {
+    pub fn commit(&self, commits: Vec<(OffsetKey, Committed)>) -> Result<(), OffsetsLogError> {
         self.log.append(&commits)?;
         let mut map = self.lock();
         for (k, c) in commits {
@@ -207,11 +208,10 @@ pub fn leave_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
 pub fn find_coordinator(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: FindCoordinatorRequest = request.body()?;
     let endpoint = &broker.endpoint;
-    let error = (body.key_type != GROUP).then_some(ResponseError::InvalidRequest);
+    let error =
+        (!matches!(body.key_type, GROUP | TRANSACTION)).then_some(ResponseError::InvalidRequest);
     let message = error.map(|_| {
-        StrBytes::from_static_str(
-            "only group coordinators: transactions and share groups are not supported",
-        )
+        StrBytes::from_static_str("group and transaction coordinators only: no share groups")
     });
     let (node_id, host, port) = match error {
         None => (

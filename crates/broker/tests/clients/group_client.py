@@ -9,6 +9,7 @@ object per line.
       synchronously (offset + 1). Prints {"event":"assigned","partitions":[..]} on every
       rebalance. Stops after S seconds without a record once it had one (or --timeout), or
       after N records (--stop-after), then closes (LeaveGroup) and prints {"event":"done"}.
+      --read-uncommitted: isolation.level=read_uncommitted instead.
       --hang-after N: after N records, prints {"event":"hanging"} and sleeps without
       committing the next record it read (a consumer killed between its side effect and its
       commit: the test kills it there).
@@ -34,13 +35,14 @@ def main():
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--stop-after", type=int, default=0)
     p.add_argument("--hang-after", type=int, default=0)
+    p.add_argument("--read-uncommitted", action="store_true")
     a = p.parse_args()
     c = Consumer({
         "bootstrap.servers": a.bootstrap,
         "group.id": a.group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
+        "isolation.level": "read_uncommitted" if a.read_uncommitted else "read_committed",
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 500,
         "reconnect.backoff.max.ms": 500,

@@ -327,3 +327,15 @@ impl Run {
         std::mem::take(&mut self.seen)
     }
 }
+
+/// The librdkafka transactional producer (tests/clients/txn_client.py) running `args`.
+pub fn txn_client(args: &[&str]) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/txn_client.py"
+    ))
+    .args(args);
+    Run::spawn(Client::Confluent, c)
+}
