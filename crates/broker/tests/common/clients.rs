@@ -339,3 +339,47 @@ pub fn txn_client(args: &[&str]) -> Run {
     .args(args);
     Run::spawn(Client::Confluent, c)
 }
+
+/// The `oncelog` CLI of the workspace (its `processed serve` runs the consumers' stores),
+/// built next to the broker binary if it is not there yet.
+pub fn oncelog_bin() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::path::Path::new(super::broker_bin())
+            .parent()
+            .expect("the target directory")
+            .to_path_buf();
+        let bin = dir.join("oncelog");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-p", "oncelog", "--bin", "oncelog"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        let status = c.status().expect("run cargo build");
+        assert!(status.success(), "building the oncelog CLI failed");
+        bin
+    })
+}
+
+/// The seeds' consumer made exactly-once with the processed-id store
+/// (tests/clients/eos_consumer.py).
+pub fn eos_consumer(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    stores: &std::path::Path,
+    extra: &[&str],
+) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/eos_consumer.py"
+    ))
+    .args(["eos", bootstrap, topic, group])
+    .arg(stores)
+    .arg(oncelog_bin())
+    .args(extra);
+    Run::spawn(Client::Confluent, c)
+}
