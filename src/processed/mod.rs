@@ -24,6 +24,32 @@
 //! One store is one directory and one writer (the log's lock): a consumer group keeps one
 //! store per input partition, opened by whichever member owns the partition, so the member
 //! that gets a partition after a rebalance sees what the previous owner handled.
+//!
+//! ```
+//! use oncelog::processed::{Position, ProcessedConfig, ProcessedStore, Recorded};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let config = ProcessedConfig {
+//!     forget_after_ms: Some(7 * 24 * 3600 * 1000), // what the Redis key's TTL was for
+//!     ..ProcessedConfig::default()
+//! };
+//! let store = ProcessedStore::open(dir.path().join("orders-3"), config.clone())?;
+//! // For each message polled from orders-3 (id "order-17", offset 41):
+//! let at = Position { source: "orders-3", offset: 42 };
+//! match store.record(b"order-17", at, b"charged 5 EUR")? {
+//!     Recorded::New { .. } => { /* durable: apply the effect, then commit offset 42 */ }
+//!     Recorded::AlreadyHandled { .. } => { /* a redelivery: skip it, commit offset 42 */ }
+//! }
+//! // The consumer crashes here, before its commit; it restarts, Kafka redelivers order-17:
+//! drop(store);
+//! let store = ProcessedStore::open(dir.path().join("orders-3"), config)?;
+//! assert!(store.is_handled(b"order-17"));
+//! let again = store.record(b"order-17", Position { source: "orders-3", offset: 42 }, b"")?;
+//! assert!(matches!(again, Recorded::AlreadyHandled { .. }));
+//! assert_eq!(store.position("orders-3"), Some(42)); // where to resume, if the commit was lost
+//! # Ok(()) }
+//! ```
 
 mod error;
 pub mod record;
