@@ -1,4 +1,6 @@
-//! Committed offsets, durable: an oncelog log at `<data>/__consumer_offsets-0` holding Kafka's
+//! Committed offsets, durable: an oncelog log at
+//! `<data>/oncelog-broker-state/__consumer_offsets-0` (a directory Kafka never writes, so a
+//! Kafka log dir's own `__consumer_offsets-N` partitions are left alone) holding Kafka's
 //! own `__consumer_offsets` records (key version 1: group, topic, partition; value version 3:
 //! offset, leader epoch, metadata, commit time), one batch per OffsetCommit request, fsynced
 //! before the commit is answered. On start the log is replayed into memory; a tombstone (null
@@ -17,9 +19,8 @@ use bytes::{Buf, Bytes};
 use oncelog::format::BatchBuilder;
 use oncelog::{Log, LogConfig};
 
-/// The directory of the log under the data directory (a name the store never opens as a
-/// topic: `__consumer_offsets` is reserved).
-pub const DIR_NAME: &str = "__consumer_offsets-0";
+/// The directory of the log under the data directory (never opened as a topic).
+pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
 
 /// One committed position.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +37,11 @@ pub type OffsetKey = (String, String, i32);
 /// Why the offsets log could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum OffsetsLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {source}", path = .path.display())]
     Log {
         path: PathBuf,
@@ -87,6 +93,12 @@ impl OffsetsLog {
             path: path.clone(),
             source,
         };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| OffsetsLogError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
         let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
         // A tail recovery kept becomes durable, so the high watermark covers it.
         log.flush().map_err(|e| err(e.into()))?;

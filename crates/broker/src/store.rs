@@ -279,6 +279,15 @@ impl Partition {
         offset: i64,
         max_bytes: usize,
     ) -> Result<CommittedRead, ReadRefused> {
+        // The engine bounds the last stable offset by its high watermark, the durable end;
+        // this broker serves read_uncommitted up to the log end (acks=1 writes included), so a
+        // read_committed fetch first makes the log durable to its end (a no-op when acks=all
+        // producers already did).
+        if self.log.recovery_point() < self.log.log_end_offset() {
+            self.log.flush().map_err(|e| {
+                ReadRefused::Storage(format!("flush before a read_committed read: {e}"))
+            })?;
+        }
         let f =
             self.log
                 .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)?;

@@ -6,7 +6,8 @@
 //! partition, each made durable. A transaction open longer than its timeout is aborted, with
 //! an epoch bump that fences its producer.
 //!
-//! Its state is durable in an oncelog log at `<data>/__transaction_state-0`: one record per
+//! Its state is durable in an oncelog log at
+//! `<data>/oncelog-broker-state/__transaction_state-0`: one record per
 //! change (key: the transactional id; value: JSON with the producer id, epoch, state,
 //! timeout, partitions and pending offsets), fsynced before the request is answered. At start
 //! the log is replayed and every transaction is settled: one whose commit was decided
@@ -29,7 +30,7 @@ use crate::offsets_log::{Committed, OffsetKey};
 use crate::store::Store;
 
 /// The log's directory under the data directory.
-pub const DIR_NAME: &str = "__transaction_state-0";
+pub const DIR_NAME: &str = "oncelog-broker-state/__transaction_state-0";
 /// Kafka's `transaction.max.timeout.ms` default.
 pub const MAX_TIMEOUT_MS: i32 = 900_000;
 /// The coordinator epoch stamped on markers (one coordinator, never moved).
@@ -137,6 +138,11 @@ impl Txn {
 #[derive(Debug, thiserror::Error)]
 pub enum TxnLogError {
     #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
     Log {
         path: PathBuf,
         source: oncelog::Error,
@@ -184,6 +190,12 @@ impl Txns {
             prefault_bytes: 0,
             ..LogConfig::default()
         };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| TxnLogError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
         let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
         log.flush().map_err(|e| err(e.into()))?;
         let mut txns = HashMap::new();
@@ -544,5 +556,110 @@ pub fn abort_orphans(store: &Store) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Vec<(String, i32)> {
+        vec![("orders".to_string(), 0), ("orders".to_string(), 1)]
+    }
+
+    #[test]
+    fn a_decided_commit_is_completed_after_a_crash_and_an_undecided_one_aborted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (txns, unsettled) = Txns::open(dir.path()).unwrap();
+            assert!(unsettled.is_empty());
+            let ((decided, e1), _) = txns.init("decided", 10_000, || Ok(7)).unwrap();
+            txns.add_partitions("decided", decided, e1, &parts())
+                .unwrap();
+            txns.add_group("decided", decided, e1, "g").unwrap();
+            txns.add_offsets(
+                "decided",
+                decided,
+                e1,
+                vec![(
+                    ("g".into(), "in".into(), 0),
+                    Committed {
+                        offset: 5,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: 1,
+                    },
+                )],
+            )
+            .unwrap();
+            // The commit is decided (durably), then the broker dies before the markers.
+            txns.end("decided", decided, e1, true).unwrap();
+            let ((open, e2), _) = txns.init("open", 10_000, || Ok(8)).unwrap();
+            txns.add_partitions("open", open, e2, &parts()).unwrap();
+            let ((_, _), _) = txns.init("idle", 10_000, || Ok(9)).unwrap();
+        }
+        let (_txns, unsettled) = Txns::open(dir.path()).unwrap();
+        let mut by_id: BTreeMap<String, &Ending> = BTreeMap::new();
+        for e in &unsettled {
+            by_id.insert(e.transactional_id.clone(), e);
+        }
+        assert_eq!(by_id.len(), 2, "the idle id has nothing to settle");
+        let decided = by_id["decided"];
+        assert_eq!(decided.marker.result, oncelog::TxnResult::Commit);
+        assert_eq!(decided.marker.producer_epoch, 0);
+        assert_eq!(decided.partitions, parts());
+        assert_eq!(decided.offsets.len(), 1, "its offsets are applied with it");
+        let open = by_id["open"];
+        assert_eq!(open.marker.result, oncelog::TxnResult::Abort);
+        assert_eq!(
+            open.marker.producer_epoch, 1,
+            "aborted with a bump that fences it"
+        );
+        assert!(open.offsets.is_empty());
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (txns, _) = Txns::open(dir.path()).unwrap();
+        assert_eq!(
+            txns.init("x", 0, || Ok(1)).err(),
+            Some(ResponseError::InvalidTransactionTimeout)
+        );
+        let ((pid, epoch), _) = txns.init("x", 1_000, || Ok(1)).unwrap();
+        assert_eq!(
+            txns.add_offsets(
+                "x",
+                pid,
+                epoch,
+                vec![(
+                    ("g".into(), "t".into(), 0),
+                    Committed {
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: 0,
+                    }
+                )]
+            )
+            .err(),
+            Some(ResponseError::InvalidTxnState),
+            "offsets of a group never added"
+        );
+        assert_eq!(
+            txns.end("x", pid, epoch, true).err(),
+            Some(ResponseError::InvalidTxnState),
+            "nothing to end: the refused offsets were not kept"
+        );
+        assert_eq!(
+            txns.add_partitions("x", pid, epoch + 1, &parts()).err(),
+            Some(ResponseError::ProducerFenced)
+        );
+        drop(txns);
+        let (_, unsettled) = Txns::open(dir.path()).unwrap();
+        assert!(
+            unsettled.is_empty(),
+            "nothing was opened by the refused calls"
+        );
     }
 }
