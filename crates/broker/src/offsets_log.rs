@@ -84,8 +84,9 @@ impl OffsetsLog {
     ) -> Result<(OffsetsLog, BTreeMap<OffsetKey, Committed>), OffsetsLogError> {
         let path = data_dir.join(DIR_NAME);
         let config = LogConfig {
-            segment_bytes: 16 << 20,
-            segment_index_bytes: 1 << 20,
+            // Small: segments are preallocated, and the records are small.
+            segment_bytes: 4 << 20,
+            segment_index_bytes: 256 << 10,
             prefault_bytes: 0,
             ..LogConfig::default()
         };
