@@ -2,14 +2,15 @@
 //! producer's committed transactions are read by read_committed consumers and its aborted
 //! ones never are; a zombie with the old epoch is fenced; a producer killed mid-transaction
 //! leaves nothing visible once its transaction times out; a broker SIGKILL mid-transaction
-//! aborts it at restart; consume-transform-produce commits the consumer's offsets with the
-//! transaction (send_offsets_to_transaction), and an aborted one leaves them as they were.
+//! aborts it at restart; consume-transform-produce (confluent-kafka's
+//! send_offsets_to_transaction, the Java client's sendOffsetsToTransaction) commits the
+//! consumer's offsets with the transaction, and an aborted one leaves them as they were.
 
 mod common;
 
 use std::time::Duration;
 
-use common::clients::{group_consumer, txn_client};
+use common::clients::{group_consumer, java_txn_loop, txn_client};
 use common::{topic, BrokerProcess};
 use serde_json::Value;
 
@@ -182,4 +183,30 @@ fn consume_transform_produce_commits_the_offsets_with_the_transaction() {
         expected,
         "each input transformed once; the aborted output is not visible"
     );
+}
+
+#[test]
+fn the_java_clients_send_offsets_to_transaction_loop_commits_offsets_with_its_output() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let input = topic("java-ctp-in");
+    let output = topic("java-ctp-out");
+    txn_client(&["txns", &broker.bootstrap(), &input, "5", "tx-java-src"]).finish(TIMEOUT);
+    let group = format!("{input}-g");
+    let run = java_txn_loop(&[&broker.bootstrap(), &input, &output, &group, "tx-java", "5"])
+        .finish(TIMEOUT);
+    assert_eq!(events(run.clone(), "aborted"), 1);
+    assert_eq!(events(run.clone(), "transformed"), 5);
+    let committed = run
+        .iter()
+        .find(|e| e["event"] == "committed_offset")
+        .map(|e| e["offset"].as_i64().unwrap());
+    // Five transactions of a record and a COMMIT marker each: the last record is at 8.
+    assert_eq!(
+        committed,
+        Some(9),
+        "sendOffsetsToTransaction's offsets, with the commits"
+    );
+    let expected: Vec<String> = (0..5).map(|i| format!("out-m-{i}")).collect();
+    assert_eq!(read_all(&broker.bootstrap(), &output, false), expected);
 }

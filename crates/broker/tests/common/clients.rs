@@ -383,3 +383,35 @@ pub fn eos_consumer(
     .args(extra);
     Run::spawn(Client::Confluent, c)
 }
+
+/// The Java client's consume-transform-produce loop (tests/java/TxnLoop.java), compiled on
+/// first use against the installed kafka-clients jars.
+pub fn java_txn_loop(args: &[&str]) -> Run {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    let dir = clients_dir();
+    let lib = format!("{}/*", dir.join("java/lib").display());
+    let classes = CLASSES.get_or_init(|| {
+        let out = dir.join("java/txn-classes");
+        std::fs::create_dir_all(&out).unwrap();
+        let status = Command::new("javac")
+            .arg("-d")
+            .arg(&out)
+            .args(["-cp", &lib])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/java/TxnLoop.java"
+            ))
+            .status()
+            .expect("run javac");
+        assert!(status.success(), "javac TxnLoop.java failed");
+        out
+    });
+    let mut c = Command::new("java");
+    c.arg("-Xmx256m")
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!("{}:{lib}", classes.display()))
+        .arg("TxnLoop")
+        .args(args);
+    Run::spawn(Client::Java, c)
+}
