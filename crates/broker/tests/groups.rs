@@ -152,3 +152,47 @@ fn a_member_killed_before_its_commit_has_the_record_redelivered_to_another() {
         "the killed member was removed by its session timeout"
     );
 }
+
+#[test]
+fn a_broker_crash_mid_rebalance_keeps_every_commit_made_before_it() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &["--partitions", "4"]);
+    let topic = topic("group-crash-rebalance");
+    let group = format!("{topic}-readers");
+    produce(&broker.bootstrap(), &topic, 400);
+    let mut first = group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "60"]);
+    first.wait_event("committed", TIMEOUT);
+    // A second member joins: the group rebalances, and the broker dies in the middle.
+    let second = group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "60"]);
+    std::thread::sleep(Duration::from_millis(700));
+    broker.crash();
+    let mut committed: BTreeMap<i64, i64> = BTreeMap::new();
+    for run in [first.kill(), second.kill()] {
+        for e in run.iter().filter(|e| e["event"] == "committed") {
+            let p = e["partition"].as_i64().unwrap();
+            let o = e["offset"].as_i64().unwrap();
+            let c = committed.entry(p).or_insert(o);
+            *c = (*c).max(o);
+        }
+    }
+    assert!(!committed.is_empty());
+    let broker = broker.restart();
+    let (records, _) = consumed(
+        &group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "6"]).finish(TIMEOUT),
+    );
+    for (p, o, _) in &records {
+        if let Some(c) = committed.get(p) {
+            assert!(
+                o > c,
+                "partition {p}: offset {o} read again though {c} was committed before the crash"
+            );
+        }
+    }
+    // Everything after the committed offsets is read: nothing is lost either.
+    let expected: usize = 400 - committed.values().map(|c| (c + 1) as usize).sum::<usize>();
+    assert!(
+        records.len() >= expected,
+        "{} records read after the restart, at least {expected} expected",
+        records.len()
+    );
+}

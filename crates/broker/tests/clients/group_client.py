@@ -6,7 +6,7 @@ object per line.
       subscribe() to TOPIC in GROUP (JoinGroup, SyncGroup, Heartbeat; the client's own range
       assignor), read with isolation.level=read_committed and manual commits: each record is
       printed {"event":"consumed","partition":..,"offset":..,"value":..} and then committed
-      synchronously (offset + 1). Prints {"event":"assigned","partitions":[..]} on every
+      synchronously (offset + 1), then {"event":"committed",..}. Prints {"event":"assigned","partitions":[..]} on every
       rebalance. Stops after S seconds without a record once it had one (or --timeout), or
       after N records (--stop-after), then closes (LeaveGroup) and prints {"event":"done"}.
       --read-uncommitted: isolation.level=read_uncommitted instead.
@@ -72,6 +72,7 @@ def main():
             time.sleep(3600)
         try:
             c.commit(message=msg, asynchronous=False)
+            out(event="committed", partition=msg.partition(), offset=msg.offset())
         except KafkaException as e:
             # A commit refused by a rebalance: the record will be read again.
             out(event="commit_failed", partition=msg.partition(), offset=msg.offset(),
