@@ -31,6 +31,7 @@ macro_rules! internal_mod {
 
 pub mod format;
 pub mod io;
+pub mod processed;
 pub mod producer;
 pub mod verify;
 

@@ -326,6 +326,11 @@ impl Log {
     pub fn producer(&self, producer_id: i64) -> Option<ProducerEntry> {
         self.append.lock().producers.producer(producer_id)
     }
+    /// The open transactions, `(first offset, producer id)`, earliest first: what a broker's
+    /// transaction coordinator aborts or completes when it recovers.
+    pub fn ongoing_transactions(&self) -> Vec<(i64, i64)> {
+        self.append.lock().producers.table().ongoing().collect()
+    }
     /// Number of producers in the table.
     pub fn producer_count(&self) -> usize {
         self.append.lock().producers.table().len()

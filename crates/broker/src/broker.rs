@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use crate::api::CommittedOffsets;
+use crate::coordinator::Groups;
 use crate::producer_ids::ProducerIds;
 use crate::stats::Stats;
 use crate::store::Store;
+use crate::txn_coordinator::Txns;
 
 /// Where clients connect to this broker (the advertised listener).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub struct Broker {
     pub store: Arc<Store>,
     pub producer_ids: Arc<ProducerIds>,
     pub offsets: CommittedOffsets,
+    pub groups: Groups,
+    pub txns: Txns,
     pub stats: Stats,
     pub endpoint: Endpoint,
     /// Partitions of a topic created by Metadata.

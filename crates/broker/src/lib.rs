@@ -11,12 +11,15 @@ pub mod broker;
 pub mod codec;
 pub mod config;
 pub mod connection;
+pub mod coordinator;
 pub mod errors;
 mod files;
+pub mod offsets_log;
 pub mod producer_ids;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod txn_coordinator;
 pub mod wait;
 
 pub use config::{Args, BrokerConfig};

@@ -15,9 +15,12 @@ use crate::api::CommittedOffsets;
 use crate::broker::{Broker, Endpoint};
 use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
+use crate::coordinator::Groups;
+use crate::offsets_log::OffsetsLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
+use crate::txn_coordinator::{self, TxnLogError, Txns};
 
 /// How long connections get at shutdown to answer the requests they already read.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,6 +34,12 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     ProducerIds(#[from] ProducerIdError),
+    #[error(transparent)]
+    Offsets(#[from] OffsetsLogError),
+    #[error(transparent)]
+    Txns(#[from] TxnLogError),
+    #[error("cannot settle the transaction of {0}")]
+    Settle(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: SocketAddr, source: io::Error },
     #[error("startup task failed: {0}")]
@@ -67,10 +76,19 @@ impl Server {
             }
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
-        let (store, producer_ids) = tokio::task::spawn_blocking(move || {
+        let (store, producer_ids, offsets, txns) = tokio::task::spawn_blocking(move || {
             let store = Store::open(&dir, &settings, node_id)?;
             let producer_ids = ProducerIds::open(&dir)?;
-            Ok::<_, StartError>((store, producer_ids))
+            let offsets = CommittedOffsets::open(&dir)?;
+            let (txns, unsettled) = Txns::open(&dir)?;
+            // Transactions a crash left: a decided commit is completed, the rest aborted.
+            for ending in &unsettled {
+                txn_coordinator::write_ending(&store, &offsets, &txns, ending).map_err(|e| {
+                    StartError::Settle(format!("{}: {e:?}", ending.transactional_id))
+                })?;
+            }
+            txn_coordinator::abort_orphans(&store);
+            Ok::<_, StartError>((store, producer_ids, offsets, txns))
         })
         .await
         .map_err(|e| StartError::Task(e.to_string()))??;
@@ -92,7 +110,9 @@ impl Server {
         let broker = Broker {
             store: Arc::new(store),
             producer_ids: Arc::new(producer_ids),
-            offsets: CommittedOffsets::default(),
+            offsets,
+            groups: Groups::default(),
+            txns,
             stats: Stats::default(),
             endpoint: Endpoint {
                 node_id: config.node_id,
@@ -130,6 +150,27 @@ impl Server {
     /// clean-shutdown checkpoint).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ShutdownError> {
         let (stop, stopping) = watch::channel(false);
+        // Session timeouts and join-phase deadlines of the groups.
+        let ticking = Arc::clone(&self.broker);
+        let ticker = tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                ticking.groups.tick();
+                let b = Arc::clone(&ticking);
+                // Transactions past their timeout are aborted (markers: off the reactor).
+                let _ = tokio::task::spawn_blocking(move || {
+                    for ending in b.txns.expired() {
+                        if let Err(e) =
+                            txn_coordinator::write_ending(&b.store, &b.offsets, &b.txns, &ending)
+                        {
+                            tracing::error!(error = ?e, "cannot abort a timed-out transaction");
+                        }
+                    }
+                })
+                .await;
+            }
+        });
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -170,10 +211,21 @@ impl Server {
             );
             connections.shutdown().await;
         }
+        ticker.abort();
         let store = Arc::clone(&self.broker.store);
-        let failed = tokio::task::spawn_blocking(move || store.close())
-            .await
-            .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
+        let broker = Arc::clone(&self.broker);
+        let failed = tokio::task::spawn_blocking(move || {
+            let mut failed = store.close();
+            if let Err(e) = broker.offsets.close() {
+                failed.push(("__consumer_offsets".to_string(), e.to_string()));
+            }
+            if let Err(e) = broker.txns.close() {
+                failed.push(("__transaction_state".to_string(), e.to_string()));
+            }
+            failed
+        })
+        .await
+        .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
         self.broker.stats.log();
         if failed.is_empty() {
             tracing::info!(data = %self.data_dir.display(), "every partition closed cleanly");

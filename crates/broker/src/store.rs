@@ -159,6 +159,10 @@ pub fn batch_producer(records: &[u8]) -> Option<BatchProducer> {
     })
 }
 
+/// A read_committed read: the batches, the last stable offset, and the aborted transactions
+/// (producer id, first offset) among them.
+pub type CommittedRead = (Bytes, i64, Vec<(i64, i64)>);
+
 /// One partition: its log, the signal that wakes its long-polling fetchers, and the turn its
 /// acks=all producers take to flush.
 pub struct Partition {
@@ -244,6 +248,62 @@ impl Partition {
     /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadRefused> {
         Ok(self.log.read(offset, max_bytes)?)
+    }
+
+    /// Appends a COMMIT or ABORT marker for the producer's open transaction and makes it
+    /// durable (a decided transaction must not come undone). Blocking.
+    pub fn append_marker(&self, marker: &oncelog::TxnMarker) -> Result<i64, AppendRefused> {
+        let refused = |kind: &'static str, message: String| AppendRefused { kind, message };
+        let info = self
+            .log
+            .append_marker(marker)
+            .map_err(|e| refused(e.kind(), e.to_string()))?;
+        self.log.flush().map_err(|e| refused("io", e.to_string()))?;
+        self.appended.appended();
+        Ok(info.first_offset)
+    }
+
+    /// The open transactions, `(first offset, producer id)`.
+    pub fn ongoing_transactions(&self) -> Vec<(i64, i64)> {
+        self.log.ongoing_transactions()
+    }
+
+    /// The producer's epoch as this partition knows it.
+    pub fn epoch_of(&self, producer_id: i64) -> Option<i16> {
+        self.producer_epoch(producer_id)
+    }
+
+    /// A read_committed read: whole batches below the last stable offset, the last stable
+    /// offset, and the aborted transactions (producer id, first offset) that overlap them.
+    pub fn read_committed(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<CommittedRead, ReadRefused> {
+        // The engine bounds the last stable offset by its high watermark, the durable end;
+        // this broker serves read_uncommitted up to the log end (acks=1 writes included), so a
+        // read_committed fetch first makes the log durable to its end (a no-op when acks=all
+        // producers already did).
+        if self.log.recovery_point() < self.log.log_end_offset() {
+            self.log.flush().map_err(|e| {
+                ReadRefused::Storage(format!("flush before a read_committed read: {e}"))
+            })?;
+        }
+        let f =
+            self.log
+                .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)?;
+        let aborted = f
+            .aborted_transactions
+            .unwrap_or_default()
+            .iter()
+            .map(|a| (a.producer_id, a.first_offset))
+            .collect();
+        Ok((f.bytes, f.last_stable_offset, aborted))
+    }
+
+    /// The last stable offset (the high watermark when no transaction is open).
+    pub fn last_stable_offset(&self) -> i64 {
+        self.log.last_stable_offset()
     }
 
     /// Registers for the next append (see [`crate::wait`]).
@@ -593,7 +653,11 @@ fn parse_partition_dir(name: &str) -> Option<(&str, i32)> {
     Some((topic, index))
 }
 
-/// Kafka's topic name rules (`Topic.validate`).
+/// Internal topics: the broker's offsets log (`crate::offsets_log`) and transaction log
+/// (`crate::txn_coordinator`), never partitions of the store.
+pub const RESERVED_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
+
+/// Kafka's topic name rules (`Topic.validate`), and no internal topic.
 pub fn validate_topic_name(name: &str) -> Result<(), StoreError> {
     let bad = |rule| StoreError::InvalidTopicName {
         name: name.to_string(),
@@ -604,6 +668,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), StoreError> {
     }
     if name == "." || name == ".." {
         return Err(bad("must not be '.' or '..'"));
+    }
+    if RESERVED_TOPICS.contains(&name) {
+        return Err(bad("is an internal topic of the broker"));
     }
     if name.len() > 249 {
         return Err(bad("must be at most 249 characters"));

@@ -161,10 +161,16 @@ fn api_versions_lists_every_api_and_a_newer_version_gets_error_35_in_a_v0_body()
         ApiKey::InitProducerId,
         ApiKey::ListOffsets,
         ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
     ] {
         assert!(range(key).is_some(), "{key:?} advertised");
     }
-    assert_eq!(range(ApiKey::JoinGroup), None, "groups are not advertised");
+    // Transactions as transaction version 1 runs them: no KIP-890 EndTxn v5.
+    assert_eq!(range(ApiKey::EndTxn), Some((0, 4)));
+    assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 3)));
 
     // A version newer than the broker's: the body of v4 under a v5 header, as a newer client
     // would send it.
@@ -546,4 +552,229 @@ fn one_produce_request_appends_to_several_partitions_and_one_fetch_reads_them() 
         .map(|p| p.high_watermark)
         .collect();
     assert_eq!(ends, vec![1, 2, 3], "each partition got its own batch");
+}
+
+fn join(wire: &mut Wire, group: &str, member: &str, session_ms: i32) -> JoinGroupResponse {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    wire.call(
+        ApiKey::JoinGroup,
+        5,
+        &JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_session_timeout_ms(session_ms)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(b"subscription"))]),
+    )
+}
+
+fn commit(wire: &mut Wire, group: &str, member: &str, generation: i32, topic: &str) -> i16 {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let response: OffsetCommitResponse = wire.call(
+        ApiKey::OffsetCommit,
+        7,
+        &OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_generation_id_or_member_epoch(generation)
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(5)])]),
+    );
+    response.topics[0].partitions[0].error_code
+}
+
+fn fetch_committed(wire: &mut Wire, group: &str, topic: &str) -> i64 {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let response: OffsetFetchResponse = wire.call(
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(name(topic))
+                .with_partition_indexes(vec![0])])),
+    );
+    response.topics[0].partitions[0].committed_offset
+}
+
+/// The group protocol's refusals, each with Kafka's code, and a refused commit stores nothing.
+#[test]
+fn group_requests_outside_the_rules_get_kafkas_codes_and_change_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    // A session timeout outside 6 s ..= 30 min: INVALID_SESSION_TIMEOUT (26).
+    assert_eq!(join(&mut wire, "g", "", 100).error_code, 26);
+    // A member id the group never gave: UNKNOWN_MEMBER_ID (25).
+    assert_eq!(join(&mut wire, "g", "stranger", 10_000).error_code, 25);
+    // The first member joins (after the initial delay) and leads generation 1.
+    let joined = join(&mut wire, "g", "", 10_000);
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(joined.generation_id, 1);
+    assert_eq!(joined.leader, joined.member_id);
+    assert_eq!(joined.members.len(), 1);
+    let me = joined.member_id.to_string();
+    let heartbeat = |wire: &mut Wire, member: &str, generation: i32| -> i16 {
+        let r: HeartbeatResponse = wire.call(
+            ApiKey::Heartbeat,
+            3,
+            &HeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g")))
+                .with_generation_id(generation)
+                .with_member_id(StrBytes::from_string(member.to_string())),
+        );
+        r.error_code
+    };
+    // A wrong generation: ILLEGAL_GENERATION (22); an unknown member: 25.
+    assert_eq!(heartbeat(&mut wire, &me, 7), 22);
+    assert_eq!(heartbeat(&mut wire, "stranger", 1), 25);
+    // Before the leader's SyncGroup, a commit is refused: REBALANCE_IN_PROGRESS (27).
+    assert_eq!(commit(&mut wire, "g", &me, 1, "t"), 27);
+    let synced: SyncGroupResponse = wire.call(
+        ApiKey::SyncGroup,
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_string(me.clone()))
+            .with_assignments(vec![
+                kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment::default()
+                    .with_member_id(StrBytes::from_string(me.clone()))
+                    .with_assignment(Bytes::from_static(b"t-0")),
+            ]),
+    );
+    assert_eq!(synced.error_code, 0);
+    assert_eq!(
+        &synced.assignment[..],
+        b"t-0",
+        "the leader's assignment, relayed"
+    );
+    assert_eq!(heartbeat(&mut wire, &me, 1), 0);
+    // Commits: another generation (22), a stranger (25), an outsider while the group has
+    // members (25), an unknown topic (3): none is stored.
+    assert_eq!(commit(&mut wire, "g", &me, 2, "t"), 22);
+    assert_eq!(commit(&mut wire, "g", "stranger", 1, "t"), 25);
+    assert_eq!(commit(&mut wire, "g", "", -1, "t"), 25);
+    assert_eq!(commit(&mut wire, "g", &me, 1, "nope"), 3);
+    assert_eq!(fetch_committed(&mut wire, "g", "t"), -1, "nothing stored");
+    assert_eq!(commit(&mut wire, "g", &me, 1, "t"), 0);
+    assert_eq!(fetch_committed(&mut wire, "g", "t"), 5);
+    // The member leaves; an outsider may commit again (an empty group).
+    let left: LeaveGroupResponse = wire.call(
+        ApiKey::LeaveGroup,
+        1,
+        &LeaveGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g")))
+            .with_member_id(StrBytes::from_string(me.clone())),
+    );
+    assert_eq!(left.error_code, 0);
+    assert_eq!(heartbeat(&mut wire, &me, 1), 25, "gone");
+    // A topic named like the offsets log is refused, and the log is not served as a topic.
+    let metadata: MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        9,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(name("__consumer_offsets")))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    assert_ne!(metadata.topics[0].error_code, 0, "an internal name");
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(
+        fetch_committed(&mut wire, "g", "t"),
+        5,
+        "the commit survived a SIGKILL"
+    );
+}
+
+fn init_txn(wire: &mut Wire, id: &str, timeout_ms: i32) -> InitProducerIdResponse {
+    wire.call(
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.to_string()))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    )
+}
+
+fn add_partition(wire: &mut Wire, id: &str, pid: i64, epoch: i16, topic: &str) -> i16 {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    let r: AddPartitionsToTxnResponse = wire.call(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                id.to_string(),
+            )))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![0])]),
+    );
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+fn end_txn(wire: &mut Wire, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let r: EndTxnResponse = wire.call(
+        ApiKey::EndTxn,
+        3,
+        &EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(StrBytes::from_string(id.to_string())))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(commit),
+    );
+    r.error_code
+}
+
+/// The coordinator's refusals, each with Kafka's code; a refused request changes nothing.
+#[test]
+fn transactional_requests_outside_the_rules_get_kafkas_codes() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "t");
+    // A timeout past transaction.max.timeout.ms: INVALID_TRANSACTION_TIMEOUT (50).
+    assert_eq!(init_txn(&mut wire, "x", 900_001).error_code, 50);
+    let first = init_txn(&mut wire, "x", 10_000);
+    assert_eq!(first.error_code, 0);
+    let (pid, epoch) = (first.producer_id.0, first.producer_epoch);
+    // An unknown transactional id, or another producer id: INVALID_PRODUCER_ID_MAPPING (49).
+    assert_eq!(add_partition(&mut wire, "nobody", pid, epoch, "t"), 49);
+    assert_eq!(add_partition(&mut wire, "x", pid + 1000, epoch, "t"), 49);
+    // An unknown partition: 3. Ending a transaction that has nothing: INVALID_TXN_STATE (48).
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "nope"), 3);
+    assert_eq!(end_txn(&mut wire, "x", pid, epoch, true), 48);
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "t"), 0);
+    // A new init bumps the epoch: the old one is fenced (PRODUCER_FENCED, 90, at v3).
+    let second = init_txn(&mut wire, "x", 10_000);
+    assert_eq!(second.producer_id.0, pid, "the same id");
+    assert_eq!(second.producer_epoch, epoch + 1, "a bumped epoch");
+    assert_eq!(end_txn(&mut wire, "x", pid, epoch, true), 90);
+    assert_eq!(add_partition(&mut wire, "x", pid, epoch, "t"), 90);
+    // The open transaction was aborted by the new init: nothing to end.
+    assert_eq!(
+        end_txn(&mut wire, "x", pid, second.producer_epoch, false),
+        48
+    );
+    assert_eq!(
+        add_partition(&mut wire, "x", pid, second.producer_epoch, "t"),
+        0
+    );
+    assert_eq!(end_txn(&mut wire, "x", pid, second.producer_epoch, true), 0);
 }

@@ -14,6 +14,7 @@ mod demo;
 mod dump;
 mod log_dir;
 mod output;
+mod processed;
 mod read;
 mod recover;
 mod rewrite;
@@ -120,6 +121,12 @@ enum Command {
     Demo(demo::DemoArgs),
     #[command(hide = true)]
     DemoChild(demo::DemoChildArgs),
+    /// Run a processed-id store for a consumer in another language, or print one
+    ///
+    /// `serve DIR` answers JSON requests on stdin (record an id with its effect and position,
+    /// ask whether one was handled); `dump DIR` prints its ids, effects and positions. See
+    /// docs/exactly-once.md.
+    Processed(processed::ProcessedArgs),
 }
 
 /// What a command reports back to `main`.
@@ -156,6 +163,7 @@ fn main() -> ExitCode {
         Command::Compact(args) => rewrite::run_compact(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoChild(args) => demo::run_child(&args),
+        Command::Processed(args) => processed::run(&args),
     };
     match result {
         Ok(Status::Ok) => ExitCode::SUCCESS,

@@ -95,7 +95,7 @@ async fn fetch(
             .flatten()
             .filter_map(|w| w.partition.as_ref().ok().map(|p| p.listen()))
             .collect();
-        let read = read_all(&wanted, max_bytes);
+        let read = read_all(&wanted, max_bytes, body.isolation_level == READ_COMMITTED);
         if read.bytes >= min_bytes || read.failed || Instant::now() >= deadline {
             return answer(&request, &body, &wanted, read);
         }
@@ -103,15 +103,31 @@ async fn fetch(
     }
 }
 
+/// The records read from one partition; under read_committed, with the last stable offset
+/// and the aborted transactions (producer id, first offset) among them.
+struct Piece {
+    records: Bytes,
+    committed: Option<(i64, Vec<(i64, i64)>)>,
+}
+
+impl Piece {
+    fn empty() -> Piece {
+        Piece {
+            records: Bytes::new(),
+            committed: None,
+        }
+    }
+}
+
 /// What one pass over the partitions read.
 struct Read {
     /// Per topic, per partition: the records, or why none.
-    results: Vec<Vec<Result<Bytes, ReadRefused>>>,
+    results: Vec<Vec<Result<Piece, ReadRefused>>>,
     bytes: usize,
     failed: bool,
 }
 
-fn read_all(wanted: &[Vec<Wanted>], max_bytes: usize) -> Read {
+fn read_all(wanted: &[Vec<Wanted>], max_bytes: usize, read_committed: bool) -> Read {
     let mut left = max_bytes;
     let mut bytes = 0;
     let mut failed = false;
@@ -123,21 +139,36 @@ fn read_all(wanted: &[Vec<Wanted>], max_bytes: usize) -> Read {
                 .map(|w| {
                     let Ok(partition) = &w.partition else {
                         failed = true;
-                        return Ok(Bytes::new());
+                        return Ok(Piece::empty());
                     };
                     let limit = w.max_bytes.min(left);
                     if limit == 0 && bytes > 0 {
-                        return Ok(Bytes::new());
+                        return Ok(Piece::empty());
                     }
-                    match partition.read(w.fetch_offset, limit.max(1)) {
+                    let read = if read_committed {
+                        partition.read_committed(w.fetch_offset, limit.max(1)).map(
+                            |(records, lso, aborted)| Piece {
+                                records,
+                                committed: Some((lso, aborted)),
+                            },
+                        )
+                    } else {
+                        partition
+                            .read(w.fetch_offset, limit.max(1))
+                            .map(|records| Piece {
+                                records,
+                                committed: None,
+                            })
+                    };
+                    match read {
                         // The log returns at least one whole batch. Past the limit, that is
                         // allowed only for the first data of the response (KIP-74), so a
                         // batch larger than the limits can still be consumed.
-                        Ok(records) if records.len() > limit && bytes > 0 => Ok(Bytes::new()),
-                        Ok(records) => {
-                            bytes += records.len();
-                            left = left.saturating_sub(records.len());
-                            Ok(records)
+                        Ok(piece) if piece.records.len() > limit && bytes > 0 => Ok(Piece::empty()),
+                        Ok(piece) => {
+                            bytes += piece.records.len();
+                            left = left.saturating_sub(piece.records.len());
+                            Ok(piece)
                         }
                         Err(e) => {
                             failed = true;
@@ -172,7 +203,7 @@ fn answer(
                 .iter()
                 .zip(results)
                 .map(|(w, result)| {
-                    let data = partition_data(w, result, body.isolation_level);
+                    let data = partition_data(w, result);
                     if let Some(records) = &data.records {
                         pass_through.push(records.clone());
                     }
@@ -194,11 +225,9 @@ fn answer(
     )
 }
 
-fn partition_data(
-    wanted: &Wanted,
-    result: Result<Bytes, ReadRefused>,
-    isolation_level: i8,
-) -> PartitionData {
+fn partition_data(wanted: &Wanted, result: Result<Piece, ReadRefused>) -> PartitionData {
+    use kafka_protocol::messages::fetch_response::AbortedTransaction;
+    use kafka_protocol::messages::ProducerId;
     let data = PartitionData::default().with_partition_index(wanted.index);
     let partition = match &wanted.partition {
         Ok(partition) => partition,
@@ -215,17 +244,36 @@ fn partition_data(
     let end = partition.log_end_offset();
     let data = data
         .with_high_watermark(end)
-        // No transactions yet: everything below the end is stable.
-        .with_last_stable_offset(end)
-        .with_log_start_offset(partition.log_start_offset())
-        .with_aborted_transactions((isolation_level == READ_COMMITTED).then(Vec::new));
+        .with_log_start_offset(partition.log_start_offset());
     match result {
-        Ok(records) => data.with_records(Some(records)),
+        Ok(Piece {
+            records,
+            committed: Some((lso, aborted)),
+        }) => data
+            .with_last_stable_offset(lso)
+            .with_aborted_transactions(Some(
+                aborted
+                    .into_iter()
+                    .map(|(producer_id, first_offset)| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(producer_id))
+                            .with_first_offset(first_offset)
+                    })
+                    .collect(),
+            ))
+            .with_records(Some(records)),
+        Ok(Piece {
+            records,
+            committed: None,
+        }) => data
+            .with_last_stable_offset(partition.last_stable_offset())
+            .with_records(Some(records)),
         Err(refused) => {
             if !matches!(refused, ReadRefused::OutOfRange { .. }) {
                 tracing::warn!(partition = ?partition, error = %refused, "fetch failed");
             }
             data.with_error_code(errors::read_error(&refused).code())
+                .with_last_stable_offset(end)
                 .with_records(Some(Bytes::new()))
         }
     }

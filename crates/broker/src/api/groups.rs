@@ -1,16 +1,14 @@
-//! What a consumer with a group id needs when it assigns partitions itself (`assign()`):
-//! FindCoordinator names this broker, OffsetCommit stores positions, OffsetFetch returns them.
-//!
-//! Group membership (JoinGroup, SyncGroup, Heartbeat) is a later step and is not advertised,
-//! so a `subscribe()` consumer fails clearly instead of half-joining. Committed offsets are
-//! kept in memory: a restart forgets them, and a consumer then starts from its
-//! `auto.offset.reset` position. Storing them durably (Kafka's `__consumer_offsets` log) comes
-//! with the groups.
+//! Consumer groups: FindCoordinator names this broker; JoinGroup, SyncGroup, Heartbeat and
+//! LeaveGroup run the classic protocol ([`crate::coordinator`]); OffsetCommit stores positions
+//! durably in the `__consumer_offsets` log ([`crate::offsets_log`]) before it answers, and
+//! OffsetFetch returns them, across restarts.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -19,75 +17,201 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
-use crate::codec::Request;
+use crate::codec::{self, Request};
+use crate::coordinator::JoinRequest;
+use crate::offsets_log::{Committed, OffsetKey, OffsetsLog, OffsetsLogError};
 
 /// FindCoordinator's key types.
 const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
 
 /// Kafka's `offset.metadata.max.bytes` default.
 const MAX_METADATA_BYTES: usize = 4096;
 
-/// One committed position.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: String,
-}
-
-/// One group's committed positions, by (topic, partition).
-type GroupOffsets = BTreeMap<(String, i32), Committed>;
-
-/// Committed offsets by group, topic and partition.
-#[derive(Debug, Default)]
+/// Committed offsets by (group, topic, partition): in memory, and in the durable log.
+#[derive(Debug)]
 pub struct CommittedOffsets {
-    by_group: Mutex<BTreeMap<String, GroupOffsets>>,
+    by_key: Mutex<BTreeMap<OffsetKey, Committed>>,
+    log: OffsetsLog,
 }
 
 impl CommittedOffsets {
-    fn commit(&self, group: &str, topic: &str, partition: i32, committed: Committed) {
-        self.lock()
-            .entry(group.to_string())
-            .or_default()
-            .insert((topic.to_string(), partition), committed);
+    /// Opens the offsets log under `data_dir` and replays it. Blocking.
+    pub fn open(data_dir: &std::path::Path) -> Result<CommittedOffsets, OffsetsLogError> {
+        let (log, by_key) = OffsetsLog::open(data_dir)?;
+        Ok(CommittedOffsets {
+            by_key: Mutex::new(by_key),
+            log,
+        })
+    }
+
+    /// Stores the commits durably, then in memory. Blocking.
+    pub fn commit(&self, commits: Vec<(OffsetKey, Committed)>) -> Result<(), OffsetsLogError> {
+        self.log.append(&commits)?;
+        let mut map = self.lock();
+        for (k, c) in commits {
+            map.insert(k, c);
+        }
+        Ok(())
     }
 
     fn get(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
         self.lock()
-            .get(group)?
-            .get(&(topic.to_string(), partition))
+            .get(&(group.to_string(), topic.to_string(), partition))
             .cloned()
     }
 
     /// Every (topic, partition) the group committed, in order.
     fn all(&self, group: &str) -> Vec<(String, i32)> {
         self.lock()
-            .get(group)
-            .map(|offsets| offsets.keys().cloned().collect())
-            .unwrap_or_default()
+            .keys()
+            .filter(|(g, _, _)| g == group)
+            .map(|(_, t, p)| (t.clone(), *p))
+            .collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, GroupOffsets>> {
-        self.by_group.lock().unwrap_or_else(|e| e.into_inner())
+    /// Closes the log. Blocking.
+    pub fn close(&self) -> Result<(), OffsetsLogError> {
+        self.log.close()
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<OffsetKey, Committed>> {
+        self.by_key.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn s(v: &StrBytes) -> String {
+    v.to_string()
+}
+
+fn opt(v: Option<String>) -> Option<StrBytes> {
+    v.map(StrBytes::from_string)
+}
+
+pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: JoinGroupRequest = request.body()?;
+    let client_id = request
+        .client_id
+        .as_ref()
+        .map(s)
+        .unwrap_or_else(|| "consumer".into());
+    // Before v1 there is no rebalance timeout: it is the session timeout.
+    let rebalance_timeout_ms = if request.version >= 1 {
+        body.rebalance_timeout_ms
+    } else {
+        body.session_timeout_ms
+    };
+    let rx = broker.groups.join(JoinRequest {
+        group: s(&body.group_id.0),
+        member_id: s(&body.member_id),
+        instance_id: body.group_instance_id.as_ref().map(s),
+        client_id,
+        session_timeout_ms: body.session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type: s(&body.protocol_type),
+        protocols: body
+            .protocols
+            .iter()
+            .map(|p| (s(&p.name), p.metadata.clone()))
+            .collect(),
+    });
+    let (correlation_id, version) = (request.correlation_id, request.version);
+    Ok(Reply::Later(tokio::spawn(async move {
+        let joined = rx.await.unwrap_or_default();
+        let members = joined
+            .members
+            .into_iter()
+            .map(|(id, instance, meta)| {
+                JoinGroupResponseMember::default()
+                    .with_member_id(StrBytes::from_string(id))
+                    .with_group_instance_id(opt(instance))
+                    .with_metadata(meta)
+            })
+            .collect();
+        let response = JoinGroupResponse::default()
+            .with_error_code(crate::errors::code(joined.error))
+            .with_generation_id(joined.generation)
+            .with_protocol_type(opt(joined.protocol_type))
+            .with_protocol_name(opt(joined.protocol_name))
+            .with_leader(StrBytes::from_string(joined.leader))
+            .with_member_id(StrBytes::from_string(joined.member_id))
+            .with_members(members);
+        codec::encode(correlation_id, version, &response, &[])
+    })))
+}
+
+pub fn sync_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: SyncGroupRequest = request.body()?;
+    let rx = broker.groups.sync(
+        &body.group_id.0,
+        &body.member_id,
+        body.generation_id,
+        body.assignments
+            .iter()
+            .map(|a| (s(&a.member_id), a.assignment.clone()))
+            .collect(),
+    );
+    let (correlation_id, version) = (request.correlation_id, request.version);
+    Ok(Reply::Later(tokio::spawn(async move {
+        let synced = rx.await.unwrap_or_default();
+        let response = SyncGroupResponse::default()
+            .with_error_code(crate::errors::code(synced.error))
+            .with_protocol_type(opt(synced.protocol_type))
+            .with_protocol_name(opt(synced.protocol_name))
+            .with_assignment(synced.assignment);
+        codec::encode(correlation_id, version, &response, &[])
+    })))
+}
+
+pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: HeartbeatRequest = request.body()?;
+    let error = broker
+        .groups
+        .heartbeat(&body.group_id.0, &body.member_id, body.generation_id);
+    let response = HeartbeatResponse::default().with_error_code(crate::errors::code(error));
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+pub fn leave_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: LeaveGroupRequest = request.body()?;
+    let response = if request.version >= 3 {
+        // From v3 a request names several members, each answered on its own.
+        let members = body
+            .members
+            .iter()
+            .map(|m| {
+                let error = broker.groups.leave(&body.group_id.0, &m.member_id);
+                MemberResponse::default()
+                    .with_member_id(m.member_id.clone())
+                    .with_group_instance_id(m.group_instance_id.clone())
+                    .with_error_code(crate::errors::code(error))
+            })
+            .collect();
+        LeaveGroupResponse::default().with_members(members)
+    } else {
+        let error = broker.groups.leave(&body.group_id.0, &body.member_id);
+        LeaveGroupResponse::default().with_error_code(crate::errors::code(error))
+    };
+    Ok(Reply::Now(respond(request, &response)?))
 }
 
 pub fn find_coordinator(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: FindCoordinatorRequest = request.body()?;
     let endpoint = &broker.endpoint;
-    let error = (body.key_type != GROUP).then_some(ResponseError::InvalidRequest);
+    let error =
+        (!matches!(body.key_type, GROUP | TRANSACTION)).then_some(ResponseError::InvalidRequest);
     let message = error.map(|_| {
-        StrBytes::from_static_str(
-            "only group coordinators: transactions and share groups are not supported",
-        )
+        StrBytes::from_static_str("group and transaction coordinators only: no share groups")
     });
     let (node_id, host, port) = match error {
         None => (
@@ -126,56 +250,85 @@ pub fn find_coordinator(broker: &Arc<Broker>, request: &Request) -> Result<Reply
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-pub fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+/// A partition of an OffsetCommit and its refusal, if any.
+type PartitionAnswer = (i32, Option<ResponseError>);
+
+pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: OffsetCommitRequest = request.body()?;
-    // Kafka accepts commits for a group it does not manage only from a consumer outside any
-    // generation (an `assign()` consumer sends -1); anything else claims a membership this
-    // broker never granted.
+    let group = s(&body.group_id.0);
+    // A member commits in its generation; a consumer outside any group (`assign()`) sends -1,
+    // accepted while the group has no members.
     let group_error =
-        (body.generation_id_or_member_epoch >= 0).then_some(ResponseError::IllegalGeneration);
-    let topics = body
-        .topics
+        broker
+            .groups
+            .check_commit(&group, &body.member_id, body.generation_id_or_member_epoch);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut commits = Vec::new();
+    let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
+    for topic in body.topics {
+        let known = broker.store.topic(&topic.name);
+        let mut parts = Vec::new();
+        for p in topic.partitions {
+            let error = group_error.or_else(|| {
+                let partition = known.as_ref().and_then(|t| t.partition(p.partition_index));
+                if partition.is_none() {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                } else if p.committed_metadata.as_ref().map_or(0, |m| m.len()) > MAX_METADATA_BYTES
+                {
+                    Some(ResponseError::OffsetMetadataTooLarge)
+                } else {
+                    None
+                }
+            });
+            if error.is_none() {
+                commits.push((
+                    (group.clone(), s(&topic.name.0), p.partition_index),
+                    Committed {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(s).unwrap_or_default(),
+                        commit_timestamp: now,
+                    },
+                ));
+            }
+            parts.push((p.partition_index, error));
+        }
+        answers.push((topic.name, parts));
+    }
+    // Durable before it is answered: off the reactor (an fsync).
+    let stored = if commits.is_empty() {
+        Ok(())
+    } else {
+        let b = Arc::clone(broker);
+        tokio::task::spawn_blocking(move || b.offsets.commit(commits))
+            .await
+            .unwrap_or_else(|e| {
+                tracing::error!(error = %e, "offset commit task failed");
+                Ok(())
+            })
+    };
+    let write_error = match stored {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot store committed offsets");
+            Some(ResponseError::KafkaStorageError)
+        }
+    };
+    let topics = answers
         .into_iter()
-        .map(|topic| {
-            let known = broker.store.topic(&topic.name);
-            let partitions = topic
-                .partitions
+        .map(|(name, parts)| {
+            let partitions = parts
                 .into_iter()
-                .map(|p| {
-                    let error = group_error.or_else(|| {
-                        let partition = known.as_ref().and_then(|t| t.partition(p.partition_index));
-                        if partition.is_none() {
-                            Some(ResponseError::UnknownTopicOrPartition)
-                        } else if p.committed_metadata.as_ref().map_or(0, |m| m.len())
-                            > MAX_METADATA_BYTES
-                        {
-                            Some(ResponseError::OffsetMetadataTooLarge)
-                        } else {
-                            None
-                        }
-                    });
-                    if error.is_none() {
-                        broker.offsets.commit(
-                            &body.group_id,
-                            &topic.name,
-                            p.partition_index,
-                            Committed {
-                                offset: p.committed_offset,
-                                leader_epoch: p.committed_leader_epoch,
-                                metadata: p
-                                    .committed_metadata
-                                    .map(|m| m.to_string())
-                                    .unwrap_or_default(),
-                            },
-                        );
-                    }
+                .map(|(index, error)| {
                     OffsetCommitResponsePartition::default()
-                        .with_partition_index(p.partition_index)
-                        .with_error_code(crate::errors::code(error))
+                        .with_partition_index(index)
+                        .with_error_code(crate::errors::code(error.or(write_error)))
                 })
                 .collect();
             OffsetCommitResponseTopic::default()
-                .with_name(topic.name)
+                .with_name(name)
                 .with_partitions(partitions)
         })
         .collect();
@@ -263,6 +416,7 @@ fn committed_or_none(committed: Option<Committed>) -> Committed {
         offset: -1,
         leader_epoch: -1,
         metadata: String::new(),
+        commit_timestamp: -1,
     })
 }
 

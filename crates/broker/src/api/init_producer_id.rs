@@ -1,5 +1,6 @@
 //! InitProducerId: a new idempotent producer gets an id never handed out before; a producer
-//! that already holds one gets its epoch bumped (KIP-360).
+//! that already holds one gets its epoch bumped (KIP-360). With a transactional id the
+//! transaction coordinator answers ([`super::txn`]).
 
 use std::sync::Arc;
 
@@ -13,14 +14,11 @@ use crate::producer_ids::{ProducerIdAndEpoch, ProducerIdError};
 
 pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: InitProducerIdRequest = request.body()?;
-    let response = if body.transactional_id.is_some() {
-        // Transactions are a later step of this broker: refuse at once rather than let the
-        // client retry a coordinator that will never come.
-        InitProducerIdResponse::default()
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
-    } else {
+    if let Some(id) = body.transactional_id.as_ref().filter(|id| !id.0.is_empty()) {
+        let (id, timeout) = (id.0.to_string(), body.transaction_timeout_ms);
+        return super::txn::init_producer_id(broker, request, id, timeout).await;
+    }
+    let response = {
         let held =
             (body.producer_id.0 >= 0 && body.producer_epoch >= 0).then_some(ProducerIdAndEpoch {
                 producer_id: body.producer_id.0,

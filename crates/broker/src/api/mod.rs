@@ -8,6 +8,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod txn;
 
 use std::sync::Arc;
 
@@ -33,8 +34,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::InitProducerId, 0, 5),
+    // Transactions as Kafka 2.5 to 3.x run them (transaction version 1): EndTxn v5 and
+    // AddPartitionsToTxn v4 (KIP-890's epoch bump per transaction and broker-side
+    // verification) are not answered.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -108,7 +120,15 @@ pub async fn handle(
         ApiKey::Fetch => fetch::handle(broker, &request),
         ApiKey::ListOffsets => list_offsets::handle(broker, &request).await,
         ApiKey::FindCoordinator => groups::find_coordinator(broker, &request),
-        ApiKey::OffsetCommit => groups::offset_commit(broker, &request),
+        ApiKey::OffsetCommit => groups::offset_commit(broker, &request).await,
+        ApiKey::AddPartitionsToTxn => txn::add_partitions(broker, &request).await,
+        ApiKey::AddOffsetsToTxn => txn::add_offsets(broker, &request).await,
+        ApiKey::TxnOffsetCommit => txn::txn_offset_commit(broker, &request).await,
+        ApiKey::EndTxn => txn::end_txn(broker, &request).await,
+        ApiKey::JoinGroup => groups::join_group(broker, &request),
+        ApiKey::SyncGroup => groups::sync_group(broker, &request),
+        ApiKey::Heartbeat => groups::heartbeat(broker, &request),
+        ApiKey::LeaveGroup => groups::leave_group(broker, &request),
         ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }

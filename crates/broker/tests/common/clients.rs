@@ -284,3 +284,134 @@ pub struct Delivered {
     pub offsets: BTreeMap<usize, (i32, i64)>,
     pub failed: Vec<String>,
 }
+
+/// A librdkafka consumer in `group` (tests/clients/group_client.py): subscribe(), manual
+/// commits after each record; `extra` are its options (`--idle`, `--stop-after`, ...).
+pub fn group_consumer(bootstrap: &str, topic: &str, group: &str, extra: &[&str]) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/group_client.py"
+    ))
+    .args(["group", bootstrap, topic, group])
+    .args(extra);
+    Run::spawn(Client::Confluent, c)
+}
+
+impl Run {
+    /// Waits for an event named `name`; returns it (the events before it are kept).
+    pub fn wait_event(&mut self, name: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(e) => {
+                    self.seen.push(e.clone());
+                    if e["event"] == name {
+                        return e;
+                    }
+                }
+                Err(_) => panic!("{:?}: no {name:?} event within {timeout:?}", self.client),
+            }
+        }
+    }
+
+    /// Kills the client (SIGKILL) and returns every event it printed.
+    pub fn kill(mut self) -> Vec<Value> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        while let Ok(e) = self.events.recv_timeout(Duration::from_millis(200)) {
+            self.seen.push(e);
+        }
+        std::mem::take(&mut self.seen)
+    }
+}
+
+/// The librdkafka transactional producer (tests/clients/txn_client.py) running `args`.
+pub fn txn_client(args: &[&str]) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/txn_client.py"
+    ))
+    .args(args);
+    Run::spawn(Client::Confluent, c)
+}
+
+/// The `oncelog` CLI of the workspace (its `processed serve` runs the consumers' stores),
+/// built next to the broker binary if it is not there yet.
+pub fn oncelog_bin() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::path::Path::new(super::broker_bin())
+            .parent()
+            .expect("the target directory")
+            .to_path_buf();
+        let bin = dir.join("oncelog");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.args(["build", "-p", "oncelog", "--bin", "oncelog"]);
+        if dir.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        let status = c.status().expect("run cargo build");
+        assert!(status.success(), "building the oncelog CLI failed");
+        bin
+    })
+}
+
+/// The seeds' consumer made exactly-once with the processed-id store
+/// (tests/clients/eos_consumer.py).
+pub fn eos_consumer(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    stores: &std::path::Path,
+    extra: &[&str],
+) -> Run {
+    let dir = clients_dir();
+    let mut c = Command::new(dir.join("venv/bin/python"));
+    c.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/eos_consumer.py"
+    ))
+    .args(["eos", bootstrap, topic, group])
+    .arg(stores)
+    .arg(oncelog_bin())
+    .args(extra);
+    Run::spawn(Client::Confluent, c)
+}
+
+/// The Java client's consume-transform-produce loop (tests/java/TxnLoop.java), compiled on
+/// first use against the installed kafka-clients jars.
+pub fn java_txn_loop(args: &[&str]) -> Run {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    let dir = clients_dir();
+    let lib = format!("{}/*", dir.join("java/lib").display());
+    let classes = CLASSES.get_or_init(|| {
+        let out = dir.join("java/txn-classes");
+        std::fs::create_dir_all(&out).unwrap();
+        let status = Command::new("javac")
+            .arg("-d")
+            .arg(&out)
+            .args(["-cp", &lib])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/java/TxnLoop.java"
+            ))
+            .status()
+            .expect("run javac");
+        assert!(status.success(), "javac TxnLoop.java failed");
+        out
+    });
+    let mut c = Command::new("java");
+    c.arg("-Xmx256m")
+        .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+        .arg("-cp")
+        .arg(format!("{}:{lib}", classes.display()))
+        .arg("TxnLoop")
+        .args(args);
+    Run::spawn(Client::Java, c)
+}

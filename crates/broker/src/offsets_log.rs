@@ -1,0 +1,378 @@
+//! Committed offsets, durable: an oncelog log at
+//! `<data>/oncelog-broker-state/__consumer_offsets-0` (a directory Kafka never writes, so a
+//! Kafka log dir's own `__consumer_offsets-N` partitions are left alone) holding Kafka's
+//! own `__consumer_offsets` records (key version 1: group, topic, partition; value version 3:
+//! offset, leader epoch, metadata, commit time), one batch per OffsetCommit request, fsynced
+//! before the commit is answered. On start the log is replayed into memory; a tombstone (null
+//! value) deletes an offset. Group-metadata records (key version 2), which Kafka writes to the
+//! same partitions, are read and skipped, so a Kafka `__consumer_offsets` partition replays
+//! too.
+//!
+//! The log grows by one record per committed partition: Kafka bounds it by key compaction
+//! (`cleanup.policy=compact`), which is oncelog's issue 12 and not here yet. The seam is the
+//! key: every record's key is Kafka's, so compacting this log keeps the latest per partition.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use bytes::{Buf, Bytes};
+use oncelog::format::BatchBuilder;
+use oncelog::{Log, LogConfig};
+
+/// The directory of the log under the data directory (never opened as a topic).
+pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
+
+/// One committed position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp: i64,
+}
+
+/// (group, topic, partition).
+pub type OffsetKey = (String, String, i32);
+
+/// Why the offsets log could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum OffsetsLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
+    Log {
+        path: PathBuf,
+        source: oncelog::Error,
+    },
+    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
+    Record {
+        path: PathBuf,
+        offset: i64,
+        problem: String,
+    },
+}
+
+/// What one stored record says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetRecord {
+    /// An offset commit (`None`: the offset was deleted).
+    Offset(OffsetKey, Option<Committed>),
+    /// A group-metadata record (membership, Kafka's key version 2): not used here.
+    GroupMetadata(String),
+}
+
+pub struct OffsetsLog {
+    log: Log,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for OffsetsLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OffsetsLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl OffsetsLog {
+    /// Opens (or creates) the log under `data_dir` and replays it. Blocking.
+    pub fn open(
+        data_dir: &Path,
+    ) -> Result<(OffsetsLog, BTreeMap<OffsetKey, Committed>), OffsetsLogError> {
+        let path = data_dir.join(DIR_NAME);
+        let config = LogConfig {
+            // Small: segments are preallocated, and the records are small.
+            segment_bytes: 4 << 20,
+            segment_index_bytes: 256 << 10,
+            prefault_bytes: 0,
+            ..LogConfig::default()
+        };
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| OffsetsLogError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
+        // A tail recovery kept becomes durable, so the high watermark covers it.
+        log.flush().map_err(|e| err(e.into()))?;
+        let mut offsets = BTreeMap::new();
+        let mut next = log.log_start_offset();
+        loop {
+            let fetched = log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let r = r.map_err(|e| OffsetsLogError::Record {
+                    path: path.clone(),
+                    offset: next,
+                    problem: e.to_string(),
+                })?;
+                let bad = |problem: String| OffsetsLogError::Record {
+                    path: path.clone(),
+                    offset: r.offset,
+                    problem,
+                };
+                match decode(r.key.as_ref(), r.value.as_ref()).map_err(bad)? {
+                    OffsetRecord::Offset(key, Some(c)) => {
+                        offsets.insert(key, c);
+                    }
+                    OffsetRecord::Offset(key, None) => {
+                        offsets.remove(&key);
+                    }
+                    OffsetRecord::GroupMetadata(_) => {}
+                }
+            }
+            next = fetched.next_offset;
+        }
+        Ok((OffsetsLog { log, path }, offsets))
+    }
+
+    /// Writes the commits as one batch and makes it durable. Blocking.
+    pub fn append(&self, commits: &[(OffsetKey, Committed)]) -> Result<(), OffsetsLogError> {
+        if commits.is_empty() {
+            return Ok(());
+        }
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut b = BatchBuilder::new();
+        for (key, c) in commits {
+            b.append(
+                c.commit_timestamp,
+                Some(&encode_key(key)),
+                Some(&encode_value(c)),
+                &[],
+            );
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// Flushes and closes the log. Blocking.
+    pub fn close(&self) -> Result<(), OffsetsLogError> {
+        self.log.close().map_err(|e| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Kafka's `OffsetCommitKey`, version 1.
+pub fn encode_key((group, topic, partition): &OffsetKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(10 + group.len() + topic.len());
+    out.extend_from_slice(&1i16.to_be_bytes());
+    put_string(&mut out, group);
+    put_string(&mut out, topic);
+    out.extend_from_slice(&partition.to_be_bytes());
+    out
+}
+
+/// Kafka's `OffsetCommitValue`, version 3.
+pub fn encode_value(c: &Committed) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + c.metadata.len());
+    out.extend_from_slice(&3i16.to_be_bytes());
+    out.extend_from_slice(&c.offset.to_be_bytes());
+    out.extend_from_slice(&c.leader_epoch.to_be_bytes());
+    put_string(&mut out, &c.metadata);
+    out.extend_from_slice(&c.commit_timestamp.to_be_bytes());
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn need(&self, n: usize, what: &str) -> Result<(), String> {
+        if self.0.remaining() < n {
+            return Err(format!(
+                "{} bytes left where {what} needs {n}",
+                self.0.remaining()
+            ));
+        }
+        Ok(())
+    }
+    fn i16(&mut self, what: &str) -> Result<i16, String> {
+        self.need(2, what)?;
+        Ok(self.0.get_i16())
+    }
+    fn i32(&mut self, what: &str) -> Result<i32, String> {
+        self.need(4, what)?;
+        Ok(self.0.get_i32())
+    }
+    fn i64(&mut self, what: &str) -> Result<i64, String> {
+        self.need(8, what)?;
+        Ok(self.0.get_i64())
+    }
+    /// A string, or a compact string in the flexible value versions.
+    fn string(&mut self, what: &str) -> Result<String, String> {
+        let len = self.i16(what)?;
+        if len < 0 {
+            return Ok(String::new());
+        }
+        self.need(len as usize, what)?;
+        let (s, rest) = self.0.split_at(len as usize);
+        self.0 = rest;
+        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+}
+
+/// Decodes one record of a `__consumer_offsets` partition (Kafka's key versions 0 to 2, offset
+/// value versions 0 to 3).
+pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord, String> {
+    let key = key.ok_or("a record without a key")?;
+    let mut k = Reader(key);
+    let version = k.i16("the key version")?;
+    match version {
+        0 | 1 => {
+            let group = k.string("the group")?;
+            let topic = k.string("the topic")?;
+            let partition = k.i32("the partition")?;
+            let key = (group, topic, partition);
+            let Some(value) = value else {
+                return Ok(OffsetRecord::Offset(key, None));
+            };
+            let mut v = Reader(value);
+            let vv = v.i16("the value version")?;
+            let committed = match vv {
+                0..=2 => {
+                    let offset = v.i64("the offset")?;
+                    let metadata = v.string("the metadata")?;
+                    let commit_timestamp = v.i64("the commit timestamp")?;
+                    // v1's expire timestamp is not used.
+                    Committed {
+                        offset,
+                        leader_epoch: -1,
+                        metadata,
+                        commit_timestamp,
+                    }
+                }
+                3 => {
+                    let offset = v.i64("the offset")?;
+                    let leader_epoch = v.i32("the leader epoch")?;
+                    let metadata = v.string("the metadata")?;
+                    let commit_timestamp = v.i64("the commit timestamp")?;
+                    Committed {
+                        offset,
+                        leader_epoch,
+                        metadata,
+                        commit_timestamp,
+                    }
+                }
+                other => return Err(format!("offset value version {other}, 0 to 3 are known")),
+            };
+            Ok(OffsetRecord::Offset(key, Some(committed)))
+        }
+        2 => Ok(OffsetRecord::GroupMetadata(k.string("the group")?)),
+        other => Err(format!("key version {other}, 0 to 2 are known")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_reads_back_as_written_and_a_restart_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ("g".to_string(), "orders".to_string(), 3);
+        let c = Committed {
+            offset: 42,
+            leader_epoch: 0,
+            metadata: "m".into(),
+            commit_timestamp: 1_700_000_000_000,
+        };
+        {
+            let (log, offsets) = OffsetsLog::open(dir.path()).unwrap();
+            assert!(offsets.is_empty());
+            log.append(&[(key.clone(), c.clone())]).unwrap();
+            let c2 = Committed {
+                offset: 43,
+                ..c.clone()
+            };
+            log.append(&[(key.clone(), c2)]).unwrap();
+            log.close().unwrap();
+        }
+        let (log, offsets) = OffsetsLog::open(dir.path()).unwrap();
+        assert_eq!(
+            offsets.get(&key).map(|c| c.offset),
+            Some(43),
+            "the latest wins"
+        );
+        log.close().unwrap();
+    }
+
+    #[test]
+    fn kafkas_layout_and_its_older_versions_decode() {
+        let key = ("group-1".to_string(), "t".to_string(), 7);
+        let kb = Bytes::from(encode_key(&key));
+        // Byte layout of OffsetCommitKey v1: version, group, topic, partition.
+        assert_eq!(
+            &kb[..],
+            b"\x00\x01\x00\x07group-1\x00\x01t\x00\x00\x00\x07".as_slice()
+        );
+        // OffsetCommitValue v1: offset, metadata, commit ts, expire ts.
+        let mut v1 = vec![0, 1];
+        v1.extend_from_slice(&9i64.to_be_bytes());
+        v1.extend_from_slice(b"\x00\x00");
+        v1.extend_from_slice(&5i64.to_be_bytes());
+        v1.extend_from_slice(&6i64.to_be_bytes());
+        let got = decode(Some(&kb), Some(&Bytes::from(v1))).unwrap();
+        assert_eq!(
+            got,
+            OffsetRecord::Offset(
+                key.clone(),
+                Some(Committed {
+                    offset: 9,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                    commit_timestamp: 5
+                })
+            )
+        );
+        assert_eq!(
+            decode(Some(&kb), None).unwrap(),
+            OffsetRecord::Offset(key, None)
+        );
+        let gm = Bytes::from_static(b"\x00\x02\x00\x01g");
+        assert_eq!(
+            decode(Some(&gm), Some(&Bytes::from_static(b"x"))).unwrap(),
+            OffsetRecord::GroupMetadata("g".into())
+        );
+    }
+
+    #[test]
+    fn records_that_are_not_offsets_are_named() {
+        assert!(decode(None, None).unwrap_err().contains("without a key"));
+        let k9 = Bytes::from_static(b"\x00\x09");
+        assert!(decode(Some(&k9), None)
+            .unwrap_err()
+            .contains("key version 9"));
+        let short = Bytes::from_static(b"\x00\x01\x00\x05ab");
+        assert!(decode(Some(&short), None)
+            .unwrap_err()
+            .contains("the group"));
+        let kb = Bytes::from(encode_key(&("g".into(), "t".into(), 0)));
+        let v9 = Bytes::from_static(b"\x00\x09");
+        assert!(decode(Some(&kb), Some(&v9))
+            .unwrap_err()
+            .contains("value version 9"));
+    }
+}

@@ -1,0 +1,666 @@
+//! The transaction coordinator: a `transactional.id` gets a producer id and an epoch
+//! (InitProducerId; a new init bumps the epoch, fences the older producer, and aborts its open
+//! transaction), collects the partitions and groups of its transaction (AddPartitionsToTxn,
+//! AddOffsetsToTxn) and its offsets (TxnOffsetCommit, visible only once committed), and ends
+//! it (EndTxn): COMMIT or ABORT markers written through the engine's `append_marker` to every
+//! partition, each made durable. A transaction open longer than its timeout is aborted, with
+//! an epoch bump that fences its producer.
+//!
+//! Its state is durable in an oncelog log at
+//! `<data>/oncelog-broker-state/__transaction_state-0`: one record per
+//! change (key: the transactional id; value: JSON with the producer id, epoch, state,
+//! timeout, partitions and pending offsets), fsynced before the request is answered. At start
+//! the log is replayed and every transaction is settled: one whose commit was decided
+//! (`prepare_commit` written) is completed (markers and offsets), one that was not is
+//! aborted; any transaction still open in a partition without a coordinator record is
+//! aborted too. Like `__consumer_offsets`, the log is laid out for key compaction (issue 12)
+//! and grows until then.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use oncelog::format::BatchBuilder;
+use oncelog::{Log, LogConfig, TxnMarker};
+use serde_json::{json, Value};
+
+use crate::offsets_log::{Committed, OffsetKey};
+use crate::store::Store;
+
+/// The log's directory under the data directory.
+pub const DIR_NAME: &str = "oncelog-broker-state/__transaction_state-0";
+/// Kafka's `transaction.max.timeout.ms` default.
+pub const MAX_TIMEOUT_MS: i32 = 900_000;
+/// The coordinator epoch stamped on markers (one coordinator, never moved).
+const COORDINATOR_EPOCH: i32 = 0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+}
+
+impl TxnState {
+    fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "empty",
+            TxnState::Ongoing => "ongoing",
+            TxnState::PrepareCommit => "prepare_commit",
+            TxnState::PrepareAbort => "prepare_abort",
+        }
+    }
+    fn parse(s: &str) -> Option<TxnState> {
+        Some(match s {
+            "empty" => TxnState::Empty,
+            "ongoing" => TxnState::Ongoing,
+            "prepare_commit" => TxnState::PrepareCommit,
+            "prepare_abort" => TxnState::PrepareAbort,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Txn {
+    producer_id: i64,
+    epoch: i16,
+    state: TxnState,
+    timeout_ms: i32,
+    partitions: BTreeSet<(String, i32)>,
+    groups: BTreeSet<String>,
+    offsets: BTreeMap<OffsetKey, Committed>,
+    started: Instant,
+}
+
+impl Txn {
+    fn to_json(&self) -> Value {
+        json!({
+            "producer_id": self.producer_id,
+            "epoch": self.epoch,
+            "state": self.state.name(),
+            "timeout_ms": self.timeout_ms,
+            "partitions": self.partitions.iter().map(|(t, p)| json!([t, p])).collect::<Vec<_>>(),
+            "groups": self.groups.iter().collect::<Vec<_>>(),
+            "offsets": self.offsets.iter().map(|((g, t, p), c)| {
+                json!([g, t, p, c.offset, c.leader_epoch, c.metadata, c.commit_timestamp])
+            }).collect::<Vec<_>>(),
+        })
+    }
+
+    fn from_json(v: &Value) -> Option<Txn> {
+        let partitions = v["partitions"]
+            .as_array()?
+            .iter()
+            .map(|p| Some((p[0].as_str()?.to_string(), p[1].as_i64()? as i32)))
+            .collect::<Option<_>>()?;
+        let groups = v["groups"]
+            .as_array()?
+            .iter()
+            .map(|g| g.as_str().map(str::to_string))
+            .collect::<Option<_>>()?;
+        let offsets = v["offsets"]
+            .as_array()?
+            .iter()
+            .map(|o| {
+                Some((
+                    (
+                        o[0].as_str()?.to_string(),
+                        o[1].as_str()?.to_string(),
+                        o[2].as_i64()? as i32,
+                    ),
+                    Committed {
+                        offset: o[3].as_i64()?,
+                        leader_epoch: o[4].as_i64()? as i32,
+                        metadata: o[5].as_str()?.to_string(),
+                        commit_timestamp: o[6].as_i64()?,
+                    },
+                ))
+            })
+            .collect::<Option<_>>()?;
+        Some(Txn {
+            producer_id: v["producer_id"].as_i64()?,
+            epoch: v["epoch"].as_i64()? as i16,
+            state: TxnState::parse(v["state"].as_str()?)?,
+            timeout_ms: v["timeout_ms"].as_i64()? as i32,
+            partitions,
+            groups,
+            offsets,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// Why the coordinator's log could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
+    Log {
+        path: PathBuf,
+        source: oncelog::Error,
+    },
+    #[error("{path}: record at offset {offset} is not a transaction state", path = .path.display())]
+    Record { path: PathBuf, offset: i64 },
+}
+
+/// What a transactional request is refused with, or what it must wait for.
+pub type TxnResult<T> = Result<T, ResponseError>;
+
+/// Every transactional id this broker coordinates.
+pub struct Txns {
+    txns: Mutex<HashMap<String, Txn>>,
+    log: Log,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Txns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Txns").field("path", &self.path).finish()
+    }
+}
+
+/// What ending a transaction must write: the markers, and (on commit) the offsets.
+pub struct Ending {
+    pub transactional_id: String,
+    pub marker: TxnMarker,
+    pub partitions: Vec<(String, i32)>,
+    pub offsets: Vec<(OffsetKey, Committed)>,
+}
+
+impl Txns {
+    /// Opens the log under `data_dir` and replays it; the transactions left unsettled by a
+    /// crash are returned to be settled ([`Txns::settle`]). Blocking.
+    pub fn open(data_dir: &Path) -> Result<(Txns, Vec<Ending>), TxnLogError> {
+        let path = data_dir.join(DIR_NAME);
+        let err = |source: oncelog::Error| TxnLogError::Log {
+            path: path.clone(),
+            source,
+        };
+        let config = LogConfig {
+            // Small: segments are preallocated, and the records are small.
+            segment_bytes: 4 << 20,
+            segment_index_bytes: 256 << 10,
+            prefault_bytes: 0,
+            ..LogConfig::default()
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| TxnLogError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
+        log.flush().map_err(|e| err(e.into()))?;
+        let mut txns = HashMap::new();
+        let mut next = log.log_start_offset();
+        loop {
+            let fetched = log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let bad = |offset| TxnLogError::Record {
+                    path: path.clone(),
+                    offset,
+                };
+                let r = r.map_err(|_| bad(next))?;
+                let id = r
+                    .key
+                    .as_ref()
+                    .and_then(|k| std::str::from_utf8(k).ok())
+                    .ok_or_else(|| bad(r.offset))?
+                    .to_string();
+                let txn = r
+                    .value
+                    .as_ref()
+                    .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+                    .and_then(|v| Txn::from_json(&v))
+                    .ok_or_else(|| bad(r.offset))?;
+                txns.insert(id, txn);
+            }
+            next = fetched.next_offset;
+        }
+        let coordinator = Txns {
+            txns: Mutex::new(txns),
+            log,
+            path,
+        };
+        let unsettled = coordinator
+            .lock()
+            .iter_mut()
+            .filter_map(|(id, t)| match t.state {
+                TxnState::Empty => None,
+                TxnState::PrepareCommit => Some(ending(id, t, true)),
+                // Not decided, or decided to abort: aborted, with an epoch bump.
+                TxnState::Ongoing | TxnState::PrepareAbort => {
+                    t.epoch = t.epoch.saturating_add(1);
+                    t.state = TxnState::PrepareAbort;
+                    Some(ending(id, t, false))
+                }
+            })
+            .collect();
+        Ok((coordinator, unsettled))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Txn>> {
+        self.txns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes the state of `id` durably. Blocking.
+    fn persist(&self, id: &str, txn: &Txn) -> Result<(), ResponseError> {
+        let mut b = BatchBuilder::new();
+        let value = serde_json::to_vec(&txn.to_json()).expect("JSON of plain values");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        b.append(now, Some(id.as_bytes()), Some(&value), &[]);
+        let stored = b
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| self.log.append(&bytes).map_err(|e| e.to_string()))
+            .and_then(|_| self.log.flush().map_err(|e| e.to_string()));
+        stored.map_err(|e| {
+            tracing::error!(error = %e, transactional_id = id, "cannot store transaction state");
+            ResponseError::KafkaStorageError
+        })
+    }
+
+    /// InitProducerId with a transactional id. `allocate` hands out a fresh producer id.
+    /// Returns the id and epoch, and the open transaction to abort first, if any. Blocking.
+    pub fn init(
+        &self,
+        id: &str,
+        timeout_ms: i32,
+        allocate: impl FnOnce() -> Result<i64, ResponseError>,
+    ) -> TxnResult<((i64, i16), Option<Ending>)> {
+        if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
+            return Err(ResponseError::InvalidTransactionTimeout);
+        }
+        let mut txns = self.lock();
+        let mut abort = None;
+        let txn = match txns.get(id).cloned() {
+            Some(mut t) => {
+                if matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+                    return Err(ResponseError::ConcurrentTransactions);
+                }
+                if t.epoch >= i16::MAX - 1 {
+                    t.producer_id = allocate()?;
+                    t.epoch = 0;
+                } else {
+                    // The bump fences the producer that held the id before.
+                    t.epoch += 1;
+                }
+                if t.state == TxnState::Ongoing {
+                    t.state = TxnState::PrepareAbort;
+                    abort = Some(ending(id, &t, false));
+                }
+                t.timeout_ms = timeout_ms;
+                t
+            }
+            None => Txn {
+                producer_id: allocate()?,
+                epoch: 0,
+                state: TxnState::Empty,
+                timeout_ms,
+                partitions: BTreeSet::new(),
+                groups: BTreeSet::new(),
+                offsets: BTreeMap::new(),
+                started: Instant::now(),
+            },
+        };
+        self.persist(id, &txn)?;
+        let granted = (txn.producer_id, txn.epoch);
+        txns.insert(id.to_string(), txn);
+        Ok((granted, abort))
+    }
+
+    fn checked<'a>(
+        txns: &'a mut HashMap<String, Txn>,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+    ) -> TxnResult<&'a mut Txn> {
+        let t = txns
+            .get_mut(id)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        if t.producer_id != producer_id {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
+        if epoch != t.epoch {
+            // An older epoch is a zombie the bump fenced.
+            return Err(ResponseError::ProducerFenced);
+        }
+        if matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        Ok(t)
+    }
+
+    /// AddPartitionsToTxn: the partitions join the transaction (durably). Blocking.
+    pub fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> TxnResult<()> {
+        let mut txns = self.lock();
+        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
+        let before = t.clone();
+        if t.state == TxnState::Empty {
+            t.started = Instant::now();
+        }
+        t.state = TxnState::Ongoing;
+        t.partitions.extend(partitions.iter().cloned());
+        let snapshot = t.clone();
+        if let Err(e) = self.persist(id, &snapshot) {
+            txns.insert(id.to_string(), before);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// AddOffsetsToTxn: the group's offsets will be committed with the transaction. Blocking.
+    pub fn add_group(&self, id: &str, producer_id: i64, epoch: i16, group: &str) -> TxnResult<()> {
+        let mut txns = self.lock();
+        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
+        let before = t.clone();
+        if t.state == TxnState::Empty {
+            t.started = Instant::now();
+        }
+        t.state = TxnState::Ongoing;
+        t.groups.insert(group.to_string());
+        let snapshot = t.clone();
+        if let Err(e) = self.persist(id, &snapshot) {
+            txns.insert(id.to_string(), before);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// TxnOffsetCommit: offsets held with the transaction until it commits. Blocking.
+    pub fn add_offsets(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        offsets: Vec<(OffsetKey, Committed)>,
+    ) -> TxnResult<()> {
+        let mut txns = self.lock();
+        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
+        if offsets.iter().any(|((g, _, _), _)| !t.groups.contains(g)) {
+            // The group was never added with AddOffsetsToTxn.
+            return Err(ResponseError::InvalidTxnState);
+        }
+        let before = t.clone();
+        t.offsets.extend(offsets);
+        let snapshot = t.clone();
+        if let Err(e) = self.persist(id, &snapshot) {
+            txns.insert(id.to_string(), before);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// EndTxn: decides (durably) and returns what to write. Blocking.
+    pub fn end(&self, id: &str, producer_id: i64, epoch: i16, commit: bool) -> TxnResult<Ending> {
+        let mut txns = self.lock();
+        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
+        if t.state != TxnState::Ongoing {
+            return Err(ResponseError::InvalidTxnState);
+        }
+        t.state = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        let snapshot = t.clone();
+        if let Err(e) = self.persist(id, &snapshot) {
+            txns.get_mut(id).expect("present").state = TxnState::Ongoing;
+            return Err(e);
+        }
+        Ok(ending(id, &snapshot, commit))
+    }
+
+    /// Records that an ending was written: the transaction is empty again. Blocking.
+    pub fn completed(&self, id: &str) -> TxnResult<()> {
+        let mut txns = self.lock();
+        let Some(t) = txns.get_mut(id) else {
+            return Ok(());
+        };
+        t.state = TxnState::Empty;
+        t.partitions.clear();
+        t.groups.clear();
+        t.offsets.clear();
+        let snapshot = t.clone();
+        self.persist(id, &snapshot)
+    }
+
+    /// The transactions open past their timeout, set to abort with a bumped epoch (which
+    /// fences their producer). Blocking.
+    pub fn expired(&self) -> Vec<Ending> {
+        let now = Instant::now();
+        let mut txns = self.lock();
+        let mut out = Vec::new();
+        let ids: Vec<String> = txns
+            .iter()
+            .filter(|(_, t)| {
+                t.state == TxnState::Ongoing
+                    && now - t.started > Duration::from_millis(t.timeout_ms.max(0) as u64)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            let t = txns.get_mut(&id).expect("listed");
+            t.epoch = t.epoch.saturating_add(1);
+            t.state = TxnState::PrepareAbort;
+            let snapshot = t.clone();
+            if self.persist(&id, &snapshot).is_ok() {
+                tracing::info!(transactional_id = %id, "transaction timed out; aborting it");
+                out.push(ending(&id, &snapshot, false));
+            }
+        }
+        out
+    }
+
+    /// Closes the log. Blocking.
+    pub fn close(&self) -> Result<(), TxnLogError> {
+        self.log.close().map_err(|e| TxnLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+fn ending(id: &str, t: &Txn, commit: bool) -> Ending {
+    let marker = if commit {
+        TxnMarker::commit(t.producer_id, t.epoch, COORDINATOR_EPOCH)
+    } else {
+        TxnMarker::abort(t.producer_id, t.epoch, COORDINATOR_EPOCH)
+    };
+    Ending {
+        transactional_id: id.to_string(),
+        marker,
+        partitions: t.partitions.iter().cloned().collect(),
+        offsets: if commit {
+            t.offsets
+                .iter()
+                .map(|(k, c)| (k.clone(), c.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Writes an ending: the marker to every partition (each durable), then the offsets on
+/// commit, then the coordinator's record that it is complete. Blocking.
+pub fn write_ending(
+    store: &Store,
+    offsets: &crate::api::CommittedOffsets,
+    txns: &Txns,
+    ending: &Ending,
+) -> TxnResult<()> {
+    for (topic, index) in &ending.partitions {
+        let Some(partition) = store.partition(topic, *index) else {
+            continue;
+        };
+        if let Err(e) = partition.append_marker(&ending.marker) {
+            tracing::error!(partition = ?partition, error = %e.message, "cannot write a marker");
+            return Err(crate::errors::append_error(&e));
+        }
+    }
+    if !ending.offsets.is_empty() {
+        offsets.commit(ending.offsets.clone()).map_err(|e| {
+            tracing::error!(error = %e, "cannot store transactional offsets");
+            ResponseError::KafkaStorageError
+        })?;
+    }
+    tracing::info!(
+        transactional_id = %ending.transactional_id,
+        producer_id = ending.marker.producer_id,
+        epoch = ending.marker.producer_epoch,
+        result = ?ending.marker.result,
+        partitions = ending.partitions.len(),
+        "transaction ended"
+    );
+    txns.completed(&ending.transactional_id)
+}
+
+/// Aborts every transaction still open in the store's partitions once the coordinator's own
+/// were settled: a producer writes to a partition only after its AddPartitionsToTxn record is
+/// durable, so these come from logs written elsewhere, and nothing will ever end them.
+/// Blocking.
+pub fn abort_orphans(store: &Store) {
+    for topic in store.topics() {
+        for partition in &topic.partitions {
+            for (_, producer_id) in partition.ongoing_transactions() {
+                let epoch = partition.epoch_of(producer_id).unwrap_or(0);
+                let marker = TxnMarker::abort(producer_id, epoch, COORDINATOR_EPOCH);
+                match partition.append_marker(&marker) {
+                    Ok(at) => tracing::info!(
+                        partition = ?partition, producer_id, at,
+                        "open transaction without a coordinator record aborted"
+                    ),
+                    Err(e) => tracing::warn!(
+                        partition = ?partition, producer_id, error = %e.message,
+                        "cannot abort an orphaned transaction"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Vec<(String, i32)> {
+        vec![("orders".to_string(), 0), ("orders".to_string(), 1)]
+    }
+
+    #[test]
+    fn a_decided_commit_is_completed_after_a_crash_and_an_undecided_one_aborted() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (txns, unsettled) = Txns::open(dir.path()).unwrap();
+            assert!(unsettled.is_empty());
+            let ((decided, e1), _) = txns.init("decided", 10_000, || Ok(7)).unwrap();
+            txns.add_partitions("decided", decided, e1, &parts())
+                .unwrap();
+            txns.add_group("decided", decided, e1, "g").unwrap();
+            txns.add_offsets(
+                "decided",
+                decided,
+                e1,
+                vec![(
+                    ("g".into(), "in".into(), 0),
+                    Committed {
+                        offset: 5,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: 1,
+                    },
+                )],
+            )
+            .unwrap();
+            // The commit is decided (durably), then the broker dies before the markers.
+            txns.end("decided", decided, e1, true).unwrap();
+            let ((open, e2), _) = txns.init("open", 10_000, || Ok(8)).unwrap();
+            txns.add_partitions("open", open, e2, &parts()).unwrap();
+            let ((_, _), _) = txns.init("idle", 10_000, || Ok(9)).unwrap();
+        }
+        let (_txns, unsettled) = Txns::open(dir.path()).unwrap();
+        let mut by_id: BTreeMap<String, &Ending> = BTreeMap::new();
+        for e in &unsettled {
+            by_id.insert(e.transactional_id.clone(), e);
+        }
+        assert_eq!(by_id.len(), 2, "the idle id has nothing to settle");
+        let decided = by_id["decided"];
+        assert_eq!(decided.marker.result, oncelog::TxnResult::Commit);
+        assert_eq!(decided.marker.producer_epoch, 0);
+        assert_eq!(decided.partitions, parts());
+        assert_eq!(decided.offsets.len(), 1, "its offsets are applied with it");
+        let open = by_id["open"];
+        assert_eq!(open.marker.result, oncelog::TxnResult::Abort);
+        assert_eq!(
+            open.marker.producer_epoch, 1,
+            "aborted with a bump that fences it"
+        );
+        assert!(open.offsets.is_empty());
+    }
+
+    #[test]
+    fn refusals_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (txns, _) = Txns::open(dir.path()).unwrap();
+        assert_eq!(
+            txns.init("x", 0, || Ok(1)).err(),
+            Some(ResponseError::InvalidTransactionTimeout)
+        );
+        let ((pid, epoch), _) = txns.init("x", 1_000, || Ok(1)).unwrap();
+        assert_eq!(
+            txns.add_offsets(
+                "x",
+                pid,
+                epoch,
+                vec![(
+                    ("g".into(), "t".into(), 0),
+                    Committed {
+                        offset: 1,
+                        leader_epoch: -1,
+                        metadata: String::new(),
+                        commit_timestamp: 0,
+                    }
+                )]
+            )
+            .err(),
+            Some(ResponseError::InvalidTxnState),
+            "offsets of a group never added"
+        );
+        assert_eq!(
+            txns.end("x", pid, epoch, true).err(),
+            Some(ResponseError::InvalidTxnState),
+            "nothing to end: the refused offsets were not kept"
+        );
+        assert_eq!(
+            txns.add_partitions("x", pid, epoch + 1, &parts()).err(),
+            Some(ResponseError::ProducerFenced)
+        );
+        drop(txns);
+        let (_, unsettled) = Txns::open(dir.path()).unwrap();
+        assert!(
+            unsettled.is_empty(),
+            "nothing was opened by the refused calls"
+        );
+    }
+}
