@@ -375,3 +375,58 @@ fn an_id_handled_again_after_it_was_forgotten_stays_handled_after_a_restart() {
     assert_eq!(store.effect(b"x").unwrap().as_deref(), Some(&b"second"[..]));
     store.close().unwrap();
 }
+
+#[test]
+fn forgotten_ids_are_compacted_away_by_maintain() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = HandClock::new();
+    // Forgetting by count alone: only compaction can give the disk back.
+    let config = ProcessedConfig {
+        max_ids: Some(50),
+        ..ProcessedConfig::default()
+    };
+    let store = open(dir.path(), &clock, config.clone());
+    let handle = |from: i64| {
+        for i in from..from + 2_000 {
+            clock.advance(1);
+            store
+                .record(format!("m-{i}").as_bytes(), at("s", i + 1), b"effect")
+                .unwrap();
+        }
+    };
+    handle(0);
+    let uncompacted = store.disk_bytes();
+    let first = store.maintain().unwrap();
+    // Superseded handled records and old positions go at once; the tombstones stay for the
+    // delete horizon (a day), as Kafka's cleaner keeps them.
+    assert!(first.records_compacted > 1_000, "{first:?}");
+    let after_first = store.disk_bytes();
+    assert!(after_first < uncompacted, "{uncompacted} -> {after_first}");
+    // Two days on, as many ids again: the first round's tombstones are past their horizon.
+    clock.advance(2 * 24 * 3600 * 1000);
+    handle(2_000);
+    let second = store.maintain().unwrap();
+    assert!(
+        second.records_compacted > first.records_compacted,
+        "{first:?} {second:?}"
+    );
+    let after_second = store.disk_bytes();
+    // The disk holds about one round's tombstones and the live ids, not every id ever handled.
+    assert!(
+        after_second < after_first + after_first / 4,
+        "{uncompacted} -> {after_first} -> {after_second}"
+    );
+    store.close().unwrap();
+    // What compaction kept is the store: the last 50 ids and the position.
+    let store = open(dir.path(), &clock, config);
+    assert_eq!(store.memory().ids, 50);
+    assert!(store.is_handled(b"m-3999") && store.is_handled(b"m-3950"));
+    assert!(!store.is_handled(b"m-3949") && !store.is_handled(b"m-0"));
+    assert_eq!(store.position("s"), Some(4_000));
+    // A retry of a remembered id is still answered as handled.
+    assert!(matches!(
+        store.record(b"m-3999", at("s", 4_000), b"effect").unwrap(),
+        Recorded::AlreadyHandled { .. }
+    ));
+    store.close().unwrap();
+}

@@ -11,15 +11,15 @@
 //! Forgetting, so memory and disk stay bounded, is by age ([`ProcessedConfig::forget_after_ms`],
 //! the replacement for a Redis key's TTL) and by count ([`ProcessedConfig::max_ids`], oldest
 //! first). A forgotten id gets a tombstone (a null value under its key), written with the next
-//! record or by [`ProcessedStore::maintain`]. What removes the bytes:
-//! - now, retention: the store's log has `retention_ms` = `forget_after_ms`, so
-//!   [`ProcessedStore::maintain`] deletes whole segments whose every id is forgotten (a
-//!   segment's newest record is older than the age limit), after re-writing the positions
-//!   still in them;
-//! - with key compaction (`cleanup.policy=compact`), the cleaner keeps the latest record per
-//!   key: one per live id, one per source, and drops an id's record and, after the delete
-//!   horizon, its tombstone. The records are laid out for it (one key per id, one per
-//!   source); count-only forgetting bounds the disk only once the log is compacted.
+//! record or by [`ProcessedStore::maintain`]. What removes the bytes, both run by `maintain`:
+//! - retention: the store's log has `retention_ms` = `forget_after_ms`, so whole segments
+//!   whose every id is forgotten (a segment's newest record is older than the age limit) are
+//!   deleted, after the positions still in them are written again;
+//! - key compaction: the store's log is compacted (`cleanup.policy` `compact`, or
+//!   `compact,delete` with an age limit), so the cleaner keeps the latest record per key: one
+//!   per live id, one per source, and drops a forgotten id's record and, after the delete
+//!   horizon (`compaction.delete_retention_ms`), its tombstone. This is what bounds the disk
+//!   of a store that forgets by count alone.
 //!
 //! One store is one directory and one writer (the log's lock): a consumer group keeps one
 //! store per input partition, opened by whichever member owns the partition, so the member
@@ -92,8 +92,8 @@ pub struct ProcessedConfig {
     /// lose records that were answered, a process crash does not).
     pub durable: bool,
     /// The log's settings (segment sizes, recovery mode, ...). The store sets
-    /// `retention_ms` (to `forget_after_ms`), `retention_bytes` (none) and `flush_policy`
-    /// itself.
+    /// `retention_ms` (to `forget_after_ms`), `retention_bytes` (none), `cleanup_policy`
+    /// (compacted) and `flush_policy` itself.
     pub log: LogConfig,
 }
 
@@ -137,6 +137,10 @@ impl ProcessedConfig {
         LogConfig {
             retention_ms: self.forget_after_ms,
             retention_bytes: None,
+            cleanup_policy: match self.forget_after_ms {
+                Some(_) => crate::CleanupPolicy::CompactDelete,
+                None => crate::CleanupPolicy::Compact,
+            },
             flush_policy: crate::FlushPolicy::Manual,
             ..self.log.clone()
         }
@@ -221,6 +225,9 @@ pub struct MaintenanceReport {
     pub positions_rewritten: usize,
     /// Segments retention deleted.
     pub segments_deleted: usize,
+    /// Records the compaction of this call removed (superseded ids, expired tombstones, old
+    /// positions); 0 when no compaction was due.
+    pub records_compacted: u64,
 }
 
 struct Inner {
@@ -571,6 +578,9 @@ impl ProcessedStore {
         }
         if self.config.forget_after_ms.is_some() {
             report.segments_deleted = self.log.enforce_retention(now)?.deleted.len();
+        }
+        if self.log.cleanable(now).due {
+            report.records_compacted = self.log.compact(now)?.records_removed;
         }
         inner.handled.compact_order();
         Ok(report)
