@@ -88,6 +88,8 @@ impl OffsetsLog {
             segment_bytes: 4 << 20,
             segment_index_bytes: 256 << 10,
             prefault_bytes: 0,
+            // Kafka's `__consumer_offsets` is compacted: the latest commit per key stays.
+            cleanup_policy: oncelog::CleanupPolicy::Compact,
             ..LogConfig::default()
         };
         let err = |source: oncelog::Error| OffsetsLogError::Log {
@@ -160,6 +162,19 @@ impl OffsetsLog {
         self.log.append(&bytes).map_err(|e| err(e.into()))?;
         self.log.flush().map_err(|e| err(e.into()))?;
         Ok(())
+    }
+
+    /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
+    /// latest record of every key. Answers the records removed. Blocking.
+    pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
+        if !self.log.cleanable(now_ms).due {
+            return Ok(0);
+        }
+        let report = self.log.compact(now_ms).map_err(|e| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        Ok(report.records_removed)
     }
 
     /// Flushes and closes the log. Blocking.
@@ -316,6 +331,55 @@ mod tests {
             Some(43),
             "the latest wins"
         );
+        log.close().unwrap();
+    }
+
+    #[test]
+    fn compaction_keeps_the_latest_commit_of_every_key_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let commit = |offset| Committed {
+            offset,
+            leader_epoch: 0,
+            metadata: String::new(),
+            commit_timestamp: 1_700_000_000_000,
+        };
+        let keys: Vec<OffsetKey> = (0..4)
+            .map(|p| ("g".to_string(), "t".to_string(), p))
+            .collect();
+        let (log, _) = OffsetsLog::open(dir.path()).unwrap();
+        // Enough commits to seal segments (4 MiB each): most are superseded.
+        for round in 0..60_000i64 {
+            let batch: Vec<_> = keys.iter().map(|k| (k.clone(), commit(round))).collect();
+            log.log
+                .append(&{
+                    let mut b = oncelog::format::BatchBuilder::new();
+                    for (k, c) in &batch {
+                        b.append(
+                            c.commit_timestamp,
+                            Some(&encode_key(k)),
+                            Some(&encode_value(c)),
+                            &[],
+                        );
+                    }
+                    b.build().unwrap()
+                })
+                .unwrap();
+        }
+        log.log.flush().unwrap();
+        let before = log.log.size_bytes();
+        let removed = log.compact_if_due(1_700_000_000_000).unwrap();
+        assert!(removed > 100_000, "{removed}");
+        assert!(log.log.size_bytes() < before / 2);
+        assert_eq!(
+            log.compact_if_due(1_700_000_000_000).unwrap(),
+            0,
+            "not due again"
+        );
+        log.close().unwrap();
+        let (log, offsets) = OffsetsLog::open(dir.path()).unwrap();
+        for k in &keys {
+            assert_eq!(offsets.get(k).map(|c| c.offset), Some(59_999), "{k:?}");
+        }
         log.close().unwrap();
     }
 

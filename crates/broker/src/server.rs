@@ -154,9 +154,25 @@ impl Server {
         let ticking = Arc::clone(&self.broker);
         let ticker = tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_millis(100));
+            let mut ticks = 0u64;
             loop {
                 every.tick().await;
                 ticking.groups.tick();
+                ticks += 1;
+                // The broker's own compacted logs, every 15 s (Kafka's log.cleaner.backoff.ms).
+                if ticks % 150 == 0 {
+                    let b = Arc::clone(&ticking);
+                    let _ = tokio::task::spawn_blocking(move || {
+                        let now = oncelog::Clock::now_ms(&oncelog::SystemClock);
+                        if let Err(e) = b.offsets.compact_if_due(now) {
+                            tracing::error!(error = %e, "cannot compact the offsets log");
+                        }
+                        if let Err(e) = b.txns.compact_if_due(now) {
+                            tracing::error!(error = %e, "cannot compact the transaction log");
+                        }
+                    })
+                    .await;
+                }
                 let b = Arc::clone(&ticking);
                 // Transactions past their timeout are aborted (markers: off the reactor).
                 let _ = tokio::task::spawn_blocking(move || {

@@ -189,6 +189,8 @@ impl Txns {
             segment_bytes: 4 << 20,
             segment_index_bytes: 256 << 10,
             prefault_bytes: 0,
+            // Kafka's `__transaction_state` is compacted: the latest state per transactional id.
+            cleanup_policy: oncelog::CleanupPolicy::Compact,
             ..LogConfig::default()
         };
         if let Some(parent) = path.parent() {
@@ -469,6 +471,19 @@ impl Txns {
             }
         }
         out
+    }
+
+    /// Compacts the state log if a round is due, keeping the latest state of every
+    /// transactional id. Answers the records removed. Blocking.
+    pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
+        if !self.log.cleanable(now_ms).due {
+            return Ok(0);
+        }
+        let report = self.log.compact(now_ms).map_err(|e| TxnLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })?;
+        Ok(report.records_removed)
     }
 
     /// Closes the log. Blocking.

@@ -55,6 +55,11 @@ impl CommittedOffsets {
         })
     }
 
+    /// Compacts the offsets log if a round is due (see [`OffsetsLog::compact_if_due`]).
+    pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
+        self.log.compact_if_due(now_ms)
+    }
+
     /// Stores the commits durably, then in memory. Blocking.
     pub fn commit(&self, commits: Vec<(OffsetKey, Committed)>) -> Result<(), OffsetsLogError> {
         self.log.append(&commits)?;

@@ -352,7 +352,7 @@ pub fn oncelog_bin() -> &'static PathBuf {
         let bin = dir.join("oncelog");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut c = Command::new(cargo);
-        c.args(["build", "-p", "oncelog", "--bin", "oncelog"]);
+        c.args(["build", "-p", "oncelog-cli", "--bin", "oncelog"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             c.arg("--release");
         }
