@@ -29,6 +29,10 @@ pub struct DemoArgs {
     /// directory, removed afterwards.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// The consumer's half instead: a consumer killed between its side effect and its offset
+    /// commit, its processed-id store applying the redelivered message once.
+    #[arg(long)]
+    consumer: bool,
 }
 
 /// The child process of step 3 (not for direct use).
@@ -117,6 +121,9 @@ pub fn run(args: &DemoArgs) -> Result<Status, CliError> {
             (Some(t), path)
         }
     };
+    if args.consumer {
+        return crate::demo_consumer::run(&dir);
+    }
     let mut n = Narrator { out: Out::stdout() };
     n.say(format!(
         "oncelog demo: a lost acknowledgement, a retry, a crash, and retries after it, in {}",

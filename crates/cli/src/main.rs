@@ -11,6 +11,7 @@ mod append;
 mod bench;
 mod bench_partitions;
 mod demo;
+mod demo_consumer;
 mod dump;
 mod log_dir;
 mod output;
@@ -121,6 +122,8 @@ enum Command {
     Demo(demo::DemoArgs),
     #[command(hide = true)]
     DemoChild(demo::DemoChildArgs),
+    #[command(hide = true)]
+    DemoConsumerChild(demo_consumer::DemoConsumerChildArgs),
     /// Run a processed-id store for a consumer in another language, or print one
     ///
     /// `serve DIR` answers JSON requests on stdin (record an id with its effect and position,
@@ -163,6 +166,7 @@ fn main() -> ExitCode {
         Command::Compact(args) => rewrite::run_compact(&args),
         Command::Demo(args) => demo::run(&args),
         Command::DemoChild(args) => demo::run_child(&args),
+        Command::DemoConsumerChild(args) => demo_consumer::run_child(&args),
         Command::Processed(args) => processed::run(&args),
     };
     match result {
