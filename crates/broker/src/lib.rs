@@ -2,7 +2,7 @@
 //! clients (librdkafka, kafka-python, the Java client).
 //!
 //! Layout: [`codec`] (framing, headers, response frames), [`api`] (one module per API family),
-//! [`store`] (the only user of the oncelog API), [`producer_ids`], [`wait`] (long-poll
+//! [`store`] (topics over the engine's `LogManager`), [`producer_ids`], [`wait`] (long-poll
 //! wake-ups), [`connection`] and [`server`].
 #![deny(unsafe_code)]
 

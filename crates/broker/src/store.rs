@@ -1,10 +1,12 @@
 //! The broker's storage: topics and their partitions, each an `oncelog::Log` in its own
 //! directory `<data>/<topic>-<partition>/`, as Kafka lays out a log dir.
 //!
-//! This is the only module that touches the oncelog API, because that API is moving (a
-//! `LogManager` over log dirs will replace the map kept here). Everything the protocol layer
-//! needs comes out of here as the broker's own types: [`Appended`], [`AppendRefused`] (with the
-//! engine's stable error kind), [`ReadRefused`].
+//! The partitions are an `oncelog::LogManager` over the data directory (one Kafka log dir: its
+//! lock, `meta.properties`, Kafka's offset checkpoint files, the clean-shutdown marker, parallel
+//! recovery and the background jobs: retention, checkpoints, producer expiry, snapshots,
+//! cleaning); this module adds the topics (Kafka's topic ids, partitions 0..n) over it.
+//! Everything the protocol layer needs comes out of here as the broker's own types:
+//! [`Appended`], [`AppendRefused`] (with the engine's stable error kind), [`ReadRefused`].
 //!
 //! Files of the data directory besides the partitions:
 //!
@@ -25,7 +27,9 @@ use base64::Engine;
 use bytes::Bytes;
 use oncelog::format::BatchIter;
 use oncelog::producer::ProducerStateConfig;
-use oncelog::{AppendOutcome, Log, LogConfig, ReadError};
+use oncelog::{
+    AppendOutcome, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig, ReadError,
+};
 use uuid::Uuid;
 
 use crate::config::{self, LogSettings};
@@ -51,6 +55,10 @@ pub enum StoreError {
     InvalidTopicName { name: String, rule: &'static str },
     #[error("invalid log settings: {0}")]
     Config(#[from] oncelog::ConfigError),
+    #[error("{0}")]
+    Manager(#[from] oncelog::ManagerError),
+    #[error("partition {}: {reason}", path.display())]
+    Offline { path: PathBuf, reason: String },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
@@ -168,7 +176,7 @@ pub type CommittedRead = (Bytes, i64, Vec<(i64, i64)>);
 pub struct Partition {
     topic: String,
     index: i32,
-    log: Log,
+    log: Arc<Log>,
     appended: AppendSignal,
     /// One flush at a time; the producers queued behind it usually find their batch already
     /// covered when their turn comes, so concurrent acks=all producers share each fsync.
@@ -386,7 +394,8 @@ struct Topics {
 /// Every topic of the data directory.
 pub struct Store {
     dir: PathBuf,
-    log_config: LogConfig,
+    /// The partitions; `None` once closed.
+    manager: RwLock<Option<LogManager>>,
     topics: RwLock<Topics>,
     /// Serialises topic creation, so two Metadata requests for a new topic create it once.
     creating: Mutex<()>,
@@ -403,29 +412,40 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens every partition under `dir` (creating `dir` if needed), recovering those that were
-    /// not closed cleanly. Blocking.
+    /// Opens every partition under `dir` (creating `dir` if needed) through a `LogManager`,
+    /// recovering those that were not closed cleanly. Blocking. A partition that does not open
+    /// fails the whole open, naming it.
     pub fn open(dir: &Path, settings: &LogSettings, node_id: i32) -> Result<Store, StoreError> {
         let log_config = log_config(settings);
         log_config.validate()?;
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let cluster_id = load_cluster_id(dir, node_id)?;
+        let manager = LogManager::open(
+            &[dir],
+            ManagerConfig {
+                log: log_config,
+                cluster_id: Some(cluster_id.clone()),
+                node_id: Some(node_id),
+                ..ManagerConfig::default()
+            },
+        )?;
         let mut found: HashMap<String, Vec<(i32, PathBuf)>> = HashMap::new();
-        for entry in fs::read_dir(dir).map_err(io_error(dir))? {
-            let entry = entry.map_err(io_error(dir))?;
-            if !entry.file_type().map_err(io_error(dir))?.is_dir() {
+        for info in manager.list() {
+            if let Some(failure) = &info.offline {
+                return Err(StoreError::Offline {
+                    path: info.dir.clone(),
+                    reason: failure.to_string(),
+                });
+            }
+            // Kafka's own internal topics in a Kafka log dir: the broker keeps its offsets and
+            // transactions in logs of its own (`oncelog-broker-state/`), and serves neither.
+            if RESERVED_TOPICS.contains(&info.partition.topic.as_str()) {
                 continue;
             }
-            let name = entry.file_name();
-            let Some((topic, index)) = name.to_str().and_then(parse_partition_dir) else {
-                // Not a partition (Kafka's `-delete` and `-future` directories, or anything else).
-                tracing::debug!(dir = %entry.path().display(), "not a partition directory, skipped");
-                continue;
-            };
             found
-                .entry(topic.to_string())
+                .entry(info.partition.topic.clone())
                 .or_default()
-                .push((index, entry.path()));
+                .push((info.partition.partition, info.dir.clone()));
         }
         let mut topics = Topics::default();
         for (name, mut dirs) in found {
@@ -438,13 +458,21 @@ impl Store {
                     });
                 }
             }
-            let topic = open_topic(&name, &dirs, &log_config)?;
+            let logs = dirs
+                .iter()
+                .map(|(index, path)| {
+                    let log = manager.get(&name, *index)?;
+                    report_recovery(path, &log);
+                    Ok((*index, path.clone(), log))
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            let topic = open_topic(&name, logs)?;
             topics.by_id.insert(topic.id, Arc::clone(&topic));
             topics.by_name.insert(name, topic);
         }
         Ok(Store {
             dir: dir.to_path_buf(),
-            log_config,
+            manager: RwLock::new(Some(manager)),
             topics: RwLock::new(topics),
             creating: Mutex::new(()),
             cluster_id,
@@ -480,8 +508,9 @@ impl Store {
     }
 
     /// Returns the topic, creating it with `partitions` partitions if it does not exist.
-    /// Blocking. Each partition directory gets its `partition.metadata` before its log, so a
-    /// crash half-way leaves a topic with fewer partitions, never a partition without an id.
+    /// Blocking. Each partition is created by the manager, then gets its
+    /// `partition.metadata`; a crash in between leaves a partition without an id, which the
+    /// next open gives the topic's id (partition 0's, or a new one).
     pub fn create_topic(&self, name: &str, partitions: i32) -> Result<Arc<Topic>, StoreError> {
         validate_topic_name(name)?;
         let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
@@ -489,17 +518,19 @@ impl Store {
             return Ok(topic);
         }
         let id = new_topic_id(|id| self.topic_by_id(id).is_some());
-        let mut dirs = Vec::new();
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
+        let mut logs = Vec::new();
         for index in 0..partitions {
+            let log = manager.create(name, index, PartitionConfig::default())?;
             let path = self.dir.join(format!("{name}-{index}"));
-            fs::create_dir_all(&path).map_err(io_error(&path))?;
             write_partition_metadata(&path, id)?;
-            dirs.push((index, path));
+            logs.push((index, path, log));
         }
         files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
-        let topic = open_topic(name, &dirs, &self.log_config)?;
+        let topic = open_topic(name, logs)?;
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
-        topics.by_id.insert(id, Arc::clone(&topic));
+        topics.by_id.insert(topic.id, Arc::clone(&topic));
         topics.by_name.insert(name.to_string(), Arc::clone(&topic));
         Ok(topic)
     }
@@ -513,18 +544,19 @@ impl Store {
             .max()
     }
 
-    /// Flushes and closes every partition cleanly (clean-shutdown checkpoint, producer
-    /// snapshot). Blocking. Returns the partitions that failed, with why.
+    /// Closes the manager: its jobs stop, every partition is flushed and closed cleanly
+    /// (clean checkpoint, producer snapshot), the log dir's offset checkpoints and its
+    /// clean-shutdown marker are written. Blocking. Returns what failed, with why.
     pub fn close(&self) -> Vec<(String, String)> {
-        let mut failed = Vec::new();
-        for topic in self.topics() {
-            for partition in &topic.partitions {
-                if let Err(e) = partition.log.close() {
-                    failed.push((format!("{partition:?}"), e.to_string()));
-                }
-            }
+        let manager = self
+            .manager
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        match manager.map(LogManager::close) {
+            Some(Err(e)) => vec![(self.dir.display().to_string(), e.to_string())],
+            _ => Vec::new(),
         }
-        failed
     }
 
     fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, Topics> {
@@ -564,14 +596,11 @@ fn log_config(settings: &LogSettings) -> LogConfig {
     }
 }
 
-fn open_topic(
-    name: &str,
-    dirs: &[(i32, PathBuf)],
-    config: &LogConfig,
-) -> Result<Arc<Topic>, StoreError> {
+/// A topic of partitions the manager opened or created: their topic id (from
+/// `partition.metadata`, the same in every partition) and their wake-up signals.
+fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Topic>, StoreError> {
     let mut id = None;
-    let mut partitions = Vec::with_capacity(dirs.len());
-    for (index, path) in dirs {
+    for (_, path, _) in &logs {
         match (read_partition_metadata(path)?, id) {
             (Some(found), None) => id = Some(found),
             (Some(found), Some(known)) if found != known => {
@@ -586,29 +615,22 @@ fn open_topic(
             }
             _ => {}
         }
-        let log = Log::open(path, config.clone()).map_err(|source| StoreError::Open {
-            path: path.clone(),
-            source,
-        })?;
-        report_recovery(path, &log);
+    }
+    // A directory written by something that keeps no topic ids gets one now, in every
+    // partition, so the next start answers with the same id.
+    let id = id.unwrap_or_else(Uuid::new_v4);
+    let mut partitions = Vec::with_capacity(logs.len());
+    for (index, path, log) in logs {
+        if read_partition_metadata(&path)?.is_none() {
+            write_partition_metadata(&path, id)?;
+        }
         partitions.push(Arc::new(Partition {
             topic: name.to_string(),
-            index: *index,
+            index,
             log,
             appended: AppendSignal::default(),
             flush_turn: tokio::sync::Mutex::new(()),
         }));
-    }
-    // A directory written by something that keeps no topic ids gets one now, in every
-    // partition, so the next start answers with the same id.
-    let id = match id {
-        Some(id) => id,
-        None => Uuid::new_v4(),
-    };
-    for (_, path) in dirs {
-        if read_partition_metadata(path)?.is_none() {
-            write_partition_metadata(path, id)?;
-        }
     }
     Ok(Arc::new(Topic {
         name: name.to_string(),
@@ -639,18 +661,6 @@ fn report_recovery(path: &Path, log: &Log) {
     for cut in &report.truncations {
         tracing::warn!(file = %cut.path.display(), position = cut.position, "recovery cut a damaged tail");
     }
-}
-
-/// Splits `orders-3` into (`orders`, 3): the partition is after the last `-`.
-fn parse_partition_dir(name: &str) -> Option<(&str, i32)> {
-    let (topic, digits) = name.rsplit_once('-')?;
-    let index: i32 = digits.parse().ok()?;
-    // Only the canonical spelling: `orders-03` or `orders-+3` is not a partition.
-    if index < 0 || index.to_string() != digits {
-        return None;
-    }
-    validate_topic_name(topic).ok()?;
-    Some((topic, index))
 }
 
 /// Internal topics: the broker's offsets log (`crate::offsets_log`) and transaction log
@@ -783,20 +793,6 @@ mod tests {
         let id = parse_partition_metadata(text).unwrap();
         assert_eq!(encode_topic_id(id), "IM2DM_xxRv21CyKjxgmXyQ");
         assert_eq!(parse_partition_metadata("version: 1\ntopic_id: x"), None);
-    }
-
-    #[test]
-    fn partition_directories_are_split_at_the_last_dash() {
-        assert_eq!(parse_partition_dir("orders-3"), Some(("orders", 3)));
-        assert_eq!(parse_partition_dir("harness-0-0"), Some(("harness-0", 0)));
-        assert_eq!(parse_partition_dir("orders-03"), None);
-        assert_eq!(parse_partition_dir("orders-+3"), None);
-        assert_eq!(parse_partition_dir("orders"), None);
-        assert_eq!(
-            parse_partition_dir("orders-0.abc-delete"),
-            None,
-            "Kafka's deleted-partition directories are not partitions"
-        );
     }
 
     #[test]

@@ -56,4 +56,22 @@ fn a_kafka_log_dir_is_served_with_its_topic_ids_and_records() {
         Some("ezqL2uOuQlqpTUxNZatqqg"),
         "meta.properties"
     );
+    // The partitions are the manager's: a clean stop leaves the log dir as Kafka leaves one,
+    // with its offset checkpoints and the clean-shutdown marker.
+    let mut broker = broker;
+    assert!(broker.terminate().success());
+    for file in [
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "replication-offset-checkpoint",
+        ".kafka_cleanshutdown",
+    ] {
+        assert!(
+            data.path().join(file).is_file(),
+            "{file} after a clean stop"
+        );
+    }
+    let recovery =
+        std::fs::read_to_string(data.path().join("recovery-point-offset-checkpoint")).unwrap();
+    assert!(recovery.lines().any(|l| l == "idem 0 450"), "{recovery}");
 }
