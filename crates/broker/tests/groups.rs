@@ -62,7 +62,16 @@ fn a_group_shares_the_partitions_and_its_commits_survive_a_broker_crash() {
     produce(&broker.bootstrap(), &topic, 300);
 
     let members: Vec<_> = (0..3)
-        .map(|_| group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "6"]))
+        // Paced (30 ms a record: 9 s to drain the topic alone), so that the first member to
+        // join cannot read everything before the others are in the group.
+        .map(|_| {
+            group_consumer(
+                &broker.bootstrap(),
+                &topic,
+                &group,
+                &["--idle", "6", "--pace-ms", "30"],
+            )
+        })
         .collect();
     let mut seen: BTreeMap<(i64, i64), usize> = BTreeMap::new();
     let mut refused = BTreeSet::new();

@@ -10,6 +10,8 @@ object per line.
       rebalance. Stops after S seconds without a record once it had one (or --timeout), or
       after N records (--stop-after), then closes (LeaveGroup) and prints {"event":"done"}.
       --read-uncommitted: isolation.level=read_uncommitted instead.
+      --pace-ms MS: sleep MS after each committed record (so one member cannot drain the topic
+      before the others have joined).
       --hang-after N: after N records, prints {"event":"hanging"} and sleeps without
       committing the next record it read (a consumer killed between its side effect and its
       commit: the test kills it there).
@@ -36,6 +38,7 @@ def main():
     p.add_argument("--stop-after", type=int, default=0)
     p.add_argument("--hang-after", type=int, default=0)
     p.add_argument("--read-uncommitted", action="store_true")
+    p.add_argument("--pace-ms", type=int, default=0)
     a = p.parse_args()
     c = Consumer({
         "bootstrap.servers": a.bootstrap,
@@ -78,6 +81,8 @@ def main():
             out(event="commit_failed", partition=msg.partition(), offset=msg.offset(),
                 error=str(e))
         consumed += 1
+        if a.pace_ms:
+            time.sleep(a.pace_ms / 1000)
         if a.stop_after and consumed >= a.stop_after:
             break
     c.close()
