@@ -61,6 +61,11 @@ impl Log {
             });
             drop(fst);
             let lead = wake.wait();
+            if !lead && offset != i64::MAX && self.recovery_point() >= offset {
+                // Covered: back to appending without contending for the lock the leader
+                // holds while it wakes the others and hands the turn on.
+                return Ok(());
+            }
             fst = self.flush.lock();
             if lead {
                 // Handed over: `in_progress` stayed set for us.
