@@ -226,7 +226,9 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - (b) fsync per batch, {ns} batches: oncelog `FlushPolicy::Always`; commitlog `append` + `flush` + fdatasync of the segment; raft-engine `write(.., true)`; \
          fjall `insert` + `persist(SyncData)`; redb `Durability::Immediate`; bare `write(2)` + fdatasync appending to a file, and `pwrite` + fdatasync into a file allocated beforehand with `fallocate` (unwritten extents, as raft-engine allocates) or written with zeros and synced (as oncelog's `Preallocation::Zeroed`). Per-batch p50/p99 latency in the notes.\n\
          - (c) group commit: the same {ns} batches from {threads} and from {many} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
-         raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync).\n\
+         raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync). \
+         Each thread waits for its own batch's durability before it sends the next. Each store takes one durable write before the timed region (the first sync of a fresh store makes its new files durable, a one-off per store, for both engines). \
+         oncelog's notes give the batches each sync covered and the median sync (its `LogMetrics`).\n\
          - (g) acks=all: {na} batches of {apb} messages (about 1 KB each) from {many} threads at once, each waiting until its batch is durable before it sends the next, as producers with `acks=all` and a short linger do against a broker: as (c), oncelog one `Log` under `FlushPolicy::Always`, raft-engine `write(.., true)` into one region per thread.\n\
          - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
          commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall (its memtable flushed to a table before close) and redb full range scans. \
