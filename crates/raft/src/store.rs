@@ -316,6 +316,17 @@ impl Partition {
             }
         }
         inner.end = end;
+        // What raft purged was committed: the high watermark (written lazily, with flushes) is
+        // never left below it, or a crash would hide committed batches that raft, having
+        // forgotten their entries, would never apply again.
+        if self.log.high_watermark() < anchor {
+            self.log.set_high_watermark(anchor).map_err(|e| {
+                format!(
+                    "{}: raising the high watermark to {anchor}: {e}",
+                    self.dir.display()
+                )
+            })?;
+        }
         // Applied: what the high watermark covers, and never below the purge point.
         let hw = self.log.high_watermark();
         let covered = inner
@@ -662,12 +673,14 @@ impl Partition {
                 .append_replicated(&image.batches)
                 .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         }
-        self.log
-            .flush()
-            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         let end = self.log.log_end_offset();
+        // Everything in the image is committed; the flush makes the batches and the high
+        // watermark durable together.
         self.log
             .set_high_watermark(end)
+            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        self.log
+            .flush()
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         let mut state = inner.state.clone();
         state.installing = None;
