@@ -11,7 +11,7 @@
 //! batch is a duplicate with the original offsets on the final leader, whoever led before.
 //!
 //! Environment:
-//! * `ONCELOG_RAFT_SIM_STEPS=<n>`: steps per cluster size (default 1,500: CI runs 3,000 steps
+//! * `ONCELOG_RAFT_SIM_STEPS=<n>`: steps per cluster size (default 3,000: CI runs 6,000 steps
 //!   in all).
 //! * `ONCELOG_RAFT_SIM_SEED=<n>`: replay one seed only (a failure prints its seed).
 
@@ -29,7 +29,7 @@ use oncelog_raft::{Ack, NodeId, Replica, ReplicaConfig, ReplicaError};
 use openraft::{BasicNode, SnapshotPolicy};
 
 const DIR: &str = "/sim/topic-0";
-const DEFAULT_STEPS: u64 = 1_500;
+const DEFAULT_STEPS: u64 = 3_000;
 const PRODUCERS: usize = 4;
 
 fn config() -> ReplicaConfig {
