@@ -231,9 +231,10 @@ pub(crate) fn read_small_file(
     read_file(fs, path).map(SmallFile::Bytes)
 }
 
-/// Reads a whole (small) file. Callers that read what they did not write use
-/// [`read_small_file`].
-pub(crate) fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
+/// Reads a whole (small) file, as layers that keep their own files beside a log (the
+/// replication crate's vote) do. The engine's callers that read what they did not write use
+/// `read_small_file`, which checks type and size first.
+pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
     let len = file.len().ctx("stat", path)? as usize;
     let mut buf = vec![0u8; len];
@@ -263,8 +264,9 @@ pub(crate) fn temp_path(path: &Path) -> PathBuf {
 
 /// Writes a small metadata file so that a crash leaves either the old or the new content,
 /// never a mix (docs/design.md, "Files and the checkpoint"): temp file, fsync, rename over the
-/// target, fsync the directory.
-pub(crate) fn write_file_atomically(
+/// target, fsync the directory. Public for layers that keep their own small files beside a
+/// log (the replication crate's vote), so the simulated file system models them too.
+pub fn write_file_atomically(
     fs: &dyn FileSystem,
     path: &Path,
     bytes: &[u8],

@@ -399,6 +399,19 @@ pub enum RewriteError {
         /// What is wrong with it.
         error: crate::format::BatchError,
     },
+    /// [`super::Log::producer_snapshot_at`] of an offset inside a batch: the state is only
+    /// defined between batches.
+    #[error("offset {offset} is inside the batch that starts at {batch_start}")]
+    NotABatchBoundary {
+        /// The offset asked for.
+        offset: i64,
+        /// The first offset of the batch holding it (or the next batch's, in a gap).
+        batch_start: i64,
+    },
+    /// The producer snapshot handed to [`super::Log::truncate_fully_and_start_with`] does not
+    /// decode, or is of another offset.
+    #[error("producer snapshot refused: {0}")]
+    BadProducerSnapshot(String),
     /// Not even the keys of the first dirty batch fit the configured key map.
     #[error("the keys of the batch at offset {offset} do not fit key_map_bytes = {key_map_bytes}")]
     KeyMapTooSmall {
@@ -418,6 +431,8 @@ impl RewriteError {
             RewriteError::AboveHighWatermark { .. } => "above_high_watermark",
             RewriteError::StaleLeaderEpoch { .. } => "stale_leader_epoch",
             RewriteError::HighWatermarkNotSettable => "high_watermark_not_settable",
+            RewriteError::NotABatchBoundary { .. } => "not_a_batch_boundary",
+            RewriteError::BadProducerSnapshot(_) => "bad_producer_snapshot",
             RewriteError::Corrupt(_) => "corrupt_segment",
             RewriteError::Io(_) => "io",
             RewriteError::ReadOnly { .. } => "read_only",

@@ -852,7 +852,7 @@ impl Log {
 
     /// Drops the log without closing it, as a crash of the process would leave it (tests).
     #[cfg(feature = "internals")]
-    pub fn abandon(self) {
+    pub fn abandon(&self) {
         self.abandoned.store(true, Ordering::Release);
     }
 }

@@ -9,6 +9,7 @@
 //! other; files are renamed and removed, never shrunk, under a reader's bytes.
 
 mod compact;
+mod handoff;
 mod retention;
 mod truncate;
 

@@ -175,6 +175,17 @@ impl Log {
     /// every `log.retention.check.interval.ms`): the log-start, size (`retention_bytes`) and
     /// time (`retention_ms`) rules.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<RetentionReport, RewriteError> {
+        self.enforce_retention_below(now_ms, i64::MAX)
+    }
+
+    /// [`Log::enforce_retention`] that deletes no segment holding offsets at or above `bound`
+    /// (a replication layer's purge point: the entries its consensus engine may still send to
+    /// a lagging follower stay).
+    pub fn enforce_retention_below(
+        &self,
+        now_ms: i64,
+        bound: i64,
+    ) -> Result<RetentionReport, RewriteError> {
         let mut ex = self.exclusive()?;
         let mut segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let end = self.log_end_offset();
@@ -190,7 +201,7 @@ impl Log {
             .collect();
         let limits = Limits {
             log_start_offset: self.log_start_offset(),
-            bound: self.high_watermark().min(self.recovery_point()),
+            bound: self.high_watermark().min(self.recovery_point()).min(bound),
             // Size and time apply only when the cleanup policy contains `delete`.
             retention_bytes: self
                 .config

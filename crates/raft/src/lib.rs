@@ -1,0 +1,84 @@
+//! oncelog-raft: oncelog partitions replicated on [openraft](https://docs.rs/openraft) 0.9,
+//! with the partition log as the raft log (docs/design.md, "Replication on openraft").
+//!
+//! A [`Replica`] is one replica of one partition: an oncelog [`oncelog::Log`] in a directory,
+//! openraft's log storage and state machine over it ([`store`]), and a network to the other
+//! replicas ([`network::mem`] in process, [`network::tcp`] between processes). A client batch
+//! appended on the leader gets its offsets and its producer check from the leader's log, is
+//! replicated unchanged, and is acknowledged once a majority has it durably; a retry of it is
+//! answered as a duplicate with the original offsets by every later leader, because each
+//! replica's producer state comes from the replicated log.
+
+#![warn(missing_docs)]
+
+use std::io::Cursor;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+pub mod entry;
+pub mod network;
+mod replica;
+pub mod store;
+
+pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError};
+
+/// A replica's id in its partition's raft group.
+pub type NodeId = u64;
+/// How a replica is reached: its address.
+pub type Node = openraft::BasicNode;
+
+/// What a raft entry carries (openraft's `D`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// A client's batch, as the client sent it: the leader's log assigns its offsets and checks
+    /// its producer. Only in the leader's hands: every entry read back from a log is `Stored`.
+    Produce(Bytes),
+    /// A batch as the log stores it (offsets and leader epoch assigned): what followers get.
+    Stored(Bytes),
+}
+
+/// What applying an entry answers (openraft's `R`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The client batch was written at these offsets.
+    Appended {
+        /// Its first offset.
+        first_offset: i64,
+        /// Its last offset.
+        last_offset: i64,
+    },
+    /// A retry of a batch its producer already wrote: nothing was written; the original's
+    /// offsets.
+    Duplicate {
+        /// The original's first offset.
+        first_offset: i64,
+        /// The original's last offset.
+        last_offset: i64,
+    },
+    /// The leader's log refused the batch (its [`oncelog::AppendError::kind`] and message).
+    Refused {
+        /// The error's kind.
+        kind: String,
+        /// What it says.
+        message: String,
+    },
+    /// An entry this replica did not take from a client (a follower's, a blank or membership
+    /// entry).
+    Replicated,
+}
+
+openraft::declare_raft_types!(
+    /// The raft types of a replicated partition.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// openraft's `Raft` for a partition.
+pub type Raft = openraft::Raft<TypeConfig>;

@@ -1,0 +1,976 @@
+//! openraft's log storage and state machine over one oncelog partition (docs/design.md,
+//! "Replication on openraft"). The partition log is the raft log: entry `i` is the `i`-th
+//! batch after the purge point, its term the batch's partitionLeaderEpoch. What raft needs
+//! beside the batches lives in `raft-state.json` in the partition directory: the vote and the
+//! purge point (its log id, the offset after it, the membership at it).
+//!
+//! The index of each live entry (its base offset and term, 16 bytes) is kept in memory,
+//! rebuilt on open by reading the batch headers after the purge point; openraft purges after
+//! each snapshot, so it covers a bounded number of entries (`Config::snapshot_policy` plus
+//! `max_in_snapshot_log_to_keep`). Purging is raft's: it forgets entries, the batches stay for
+//! consumers until retention, which never deletes past the purge point, removes them.
+//!
+//! The state machine is the partition itself: applying entries moves the high watermark to the
+//! end of the last one. A snapshot is an image of the partition as of an applied entry: the
+//! retained batches up to it and the producer state at their first offset. Building one
+//! records only its metadata; the image is read from the log when a follower needs it.
+
+// openraft's `StorageError` is the error type its storage traits return; the helpers here
+// return it too rather than box it and unbox it at every trait method.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use oncelog::format::BatchIter;
+use oncelog::io::FileSystem;
+use oncelog::{AppendError, AppendOutcome, Log};
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StoredMembership, Vote,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+use crate::entry::{self, Entry};
+use crate::{Node, NodeId, Request, Response, TypeConfig};
+
+/// The file beside the segments that holds the vote and the purge point.
+pub const STATE_FILE: &str = "raft-state.json";
+/// A snapshot image received and not yet installed: an install cut by a crash is completed
+/// from it on open.
+pub const INSTALL_FILE: &str = "raft-install.image";
+/// The largest `raft-state.json` read (it holds a vote and one membership).
+const MAX_STATE_FILE: u64 = 1 << 20;
+/// Bytes read from the log per call when entries are read back.
+const READ_CHUNK: usize = 1 << 20;
+
+type StoreResult<T> = Result<T, StorageError<NodeId>>;
+type Membership = openraft::Membership<NodeId, Node>;
+type Stored = StoredMembership<NodeId, Node>;
+
+/// What raft has forgotten: entries up to `log_id` (their batches may still be in the log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Purged {
+    /// The last entry forgotten.
+    pub log_id: LogId<NodeId>,
+    /// The offset after its batch: where the first live entry's batch starts.
+    pub end_offset: i64,
+    /// The last membership at or below it.
+    pub membership: Stored,
+}
+
+/// `raft-state.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateFile {
+    /// The last vote saved.
+    pub vote: Option<Vote<NodeId>>,
+    /// The purge point.
+    pub purged: Option<Purged>,
+    /// A snapshot being installed (its image is in [`INSTALL_FILE`]).
+    pub installing: Option<SnapshotMeta<NodeId, Node>>,
+    /// Batches whose raft index is not one more than the batch before's (the first entry of a
+    /// log that came with an index above 0, an entry after a hole): openraft never makes a
+    /// hole, but its storage suite does, and the index must survive a reopen all the same.
+    #[serde(default)]
+    pub anchors: Vec<Anchor>,
+}
+
+/// The raft index of the batch at an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anchor {
+    /// Its raft index.
+    pub index: u64,
+    /// Its batch's base offset.
+    pub offset: i64,
+}
+
+/// One partition as raft sees it, shared by the log store and the state machine.
+pub struct Partition {
+    log: Log,
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    /// The lowest index an entry may have: the one after the purge point.
+    first: u64,
+    /// Base offset and term of every live entry, by index.
+    view: BTreeMap<u64, (i64, u64)>,
+    /// The offset after the last entry (the log end).
+    end: i64,
+    state: StateFile,
+    /// Membership entries among the live ones.
+    memberships: Vec<(LogId<NodeId>, Membership)>,
+    applied: Option<LogId<NodeId>>,
+    applied_membership: Stored,
+    /// The leader's answers to client batches, by index, until they are applied.
+    outcomes: HashMap<u64, Response>,
+    /// The last snapshot built or installed.
+    snapshot: Option<SnapshotMeta<NodeId, Node>>,
+    snapshots_built: u64,
+    images_installed: u64,
+}
+
+impl Inner {
+    fn next_index(&self) -> u64 {
+        self.view
+            .last_key_value()
+            .map_or(self.first, |(&i, _)| i + 1)
+    }
+
+    fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        match self.view.last_key_value() {
+            Some((&index, &(_, term))) => Some(entry::log_id(term, index)),
+            None => self.state.purged.as_ref().map(|p| p.log_id),
+        }
+    }
+
+    /// The offset after entry `index`'s batch.
+    fn end_of(&self, index: u64) -> i64 {
+        if index < self.first {
+            return self.purge_end();
+        }
+        match self.view.range(index + 1..).next() {
+            Some((_, &(offset, _))) => offset,
+            None => self.end,
+        }
+    }
+
+    fn purge_end(&self) -> i64 {
+        match &self.state.purged {
+            Some(p) => p.end_offset,
+            None => self
+                .view
+                .first_key_value()
+                .map_or(self.end, |(_, &(o, _))| o),
+        }
+    }
+
+    /// The last membership at or below `index`.
+    fn membership_at(&self, index: u64) -> Stored {
+        match self
+            .memberships
+            .iter()
+            .rev()
+            .find(|(id, _)| id.index <= index)
+        {
+            Some((id, m)) => StoredMembership::new(Some(*id), m.clone()),
+            None => self
+                .state
+                .purged
+                .as_ref()
+                .map(|p| p.membership.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+fn io_error(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: impl std::fmt::Display,
+) -> StorageError<NodeId> {
+    StorageError::from_io_error(subject, verb, std::io::Error::other(e.to_string()))
+}
+
+fn logs_error(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<NodeId> {
+    io_error(ErrorSubject::Logs, verb, e)
+}
+
+impl Partition {
+    /// Opens raft's view of `log`: reads `raft-state.json`, completes an install a crash cut,
+    /// and indexes the batches after the purge point.
+    pub fn open(log: Log, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
+        let dir = log.dir().to_path_buf();
+        let state = read_state(fs.as_ref(), &dir)?;
+        let partition = Partition {
+            log,
+            fs,
+            dir,
+            inner: Mutex::new(Inner {
+                first: 0,
+                view: BTreeMap::new(),
+                end: 0,
+                state,
+                memberships: Vec::new(),
+                applied: None,
+                applied_membership: Stored::default(),
+                outcomes: HashMap::new(),
+                snapshot: None,
+                snapshots_built: 0,
+                images_installed: 0,
+            }),
+        };
+        let pending = partition.inner.lock().state.installing.clone();
+        if let Some(meta) = pending {
+            let path = partition.dir.join(INSTALL_FILE);
+            let image = oncelog::io::read_file(partition.fs.as_ref(), &path)
+                .map_err(|e| format!("{}: the snapshot being installed: {e}", path.display()))?;
+            partition.install(&meta, &image).map_err(|e| {
+                format!(
+                    "completing the install of snapshot {}: {e}",
+                    meta.snapshot_id
+                )
+            })?;
+        }
+        partition.index()?;
+        Ok(partition)
+    }
+
+    /// The partition log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The offset below which raft has forgotten the entries: retention may delete below it.
+    pub fn purge_end(&self) -> i64 {
+        self.inner.lock().purge_end()
+    }
+
+    /// Snapshot images this process installed (a follower caught up from an image rather than
+    /// from entries).
+    pub fn images_installed(&self) -> u64 {
+        self.inner.lock().images_installed
+    }
+
+    /// The last applied entry.
+    pub fn applied(&self) -> Option<LogId<NodeId>> {
+        self.inner.lock().applied
+    }
+
+    /// Reads the batches after the purge point into the index.
+    fn index(&self) -> Result<(), String> {
+        let mut inner = self.inner.lock();
+        let start = self.log.log_start_offset();
+        let (first, anchor) = match &inner.state.purged {
+            Some(p) => (p.log_id.index + 1, p.end_offset),
+            None => (0, start),
+        };
+        let anchors: HashMap<i64, u64> = inner
+            .state
+            .anchors
+            .iter()
+            .map(|a| (a.offset, a.index))
+            .collect();
+        let mut next = first;
+        if start > anchor {
+            return Err(format!(
+                "{}: the log starts at offset {start}, above the raft purge point's end {anchor}: \
+                 entries raft still holds are gone",
+                self.dir.display()
+            ));
+        }
+        let end = self.log.log_end_offset();
+        if anchor > end {
+            return Err(format!(
+                "{}: the raft purge point ends at offset {anchor}, above the log end {end}",
+                self.dir.display()
+            ));
+        }
+        inner.first = first;
+        inner.view.clear();
+        inner.memberships.clear();
+        let mut offset = anchor;
+        while offset < end {
+            let bytes = self
+                .log
+                .read(offset, READ_CHUNK)
+                .map_err(|e| format!("{}: reading offset {offset}: {e}", self.dir.display()))?;
+            if bytes.is_empty() {
+                return Err(format!(
+                    "{}: no batch at offset {offset} below the log end {end}",
+                    self.dir.display()
+                ));
+            }
+            for item in BatchIter::new(&bytes) {
+                let (_, batch) = item.map_err(|e| format!("{}: {e:?}", self.dir.display()))?;
+                if batch.last_offset() < offset {
+                    continue;
+                }
+                if batch.base_offset() != offset {
+                    return Err(format!(
+                        "{}: the batch after offset {offset} starts at {}: raft entries must be \
+                         dense",
+                        self.dir.display(),
+                        batch.base_offset()
+                    ));
+                }
+                let term = u64::try_from(batch.partition_leader_epoch()).map_err(|_| {
+                    format!(
+                        "{}: the batch at offset {offset} has no leader epoch: not a raft entry",
+                        self.dir.display()
+                    )
+                })?;
+                let index = anchors.get(&offset).copied().unwrap_or(next);
+                next = index + 1;
+                if let Some(m) = entry::membership_of(&batch)
+                    .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?
+                {
+                    inner.memberships.push((entry::log_id(term, index), m));
+                }
+                inner.view.insert(index, (offset, term));
+                offset = batch.last_offset() + 1;
+            }
+        }
+        inner.end = end;
+        // What raft purged was committed: the high watermark (written lazily, with flushes) is
+        // never left below it, or a crash would hide committed batches that raft, having
+        // forgotten their entries, would never apply again.
+        if self.log.high_watermark() < anchor {
+            self.log.set_high_watermark(anchor).map_err(|e| {
+                format!(
+                    "{}: raising the high watermark to {anchor}: {e}",
+                    self.dir.display()
+                )
+            })?;
+        }
+        // Applied: what the high watermark covers, and never below the purge point.
+        let hw = self.log.high_watermark();
+        let covered = inner
+            .view
+            .iter()
+            .rev()
+            .find(|(&index, _)| inner.end_of(index) <= hw)
+            .map(|(&index, &(_, term))| entry::log_id(term, index));
+        inner.applied = covered.or_else(|| inner.state.purged.as_ref().map(|p| p.log_id));
+        inner.applied_membership = match inner.applied {
+            Some(id) => inner.membership_at(id.index),
+            None => Stored::default(),
+        };
+        Ok(())
+    }
+
+    fn write_state(&self, state: &StateFile) -> StoreResult<()> {
+        let bytes = serde_json::to_vec_pretty(state)
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
+        oncelog::io::write_file_atomically(self.fs.as_ref(), &self.dir.join(STATE_FILE), &bytes)
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
+    }
+
+    /// Entries `[lo, hi)` of the live ones, read back from the log.
+    fn entries(&self, lo: u64, hi: u64) -> StoreResult<Vec<Entry>> {
+        let wanted: Vec<(u64, i64)> = {
+            let inner = self.inner.lock();
+            if lo >= hi {
+                return Ok(Vec::new());
+            }
+            inner
+                .view
+                .range(lo..hi)
+                .map(|(&i, &(o, _))| (i, o))
+                .collect()
+        };
+        let Some(&(_, start)) = wanted.first() else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::with_capacity(wanted.len());
+        let mut offset = start;
+        while out.len() < wanted.len() {
+            let bytes = self
+                .log
+                .read(offset, READ_CHUNK)
+                .map_err(|e| logs_error(ErrorVerb::Read, e))?;
+            if bytes.is_empty() {
+                break;
+            }
+            for item in BatchIter::new(&bytes) {
+                let (at, batch) =
+                    item.map_err(|e| logs_error(ErrorVerb::Read, format!("{e:?}")))?;
+                if batch.last_offset() < offset {
+                    continue;
+                }
+                let Some(&(index, expected)) = wanted.get(out.len()) else {
+                    return Ok(out);
+                };
+                if batch.base_offset() != offset || offset != expected {
+                    // The log moved under the read (a truncation): what was read stands.
+                    return Ok(out);
+                }
+                let e = entry::from_batch(index, bytes.slice(at..at + batch.size()))
+                    .map_err(|e| logs_error(ErrorVerb::Read, e))?;
+                offset = batch.last_offset() + 1;
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes entries at the log end; returns after they are durable.
+    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<()> {
+        let mut inner = self.inner.lock();
+        for e in entries {
+            let index = e.log_id.index;
+            let term = e.log_id.leader_id.term;
+            let subject = || ErrorSubject::Log(e.log_id);
+            if index < inner.first {
+                // Already covered by the purge point (the state machine holds it): openraft
+                // never sends one, its storage suite does, and the entry is dropped.
+                continue;
+            }
+            if index < inner.next_index() {
+                // An entry written again replaces it and those after it.
+                drop(inner);
+                self.truncate_from(e.log_id)?;
+                inner = self.inner.lock();
+            }
+            if index > inner.next_index() {
+                // A hole: the anchor keeps this entry's index across a reopen.
+                let mut state = inner.state.clone();
+                state.anchors.push(Anchor {
+                    index,
+                    offset: self.log.log_end_offset(),
+                });
+                self.write_state(&state)?;
+                inner.state = state;
+            }
+            let offset = self.log.log_end_offset();
+            let epoch =
+                entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
+            match &e.payload {
+                EntryPayload::Normal(Request::Produce(batch)) => {
+                    if self.log.leader_epoch() < epoch {
+                        self.log
+                            .set_leader_epoch(epoch)
+                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    }
+                    let outcome = match self.log.append(batch) {
+                        Ok(AppendOutcome::Appended(i)) => Response::Appended {
+                            first_offset: i.first_offset,
+                            last_offset: i.last_offset,
+                        },
+                        Ok(AppendOutcome::Duplicate(d)) => Response::Duplicate {
+                            first_offset: d.first_offset,
+                            last_offset: d.last_offset,
+                        },
+                        Err(err) if is_refusal(&err) => Response::Refused {
+                            kind: err.kind().to_string(),
+                            message: err.to_string(),
+                        },
+                        Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
+                    };
+                    if !matches!(outcome, Response::Appended { .. }) {
+                        // The index is taken all the same: a blank entry holds it.
+                        self.append_control(offset, term, &EntryPayload::Blank)
+                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    }
+                    inner.outcomes.insert(index, outcome);
+                }
+                EntryPayload::Normal(Request::Stored(bytes)) => {
+                    let b = oncelog::format::RecordBatch::parse(bytes)
+                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    if b.base_offset() != offset
+                        || i64::from(b.partition_leader_epoch()) != i64::from(epoch)
+                    {
+                        return Err(io_error(
+                            subject(),
+                            ErrorVerb::Write,
+                            format!(
+                                "replicated batch at offset {} epoch {} for entry at offset {offset} term {term}",
+                                b.base_offset(),
+                                b.partition_leader_epoch()
+                            ),
+                        ));
+                    }
+                    self.log
+                        .append_replicated(bytes)
+                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                }
+                payload => {
+                    self.append_control(offset, term, payload)
+                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    if let EntryPayload::Membership(m) = payload {
+                        inner.memberships.push((e.log_id, m.clone()));
+                    }
+                }
+            }
+            inner.view.insert(index, (offset, term));
+            inner.end = self.log.log_end_offset();
+        }
+        drop(inner);
+        self.log
+            .flush()
+            .map_err(|e| logs_error(ErrorVerb::Write, e))
+    }
+
+    fn append_control(
+        &self,
+        offset: i64,
+        term: u64,
+        payload: &EntryPayload<TypeConfig>,
+    ) -> Result<(), String> {
+        let bytes = entry::control_batch(offset, term, payload)?;
+        self.log
+            .append_replicated(&bytes)
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    fn truncate_from(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        let mut inner = self.inner.lock();
+        let index = log_id.index;
+        if index >= inner.next_index() {
+            return Ok(());
+        }
+        if index < inner.first {
+            return Err(io_error(
+                ErrorSubject::Log(log_id),
+                ErrorVerb::Delete,
+                format!(
+                    "truncating from {index}, below the first live entry {}",
+                    inner.first
+                ),
+            ));
+        }
+        let Some((_, &(offset, _))) = inner.view.range(index..).next() else {
+            return Ok(());
+        };
+        if inner.state.anchors.iter().any(|a| a.offset >= offset) {
+            let mut state = inner.state.clone();
+            state.anchors.retain(|a| a.offset < offset);
+            self.write_state(&state)?;
+            inner.state = state;
+        }
+        self.log
+            .truncate_to(offset)
+            .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
+        inner.view.split_off(&index);
+        inner.memberships.retain(|(id, _)| id.index < index);
+        inner.outcomes.retain(|&k, _| k < index);
+        inner.end = self.log.log_end_offset();
+        Ok(())
+    }
+
+    fn purge_upto(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        let mut inner = self.inner.lock();
+        if inner
+            .state
+            .purged
+            .as_ref()
+            .is_some_and(|p| p.log_id.index >= log_id.index)
+        {
+            return Ok(());
+        }
+        let purged = Purged {
+            log_id,
+            end_offset: inner.end_of(log_id.index),
+            membership: inner.membership_at(log_id.index),
+        };
+        let mut state = inner.state.clone();
+        state
+            .anchors
+            .retain(|a| a.offset >= purged.end_offset && a.index > log_id.index);
+        state.purged = Some(purged);
+        self.write_state(&state)?;
+        inner.state = state;
+        inner.view = inner.view.split_off(&(log_id.index + 1));
+        inner.first = log_id.index + 1;
+        inner.memberships.retain(|(id, _)| id.index > log_id.index);
+        Ok(())
+    }
+
+    fn apply_entries(&self, entries: Vec<Entry>) -> StoreResult<Vec<Response>> {
+        let mut inner = self.inner.lock();
+        let mut out = Vec::with_capacity(entries.len());
+        for e in &entries {
+            if let EntryPayload::Membership(m) = &e.payload {
+                inner.applied_membership = StoredMembership::new(Some(e.log_id), m.clone());
+            }
+            out.push(
+                inner
+                    .outcomes
+                    .remove(&e.log_id.index)
+                    .unwrap_or(Response::Replicated),
+            );
+            inner.applied = Some(e.log_id);
+        }
+        if let Some(last) = entries.last() {
+            let index = last.log_id.index;
+            if inner.view.contains_key(&index) {
+                let hw = inner.end_of(index);
+                if hw > self.log.high_watermark() {
+                    self.log.set_high_watermark(hw).map_err(|e| {
+                        io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e)
+                    })?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The image of the partition as of `meta`: the retained batches up to its last entry and
+    /// the producer state at the first of them.
+    fn image(&self, meta: &SnapshotMeta<NodeId, Node>) -> StoreResult<Vec<u8>> {
+        let stop = {
+            let inner = self.inner.lock();
+            match meta.last_log_id {
+                Some(id) => inner.end_of(id.index),
+                None => self.log.log_start_offset(),
+            }
+        };
+        let sm = || ErrorSubject::StateMachine;
+        let start = self.log.log_start_offset().min(stop);
+        let producers = self
+            .log
+            .producer_snapshot_at(start)
+            .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+        let mut batches = Vec::new();
+        let mut offset = start;
+        while offset < stop {
+            let bytes = self
+                .log
+                .read(offset, READ_CHUNK)
+                .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+            if bytes.is_empty() {
+                break;
+            }
+            for item in BatchIter::new(&bytes) {
+                let (at, batch) =
+                    item.map_err(|e| io_error(sm(), ErrorVerb::Read, format!("{e:?}")))?;
+                if batch.last_offset() < offset {
+                    continue;
+                }
+                if batch.base_offset() >= stop {
+                    break;
+                }
+                batches.extend_from_slice(&bytes[at..at + batch.size()]);
+                offset = batch.last_offset() + 1;
+            }
+        }
+        Ok(Image {
+            start,
+            producers,
+            batches,
+        }
+        .encode())
+    }
+
+    /// Makes the partition the image `bytes` of `meta`. Durable before it returns; a crash in
+    /// the middle is completed on open from [`INSTALL_FILE`].
+    fn install(&self, meta: &SnapshotMeta<NodeId, Node>, bytes: &[u8]) -> StoreResult<()> {
+        let sm = || ErrorSubject::StateMachine;
+        let image = Image::decode(bytes).map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+        let last = meta
+            .last_log_id
+            .ok_or_else(|| io_error(sm(), ErrorVerb::Write, "a snapshot without a last log id"))?;
+        let mut inner = self.inner.lock();
+        let install_path = self.dir.join(INSTALL_FILE);
+        if inner.state.installing.as_ref() != Some(meta) {
+            oncelog::io::write_file_atomically(self.fs.as_ref(), &install_path, bytes)
+                .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            let mut state = inner.state.clone();
+            state.installing = Some(meta.clone());
+            self.write_state(&state)?;
+            inner.state = state;
+        }
+        self.log
+            .truncate_fully_and_start_with(image.start, &image.producers)
+            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        if !image.batches.is_empty() {
+            self.log
+                .append_replicated(&image.batches)
+                .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        }
+        let end = self.log.log_end_offset();
+        // Everything in the image is committed; the flush makes the batches and the high
+        // watermark durable together.
+        self.log
+            .set_high_watermark(end)
+            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        self.log
+            .flush()
+            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        let mut state = inner.state.clone();
+        state.installing = None;
+        state.anchors.clear();
+        state.purged = Some(Purged {
+            log_id: last,
+            end_offset: end,
+            membership: meta.last_membership.clone(),
+        });
+        self.write_state(&state)?;
+        inner.state = state;
+        // Housekeeping: a leftover image is overwritten by the next install.
+        let _ = self.fs.remove_file(&install_path);
+        inner.first = last.index + 1;
+        inner.view.clear();
+        inner.memberships.clear();
+        inner.outcomes.clear();
+        inner.end = end;
+        inner.applied = Some(last);
+        inner.applied_membership = meta.last_membership.clone();
+        inner.snapshot = Some(meta.clone());
+        inner.images_installed += 1;
+        Ok(())
+    }
+}
+
+/// Client batches the leader's log refuses are answered, not fatal: the log is unchanged.
+fn is_refusal(e: &AppendError) -> bool {
+    !matches!(
+        e,
+        AppendError::Io(_)
+            | AppendError::ReadOnly { .. }
+            | AppendError::Closed
+            | AppendError::PartiallyWritten { .. }
+    )
+}
+
+fn read_state(fs: &dyn FileSystem, dir: &Path) -> Result<StateFile, String> {
+    let path = dir.join(STATE_FILE);
+    match fs.stat(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StateFile::default()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Ok(meta) if meta.len > MAX_STATE_FILE => {
+            return Err(format!(
+                "{}: {} bytes, more than a raft state file holds ({MAX_STATE_FILE})",
+                path.display(),
+                meta.len
+            ))
+        }
+        Ok(_) => {}
+    }
+    let bytes = oncelog::io::read_file(fs, &path).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("{}: malformed: {e}", path.display()))
+}
+
+/// A snapshot's data: the first offset, the producer state there (a `.snapshot` file's
+/// bytes), and the batches from it on.
+///
+/// | off | size | field                                  |
+/// |----:|-----:|----------------------------------------|
+/// |   0 |    4 | magic `OLRI`                           |
+/// |   4 |    1 | version (1)                            |
+/// |   5 |    8 | start offset, big-endian int64         |
+/// |  13 |    4 | producer snapshot length, big-endian   |
+/// |  17 |    n | producer snapshot                      |
+/// | 17+n|  ... | batches, as the log stores them        |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// The offset the image starts at.
+    pub start: i64,
+    /// The producer state at `start`.
+    pub producers: Vec<u8>,
+    /// The batches from `start` on.
+    pub batches: Vec<u8>,
+}
+
+const IMAGE_MAGIC: &[u8; 4] = b"OLRI";
+const IMAGE_HEADER: usize = 17;
+
+impl Image {
+    /// The image's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(IMAGE_HEADER + self.producers.len() + self.batches.len());
+        out.extend_from_slice(IMAGE_MAGIC);
+        out.push(1);
+        out.extend_from_slice(&self.start.to_be_bytes());
+        out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
+        out.extend_from_slice(&self.producers);
+        out.extend_from_slice(&self.batches);
+        out
+    }
+
+    /// Reads an image, refusing one that is cut or not an image.
+    pub fn decode(bytes: &[u8]) -> Result<Image, String> {
+        if bytes.len() < IMAGE_HEADER {
+            return Err(format!(
+                "snapshot image of {} bytes: shorter than its header",
+                bytes.len()
+            ));
+        }
+        if &bytes[..4] != IMAGE_MAGIC {
+            return Err("not a snapshot image (bad magic)".into());
+        }
+        if bytes[4] != 1 {
+            return Err(format!("snapshot image version {} is not known", bytes[4]));
+        }
+        let start = i64::from_be_bytes(bytes[5..13].try_into().expect("8 bytes"));
+        let n = u32::from_be_bytes(bytes[13..17].try_into().expect("4 bytes")) as usize;
+        let Some(producers) = bytes.get(IMAGE_HEADER..IMAGE_HEADER + n) else {
+            return Err(format!(
+                "snapshot image cut inside its producer state ({n} bytes)"
+            ));
+        };
+        if start < 0 {
+            return Err(format!("snapshot image starts at negative offset {start}"));
+        }
+        Ok(Image {
+            start,
+            producers: producers.to_vec(),
+            batches: bytes[IMAGE_HEADER + n..].to_vec(),
+        })
+    }
+}
+
+fn range_of<RB: RangeBounds<u64>>(range: &RB) -> (u64, u64) {
+    let lo = match range.start_bound() {
+        Bound::Included(&x) => x,
+        Bound::Excluded(&x) => x + 1,
+        Bound::Unbounded => 0,
+    };
+    let hi = match range.end_bound() {
+        Bound::Included(&x) => x.saturating_add(1),
+        Bound::Excluded(&x) => x,
+        Bound::Unbounded => u64::MAX,
+    };
+    (lo, hi)
+}
+
+/// openraft's log storage (and log reader) over a [`Partition`].
+#[derive(Clone)]
+pub struct LogStore(pub Arc<Partition>);
+
+/// openraft's state machine (and snapshot builder) over a [`Partition`].
+#[derive(Clone)]
+pub struct StateMachine(pub Arc<Partition>);
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StoreResult<Vec<Entry>> {
+        let (lo, hi) = range_of(&range);
+        self.0.entries(lo, hi)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
+        let inner = self.0.inner.lock();
+        Ok(LogState {
+            last_purged_log_id: inner.state.purged.as_ref().map(|p| p.log_id),
+            last_log_id: inner.last_log_id(),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
+        let mut inner = self.0.inner.lock();
+        let mut state = inner.state.clone();
+        state.vote = Some(*vote);
+        self.0
+            .write_state(&state)
+            .map_err(|e| io_error(ErrorSubject::Vote, ErrorVerb::Write, e))?;
+        inner.state = state;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {
+        Ok(self.0.inner.lock().state.vote)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let result = self.0.append_entries(entries.into_iter().collect());
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        }
+        result
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        self.0.truncate_from(log_id)
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        self.0.purge_upto(log_id)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let meta = {
+            let mut inner = self.0.inner.lock();
+            inner.snapshots_built += 1;
+            let meta = SnapshotMeta {
+                last_log_id: inner.applied,
+                last_membership: inner.applied_membership.clone(),
+                snapshot_id: match inner.applied {
+                    Some(id) => format!(
+                        "{}-{}-{}",
+                        id.leader_id.term, id.index, inner.snapshots_built
+                    ),
+                    None => format!("none-{}", inner.snapshots_built),
+                },
+            };
+            inner.snapshot = Some(meta.clone());
+            meta
+        };
+        // openraft keeps only the metadata of a snapshot it built, and sends what
+        // `get_current_snapshot` returns: the image is read from the log then, not here.
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(Vec::new())),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = StateMachine;
+
+    async fn applied_state(&mut self) -> StoreResult<(Option<LogId<NodeId>>, Stored)> {
+        let inner = self.0.inner.lock();
+        Ok((inner.applied, inner.applied_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<Response>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        self.0.apply_entries(entries.into_iter().collect())
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, Node>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        self.0.install(meta, snapshot.get_ref())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        let meta = {
+            let inner = self.0.inner.lock();
+            match (&inner.snapshot, &inner.state.purged) {
+                (Some(m), _) => m.clone(),
+                // After a restart: the purge point is a snapshot of what it covers.
+                (None, Some(p)) => SnapshotMeta {
+                    last_log_id: Some(p.log_id),
+                    last_membership: p.membership.clone(),
+                    snapshot_id: format!("purged-{}-{}", p.log_id.leader_id.term, p.log_id.index),
+                },
+                (None, None) => return Ok(None),
+            }
+        };
+        let data = self.0.image(&meta)?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}

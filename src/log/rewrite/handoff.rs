@@ -1,0 +1,110 @@
+//! What one replica hands another that starts its log where this one's is: the producer state
+//! as of an offset, and a start-over that takes it (docs/design.md "Replication on an existing
+//! engine"). A replication layer whose lagging follower can no longer be caught up from the
+//! leader's log (the entries it needs were purged) sends it the leader's retained batches and
+//! the producer state at their first offset; the follower starts over there with that state
+//! and appends the batches, so its dedup answers are the leader's.
+
+use std::sync::Arc;
+
+use super::truncate::cut_point;
+use crate::io::IoError;
+use crate::log::producers::ReplayWants;
+use crate::log::{Log, RewriteError, TruncateReport};
+use crate::producer::{snapshot, snapshot_files};
+use crate::segment::Segment;
+
+impl Log {
+    /// The producer state as of `offset`, a batch boundary in `[log start, log end]`, encoded
+    /// as a `.snapshot` file of this log's snapshot version: the state a replica starting its
+    /// log at `offset` needs. Rebuilt from the newest snapshot at or below `offset` and the
+    /// batches after it, as a truncation to `offset` would; the log is not changed.
+    pub fn producer_snapshot_at(&self, offset: i64) -> Result<Vec<u8>, RewriteError> {
+        let now = self.env.clock.now_ms();
+        // Exclusive: no append or rewrite moves the segments while they are replayed.
+        let _ex = self.exclusive()?;
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset > end {
+            return Err(RewriteError::AboveLogEnd {
+                offset,
+                log_end_offset: end,
+            });
+        }
+        if offset < start {
+            return Err(RewriteError::BelowLogStart {
+                offset,
+                log_start_offset: start,
+            });
+        }
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let at = segments
+            .iter()
+            .rposition(|s| s.base_offset() <= offset)
+            .unwrap_or(0);
+        let (kept, cut_extent) = match segments.get(at) {
+            None => (&segments[..0], None),
+            Some(s) => {
+                let view = s.view()?;
+                let (cut, boundary) = cut_point(s, &view, offset)?;
+                if boundary != offset {
+                    return Err(RewriteError::NotABatchBoundary {
+                        offset,
+                        batch_start: boundary,
+                    });
+                }
+                (&segments[..at], (cut > 0).then_some((s.as_ref(), cut, offset)))
+            }
+        };
+        let wants = ReplayWants {
+            txn_index_from: None,
+            completed_from: offset,
+        };
+        let state = self
+            .rebuild_producers(kept, cut_extent, start, offset, wants, now)?
+            .into_state();
+        Ok(snapshot::encode(
+            state.table().iter(),
+            self.config.snapshot_version,
+            offset,
+        ))
+    }
+
+    /// [`Log::truncate_fully_and_start_at`] with a producer state: the log starts over, empty,
+    /// at `offset`, and knows the producers `producer_snapshot` (the bytes of a `.snapshot`
+    /// file, as [`Log::producer_snapshot_at`] makes them) holds. The snapshot is checked
+    /// before anything changes; a snapshot that does not decode is refused and changes
+    /// nothing. A crash before the call returns leaves the old log, or the empty one with or
+    /// without the producers: the caller that needs them keeps what it installs until the call
+    /// returns.
+    pub fn truncate_fully_and_start_with(
+        &self,
+        offset: i64,
+        producer_snapshot: &[u8],
+    ) -> Result<TruncateReport, RewriteError> {
+        let decoded = snapshot::decode(producer_snapshot)
+            .map_err(|e| RewriteError::BadProducerSnapshot(e.to_string()))?;
+        if decoded.offset.is_some_and(|o| o != offset) {
+            return Err(RewriteError::BadProducerSnapshot(format!(
+                "the snapshot is of offset {}, not {offset}",
+                decoded.offset.unwrap_or_default()
+            )));
+        }
+        let mut report = self.truncate_fully_and_start_at(offset)?;
+        let now = self.env.clock.now_ms();
+        let mut ex = self.exclusive()?;
+        let fs = self.env.fs.as_ref();
+        snapshot_files::write(fs, &self.dir, offset, producer_snapshot)?;
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let wants = ReplayWants {
+            txn_index_from: None,
+            completed_from: offset,
+        };
+        let (producers, load) = self
+            .rebuild_producers(&segments, None, offset, self.log_end_offset(), wants, now)?
+            .apply(fs, &self.dir)
+            .map_err(|e: IoError| RewriteError::Io(e))?;
+        ex.st.producers = producers;
+        report.producers = load;
+        Ok(report)
+    }
+}
