@@ -577,11 +577,13 @@ impl Planner<'_> {
                 }
                 Some(r) if !self.deep => {
                     // The last recorded segment's end is vouched for by nothing else in the
-                    // record (the others' ends are the next one's base): its tail is walked.
-                    // So is the last segment's after a clean close, which appends continue.
-                    let is_last = next_file_base.is_none();
+                    // record (the others' ends are the next one's base): after a crash its
+                    // tail is walked. A clean close synced the whole log before it wrote the
+                    // record, the last segment's end included, which is then held to its
+                    // file's length and its indexes' last entries like every other segment:
+                    // a clean open reads no batch (issue 13).
                     let last_recorded = record.keys().next_back() == Some(&base);
-                    let check_tail = last_recorded || (is_last && clean);
+                    let check_tail = last_recorded && !clean;
                     match self.trust(r, f, bounds, previous_last, check_tail, report)? {
                         Ok(kept) => Some(kept),
                         Err(damage) => {
