@@ -309,7 +309,9 @@ fn a_flipped_base_offset_below_the_recovery_point_cuts_nothing_and_moves_no_log_
 
 #[test]
 fn a_zeroed_last_base_offset_never_lets_an_append_reuse_offsets() {
+    // After a crash the last recorded segment's tail is walked: the damage is found at open.
     let f = Fixture::new();
+    f.unclean();
     let at = *f.batch_positions(2580).last().unwrap();
     f.patch(2580, at, |b| b[..8].fill(0));
     let log = f.refused_then_cut(|e| {
@@ -323,6 +325,53 @@ fn a_zeroed_last_base_offset_never_lets_an_append_reuse_offsets() {
         "cut at the damaged batch, not before"
     );
     check_contract(&log, &f.sent);
+}
+
+#[test]
+fn after_a_clean_close_a_zeroed_last_base_offset_is_read_as_damage_and_reuses_no_offset() {
+    // A clean open reads no batch (issue 13): the record vouches for the last segment's end
+    // as for every other segment's, its file's length and its indexes' last entries agree, and
+    // the damaged batch is found by the read that reaches it.
+    let f = Fixture::new();
+    let at = *f.batch_positions(2580).last().unwrap();
+    f.patch(2580, at, |b| b[..8].fill(0));
+    for mode in MODES {
+        let log = f.open(mode).unwrap();
+        assert_eq!(log.log_end_offset(), 3000, "{mode:?}");
+        let report = log.recovery_report();
+        assert!(
+            report.clean_shutdown && report.truncations.is_empty(),
+            "{mode:?}"
+        );
+        assert_eq!(report.segments_validated, 0, "{mode:?}");
+        match log.read(2990, 1 << 20) {
+            Err(ReadError::Corrupt(c)) => {
+                assert_eq!(c.path, f.segment(2580));
+                assert_eq!(c.position, at);
+            }
+            other => panic!("{mode:?}: read of a zeroed base offset: {other:?}"),
+        }
+        log.abandon();
+    }
+    let log = f.open(RecoveryMode::default()).unwrap();
+    let fresh = BatchBuilder::new().build_single(1_700_000_000_000, b"fresh");
+    let AppendOutcome::Appended(a) = log.append(&fresh).unwrap() else {
+        panic!("fresh batch a duplicate");
+    };
+    assert_eq!(a.first_offset, 3000, "an append reused offsets");
+    // A read past the damage in its segment still meets it: a typed error, never the bytes.
+    match log.read(3000, 1 << 20) {
+        Err(ReadError::Corrupt(c)) => assert_eq!(c.position, at),
+        other => panic!("read past a zeroed base offset: {other:?}"),
+    }
+    log.flush().unwrap();
+    log.abandon();
+    // The append made the log unclean: the next open validates the segment, finds the damage
+    // below the recovery point, and the default mode refuses rather than cut durable batches.
+    match f.open(RecoveryMode::default()) {
+        Err(e) => assert!(refused_with(&e, &f.segment(2580), |_| true), "{e}"),
+        Ok(log) => panic!("opened at log end {}", log.log_end_offset()),
+    }
 }
 
 #[test]
