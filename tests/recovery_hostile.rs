@@ -328,10 +328,11 @@ fn a_zeroed_last_base_offset_never_lets_an_append_reuse_offsets() {
 }
 
 #[test]
-fn after_a_clean_close_a_zeroed_last_base_offset_is_read_as_damage_and_reuses_no_offset() {
-    // A clean open reads no batch (issue 13): the record vouches for the last segment's end
-    // as for every other segment's, its file's length and its indexes' last entries agree, and
-    // the damaged batch is found by the read that reaches it.
+fn after_a_clean_close_a_zeroed_last_base_offset_is_found_before_the_first_append() {
+    // A clean open reads no batch (issue 13): the damage is found by the read that reaches
+    // it, and by the tail check the log makes before its first change, which refuses the
+    // change and leaves the log unclean, so the next open judges the damage as a crash's
+    // open would have.
     let f = Fixture::new();
     let at = *f.batch_positions(2580).last().unwrap();
     f.patch(2580, at, |b| b[..8].fill(0));
@@ -353,25 +354,36 @@ fn after_a_clean_close_a_zeroed_last_base_offset_is_read_as_damage_and_reuses_no
         }
         log.abandon();
     }
+    let before = dir_contents(f.path());
     let log = f.open(RecoveryMode::default()).unwrap();
     let fresh = BatchBuilder::new().build_single(1_700_000_000_000, b"fresh");
-    let AppendOutcome::Appended(a) = log.append(&fresh).unwrap() else {
-        panic!("fresh batch a duplicate");
-    };
-    assert_eq!(a.first_offset, 3000, "an append reused offsets");
-    // A read past the damage in its segment still meets it: a typed error, never the bytes.
-    match log.read(3000, 1 << 20) {
-        Err(ReadError::Corrupt(c)) => assert_eq!(c.position, at),
-        other => panic!("read past a zeroed base offset: {other:?}"),
+    match log.append(&fresh) {
+        Err(AppendError::Io(e)) => {
+            assert_eq!(e.path, f.segment(2580));
+            assert!(e.to_string().contains(&format!("at byte {at}")), "{e}");
+        }
+        other => panic!("an append after a damaged tail: {other:?}"),
     }
-    log.flush().unwrap();
-    log.abandon();
-    // The append made the log unclean: the next open validates the segment, finds the damage
-    // below the recovery point, and the default mode refuses rather than cut durable batches.
-    match f.open(RecoveryMode::default()) {
-        Err(e) => assert!(refused_with(&e, &f.segment(2580), |_| true), "{e}"),
-        Ok(log) => panic!("opened at log end {}", log.log_end_offset()),
+    assert!(matches!(
+        log.append(&fresh),
+        Err(AppendError::ReadOnly { .. })
+    ));
+    assert_eq!(log.log_end_offset(), 3000);
+    drop(log);
+    // Only the checkpoint changed (now unclean): not a byte of a segment.
+    let after = dir_contents(f.path());
+    for (name, bytes) in &before {
+        if name.ends_with(".log") {
+            assert_eq!(after.get(name), Some(bytes), "{name} changed");
+        }
     }
+    let log = f.refused_then_cut(|e| {
+        refused_with(e, &f.segment(2580), |d| {
+            matches!(d, Damage::Invalid(BatchProblem::OffsetNotIncreasing { .. }))
+        })
+    });
+    assert_eq!(log.log_end_offset(), 2990);
+    check_contract(&log, &f.sent);
 }
 
 #[test]

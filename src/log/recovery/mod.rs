@@ -29,6 +29,7 @@ use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
 pub use plan::LogDirOffsets;
+pub(crate) use plan::tail_damage;
 use plan::{Doomed, KeptSegment, KeptTxn, Plan, PlanError, Planner, Trust};
 pub use report::{RecoveryReport, Truncation};
 

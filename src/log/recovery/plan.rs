@@ -1407,6 +1407,48 @@ struct Validated {
     damage: Option<(usize, Damage)>,
 }
 
+/// The check a crash's open makes of the last recorded segment's tail, made by a clean open's
+/// log before its first change instead (a clean open reads no batch): the walk from the last
+/// offset-index entry must end exactly at the record's `size` and `next_offset`. `Some` with
+/// where and what is wrong.
+pub(crate) fn tail_damage(
+    index: &[u8],
+    data: &[u8],
+    bounds: OffsetBounds,
+    previous_last: Option<i64>,
+    next_offset: i64,
+) -> Option<(usize, Damage)> {
+    let hint = last_named_entry(index, data, bounds.segment_base);
+    let (start, prev) = hint.map_or((0, previous_last), |(pos, prev)| (pos, prev));
+    let result = segment::walk_frames(&data[start..], bounds, prev, &mut |_| {});
+    let found_next = result.last_offset.or(prev).map_or(bounds.segment_base, |l| l + 1);
+    match result.stop {
+        ScanStop::Torn {
+            position,
+            needed,
+            available,
+        } => Some((start + position, Damage::Torn { needed, available })),
+        ScanStop::Invalid { position, problem } => {
+            Some((start + position, Damage::Invalid(problem)))
+        }
+        ScanStop::End if start + result.valid_len != data.len() => Some((
+            start + result.valid_len,
+            Damage::SizeMismatch {
+                expected: data.len() as u64,
+                found: (start + result.valid_len) as u64,
+            },
+        )),
+        ScanStop::End if found_next != next_offset => Some((
+            data.len(),
+            Damage::EndDisagrees {
+                expected_next: next_offset,
+                found_next,
+            },
+        )),
+        ScanStop::End => None,
+    }
+}
+
 /// Walks a segment's tail from the last offset-index entry that names its batch (from the
 /// start without one): a few headers. Returns the valid length, where and why the walk
 /// stopped, and the last offset.
