@@ -12,11 +12,14 @@
 //! ```sh
 //! cargo bench --bench manager                       # defaults: 4000 partitions, 5 rounds
 //! ONCELOG_BENCH_PARTITIONS=10000 ONCELOG_BENCH_ROUNDS=3 cargo bench --bench manager
+//! ONCELOG_BENCH_ONLY=open ONCELOG_BENCH_PARTITIONS=10000 cargo bench --bench manager
+//! ONCELOG_BENCH_PROFILE_DIR=/tmp/d ONCELOG_BENCH_PARTITIONS=10000 \
+//!     strace -f -c target/release/deps/manager-<hash> --bench   # one open, to profile
 //! ```
 //!
-//! An idle partition holds 4 file descriptors (its lock and its active segment's `.log`,
-//! `.index` and `.timeindex`), so the open figure needs `ulimit -n` above 4 × partitions; the
-//! bench says how far it got when the limit stops it.
+//! An idle partition of a manager holds no file descriptor (the manager's `.lock` stands for
+//! its partitions' locks, and the active segment's files are closed once mapped), so the
+//! partitions open under the default `ulimit -n` of 1024.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,6 +47,11 @@ fn idle_config() -> ManagerConfig {
             ..LogConfig::default()
         },
         jobs: JobIntervals::none(),
+        // ONCELOG_BENCH_RECOVERY_THREADS: the opening threads (default: the manager's).
+        recovery_threads: env(
+            "ONCELOG_BENCH_RECOVERY_THREADS",
+            ManagerConfig::default().recovery_threads,
+        ),
         ..ManagerConfig::default()
     }
 }
@@ -296,7 +304,6 @@ fn main() {
     let batches = workload(messages);
     let bytes: usize = batches.iter().map(Vec::len).sum();
     let mb = bytes as f64 / 1e6;
-    // (name, partitions, segment bytes); 0 partitions: one standalone log.
     // (name, partitions, segment bytes, prefault bytes); 0 partitions: one standalone log.
     const PF: usize = 8 << 20;
     let cases: [(&str, usize, usize, usize); 8] = [
