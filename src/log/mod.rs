@@ -235,6 +235,8 @@ impl Log {
         config: LogConfig,
     ) -> Result<Log, OpenError> {
         let dir = dir.as_ref();
+        // A refused configuration creates nothing.
+        config.validate()?;
         env.fs.create_dir_all(dir).ctx("create directory", dir)?;
         Log::open_in_log_dir(env, dir, config, None, Exclusion::Own)
     }
