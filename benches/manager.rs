@@ -12,11 +12,14 @@
 //! ```sh
 //! cargo bench --bench manager                       # defaults: 4000 partitions, 5 rounds
 //! ONCELOG_BENCH_PARTITIONS=10000 ONCELOG_BENCH_ROUNDS=3 cargo bench --bench manager
+//! ONCELOG_BENCH_ONLY=open ONCELOG_BENCH_PARTITIONS=10000 cargo bench --bench manager
+//! ONCELOG_BENCH_PROFILE_DIR=/tmp/d ONCELOG_BENCH_PARTITIONS=10000 \
+//!     strace -f -c target/release/deps/manager-<hash> --bench   # one open, to profile
 //! ```
 //!
-//! An idle partition holds 4 file descriptors (its lock and its active segment's `.log`,
-//! `.index` and `.timeindex`), so the open figure needs `ulimit -n` above 4 × partitions; the
-//! bench says how far it got when the limit stops it.
+//! An idle partition of a manager holds no file descriptor (the manager's `.lock` stands for
+//! its partitions' locks, and the active segment's files are closed once mapped), so the
+//! partitions open under the default `ulimit -n` of 1024.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,6 +47,11 @@ fn idle_config() -> ManagerConfig {
             ..LogConfig::default()
         },
         jobs: JobIntervals::none(),
+        // ONCELOG_BENCH_RECOVERY_THREADS: the opening threads (default: the manager's).
+        recovery_threads: env(
+            "ONCELOG_BENCH_RECOVERY_THREADS",
+            ManagerConfig::default().recovery_threads,
+        ),
         ..ManagerConfig::default()
     }
 }
@@ -255,6 +263,28 @@ fn main() {
     let n = env("ONCELOG_BENCH_PARTITIONS", 4000);
     let rounds = env("ONCELOG_BENCH_ROUNDS", 5).max(1);
     let messages = env("ONCELOG_BENCH_MESSAGES", 1_000_000);
+    // ONCELOG_BENCH_ONLY=open: the open figures alone (no throughput cases).
+    let only_open = std::env::var("ONCELOG_BENCH_ONLY").is_ok_and(|v| v == "open");
+    // ONCELOG_BENCH_PROFILE_DIR=<dir>: one open and close of the log dir there (populated
+    // first if it is not there yet), nothing else: what to run under `perf` or `strace`.
+    if let Ok(dir) = std::env::var("ONCELOG_BENCH_PROFILE_DIR") {
+        let dir = PathBuf::from(dir);
+        if !dir.exists() {
+            populate(&dir, n);
+        }
+        let started = Instant::now();
+        let m = LogManager::open(&[&dir], idle_config()).expect("open");
+        let opened = started.elapsed().as_secs_f64();
+        let r = m.open_report();
+        let (_, fds) = rss_kb_and_fds();
+        println!(
+            "clean open of {} partitions ({} clean): {opened:.3} s, {fds} descriptors open",
+            r.opened(),
+            r.clean()
+        );
+        m.close().expect("close");
+        return;
+    }
     let root = tempfile::Builder::new()
         .prefix("oncelog-manager-bench")
         .tempdir()
@@ -274,7 +304,6 @@ fn main() {
     let batches = workload(messages);
     let bytes: usize = batches.iter().map(Vec::len).sum();
     let mb = bytes as f64 / 1e6;
-    // (name, partitions, segment bytes); 0 partitions: one standalone log.
     // (name, partitions, segment bytes, prefault bytes); 0 partitions: one standalone log.
     const PF: usize = 8 << 20;
     let cases: [(&str, usize, usize, usize); 8] = [
@@ -291,6 +320,10 @@ fn main() {
     let mut figures: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         opens.push(open_round(&idle, n));
+        if only_open {
+            eprintln!("round {} of {rounds} done", round + 1);
+            continue;
+        }
         for (i, (_, partitions, seg, prefault)) in cases.iter().enumerate() {
             let dir = fresh(root.path(), &format!("load-{i}"));
             let config = throughput_config(*seg, *prefault);
@@ -326,6 +359,9 @@ fn main() {
         "| file descriptors per open idle partition | {:.2} |",
         pick(|o| o.fds_per_partition)
     );
+    if only_open {
+        return;
+    }
     println!();
     println!("| appends of {messages} records of 100 B in batches of 100 ({mb:.1} MB), 2 threads | durable MB/s | append MB/s | vs single log, 4 MiB segments |");
     println!("|---|---:|---:|---:|");

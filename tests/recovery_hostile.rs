@@ -309,7 +309,9 @@ fn a_flipped_base_offset_below_the_recovery_point_cuts_nothing_and_moves_no_log_
 
 #[test]
 fn a_zeroed_last_base_offset_never_lets_an_append_reuse_offsets() {
+    // After a crash the last recorded segment's tail is walked: the damage is found at open.
     let f = Fixture::new();
+    f.unclean();
     let at = *f.batch_positions(2580).last().unwrap();
     f.patch(2580, at, |b| b[..8].fill(0));
     let log = f.refused_then_cut(|e| {
@@ -322,6 +324,65 @@ fn a_zeroed_last_base_offset_never_lets_an_append_reuse_offsets() {
         2990,
         "cut at the damaged batch, not before"
     );
+    check_contract(&log, &f.sent);
+}
+
+#[test]
+fn after_a_clean_close_a_zeroed_last_base_offset_is_found_before_the_first_append() {
+    // A clean open reads no batch (issue 13): the damage is found by the read that reaches
+    // it, and by the tail check the log makes before its first change, which refuses the
+    // change and leaves the log unclean, so the next open judges the damage as a crash's
+    // open would have.
+    let f = Fixture::new();
+    let at = *f.batch_positions(2580).last().unwrap();
+    f.patch(2580, at, |b| b[..8].fill(0));
+    for mode in MODES {
+        let log = f.open(mode).unwrap();
+        assert_eq!(log.log_end_offset(), 3000, "{mode:?}");
+        let report = log.recovery_report();
+        assert!(
+            report.clean_shutdown && report.truncations.is_empty(),
+            "{mode:?}"
+        );
+        assert_eq!(report.segments_validated, 0, "{mode:?}");
+        match log.read(2990, 1 << 20) {
+            Err(ReadError::Corrupt(c)) => {
+                assert_eq!(c.path, f.segment(2580));
+                assert_eq!(c.position, at);
+            }
+            other => panic!("{mode:?}: read of a zeroed base offset: {other:?}"),
+        }
+        log.abandon();
+    }
+    let before = dir_contents(f.path());
+    let log = f.open(RecoveryMode::default()).unwrap();
+    let fresh = BatchBuilder::new().build_single(1_700_000_000_000, b"fresh");
+    match log.append(&fresh) {
+        Err(AppendError::Io(e)) => {
+            assert_eq!(e.path, f.segment(2580));
+            assert!(e.to_string().contains(&format!("at byte {at}")), "{e}");
+        }
+        other => panic!("an append after a damaged tail: {other:?}"),
+    }
+    assert!(matches!(
+        log.append(&fresh),
+        Err(AppendError::ReadOnly { .. })
+    ));
+    assert_eq!(log.log_end_offset(), 3000);
+    drop(log);
+    // Only the checkpoint changed (now unclean): not a byte of a segment.
+    let after = dir_contents(f.path());
+    for (name, bytes) in &before {
+        if name.ends_with(".log") {
+            assert_eq!(after.get(name), Some(bytes), "{name} changed");
+        }
+    }
+    let log = f.refused_then_cut(|e| {
+        refused_with(e, &f.segment(2580), |d| {
+            matches!(d, Damage::Invalid(BatchProblem::OffsetNotIncreasing { .. }))
+        })
+    });
+    assert_eq!(log.log_end_offset(), 2990);
     check_contract(&log, &f.sent);
 }
 

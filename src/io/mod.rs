@@ -96,7 +96,8 @@ pub struct FileMeta {
     pub len: u64,
 }
 
-/// An exclusive lock on a file, held until dropped (see [`FileSystem::try_lock`]).
+/// A lock on a file, held until dropped (see [`FileSystem::try_lock`] and
+/// [`FileSystem::try_lock_shared`]).
 pub struct FileLock(#[allow(dead_code)] Box<dyn Send + Sync>);
 
 impl FileLock {
@@ -127,6 +128,11 @@ pub trait FileSystem: Send + Sync + Debug + 'static {
     /// process, or another handle in this one. Released when the [`FileLock`] is dropped or the
     /// process dies (`flock(2)` semantics).
     fn try_lock(&self, path: &Path, holder: &str) -> io::Result<FileLock>;
+    /// Takes a shared lock on `path`, which must exist (`NotFound` otherwise; nothing is
+    /// created or written), without waiting: `WouldBlock` while an exclusive lock
+    /// ([`Self::try_lock`]) is held on it, in this process or another. Shared holders do not
+    /// exclude each other; while one is held, [`Self::try_lock`] is refused.
+    fn try_lock_shared(&self, path: &Path) -> io::Result<FileLock>;
     /// Opens a regular file (see [`OpenMode`]).
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>>;
     /// Atomically replaces `to` with `from` (POSIX rename). Durable only after [`Self::sync_dir`].

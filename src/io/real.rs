@@ -88,6 +88,25 @@ impl FileSystem for RealFs {
         Ok(FileLock::new(Box::new(file)))
     }
 
+    fn try_lock_shared(&self, path: &Path) -> io::Result<FileLock> {
+        let file = open_regular(path, OpenMode::Read)?;
+        // As `try_lock`: a refusal is retried for a while before it is believed.
+        let mut waited = Duration::ZERO;
+        loop {
+            match file.try_lock_shared() {
+                Ok(()) => return Ok(FileLock::new(Box::new(file))),
+                Err(fs::TryLockError::WouldBlock) if waited < LOCK_PATIENCE => {
+                    std::thread::sleep(LOCK_RETRY);
+                    waited += LOCK_RETRY;
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::from(io::ErrorKind::WouldBlock))
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+    }
+
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>> {
         Ok(Box::new(RealFile {
             file: open_regular(path, mode)?,

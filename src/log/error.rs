@@ -129,6 +129,17 @@ pub enum OpenError {
         /// Who holds it, as its lock file says (`process <pid>`).
         holder: String,
     },
+    /// The directory lies in a log dir that a [`crate::LogManager`] holds (its `.lock`), in
+    /// this process or another: only the manager may open its partitions.
+    #[error("{} is a partition of log dir {}, which a log manager holds ({holder})", dir.display(), log_dir.display())]
+    LogDirLocked {
+        /// The partition directory.
+        dir: PathBuf,
+        /// The log dir it lies in.
+        log_dir: PathBuf,
+        /// Who holds the log dir, as its `.lock` says (`process <pid>`).
+        holder: String,
+    },
     /// The checkpoint is unreadable or contradicts itself.
     #[error(transparent)]
     BadCheckpoint(#[from] BadCheckpoint),
@@ -156,6 +167,7 @@ impl OpenError {
             OpenError::Config(_) => "config",
             OpenError::Io(_) => "io",
             OpenError::Locked { .. } => "locked",
+            OpenError::LogDirLocked { .. } => "log_dir_locked",
             OpenError::BadCheckpoint(_) => "bad_checkpoint",
             OpenError::BadEpochCheckpoint(_) => "bad_epoch_checkpoint",
             OpenError::Refused { .. } => "refused",

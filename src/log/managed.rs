@@ -51,15 +51,72 @@ impl Log {
     /// still on disk, vouching for every segment as the last close left it): writes the
     /// unclean checkpoint, durably, so that a crash from here on is recovered as one. Until
     /// then a crash needs no recovery, and opening an idle log costs no write at all.
+    ///
+    /// A clean open reads no batch, so the check a crash's open makes of the last segment's
+    /// tail is made here, before the first change: if the tail is damaged the unclean
+    /// checkpoint is written all the same (the next open walks the tail and its recovery mode
+    /// decides, as it would have at this open), the change is refused, and the log is
+    /// read-only until it is reopened.
     pub(super) fn mark_unclean(&self, st: &mut AppendState) -> Result<(), IoError> {
         if !st.clean_on_disk {
             return Ok(());
         }
+        let damage = self.tail_damage(st)?;
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let c = self.checkpoint_of(st, &segments, self.recovery_point(), self.log_start_offset());
         checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
         st.clean_on_disk = false;
+        if let Some((path, position, damage)) = damage {
+            let reason = format!(
+                "{damage} at byte {position}, found before the first change after a clean \
+                 open: the log is read-only; reopen it to recover"
+            );
+            st.failure = Some(Arc::new(IoError::new(
+                "check the tail",
+                &path,
+                std::io::Error::other(reason.clone()),
+            )));
+            return Err(IoError::new("check the tail", &path, std::io::Error::other(reason)));
+        }
         Ok(())
+    }
+
+    /// The active segment's tail against what the clean checkpoint recorded of it (see
+    /// [`Self::mark_unclean`]): its path, and where and what is wrong, if anything is.
+    fn tail_damage(
+        &self,
+        st: &AppendState,
+    ) -> Result<Option<(std::path::PathBuf, usize, super::Damage)>, IoError> {
+        let Some(w) = st.active.as_ref() else {
+            return Ok(None);
+        };
+        let seg = w.segment();
+        if seg.size() == 0 {
+            return Ok(None);
+        }
+        let view = seg.view()?;
+        let base = seg.base_offset();
+        let previous_last = self
+            .segments
+            .read()
+            .range(..base)
+            .rev()
+            .map(|(_, s)| (s.base_offset(), s.next_offset()))
+            .find(|(b, next)| next > b)
+            .map(|(_, next)| next - 1);
+        let bounds = crate::segment::OffsetBounds {
+            segment_base: base,
+            next_segment_base: None,
+            dense_from: Some(st.dense_from),
+        };
+        let found = super::recovery::tail_damage(
+            view.offset_index().mapping().published_slice(),
+            view.data(),
+            bounds,
+            previous_last,
+            seg.next_offset(),
+        );
+        Ok(found.map(|(position, damage)| (seg.log_path().to_path_buf(), position, damage)))
     }
 
     /// Whether the log was closed (by [`Log::close`], or by its manager deleting it).

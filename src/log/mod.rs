@@ -151,10 +151,31 @@ fn refuse_keyless(batch: &[u8], max_decompressed: usize) -> Result<(), AppendErr
     Ok(())
 }
 
-/// The lock file of a partition directory: held (`flock`) for the life of a [`Log`], so a second
-/// open of the directory, in this process or another, is refused instead of two writers
-/// assigning the same offsets and trimming each other's mapped files.
+/// The lock file of a partition directory: held (`flock`) for the life of a standalone [`Log`],
+/// so a second open of the directory, in this process or another, is refused instead of two
+/// writers assigning the same offsets and trimming each other's mapped files.
+///
+/// A log that a [`crate::LogManager`] opens holds no lock of its own (a descriptor per
+/// partition would keep 10,000 partitions from opening under `ulimit -n` 1024): the manager's
+/// exclusive lock on the log dir's `.lock` keeps other managers out, and a standalone log
+/// whose parent directory has a `.lock` (a log dir) holds a shared lock on it besides its
+/// own, so it is refused while a manager holds the log dir, and a manager is refused while it
+/// is open. A manager opening a partition whose `oncelog.lock` is there checks that no
+/// standalone log holds it (one opened before the log dir had a `.lock`).
 pub const LOCK_FILE_NAME: &str = "oncelog.lock";
+
+/// The log manager's lock file in a log dir (`crate::manager::log_dir::LOCK_FILE`).
+const LOG_DIR_LOCK_FILE: &str = ".lock";
+
+/// How an open log keeps other writers out of its directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exclusion {
+    /// A standalone log: holds the directory's [`LOCK_FILE_NAME`], and a shared lock on its
+    /// parent's `.lock` if the parent has one.
+    Own,
+    /// A log of a manager that holds the log dir's `.lock`: holds no descriptor.
+    LogDir,
+}
 
 /// One partition log. `Send + Sync`: share it with `Arc`; any number of threads may read while
 /// one appends at a time.
@@ -213,26 +234,33 @@ impl Log {
         dir: impl AsRef<Path>,
         config: LogConfig,
     ) -> Result<Log, OpenError> {
-        Log::open_in_log_dir(env, dir, config, None)
+        let dir = dir.as_ref();
+        // A refused configuration creates nothing.
+        config.validate()?;
+        env.fs.create_dir_all(dir).ctx("create directory", dir)?;
+        Log::open_in_log_dir(env, dir, config, None, Exclusion::Own)
     }
 
-    /// Opens the log of a partition of a log dir: `log_dir` is what the log dir's Kafka
-    /// checkpoints say of it, which vouches for its segments when it has no checkpoint of its
-    /// own (the log manager's open).
+    /// Opens the log of a partition: `log_dir` is what the log dir's Kafka checkpoints say of
+    /// it, which vouches for its segments when it has no checkpoint of its own (the log
+    /// manager's open); `exclusion` says how other writers are kept out. The directory exists.
     pub(crate) fn open_in_log_dir(
         env: Environment,
         dir: impl AsRef<Path>,
         config: LogConfig,
         log_dir: Option<&LogDirOffsets>,
+        exclusion: Exclusion,
     ) -> Result<Log, OpenError> {
         let opening = Instant::now();
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
         let now = env.clock.now_ms();
         let fs = env.fs.as_ref();
-        fs.create_dir_all(&dir).ctx("create directory", &dir)?;
-        let lock = lock_dir(fs, &dir)?;
-        let loaded = recovery::open(&env.fs, &dir, &config, now, log_dir)?;
+        let lock = match exclusion {
+            Exclusion::Own => Some(lock_dir(fs, &dir)?),
+            Exclusion::LogDir => None,
+        };
+        let loaded = recovery::open(&env.fs, &dir, &config, now, log_dir, exclusion)?;
         let mut segments = BTreeMap::new();
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);
@@ -244,13 +272,25 @@ impl Log {
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
         // The latest epoch of the cache, or of the newest batch the segments hold if that is
         // later (a truncation or a raised log start can leave the cache without it): the
-        // epochs stamped on a log never go back.
-        let newest_batch_epoch = segments
-            .values()
-            .rev()
-            .find(|s| !s.is_empty())
-            .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
-            .and_then(|r| format::RecordBatch::parse(&r.bytes).ok().map(|b| b.partition_leader_epoch()));
+        // epochs stamped on a log never go back. Every append notes its batch's epoch in the
+        // cache before writing the batch; a truncation drops only entries whose batches it
+        // drops, and a raised log start keeps the latest entry unless nothing is left above
+        // it. So a cache that is not empty is never behind the batches, and a clean open
+        // with one reads no batch for it.
+        let newest_batch_epoch = if loaded.clean_on_disk && loaded.epochs.latest_epoch().is_some() {
+            None
+        } else {
+            segments
+                .values()
+                .rev()
+                .find(|s| !s.is_empty())
+                .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
+                .and_then(|r| {
+                    format::RecordBatch::parse(&r.bytes)
+                        .ok()
+                        .map(|b| b.partition_leader_epoch())
+                })
+        };
         let first_ongoing = producers.table().first_ongoing_offset();
         let unstable = txn::Unstable::new(first_ongoing, &loaded.completed);
         let leader_epoch = loaded
@@ -262,7 +302,7 @@ impl Log {
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
-            lock: Mutex::new(Some(lock)),
+            lock: Mutex::new(lock),
             segments: RwLock::new(segments),
             flush: Mutex::new(FlushState {
                 segment_base: active.base_offset(),
@@ -866,31 +906,67 @@ impl Drop for Log {
     }
 }
 
-/// Takes the directory's lock, or says who holds it.
+/// Takes the directory's lock, and a shared lock on its parent's `.lock` if the parent is a
+/// log dir (see [`LOCK_FILE_NAME`]), or says who holds them.
 fn lock_dir(fs: &dyn crate::io::FileSystem, dir: &Path) -> Result<FileLock, OpenError> {
     let path = dir.join(LOCK_FILE_NAME);
     let holder = format!("process {}", std::process::id());
-    match fs.try_lock(&path, &holder) {
-        Ok(lock) => Ok(lock),
+    let own = match fs.try_lock(&path, &holder) {
+        Ok(lock) => lock,
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            let named = crate::io::read_small_file(fs, &path, 256)
-                .ok()
-                .and_then(|f| match f {
-                    crate::io::SmallFile::Bytes(b) => String::from_utf8(b).ok(),
-                    _ => None,
-                })
-                .filter(|h| !h.is_empty());
-            let holder = match named {
-                Some(h) if h == holder => format!("{h}: this process has it open"),
-                Some(h) => h,
-                None => "unknown holder".to_string(),
-            };
-            Err(OpenError::Locked {
+            return Err(OpenError::Locked {
                 dir: dir.to_path_buf(),
-                holder,
+                holder: lock_holder(fs, &path),
             })
         }
+        Err(e) => return Err(OpenError::Io(IoError::new("lock", &path, e))),
+    };
+    let log_dir = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let manager_lock = log_dir.join(LOG_DIR_LOCK_FILE);
+    match fs.try_lock_shared(&manager_lock) {
+        Ok(shared) => Ok(FileLock::new(Box::new((own, shared)))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(own),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(OpenError::LogDirLocked {
+            dir: dir.to_path_buf(),
+            log_dir: log_dir.to_path_buf(),
+            holder: lock_holder(fs, &manager_lock),
+        }),
+        Err(e) => Err(OpenError::Io(IoError::new("lock", &manager_lock, e))),
+    }
+}
+
+/// Checks, for a log its manager opens, that no standalone log holds the directory's
+/// [`LOCK_FILE_NAME`] (nothing is created or held).
+pub(super) fn check_unlocked(fs: &dyn crate::io::FileSystem, dir: &Path) -> Result<(), OpenError> {
+    let path = dir.join(LOCK_FILE_NAME);
+    match fs.try_lock_shared(&path) {
+        Ok(_released) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Err(OpenError::Locked {
+            dir: dir.to_path_buf(),
+            holder: lock_holder(fs, &path),
+        }),
         Err(e) => Err(OpenError::Io(IoError::new("lock", &path, e))),
+    }
+}
+
+/// Who holds a lock, as its file says (`process <pid>`).
+fn lock_holder(fs: &dyn crate::io::FileSystem, path: &Path) -> String {
+    let me = format!("process {}", std::process::id());
+    let named = crate::io::read_small_file(fs, path, 256)
+        .ok()
+        .and_then(|f| match f {
+            crate::io::SmallFile::Bytes(b) => String::from_utf8(b).ok(),
+            _ => None,
+        })
+        .filter(|h| !h.is_empty());
+    match named {
+        Some(h) if h == me => format!("{h}: this process has it open"),
+        Some(h) => h,
+        None => "unknown holder".to_string(),
     }
 }
 

@@ -19,7 +19,9 @@ use super::partitions::DoomedDir;
 use super::topic::{validate_topic, DirEntry, TopicPartition};
 use super::{Dir, Inner, Kept, ManagerConfig, Slot, SlotState};
 use crate::io::IoResultExt;
-use crate::log::{Environment, Log, LogDirOffsets, ProducerLoadReport, RecoveryReport};
+use crate::log::{
+    Environment, Exclusion, Log, LogDirOffsets, ProducerLoadReport, RecoveryReport,
+};
 
 /// What opening a partition found.
 #[derive(Debug, Clone)]
@@ -410,8 +412,14 @@ fn open_partition(
     let topic = config.topics.get(&p.tp.topic).cloned().unwrap_or_default();
     let resolved = own.unwrap_or_default().over(&topic).resolve(config);
     resolved.log.validate().map_err(|e| fail(e.into()))?;
-    let log = Log::open_in_log_dir(env.clone(), &p.path, resolved.log.clone(), Some(&p.offsets))
-        .map_err(|e| fail(e.into()))?;
+    let log = Log::open_in_log_dir(
+        env.clone(),
+        &p.path,
+        resolved.log.clone(),
+        Some(&p.offsets),
+        Exclusion::LogDir,
+    )
+    .map_err(|e| fail(e.into()))?;
     Ok((Arc::new(log), resolved))
 }
 

@@ -18,7 +18,7 @@ use super::jobs::{self, Files};
 use super::topic::{collides, validate_topic, TopicPartition};
 use super::{Inner, Kept, Slot, SlotState};
 use crate::io::{FileKind, FileSystem, IoError, IoResultExt};
-use crate::log::Log;
+use crate::log::{Exclusion, Log};
 
 /// A deleted partition's directory, removed once due.
 #[derive(Debug, Clone)]
@@ -87,7 +87,14 @@ pub(super) fn create(
         if config != PartitionConfig::default() {
             config.write(fs, &path)?;
         }
-        Log::open_in_log_dir(inner.env.clone(), &path, resolved.log.clone(), None).map_err(
+        Log::open_in_log_dir(
+            inner.env.clone(),
+            &path,
+            resolved.log.clone(),
+            None,
+            Exclusion::LogDir,
+        )
+        .map_err(
             |error| ManagerError::Create {
                 partition: tp.clone(),
                 error: Box::new(error),

@@ -826,6 +826,7 @@ impl SegmentFiles {
             log_len,
             index_len,
             time_len,
+            !keep_indexes,
         )?;
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),

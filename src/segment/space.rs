@@ -126,14 +126,18 @@ pub struct SegmentSpace {
 }
 
 impl SegmentSpace {
-    /// The space of a segment whose files are `log`, `index` and `time` bytes long, with the
-    /// indexes grown at once to what that log can need.
+    /// The space of a segment whose files are `log`, `index` and `time` bytes long. With
+    /// `rebuild` (its indexes are about to be rebuilt from its batches) the indexes are grown
+    /// at once to what that log can need; otherwise at the first growth of the log, which
+    /// the first append needs (the reopened `.log` ends at its batches), so an open that is
+    /// followed by no append changes no file.
     pub(super) fn new(
         segment: Arc<Segment>,
         cfg: SpaceConfig,
         log: usize,
         index: usize,
         time: usize,
+        rebuild: bool,
     ) -> Result<SegmentSpace, IoError> {
         let space = SegmentSpace {
             segment,
@@ -147,7 +151,7 @@ impl SegmentSpace {
             ready: AtomicUsize::new(log),
             indexes_at_open: (index, time),
         };
-        if log > 0 {
+        if log > 0 && rebuild {
             // A reopened segment's rebuilt indexes get their room before any entry is written.
             let mut g = space.grown.lock();
             space.grow_indexes(&mut g)?;

@@ -109,7 +109,14 @@ impl SegmentWriter {
     pub fn capacity(&self) -> usize {
         self.log.capacity()
     }
+    /// maxTimestamp of the first batch, -1 if unknown. A clean open reads no batch, so for a
+    /// segment reopened with batches the first one's header is read here, when a roll
+    /// decision first needs it (from the map: the page it is on, not more).
     pub fn first_batch_timestamp(&self) -> i64 {
+        if self.first_batch_timestamp < 0 && self.last_offset.is_some() {
+            return crate::format::RecordBatch::parse(self.log.mapping().published_slice())
+                .map_or(-1, |b| b.max_timestamp());
+        }
         self.first_batch_timestamp
     }
     pub fn created_ms(&self) -> i64 {

@@ -121,6 +121,7 @@ impl SimFs {
         st.epoch += 1;
         // The process died with the machine: its locks went with it.
         st.locks.clear();
+        st.shared_locks.clear();
         report
     }
 }

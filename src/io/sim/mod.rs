@@ -168,6 +168,8 @@ struct State {
     /// Held locks by path, with the id of the guard holding each (a crash drops them all, as
     /// the death of the process releases `flock` locks).
     locks: HashMap<PathBuf, u64>,
+    /// Held shared locks by path, with the ids of their guards.
+    shared_locks: HashMap<PathBuf, Vec<u64>>,
     /// Numbers directory renames and removals, so a crash undoes those it loses newest first.
     dir_ops: u64,
     /// Directories removed while their parent's removal entry is not durable: their path and
@@ -457,7 +459,7 @@ impl FileSystem for SimFs {
         let id = {
             let mut st = self.state.lock();
             st.op(OpKind::Lock)?;
-            if st.locks.contains_key(&key) {
+            if st.locks.contains_key(&key) || st.shared_locks.contains_key(&key) {
                 return Err(io::Error::from(io::ErrorKind::WouldBlock));
             }
             st.next_id += 1;
@@ -469,10 +471,31 @@ impl FileSystem for SimFs {
             state: Arc::clone(&self.state),
             key,
             id,
+            shared: false,
         };
         file.set_len(0)?;
         file.write_all_at(holder.as_bytes(), 0)?;
         Ok(FileLock::new(Box::new(guard)))
+    }
+
+    fn try_lock_shared(&self, path: &Path) -> io::Result<FileLock> {
+        let _file = self.open(path, OpenMode::Read)?;
+        let key = normalize(path);
+        let mut st = self.state.lock();
+        st.op(OpKind::Lock)?;
+        if st.locks.contains_key(&key) {
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
+        }
+        st.next_id += 1;
+        let id = st.next_id;
+        st.shared_locks.entry(key.clone()).or_default().push(id);
+        drop(st);
+        Ok(FileLock::new(Box::new(SimLock {
+            state: Arc::clone(&self.state),
+            key,
+            id,
+            shared: true,
+        })))
     }
 
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn File>> {
@@ -610,12 +633,20 @@ struct SimLock {
     state: Arc<Mutex<State>>,
     key: PathBuf,
     id: u64,
+    shared: bool,
 }
 
 impl Drop for SimLock {
     fn drop(&mut self) {
         let mut st = self.state.lock();
-        if st.locks.get(&self.key) == Some(&self.id) {
+        if self.shared {
+            if let Some(ids) = st.shared_locks.get_mut(&self.key) {
+                ids.retain(|&i| i != self.id);
+                if ids.is_empty() {
+                    st.shared_locks.remove(&self.key);
+                }
+            }
+        } else if st.locks.get(&self.key) == Some(&self.id) {
             st.locks.remove(&self.key);
         }
     }

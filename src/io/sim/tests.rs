@@ -423,3 +423,30 @@ fn a_durable_msync_makes_its_range_and_the_length_durable_and_nothing_else() {
     fs.fail_next(OpKind::SyncData, 1, libc::EIO);
     assert!(map.sync(0, PAGE).is_err());
 }
+
+#[test]
+fn shared_locks_exclude_an_exclusive_one_and_each_other_not() {
+    let fs = fs_with_dir();
+    let path = p(".lock");
+    let kind = |r: io::Result<FileLock>| r.err().map(|e| e.kind());
+    // Nothing to share before the file exists; nothing is created.
+    assert_eq!(kind(fs.try_lock_shared(&path)), Some(io::ErrorKind::NotFound));
+    assert!(!fs.exists(&path).unwrap());
+    let exclusive = fs.try_lock(&path, "process 1").unwrap();
+    assert_eq!(kind(fs.try_lock_shared(&path)), Some(io::ErrorKind::WouldBlock));
+    drop(exclusive);
+    let a = fs.try_lock_shared(&path).unwrap();
+    let b = fs.try_lock_shared(&path).unwrap();
+    assert_eq!(kind(fs.try_lock(&path, "process 2")), Some(io::ErrorKind::WouldBlock));
+    drop(a);
+    assert_eq!(kind(fs.try_lock(&path, "process 2")), Some(io::ErrorKind::WouldBlock));
+    drop(b);
+    let exclusive = fs.try_lock(&path, "process 2").unwrap();
+    drop(exclusive);
+    // A crash releases shared locks as it does exclusive ones.
+    let _held = fs.try_lock_shared(&path).unwrap();
+    fs.crash(1);
+    if fs.exists(&path).unwrap() {
+        assert!(fs.try_lock(&path, "process 3").is_ok());
+    }
+}

@@ -40,6 +40,8 @@ pub(super) struct Inventory {
     pub indexes: Vec<(i64, PathBuf)>,
     /// Producer snapshots, oldest first.
     pub snapshots: Vec<(i64, PathBuf)>,
+    /// The directory has a standalone log's lock file.
+    pub lock_file: bool,
 }
 
 impl Inventory {
@@ -54,6 +56,10 @@ impl Inventory {
             .map(|p| p.offset)
             .min();
         for name in &names_in_dir {
+            if name == crate::log::LOCK_FILE_NAME {
+                inv.lock_file = true;
+                continue;
+            }
             let path = dir.join(name);
             if name.ends_with(".tmp") {
                 inv.garbage.push(path);

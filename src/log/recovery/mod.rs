@@ -29,6 +29,7 @@ use crate::segment::{SegmentConfig, SegmentWriter};
 
 use inventory::Inventory;
 pub use plan::LogDirOffsets;
+pub(crate) use plan::tail_damage;
 use plan::{Doomed, KeptSegment, KeptTxn, Plan, PlanError, Planner, Trust};
 pub use report::{RecoveryReport, Truncation};
 
@@ -76,9 +77,14 @@ pub(crate) fn open(
     config: &LogConfig,
     now_ms: i64,
     log_dir: Option<&LogDirOffsets>,
+    exclusion: super::Exclusion,
 ) -> Result<Loaded, OpenError> {
     let fs = fs_arc.as_ref();
     let mut inv = Inventory::take(fs, dir)?;
+    if exclusion == super::Exclusion::LogDir && inv.lock_file {
+        // Before anything is written: a standalone log may still hold the directory.
+        super::check_unlocked(fs, dir)?;
+    }
     let own = checkpoint::read(fs, dir)??;
     // Kafka's offsets newer than a clean checkpoint of our own: Kafka wrote the log since.
     let superseded = matches!((&own, log_dir), (Some(c), Some(l)) if l.supersede(c));

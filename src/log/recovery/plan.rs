@@ -577,11 +577,13 @@ impl Planner<'_> {
                 }
                 Some(r) if !self.deep => {
                     // The last recorded segment's end is vouched for by nothing else in the
-                    // record (the others' ends are the next one's base): its tail is walked.
-                    // So is the last segment's after a clean close, which appends continue.
-                    let is_last = next_file_base.is_none();
+                    // record (the others' ends are the next one's base): after a crash its
+                    // tail is walked. A clean close synced the whole log before it wrote the
+                    // record, the last segment's end included, which is then held to its
+                    // file's length and its indexes' last entries like every other segment:
+                    // a clean open reads no batch (issue 13).
                     let last_recorded = record.keys().next_back() == Some(&base);
-                    let check_tail = last_recorded || (is_last && clean);
+                    let check_tail = last_recorded && !clean;
                     match self.trust(r, f, bounds, previous_last, check_tail, report)? {
                         Ok(kept) => Some(kept),
                         Err(damage) => {
@@ -1403,6 +1405,48 @@ struct Validated {
     batches: Vec<BatchInfo>,
     /// Where the valid batches end early, and why.
     damage: Option<(usize, Damage)>,
+}
+
+/// The check a crash's open makes of the last recorded segment's tail, made by a clean open's
+/// log before its first change instead (a clean open reads no batch): the walk from the last
+/// offset-index entry must end exactly at the record's `size` and `next_offset`. `Some` with
+/// where and what is wrong.
+pub(crate) fn tail_damage(
+    index: &[u8],
+    data: &[u8],
+    bounds: OffsetBounds,
+    previous_last: Option<i64>,
+    next_offset: i64,
+) -> Option<(usize, Damage)> {
+    let hint = last_named_entry(index, data, bounds.segment_base);
+    let (start, prev) = hint.map_or((0, previous_last), |(pos, prev)| (pos, prev));
+    let result = segment::walk_frames(&data[start..], bounds, prev, &mut |_| {});
+    let found_next = result.last_offset.or(prev).map_or(bounds.segment_base, |l| l + 1);
+    match result.stop {
+        ScanStop::Torn {
+            position,
+            needed,
+            available,
+        } => Some((start + position, Damage::Torn { needed, available })),
+        ScanStop::Invalid { position, problem } => {
+            Some((start + position, Damage::Invalid(problem)))
+        }
+        ScanStop::End if start + result.valid_len != data.len() => Some((
+            start + result.valid_len,
+            Damage::SizeMismatch {
+                expected: data.len() as u64,
+                found: (start + result.valid_len) as u64,
+            },
+        )),
+        ScanStop::End if found_next != next_offset => Some((
+            data.len(),
+            Damage::EndDisagrees {
+                expected_next: next_offset,
+                found_next,
+            },
+        )),
+        ScanStop::End => None,
+    }
 }
 
 /// Walks a segment's tail from the last offset-index entry that names its batch (from the
