@@ -16,6 +16,7 @@ use std::io::Cursor;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub mod client;
 pub mod entry;
 pub mod network;
 mod replica;
