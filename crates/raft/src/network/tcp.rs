@@ -76,11 +76,13 @@ where
     T: DeserializeOwned,
 {
     let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    // A close before the first byte is the end; one inside the length is a frame cut short.
+    if r.read(&mut len[..1]).await? == 0 {
+        return Ok(None);
     }
+    r.read_exact(&mut len[1..])
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("a frame's length cut short: {e}")))?;
     let len = u32::from_be_bytes(len);
     if len > MAX_FRAME {
         return Err(io::Error::new(
@@ -89,7 +91,9 @@ where
         ));
     }
     let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body).await?;
+    r.read_exact(&mut body)
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("a frame of {len} bytes cut short: {e}")))?;
     bincode::deserialize(&body).map(Some).map_err(|e| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -309,4 +313,134 @@ async fn serve_connection(stream: TcpStream, raft: Raft) -> io::Result<()> {
         write_frame(&mut w, &reply).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{LogId, Vote};
+
+    use super::*;
+
+    fn vote_request() -> VoteRequest<NodeId> {
+        VoteRequest::new(
+            Vote::new(3, 1),
+            Some(LogId::new(openraft::CommittedLeaderId::new(2, 1), 7)),
+        )
+    }
+
+    #[tokio::test]
+    async fn frames_round_trip_and_a_clean_close_is_none() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &RaftRpc::Vote(vote_request()))
+            .await
+            .unwrap();
+        drop(a);
+        match read_frame::<_, RaftRpc>(&mut b).await.unwrap() {
+            Some(RaftRpc::Vote(v)) => assert_eq!(v, vote_request()),
+            other => panic!("{other:?}"),
+        }
+        assert!(read_frame::<_, RaftRpc>(&mut b).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_frames_are_typed_errors_that_say_what() {
+        // A length over the limit: refused before anything is allocated.
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&(MAX_FRAME + 1).to_be_bytes()).await.unwrap();
+        let e = read_frame::<_, RaftRpc>(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("over the limit"), "{e}");
+
+        // A body cut short.
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&10u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"abc").await.unwrap();
+        drop(a);
+        let e = read_frame::<_, RaftRpc>(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+
+        // A length cut short.
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&[0, 0]).await.unwrap();
+        drop(a);
+        let e = read_frame::<_, RaftRpc>(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("length cut short"), "{e}");
+
+        // A body that is not an RPC.
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&4u32.to_be_bytes()).await.unwrap();
+        a.write_all(&[0xff, 0xff, 0xff, 0xff]).await.unwrap();
+        let e = read_frame::<_, RaftRpc>(&mut b).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        assert!(e.to_string().contains("a frame of 4 bytes"), "{e}");
+    }
+
+    async fn connection_to(addr: String) -> TcpConnection {
+        TcpNetwork::new(Duration::from_millis(10))
+            .new_client(2, &Node::new(addr))
+            .await
+    }
+
+    fn option() -> RPCOption {
+        RPCOption::new(Duration::from_secs(1))
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_unreachable() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut c = connection_to(format!("127.0.0.1:{port}")).await;
+        match c.vote(vote_request(), option()).await {
+            Err(RPCError::Unreachable(u)) => assert!(u.to_string().contains("node 2"), "{u}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// An RPC abandoned while its answer is awaited (openraft's timeout drops it) closes its
+    /// connection: the next RPC connects again and reads its own answer, not the late one.
+    #[tokio::test]
+    async fn an_abandoned_rpc_does_not_leave_its_answer_to_the_next() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let mut n = 0u64;
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                n += 1;
+                let conn = n;
+                tokio::spawn(async move {
+                    let (r, w) = s.into_split();
+                    let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
+                    while let Ok(Some(RaftRpc::Vote(req))) = read_frame::<_, RaftRpc>(&mut r).await
+                    {
+                        if conn == 1 {
+                            // The first connection answers late, with a vote of term 99.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            let late = VoteResponse::new(Vote::new(99, 9), None, false);
+                            let _ = write_frame(&mut w, &RaftRpcReply::Vote(Ok(late))).await;
+                        } else {
+                            let answer = VoteResponse::new(req.vote, None, true);
+                            write_frame(&mut w, &RaftRpcReply::Vote(Ok(answer)))
+                                .await
+                                .unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        let mut c = connection_to(addr).await;
+        let abandoned =
+            tokio::time::timeout(Duration::from_millis(100), c.vote(vote_request(), option()))
+                .await;
+        assert!(abandoned.is_err(), "the first answer comes late");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let answer = c.vote(vote_request(), option()).await.unwrap();
+        assert!(answer.vote_granted);
+        assert_eq!(answer.vote, Vote::new(3, 1));
+        server.abort();
+    }
 }
