@@ -160,7 +160,9 @@ mod tests {
         let data = Bytes::from(b.build().unwrap());
         let e = from_batch(3, data.clone()).unwrap();
         assert_eq!(e.log_id, log_id(2, 3));
-        assert!(matches!(e.payload, EntryPayload::Normal(Request::Stored(ref got)) if *got == data));
+        assert!(
+            matches!(e.payload, EntryPayload::Normal(Request::Stored(ref got)) if *got == data)
+        );
     }
 
     #[test]

@@ -27,8 +27,8 @@ use oncelog::io::FileSystem;
 use oncelog::{AppendError, AppendOutcome, Log};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader,
-    RaftSnapshotBuilder, SnapshotMeta, StorageError, StoredMembership, Vote,
+    EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    SnapshotMeta, StorageError, StoredMembership, Vote,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -111,11 +111,14 @@ struct Inner {
     /// The last snapshot built or installed.
     snapshot: Option<SnapshotMeta<NodeId, Node>>,
     snapshots_built: u64,
+    images_installed: u64,
 }
 
 impl Inner {
     fn next_index(&self) -> u64 {
-        self.view.last_key_value().map_or(self.first, |(&i, _)| i + 1)
+        self.view
+            .last_key_value()
+            .map_or(self.first, |(&i, _)| i + 1)
     }
 
     fn last_log_id(&self) -> Option<LogId<NodeId>> {
@@ -139,13 +142,21 @@ impl Inner {
     fn purge_end(&self) -> i64 {
         match &self.state.purged {
             Some(p) => p.end_offset,
-            None => self.view.first_key_value().map_or(self.end, |(_, &(o, _))| o),
+            None => self
+                .view
+                .first_key_value()
+                .map_or(self.end, |(_, &(o, _))| o),
         }
     }
 
     /// The last membership at or below `index`.
     fn membership_at(&self, index: u64) -> Stored {
-        match self.memberships.iter().rev().find(|(id, _)| id.index <= index) {
+        match self
+            .memberships
+            .iter()
+            .rev()
+            .find(|(id, _)| id.index <= index)
+        {
             Some((id, m)) => StoredMembership::new(Some(*id), m.clone()),
             None => self
                 .state
@@ -157,7 +168,11 @@ impl Inner {
     }
 }
 
-fn io_error(subject: ErrorSubject<NodeId>, verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<NodeId> {
+fn io_error(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: impl std::fmt::Display,
+) -> StorageError<NodeId> {
     StorageError::from_io_error(subject, verb, std::io::Error::other(e.to_string()))
 }
 
@@ -186,6 +201,7 @@ impl Partition {
                 outcomes: HashMap::new(),
                 snapshot: None,
                 snapshots_built: 0,
+                images_installed: 0,
             }),
         };
         let pending = partition.inner.lock().state.installing.clone();
@@ -193,9 +209,12 @@ impl Partition {
             let path = partition.dir.join(INSTALL_FILE);
             let image = oncelog::io::read_file(partition.fs.as_ref(), &path)
                 .map_err(|e| format!("{}: the snapshot being installed: {e}", path.display()))?;
-            partition
-                .install(&meta, &image)
-                .map_err(|e| format!("completing the install of snapshot {}: {e}", meta.snapshot_id))?;
+            partition.install(&meta, &image).map_err(|e| {
+                format!(
+                    "completing the install of snapshot {}: {e}",
+                    meta.snapshot_id
+                )
+            })?;
         }
         partition.index()?;
         Ok(partition)
@@ -211,7 +230,13 @@ impl Partition {
         self.inner.lock().purge_end()
     }
 
-    /// The last applied entry and the index range raft holds.
+    /// Snapshot images this process installed (a follower caught up from an image rather than
+    /// from entries).
+    pub fn images_installed(&self) -> u64 {
+        self.inner.lock().images_installed
+    }
+
+    /// The last applied entry.
     pub fn applied(&self) -> Option<LogId<NodeId>> {
         self.inner.lock().applied
     }
@@ -224,7 +249,12 @@ impl Partition {
             Some(p) => (p.log_id.index + 1, p.end_offset),
             None => (0, start),
         };
-        let anchors: HashMap<i64, u64> = inner.state.anchors.iter().map(|a| (a.offset, a.index)).collect();
+        let anchors: HashMap<i64, u64> = inner
+            .state
+            .anchors
+            .iter()
+            .map(|a| (a.offset, a.index))
+            .collect();
         let mut next = first;
         if start > anchor {
             return Err(format!(
@@ -286,6 +316,17 @@ impl Partition {
             }
         }
         inner.end = end;
+        // What raft purged was committed: the high watermark (written lazily, with flushes) is
+        // never left below it, or a crash would hide committed batches that raft, having
+        // forgotten their entries, would never apply again.
+        if self.log.high_watermark() < anchor {
+            self.log.set_high_watermark(anchor).map_err(|e| {
+                format!(
+                    "{}: raising the high watermark to {anchor}: {e}",
+                    self.dir.display()
+                )
+            })?;
+        }
         // Applied: what the high watermark covers, and never below the purge point.
         let hw = self.log.high_watermark();
         let covered = inner
@@ -303,7 +344,8 @@ impl Partition {
     }
 
     fn write_state(&self, state: &StateFile) -> StoreResult<()> {
-        let bytes = serde_json::to_vec_pretty(state).map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
+        let bytes = serde_json::to_vec_pretty(state)
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
         oncelog::io::write_file_atomically(self.fs.as_ref(), &self.dir.join(STATE_FILE), &bytes)
             .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
     }
@@ -315,7 +357,11 @@ impl Partition {
             if lo >= hi {
                 return Ok(Vec::new());
             }
-            inner.view.range(lo..hi).map(|(&i, &(o, _))| (i, o)).collect()
+            inner
+                .view
+                .range(lo..hi)
+                .map(|(&i, &(o, _))| (i, o))
+                .collect()
         };
         let Some(&(_, start)) = wanted.first() else {
             return Ok(Vec::new());
@@ -331,7 +377,8 @@ impl Partition {
                 break;
             }
             for item in BatchIter::new(&bytes) {
-                let (at, batch) = item.map_err(|e| logs_error(ErrorVerb::Read, format!("{e:?}")))?;
+                let (at, batch) =
+                    item.map_err(|e| logs_error(ErrorVerb::Read, format!("{e:?}")))?;
                 if batch.last_offset() < offset {
                     continue;
                 }
@@ -380,7 +427,8 @@ impl Partition {
                 inner.state = state;
             }
             let offset = self.log.log_end_offset();
-            let epoch = entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
+            let epoch =
+                entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
             match &e.payload {
                 EntryPayload::Normal(Request::Produce(batch)) => {
                     if self.log.leader_epoch() < epoch {
@@ -413,7 +461,9 @@ impl Partition {
                 EntryPayload::Normal(Request::Stored(bytes)) => {
                     let b = oncelog::format::RecordBatch::parse(bytes)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    if b.base_offset() != offset || i64::from(b.partition_leader_epoch()) != i64::from(epoch) {
+                    if b.base_offset() != offset
+                        || i64::from(b.partition_leader_epoch()) != i64::from(epoch)
+                    {
                         return Err(io_error(
                             subject(),
                             ErrorVerb::Write,
@@ -445,9 +495,16 @@ impl Partition {
             .map_err(|e| logs_error(ErrorVerb::Write, e))
     }
 
-    fn append_control(&self, offset: i64, term: u64, payload: &EntryPayload<TypeConfig>) -> Result<(), String> {
+    fn append_control(
+        &self,
+        offset: i64,
+        term: u64,
+        payload: &EntryPayload<TypeConfig>,
+    ) -> Result<(), String> {
         let bytes = entry::control_batch(offset, term, payload)?;
-        self.log.append_replicated(&bytes).map_err(|e| e.to_string())?;
+        self.log
+            .append_replicated(&bytes)
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 
@@ -461,7 +518,10 @@ impl Partition {
             return Err(io_error(
                 ErrorSubject::Log(log_id),
                 ErrorVerb::Delete,
-                format!("truncating from {index}, below the first live entry {}", inner.first),
+                format!(
+                    "truncating from {index}, below the first live entry {}",
+                    inner.first
+                ),
             ));
         }
         let Some((_, &(offset, _))) = inner.view.range(index..).next() else {
@@ -485,7 +545,12 @@ impl Partition {
 
     fn purge_upto(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
         let mut inner = self.inner.lock();
-        if inner.state.purged.as_ref().is_some_and(|p| p.log_id.index >= log_id.index) {
+        if inner
+            .state
+            .purged
+            .as_ref()
+            .is_some_and(|p| p.log_id.index >= log_id.index)
+        {
             return Ok(());
         }
         let purged = Purged {
@@ -494,7 +559,9 @@ impl Partition {
             membership: inner.membership_at(log_id.index),
         };
         let mut state = inner.state.clone();
-        state.anchors.retain(|a| a.offset >= purged.end_offset && a.index > log_id.index);
+        state
+            .anchors
+            .retain(|a| a.offset >= purged.end_offset && a.index > log_id.index);
         state.purged = Some(purged);
         self.write_state(&state)?;
         inner.state = state;
@@ -511,7 +578,12 @@ impl Partition {
             if let EntryPayload::Membership(m) = &e.payload {
                 inner.applied_membership = StoredMembership::new(Some(e.log_id), m.clone());
             }
-            out.push(inner.outcomes.remove(&e.log_id.index).unwrap_or(Response::Replicated));
+            out.push(
+                inner
+                    .outcomes
+                    .remove(&e.log_id.index)
+                    .unwrap_or(Response::Replicated),
+            );
             inner.applied = Some(e.log_id);
         }
         if let Some(last) = entries.last() {
@@ -519,9 +591,9 @@ impl Partition {
             if inner.view.contains_key(&index) {
                 let hw = inner.end_of(index);
                 if hw > self.log.high_watermark() {
-                    self.log
-                        .set_high_watermark(hw)
-                        .map_err(|e| io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e))?;
+                    self.log.set_high_watermark(hw).map_err(|e| {
+                        io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e)
+                    })?;
                 }
             }
         }
@@ -555,7 +627,8 @@ impl Partition {
                 break;
             }
             for item in BatchIter::new(&bytes) {
-                let (at, batch) = item.map_err(|e| io_error(sm(), ErrorVerb::Read, format!("{e:?}")))?;
+                let (at, batch) =
+                    item.map_err(|e| io_error(sm(), ErrorVerb::Read, format!("{e:?}")))?;
                 if batch.last_offset() < offset {
                     continue;
                 }
@@ -600,10 +673,14 @@ impl Partition {
                 .append_replicated(&image.batches)
                 .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         }
-        self.log.flush().map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         let end = self.log.log_end_offset();
+        // Everything in the image is committed; the flush makes the batches and the high
+        // watermark durable together.
         self.log
             .set_high_watermark(end)
+            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        self.log
+            .flush()
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         let mut state = inner.state.clone();
         state.installing = None;
@@ -625,6 +702,7 @@ impl Partition {
         inner.applied = Some(last);
         inner.applied_membership = meta.last_membership.clone();
         inner.snapshot = Some(meta.clone());
+        inner.images_installed += 1;
         Ok(())
     }
 }
@@ -633,7 +711,10 @@ impl Partition {
 fn is_refusal(e: &AppendError) -> bool {
     !matches!(
         e,
-        AppendError::Io(_) | AppendError::ReadOnly { .. } | AppendError::Closed | AppendError::PartiallyWritten { .. }
+        AppendError::Io(_)
+            | AppendError::ReadOnly { .. }
+            | AppendError::Closed
+            | AppendError::PartiallyWritten { .. }
     )
 }
 
@@ -695,7 +776,10 @@ impl Image {
     /// Reads an image, refusing one that is cut or not an image.
     pub fn decode(bytes: &[u8]) -> Result<Image, String> {
         if bytes.len() < IMAGE_HEADER {
-            return Err(format!("snapshot image of {} bytes: shorter than its header", bytes.len()));
+            return Err(format!(
+                "snapshot image of {} bytes: shorter than its header",
+                bytes.len()
+            ));
         }
         if &bytes[..4] != IMAGE_MAGIC {
             return Err("not a snapshot image (bad magic)".into());
@@ -706,7 +790,9 @@ impl Image {
         let start = i64::from_be_bytes(bytes[5..13].try_into().expect("8 bytes"));
         let n = u32::from_be_bytes(bytes[13..17].try_into().expect("4 bytes")) as usize;
         let Some(producers) = bytes.get(IMAGE_HEADER..IMAGE_HEADER + n) else {
-            return Err(format!("snapshot image cut inside its producer state ({n} bytes)"));
+            return Err(format!(
+                "snapshot image cut inside its producer state ({n} bytes)"
+            ));
         };
         if start < 0 {
             return Err(format!("snapshot image starts at negative offset {start}"));
@@ -812,7 +898,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 last_log_id: inner.applied,
                 last_membership: inner.applied_membership.clone(),
                 snapshot_id: match inner.applied {
-                    Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, inner.snapshots_built),
+                    Some(id) => format!(
+                        "{}-{}-{}",
+                        id.leader_id.term, id.index, inner.snapshots_built
+                    ),
                     None => format!("none-{}", inner.snapshots_built),
                 },
             };
@@ -881,4 +970,3 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }))
     }
 }
-

@@ -12,7 +12,9 @@ use openraft::StorageError;
 struct OncelogBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OncelogBuilder {
-    async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = LogConfig {
             high_watermark: HighWatermarkPolicy::SetByCaller,
@@ -24,7 +26,11 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Onc
         let fs = Arc::clone(&env.fs);
         let log = Log::open_in(env, dir.path().join("p-0"), config).expect("open");
         let partition = Arc::new(Partition::open(log, fs).expect("partition"));
-        Ok((dir, LogStore(Arc::clone(&partition)), StateMachine(partition)))
+        Ok((
+            dir,
+            LogStore(Arc::clone(&partition)),
+            StateMachine(partition),
+        ))
     }
 }
 

@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -144,13 +146,22 @@ impl Router {
         Some(Duration::from_micros(rng.below(max + 1)))
     }
 
-    async fn deliver<T, E, F, Fut>(&self, from: NodeId, to: NodeId, call: F) -> Result<T, RPCError<NodeId, Node, E>>
+    async fn deliver<T, E, F, Fut>(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        call: F,
+    ) -> Result<T, RPCError<NodeId, Node, E>>
     where
         E: std::error::Error,
         F: FnOnce(Raft) -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,
     {
-        let unreachable = |why: &str| RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!("{from} -> {to}: {why}"))));
+        let unreachable = |why: &str| {
+            RPCError::Unreachable(Unreachable::new(&std::io::Error::other(format!(
+                "{from} -> {to}: {why}"
+            ))))
+        };
         let Some(delay) = self.fate(from, to) else {
             return Err(unreachable("message lost"));
         };
@@ -161,12 +172,14 @@ impl Router {
         let Some(raft) = raft else {
             return Err(unreachable("node down"));
         };
-        let answer = call(raft).await.map_err(|e| RPCError::RemoteError(RemoteError::new(to, e)))?;
+        let answer = call(raft)
+            .await
+            .map_err(|e| RPCError::RemoteError(RemoteError::new(to, e)))?;
         // The answer travels back over the same link.
         match self.fate(to, from) {
-            None => Err(RPCError::Network(NetworkError::new(&std::io::Error::other(format!(
-                "{to} -> {from}: answer lost"
-            ))))),
+            None => Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other(format!("{to} -> {from}: answer lost")),
+            ))),
             Some(delay) => {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
@@ -210,7 +223,9 @@ impl RaftNetwork<TypeConfig> for Connection {
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         self.router
-            .deliver(self.from, self.to, |raft| async move { raft.append_entries(rpc).await })
+            .deliver(self.from, self.to, |raft| async move {
+                raft.append_entries(rpc).await
+            })
             .await
     }
 
@@ -218,9 +233,14 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
+    > {
         self.router
-            .deliver(self.from, self.to, |raft| async move { raft.install_snapshot(rpc).await })
+            .deliver(self.from, self.to, |raft| async move {
+                raft.install_snapshot(rpc).await
+            })
             .await
     }
 
@@ -230,7 +250,11 @@ impl RaftNetwork<TypeConfig> for Connection {
         _option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         self.router
-            .deliver(self.from, self.to, |raft| async move { raft.vote(rpc).await })
+            .deliver(
+                self.from,
+                self.to,
+                |raft| async move { raft.vote(rpc).await },
+            )
             .await
     }
 }
