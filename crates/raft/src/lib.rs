@@ -10,6 +10,9 @@
 //! replica's producer state comes from the replicated log.
 
 #![warn(missing_docs)]
+// openraft's storage traits fix the error type (StorageError, 200 bytes): the helpers that
+// return it cannot box it.
+#![allow(clippy::result_large_err)]
 
 use std::io::Cursor;
 

@@ -8,6 +8,7 @@
 //!
 //! Rounds: 5 kills by default; `ONCELOG_RAFT_KILL_ROUNDS=N` for more.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::OpenOptions;
 use std::path::PathBuf;
@@ -241,14 +242,15 @@ async fn produce(
             }
             attempts += 1;
             let reply = async {
-                if !conns.contains_key(&target) {
-                    let c = tokio::time::timeout(CALL_TIMEOUT, Client::connect(&addrs[target]))
-                        .await
-                        .ok()?
-                        .ok()?;
-                    conns.insert(target, c);
-                }
-                let c = conns.get_mut(&target)?;
+                let c = match conns.entry(target) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(v) => v.insert(
+                        tokio::time::timeout(CALL_TIMEOUT, Client::connect(&addrs[target]))
+                            .await
+                            .ok()?
+                            .ok()?,
+                    ),
+                };
                 tokio::time::timeout(CALL_TIMEOUT, c.call(&request))
                     .await
                     .ok()?
