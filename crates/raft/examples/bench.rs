@@ -4,6 +4,7 @@
 //! ```text
 //! cargo build --release -p oncelog-raft --bins --examples
 //! target/release/examples/bench [--batches 20000] [--clients 1,8,32] [--tcp] [--dir D]
+//!     [--modes single,raft-mem,raft-tcp] [--threads 8]
 //! ```
 //!
 //! Each client is an idempotent producer appending batches of 10 records of 100 bytes (1.1 KB
@@ -45,6 +46,10 @@ struct Args {
     /// Also the 3-process cluster over TCP (needs target/release/oncelog-raft-node).
     #[arg(long)]
     tcp: bool,
+    /// Only these modes (single, raft-mem, raft-tcp), comma-separated; all by default
+    /// (raft-tcp with --tcp).
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
     /// Worker threads of this process's runtime (raft-mem's three replicas share it; their
     /// storage syncs block a worker while they last).
     #[arg(long, default_value_t = 8)]
@@ -354,9 +359,14 @@ async fn run(args: Args) {
     for (k, &clients) in args.clients.iter().enumerate() {
         let per_client = args.batches.div_ceil(clients);
         let d = tmp.path().join(format!("run-{k}"));
-        single(&d.join("single"), clients, per_client).print();
-        raft_mem(&d.join("mem"), clients, per_client).await.print();
-        if args.tcp {
+        let on = |m: &str| args.modes.is_empty() || args.modes.iter().any(|x| x == m);
+        if on("single") {
+            single(&d.join("single"), clients, per_client).print();
+        }
+        if on("raft-mem") {
+            raft_mem(&d.join("mem"), clients, per_client).await.print();
+        }
+        if (args.tcp && args.modes.is_empty()) || args.modes.iter().any(|x| x == "raft-tcp") {
             raft_tcp(&d.join("tcp"), clients, per_client).await.print();
         }
     }
