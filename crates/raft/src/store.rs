@@ -15,6 +15,10 @@
 //! retained batches up to it and the producer state at their first offset. Building one
 //! records only its metadata; the image is read from the log when a follower needs it.
 
+// openraft's `StorageError` is the error type its storage traits return; the helpers here
+// return it too rather than box it and unbox it at every trait method.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::io::Cursor;

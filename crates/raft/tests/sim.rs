@@ -33,25 +33,29 @@ const DEFAULT_STEPS: u64 = 3_000;
 const PRODUCERS: usize = 4;
 
 fn config() -> ReplicaConfig {
-    let mut c = ReplicaConfig::default();
-    c.log = LogConfig {
-        // Small segments and a size limit: retention deletes segments, so snapshot images
-        // start inside the log and carry the producer state at their start.
-        segment_bytes: 8 * 1024,
-        retention_bytes: Some(32 * 1024),
-        ..LogConfig::default()
-    };
-    c.raft.heartbeat_interval = 50;
-    c.raft.election_timeout_min = 150;
-    c.raft.election_timeout_max = 300;
-    // Frequent snapshots and purges, and a small lag threshold: lagging replicas are caught up
-    // with snapshot images as well as with entries.
-    c.raft.snapshot_policy = SnapshotPolicy::LogsSinceLast(40);
-    c.raft.max_in_snapshot_log_to_keep = 10;
-    c.raft.purge_batch_size = 1;
-    c.raft.replication_lag_threshold = 60;
-    c.raft.max_payload_entries = 16;
-    c
+    let defaults = ReplicaConfig::default();
+    ReplicaConfig {
+        log: LogConfig {
+            // Small segments and a size limit: retention deletes segments, so snapshot images
+            // start inside the log and carry the producer state at their start.
+            segment_bytes: 8 * 1024,
+            retention_bytes: Some(32 * 1024),
+            ..LogConfig::default()
+        },
+        raft: openraft::Config {
+            heartbeat_interval: 50,
+            election_timeout_min: 150,
+            election_timeout_max: 300,
+            // Frequent snapshots and purges, and a small lag threshold: lagging replicas are
+            // caught up with snapshot images as well as with entries.
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(40),
+            max_in_snapshot_log_to_keep: 10,
+            purge_batch_size: 1,
+            replication_lag_threshold: 60,
+            max_payload_entries: 16,
+            ..defaults.raft
+        },
+    }
 }
 
 /// One producer: its id and the batch it is sending (retried until it has an answer).
