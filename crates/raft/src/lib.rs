@@ -14,9 +14,6 @@
 //! status) for producers and checkers.
 
 #![warn(missing_docs)]
-// openraft's storage traits fix the error type (StorageError, 200 bytes): the helpers that
-// return it cannot box it.
-#![allow(clippy::result_large_err)]
 
 use std::io::Cursor;
 
