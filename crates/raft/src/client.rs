@@ -15,7 +15,7 @@ use tokio::io::{BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::network::tcp::{read_frame, write_frame};
+use crate::network::tcp::{read_frame, write_frame, MAX_FRAME};
 use crate::{Ack, NodeId, Replica, ReplicaError};
 
 /// What a client asks.
@@ -25,7 +25,8 @@ pub enum ClientRequest {
     /// it is committed.
     Produce(Bytes),
     /// Committed batches from the one holding `offset`, up to `max_bytes` (at least one whole
-    /// batch): [`oncelog::Log::fetch`], bounded by the high watermark.
+    /// batch; at most half of [`MAX_FRAME`]): [`oncelog::Log::fetch`], bounded by the high
+    /// watermark.
     Read {
         /// Where to read from.
         offset: i64,
@@ -101,6 +102,9 @@ pub struct Status {
     pub log_end_offset: i64,
     /// The first offset of its log.
     pub log_start_offset: i64,
+    /// Whether its log had been closed cleanly when this process opened it (false after a
+    /// crash: a SIGKILL, a power cut).
+    pub opened_clean: bool,
 }
 
 impl From<Result<Ack, ReplicaError>> for ClientReply {
@@ -131,8 +135,12 @@ impl From<Result<Ack, ReplicaError>> for ClientReply {
 pub async fn handle(replica: &Replica, request: ClientRequest) -> ClientReply {
     match request {
         ClientRequest::Produce(batch) => replica.append(batch).await.into(),
+        // At most half a frame, so the answer always fits in one.
         ClientRequest::Read { offset, max_bytes } => {
-            match replica.log().fetch(offset, max_bytes as usize) {
+            match replica
+                .log()
+                .fetch(offset, max_bytes.min(MAX_FRAME / 2) as usize)
+            {
                 Ok(f) => ClientReply::Batches {
                     bytes: f.bytes,
                     next_offset: f.next_offset,
@@ -158,6 +166,7 @@ pub fn status(replica: &Replica) -> Status {
         high_watermark: log.high_watermark(),
         log_end_offset: log.log_end_offset(),
         log_start_offset: log.log_start_offset(),
+        opened_clean: log.recovery_report().clean_shutdown,
     }
 }
 

@@ -592,6 +592,14 @@ async fn leader_sigkill_loop_keeps_every_acknowledged_batch_once() {
         started.elapsed().as_secs_f64()
     );
 
+    // A replica restarted after a SIGKILL opened a log that was not closed.
+    for n in &cluster.nodes {
+        if kills.contains(&n.id) {
+            let s = status(&n.client_addr).await.expect("status");
+            assert!(!s.opened_clean, "replica {} was SIGKILLed, yet {s:?}", n.id);
+        }
+    }
+
     // A clean stop: SIGTERM, exit status 0; restarted, the replicas hold the same history
     // (and, once it is committed, the blank entry of the leader they elect).
     for n in &cluster.nodes {
@@ -630,6 +638,12 @@ async fn leader_sigkill_loop_keeps_every_acknowledged_batch_once() {
     }
     let hw_after = caught_up(&cluster, hw, Duration::from_secs(30)).await;
     for n in &cluster.nodes {
+        let s = status(&n.client_addr).await.expect("status");
+        assert!(
+            s.opened_clean,
+            "replica {} was stopped cleanly, yet {s:?}",
+            n.id
+        );
         let log = read_all(&n.client_addr, hw_after).await;
         assert!(
             log.len() >= reference.len(),
