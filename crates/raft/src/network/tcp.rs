@@ -1,9 +1,10 @@
 //! A TCP transport between replicas in different processes (tokio).
 //!
 //! Every message is one frame: a 4-byte big-endian length, then that many bytes of bincode
-//! 1.3 (openraft's `serde` feature makes its requests and answers serializable; bincode
-//! encodes an AppendEntries of 1 KiB batches several times faster than JSON, and the batches
-//! travel as raw bytes rather than as arrays of numbers).
+//! 1.3 (openraft's `serde` feature makes its requests and answers serializable). bincode over
+//! JSON for speed: an AppendEntries of 256 entries of 1,151-byte batches is 303 KB in bincode
+//! and 608 KB in JSON (which writes bytes as arrays of numbers), and its encode plus decode
+//! took 0.2–0.5 ms against 2.9–3.6 ms (3 runs on the 2-core machine, 50 rounds each).
 //!
 //! The client side ([`TcpNetwork`]) keeps one connection per peer, to the address in the
 //! peer's [`Node`]: one request at a time on it (openraft sends one RPC at a time per peer).
