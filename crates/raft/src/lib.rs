@@ -8,6 +8,10 @@
 //! replicated unchanged, and is acknowledged once a majority has it durably; a retry of it is
 //! answered as a duplicate with the original offsets by every later leader, because each
 //! replica's producer state comes from the replicated log.
+//!
+//! The binary `oncelog-raft-node` runs one replica as a process: raft RPCs over
+//! [`network::tcp`], and the [`client`] protocol (produce a batch, read what is committed,
+//! status) for producers and checkers.
 
 #![warn(missing_docs)]
 
@@ -16,6 +20,7 @@ use std::io::Cursor;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub mod client;
 pub mod entry;
 pub mod network;
 mod replica;

@@ -2,3 +2,4 @@
 //! ([`mem`]); TCP between processes ([`tcp`]).
 
 pub mod mem;
+pub mod tcp;

@@ -1,0 +1,373 @@
+//! Replicated append throughput and commit latency against the single-node log, end to end
+//! (docs/benchmarks.md, "Replication (oncelog-raft)").
+//!
+//! ```text
+//! cargo build --release -p oncelog-raft --bins --examples
+//! target/release/examples/bench [--batches 20000] [--clients 1,8,32] [--tcp] [--dir D]
+//!     [--modes single,raft-mem,raft-tcp] [--threads 8]
+//! ```
+//!
+//! Each client is an idempotent producer appending batches of 10 records of 100 bytes (1.1 KB
+//! a batch) one at a time, each answered once durable: on the single node once the log has
+//! synced it (`FlushPolicy::Always`: concurrent appenders share a sync), on the replicas once
+//! a majority has it durably and the leader has applied it. Modes, side by side in one run:
+//!
+//! - `single`: one oncelog `Log`, one thread per client;
+//! - `raft-mem`: 3 replicas in this process over the in-process router (no faults), each on
+//!   its own directory of the real file system, one tokio task per client on the leader;
+//! - `raft-tcp` (with `--tcp`): 3 `oncelog-raft-node` processes on loopback, each client a
+//!   connection to the leader's client port.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use oncelog::format::BatchBuilder;
+use oncelog::{Environment, FlushPolicy, Log, LogConfig};
+use oncelog_raft::client::{Client, ClientReply, ClientRequest};
+use oncelog_raft::network::mem::Router;
+use oncelog_raft::{Node, Replica, ReplicaConfig};
+
+const RECORDS: usize = 10;
+const VALUE: usize = 100;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Batches per mode and client count, shared among the clients.
+    #[arg(long, default_value_t = 20000)]
+    batches: usize,
+    /// Client counts to run, comma-separated.
+    #[arg(long, default_value = "1,8,32", value_delimiter = ',')]
+    clients: Vec<usize>,
+    /// Also the 3-process cluster over TCP (needs target/release/oncelog-raft-node).
+    #[arg(long)]
+    tcp: bool,
+    /// Only these modes (single, raft-mem, raft-tcp), comma-separated; all by default
+    /// (raft-tcp with --tcp).
+    #[arg(long, value_delimiter = ',')]
+    modes: Vec<String>,
+    /// Worker threads of this process's runtime (raft-mem's three replicas share it; their
+    /// storage syncs block a worker while they last).
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Where the logs go (a temporary directory under it; default the system's).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn batch(producer: i64, n: i32) -> Bytes {
+    let mut b = BatchBuilder::new().producer(producer, 0, n * RECORDS as i32);
+    let value = vec![b'x'; VALUE];
+    for _ in 0..RECORDS {
+        b.append(1_700_000_000_000, None, Some(&value), &[]);
+    }
+    Bytes::from(b.build().expect("batch"))
+}
+
+struct Run {
+    mode: &'static str,
+    clients: usize,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    bytes: usize,
+}
+
+impl Run {
+    fn print(&mut self) {
+        self.latencies.sort();
+        let n = self.latencies.len();
+        let q = |p: f64| self.latencies[((n as f64 * p) as usize).min(n - 1)];
+        let secs = self.elapsed.as_secs_f64();
+        println!(
+            "{:<9} {:>3} clients  {:>9.0} records/s  {:>6.1} MB/s  {:>7.0} batches/s  p50 {:>7.2} ms  p99 {:>7.2} ms",
+            self.mode,
+            self.clients,
+            (n * RECORDS) as f64 / secs,
+            self.bytes as f64 / secs / 1e6,
+            n as f64 / secs,
+            q(0.50).as_secs_f64() * 1e3,
+            q(0.99).as_secs_f64() * 1e3,
+        );
+    }
+}
+
+/// `clients` producers of `per_client` batches each, against `append`.
+async fn drive<F, Fut>(mode: &'static str, clients: usize, per_client: usize, append: F) -> Run
+where
+    F: Fn(Bytes) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let append = append.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per_client);
+                let mut bytes = 0;
+                for n in 0..per_client {
+                    let b = batch(1 + c as i64, n as i32);
+                    bytes += b.len();
+                    let t = Instant::now();
+                    append(b).await;
+                    lat.push(t.elapsed());
+                }
+                (lat, bytes)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut bytes = 0;
+    for t in tasks {
+        let (l, b) = t.await.expect("client");
+        latencies.extend(l);
+        bytes += b;
+    }
+    Run {
+        mode,
+        clients,
+        elapsed: started.elapsed(),
+        latencies,
+        bytes,
+    }
+}
+
+fn single(dir: &Path, clients: usize, per_client: usize) -> Run {
+    let log = Arc::new(
+        Log::open(
+            dir,
+            LogConfig {
+                flush_policy: FlushPolicy::Always,
+                ..LogConfig::default()
+            },
+        )
+        .expect("open the log"),
+    );
+    let started = Instant::now();
+    let results: Vec<(Vec<Duration>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                let log = Arc::clone(&log);
+                s.spawn(move || {
+                    let mut lat = Vec::with_capacity(per_client);
+                    let mut bytes = 0;
+                    for n in 0..per_client {
+                        let b = batch(1 + c as i64, n as i32);
+                        bytes += b.len();
+                        let t = Instant::now();
+                        log.append(&b).expect("append");
+                        lat.push(t.elapsed());
+                    }
+                    (lat, bytes)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client"))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let mut latencies = Vec::new();
+    let mut bytes = 0;
+    for (l, b) in results {
+        latencies.extend(l);
+        bytes += b;
+    }
+    Run {
+        mode: "single",
+        clients,
+        elapsed,
+        latencies,
+        bytes,
+    }
+}
+
+async fn raft_mem(dir: &Path, clients: usize, per_client: usize) -> Run {
+    let router = Router::new(1);
+    let mut replicas = Vec::new();
+    for id in 1..=3u64 {
+        let r = Replica::open(
+            id,
+            dir.join(format!("replica-{id}")),
+            Environment::default(),
+            ReplicaConfig::default(),
+            router.endpoint(id),
+        )
+        .await
+        .expect("open a replica");
+        router.add(id, r.raft().clone());
+        replicas.push(Arc::new(r));
+    }
+    let members: BTreeMap<u64, Node> = (1..=3u64)
+        .map(|id| (id, Node::new(format!("mem:{id}"))))
+        .collect();
+    replicas[0].initialize(members).await.expect("initialize");
+    let leader = loop {
+        if let Some(l) = replicas[0].leader().await {
+            break Arc::clone(&replicas[l as usize - 1]);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let run = drive("raft-mem", clients, per_client, move |b| {
+        let leader = Arc::clone(&leader);
+        async move {
+            leader.append(b).await.expect("append");
+        }
+    })
+    .await;
+    for r in &replicas {
+        r.shutdown().await.expect("shutdown");
+    }
+    run
+}
+
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn raft_tcp(dir: &Path, clients: usize, per_client: usize) -> Run {
+    let bin = std::env::current_exe()
+        .expect("this executable")
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/release")
+        .join("oncelog-raft-node");
+    assert!(
+        bin.exists(),
+        "{}: build it (cargo build --release -p oncelog-raft --bins)",
+        bin.display()
+    );
+    let listeners: Vec<_> = (0..6)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let ports: Vec<u16> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    drop(listeners);
+    let peers = (0..3)
+        .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[2 * i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let clients_addrs: Vec<String> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", ports[2 * i + 1]))
+        .collect();
+    let mut procs = Procs(Vec::new());
+    for i in 0..3 {
+        let mut cmd = Command::new(&bin);
+        cmd.args([
+            "--id",
+            &(i + 1).to_string(),
+            "--listen",
+            &format!("127.0.0.1:{}", ports[2 * i]),
+        ])
+        .arg("--dir")
+        .arg(dir.join(format!("replica-{}", i + 1)))
+        .args(["--client", &clients_addrs[i], "--peers", &peers])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if i == 0 {
+            cmd.arg("--init");
+        }
+        procs.0.push(cmd.spawn().expect("spawn a replica"));
+    }
+    let leader = loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Ok(mut c) = Client::connect(&clients_addrs[0]).await else {
+            continue;
+        };
+        if let Ok(ClientReply::Status(s)) = c.call(&ClientRequest::Status).await {
+            if let Some(l) = s.leader {
+                break clients_addrs[l as usize - 1].clone();
+            }
+        }
+    };
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let leader = leader.clone();
+            tokio::spawn(async move {
+                let mut conn = Client::connect(&leader).await.expect("connect");
+                let mut lat = Vec::with_capacity(per_client);
+                let mut bytes = 0;
+                for n in 0..per_client {
+                    let b = batch(1 + c as i64, n as i32);
+                    bytes += b.len();
+                    let t = Instant::now();
+                    match conn
+                        .call(&ClientRequest::Produce(b))
+                        .await
+                        .expect("produce")
+                    {
+                        ClientReply::Appended { .. } => {}
+                        other => panic!("produce answered {other:?}"),
+                    }
+                    lat.push(t.elapsed());
+                }
+                (lat, bytes)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut bytes = 0;
+    for t in tasks {
+        let (l, b) = t.await.expect("client");
+        latencies.extend(l);
+        bytes += b;
+    }
+    Run {
+        mode: "raft-tcp",
+        clients,
+        elapsed: started.elapsed(),
+        latencies,
+        bytes,
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(run(args));
+}
+
+async fn run(args: Args) {
+    let tmp = match &args.dir {
+        Some(d) => tempfile::tempdir_in(d),
+        None => tempfile::tempdir(),
+    }
+    .expect("temp dir");
+    println!(
+        "{} batches of {RECORDS} records of {VALUE} B ({} B a batch) per run",
+        args.batches,
+        batch(1, 0).len()
+    );
+    for (k, &clients) in args.clients.iter().enumerate() {
+        let per_client = args.batches.div_ceil(clients);
+        let d = tmp.path().join(format!("run-{k}"));
+        let on = |m: &str| args.modes.is_empty() || args.modes.iter().any(|x| x == m);
+        if on("single") {
+            single(&d.join("single"), clients, per_client).print();
+        }
+        if on("raft-mem") {
+            raft_mem(&d.join("mem"), clients, per_client).await.print();
+        }
+        if (args.tcp && args.modes.is_empty()) || args.modes.iter().any(|x| x == "raft-tcp") {
+            raft_tcp(&d.join("tcp"), clients, per_client).await.print();
+        }
+    }
+}

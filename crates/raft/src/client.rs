@@ -1,0 +1,236 @@
+//! The client protocol of a replica process (`oncelog-raft-node`): produce a batch, read what
+//! is committed, ask for the replica's status. Frames as between replicas
+//! ([`crate::network::tcp::write_frame`]): a 4-byte big-endian length, then bincode.
+//!
+//! One request at a time per connection, answered in order; a client that wants several
+//! requests in flight opens several connections.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::io::{BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::network::tcp::{read_frame, write_frame, MAX_FRAME};
+use crate::{Ack, NodeId, Replica, ReplicaError};
+
+/// What a client asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientRequest {
+    /// Append one Kafka batch (v2, as a producer sends it) through the leader; answered once
+    /// it is committed.
+    Produce(Bytes),
+    /// Committed batches from the one holding `offset`, up to `max_bytes` (at least one whole
+    /// batch; at most half of [`MAX_FRAME`]): [`oncelog::Log::fetch`], bounded by the high
+    /// watermark.
+    Read {
+        /// Where to read from.
+        offset: i64,
+        /// How much at most.
+        max_bytes: u32,
+    },
+    /// The replica's view of the partition.
+    Status,
+}
+
+/// What a replica answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientReply {
+    /// The batch was committed at these offsets.
+    Appended {
+        /// Its first offset.
+        first_offset: i64,
+        /// Its last offset.
+        last_offset: i64,
+    },
+    /// A retry of a committed batch: nothing written; the original's offsets.
+    Duplicate {
+        /// The original's first offset.
+        first_offset: i64,
+        /// The original's last offset.
+        last_offset: i64,
+    },
+    /// This replica is not the leader; the leader, if it knows it.
+    NotLeader {
+        /// The leader's id.
+        leader: Option<NodeId>,
+    },
+    /// The leader's log refused the batch; nothing was written.
+    Refused {
+        /// [`oncelog::AppendError::kind`].
+        kind: String,
+        /// Its message.
+        message: String,
+    },
+    /// The request failed, and for a produce its outcome is unknown: a retry of the same
+    /// batch is answered as a duplicate if it was written.
+    Error(String),
+    /// Committed batches.
+    Batches {
+        /// Whole batches, the one holding the offset asked for first; empty at the high
+        /// watermark.
+        bytes: Bytes,
+        /// Where the next read starts.
+        next_offset: i64,
+        /// The high watermark when the read was served.
+        high_watermark: i64,
+        /// The log's first offset.
+        log_start_offset: i64,
+    },
+    /// The replica's status.
+    Status(Status),
+}
+
+/// A replica's view of its partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Its id.
+    pub id: NodeId,
+    /// The leader it knows of.
+    pub leader: Option<NodeId>,
+    /// Its current raft term.
+    pub term: u64,
+    /// The raft index it has applied.
+    pub applied_index: Option<u64>,
+    /// The high watermark: the end of what it knows committed.
+    pub high_watermark: i64,
+    /// The end of its log (committed or not).
+    pub log_end_offset: i64,
+    /// The first offset of its log.
+    pub log_start_offset: i64,
+    /// Whether its log had been closed cleanly when this process opened it (false after a
+    /// crash: a SIGKILL, a power cut).
+    pub opened_clean: bool,
+}
+
+impl From<Result<Ack, ReplicaError>> for ClientReply {
+    fn from(r: Result<Ack, ReplicaError>) -> ClientReply {
+        match r {
+            Ok(Ack::Appended {
+                first_offset,
+                last_offset,
+            }) => ClientReply::Appended {
+                first_offset,
+                last_offset,
+            },
+            Ok(Ack::Duplicate {
+                first_offset,
+                last_offset,
+            }) => ClientReply::Duplicate {
+                first_offset,
+                last_offset,
+            },
+            Err(ReplicaError::NotLeader { leader }) => ClientReply::NotLeader { leader },
+            Err(ReplicaError::Refused { kind, message }) => ClientReply::Refused { kind, message },
+            Err(e) => ClientReply::Error(e.to_string()),
+        }
+    }
+}
+
+/// Answers one request on `replica`.
+pub async fn handle(replica: &Replica, request: ClientRequest) -> ClientReply {
+    match request {
+        ClientRequest::Produce(batch) => replica.append(batch).await.into(),
+        // At most half a frame, so the answer always fits in one.
+        ClientRequest::Read { offset, max_bytes } => {
+            match replica
+                .log()
+                .fetch(offset, max_bytes.min(MAX_FRAME / 2) as usize)
+            {
+                Ok(f) => ClientReply::Batches {
+                    bytes: f.bytes,
+                    next_offset: f.next_offset,
+                    high_watermark: f.high_watermark,
+                    log_start_offset: f.log_start_offset,
+                },
+                Err(e) => ClientReply::Error(format!("read at offset {offset}: {e}")),
+            }
+        }
+        ClientRequest::Status => ClientReply::Status(status(replica)),
+    }
+}
+
+/// `replica`'s status now.
+pub fn status(replica: &Replica) -> Status {
+    let m = replica.raft().metrics().borrow().clone();
+    let log = replica.log();
+    Status {
+        id: replica.id(),
+        leader: m.current_leader,
+        term: m.current_term,
+        applied_index: m.last_applied.map(|l| l.index),
+        high_watermark: log.high_watermark(),
+        log_end_offset: log.log_end_offset(),
+        log_start_offset: log.log_start_offset(),
+        opened_clean: log.recovery_report().clean_shutdown,
+    }
+}
+
+/// Serves client requests arriving on `listener` to `replica`, each connection in a task of
+/// its own, until the returned task is aborted.
+pub fn serve(listener: TcpListener, replica: Arc<Replica>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!("client listener: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let replica = Arc::clone(&replica);
+            tokio::spawn(async move {
+                if let Err(e) = serve_connection(stream, &replica).await {
+                    tracing::debug!("client connection from {peer}: {e}");
+                }
+            });
+        }
+    })
+}
+
+async fn serve_connection(stream: TcpStream, replica: &Replica) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    let (r, w) = stream.into_split();
+    let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
+    while let Some(request) = read_frame::<_, ClientRequest>(&mut r).await? {
+        let reply = handle(replica, request).await;
+        write_frame(&mut w, &reply).await?;
+    }
+    Ok(())
+}
+
+/// A connection to a replica's client port.
+pub struct Client {
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+}
+
+impl Client {
+    /// Connects to `addr`.
+    pub async fn connect(addr: &str) -> io::Result<Client> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (r, w) = stream.into_split();
+        Ok(Client {
+            r: BufReader::new(r),
+            w: BufWriter::new(w),
+        })
+    }
+
+    /// Sends `request` and reads its answer. After an error (or a call abandoned midway) the
+    /// connection is in an unknown state: drop it and connect again.
+    pub async fn call(&mut self, request: &ClientRequest) -> io::Result<ClientReply> {
+        write_frame(&mut self.w, request).await?;
+        read_frame(&mut self.r).await?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the replica closed the connection",
+            )
+        })
+    }
+}

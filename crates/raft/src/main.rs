@@ -1,0 +1,197 @@
+//! `oncelog-raft-node`: one replica of a partition as a process. Raft RPCs between replicas on
+//! `--listen` (oncelog_raft::network::tcp), the client protocol on `--client`
+//! (oncelog_raft::client). SIGTERM or Ctrl-C stops it cleanly; a SIGKILL is a crash, which the
+//! replica recovers from on its next start with the same `--dir`.
+//!
+//! A local 3-replica cluster:
+//!
+//! ```text
+//! P=1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
+//! oncelog-raft-node --id 1 --dir d1 --listen 127.0.0.1:7001 --client 127.0.0.1:7101 --peers $P --init &
+//! oncelog-raft-node --id 2 --dir d2 --listen 127.0.0.1:7002 --client 127.0.0.1:7102 --peers $P &
+//! oncelog-raft-node --id 3 --dir d3 --listen 127.0.0.1:7003 --client 127.0.0.1:7103 --peers $P &
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use oncelog::Environment;
+use oncelog_raft::network::tcp::{self, TcpNetwork};
+use oncelog_raft::{client, Node, NodeId, Replica, ReplicaConfig};
+use openraft::error::{InitializeError, RaftError};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// One replica of an oncelog partition replicated on openraft.
+#[derive(Debug, Parser)]
+#[command(name = "oncelog-raft-node", version)]
+struct Args {
+    /// This replica's id (one of those in --peers).
+    #[arg(long)]
+    id: NodeId,
+    /// The partition directory (created if missing).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Where raft RPCs from the other replicas arrive (this replica's address in --peers).
+    #[arg(long)]
+    listen: SocketAddr,
+    /// Where clients connect (produce, read committed, status).
+    #[arg(long)]
+    client: SocketAddr,
+    /// Every replica of the group, this one included: ID=HOST:PORT,ID=HOST:PORT,...
+    #[arg(long, value_parser = parse_peers)]
+    peers: BTreeMap<NodeId, Node>,
+    /// Form the group with all --peers as members (on one replica, the first time; ignored if
+    /// this replica's log already holds a membership).
+    #[arg(long)]
+    init: bool,
+}
+
+fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, Node>, String> {
+    let mut peers = BTreeMap::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected ID=HOST:PORT"))?;
+        let id: NodeId = id
+            .trim()
+            .parse()
+            .map_err(|e| format!("{part:?}: the id {id:?} is not a number: {e}"))?;
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|e| format!("{part:?}: the address {addr:?}: {e}"))?;
+        if peers.insert(id, Node::new(addr.to_string())).is_some() {
+            return Err(format!("replica {id} is named twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("no replica named".into());
+    }
+    Ok(peers)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("oncelog-raft-node: the runtime did not start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oncelog-raft-node: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let me = args
+        .peers
+        .get(&args.id)
+        .ok_or_else(|| anyhow::anyhow!("--id {} is not among --peers", args.id))?;
+    if me.addr != args.listen.to_string() {
+        anyhow::bail!(
+            "--listen {} is not replica {}'s address in --peers ({})",
+            args.listen,
+            args.id,
+            me.addr
+        );
+    }
+    // Listen before raft starts, so the first RPCs find the port open.
+    let raft_listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("--listen {}: {e}", args.listen))?;
+    let client_listener = TcpListener::bind(args.client)
+        .await
+        .map_err(|e| anyhow::anyhow!("--client {}: {e}", args.client))?;
+    let mut term = signal(SignalKind::terminate())?;
+
+    let replica = Replica::open(
+        args.id,
+        &args.dir,
+        Environment::default(),
+        ReplicaConfig::default(),
+        TcpNetwork::default(),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{}: {e}", args.dir.display()))?;
+    let replica = Arc::new(replica);
+    let raft_server = tcp::serve(raft_listener, replica.raft().clone());
+    let client_server = client::serve(client_listener, Arc::clone(&replica));
+
+    if args.init {
+        match replica.raft().initialize(args.peers.clone()).await {
+            Ok(()) => eprintln!(
+                "replica {}: group formed with {:?}",
+                args.id,
+                args.peers.keys()
+            ),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                eprintln!(
+                    "replica {}: already a member of a group; --init ignored",
+                    args.id
+                )
+            }
+            Err(e) => anyhow::bail!("--init: {e}"),
+        }
+    }
+    eprintln!(
+        "replica {} serving raft on {} and clients on {}",
+        args.id, args.listen, args.client
+    );
+
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    eprintln!("replica {}: stopping", args.id);
+    client_server.abort();
+    replica
+        .shutdown()
+        .await
+        .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+    raft_server.abort();
+    // Raft is stopped, so nothing appends any more: close the log, which records a clean
+    // shutdown (the next open reads no segment to recover it).
+    if let Err(e) = replica.log().close() {
+        anyhow::bail!("closing the log: {e}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_peers;
+
+    #[test]
+    fn peers_parse_and_bad_ones_say_why() {
+        let p = parse_peers("1=127.0.0.1:7001,2=127.0.0.1:7002").unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[&2].addr, "127.0.0.1:7002");
+        assert!(parse_peers("1:127.0.0.1:7001")
+            .unwrap_err()
+            .contains("expected ID=HOST:PORT"));
+        assert!(parse_peers("x=127.0.0.1:7001")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse_peers("1=localhost")
+            .unwrap_err()
+            .contains("the address"));
+        assert!(parse_peers("1=127.0.0.1:1,1=127.0.0.1:2")
+            .unwrap_err()
+            .contains("named twice"));
+        assert!(parse_peers("").unwrap_err().contains("no replica"));
+    }
+}
