@@ -342,7 +342,10 @@ pub struct ManagerConfig {
     pub topics: BTreeMap<String, PartitionConfig>,
     /// Threads that open (and recover) partitions in parallel (Kafka's
     /// `num.recovery.threads.per.data.dir`, for all dirs together). Default: the machine's
-    /// parallelism.
+    /// parallelism, and at least 16: a clean open mostly waits for a few small reads per
+    /// partition, which a device serves many at once when the page cache is cold (10,000
+    /// clean partitions here, caches dropped: 2.1-2.3 s on 2 threads, 1.2 s on 8, 0.99 s on
+    /// 16; warm, 0.41-0.43 s on any of them).
     pub recovery_threads: usize,
     /// The background jobs' intervals.
     pub jobs: JobIntervals,
@@ -368,7 +371,7 @@ impl Default for ManagerConfig {
             flush_messages: None,
             flush_ms: None,
             topics: BTreeMap::new(),
-            recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()).max(16),
             jobs: JobIntervals::default(),
             replay_budget_bytes: 16 << 20,
             cleaner_bytes_per_second: None,
