@@ -92,10 +92,76 @@ pub struct Anchor {
 
 /// One partition as raft sees it, shared by the log store and the state machine.
 pub struct Partition {
-    log: Log,
+    log: Arc<Log>,
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
+    flusher: Arc<Flusher>,
+}
+
+/// What makes appended entries durable: one flush for every append that queued its callback
+/// while the previous flush ran, the callbacks completed in order. openraft calls the storage
+/// `append` once per client write; syncing inside it cost one sync per batch. The flushes run
+/// on tokio's blocking pool (a paused test clock does not jump while they run).
+struct Flusher {
+    /// The partition's log: it owns it, so a flush task never keeps it alive past the
+    /// partition (a crash test drops the log, then cuts the power).
+    log: std::sync::Weak<Log>,
+    /// The callbacks waiting for the next flush, and whether a flush task runs.
+    queue: Mutex<(Vec<LogFlushed<TypeConfig>>, bool)>,
+    idle: parking_lot::Condvar,
+}
+
+impl Flusher {
+    fn start(log: &Arc<Log>) -> Arc<Flusher> {
+        Arc::new(Flusher {
+            log: Arc::downgrade(log),
+            queue: Mutex::new((Vec::new(), false)),
+            idle: parking_lot::Condvar::new(),
+        })
+    }
+
+    fn enqueue(self: &Arc<Self>, done: LogFlushed<TypeConfig>) {
+        let mut q = self.queue.lock();
+        q.0.push(done);
+        if !q.1 {
+            q.1 = true;
+            let me = Arc::clone(self);
+            tokio::task::spawn_blocking(move || me.run());
+        }
+    }
+
+    fn run(&self) {
+        loop {
+            let group = {
+                let mut q = self.queue.lock();
+                if q.0.is_empty() {
+                    q.1 = false;
+                    self.idle.notify_all();
+                    return;
+                }
+                std::mem::take(&mut q.0)
+            };
+            // Every callback taken was queued after its entries were written.
+            let result = match self.log.upgrade() {
+                Some(log) => log.flush().map_err(|e| e.to_string()),
+                None => Err("the log is closed".to_string()),
+            };
+            for done in group {
+                done.log_io_completed(result.clone().map_err(std::io::Error::other));
+            }
+        }
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        // A flush under way finishes before the partition (and so its log) goes.
+        let mut q = self.flusher.queue.lock();
+        while q.1 {
+            self.flusher.idle.wait(&mut q);
+        }
+    }
 }
 
 struct Inner {
@@ -190,7 +256,9 @@ impl Partition {
     pub fn open(log: Log, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
         let dir = log.dir().to_path_buf();
         let state = read_state(fs.as_ref(), &dir)?;
+        let log = Arc::new(log);
         let partition = Partition {
+            flusher: Flusher::start(&log),
             log,
             fs,
             dir,
@@ -493,10 +561,13 @@ impl Partition {
             inner.view.insert(index, (offset, term));
             inner.end = self.log.log_end_offset();
         }
-        drop(inner);
-        self.log
-            .flush()
-            .map_err(|e| logs_error(ErrorVerb::Write, e))
+        Ok(())
+    }
+
+    /// Queues `done` for the next flush: it is completed once what was appended is durable.
+    fn flush_then(&self, done: LogFlushed<TypeConfig>) -> StoreResult<()> {
+        self.flusher.enqueue(done);
+        Ok(())
     }
 
     fn append_control(
@@ -876,12 +947,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let result = self.0.append_entries(entries.into_iter().collect());
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        // Written now, readable at once; durable when the next flush completes the callback.
+        match self.0.append_entries(entries.into_iter().collect()) {
+            Ok(()) => self.0.flush_then(callback),
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e)
+            }
         }
-        result
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {

@@ -484,21 +484,36 @@ async fn run(seed: u64, n: u64, steps: u64) -> u64 {
         c.fail("producers still have unanswered batches after healing".into());
     }
     // A retry of each producer's last batch, on the final leader: a duplicate, original offsets.
-    let leader = wait_for_leader(&mut c).await;
+    // (Leadership may still move: a refusal to a non-leader is asked again of the new one.)
     for p in &producers {
         let Some(last) = &p.last_acked else { continue };
         let want = acked[&(p.id, last.seq)];
-        match c.up[&leader].append(last.bytes.clone()).await {
-            Ok(Ack::Duplicate {
-                first_offset,
-                last_offset,
-            }) if (first_offset, last_offset) == want => {}
+        let mut answer = None;
+        for _ in 0..20 {
+            let leader = wait_for_leader(&mut c).await;
+            match c.up[&leader].append(last.bytes.clone()).await {
+                Err(ReplicaError::NotLeader { .. } | ReplicaError::Raft(_)) => continue,
+                other => {
+                    answer = Some((leader, other));
+                    break;
+                }
+            }
+        }
+        match answer {
+            Some((
+                _,
+                Ok(Ack::Duplicate {
+                    first_offset,
+                    last_offset,
+                }),
+            )) if (first_offset, last_offset) == want => {}
             other => c.fail(format!(
-                "retry of p{} s{} on leader {leader}: {other:?}, want a duplicate at {want:?}",
+                "retry of p{} s{}: {other:?}, want a duplicate at {want:?}",
                 p.id, last.seq
             )),
         }
     }
+    let leader = wait_for_leader(&mut c).await;
     // Every replica catches up to the leader's last entry, then the checker runs.
     let last_index = c.up[&leader]
         .raft()
