@@ -143,7 +143,14 @@ impl Log {
     }
 
     /// Leaves the log as a crash of the process would when it is dropped: no flush, no trim,
-    /// no clean checkpoint (a log manager dropped without `close`).
+    /// no clean checkpoint (a log manager dropped without `close`; public to tests of layers
+    /// that hold a log behind a shared handle, as the replication crate's partition does).
+    #[cfg(feature = "internals")]
+    pub fn abandon_on_drop(&self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    #[cfg(not(feature = "internals"))]
     pub(crate) fn abandon_on_drop(&self) {
         self.abandoned.store(true, Ordering::Release);
     }

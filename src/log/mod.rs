@@ -892,9 +892,10 @@ impl Log {
 
     /// Drops the log without closing it, as a crash of the process would leave it (tests).
     #[cfg(feature = "internals")]
-    pub fn abandon(&self) {
-        self.abandoned.store(true, Ordering::Release);
+    pub fn abandon(self) {
+        self.abandon_on_drop();
     }
+
 }
 
 impl Drop for Log {

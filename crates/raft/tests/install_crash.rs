@@ -110,7 +110,7 @@ fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
             let result = sm
                 .install_snapshot(&meta, Box::new(std::io::Cursor::new(data.clone())))
                 .await;
-            sm.0.log().abandon();
+            sm.0.log().abandon_on_drop();
             drop(sm);
             fs.clear_faults();
             fs.crash(n);
@@ -156,7 +156,7 @@ fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
                 );
                 assert_eq!(reopened.applied(), None, "cut at op {n}");
             }
-            log.abandon();
+            log.abandon_on_drop();
             drop(reopened);
             cut_points += 1;
             if result.is_ok() {

@@ -151,7 +151,7 @@ impl Cluster {
         };
         self.router.remove(id);
         let _ = replica.shutdown().await;
-        replica.log().abandon();
+        replica.log().abandon_on_drop();
         // openraft's tasks let go of the storage as they end.
         for _ in 0..100 {
             if Arc::strong_count(replica.partition()) == 1 && Arc::strong_count(&replica) == 1 {
