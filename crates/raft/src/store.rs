@@ -96,72 +96,6 @@ pub struct Partition {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
-    flusher: Arc<Flusher>,
-}
-
-/// What makes appended entries durable: one flush for every append that queued its callback
-/// while the previous flush ran, the callbacks completed in order. openraft calls the storage
-/// `append` once per client write; syncing inside it cost one sync per batch. The flushes run
-/// on tokio's blocking pool (a paused test clock does not jump while they run).
-struct Flusher {
-    /// The partition's log: it owns it, so a flush task never keeps it alive past the
-    /// partition (a crash test drops the log, then cuts the power).
-    log: std::sync::Weak<Log>,
-    /// The callbacks waiting for the next flush, and whether a flush task runs.
-    queue: Mutex<(Vec<LogFlushed<TypeConfig>>, bool)>,
-    idle: parking_lot::Condvar,
-}
-
-impl Flusher {
-    fn start(log: &Arc<Log>) -> Arc<Flusher> {
-        Arc::new(Flusher {
-            log: Arc::downgrade(log),
-            queue: Mutex::new((Vec::new(), false)),
-            idle: parking_lot::Condvar::new(),
-        })
-    }
-
-    fn enqueue(self: &Arc<Self>, done: LogFlushed<TypeConfig>) {
-        let mut q = self.queue.lock();
-        q.0.push(done);
-        if !q.1 {
-            q.1 = true;
-            let me = Arc::clone(self);
-            tokio::task::spawn_blocking(move || me.run());
-        }
-    }
-
-    fn run(&self) {
-        loop {
-            let group = {
-                let mut q = self.queue.lock();
-                if q.0.is_empty() {
-                    q.1 = false;
-                    self.idle.notify_all();
-                    return;
-                }
-                std::mem::take(&mut q.0)
-            };
-            // Every callback taken was queued after its entries were written.
-            let result = match self.log.upgrade() {
-                Some(log) => log.flush().map_err(|e| e.to_string()),
-                None => Err("the log is closed".to_string()),
-            };
-            for done in group {
-                done.log_io_completed(result.clone().map_err(std::io::Error::other));
-            }
-        }
-    }
-}
-
-impl Drop for Partition {
-    fn drop(&mut self) {
-        // A flush under way finishes before the partition (and so its log) goes.
-        let mut q = self.flusher.queue.lock();
-        while q.1 {
-            self.flusher.idle.wait(&mut q);
-        }
-    }
 }
 
 struct Inner {
@@ -258,7 +192,6 @@ impl Partition {
         let state = read_state(fs.as_ref(), &dir)?;
         let log = Arc::new(log);
         let partition = Partition {
-            flusher: Flusher::start(&log),
             log,
             fs,
             dir,
@@ -564,12 +497,6 @@ impl Partition {
         Ok(())
     }
 
-    /// Queues `done` for the next flush: it is completed once what was appended is durable.
-    fn flush_then(&self, done: LogFlushed<TypeConfig>) -> StoreResult<()> {
-        self.flusher.enqueue(done);
-        Ok(())
-    }
-
     fn append_control(
         &self,
         offset: i64,
@@ -730,6 +657,30 @@ impl Partition {
         let last = meta
             .last_log_id
             .ok_or_else(|| io_error(sm(), ErrorVerb::Write, "a snapshot without a last log id"))?;
+        let holds_last = {
+            let inner = self.inner.lock();
+            inner.view.get(&last.index).map(|&(_, term)| term) == Some(last.leader_id.term)
+                && inner.state.installing.is_none()
+        };
+        if holds_last {
+            // The log already holds the snapshot's last entry, so (raft's log matching) the
+            // same batches up to it as the image: nothing is rewritten, the entries after it
+            // stay (openraft keeps them), raft forgets what the snapshot covers.
+            self.purge_upto(last)?;
+            let mut inner = self.inner.lock();
+            let end = inner.end_of(last.index);
+            if self.log.high_watermark() < end {
+                self.log
+                    .set_high_watermark(end)
+                    .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            }
+            if inner.applied < Some(last) {
+                inner.applied = Some(last);
+                inner.applied_membership = meta.last_membership.clone();
+            }
+            inner.snapshot = Some(meta.clone());
+            return Ok(());
+        }
         let mut inner = self.inner.lock();
         let install_path = self.dir.join(INSTALL_FILE);
         if inner.state.installing.as_ref() != Some(meta) {
@@ -947,14 +898,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Written now, readable at once; durable when the next flush completes the callback.
-        match self.0.append_entries(entries.into_iter().collect()) {
-            Ok(()) => self.0.flush_then(callback),
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(e)
-            }
+        // Durable before the call returns: openraft 0.9 may replicate entries as soon as
+        // `append` returns, and restores a leader in its own term after a restart, so a leader
+        // entry a crash could still take away would let that leader write another entry under
+        // the same log id (the simulation found this with a flush after the return).
+        let result = self
+            .0
+            .append_entries(entries.into_iter().collect())
+            .and_then(|()| {
+                self.0
+                    .log
+                    .flush()
+                    .map_err(|e| logs_error(ErrorVerb::Write, e))
+            });
+        match &result {
+            Ok(()) => callback.log_io_completed(Ok(())),
+            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
         }
+        result
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {

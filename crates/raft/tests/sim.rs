@@ -115,6 +115,12 @@ struct Cluster {
 impl Cluster {
     fn fail(&self, why: String) -> ! {
         let tail: Vec<&String> = self.notes.iter().rev().take(30).collect();
+        let states: Vec<String> = self
+            .up
+            .iter()
+            .map(|(id, r)| format!("node {id}: {:?}", r.raft().metrics().borrow().running_state))
+            .collect();
+        let why = format!("{why}\nraft states: {states:?}");
         panic!(
             "seed {}: {why}\nreplay: ONCELOG_RAFT_SIM_SEED={} cargo test --release -p oncelog-raft --test sim\nlast steps (newest first): {tail:#?}",
             self.seed, self.seed
