@@ -165,7 +165,7 @@ fn consume_payload(acc: &mut u32, payload: &[u8]) {
 pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
     let n = data.sizes.batches;
     let ns = data.sizes.sync_batches;
-    let steady = !args.fresh;
+    let steady = (!args.fresh).then_some(args.recycled);
 
     if args.runs("append") {
         // (a) + (d): append without fsync, then read back what was appended.
@@ -412,26 +412,28 @@ fn oncelog_open(dir: &Path, policy: FlushPolicy) -> Log {
     .expect("oncelog open")
 }
 
-/// Segments of the steady-state durable workloads (both engines' files are this large).
-pub const STEADY_SEGMENT: usize = 4 << 20;
-/// Recycled files each engine may keep in the steady state: more than the timed region of
-/// the largest durable workload fills (about 11 MB), so every roll in it reuses a file.
-pub const STEADY_POOL: usize = 4;
+/// Segments of the steady-state durable workloads (both engines' files are this large):
+/// larger than what the timed region of any durable workload writes (about 11 MB), so it
+/// runs inside one recycled file, as almost every append of a broker's partition does (one
+/// roll per `segment.bytes`, 1 GiB by default).
+pub const STEADY_SEGMENT: usize = 16 << 20;
+/// Recycled files oncelog keeps in the steady state.
+pub const STEADY_POOL: usize = 2;
 
 /// A durable log (`FlushPolicy::Always`). In the steady state its segments are
 /// [`STEADY_SEGMENT`]s, it keeps [`STEADY_POOL`] recycled files, and before it is handed
 /// over it wrote and deleted enough that its active segment and every roll of the timed
 /// region reuse a file retention deleted (as a broker's partition does once retention runs).
-fn oncelog_durable(dir: &Path, steady: bool) -> Log {
-    if !steady {
+fn oncelog_durable(dir: &Path, steady: Option<usize>) -> Log {
+    let Some(pool) = steady else {
         return oncelog_open(dir, FlushPolicy::Always);
-    }
+    };
     let log = Log::open(
         dir,
         LogConfig {
             flush_policy: FlushPolicy::Always,
             segment_bytes: STEADY_SEGMENT,
-            recycled_segments: STEADY_POOL,
+            recycled_segments: pool,
             // Retention removes every segment when asked, at once: only the warm-up asks.
             retention_bytes: Some(0),
             retention_ms: None,
@@ -462,7 +464,7 @@ fn oncelog_durable(dir: &Path, steady: bool) -> Log {
     log.enforce_retention(0).expect("retention");
     let m = log.metrics();
     assert!(
-        m.recycled_rolls >= 1,
+        pool == 0 || m.recycled_rolls >= 1,
         "the warm-up did not recycle: {:?}",
         m.rolls
     );
@@ -510,7 +512,7 @@ fn oncelog_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, steady: bool, r: &mut Results) {
+fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
     let dir = fresh(scratch, "oncelog-fsync");
     let log = oncelog_durable(&dir, steady);
     let mut lat = Vec::with_capacity(n);
@@ -540,7 +542,7 @@ fn oncelog_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
-    steady: bool,
+    steady: Option<usize>,
     r: &mut Results,
 ) {
     let n = batches.len();
@@ -838,10 +840,10 @@ const WARM_REGION: u64 = 999;
 /// A raft-engine for the durable workloads. In the steady state its files are
 /// [`STEADY_SEGMENT`]s and it recycles purged files (format version 2, `enable_log_recycle`,
 /// both its defaults; the pool holds `purge_threshold / target_file_size * 3 / 2` files, here
-/// [`STEADY_POOL`]), and before it is handed over it wrote, compacted and purged enough that
+/// 3), and before it is handed over it wrote, compacted and purged enough that
 /// every file it rotates to in the timed region is a recycled one.
-fn raft_durable(dir: &Path, steady: bool) -> RaftEngine {
-    if !steady {
+fn raft_durable(dir: &Path, steady: Option<usize>) -> RaftEngine {
+    if steady.is_none() {
         return raft_open(dir);
     }
     let cfg = raft_engine::Config {
@@ -850,16 +852,15 @@ fn raft_durable(dir: &Path, steady: bool) -> RaftEngine {
         format_version: raft_engine::Version::V2,
         enable_log_recycle: true,
         target_file_size: raft_engine::ReadableSize(STEADY_SEGMENT as u64),
-        // recycle capacity = 12 MiB / 4 MiB * 3 / 2 = 4 files; purging needs more than this
-        // much in the append queue.
-        purge_threshold: raft_engine::ReadableSize((STEADY_SEGMENT * STEADY_POOL * 3 / 4) as u64),
+        // recycle capacity = purge_threshold / target_file_size * 3 / 2 = 3 files; purging
+        // needs more than this much in the append queue.
+        purge_threshold: raft_engine::ReadableSize((STEADY_SEGMENT * STEADY_POOL) as u64),
         ..raft_engine::Config::default()
     };
     let engine = raft_engine::Engine::open(cfg).expect("raft-engine open");
     // As many bytes as oncelog's warm-up, in 64 KiB batches of 1,000-byte entries.
     let mut index = 1u64;
-    let batches = (STEADY_POOL + 2) * STEADY_SEGMENT / (64 * 1000);
-    for _ in 0..batches {
+    let mut write = || {
         let entries: Vec<Entry> = (0..64)
             .map(|_| {
                 index += 1;
@@ -870,23 +871,48 @@ fn raft_durable(dir: &Path, steady: bool) -> RaftEngine {
         lb.add_entries::<EntryExt>(WARM_REGION, &entries)
             .expect("add entries");
         engine.write(&mut lb, true).expect("raft write");
-    }
-    engine.compact_to(WARM_REGION, index);
-    let files = || {
-        std::fs::read_dir(dir)
+        index
+    };
+    // The files' names are their sequence numbers; the newest is the active one.
+    let files = || -> Vec<u64> {
+        let mut seqs: Vec<u64> = std::fs::read_dir(dir)
             .expect("list raft-engine dir")
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".raftlog"))
-            .count()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".raftlog")?.parse().ok()
+            })
+            .collect();
+        seqs.sort_unstable();
+        seqs
     };
-    let before = files();
-    engine.purge_expired_files().expect("purge");
+    let purge = |upto: u64| {
+        engine.compact_to(WARM_REGION, upto);
+        engine.purge_expired_files().expect("purge");
+    };
+    let mut last = 0;
+    for _ in 0..(STEADY_POOL + 2) * STEADY_SEGMENT / (64 * 1000) {
+        last = write();
+    }
+    purge(last);
     // Only the active file holds anything live now: every other one still there is kept for
-    // recycling (0.4.2 keeps them under their names until it shuts down).
-    let after = files();
+    // recycling (0.4.2 keeps them under their old names until it shuts down).
+    let kept = files();
     assert!(
-        after > 1,
-        "raft-engine's purge kept no file to recycle ({before} files before it, {after} after)"
+        kept.len() > 1,
+        "raft-engine's purge kept no file to recycle: {kept:?}"
+    );
+    // Writes until the engine rotates into a recycled file (a new name, no new file), and
+    // purges again: the timed region starts in a recycled file, as oncelog's does.
+    let active = kept.last().copied();
+    while files().last().copied() == active {
+        last = write();
+    }
+    purge(last);
+    let now = files();
+    assert!(
+        now.len() >= kept.len(),
+        "raft-engine created a file instead of recycling one: {kept:?} then {now:?}"
     );
     engine
 }
@@ -961,7 +987,7 @@ fn raft_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn raft_fsync(data: &Data, scratch: &Path, n: usize, steady: bool, r: &mut Results) {
+fn raft_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
     let dir = fresh(scratch, "raft-fsync");
     let mut batches = raft_batches(data, n);
     let engine = raft_durable(&dir, steady);
@@ -990,7 +1016,7 @@ fn raft_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
-    steady: bool,
+    steady: Option<usize>,
     r: &mut Results,
 ) {
     let n = payloads.len();
