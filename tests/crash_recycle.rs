@@ -449,3 +449,128 @@ fn a_full_truncation_empties_the_pool_so_old_batches_never_continue_the_new_log(
     }
     log.abandon();
 }
+
+fn pool_files(fs: &SimFs) -> Vec<String> {
+    let mut names: Vec<String> = fs
+        .list(&common_sim::dir())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.ends_with(".log.recycle"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
+    let ctx = Ctx::in_file(
+        0,
+        FILE,
+        "only_retention_fills_the_pool_within_its_size_and_close_empties_it",
+    );
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let size = uniform(0).len();
+    let cfg = LogConfig {
+        segment_bytes: size * 10,
+        recycled_segments: 2,
+        retention_bytes: Some((size * 10) as u64),
+        retention_ms: None,
+        file_delete_delay_ms: 1_000,
+        flush_policy: FlushPolicy::Always,
+        prefault_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+    let append = |log: &Log, n: usize| {
+        for _ in 0..n {
+            log.append(&uniform(3))
+                .unwrap_or_else(|e| ctx.fail(format!("append: {e}")));
+        }
+    };
+    append(&log, 60);
+    // A truncation's files are never recyclable, whatever the delay.
+    log.truncate_to(45)
+        .unwrap_or_else(|e| ctx.fail(format!("truncate: {e}")));
+    log.remove_deleted_files(i64::MAX / 2)
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    if !pool_files(&fs).is_empty() {
+        ctx.fail(format!(
+            "a truncation's file entered the pool: {:?}",
+            pool_files(&fs)
+        ));
+    }
+    // Retention removes four segments; they wait out their delay as `.deleted`, then two
+    // enter the pool and the rest are removed.
+    let report = log
+        .enforce_retention(1_700_000_000_000)
+        .unwrap_or_else(|e| ctx.fail(format!("retention: {e}")));
+    if report.deleted.len() < 3 {
+        ctx.fail(format!("retention removed {:?}", report.deleted));
+    }
+    if !pool_files(&fs).is_empty() {
+        ctx.fail("files entered the pool before their delay was over");
+    }
+    log.remove_deleted_files(i64::MAX / 2)
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    let pooled = pool_files(&fs);
+    if pooled.len() != 2 {
+        ctx.fail(format!("the pool holds {pooled:?}, expected 2 files"));
+    }
+    let deleted = fs
+        .list(&common_sim::dir())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.ends_with(".deleted"))
+        .count();
+    if deleted != 0 {
+        ctx.fail(format!("{deleted} .deleted files left after their delay"));
+    }
+    // Rolls take them, and count it.
+    let before = log.metrics().recycled_rolls;
+    append(&log, 25);
+    let used = log.metrics().recycled_rolls - before;
+    if used != 2 || !pool_files(&fs).is_empty() {
+        ctx.fail(format!(
+            "{used} rolls reused a file, pool now {:?}",
+            pool_files(&fs)
+        ));
+    }
+    // Retention fills it again; a clean close removes it, and the open after is clean.
+    log.enforce_retention(1_700_000_000_000)
+        .unwrap_or_else(|e| ctx.fail(format!("retention: {e}")));
+    log.remove_deleted_files(i64::MAX / 2)
+        .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
+    if pool_files(&fs).is_empty() {
+        ctx.fail("retention left nothing in the pool");
+    }
+    let end = log.log_end_offset();
+    log.close()
+        .unwrap_or_else(|e| ctx.fail(format!("close: {e}")));
+    drop(log);
+    if !pool_files(&fs).is_empty() {
+        ctx.fail(format!("close left {:?}", pool_files(&fs)));
+    }
+    let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("reopen: {e}")));
+    if !log.recovery_report().clean_shutdown || log.log_end_offset() != end {
+        ctx.fail(format!("reopen: {:?}", log.recovery_report()));
+    }
+    log.abandon();
+}
+
+#[test]
+fn recycling_is_refused_where_recovery_may_not_cut() {
+    let fs = SimFs::new();
+    let clock = StepClock::new();
+    let cfg = LogConfig {
+        recycled_segments: 1,
+        recovery_mode: oncelog::RecoveryMode::AbsoluteConsistency,
+        ..LogConfig::default()
+    };
+    match open(&fs, &clock, &cfg) {
+        Err(oncelog::OpenError::Config(e)) if e.field == "recycled_segments" => {}
+        other => panic!("expected a config error for recycled_segments, got {other:?}"),
+    }
+    // Nothing was created.
+    assert!(fs.list(&common_sim::dir()).map_or(true, |n| n.is_empty()));
+}
