@@ -228,14 +228,12 @@ impl Log {
             if failed.is_some() || (!everything && d.due_ms > now_ms) {
                 return true;
             }
-            if d.recyclable && !everything && self.pool.lock().len() < self.config.recycled_segments {
-                match self.enter_pool(&d.path) {
-                    Ok(pooled) => {
-                        self.pool.lock().push(pooled);
-                        return false;
-                    }
-                    // Not reusable after all: removed as any other.
-                    Err(_) => {}
+            let room = self.pool.lock().len() < self.config.recycled_segments;
+            if d.recyclable && !everything && room {
+                // A file that cannot be made a pool file is removed as any other.
+                if let Ok(pooled) = self.enter_pool(&d.path) {
+                    self.pool.lock().push(pooled);
+                    return false;
                 }
             }
             match fs.remove_file(&d.path) {
