@@ -798,9 +798,9 @@ impl Log {
         let cfg = recovery::segment_config(&self.config, &self.env.fs);
         // A recycled file when the pool has one (its old offsets are all below the log start,
         // so below `new_base`); a fresh one if there is none or it cannot be used.
-        let recycled = self
-            .take_pooled()
-            .and_then(|path| segment::create_recycled(&self.dir, new_base, &cfg, now, size, &path).ok());
+        let recycled = self.take_pooled().and_then(|path| {
+            segment::create_recycled(&self.dir, new_base, &cfg, now, size, &path).ok()
+        });
         let made = match recycled {
             Some(w) => {
                 self.metrics.recycled();
