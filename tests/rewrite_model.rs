@@ -234,7 +234,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock: Arc<StepClock> = StepClock::new();
     // Recycled segment files in half the cases: retention fills the pool, rolls reuse its
     // files, full truncations empty it, crashes leave old bytes after the end.
-    let cfg = config(if ops.len() % 2 == 0 { 2 } else { 0 });
+    let cfg = config(if ops.len().is_multiple_of(2) { 2 } else { 0 });
     let mut log = open(&fs, &clock, &cfg).unwrap();
     let mut model = Model::default();
     let mut tag = 0u64;
