@@ -574,3 +574,63 @@ fn recycling_is_refused_where_recovery_may_not_cut() {
     // Nothing was created.
     assert!(fs.list(&common_sim::dir()).map_or(true, |n| n.is_empty()));
 }
+
+/// On the real file system, where a recycled file is the same inode a reader's map shows: a
+/// `Bytes` read from a segment before retention removed it keeps its bytes, because a file
+/// whose maps a reader still holds is removed, never recycled.
+#[test]
+fn bytes_a_reader_holds_keep_their_content_when_their_segment_is_recycled_or_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let size = uniform(0).len();
+    let cfg = LogConfig {
+        segment_bytes: size * 10,
+        recycled_segments: 4,
+        retention_bytes: Some((size * 10) as u64),
+        retention_ms: None,
+        file_delete_delay_ms: 0,
+        flush_policy: FlushPolicy::Always,
+        ..LogConfig::default()
+    };
+    let log = Log::open(dir.path(), cfg).expect("open");
+    for i in 0..40u8 {
+        log.append(&client_batch(1, 400, 1_700_000_000_000, None, i))
+            .expect("append");
+    }
+    // A reader holds the whole first segment, and a batch of the second.
+    let held = log.read(0, size * 10).expect("read");
+    let copy = held.to_vec();
+    let held_second = log.read(12, 1).expect("read");
+    let copy_second = held_second.to_vec();
+    drop(held_second);
+    assert!(copy.len() >= size * 9, "read {} bytes", copy.len());
+    log.enforce_retention(1_700_000_000_000).expect("retention");
+    let pooled = |dir: &std::path::Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".log.recycle"))
+            .collect();
+        v.sort();
+        v
+    };
+    let pool = pooled(dir.path());
+    // Rolls write the recycled files; the reader's bytes stay what they were.
+    for i in 0..30u8 {
+        log.append(&client_batch(1, 400, 1_700_000_000_000, None, 0x80 | i))
+            .expect("append");
+    }
+    assert!(log.metrics().recycled_rolls >= 2);
+    assert_eq!(&held[..], &copy[..], "a reader's bytes changed under it");
+    // Segments 0, 10 and 20 went; the reader's (0) was not recycled, the others were.
+    assert_eq!(
+        pool,
+        vec![
+            format!("{:020}.log.recycle", 10),
+            format!("{:020}.log.recycle", 20)
+        ]
+    );
+    assert_eq!(copy_second.len(), size);
+    drop(held);
+    log.close().expect("close");
+}

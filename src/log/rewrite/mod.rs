@@ -22,7 +22,7 @@ use parking_lot::MutexGuard;
 use super::epochs::{self, EpochEndOffset, EpochEntry};
 use super::{AppendState, HighWatermarkPolicy, Log, RewriteError};
 use crate::io::{IoError, IoResultExt};
-use crate::segment::names;
+use crate::segment::{names, Segment};
 
 pub use compact::{Cleanable, CompactionReport, CLEANER_OFFSET_FILE};
 pub use retention::{DeletedSegment, RetentionReason, RetentionReport};
@@ -33,9 +33,11 @@ pub use truncate::TruncateReport;
 pub(crate) struct Deletion {
     pub path: PathBuf,
     pub due_ms: i64,
-    /// A `.log` that retention removed: every offset it holds is below the log start, so it
-    /// may be kept for reuse ([`super::LogConfig::recycled_segments`]) instead of removed.
-    pub recyclable: bool,
+    /// A `.log` that retention removed, with its segment: every offset it holds is below
+    /// the log start, so it may be kept for reuse ([`super::LogConfig::recycled_segments`])
+    /// instead of removed, once no reader holds bytes of a map of it (a recycled file is
+    /// written again, and a `Bytes` read before must keep its bytes).
+    pub recyclable: Option<Arc<Segment>>,
 }
 
 /// Exclusive access to the log for a rewrite: no sync in flight, no append.
@@ -171,7 +173,7 @@ impl Log {
         &self,
         base: i64,
         now_ms: i64,
-        recyclable: bool,
+        recyclable: Option<&Arc<Segment>>,
     ) -> Result<u64, IoError> {
         let fs = self.env.fs.as_ref();
         let mut bytes = 0;
@@ -185,7 +187,7 @@ impl Log {
             if !fs.exists(&path).ctx("stat", &path)? {
                 continue;
             }
-            let recyclable = recyclable && ext == names::LOG_EXT;
+            let recyclable = recyclable.filter(|_| ext == names::LOG_EXT);
             if ext == names::LOG_EXT {
                 bytes = fs.stat(&path).ctx("stat", &path)?.len;
             }
@@ -197,19 +199,30 @@ impl Log {
     /// Renames a file to `.deleted` and queues its removal after `file_delete_delay_ms` (the
     /// next open removes it if the process ends first).
     pub(super) fn retire_file(&self, path: &std::path::Path, now_ms: i64) -> Result<(), IoError> {
-        self.retire(path, now_ms, false)
+        self.retire(path, now_ms, None)
     }
 
-    fn retire(&self, path: &std::path::Path, now_ms: i64, recyclable: bool) -> Result<(), IoError> {
+    fn retire(
+        &self,
+        path: &std::path::Path,
+        now_ms: i64,
+        recyclable: Option<&Arc<Segment>>,
+    ) -> Result<(), IoError> {
         let mut name = path.file_name().unwrap_or_default().to_os_string();
         name.push(".");
         name.push(names::DELETED_SUFFIX);
         let to = path.with_file_name(name);
         self.env.fs.rename(path, &to).ctx("rename", path)?;
+        if let Some(segment) = recyclable {
+            // Its own maps need not live until the delay is over (readers keep theirs).
+            segment.unmap();
+        }
         self.deletions.lock().push(Deletion {
             path: to,
             due_ms: now_ms + self.config.file_delete_delay_ms,
-            recyclable: recyclable && self.config.recycled_segments > 0,
+            recyclable: recyclable
+                .filter(|_| self.config.recycled_segments > 0)
+                .cloned(),
         });
         Ok(())
     }
@@ -229,11 +242,18 @@ impl Log {
                 return true;
             }
             let room = self.pool.lock().len() < self.config.recycled_segments;
-            if d.recyclable && !everything && room {
-                // A file that cannot be made a pool file is removed as any other.
-                if let Ok(pooled) = self.enter_pool(&d.path) {
-                    self.pool.lock().push(pooled);
-                    return false;
+            if let Some(segment) = d.recyclable.as_ref().filter(|_| !everything && room) {
+                // Its own maps go; a reader that still holds bytes of one keeps the file from
+                // being written again, so it is removed instead (its inode lives on for the
+                // reader). No new map can appear: the segment is out of the log, and its
+                // file is no longer under the name it maps.
+                segment.unmap();
+                if !segment.readers_hold_bytes() {
+                    // A file that cannot be made a pool file is removed as any other.
+                    if let Ok(pooled) = self.enter_pool(&d.path) {
+                        self.pool.lock().push(pooled);
+                        return false;
+                    }
                 }
             }
             match fs.remove_file(&d.path) {
@@ -289,7 +309,7 @@ impl Log {
         // pool while it is emptied.
         let mut deletions = self.deletions.lock();
         for d in deletions.iter_mut() {
-            d.recyclable = false;
+            d.recyclable = None;
         }
         let pooled = std::mem::take(&mut *self.pool.lock());
         for path in &pooled {

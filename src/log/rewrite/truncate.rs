@@ -170,7 +170,7 @@ impl Log {
             ..TruncateReport::default()
         };
         if cut == 0 {
-            self.retire_segment_files(s.base_offset(), now, false)?;
+            self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
         let cfg = segment_config(&self.config, &self.env.fs);
@@ -180,7 +180,7 @@ impl Log {
         // (3) The later segments.
         for later in &segments[at + 1..] {
             report.bytes_removed += later.size() as u64;
-            self.retire_segment_files(later.base_offset(), now, false)?;
+            self.retire_segment_files(later.base_offset(), now, None)?;
             report.segments_removed.push(later.base_offset());
         }
         fs.sync_dir(&self.dir)
@@ -414,7 +414,7 @@ impl Log {
         checkpoint::write(fs, &self.dir, &empty)?;
         if let Some(same) = segments.iter().find(|s| s.base_offset() == offset) {
             report.bytes_removed += same.size() as u64;
-            self.retire_segment_files(offset, now, false)?;
+            self.retire_segment_files(offset, now, None)?;
             report.segments_removed.push(offset);
         }
         let cfg = segment_config(&self.config, &self.env.fs);
@@ -423,7 +423,7 @@ impl Log {
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
         for s in segments.iter().filter(|s| s.base_offset() != offset) {
             report.bytes_removed += s.size() as u64;
-            self.retire_segment_files(s.base_offset(), now, false)?;
+            self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
         fs.sync_dir(&self.dir)
