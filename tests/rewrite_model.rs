@@ -75,9 +75,13 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn config() -> LogConfig {
+/// `recycled`: `LogConfig::recycled_segments` (half the cases recycle retention's files).
+fn config(recycled: usize) -> LogConfig {
     LogConfig {
-        segment_bytes: 2048,
+        recycled_segments: recycled,
+        // Smaller segments where files are recycled: more rolls reuse the pool's files
+        // before a reopen removes it.
+        segment_bytes: if recycled > 0 { 1024 } else { 2048 },
         segment_index_bytes: 256,
         // Time retention only: a batch's timestamp is its tag, in seconds.
         retention_ms: Some(0),
@@ -228,7 +232,10 @@ fn reopened(model: &mut Model) {
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let fs = SimFs::new();
     let clock: Arc<StepClock> = StepClock::new();
-    let mut log = open(&fs, &clock, &config()).unwrap();
+    // Recycled segment files in half the cases: retention fills the pool, rolls reuse its
+    // files, full truncations empty it, crashes leave old bytes after the end.
+    let cfg = config(if ops.len().is_multiple_of(2) { 2 } else { 0 });
+    let mut log = open(&fs, &clock, &cfg).unwrap();
     let mut model = Model::default();
     let mut tag = 0u64;
     for op in ops {
@@ -389,7 +396,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Reopen => {
                 log.close().unwrap();
                 drop(log);
-                log = open(&fs, &clock, &config()).unwrap();
+                log = open(&fs, &clock, &cfg).unwrap();
                 model.durable = model.end();
                 reopened(&mut model);
             }
@@ -400,7 +407,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 log.abandon();
                 fs.crash(seed);
-                log = open(&fs, &clock, &config()).unwrap();
+                log = open(&fs, &clock, &cfg).unwrap();
                 // Everything durable is there; of the rest, whole batches in order.
                 let end = log.log_end_offset();
                 prop_assert!(

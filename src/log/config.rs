@@ -81,6 +81,9 @@ impl RecoveryMode {
     }
 }
 
+/// The most [`LogConfig::recycled_segments`] may be.
+const MAX_RECYCLED_SEGMENTS: usize = 1024;
+
 /// Configuration of one partition log. Defaults are Kafka's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
@@ -93,6 +96,17 @@ pub struct LogConfig {
     pub allocation_step_bytes: usize,
     /// How each step is allocated: reserved, or zeroed for cheaper syncs.
     pub preallocation: Preallocation,
+    /// How many `.log` files of segments that retention deleted the log keeps (as
+    /// `<base>.log.recycle`, once `file_delete_delay_ms` is over) to reuse as the file of a
+    /// later active segment instead of creating one: a recycled file's blocks are already
+    /// written, so appends into it change no file-system metadata and need no zeros, and a
+    /// sync of them writes only data (docs/design.md "Segment space"). Each costs up to
+    /// `segment_bytes` of disk held in reserve. Only files retention removed are kept, never
+    /// those of a truncation or a compaction; a full truncation empties the pool first, and
+    /// every open removes it. A crash leaves the old batches of a recycled file after the
+    /// active segment's end, which recovery cuts: so it cannot be combined with
+    /// [`RecoveryMode::AbsoluteConsistency`]. Default 0 (off); at most 1024.
+    pub recycled_segments: usize,
     /// Sealed segments are mapped only while they are read, and hold no file descriptor: at
     /// most this many stay mapped once read; the one read longest ago is unmapped when a read
     /// maps one more (its readers keep the bytes they were handed). 0 unmaps each one after
@@ -254,6 +268,7 @@ impl Default for LogConfig {
             segment_bytes: 1 << 30,
             allocation_step_bytes: 32 << 20,
             preallocation: Preallocation::Auto,
+            recycled_segments: 0,
             max_mapped_segments: 16,
             segment_ms: 7 * 24 * 60 * 60 * 1000,
             segment_jitter_ms: 0,
@@ -330,6 +345,21 @@ impl LogConfig {
                 "allocation_step_bytes",
                 self.allocation_step_bytes,
                 "must be in 4096 ..= 2147483647",
+            ));
+        }
+        if self.recycled_segments > MAX_RECYCLED_SEGMENTS {
+            return Err(bad(
+                "recycled_segments",
+                self.recycled_segments,
+                "must be in 0 ..= 1024",
+            ));
+        }
+        if self.recycled_segments > 0 && self.recovery_mode == RecoveryMode::AbsoluteConsistency {
+            return Err(bad(
+                "recycled_segments",
+                self.recycled_segments,
+                "must be 0 under recovery_mode AbsoluteConsistency (a crash leaves a recycled \
+                 file's old bytes after the end, which recovery must cut)",
             ));
         }
         if self.segment_ms < 1 {
@@ -537,6 +567,21 @@ mod tests {
                     ..Default::default()
                 },
                 "allocation_step_bytes",
+            ),
+            (
+                LogConfig {
+                    recycled_segments: 1025,
+                    ..Default::default()
+                },
+                "recycled_segments",
+            ),
+            (
+                LogConfig {
+                    recycled_segments: 2,
+                    recovery_mode: RecoveryMode::AbsoluteConsistency,
+                    ..Default::default()
+                },
+                "recycled_segments",
             ),
             (
                 LogConfig {

@@ -344,6 +344,8 @@ impl Log {
             self.metrics.snapshot_written();
         }
         drop(st);
+        // The pool of recycled files goes with the open log (the next open would remove it).
+        self.remove_pool()?;
         if !untouched {
             self.remove_stray_snapshots()?;
             self.write_checkpoint(true)?;

@@ -285,6 +285,9 @@ pub struct LogMetrics {
     pub refusals: Refusals,
     /// Segment rolls.
     pub rolls: u64,
+    /// Of the rolls, those whose new segment reused a recycled file
+    /// (`LogConfig::recycled_segments`).
+    pub recycled_rolls: u64,
     /// Syncs that made appends durable (one per group commit).
     pub flushes: u64,
     /// Syncs that failed (each leaves the log read-only).
@@ -318,6 +321,7 @@ pub(super) struct Metrics {
     replicated_batches_appended: LockedCounter,
     duplicates: LockedCounter,
     rolls: LockedCounter,
+    recycled_rolls: LockedCounter,
     snapshot_writes: Counter,
     refusals: [Counter; REFUSAL_KINDS],
     flushes: Counter,
@@ -340,6 +344,7 @@ impl Metrics {
             replicated_batches_appended: LockedCounter::default(),
             duplicates: LockedCounter::default(),
             rolls: LockedCounter::default(),
+            recycled_rolls: LockedCounter::default(),
             snapshot_writes: Counter::default(),
             refusals: Default::default(),
             flushes: Counter::default(),
@@ -398,6 +403,11 @@ impl Metrics {
         self.rolls.add(1);
     }
 
+    /// A roll reused a recycled file. Caller holds the append lock.
+    pub(super) fn recycled(&self) {
+        self.recycled_rolls.add(1);
+    }
+
     /// A producer snapshot file was written.
     pub(super) fn snapshot_written(&self) {
         self.snapshot_writes.add(1);
@@ -439,6 +449,7 @@ impl Metrics {
                 log_unavailable: r[9],
             },
             rolls: self.rolls.get(),
+            recycled_rolls: self.recycled_rolls.get(),
             flushes: self.flushes.get(),
             flush_failures: self.flush_failures.get(),
             flush_latency: self.flush_latency.snapshot(),

@@ -203,6 +203,9 @@ pub struct Log {
     txn: txn::StableOffsets,
     /// Segment files renamed `.deleted`, to remove once their delay is over.
     deletions: Mutex<Vec<rewrite::Deletion>>,
+    /// Retired `.log` files kept for reuse as new active segments' files
+    /// ([`LogConfig::recycled_segments`]). Every offset in them is below the log start.
+    pool: Mutex<Vec<PathBuf>>,
     closed: AtomicBool,
     abandoned: AtomicBool,
     roll_jitter_ms: i64,
@@ -334,6 +337,7 @@ impl Log {
             high_watermark: AtomicI64::new(loaded.high_watermark),
             txn: txn::StableOffsets::new(unstable),
             deletions: Mutex::new(Vec::new()),
+            pool: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             roll_jitter_ms,
@@ -713,8 +717,9 @@ impl Log {
         if let Some(target) = w.growth_wanted() {
             prefault.grow(w.space(), target);
         }
-        let write =
-            self.config.flush_policy != FlushPolicy::Always && !self.config.zeroes_ahead();
+        let write = self.config.flush_policy != FlushPolicy::Always
+            && !self.config.zeroes_ahead()
+            && !w.space().recycled();
         prefault.advance(
             w.log_mapping(),
             w.size(),
@@ -791,7 +796,19 @@ impl Log {
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         self.metrics.snapshot_written();
         let cfg = recovery::segment_config(&self.config, &self.env.fs);
-        let new = segment::create_with_room(&self.dir, new_base, &cfg, now, size).map_err(|e| {
+        // A recycled file when the pool has one (its old offsets are all below the log start,
+        // so below `new_base`); a fresh one if there is none or it cannot be used.
+        let recycled = self.take_pooled().and_then(|path| {
+            segment::create_recycled(&self.dir, new_base, &cfg, now, size, &path).ok()
+        });
+        let made = match recycled {
+            Some(w) => {
+                self.metrics.recycled();
+                Ok(w)
+            }
+            None => segment::create_with_room(&self.dir, new_base, &cfg, now, size),
+        };
+        let new = made.map_err(|e| {
                 let e = match e {
                     segment::OpenSegmentError::Io(e) => e,
                     other => IoError::new(

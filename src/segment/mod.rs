@@ -567,6 +567,69 @@ pub fn create_with_room(
     made
 }
 
+/// [`create_with_room`] over a recycled file: `recycled` (a `.log.recycle` of the pool,
+/// docs/design.md "Segment space") is renamed to the new segment's `.log` and kept as it is,
+/// its length counted as space already allocated and written (no zeros, no fallocate over
+/// it; trimmed to `segment_bytes` if longer); the indexes are made fresh. Its old bytes are
+/// never read: the segment starts empty and reads end at what was appended, and recovery
+/// cuts what follows the last valid batch (the old batches' offsets are below the new base,
+/// so none of them continues the segment). On a failure after the rename the new segment's
+/// files are removed, so the caller may create a fresh one instead.
+pub fn create_recycled(
+    dir: &Path,
+    base_offset: i64,
+    cfg: &SegmentConfig,
+    now_ms: i64,
+    room: usize,
+    recycled: &Path,
+) -> Result<SegmentWriter, OpenSegmentError> {
+    let fs = cfg.fs.as_ref();
+    let log_path = names::file_path(dir, base_offset, names::LOG_EXT);
+    let index_path = names::file_path(dir, base_offset, names::INDEX_EXT);
+    let time_path = names::file_path(dir, base_offset, names::TIME_INDEX_EXT);
+    let txn_path = names::file_path(dir, base_offset, names::TXN_INDEX_EXT);
+    match fs.remove_file(&txn_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(IoError::new("remove", &txn_path, e).into())
+        }
+        _ => {}
+    }
+    fs.rename(recycled, &log_path).ctx("rename", recycled)?;
+    let made = (|| {
+        let log = fs.open(&log_path, OpenMode::ReadWrite).ctx("open", &log_path)?;
+        if log.len().ctx("stat", &log_path)? > cfg.segment_bytes as u64 {
+            log.set_len(cfg.segment_bytes as u64).ctx("trim", &log_path)?;
+        }
+        let index = fs
+            .open(&index_path, OpenMode::CreateTruncate)
+            .ctx("open", &index_path)?;
+        let time = fs
+            .open(&time_path, OpenMode::CreateTruncate)
+            .ctx("open", &time_path)?;
+        let files = SegmentFiles {
+            fs: Arc::clone(&cfg.fs),
+            log_path: log_path.clone(),
+            index_path: index_path.clone(),
+            time_path: time_path.clone(),
+            log,
+            index,
+            time,
+            background: fs.allows_background_io(),
+        };
+        let mut writer = files.into_writer(base_offset, cfg, 0, false, &[], Vec::new(), now_ms)?;
+        writer.segment().mark_validated();
+        writer.space().mark_recycled();
+        writer.make_room(room)?;
+        Ok(writer)
+    })();
+    if made.is_err() {
+        for path in [&log_path, &index_path, &time_path] {
+            let _ = fs.remove_file(path);
+        }
+    }
+    made
+}
+
 /// Which segment [`open`] opens, and what recovery found out about it.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenSpec<'a> {

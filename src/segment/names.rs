@@ -20,6 +20,10 @@ pub const DELETED_SUFFIX: &str = "deleted";
 pub const CLEANED_SUFFIX: &str = "cleaned";
 pub const SWAP_SUFFIX: &str = "swap";
 pub const TMP_SUFFIX: &str = "tmp";
+/// A retired segment's `.log` kept for reuse as a later active segment's file
+/// (`LogConfig::recycled_segments`, docs/design.md "Segment space"): `<base>.log.recycle`, named
+/// after the segment it held. Ignored by Kafka's tools as `.deleted` is; removed by every open.
+pub const RECYCLE_SUFFIX: &str = "recycle";
 
 /// `00000000000000001234.log` for (1234, "log").
 pub fn file_name(base_offset: i64, ext: &str) -> String {

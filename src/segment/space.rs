@@ -16,7 +16,7 @@
 //! of appended data writes only data; docs/performance.md has the measurements). The indexes
 //! grow with the log, reserved, to what that much log can need.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -123,6 +123,9 @@ pub struct SegmentSpace {
     /// holds need not follow the rule that sizes the indexes (a truncation ends one with an
     /// extra entry), so the room for new ones is counted on top of them.
     indexes_at_open: (usize, usize),
+    /// The `.log` is a recycled file: the bytes it had when it was taken are old batches, not
+    /// zeros (docs/design.md, "Segment space").
+    recycled: AtomicBool,
 }
 
 impl SegmentSpace {
@@ -150,6 +153,7 @@ impl SegmentSpace {
             }),
             ready: AtomicUsize::new(log),
             indexes_at_open: (index, time),
+            recycled: AtomicBool::new(false),
         };
         if log > 0 && rebuild {
             // A reopened segment's rebuilt indexes get their room before any entry is written.
@@ -159,6 +163,15 @@ impl SegmentSpace {
         Ok(space)
     }
 
+    /// Marks the `.log` as a recycled file (its allocated bytes are old data).
+    pub fn mark_recycled(&self) {
+        self.recycled.store(true, Ordering::Release);
+    }
+    /// Whether the `.log` is a recycled file: pages faulted in writable ahead of the writer
+    /// would write its old bytes back for nothing.
+    pub fn recycled(&self) -> bool {
+        self.recycled.load(Ordering::Acquire)
+    }
     /// Bytes of the `.log` the writer may write.
     pub fn ready(&self) -> usize {
         self.ready.load(Ordering::Acquire)

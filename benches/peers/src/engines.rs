@@ -165,6 +165,7 @@ fn consume_payload(acc: &mut u32, payload: &[u8]) {
 pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
     let n = data.sizes.batches;
     let ns = data.sizes.sync_batches;
+    let steady = (!args.fresh).then_some(args.recycled);
 
     if args.runs("append") {
         // (a) + (d): append without fsync, then read back what was appended.
@@ -184,9 +185,9 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
         bare_write_fsync(data, scratch, ns, r);
         bare_pwrite_fsync(data, scratch, ns, false, r);
         bare_pwrite_fsync(data, scratch, ns, true, r);
-        oncelog_fsync(data, scratch, ns, r);
+        oncelog_fsync(data, scratch, ns, steady, r);
         commitlog_fsync(data, scratch, ns, r);
-        raft_fsync(data, scratch, ns, r);
+        raft_fsync(data, scratch, ns, steady, r);
         fjall_fsync(data, scratch, ns, r);
         redb_fsync(data, scratch, ns, r);
     }
@@ -198,8 +199,8 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             (MANY_THREADS, Workload::GroupCommit16),
         ] {
             let batches = &data.kafka[..ns];
-            oncelog_group(batches, PER_BATCH, threads, w, scratch, r);
-            raft_group(&data.payloads[..ns], threads, w, scratch, r);
+            oncelog_group(batches, PER_BATCH, threads, w, scratch, steady, r);
+            raft_group(&data.payloads[..ns], threads, w, scratch, steady, r);
         }
     }
 
@@ -213,9 +214,17 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             MANY_THREADS,
             w,
             scratch,
+            steady,
             r,
         );
-        raft_group(&data.acks_payloads[..na], MANY_THREADS, w, scratch, r);
+        raft_group(
+            &data.acks_payloads[..na],
+            MANY_THREADS,
+            w,
+            scratch,
+            steady,
+            r,
+        );
     }
 
     if args.runs("recovery") {
@@ -403,6 +412,65 @@ fn oncelog_open(dir: &Path, policy: FlushPolicy) -> Log {
     .expect("oncelog open")
 }
 
+/// Segments of the steady-state durable workloads (both engines' files are this large):
+/// larger than what the timed region of any durable workload writes (about 11 MB), so it
+/// runs inside one recycled file, as almost every append of a broker's partition does (one
+/// roll per `segment.bytes`, 1 GiB by default).
+pub const STEADY_SEGMENT: usize = 16 << 20;
+/// Recycled files oncelog keeps in the steady state.
+pub const STEADY_POOL: usize = 2;
+
+/// A durable log (`FlushPolicy::Always`). In the steady state its segments are
+/// [`STEADY_SEGMENT`]s, it keeps [`STEADY_POOL`] recycled files, and before it is handed
+/// over it wrote and deleted enough that its active segment and every roll of the timed
+/// region reuse a file retention deleted (as a broker's partition does once retention runs).
+fn oncelog_durable(dir: &Path, steady: Option<usize>) -> Log {
+    let Some(pool) = steady else {
+        return oncelog_open(dir, FlushPolicy::Always);
+    };
+    let log = Log::open(
+        dir,
+        LogConfig {
+            flush_policy: FlushPolicy::Always,
+            segment_bytes: STEADY_SEGMENT,
+            recycled_segments: pool,
+            // Retention removes every segment when asked, at once: only the warm-up asks.
+            retention_bytes: Some(0),
+            retention_ms: None,
+            file_delete_delay_ms: 0,
+            ..LogConfig::default()
+        },
+    )
+    .expect("oncelog open");
+    // 64 KiB batches: segments end within one of STEADY_SEGMENT, so a recycled file is
+    // about as long as the segment that reuses it.
+    let mut b = oncelog::format::BatchBuilder::new();
+    for i in 0..64 {
+        b.append(1_700_000_000_000 + i, None, Some(&[0x5Au8; 1000][..]), &[]);
+    }
+    let warm = b.build().expect("warm-up batch");
+    let per_segment = STEADY_SEGMENT / warm.len();
+    let fill = |segments: usize| {
+        for _ in 0..segments * per_segment {
+            oncelog_append_one(&log, &warm);
+        }
+    };
+    // Segments for the pool, then retention: the log rolls and the old files enter it.
+    fill(STEADY_POOL + 1);
+    log.enforce_retention(0).expect("retention");
+    // A segment more (its roll reuses a file), and retention again: the active segment is
+    // then a recycled file, and the pool full.
+    fill(1);
+    log.enforce_retention(0).expect("retention");
+    let m = log.metrics();
+    assert!(
+        pool == 0 || m.recycled_rolls >= 1,
+        "the warm-up did not recycle: {:?}",
+        m.rolls
+    );
+    log
+}
+
 fn oncelog_append_one(log: &Log, b: &[u8]) {
     match log.append(b).expect("oncelog append") {
         AppendOutcome::Appended(_) => {}
@@ -444,9 +512,9 @@ fn oncelog_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
     let dir = fresh(scratch, "oncelog-fsync");
-    let log = oncelog_open(&dir, FlushPolicy::Always);
+    let log = oncelog_durable(&dir, steady);
     let mut lat = Vec::with_capacity(n);
     let s = timed(data.messages(n), || {
         for b in &data.kafka[..n] {
@@ -474,11 +542,12 @@ fn oncelog_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
+    steady: Option<usize>,
     r: &mut Results,
 ) {
     let n = batches.len();
     let dir = fresh(scratch, "oncelog-group");
-    let log = Arc::new(oncelog_open(&dir, FlushPolicy::Always));
+    let log = Arc::new(oncelog_durable(&dir, steady));
     // One durable batch before the timed region, as raft_group writes one: the first sync of
     // a fresh store makes its new files durable (oncelog's also syncs the directory, which
     // raft-engine never does for its first file), a one-off a broker pays when it creates a
@@ -765,6 +834,89 @@ fn raft_open(dir: &Path) -> RaftEngine {
     raft_engine::Engine::open(cfg).expect("raft-engine open")
 }
 
+/// The region the steady-state warm-up writes and compacts away.
+const WARM_REGION: u64 = 999;
+
+/// A raft-engine for the durable workloads. In the steady state its files are
+/// [`STEADY_SEGMENT`]s and it recycles purged files (format version 2, `enable_log_recycle`,
+/// both its defaults; the pool holds `purge_threshold / target_file_size * 3 / 2` files, here
+/// 3), and before it is handed over it wrote, compacted and purged enough that
+/// every file it rotates to in the timed region is a recycled one.
+fn raft_durable(dir: &Path, steady: Option<usize>) -> RaftEngine {
+    if steady.is_none() {
+        return raft_open(dir);
+    }
+    let cfg = raft_engine::Config {
+        dir: dir.to_str().expect("utf-8 path").to_owned(),
+        batch_compression_threshold: raft_engine::ReadableSize(0),
+        format_version: raft_engine::Version::V2,
+        enable_log_recycle: true,
+        target_file_size: raft_engine::ReadableSize(STEADY_SEGMENT as u64),
+        // recycle capacity = purge_threshold / target_file_size * 3 / 2 = 3 files; purging
+        // needs more than this much in the append queue.
+        purge_threshold: raft_engine::ReadableSize((STEADY_SEGMENT * STEADY_POOL) as u64),
+        ..raft_engine::Config::default()
+    };
+    let engine = raft_engine::Engine::open(cfg).expect("raft-engine open");
+    // As many bytes as oncelog's warm-up, in 64 KiB batches of 1,000-byte entries.
+    let mut index = 1u64;
+    let mut write = || {
+        let entries: Vec<Entry> = (0..64)
+            .map(|_| {
+                index += 1;
+                Entry::new(index - 1, vec![0x5A; 1000])
+            })
+            .collect();
+        let mut lb = raft_engine::LogBatch::with_capacity(64);
+        lb.add_entries::<EntryExt>(WARM_REGION, &entries)
+            .expect("add entries");
+        engine.write(&mut lb, true).expect("raft write");
+        index
+    };
+    // The files' names are their sequence numbers; the newest is the active one.
+    let files = || -> Vec<u64> {
+        let mut seqs: Vec<u64> = std::fs::read_dir(dir)
+            .expect("list raft-engine dir")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".raftlog")?.parse().ok()
+            })
+            .collect();
+        seqs.sort_unstable();
+        seqs
+    };
+    let purge = |upto: u64| {
+        engine.compact_to(WARM_REGION, upto);
+        engine.purge_expired_files().expect("purge");
+    };
+    let mut last = 0;
+    for _ in 0..(STEADY_POOL + 2) * STEADY_SEGMENT / (64 * 1000) {
+        last = write();
+    }
+    purge(last);
+    // Only the active file holds anything live now: every other one still there is kept for
+    // recycling (0.4.2 keeps them under their old names until it shuts down).
+    let kept = files();
+    assert!(
+        kept.len() > 1,
+        "raft-engine's purge kept no file to recycle: {kept:?}"
+    );
+    // Writes until the engine rotates into a recycled file (a new name, no new file), and
+    // purges again: the timed region starts in a recycled file, as oncelog's does.
+    let active = kept.last().copied();
+    while files().last().copied() == active {
+        last = write();
+    }
+    purge(last);
+    let now = files();
+    assert!(
+        now.len() >= kept.len(),
+        "raft-engine created a file instead of recycling one: {kept:?} then {now:?}"
+    );
+    engine
+}
+
 /// One `LogBatch` per Kafka batch: 100 entries, entry index = message number + 1.
 fn raft_batches(data: &Data, n: usize) -> Vec<raft_engine::LogBatch> {
     data.payloads[..n]
@@ -835,10 +987,10 @@ fn raft_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn raft_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+fn raft_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
     let dir = fresh(scratch, "raft-fsync");
     let mut batches = raft_batches(data, n);
-    let engine = raft_open(&dir);
+    let engine = raft_durable(&dir, steady);
     let mut lat = Vec::with_capacity(n);
     let s = timed(data.messages(n), || {
         for lb in batches.iter_mut() {
@@ -864,6 +1016,7 @@ fn raft_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
+    steady: Option<usize>,
     r: &mut Results,
 ) {
     let n = payloads.len();
@@ -894,7 +1047,7 @@ fn raft_group(
                 .collect()
         })
         .collect();
-    let engine = raft_open(&dir);
+    let engine = raft_durable(&dir, steady);
     // One durable write before the timed region, as oncelog_group appends one.
     raft_force_sync(&engine);
     let lat = Mutex::new(Vec::with_capacity(n));

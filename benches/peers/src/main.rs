@@ -3,7 +3,7 @@
 //! medians of N.
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
-//!  [--quick] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
+//!  [--quick] [--fresh] [--oncelog-recycled N] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
 
 mod engines;
 mod raft_entry;
@@ -34,6 +34,13 @@ pub struct Args {
     pub out: Option<PathBuf>,
     /// The workload groups to run (all by default).
     pub only: Vec<&'static str>,
+    /// The durable workloads (fsync, group, acks) start from a fresh store (`--fresh`)
+    /// instead of the default steady state, in which each engine first wrote and purged
+    /// enough for its own recycling of deleted files to be active.
+    pub fresh: bool,
+    /// Recycled files oncelog keeps in the steady state (`LogConfig::recycled_segments`):
+    /// 0 measures the same steady state without oncelog's recycling.
+    pub recycled: usize,
 }
 
 impl Args {
@@ -175,6 +182,8 @@ fn parse_args() -> Args {
         dir: None,
         out: None,
         only: GROUPS.to_vec(),
+        fresh: false,
+        recycled: engines::STEADY_POOL,
     };
     let mut only = false;
     let mut it = std::env::args().skip(1);
@@ -192,6 +201,12 @@ fn parse_args() -> Args {
                     .unwrap_or_else(|| usage("--rounds needs a positive number"))
             }
             "--quick" => args.quick = true,
+            "--fresh" => args.fresh = true,
+            "--oncelog-recycled" => {
+                args.recycled = value("--oncelog-recycled")
+                    .parse()
+                    .unwrap_or_else(|_| usage("--oncelog-recycled needs a number"))
+            }
             "--dir" => args.dir = Some(PathBuf::from(value("--dir"))),
             "--out" => args.out = Some(PathBuf::from(value("--out"))),
             "--only" => {
@@ -221,8 +236,10 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
-         --only runs some workload groups ({}) and writes no page unless --out is given",
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--fresh] [--oncelog-recycled N] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
+         --only runs some workload groups ({}) and writes no page unless --out is given\n\
+         --fresh starts the durable workloads from fresh stores instead of the steady state (recycled files)\n\
+         --oncelog-recycled N: recycled files oncelog keeps in the steady state (default 2; 0: none)",
         GROUPS.join(",")
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })

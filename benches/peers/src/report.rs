@@ -229,6 +229,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync). \
          Each thread waits for its own batch's durability before it sends the next. Each store takes one durable write before the timed region (the first sync of a fresh store makes its new files durable, a one-off per store, for both engines). \
          oncelog's notes give the batches each sync covered and the median sync (its `LogMetrics`).\n\
+         - Stores of (b), (c) and (g): {stores}\n\
          - (g) acks=all: {na} batches of {apb} messages (about 1 KB each) from {many} threads at once, each waiting until its batch is durable before it sends the next, as producers with `acks=all` and a short linger do against a broker: as (c), oncelog one `Log` under `FlushPolicy::Always`, raft-engine `write(.., true)` into one region per thread.\n\
          - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
          commitlog `read` with a 1 MiB limit; raft-engine `fetch_entries_to` with a 1 MiB limit; fjall (its memtable flushed to a table before close) and redb full range scans. \
@@ -259,6 +260,19 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         mb = MESSAGE_BYTES,
         pb = PER_BATCH,
         kb = data.kafka_bytes(n),
+        stores = if args.fresh {
+            "fresh (`--fresh`): each engine starts in an empty directory with its default files (oncelog 1 GiB segments grown in zeroed 1 MiB pieces ahead of the writer; raft-engine 128 MiB files, fallocated).".to_string()
+        } else {
+            format!(
+                "the steady state of a store whose old data retention already purged (the default; `--fresh` for empty stores). Both engines use {seg} MiB files and before the timed region write {seg} MiB files and purge them until the file they append to is a reused one: \
+                 oncelog `segment_bytes` {seg} MiB, `recycled_segments` {pool}, `retention_bytes` 0 and `file_delete_delay_ms` 0, with two rounds of 64 KiB appends and `enforce_retention`, so its active segment is a recycled file (docs/design.md, \"Segment space\"); \
+                 raft-engine format version 2 with `enable_log_recycle` (its defaults), `target_file_size` {seg} MiB and `purge_threshold` {purge} MiB, entries written, `compact_to` and `purge_expired_files` until it rotated into a recycled file. \
+                 No timed region rolls or rotates (it writes less than a file).",
+                seg = engines::STEADY_SEGMENT >> 20,
+                pool = args.recycled,
+                purge = (engines::STEADY_SEGMENT * engines::STEADY_POOL) >> 20,
+            )
+        },
         threads = engines::THREADS,
         many = engines::MANY_THREADS,
         apb = ACKS_PER_BATCH,

@@ -34,7 +34,7 @@ pub(super) struct Inventory {
     /// Every other `.swap` file to be completed (the indexes of a swapped segment), by base.
     pub index_swaps: Vec<(i64, PathBuf)>,
     /// Files of interrupted operations that are only removed: `.tmp`, `.deleted`, `.cleaned`,
-    /// and `.swap` files of an unfinished clean (§8.2 step 3).
+    /// `.recycle` (a closed log's pool of recycled files), and `.swap` files of an unfinished clean (§8.2 step 3).
     pub garbage: Vec<PathBuf>,
     /// Index files (`.index`, `.timeindex`, `.txnindex`) by base, to find orphans.
     pub indexes: Vec<(i64, PathBuf)>,
@@ -73,7 +73,13 @@ impl Inventory {
                 continue;
             };
             match (p.suffix, p.ext) {
-                (Some(names::DELETED_SUFFIX | names::CLEANED_SUFFIX), _) => inv.garbage.push(path),
+                // A recycled file is kept only while the log that pooled it is open: its old
+                // batches are safe to reuse only under that log's invariant (every offset
+                // below the log start), which an open does not re-establish.
+                (
+                    Some(names::DELETED_SUFFIX | names::CLEANED_SUFFIX | names::RECYCLE_SUFFIX),
+                    _,
+                ) => inv.garbage.push(path),
                 (Some(names::SWAP_SUFFIX), _) if min_cleaned.is_some_and(|m| p.offset >= m) => {
                     inv.garbage.push(path)
                 }

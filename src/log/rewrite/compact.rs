@@ -892,7 +892,7 @@ impl Log {
         //    segment of the old log left next to the new ones would not be in the record.
         for n in &cleaned {
             for s in &n.replaces {
-                self.retire_segment_files(s.base_offset(), now_ms)?;
+                self.retire_segment_files(s.base_offset(), now_ms, None)?;
             }
         }
         fs.sync_dir(dir).ctx("fsync directory", dir)?;

@@ -22,7 +22,7 @@ use parking_lot::MutexGuard;
 use super::epochs::{self, EpochEndOffset, EpochEntry};
 use super::{AppendState, HighWatermarkPolicy, Log, RewriteError};
 use crate::io::{IoError, IoResultExt};
-use crate::segment::names;
+use crate::segment::{names, Segment};
 
 pub use compact::{Cleanable, CompactionReport, CLEANER_OFFSET_FILE};
 pub use retention::{DeletedSegment, RetentionReason, RetentionReport};
@@ -33,6 +33,11 @@ pub use truncate::TruncateReport;
 pub(crate) struct Deletion {
     pub path: PathBuf,
     pub due_ms: i64,
+    /// A `.log` that retention removed, with its segment: every offset it holds is below
+    /// the log start, so it may be kept for reuse ([`super::LogConfig::recycled_segments`])
+    /// instead of removed, once no reader holds bytes of a map of it (a recycled file is
+    /// written again, and a `Bytes` read before must keep its bytes).
+    pub recyclable: Option<Arc<Segment>>,
 }
 
 /// Exclusive access to the log for a rewrite: no sync in flight, no append.
@@ -160,8 +165,16 @@ impl Log {
 
     /// Renames a removed segment's files to `.deleted` (Kafka's protocol: the rename is the
     /// removal; the files go after `file_delete_delay_ms`). Readers holding bytes of them keep
-    /// their maps. Returns the bytes of its `.log`.
-    pub(super) fn retire_segment_files(&self, base: i64, now_ms: i64) -> Result<u64, IoError> {
+    /// their maps. Returns the bytes of its `.log`. `recyclable`: retention removes it, so
+    /// every offset it holds is below the new log start, and its `.log` may be kept for reuse
+    /// once its delay is over (never a truncation's or a compaction's: their files hold
+    /// offsets a later segment of the log may hold again).
+    pub(super) fn retire_segment_files(
+        &self,
+        base: i64,
+        now_ms: i64,
+        recyclable: Option<&Arc<Segment>>,
+    ) -> Result<u64, IoError> {
         let fs = self.env.fs.as_ref();
         let mut bytes = 0;
         for ext in [
@@ -174,10 +187,11 @@ impl Log {
             if !fs.exists(&path).ctx("stat", &path)? {
                 continue;
             }
+            let recyclable = recyclable.filter(|_| ext == names::LOG_EXT);
             if ext == names::LOG_EXT {
                 bytes = fs.stat(&path).ctx("stat", &path)?.len;
             }
-            self.retire_file(&path, now_ms)?;
+            self.retire(&path, now_ms, recyclable)?;
         }
         Ok(bytes)
     }
@@ -185,19 +199,36 @@ impl Log {
     /// Renames a file to `.deleted` and queues its removal after `file_delete_delay_ms` (the
     /// next open removes it if the process ends first).
     pub(super) fn retire_file(&self, path: &std::path::Path, now_ms: i64) -> Result<(), IoError> {
+        self.retire(path, now_ms, None)
+    }
+
+    fn retire(
+        &self,
+        path: &std::path::Path,
+        now_ms: i64,
+        recyclable: Option<&Arc<Segment>>,
+    ) -> Result<(), IoError> {
         let mut name = path.file_name().unwrap_or_default().to_os_string();
         name.push(".");
         name.push(names::DELETED_SUFFIX);
         let to = path.with_file_name(name);
         self.env.fs.rename(path, &to).ctx("rename", path)?;
+        if let Some(segment) = recyclable {
+            // Its own maps need not live until the delay is over (readers keep theirs).
+            segment.unmap();
+        }
         self.deletions.lock().push(Deletion {
             path: to,
             due_ms: now_ms + self.config.file_delete_delay_ms,
+            recyclable: recyclable
+                .filter(|_| self.config.recycled_segments > 0)
+                .cloned(),
         });
         Ok(())
     }
 
-    /// Removes the `.deleted` files whose delay is over (all of them with `everything`).
+    /// Removes the `.deleted` files whose delay is over (all of them with `everything`). A
+    /// recyclable `.log` goes into the pool instead while it has room.
     pub(super) fn remove_due_deletions(
         &self,
         now_ms: i64,
@@ -209,6 +240,21 @@ impl Log {
         deletions.retain(|d| {
             if failed.is_some() || (!everything && d.due_ms > now_ms) {
                 return true;
+            }
+            let room = self.pool.lock().len() < self.config.recycled_segments;
+            if let Some(segment) = d.recyclable.as_ref().filter(|_| !everything && room) {
+                // Its own maps go; a reader that still holds bytes of one keeps the file from
+                // being written again, so it is removed instead (its inode lives on for the
+                // reader). No new map can appear: the segment is out of the log, and its
+                // file is no longer under the name it maps.
+                segment.unmap();
+                if !segment.readers_hold_bytes() {
+                    // A file that cannot be made a pool file is removed as any other.
+                    if let Ok(pooled) = self.enter_pool(&d.path) {
+                        self.pool.lock().push(pooled);
+                        return false;
+                    }
+                }
             }
             match fs.remove_file(&d.path) {
                 Ok(()) => false,
@@ -225,3 +271,81 @@ impl Log {
         }
     }
 }
+
+impl Log {
+    /// Makes a retired `.log` a pool file: its first page zeroed and synced, so that if a crash
+    /// follows its rename into place as a new active segment, recovery reads an empty
+    /// segment; then renamed `<base>.log.recycle`. Its other bytes stay: they are old batches
+    /// whose offsets are all below the log start (docs/design.md, "Segment space"). The
+    /// rename need not be durable: a crash leaves it `.deleted` or `.recycle`, and every open
+    /// removes both.
+    fn enter_pool(&self, deleted: &std::path::Path) -> Result<PathBuf, IoError> {
+        let fs = self.env.fs.as_ref();
+        let file = fs
+            .open(deleted, crate::io::OpenMode::ReadWrite)
+            .ctx("open", deleted)?;
+        let len = file.len().ctx("stat", deleted)?;
+        let head = len.min(RECYCLE_ZEROED_HEAD as u64) as usize;
+        file.write_all_at(&vec![0u8; head], 0).ctx("write", deleted)?;
+        file.sync_data().ctx("fdatasync", deleted)?;
+        drop(file);
+        let name = deleted.file_name().unwrap_or_default().to_string_lossy();
+        let stem = name
+            .strip_suffix(names::DELETED_SUFFIX)
+            .unwrap_or(&name)
+            .to_string();
+        let to = deleted.with_file_name(format!("{stem}{}", names::RECYCLE_SUFFIX));
+        fs.rename(deleted, &to).ctx("rename", deleted)?;
+        Ok(to)
+    }
+
+    /// Empties the pool of recycled files, and makes no retired file recyclable any more,
+    /// before anything that may lower the log's offsets (a full truncation): a pool file's
+    /// batches are safe only while every offset in them is below the log start
+    /// (docs/design.md, "Segment space"). The removal is made durable before it returns.
+    pub(super) fn empty_pool(&self) -> Result<(), IoError> {
+        let fs = self.env.fs.as_ref();
+        // The deletions' lock first, as `remove_due_deletions` takes them: none enters the
+        // pool while it is emptied.
+        let mut deletions = self.deletions.lock();
+        for d in deletions.iter_mut() {
+            d.recyclable = None;
+        }
+        let pooled = std::mem::take(&mut *self.pool.lock());
+        for path in &pooled {
+            match fs.remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(IoError::new("remove", path, e))
+                }
+                _ => {}
+            }
+        }
+        if !pooled.is_empty() {
+            fs.sync_dir(&self.dir).ctx("fsync directory", &self.dir)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the pool's files (closing: the next open would remove them anyway).
+    pub(in crate::log) fn remove_pool(&self) -> Result<(), IoError> {
+        let fs = self.env.fs.as_ref();
+        for path in std::mem::take(&mut *self.pool.lock()) {
+            match fs.remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(IoError::new("remove", &path, e))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a file from the pool for a new active segment, if there is one.
+    pub(super) fn take_pooled(&self) -> Option<PathBuf> {
+        self.pool.lock().pop()
+    }
+}
+
+/// How much of a file entering the pool is zeroed: more than a batch header, so that the
+/// start of a recycled segment whose first batch a crash lost reads as an empty segment.
+const RECYCLE_ZEROED_HEAD: usize = 4096;

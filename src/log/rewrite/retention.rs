@@ -238,7 +238,7 @@ impl Log {
         report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start, now_ms)?;
         let fs = self.env.fs.as_ref();
         for (s, reason) in doomed.iter().zip(&reasons) {
-            let bytes = self.retire_segment_files(s.base_offset(), now_ms)?;
+            let bytes = self.retire_segment_files(s.base_offset(), now_ms, Some(s))?;
             report.deleted.push(DeletedSegment {
                 base_offset: s.base_offset(),
                 next_offset: s.next_offset(),

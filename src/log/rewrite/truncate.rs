@@ -170,7 +170,7 @@ impl Log {
             ..TruncateReport::default()
         };
         if cut == 0 {
-            self.retire_segment_files(s.base_offset(), now)?;
+            self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
         let cfg = segment_config(&self.config, &self.env.fs);
@@ -180,7 +180,7 @@ impl Log {
         // (3) The later segments.
         for later in &segments[at + 1..] {
             report.bytes_removed += later.size() as u64;
-            self.retire_segment_files(later.base_offset(), now)?;
+            self.retire_segment_files(later.base_offset(), now, None)?;
             report.segments_removed.push(later.base_offset());
         }
         fs.sync_dir(&self.dir)
@@ -395,6 +395,11 @@ impl Log {
             log_start_offset: offset,
             ..TruncateReport::default()
         };
+        // The new log may hold offsets that recycled files hold too: the pool is emptied (and
+        // the removal durable) before anything changes, so that no later roll reuses a file
+        // whose old batches could line up as a continuation of the new log (docs/design.md,
+        // "Segment space").
+        self.empty_pool()?;
         // The commit point: once this is durable, recovery empties the log whatever files a
         // crash leaves (a segment file cannot tell the old log from the new one by its name).
         let empty = Checkpoint {
@@ -409,7 +414,7 @@ impl Log {
         checkpoint::write(fs, &self.dir, &empty)?;
         if let Some(same) = segments.iter().find(|s| s.base_offset() == offset) {
             report.bytes_removed += same.size() as u64;
-            self.retire_segment_files(offset, now)?;
+            self.retire_segment_files(offset, now, None)?;
             report.segments_removed.push(offset);
         }
         let cfg = segment_config(&self.config, &self.env.fs);
@@ -418,7 +423,7 @@ impl Log {
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
         for s in segments.iter().filter(|s| s.base_offset() != offset) {
             report.bytes_removed += s.size() as u64;
-            self.retire_segment_files(s.base_offset(), now)?;
+            self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
         fs.sync_dir(&self.dir)
