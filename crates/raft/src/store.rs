@@ -49,6 +49,9 @@ pub const INSTALL_FILE: &str = "raft-install.image";
 const MAX_STATE_FILE: u64 = 1 << 20;
 /// Bytes read from the log per call when entries are read back.
 const READ_CHUNK: usize = 1 << 20;
+/// How long a purge beyond the last entry waits for the snapshot install that covers it
+/// before it fails (it only fails if the state machine's worker has stopped).
+const INSTALL_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 type Membership = openraft::Membership<NodeId, Node>;
@@ -96,6 +99,19 @@ pub struct Partition {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
+    /// Counts finished snapshot installs (whether they worked or not), for a purge that waits
+    /// for one.
+    installs: tokio::sync::watch::Sender<u64>,
+}
+
+/// What [`Partition::purge_upto`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purge {
+    /// Raft has forgotten the entries (or had already).
+    Done,
+    /// The purge point is past the last entry: it is the last entry of a snapshot being
+    /// installed, and only its image says where that entry's batch ends.
+    AwaitInstall,
 }
 
 struct Inner {
@@ -116,6 +132,11 @@ struct Inner {
     snapshot: Option<SnapshotMeta<NodeId, Node>>,
     snapshots_built: u64,
     images_installed: u64,
+    /// openraft began receiving a snapshot that is not installed yet.
+    receiving: bool,
+    /// Counts the rewrites of entries (truncations, installs of an image): a replication
+    /// stream reads only from the log it was started on.
+    rewrites: u64,
 }
 
 impl Inner {
@@ -195,6 +216,7 @@ impl Partition {
             log,
             fs,
             dir,
+            installs: tokio::sync::watch::Sender::new(0),
             inner: Mutex::new(Inner {
                 first: 0,
                 view: BTreeMap::new(),
@@ -207,6 +229,8 @@ impl Partition {
                 snapshot: None,
                 snapshots_built: 0,
                 images_installed: 0,
+                receiving: false,
+                rewrites: 0,
             }),
         };
         let pending = partition.inner.lock().state.installing.clone();
@@ -222,6 +246,18 @@ impl Partition {
             })?;
         }
         partition.index()?;
+        {
+            let inner = partition.inner.lock();
+            tracing::debug!(
+                dir = %partition.dir.display(),
+                first = inner.first,
+                last = ?inner.last_log_id(),
+                end = inner.end,
+                purged = ?inner.state.purged.as_ref().map(|p| (p.log_id, p.end_offset)),
+                applied = ?inner.applied,
+                "raft partition opened"
+            );
+        }
         Ok(partition)
     }
 
@@ -357,17 +393,42 @@ impl Partition {
 
     /// Entries `[lo, hi)` of the live ones, read back from the log.
     fn entries(&self, lo: u64, hi: u64) -> StoreResult<Vec<Entry>> {
+        self.read_entries(lo, hi, None)
+    }
+
+    /// Entries `[lo, hi)` read back from the log. For a replication stream (`stream`: the
+    /// rewrites its log had when it started), only the run of consecutive entries that starts
+    /// at `lo` (none if `lo` is gone), and none once entries were rewritten: what a stream
+    /// sends follows the entry before `lo` in the log it started on.
+    fn read_entries(&self, lo: u64, hi: u64, stream: Option<u64>) -> StoreResult<Vec<Entry>> {
+        let rewritten = |inner: &Inner| stream.is_some_and(|r| r != inner.rewrites);
         let wanted: Vec<(u64, i64)> = {
             let inner = self.inner.lock();
-            if lo >= hi {
+            if lo >= hi || rewritten(&inner) {
                 return Ok(Vec::new());
             }
-            inner
-                .view
-                .range(lo..hi)
-                .map(|(&i, &(o, _))| (i, o))
-                .collect()
+            let range = inner.view.range(lo..hi).map(|(&i, &(o, _))| (i, o));
+            if stream.is_some() {
+                range
+                    .zip(lo..)
+                    .take_while(|&((i, _), want)| i == want)
+                    .map(|(e, _)| e)
+                    .collect()
+            } else {
+                range.collect()
+            }
         };
+        let out = self.read_wanted(&wanted)?;
+        if rewritten(&self.inner.lock()) {
+            // Rewritten during the read: what was read may not follow the entry before `lo`.
+            return Ok(Vec::new());
+        }
+        Ok(out)
+    }
+
+    /// The entries at these indexes and offsets, read back from the log; fewer if the log
+    /// moved under the read.
+    fn read_wanted(&self, wanted: &[(u64, i64)]) -> StoreResult<Vec<Entry>> {
         let Some(&(_, start)) = wanted.first() else {
             return Ok(Vec::new());
         };
@@ -406,6 +467,13 @@ impl Partition {
     /// Writes entries at the log end; returns after they are durable.
     fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<()> {
         let mut inner = self.inner.lock();
+        tracing::debug!(
+            dir = %self.dir.display(),
+            entries = ?entries.iter().map(|e| e.log_id).collect::<Vec<_>>(),
+            next = inner.next_index(),
+            end = inner.end,
+            "append"
+        );
         for e in entries {
             let index = e.log_id.index;
             let term = e.log_id.leader_id.term;
@@ -535,6 +603,8 @@ impl Partition {
             self.write_state(&state)?;
             inner.state = state;
         }
+        tracing::debug!(dir = %self.dir.display(), index, offset, "truncate");
+        inner.rewrites += 1;
         self.log
             .truncate_to(offset)
             .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
@@ -545,7 +615,19 @@ impl Partition {
         Ok(())
     }
 
-    fn purge_upto(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
+    /// Forgets the entries up to `log_id`, durably. A purge past the last entry is not done
+    /// here: openraft 0.9 purges up to a snapshot it installs on a follower in the same step
+    /// as it queues the install, and runs the purge at once while the state machine's worker
+    /// installs later, so the log does not hold the entries yet and the offset after them is
+    /// the image's end. Recording the log end instead would shift every later entry's offset
+    /// (the simulation found it: a crash between the two, or an entry appended before the
+    /// install, left a follower expecting batches at the wrong offsets). The caller waits for
+    /// the install ([`Purge::AwaitInstall`]), which records the purge point itself. It waits
+    /// only while a snapshot is being received (openraft asks for somewhere to receive it
+    /// before it installs one) and for what the state machine has not applied: openraft's
+    /// start-up purges past a log that ends below the applied entry, and its storage suite
+    /// purges past the last entry, and those are done at once, with the log end as the end.
+    fn purge_upto(&self, log_id: LogId<NodeId>) -> StoreResult<Purge> {
         let mut inner = self.inner.lock();
         if inner
             .state
@@ -553,7 +635,19 @@ impl Partition {
             .as_ref()
             .is_some_and(|p| p.log_id.index >= log_id.index)
         {
-            return Ok(());
+            return Ok(Purge::Done);
+        }
+        let applied = inner.applied.is_some_and(|a| a.index >= log_id.index);
+        tracing::debug!(
+            dir = %self.dir.display(),
+            upto = %log_id,
+            next = inner.next_index(),
+            applied = ?inner.applied,
+            receiving = inner.receiving,
+            "purge"
+        );
+        if log_id.index >= inner.next_index() && !applied && inner.receiving {
+            return Ok(Purge::AwaitInstall);
         }
         let purged = Purged {
             log_id,
@@ -570,7 +664,34 @@ impl Partition {
         inner.view = inner.view.split_off(&(log_id.index + 1));
         inner.first = log_id.index + 1;
         inner.memberships.retain(|(id, _)| id.index > log_id.index);
-        Ok(())
+        Ok(Purge::Done)
+    }
+
+    /// [`Partition::purge_upto`], waiting for the install that covers a purge point past the
+    /// last entry. openraft's core waits here, so no entry after the snapshot is appended
+    /// before the image is in place; the install runs on the state machine's worker.
+    async fn purge(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        let deadline = tokio::time::Instant::now() + INSTALL_WAIT;
+        // Subscribed before the first look, so an install that ends in between is seen.
+        let mut installs = self.installs.subscribe();
+        loop {
+            if self.purge_upto(log_id)? == Purge::Done {
+                return Ok(());
+            }
+            if !matches!(
+                tokio::time::timeout_at(deadline, installs.changed()).await,
+                Ok(Ok(()))
+            ) {
+                let last = self.inner.lock().last_log_id();
+                return Err(logs_error(
+                    ErrorVerb::Delete,
+                    format!(
+                        "purging up to {log_id}, past the last entry ({last:?}): no snapshot \
+                         install covered it within {INSTALL_WAIT:?}"
+                    ),
+                ));
+            }
+        }
     }
 
     fn apply_entries(&self, entries: Vec<Entry>) -> StoreResult<Vec<Response>> {
@@ -652,6 +773,21 @@ impl Partition {
     /// Makes the partition the image `bytes` of `meta`. Durable before it returns; a crash in
     /// the middle is completed on open from [`INSTALL_FILE`].
     fn install(&self, meta: &SnapshotMeta<NodeId, Node>, bytes: &[u8]) -> StoreResult<()> {
+        let result = self.install_image(meta, bytes);
+        tracing::debug!(
+            dir = %self.dir.display(),
+            last = ?meta.last_log_id,
+            ok = result.is_ok(),
+            end = self.log.log_end_offset(),
+            "snapshot installed"
+        );
+        self.inner.lock().receiving = false;
+        // Wakes a purge waiting for it, whether it worked or not.
+        self.installs.send_modify(|n| *n += 1);
+        result
+    }
+
+    fn install_image(&self, meta: &SnapshotMeta<NodeId, Node>, bytes: &[u8]) -> StoreResult<()> {
         let sm = || ErrorSubject::StateMachine;
         let image = Image::decode(bytes).map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
         let last = meta
@@ -659,14 +795,18 @@ impl Partition {
             .ok_or_else(|| io_error(sm(), ErrorVerb::Write, "a snapshot without a last log id"))?;
         let holds_last = {
             let inner = self.inner.lock();
-            inner.view.get(&last.index).map(|&(_, term)| term) == Some(last.leader_id.term)
-                && inner.state.installing.is_none()
+            let live = inner.view.get(&last.index).map(|&(_, term)| term);
+            // Purged up to exactly it: openraft ran the purge of this install first.
+            let purged = inner.state.purged.as_ref().map(|p| p.log_id);
+            inner.state.installing.is_none()
+                && (live == Some(last.leader_id.term) || purged == Some(last))
         };
         if holds_last {
             // The log already holds the snapshot's last entry, so (raft's log matching) the
             // same batches up to it as the image: nothing is rewritten, the entries after it
             // stay (openraft keeps them), raft forgets what the snapshot covers.
-            self.purge_upto(last)?;
+            let purge = self.purge_upto(last)?;
+            debug_assert_eq!(purge, Purge::Done, "the log holds {last}");
             let mut inner = self.inner.lock();
             let end = inner.end_of(last.index);
             if self.log.high_watermark() < end {
@@ -691,6 +831,7 @@ impl Partition {
             self.write_state(&state)?;
             inner.state = state;
         }
+        inner.rewrites += 1;
         self.log
             .truncate_fully_and_start_with(image.start, &image.producers)
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
@@ -863,8 +1004,37 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 }
 
+/// The log reader openraft's replication streams use: it returns only entries that follow
+/// the first one asked for. openraft 0.9 sends what a stream reads after the entry before the
+/// range, unchecked, and a stream of a leader that just stepped down can still read after the
+/// node, now a follower, purged the start of the range (openraft purges at once on a
+/// follower): entries from later in the range would reach a follower as if they came right
+/// after that entry (the simulation found it: a follower was handed entry 30 after entry 15).
+/// And a stream of a leader that stepped down can read after the node's log was truncated
+/// and rewritten under the next leader: entries of a later term would reach a follower as if
+/// they followed the old leader's entries (the simulation found that too). So a stream reads
+/// only from the log it started on (openraft starts streams while the node leads, and a
+/// leader never rewrites its log): after a truncation or an install, it reads nothing. An
+/// empty answer makes the stream send a heartbeat instead.
+#[derive(Clone)]
+pub struct ReplicationReader {
+    partition: Arc<Partition>,
+    /// The rewrites of the log when the stream started.
+    rewrites: u64,
+}
+
+impl RaftLogReader<TypeConfig> for ReplicationReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StoreResult<Vec<Entry>> {
+        let (lo, hi) = range_of(&range);
+        self.partition.read_entries(lo, hi, Some(self.rewrites))
+    }
+}
+
 impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
+    type LogReader = ReplicationReader;
 
     async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
         let inner = self.0.inner.lock();
@@ -875,7 +1045,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        self.clone()
+        ReplicationReader {
+            partition: Arc::clone(&self.0),
+            rewrites: self.0.inner.lock().rewrites,
+        }
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
@@ -923,7 +1096,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
-        self.0.purge_upto(log_id)
+        self.0.purge(log_id).await
     }
 }
 
@@ -976,6 +1149,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        self.0.inner.lock().receiving = true;
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 

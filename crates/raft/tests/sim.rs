@@ -13,7 +13,12 @@
 //! Environment:
 //! * `ONCELOG_RAFT_SIM_STEPS=<n>`: steps per cluster size (default 3,000: CI runs 6,000 steps
 //!   in all).
-//! * `ONCELOG_RAFT_SIM_SEED=<n>`: replay one seed only (a failure prints its seed).
+//! * `ONCELOG_RAFT_SIM_SEED=<n>`: replay one seed only (a failure prints its seed and the
+//!   steps per run to replay it with; a replay is close to, not exactly, the same run: tokio's
+//!   and openraft's scheduling is not seeded).
+//! * `ONCELOG_RAFT_SIM_TRACE=<file>`: keep the last 200,000 events of the run (openraft's
+//!   engine decisions and the store's appends, truncations, purges and installs, each with its
+//!   node's directory) and write them to the file when a run fails.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -28,7 +33,11 @@ use oncelog_raft::network::mem::{Faults, Rng, Router};
 use oncelog_raft::{Ack, NodeId, Replica, ReplicaConfig, ReplicaError};
 use openraft::{BasicNode, SnapshotPolicy};
 
-const DIR: &str = "/sim/topic-0";
+/// The partition's directory on node `id`'s disk (a node's own name, so that traced events
+/// say whose they are).
+fn dir(id: NodeId) -> std::path::PathBuf {
+    Path::new("/sim").join(format!("node-{id}")).join("topic-0")
+}
 const DEFAULT_STEPS: u64 = 3_000;
 const PRODUCERS: usize = 4;
 
@@ -105,6 +114,8 @@ type Acked = BTreeMap<(i64, i32), (i64, i64)>;
 
 struct Cluster {
     seed: u64,
+    /// Steps of this run.
+    steps: u64,
     ids: Vec<NodeId>,
     disks: HashMap<NodeId, SimFs>,
     up: HashMap<NodeId, Arc<Replica>>,
@@ -114,16 +125,29 @@ struct Cluster {
 
 impl Cluster {
     fn fail(&self, why: String) -> ! {
+        trace::dump();
         let tail: Vec<&String> = self.notes.iter().rev().take(30).collect();
         let states: Vec<String> = self
             .up
             .iter()
-            .map(|(id, r)| format!("node {id}: {:?}", r.raft().metrics().borrow().running_state))
+            .map(|(id, r)| {
+                let m = r.raft().metrics().borrow().clone();
+                format!(
+                    "node {id}: {:?}, {:?} in term {}, vote {}, last log {:?}, applied {:?}, leader {:?}",
+                    m.running_state,
+                    m.state,
+                    m.current_term,
+                    m.vote,
+                    m.last_log_index,
+                    m.last_applied,
+                    m.current_leader
+                )
+            })
             .collect();
         let why = format!("{why}\nraft states: {states:?}");
         panic!(
-            "seed {}: {why}\nreplay: ONCELOG_RAFT_SIM_SEED={} cargo test --release -p oncelog-raft --test sim\nlast steps (newest first): {tail:#?}",
-            self.seed, self.seed
+            "seed {}: {why}\nreplay: ONCELOG_RAFT_SIM_SEED={} ONCELOG_RAFT_SIM_STEPS={} cargo test --release -p oncelog-raft --test sim\nlast steps (newest first): {tail:#?}",
+            self.seed, self.seed, self.steps
         );
     }
 
@@ -133,18 +157,11 @@ impl Cluster {
             fs: fs.as_dyn(),
             clock: Arc::new(SystemClock),
         };
-        let replica = match Replica::open(
-            id,
-            Path::new(DIR),
-            env,
-            config(),
-            self.router.endpoint(id),
-        )
-        .await
-        {
-            Ok(r) => Arc::new(r),
-            Err(e) => self.fail(format!("node {id} does not reopen: {e}")),
-        };
+        let replica =
+            match Replica::open(id, &dir(id), env, config(), self.router.endpoint(id)).await {
+                Ok(r) => Arc::new(r),
+                Err(e) => self.fail(format!("node {id} does not reopen: {e}")),
+            };
         self.router.add(id, replica.raft().clone());
         self.up.insert(id, replica);
     }
@@ -360,10 +377,12 @@ async fn wait_for_leader(c: &mut Cluster) -> NodeId {
 
 /// One seeded run of `steps` steps on `n` replicas. Returns the steps run.
 async fn run(seed: u64, n: u64, steps: u64) -> u64 {
+    trace::clear();
     let mut rng = Rng::new(seed);
     let ids: Vec<NodeId> = (1..=n).collect();
     let mut c = Cluster {
         seed,
+        steps,
         ids: ids.clone(),
         disks: ids.iter().map(|&i| (i, SimFs::new())).collect(),
         up: HashMap::new(),
@@ -371,6 +390,8 @@ async fn run(seed: u64, n: u64, steps: u64) -> u64 {
         notes: Vec::new(),
     };
     for &id in &ids {
+        // Not in the same instant of the paused clock (tests/deposed_leader.rs says why).
+        tokio::time::sleep(Duration::from_millis(7)).await;
         c.start(id).await;
     }
     let members: BTreeMap<NodeId, BasicNode> =
@@ -555,6 +576,7 @@ async fn run(seed: u64, n: u64, steps: u64) -> u64 {
 }
 
 fn sweep(n: u64, first_seed: u64) {
+    trace::install();
     let steps: u64 = std::env::var("ONCELOG_RAFT_SIM_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -592,4 +614,65 @@ fn three_replicas_keep_every_acknowledged_batch_once_under_faults() {
 #[test]
 fn five_replicas_keep_every_acknowledged_batch_once_under_faults() {
     sweep(5, 5_000);
+}
+
+/// `ONCELOG_RAFT_SIM_TRACE`: a ring of the newest trace events, written out when a run fails.
+mod trace {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    const KEEP: usize = 200_000;
+    static RING: Mutex<VecDeque<Vec<u8>>> = Mutex::new(VecDeque::new());
+
+    struct Ring;
+
+    impl std::io::Write for Ring {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let mut ring = RING.lock().unwrap_or_else(|e| e.into_inner());
+            if ring.len() == KEEP {
+                ring.pop_front();
+            }
+            ring.push_back(b.to_vec());
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn path() -> Option<std::ffi::OsString> {
+        std::env::var_os("ONCELOG_RAFT_SIM_TRACE")
+    }
+
+    pub fn install() {
+        use tracing_subscriber::prelude::*;
+        if path().is_none() {
+            return;
+        }
+        let targets = tracing_subscriber::filter::Targets::new()
+            .with_target("openraft::engine::engine_impl", tracing::Level::DEBUG)
+            .with_target("oncelog_raft", tracing::Level::DEBUG);
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(|| Ring)
+            .with_ansi(false)
+            .without_time()
+            .with_target(false)
+            .with_filter(targets);
+        let _ = tracing_subscriber::registry().with(layer).try_init();
+    }
+
+    pub fn clear() {
+        RING.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    pub fn dump() {
+        let Some(path) = path() else { return };
+        let ring = RING.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes: Vec<u8> = ring.iter().flatten().copied().collect();
+        match std::fs::write(&path, bytes) {
+            Ok(()) => eprintln!("trace of the run: {}", path.to_string_lossy()),
+            Err(e) => eprintln!("writing the trace to {}: {e}", path.to_string_lossy()),
+        }
+    }
 }
