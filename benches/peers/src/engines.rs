@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use oncelog::format::BatchIter;
-use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig};
+use oncelog::{AppendOutcome, AppendWrites, FlushPolicy, Log, LogConfig};
 
 use crate::raft_entry::{Entry, EntryExt};
 use crate::{Args, Data, Results, Sample, Workload, ACKS_PER_BATCH, PER_BATCH};
@@ -94,13 +94,50 @@ fn timed_cold(messages: u64, f: impl FnOnce()) -> Sample {
 }
 
 fn timed_now(messages: u64, f: impl FnOnce()) -> Sample {
+    let cpu = process_cpu_secs();
+    let written = device_bytes_written();
     let t = Instant::now();
     f();
     Sample {
         secs: t.elapsed().as_secs_f64(),
         messages,
+        cpu_secs: process_cpu_secs() - cpu,
+        device_bytes: device_bytes_written() - written,
         extra: Vec::new(),
     }
+}
+
+/// Bytes written to the machine's disks so far (`/proc/diskstats`, whole disks only, the ones
+/// `/sys/block` lists): over a timed region it is what reached the device, the engine's data
+/// and everything its syncs wrote with it (other processes' writes included, so it is a
+/// reading of a quiet machine). 0 where there is no `/proc`.
+fn device_bytes_written() -> u64 {
+    let Ok(stats) = std::fs::read_to_string("/proc/diskstats") else {
+        return 0;
+    };
+    stats
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let name = fields.get(2)?;
+            let sectors: u64 = fields.get(9)?.parse().ok()?;
+            Path::new("/sys/block")
+                .join(name)
+                .exists()
+                .then_some(sectors * 512)
+        })
+        .sum()
+}
+
+/// User plus system CPU time of the whole process so far: over a timed region it is what the
+/// engine under test (its threads and background threads alike) spent on the machine's cores.
+fn process_cpu_secs() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -128,15 +165,17 @@ fn read_twice(
 }
 
 /// A per-batch-latency sample: total time plus p50/p99 per batch in µs.
-fn latency_sample(messages: u64, mut lat: Vec<f64>, secs: f64) -> Sample {
+fn latency_sample(timed: Sample, mut lat: Vec<f64>) -> Sample {
     lat.sort_by(f64::total_cmp);
+    let batches = lat.len().max(1) as f64;
     Sample {
-        secs,
-        messages,
         extra: vec![
             ("p50 µs/batch", percentile(&lat, 0.5) * 1e6),
             ("p99 µs/batch", percentile(&lat, 0.99) * 1e6),
+            ("CPU µs/batch", timed.cpu_secs / batches * 1e6),
+            ("device KB/batch", timed.device_bytes as f64 / batches / 1e3),
         ],
+        ..timed
     }
 }
 
@@ -166,6 +205,10 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
     let n = data.sizes.batches;
     let ns = data.sizes.sync_batches;
     let steady = (!args.fresh).then_some(args.recycled);
+    let durable = Durable {
+        steady,
+        writes: args.writes,
+    };
 
     if args.runs("append") {
         // (a) + (d): append without fsync, then read back what was appended.
@@ -185,7 +228,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
         bare_write_fsync(data, scratch, ns, r);
         bare_pwrite_fsync(data, scratch, ns, false, r);
         bare_pwrite_fsync(data, scratch, ns, true, r);
-        oncelog_fsync(data, scratch, ns, steady, r);
+        oncelog_fsync(data, scratch, ns, durable, r);
         commitlog_fsync(data, scratch, ns, r);
         raft_fsync(data, scratch, ns, steady, r);
         fjall_fsync(data, scratch, ns, r);
@@ -199,7 +242,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             (MANY_THREADS, Workload::GroupCommit16),
         ] {
             let batches = &data.kafka[..ns];
-            oncelog_group(batches, PER_BATCH, threads, w, scratch, steady, r);
+            oncelog_group(batches, PER_BATCH, threads, w, scratch, durable, r);
             raft_group(&data.payloads[..ns], threads, w, scratch, steady, r);
         }
     }
@@ -214,7 +257,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             MANY_THREADS,
             w,
             scratch,
-            steady,
+            durable,
             r,
         );
         raft_group(
@@ -343,7 +386,7 @@ fn bare_write_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
         r,
         Workload::FsyncPerBatch,
         BARE_WRITE_FSYNC,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -395,7 +438,7 @@ fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mu
         r,
         Workload::FsyncPerBatch,
         name,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -420,18 +463,35 @@ pub const STEADY_SEGMENT: usize = 16 << 20;
 /// Recycled files oncelog keeps in the steady state.
 pub const STEADY_POOL: usize = 2;
 
+/// How oncelog's durable logs are set up.
+#[derive(Clone, Copy)]
+struct Durable {
+    /// The steady state's recycled files (`None`: a fresh store).
+    steady: Option<usize>,
+    writes: AppendWrites,
+}
+
 /// A durable log (`FlushPolicy::Always`). In the steady state its segments are
 /// [`STEADY_SEGMENT`]s, it keeps [`STEADY_POOL`] recycled files, and before it is handed
 /// over it wrote and deleted enough that its active segment and every roll of the timed
 /// region reuse a file retention deleted (as a broker's partition does once retention runs).
-fn oncelog_durable(dir: &Path, steady: Option<usize>) -> Log {
-    let Some(pool) = steady else {
-        return oncelog_open(dir, FlushPolicy::Always);
+fn oncelog_durable(dir: &Path, durable: Durable) -> Log {
+    let Some(pool) = durable.steady else {
+        return Log::open(
+            dir,
+            LogConfig {
+                flush_policy: FlushPolicy::Always,
+                append_writes: durable.writes,
+                ..LogConfig::default()
+            },
+        )
+        .expect("oncelog open");
     };
     let log = Log::open(
         dir,
         LogConfig {
             flush_policy: FlushPolicy::Always,
+            append_writes: durable.writes,
             segment_bytes: STEADY_SEGMENT,
             recycled_segments: pool,
             // Retention removes every segment when asked, at once: only the warm-up asks.
@@ -512,9 +572,9 @@ fn oncelog_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
+fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, durable: Durable, r: &mut Results) {
     let dir = fresh(scratch, "oncelog-fsync");
-    let log = oncelog_durable(&dir, steady);
+    let log = oncelog_durable(&dir, durable);
     let mut lat = Vec::with_capacity(n);
     let s = timed(data.messages(n), || {
         for b in &data.kafka[..n] {
@@ -530,7 +590,7 @@ fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r
         r,
         Workload::FsyncPerBatch,
         ONCELOG,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -542,12 +602,12 @@ fn oncelog_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
-    steady: Option<usize>,
+    durable: Durable,
     r: &mut Results,
 ) {
     let n = batches.len();
     let dir = fresh(scratch, "oncelog-group");
-    let log = Arc::new(oncelog_durable(&dir, steady));
+    let log = Arc::new(oncelog_durable(&dir, durable));
     // One durable batch before the timed region, as raft_group writes one: the first sync of
     // a fresh store makes its new files durable (oncelog's also syncs the directory, which
     // raft-engine never does for its first file), a one-off a broker pays when it creates a
@@ -577,7 +637,7 @@ fn oncelog_group(
     drop(log);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    let mut sample = latency_sample(s.messages, lat, s.secs);
+    let mut sample = latency_sample(s, lat);
     sample.extra.push((
         "batches/sync",
         n as f64 / (m.flushes - syncs_before).max(1) as f64,
@@ -707,6 +767,8 @@ fn oncelog_tail(
         Sample {
             secs: append_secs,
             messages: data.messages(n),
+            cpu_secs: f64::NAN,
+            device_bytes: 0,
             extra: vec![
                 (
                     "mean reader lag (msgs)",
@@ -814,7 +876,7 @@ fn commitlog_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
         r,
         Workload::FsyncPerBatch,
         COMMITLOG,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -1005,7 +1067,7 @@ fn raft_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &
         r,
         Workload::FsyncPerBatch,
         RAFT,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -1070,7 +1132,7 @@ fn raft_group(
     drop(engine);
     cleanup(&dir);
     let lat = lat.into_inner().unwrap();
-    push(r, w, RAFT, latency_sample(s.messages, lat, s.secs));
+    push(r, w, RAFT, latency_sample(s, lat));
 }
 
 fn raft_recovery(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
@@ -1172,7 +1234,7 @@ fn fjall_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
         r,
         Workload::FsyncPerBatch,
         FJALL,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }
 
@@ -1238,6 +1300,6 @@ fn redb_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
         r,
         Workload::FsyncPerBatch,
         REDB,
-        latency_sample(s.messages, lat, s.secs),
+        latency_sample(s, lat),
     );
 }

@@ -3,7 +3,7 @@
 //! medians of N.
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
-//!  [--quick] [--fresh] [--oncelog-recycled N] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
+//!  [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
 
 mod engines;
 mod raft_entry;
@@ -41,6 +41,9 @@ pub struct Args {
     /// Recycled files oncelog keeps in the steady state (`LogConfig::recycled_segments`):
     /// 0 measures the same steady state without oncelog's recycling.
     pub recycled: usize,
+    /// How oncelog's durable logs write appends (`--oncelog-writes map|file|auto`, default
+    /// auto: through the file, since they append under `FlushPolicy::Always`).
+    pub writes: oncelog::AppendWrites,
 }
 
 impl Args {
@@ -133,6 +136,10 @@ pub struct Sample {
     pub secs: f64,
     /// Messages (records) handled in the timed region.
     pub messages: u64,
+    /// CPU time (user + system) the process spent in the timed region.
+    pub cpu_secs: f64,
+    /// Bytes the machine's disks were written in the timed region.
+    pub device_bytes: u64,
     /// Named secondary measurements (latency percentiles, lag), each a median over rounds.
     pub extra: Vec<(&'static str, f64)>,
 }
@@ -184,6 +191,7 @@ fn parse_args() -> Args {
         only: GROUPS.to_vec(),
         fresh: false,
         recycled: engines::STEADY_POOL,
+        writes: oncelog::AppendWrites::Auto,
     };
     let mut only = false;
     let mut it = std::env::args().skip(1);
@@ -206,6 +214,14 @@ fn parse_args() -> Args {
                 args.recycled = value("--oncelog-recycled")
                     .parse()
                     .unwrap_or_else(|_| usage("--oncelog-recycled needs a number"))
+            }
+            "--oncelog-writes" => {
+                args.writes = match value("--oncelog-writes").as_str() {
+                    "auto" => oncelog::AppendWrites::Auto,
+                    "map" => oncelog::AppendWrites::Map,
+                    "file" => oncelog::AppendWrites::File,
+                    _ => usage("--oncelog-writes is auto, map or file"),
+                }
             }
             "--dir" => args.dir = Some(PathBuf::from(value("--dir"))),
             "--out" => args.out = Some(PathBuf::from(value("--out"))),
@@ -236,10 +252,11 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--fresh] [--oncelog-recycled N] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
          --only runs some workload groups ({}) and writes no page unless --out is given\n\
          --fresh starts the durable workloads from fresh stores instead of the steady state (recycled files)\n\
-         --oncelog-recycled N: recycled files oncelog keeps in the steady state (default 2; 0: none)",
+         --oncelog-recycled N: recycled files oncelog keeps in the steady state (default 2; 0: none)\n\
+         --oncelog-writes: how oncelog's durable logs write appends (LogConfig::append_writes, default auto)",
         GROUPS.join(",")
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })

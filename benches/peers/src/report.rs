@@ -23,6 +23,8 @@ fn median(samples: &[Sample]) -> Sample {
     Sample {
         secs: mid(&secs),
         messages: samples[0].messages,
+        cpu_secs: f64::NAN, // reported through the extras
+        device_bytes: 0,
         extra,
     }
 }
@@ -228,7 +230,9 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - (c) group commit: the same {ns} batches from {threads} and from {many} threads at once: oncelog one shared `Log` with `FlushPolicy::Always`; \
          raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync). \
          Each thread waits for its own batch's durability before it sends the next. Each store takes one durable write before the timed region (the first sync of a fresh store makes its new files durable, a one-off per store, for both engines). \
-         oncelog's notes give the batches each sync covered and the median sync (its `LogMetrics`).\n\
+         oncelog's notes give the batches each sync covered and the median sync (its `LogMetrics`). \
+         The notes of every per-batch-latency row of (b), (c) and (g) also give the process's CPU time per batch over the timed region (user + system, `getrusage`: the engine's threads and its background threads) and the bytes the machine's disks were written per batch (`/proc/diskstats`). \
+         oncelog's durable logs use `LogConfig::append_writes` `Auto`, which under `FlushPolicy::Always` writes batches through the file (`pwrite`); `--oncelog-writes map` measures them copied into the map.\n\
          - Stores of (b), (c) and (g): {stores}\n\
          - (g) acks=all: {na} batches of {apb} messages (about 1 KB each) from {many} threads at once, each waiting until its batch is durable before it sends the next, as producers with `acks=all` and a short linger do against a broker: as (c), oncelog one `Log` under `FlushPolicy::Always`, raft-engine `write(.., true)` into one region per thread.\n\
          - (d) sequential read: the store written in (a) is closed, reopened untimed, and read from the start twice, first from a cold page cache, then warm: oncelog `read` in 1 MiB chunks stepping with `BatchIter`; \
