@@ -40,13 +40,14 @@ internal_mod!(manager);
 internal_mod!(segment);
 
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, BadCheckpoint, BadEpochCheckpoint, Cleanable,
-    CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
-    DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
-    FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
-    OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode,
-    RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError, SystemClock,
-    TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
+    AppendError, AppendInfo, AppendOutcome, AppendWrites, BadCheckpoint, BadEpochCheckpoint,
+    Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
+    DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
+    FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
+    LogMetrics, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
+    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
+    SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
+    CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,

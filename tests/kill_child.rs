@@ -6,7 +6,8 @@
 //!
 //! The segment's space grows in 4 KiB steps, so kills land while the appender reserves space
 //! and while the background thread writes zeros ahead of it (`Preallocation::Zeroed`, every
-//! other round; `Reserved` in the others).
+//! other round; `Reserved` in the others). Half the rounds write batches through the file
+//! (`AppendWrites::File`, what `FlushPolicy::Always` picks), the others through the map.
 //!
 //! `ONCELOG_KILL_ROUNDS` sets the number of kill rounds (default 50).
 
@@ -16,23 +17,60 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use oncelog::format::{BatchBuilder, BatchIter};
-use oncelog::{AppendOutcome, DuplicateInfo, FlushPolicy, Log, LogConfig, Preallocation};
+use oncelog::{
+    AppendOutcome, AppendWrites, DuplicateInfo, FlushPolicy, Log, LogConfig, Preallocation,
+};
 
 const PRODUCERS: [i64; 3] = [100, 200, 300];
 const RECORDS: i32 = 4;
 const CHILD_DIR: &str = "ONCELOG_KILL_CHILD_DIR";
 /// `zeroed` or `reserved`: how the child preallocates.
 const CHILD_PREALLOCATION: &str = "ONCELOG_KILL_CHILD_PREALLOCATION";
+/// `file` or `map`: how the child writes its batches.
+const CHILD_WRITES: &str = "ONCELOG_KILL_CHILD_WRITES";
 
-fn config(zeroed: bool) -> LogConfig {
+/// How a round's child runs.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    zeroed: bool,
+    through_file: bool,
+}
+
+impl Setup {
+    const ALL: [Setup; 4] = [
+        Setup {
+            zeroed: true,
+            through_file: true,
+        },
+        Setup {
+            zeroed: false,
+            through_file: true,
+        },
+        Setup {
+            zeroed: true,
+            through_file: false,
+        },
+        Setup {
+            zeroed: false,
+            through_file: false,
+        },
+    ];
+}
+
+fn config(setup: Setup) -> LogConfig {
     LogConfig {
         segment_bytes: 32 * 1024,
         segment_index_bytes: 2048,
         allocation_step_bytes: 4096,
-        preallocation: if zeroed {
+        preallocation: if setup.zeroed {
             Preallocation::Zeroed
         } else {
             Preallocation::Reserved
+        },
+        append_writes: if setup.through_file {
+            AppendWrites::File
+        } else {
+            AppendWrites::Map
         },
         snapshot_interval_bytes: 8 * 1024,
         flush_policy: FlushPolicy::Always,
@@ -57,8 +95,8 @@ fn batch(pid: i64, seq: i32) -> Vec<u8> {
 
 /// The child's side: append round-robin for each producer from where the log says it is,
 /// printing one line per acknowledged (durable) batch, until killed or after `limit` batches.
-fn run_appender(dir: &str, limit: usize, zeroed: bool) {
-    let log = Log::open(dir, config(zeroed)).expect("child opens the log");
+fn run_appender(dir: &str, limit: usize, setup: Setup) {
+    let log = Log::open(dir, config(setup)).expect("child opens the log");
     let mut next: BTreeMap<i64, i32> = PRODUCERS
         .iter()
         .map(|&pid| (pid, log.producer(pid).map_or(0, |e| e.last_seq() + 1)))
@@ -80,14 +118,17 @@ fn run_appender(dir: &str, limit: usize, zeroed: bool) {
 /// Entry point of the child process; run in-process (briefly) it is a plain smoke test.
 #[test]
 fn appender_child_process() {
-    let zeroed = std::env::var(CHILD_PREALLOCATION).map_or(true, |v| v == "zeroed");
+    let setup = Setup {
+        zeroed: std::env::var(CHILD_PREALLOCATION).map_or(true, |v| v == "zeroed"),
+        through_file: std::env::var(CHILD_WRITES).map_or(true, |v| v == "file"),
+    };
     match std::env::var(CHILD_DIR) {
-        Ok(dir) => run_appender(&dir, usize::MAX, zeroed),
+        Ok(dir) => run_appender(&dir, usize::MAX, setup),
         Err(_) => {
-            for zeroed in [true, false] {
+            for setup in Setup::ALL {
                 let dir = tempfile::tempdir().unwrap();
-                run_appender(dir.path().to_str().unwrap(), 12, zeroed);
-                let log = Log::open(dir.path(), config(zeroed)).unwrap();
+                run_appender(dir.path().to_str().unwrap(), 12, setup);
+                let log = Log::open(dir.path(), config(setup)).unwrap();
                 assert_eq!(log.log_end_offset(), 12 * RECORDS as i64);
             }
         }
@@ -122,7 +163,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
     let mut rng = 0x5EED_u64;
     let mut acked: Vec<Ack> = Vec::new();
     for round in 0..rounds {
-        let zeroed = round % 2 == 0;
+        let setup = Setup::ALL[round % Setup::ALL.len()];
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
@@ -134,7 +175,11 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
             .env(CHILD_DIR, &dir_str)
             .env(
                 CHILD_PREALLOCATION,
-                if zeroed { "zeroed" } else { "reserved" },
+                if setup.zeroed { "zeroed" } else { "reserved" },
+            )
+            .env(
+                CHILD_WRITES,
+                if setup.through_file { "file" } else { "map" },
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -159,7 +204,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_batch_and_retries_are_duplica
         for line in lines.map_while(Result::ok) {
             acked.extend(parse_ack(&line));
         }
-        check_after_crash(&dir_str, &acked, round, zeroed);
+        check_after_crash(&dir_str, &acked, round, setup);
     }
     assert!(
         acked.len() >= rounds,
@@ -183,9 +228,9 @@ fn parse_ack(line: &str) -> Option<Ack> {
     })
 }
 
-fn check_after_crash(dir: &str, acked: &[Ack], round: usize, zeroed: bool) {
+fn check_after_crash(dir: &str, acked: &[Ack], round: usize, setup: Setup) {
     let log =
-        Log::open(dir, config(zeroed)).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
+        Log::open(dir, config(setup)).unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
     // Every acknowledged batch is present once, at its offsets, with its producer fields.
     let mut present: BTreeMap<i64, (i64, i32, i64)> = BTreeMap::new();
     let mut next = log.log_start_offset();

@@ -15,8 +15,8 @@ use std::process::Command;
 use common::tree_digest;
 use oncelog::format::BatchBuilder;
 use oncelog::{
-    AppendOutcome, JobIntervals, Log, LogConfig, LogManager, ManagerConfig, ManagerError,
-    OpenError, PartitionConfig,
+    AppendOutcome, FlushPolicy, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
+    ManagerError, OpenError, PartitionConfig,
 };
 
 fn log_config() -> LogConfig {
@@ -75,23 +75,30 @@ fn open_fds() -> usize {
 
 #[test]
 fn a_managed_partition_holds_no_descriptor_and_creates_no_lock_file() {
-    let (_tmp, dir) = populated();
-    let before = open_fds();
-    let m = LogManager::open(&[&dir], config()).unwrap();
-    assert_eq!(m.open_report().opened(), 2);
-    // The log dir's `.lock` and nothing per partition.
-    assert_eq!(
-        open_fds(),
-        before + 1,
-        "descriptors held by an open manager"
-    );
-    for p in 0..2 {
-        let path = dir.join(format!("a-{p}"));
-        assert!(!path.join(oncelog::log::LOCK_FILE_NAME).exists());
+    // Under `FlushPolicy::Always` too, where a standalone log's `AppendWrites::Auto` writes
+    // through the file and keeps its active segment's open.
+    for flush_policy in [FlushPolicy::Manual, FlushPolicy::Always] {
+        let (_tmp, dir) = populated();
+        let mut config = config();
+        config.log.flush_policy = flush_policy;
+        let before = open_fds();
+        let m = LogManager::open(&[&dir], config).unwrap();
+        assert_eq!(m.open_report().opened(), 2);
+        // The log dir's `.lock` and nothing per partition.
+        assert_eq!(
+            open_fds(),
+            before + 1,
+            "descriptors held by an open manager ({flush_policy:?})"
+        );
+        for p in 0..2 {
+            let path = dir.join(format!("a-{p}"));
+            assert!(!path.join(oncelog::log::LOCK_FILE_NAME).exists());
+        }
+        append(&m.get("a", 0).unwrap(), 5);
+        assert_eq!(open_fds(), before + 1, "after appends ({flush_policy:?})");
+        m.close().unwrap();
+        assert_eq!(open_fds(), before);
     }
-    append(&m.get("a", 0).unwrap(), 5);
-    m.close().unwrap();
-    assert_eq!(open_fds(), before);
 }
 
 #[test]

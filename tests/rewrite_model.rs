@@ -16,7 +16,7 @@ use common_sim::{open, StepClock};
 use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::SimFs;
 use oncelog::producer::ProducerError;
-use oncelog::{AppendError, AppendOutcome, Log, LogConfig};
+use oncelog::{AppendError, AppendOutcome, AppendWrites, Log, LogConfig};
 use proptest::prelude::*;
 
 const T0: i64 = 1_700_000_000_000;
@@ -75,10 +75,12 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// `recycled`: `LogConfig::recycled_segments` (half the cases recycle retention's files).
-fn config(recycled: usize) -> LogConfig {
+/// `recycled`: `LogConfig::recycled_segments` (half the cases recycle retention's files);
+/// `writes`: how appends write (cases alternate between the map and the file).
+fn config(recycled: usize, writes: AppendWrites) -> LogConfig {
     LogConfig {
         recycled_segments: recycled,
+        append_writes: writes,
         // Smaller segments where files are recycled: more rolls reuse the pool's files
         // before a reopen removes it.
         segment_bytes: if recycled > 0 { 1024 } else { 2048 },
@@ -234,7 +236,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock: Arc<StepClock> = StepClock::new();
     // Recycled segment files in half the cases: retention fills the pool, rolls reuse its
     // files, full truncations empty it, crashes leave old bytes after the end.
-    let cfg = config(if ops.len().is_multiple_of(2) { 2 } else { 0 });
+    let writes = if ops.len() % 4 < 2 {
+        AppendWrites::File
+    } else {
+        AppendWrites::Map
+    };
+    let cfg = config(if ops.len().is_multiple_of(2) { 2 } else { 0 }, writes);
     let mut log = open(&fs, &clock, &cfg).unwrap();
     let mut model = Model::default();
     let mut tag = 0u64;

@@ -39,6 +39,12 @@ pub trait MapBacking: Send + Sync + 'static {
     /// false: the page-cache pages are allocated and zeroed, a first write still takes a cheap
     /// write-protect fault) or writable. A hint: doing nothing is correct.
     fn populate(&self, _offset: usize, _len: usize, _write: bool) {}
+    /// Writes `bytes` at `offset` through the file rather than the map (`pwrite`), when the
+    /// backing has a file to write to: `None` if not (the writer then copies into the map).
+    /// The bytes land in the same page cache the map shows.
+    fn write_through(&self, _offset: usize, _bytes: &[u8]) -> Option<io::Result<()>> {
+        None
+    }
 }
 
 /// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
@@ -93,6 +99,7 @@ impl Mapping {
     /// bytes the file holds.
     pub(super) fn from_mmap(
         raw: memmap2::MmapRaw,
+        file: Option<std::fs::File>,
         published: usize,
         writable: bool,
         writable_end: usize,
@@ -108,7 +115,7 @@ impl Mapping {
                 len,
                 published.min(len),
                 writable,
-                Box::new(RealMap(raw)),
+                Box::new(RealMap { raw, file }),
             )
         };
         map.writable_end = writable_end.clamp(map.published(), map.len);
@@ -244,25 +251,29 @@ impl fmt::Debug for Mapping {
     }
 }
 
-struct RealMap(memmap2::MmapRaw);
+struct RealMap {
+    raw: memmap2::MmapRaw,
+    /// The mapped file, for a writable map's writes through the file.
+    file: Option<std::fs::File>,
+}
 
 impl MapBacking for RealMap {
     /// `MS_ASYNC`: on Linux, `msync(MS_SYNC)` is itself a ranged fsync, and the `fdatasync`
     /// that every flush does next writes back every dirty page of the file, the ones dirtied
     /// through this map included. Syncing twice doubled the journal commits of a durable append.
     fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
-        self.0.flush_async_range(offset, len)
+        self.raw.flush_async_range(offset, len)
     }
 
     fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
         // `flush_range` rounds the start down to its page, as msync requires.
-        self.0.flush_range(offset, len)
+        self.raw.flush_range(offset, len)
     }
 
     fn populate(&self, offset: usize, len: usize, write: bool) {
         const PAGE: usize = 4096;
         let start = offset & !(PAGE - 1);
-        let end = (offset + len).min(self.0.len());
+        let end = (offset + len).min(self.raw.len());
         if end <= start {
             return;
         }
@@ -277,8 +288,17 @@ impl MapBacking for RealMap {
         // safely with the writer's copies. An error (a kernel before 5.14 lacks the advice)
         // only means the pages are faulted in on first touch instead.
         unsafe {
-            libc::madvise(self.0.as_mut_ptr().add(start).cast(), end - start, advice);
+            libc::madvise(self.raw.as_mut_ptr().add(start).cast(), end - start, advice);
         }
+    }
+
+    fn write_through(&self, offset: usize, bytes: &[u8]) -> Option<io::Result<()>> {
+        use std::os::unix::fs::FileExt;
+        // The kernel changes the mapped memory under no Rust reference: the range is above the
+        // watermark (no reader holds it) and the unique writer holds no slice of it while it
+        // asks for the write (`MapWriter::write_through` takes it by `&mut`).
+        let file = self.file.as_ref()?;
+        Some(file.write_all_at(bytes, offset as u64))
     }
 }
 
@@ -442,6 +462,10 @@ pub trait SharedFlush: Send + Sync + 'static {
     fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
     /// msync `MS_SYNC` of the same: the bytes and the file's length become durable.
     fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
+    /// A write through the file of `len` bytes at `offset`, before the bytes are copied into
+    /// the map (where a real file's `pwrite` puts them too, the page cache being the map's):
+    /// the simulated file counts it and may fail it by injection.
+    fn write(&self, offset: usize, len: usize) -> io::Result<()>;
 }
 
 struct SharedBacking {
@@ -477,6 +501,33 @@ impl MapBacking for SharedBacking {
 
     fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
         self.sink.sync(offset, self.published(offset, len)?)
+    }
+
+    fn write_through(&self, offset: usize, bytes: &[u8]) -> Option<io::Result<()>> {
+        if let Err(e) = self.sink.write(offset, bytes.len()) {
+            return Some(Err(e));
+        }
+        if offset
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.buffer.len)
+        {
+            return Some(Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "write beyond the mapping",
+            )));
+        }
+        // SAFETY: the range is inside the buffer (checked above). This backing is only reached
+        // through `MapWriter::write_through`, which holds the mapping's unique writer mutably
+        // and has checked that the range is unpublished: no reader holds a slice of it and
+        // nothing else writes it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.buffer.ptr.as_ptr().add(offset),
+                bytes.len(),
+            );
+        }
+        Some(Ok(()))
     }
 
     fn writer_dropped(&self) {
@@ -616,6 +667,26 @@ impl MapWriter {
         // holds a slice of it (readers only get published bytes); `&mut self` on the unique
         // writer makes this the only mutable access.
         unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), end - start) }
+    }
+
+    /// Writes `src` to `at` (unpublished) through the file where the mapping has one (a real
+    /// file: `pwrite`, so the map's pages are neither faulted in nor write-protected again by
+    /// the next sync), or copies it into the map. The bytes are in the map either way.
+    pub fn write_through(&mut self, at: usize, src: &[u8]) -> io::Result<()> {
+        let end = at + src.len();
+        assert!(
+            self.published() <= at && end <= self.limit,
+            "write [{at}, {end}) outside the unpublished range [{}, {})",
+            self.published(),
+            self.limit
+        );
+        match self.map.backing.write_through(at, src) {
+            Some(result) => result,
+            None => {
+                self.write(at, src);
+                Ok(())
+            }
+        }
     }
 
     /// Copies `src` to `at` (unpublished).

@@ -62,6 +62,13 @@ pub enum MapMode {
         /// The bytes readers may see at once (the file's data; the rest is preallocation).
         published: usize,
     },
+    /// As [`MapMode::ReadWrite`], and the writer may write through the file instead of the
+    /// memory ([`crate::AppendWrites::File`]): a real file's map then keeps a descriptor of
+    /// the file open for as long as it lives.
+    WriteThrough {
+        /// As for [`MapMode::ReadWrite`].
+        published: usize,
+    },
 }
 
 /// What kind of directory entry a path names.

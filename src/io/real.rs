@@ -237,7 +237,9 @@ impl File for RealFile {
         let file_len = self.len()?;
         let (writable, published) = match mode {
             MapMode::ReadOnly => (false, len),
-            MapMode::ReadWrite { published } => (true, published.min(len)),
+            MapMode::ReadWrite { published } | MapMode::WriteThrough { published } => {
+                (true, published.min(len))
+            }
         };
         // A writable map may reserve address space past the end (its writer is granted only
         // what the file holds); a read-only one is read whole, so it must fit.
@@ -264,6 +266,18 @@ impl File for RealFile {
         } else {
             0
         };
-        Ok(Mapping::from_mmap(raw, published, writable, writable_end))
+        // Only a map written through the file keeps a descriptor: a managed partition's other
+        // maps hold none (docs/design.md, "Many partitions").
+        let file = match mode {
+            MapMode::WriteThrough { .. } => Some(self.file.try_clone()?),
+            _ => None,
+        };
+        Ok(Mapping::from_mmap(
+            raw,
+            file,
+            published,
+            writable,
+            writable_end,
+        ))
     }
 }

@@ -40,7 +40,7 @@ use epochs::LeaderEpochCache;
 
 pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
-    CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
+    AppendWrites, CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
     HighWatermarkPolicy, LogConfig, Preallocation, RecoveryMode, SystemClock,
 };
 pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
@@ -479,7 +479,7 @@ impl Log {
                     batch::set_max_timestamp(dst, summary.max_timestamp);
                 }
             })
-            .map_err(|error| AppendError::Io(index_bug(writer.segment(), error)))?;
+            .map_err(|error| AppendError::Io(write_error(writer.segment(), error)))?;
         // Producer state (a transaction it opens included) is recorded before the new end is
         // published: a reader must never see an offset whose transaction it does not know of.
         st.producers
@@ -625,7 +625,7 @@ impl Log {
         let position = match writer.append(b.as_bytes(), last, b.max_timestamp(), |_| {}) {
             Ok(p) => p,
             Err(error) => {
-                let error = index_bug(writer.segment(), error);
+                let error = write_error(writer.segment(), error);
                 if !wrote_entry {
                     return Err(AppendError::Io(error));
                 }
@@ -716,6 +716,11 @@ impl Log {
         }
         if let Some(target) = w.growth_wanted() {
             prefault.grow(w.space(), target);
+        }
+        if self.config.writes_through_file() {
+            // The writer never touches the map: faulting its pages in would only give each
+            // sync pages to write-protect.
+            return;
         }
         let write = self.config.flush_policy != FlushPolicy::Always
             && !self.config.zeroes_ahead()
@@ -1004,14 +1009,21 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Index appends cannot fail when the roll rules hold (full indexes and offset overflow roll
-/// first, offsets and running maxima only grow): a failure is a bug, reported as an error.
-fn index_bug(segment: &Segment, error: segment::IndexError) -> IoError {
-    IoError::new(
-        "index append",
-        segment.index_path(),
-        std::io::Error::other(error.to_string()),
-    )
+/// Why a segment writer wrote nothing, as an I/O error naming the file. Index appends cannot
+/// fail when the roll rules hold (full indexes and offset overflow roll first, offsets and
+/// running maxima only grow): such a failure is a bug, reported as an error. A write through
+/// the file can fail as any write can.
+fn write_error(segment: &Segment, error: segment::WriteError) -> IoError {
+    match error {
+        segment::WriteError::Index(error) => IoError::new(
+            "index append",
+            segment.index_path(),
+            std::io::Error::other(error.to_string()),
+        ),
+        segment::WriteError::Io(error) => {
+            IoError::new("pwrite", segment.log_path().to_path_buf(), error)
+        }
+    }
 }
 
 fn flush_to_append_error(e: FlushError) -> AppendError {

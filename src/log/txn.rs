@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 
-use super::{index_bug, AppendError, AppendInfo, AppendState, InFlight, Log};
+use super::{write_error, AppendError, AppendInfo, AppendState, InFlight, Log};
 use crate::format::{self, batch, ControlType, TimestampType};
 use crate::producer::{CompletedTxn, Logged, Marker};
 
@@ -307,7 +307,7 @@ impl Log {
         let position = match written {
             Ok(p) => p,
             Err(error) => {
-                let error = index_bug(writer.segment(), error);
+                let error = write_error(writer.segment(), error);
                 if !wrote_entry {
                     return Err(AppendError::Io(error));
                 }

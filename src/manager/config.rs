@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::format::TimestampType;
 use crate::io::{self, FileSystem, IoError};
-use crate::log::{CleanupPolicy, LogConfig};
+use crate::log::{AppendWrites, CleanupPolicy, LogConfig};
 
 /// The file holding a partition's own settings, in its directory.
 pub const PARTITION_CONFIG_FILE: &str = "oncelog.properties";
@@ -121,6 +121,11 @@ impl PartitionConfig {
         if !cleanup_policy.deletes() {
             log.retention_bytes = None;
             log.retention_ms = None;
+        }
+        if log.append_writes == AppendWrites::Auto {
+            // Writing through the file holds a descriptor per partition, which a managed
+            // partition never does unasked (docs/design.md, "Sealed segments").
+            log.append_writes = AppendWrites::Map;
         }
         ResolvedConfig {
             log,

@@ -38,7 +38,7 @@ pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
 pub use txn_index::{AbortedTxn, TxnIndex};
 pub use view::SegmentView;
-pub use writer::SegmentWriter;
+pub use writer::{SegmentWriter, WriteError};
 
 /// The sizes a segment is created with, and the file system it lives on.
 #[derive(Debug, Clone)]
@@ -56,6 +56,9 @@ pub struct SegmentConfig {
     pub allocation_step: usize,
     /// How each step is allocated.
     pub preallocation: Preallocation,
+    /// Whether the active segment's writer writes batches through the file (`pwrite`) rather
+    /// than copying them into the map.
+    pub write_through: bool,
 }
 
 /// The read side of a segment.
@@ -844,8 +847,14 @@ impl SegmentFiles {
             self.log
                 .map(
                     capacity,
-                    MapMode::ReadWrite {
-                        published: log_size,
+                    if cfg.write_through {
+                        MapMode::WriteThrough {
+                            published: log_size,
+                        }
+                    } else {
+                        MapMode::ReadWrite {
+                            published: log_size,
+                        }
                     },
                 )
                 .ctx("mmap", &self.log_path)?,
@@ -897,7 +906,7 @@ impl SegmentFiles {
             log_writer,
             offset_index::OffsetIndexWriter::new(base, index_writer),
             time_index::TimeIndexWriter::new(base, time_writer),
-            cfg.index_interval_bytes,
+            cfg,
             now_ms,
         );
         if !keep_indexes {

@@ -1,12 +1,29 @@
-//! The active segment's writer: copies batches into the map and keeps the indexes.
+//! The active segment's writer: puts batches into the `.log` (copied into the map, or written
+//! through the file) and keeps the indexes.
 
 use std::sync::Arc;
 
 use super::offset_index::{IndexError, OffsetIndexWriter};
 use super::space::SegmentSpace;
 use super::time_index::TimeIndexWriter;
-use super::Segment;
+use super::{Segment, SegmentConfig};
 use crate::io::{IoError, IoResultExt, MapWriter, OpenMode};
+
+/// A batch written through the file is assembled here (copied and patched) first; a buffer that
+/// grew past this for a large batch is given back afterwards, so an idle partition does not
+/// hold a batch's worth of memory.
+const SCRATCH_KEPT: usize = 256 << 10;
+
+/// Why [`SegmentWriter::append`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The batch would break an index rule (a bug in the caller: it checked the offsets).
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// Writing through the file failed: nothing was published.
+    #[error("pwrite: {0}")]
+    Io(#[from] std::io::Error),
+}
 
 /// Appends to one segment. There is exactly one per active segment, owned by the log's append
 /// state; readers share the [`Segment`].
@@ -30,6 +47,10 @@ pub struct SegmentWriter {
     created_ms: i64,
     /// Last offset of the last batch, if any.
     last_offset: Option<i64>,
+    /// Batches go through the file (`pwrite`) instead of being copied into the map.
+    write_through: bool,
+    /// Where a batch written through the file is patched.
+    scratch: Vec<u8>,
 }
 
 impl SegmentWriter {
@@ -39,7 +60,7 @@ impl SegmentWriter {
         log: MapWriter,
         index: OffsetIndexWriter,
         time: TimeIndexWriter,
-        index_interval_bytes: usize,
+        cfg: &SegmentConfig,
         created_ms: i64,
     ) -> SegmentWriter {
         let bytes_since_index_entry = log.published() - index.last_position() as usize;
@@ -50,12 +71,14 @@ impl SegmentWriter {
             log,
             index,
             time,
-            index_interval_bytes,
+            index_interval_bytes: cfg.index_interval_bytes,
             bytes_since_index_entry,
             max_timestamp,
             first_batch_timestamp: -1,
             created_ms,
             last_offset: None,
+            write_through: cfg.write_through,
+            scratch: Vec::new(),
         };
         writer.grant_ready();
         writer
@@ -146,21 +169,34 @@ impl SegmentWriter {
         self.first_batch_timestamp = first_batch_timestamp;
     }
 
-    /// Copies one batch to the end of the segment, lets `patch` rewrite it in place (offsets,
-    /// leader epoch, timestamps) before anyone can see it, adds index entries, and publishes it.
+    /// Puts one batch at the end of the segment, lets `patch` rewrite it (offsets, leader
+    /// epoch, timestamps) before anyone can see it, adds index entries, and publishes it.
     /// Returns the batch's position. The caller has made room for it ([`Self::make_room`]).
+    /// On an error nothing is published (a write through the file may have left bytes above
+    /// the published end, which the next append overwrites and recovery never reads as data).
     pub fn append(
         &mut self,
         batch: &[u8],
         last_offset: i64,
         max_timestamp: i64,
         patch: impl FnOnce(&mut [u8]),
-    ) -> Result<u32, IndexError> {
+    ) -> Result<u32, WriteError> {
         let position = self.log.published();
         let end = position + batch.len();
-        let dst = self.log.unpublished_mut(position, end);
-        dst.copy_from_slice(batch);
-        patch(dst);
+        if self.write_through {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(batch);
+            patch(&mut self.scratch);
+            let written = self.log.write_through(position, &self.scratch);
+            if self.scratch.capacity() > SCRATCH_KEPT {
+                self.scratch = Vec::new();
+            }
+            written?;
+        } else {
+            let dst = self.log.unpublished_mut(position, end);
+            dst.copy_from_slice(batch);
+            patch(dst);
+        }
         self.index_batch(position, batch.len(), last_offset, max_timestamp)?;
         self.log.publish(end);
         self.segment.set_size(end);

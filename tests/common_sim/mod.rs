@@ -14,7 +14,7 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::SplitMix64;
 use oncelog::io::SimFs;
 use oncelog::Clock;
-use oncelog::{AppendOutcome, Environment, Log, LogConfig, OpenError, Preallocation};
+use oncelog::{AppendOutcome, AppendWrites, Environment, Log, LogConfig, OpenError, Preallocation};
 
 pub const DIR: &str = "/data/topic-0";
 /// Kafka's (and oncelog's default) producer dedup window.
@@ -133,6 +133,11 @@ pub fn config(rng: &mut SplitMix64) -> LogConfig {
             0 => Preallocation::Auto,
             1 => Preallocation::Reserved,
             _ => Preallocation::Zeroed,
+        },
+        append_writes: match rng.below(3) {
+            0 => AppendWrites::Auto,
+            1 => AppendWrites::Map,
+            _ => AppendWrites::File,
         },
         ..LogConfig::default()
     }

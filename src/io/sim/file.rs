@@ -186,7 +186,9 @@ impl File for SimFile {
         *st.counters.maps.entry(self.kind()).or_default() += 1;
         let (writable, published) = match mode {
             MapMode::ReadOnly => (false, len),
-            MapMode::ReadWrite { published } => (true, published.min(len)),
+            MapMode::ReadWrite { published } | MapMode::WriteThrough { published } => {
+                (true, published.min(len))
+            }
         };
         if writable {
             self.check_writable()?;
@@ -319,5 +321,17 @@ impl SharedFlush for MsyncSink {
 
     fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         self.write_back(offset, bytes, true)
+    }
+
+    fn write(&self, _offset: usize, _len: usize) -> io::Result<()> {
+        let state = self
+            .state
+            .upgrade()
+            .ok_or_else(|| sim_error("write after the file system was dropped"))?;
+        let mut st = state.lock();
+        if st.epoch != self.epoch {
+            return Err(sim_error("write through a map from before a crash"));
+        }
+        st.op(OpKind::Write)
     }
 }

@@ -65,6 +65,7 @@ pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> Se
         } else {
             segment::Preallocation::Reserved
         },
+        write_through: config.writes_through_file(),
     }
 }
 
