@@ -55,7 +55,7 @@ pub enum AppendWrites {
     Map,
     /// Written through the file (`pwrite`), into the same page cache the map shows readers: a
     /// system call per batch, and syncs with no page-table work (docs/performance.md: group
-    /// commit from 16 threads 1.3x to 1.5x the records a second). The choice when appends are
+    /// commit from 16 threads 1.4x to 1.9x the records a second). The choice when appends are
     /// made durable one by one or in small groups, as `acks=all` needs, whether by
     /// [`FlushPolicy::Always`] or by the caller's [`super::Log::flush_to`]. The active
     /// segment's file stays open: one file descriptor per log.
