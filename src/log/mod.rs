@@ -717,9 +717,12 @@ impl Log {
         if let Some(target) = w.growth_wanted() {
             prefault.grow(w.space(), target);
         }
-        if self.config.writes_through_file() {
-            // The writer never touches the map: faulting its pages in would only give each
-            // sync pages to write-protect.
+        if self.config.writes_through_file() && !w.space().recycled() {
+            // The writer never touches the map, and the pages it writes are in the page cache
+            // already (zeros written ahead) or need no read (reserved space). A recycled
+            // file's old pages may have left the cache: they are faulted in ahead, readable,
+            // or each `pwrite` that ends inside a page would read that page from the disk
+            // (docs/performance.md, "Writes through the file").
             return;
         }
         let write = self.config.flush_policy != FlushPolicy::Always

@@ -208,6 +208,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
     let durable = Durable {
         steady,
         writes: args.writes,
+        cold: args.cold,
     };
 
     if args.runs("append") {
@@ -230,7 +231,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
         bare_pwrite_fsync(data, scratch, ns, true, r);
         oncelog_fsync(data, scratch, ns, durable, r);
         commitlog_fsync(data, scratch, ns, r);
-        raft_fsync(data, scratch, ns, steady, r);
+        raft_fsync(data, scratch, ns, durable, r);
         fjall_fsync(data, scratch, ns, r);
         redb_fsync(data, scratch, ns, r);
     }
@@ -243,7 +244,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
         ] {
             let batches = &data.kafka[..ns];
             oncelog_group(batches, PER_BATCH, threads, w, scratch, durable, r);
-            raft_group(&data.payloads[..ns], threads, w, scratch, steady, r);
+            raft_group(&data.payloads[..ns], threads, w, scratch, durable, r);
         }
     }
 
@@ -265,7 +266,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             MANY_THREADS,
             w,
             scratch,
-            steady,
+            durable,
             r,
         );
     }
@@ -463,12 +464,15 @@ pub const STEADY_SEGMENT: usize = 16 << 20;
 /// Recycled files oncelog keeps in the steady state.
 pub const STEADY_POOL: usize = 2;
 
-/// How oncelog's durable logs are set up.
+/// How the durable workloads' stores are set up.
 #[derive(Clone, Copy)]
 struct Durable {
-    /// The steady state's recycled files (`None`: a fresh store).
+    /// The steady state's recycled files oncelog keeps (`None`: fresh stores).
     steady: Option<usize>,
+    /// How oncelog writes appends.
     writes: AppendWrites,
+    /// The page cache is dropped after the steady state's warm-up.
+    cold: bool,
 }
 
 /// A durable log (`FlushPolicy::Always`). In the steady state its segments are
@@ -518,6 +522,10 @@ fn oncelog_durable(dir: &Path, durable: Durable) -> Log {
     // Segments for the pool, then retention: the log rolls and the old files enter it.
     fill(STEADY_POOL + 1);
     log.enforce_retention(0).expect("retention");
+    if durable.cold {
+        // The pool's files leave the page cache before a roll reuses them.
+        drop_caches();
+    }
     // A segment more (its roll reuses a file), and retention again: the active segment is
     // then a recycled file, and the pool full.
     fill(1);
@@ -904,8 +912,8 @@ const WARM_REGION: u64 = 999;
 /// both its defaults; the pool holds `purge_threshold / target_file_size * 3 / 2` files, here
 /// 3), and before it is handed over it wrote, compacted and purged enough that
 /// every file it rotates to in the timed region is a recycled one.
-fn raft_durable(dir: &Path, steady: Option<usize>) -> RaftEngine {
-    if steady.is_none() {
+fn raft_durable(dir: &Path, durable: Durable) -> RaftEngine {
+    if durable.steady.is_none() {
         return raft_open(dir);
     }
     let cfg = raft_engine::Config {
@@ -967,6 +975,10 @@ fn raft_durable(dir: &Path, steady: Option<usize>) -> RaftEngine {
     // Writes until the engine rotates into a recycled file (a new name, no new file), and
     // purges again: the timed region starts in a recycled file, as oncelog's does.
     let active = kept.last().copied();
+    if durable.cold {
+        // The purged files leave the page cache before the engine rotates into one.
+        drop_caches();
+    }
     while files().last().copied() == active {
         last = write();
     }
@@ -1049,10 +1061,10 @@ fn raft_append_read(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     cleanup(&dir);
 }
 
-fn raft_fsync(data: &Data, scratch: &Path, n: usize, steady: Option<usize>, r: &mut Results) {
+fn raft_fsync(data: &Data, scratch: &Path, n: usize, durable: Durable, r: &mut Results) {
     let dir = fresh(scratch, "raft-fsync");
     let mut batches = raft_batches(data, n);
-    let engine = raft_durable(&dir, steady);
+    let engine = raft_durable(&dir, durable);
     let mut lat = Vec::with_capacity(n);
     let s = timed(data.messages(n), || {
         for lb in batches.iter_mut() {
@@ -1078,7 +1090,7 @@ fn raft_group(
     threads: usize,
     w: Workload,
     scratch: &Path,
-    steady: Option<usize>,
+    durable: Durable,
     r: &mut Results,
 ) {
     let n = payloads.len();
@@ -1109,7 +1121,7 @@ fn raft_group(
                 .collect()
         })
         .collect();
-    let engine = raft_durable(&dir, steady);
+    let engine = raft_durable(&dir, durable);
     // One durable write before the timed region, as oncelog_group appends one.
     raft_force_sync(&engine);
     let lat = Mutex::new(Vec::with_capacity(n));

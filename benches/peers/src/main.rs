@@ -3,7 +3,7 @@
 //! medians of N.
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
-//!  [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
+//!  [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--cold-steady] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
 
 mod engines;
 mod raft_entry;
@@ -44,6 +44,11 @@ pub struct Args {
     /// How oncelog's durable logs write appends (`--oncelog-writes map|file|auto`, default
     /// auto: through the file, since they append under `FlushPolicy::Always`).
     pub writes: oncelog::AppendWrites,
+    /// The steady state with a cold page cache (`--cold-steady`): the page cache is dropped in
+    /// each engine's warm-up before it moves into the recycled file the timed region appends
+    /// to, so that file's old pages are on the disk only, as those of a file retention deleted
+    /// long after it was written would be.
+    pub cold: bool,
 }
 
 impl Args {
@@ -192,6 +197,7 @@ fn parse_args() -> Args {
         fresh: false,
         recycled: engines::STEADY_POOL,
         writes: oncelog::AppendWrites::Auto,
+        cold: false,
     };
     let mut only = false;
     let mut it = std::env::args().skip(1);
@@ -210,6 +216,7 @@ fn parse_args() -> Args {
             }
             "--quick" => args.quick = true,
             "--fresh" => args.fresh = true,
+            "--cold-steady" => args.cold = true,
             "--oncelog-recycled" => {
                 args.recycled = value("--oncelog-recycled")
                     .parse()
@@ -252,11 +259,12 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
+        "usage: oncelog-peers [--rounds N (default 5)] [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--cold-steady] [--only GROUPS] [--dir SCRATCH] [--out FILE.md]\n\
          --only runs some workload groups ({}) and writes no page unless --out is given\n\
          --fresh starts the durable workloads from fresh stores instead of the steady state (recycled files)\n\
          --oncelog-recycled N: recycled files oncelog keeps in the steady state (default 2; 0: none)\n\
-         --oncelog-writes: how oncelog's durable logs write appends (LogConfig::append_writes, default auto)",
+         --oncelog-writes: how oncelog's durable logs write appends (LogConfig::append_writes, default auto)\n\
+         --cold-steady: drop the page cache before each engine moves into the recycled file it appends to",
         GROUPS.join(",")
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
