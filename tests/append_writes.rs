@@ -176,7 +176,8 @@ fn writes_through_the_file_into_recycled_segment_files_read_back_as_written() {
     for round in 0..6 {
         for i in 0..60usize {
             let ts = 1_700_000_000_000 + (round * 100 + i) as i64;
-            log.append(&batch(1 + i % 5, ts, 200 + 131 * (i % 9))).unwrap();
+            log.append(&batch(1 + i % 5, ts, 200 + 131 * (i % 9)))
+                .unwrap();
         }
         if round < 5 {
             // Everything but the active segment goes, into the pool.

@@ -37,7 +37,8 @@ pub trait MapBacking: Send + Sync + 'static {
     fn writer_dropped(&self) {}
     /// Faults in the pages of `[offset, offset + len)` ahead of the writer, readable (`write`
     /// false: the page-cache pages are allocated and zeroed, a first write still takes a cheap
-    /// write-protect fault) or writable. A hint: doing nothing is correct.
+    /// write-protect fault) or writable; for a map its writer writes through the file, only
+    /// the pages the page cache lacks. A hint: doing nothing is correct.
     fn populate(&self, _offset: usize, _len: usize, _write: bool) {}
     /// Writes `bytes` at `offset` through the file rather than the map (`pwrite`), when the
     /// backing has a file to write to: `None` if not (the writer then copies into the map).
@@ -257,6 +258,50 @@ struct RealMap {
     file: Option<std::fs::File>,
 }
 
+impl RealMap {
+    /// Faults in, readable, the pages of `[start, end)` (`start` page-aligned) from the first
+    /// one that is not in the page cache (`mincore`, a chunk of pages at a time): nothing when
+    /// all are cached, the whole rest in one call when the file's pages left the cache.
+    fn populate_missing(&self, start: usize, end: usize) {
+        const PAGE: usize = 4096;
+        const CHUNK: usize = 256;
+        let mut resident = [0u8; CHUNK];
+        let mut at = start;
+        while at < end {
+            let len = (end - at).min(CHUNK * PAGE);
+            let pages = len.div_ceil(PAGE);
+            // SAFETY: `[at, at + len)` lies inside the mapping (`at` is page-aligned: `start`
+            // is, and it moves by whole chunks; `end` is within the length), which stays
+            // mapped while `self` lives, and `resident` has room for one byte per page of it.
+            // mincore reads no byte of the mapping.
+            let rc = unsafe {
+                libc::mincore(
+                    self.raw.as_mut_ptr().add(at).cast(),
+                    len,
+                    resident.as_mut_ptr(),
+                )
+            };
+            if rc != 0 {
+                return; // a hint: the pages are read when written
+            }
+            if let Some(missing) = resident[..pages].iter().position(|r| r & 1 == 0) {
+                let from = at + missing * PAGE;
+                // SAFETY: `[from, end)` lies inside the mapping (above); as in `populate`,
+                // madvise touches no byte from user space.
+                unsafe {
+                    libc::madvise(
+                        self.raw.as_mut_ptr().add(from).cast(),
+                        end - from,
+                        libc::MADV_POPULATE_READ,
+                    );
+                }
+                return;
+            }
+            at += len;
+        }
+    }
+}
+
 impl MapBacking for RealMap {
     /// `MS_ASYNC`: on Linux, `msync(MS_SYNC)` is itself a ranged fsync, and the `fdatasync`
     /// that every flush does next writes back every dirty page of the file, the ones dirtied
@@ -275,6 +320,12 @@ impl MapBacking for RealMap {
         let start = offset & !(PAGE - 1);
         let end = (offset + len).min(self.raw.len());
         if end <= start {
+            return;
+        }
+        if self.file.is_some() {
+            // Written through its file, the map needs the pages in the page cache, not in its
+            // page tables, where each sync would have to write-protect them again.
+            self.populate_missing(start, end);
             return;
         }
         let advice = if write {
