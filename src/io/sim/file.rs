@@ -262,17 +262,37 @@ struct MsyncSink {
 }
 
 impl MsyncSink {
-    /// Copies a map's published bytes into the file's live image; with `durable` (`MS_SYNC`)
-    /// into its durable image too, with the file's length, as a ranged `fdatasync` makes them.
-    fn write_back(&self, offset: usize, bytes: &[u8], durable: bool) -> io::Result<()> {
+    /// Runs `f` on the file system's state, which must still be there and not have crashed
+    /// since the map was made; `op` names the operation in the error.
+    fn with_state<T>(
+        &self,
+        op: &str,
+        f: impl FnOnce(&mut State) -> io::Result<T>,
+    ) -> io::Result<T> {
         let state = self
             .state
             .upgrade()
-            .ok_or_else(|| sim_error("msync after the file system was dropped"))?;
+            .ok_or_else(|| sim_error(format!("{op} after the file system was dropped")))?;
         let mut st = state.lock();
         if st.epoch != self.epoch {
-            return Err(sim_error("msync of a map from before a crash"));
+            return Err(sim_error(format!("{op} of a map from before a crash")));
         }
+        f(&mut st)
+    }
+
+    /// Copies a map's published bytes into the file's live image; with `durable` (`MS_SYNC`)
+    /// into its durable image too, with the file's length, as a ranged `fdatasync` makes them.
+    fn write_back(&self, offset: usize, bytes: &[u8], durable: bool) -> io::Result<()> {
+        self.with_state("msync", |st| self.write_back_locked(st, offset, bytes, durable))
+    }
+
+    fn write_back_locked(
+        &self,
+        st: &mut State,
+        offset: usize,
+        bytes: &[u8],
+        durable: bool,
+    ) -> io::Result<()> {
         // A durable msync is a data sync: faults aimed at fsync hit it too.
         st.op(if durable {
             OpKind::SyncData
@@ -324,14 +344,6 @@ impl SharedFlush for MsyncSink {
     }
 
     fn write(&self, _offset: usize, _len: usize) -> io::Result<()> {
-        let state = self
-            .state
-            .upgrade()
-            .ok_or_else(|| sim_error("write after the file system was dropped"))?;
-        let mut st = state.lock();
-        if st.epoch != self.epoch {
-            return Err(sim_error("write through a map from before a crash"));
-        }
-        st.op(OpKind::Write)
+        self.with_state("write", |st| st.op(OpKind::Write))
     }
 }
