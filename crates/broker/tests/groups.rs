@@ -45,9 +45,20 @@ fn consumed(events: &[Value]) -> (Vec<Read>, BTreeSet<(i64, i64)>) {
     (records, refused)
 }
 
+/// `count` records spread over the topic's partitions: a member's share of the partitions
+/// then holds about its share of the records (a member that must read some before it hangs
+/// could otherwise be dealt nearly empty partitions, read them and leave idle).
 fn produce(bootstrap: &str, topic: &str, count: usize) {
     let delivered = Client::Confluent
-        .produce(bootstrap, topic, count, &Produce::default())
+        .produce(
+            bootstrap,
+            topic,
+            count,
+            &Produce {
+                spread: true,
+                ..Produce::default()
+            },
+        )
         .delivered(TIMEOUT);
     assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
     assert_eq!(delivered.offsets.len(), count);

@@ -2,11 +2,12 @@
 """librdkafka (confluent-kafka) client for the broker's tests. One JSON object per line.
 
   produce BOOTSTRAP TOPIC COUNT [--wave K] [--pace-ms MS] [--size BYTES] [--prefix P]
-          [--no-idempotence]
+          [--no-idempotence] [--spread]
       Idempotent producer (acks=all, retries on; --no-idempotence for the negative control). Messages are P-<i>, padded to BYTES. After
       every K messages it waits for their delivery reports, so each wave goes out as its own
       produce request. Prints {"event":"delivered","i":..,"partition":..,"offset":..} per
-      message (or "failed" with the error), then {"event":"done",...}.
+      message (or "failed" with the error), then {"event":"done",...}. --spread sends each
+      message to a random partition (sticky partitioning off), so every partition gets some.
   consume BOOTSTRAP TOPIC COUNT [--timeout S] [--group G]
       Consumer with a group id and assign() of every partition from the beginning (so it
       uses FindCoordinator, OffsetCommit and OffsetFetch). Prints {"event":"consumed",
@@ -36,6 +37,9 @@ def produce(args):
         "message.timeout.ms": 120000,
         "socket.timeout.ms": 10000,
     }
+    if args.spread:
+        # Keyless messages go to a random partition each, not a batch's worth to one.
+        conf["sticky.partitioning.linger.ms"] = 0
     producer = Producer(conf)
     delivered = failed = 0
 
@@ -110,6 +114,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=60)
     parser.add_argument("--group")
     parser.add_argument("--no-idempotence", action="store_true")
+    parser.add_argument("--spread", action="store_true")
     args = parser.parse_args()
     try:
         produce(args) if args.command == "produce" else consume(args)

@@ -59,6 +59,11 @@ pub struct Produce {
     pub size: usize,
     /// A plain producer, without producer id and sequences (librdkafka only).
     pub no_idempotence: bool,
+    /// Each message to a partition of its own random choice, so that every partition of a
+    /// topic gets about as many (librdkafka only: its sticky partitioner, the default, sends
+    /// a whole batch of keyless messages to one partition, and a few batches can leave a
+    /// partition nearly empty).
+    pub spread: bool,
 }
 
 impl Client {
@@ -110,6 +115,14 @@ impl Client {
                 "only the librdkafka script has the option"
             );
             c.arg("--no-idempotence");
+        }
+        if opts.spread {
+            assert_eq!(
+                self,
+                Client::Confluent,
+                "only the librdkafka script has the option"
+            );
+            c.arg("--spread");
         }
         Run::spawn(self, c)
     }
