@@ -513,10 +513,10 @@ pub trait SharedFlush: Send + Sync + 'static {
     fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
     /// msync `MS_SYNC` of the same: the bytes and the file's length become durable.
     fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
-    /// A write through the file of `len` bytes at `offset`, before the bytes are copied into
-    /// the map (where a real file's `pwrite` puts them too, the page cache being the map's):
-    /// the simulated file counts it and may fail it by injection.
-    fn write(&self, offset: usize, len: usize) -> io::Result<()>;
+    /// A write through the file, before its bytes are copied into the map (where a real
+    /// file's `pwrite` puts them too, the page cache being the map's): the simulated file
+    /// counts it and may fail it by injection.
+    fn write(&self) -> io::Result<()>;
 }
 
 struct SharedBacking {
@@ -555,7 +555,7 @@ impl MapBacking for SharedBacking {
     }
 
     fn write_through(&self, offset: usize, bytes: &[u8]) -> Option<io::Result<()>> {
-        if let Err(e) = self.sink.write(offset, bytes.len()) {
+        if let Err(e) = self.sink.write() {
             return Some(Err(e));
         }
         if offset
@@ -707,12 +707,7 @@ impl MapWriter {
     /// The unpublished range `[start, end)` for writing. Panics if the range is published or
     /// beyond the map: that is a bug in the caller, never a property of input data.
     pub fn unpublished_mut(&mut self, start: usize, end: usize) -> &mut [u8] {
-        assert!(
-            self.published() <= start && start <= end && end <= self.limit,
-            "write [{start}, {end}) outside the unpublished range [{}, {})",
-            self.published(),
-            self.limit
-        );
+        self.check_unpublished(start, end);
         // SAFETY: the range is inside the mapping (the limit never passes its length) and at or
         // above the watermark, so no reader
         // holds a slice of it (readers only get published bytes); `&mut self` on the unique
@@ -724,13 +719,7 @@ impl MapWriter {
     /// file: `pwrite`, so the map's pages are neither faulted in nor write-protected again by
     /// the next sync), or copies it into the map. The bytes are in the map either way.
     pub fn write_through(&mut self, at: usize, src: &[u8]) -> io::Result<()> {
-        let end = at + src.len();
-        assert!(
-            self.published() <= at && end <= self.limit,
-            "write [{at}, {end}) outside the unpublished range [{}, {})",
-            self.published(),
-            self.limit
-        );
+        self.check_unpublished(at, at + src.len());
         match self.map.backing.write_through(at, src) {
             Some(result) => result,
             None => {
@@ -738,6 +727,17 @@ impl MapWriter {
                 Ok(())
             }
         }
+    }
+
+    /// Panics unless `[start, end)` is unpublished and granted: a write outside it is a bug in
+    /// the caller, never a property of input data.
+    fn check_unpublished(&self, start: usize, end: usize) {
+        assert!(
+            self.published() <= start && start <= end && end <= self.limit,
+            "write [{start}, {end}) outside the unpublished range [{}, {})",
+            self.published(),
+            self.limit
+        );
     }
 
     /// Copies `src` to `at` (unpublished).

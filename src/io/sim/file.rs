@@ -343,7 +343,7 @@ impl SharedFlush for MsyncSink {
         self.write_back(offset, bytes, true)
     }
 
-    fn write(&self, _offset: usize, _len: usize) -> io::Result<()> {
+    fn write(&self) -> io::Result<()> {
         self.with_state("write", |st| st.op(OpKind::Write))
     }
 }
