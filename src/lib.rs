@@ -1,11 +1,70 @@
-//! oncelog: an embeddable Kafka-format partition log with exactly-once idempotent appends.
+//! oncelog: the storage engine of one partition of a message broker, kept as Kafka keeps it,
+//! with exactly-once idempotent appends that survive restarts and crashes.
+//!
+//! A [`Log`] is one partition directory: memory-mapped segment files of Kafka RecordBatch v2
+//! batches with their sparse `.index`, `.timeindex` and `.txnindex` files, and a
+//! producer-state table (producer id, epoch, the last batches' sequences) snapshotted beside
+//! them. A broker or queue that links it in hands it the batches its clients produce and gets
+//! back offsets, or, for a retry of one of a producer's recent batches, the original offsets
+//! with nothing written, even when the acknowledgement was lost in a crash. Reads hand out
+//! whole batches zero-copy. Truncation, retention and key compaction rewrite the log and keep
+//! the dedup state right. A [`LogManager`] runs many partitions in Kafka log dirs.
+//!
+//! **It is not** a broker (the workspace's `oncelog-broker` is an example of one), a network
+//! server, a client, a consensus engine (replication lives in the `oncelog-raft` crate), or an
+//! async library: calls block, and [`Log::wait_for_async`] is the one future, for any runtime.
+//! It runs on Linux only.
+//!
+//! ```
+//! use oncelog::format::BatchBuilder;
+//! use oncelog::{AppendOutcome, Log, LogConfig};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let log = Log::open(dir.path(), LogConfig::default())?;
+//!
+//! // Producer 42, epoch 0, sends its first batch (sequences 0 and 1)...
+//! let mut builder = BatchBuilder::new().producer(42, 0, 0);
+//! builder.append(1_700_000_000_000, Some(b"key"), Some(b"one"), &[]);
+//! builder.append(1_700_000_000_001, Some(b"key"), Some(b"two"), &[]);
+//! let batch = builder.build()?;
+//! assert!(matches!(log.append(&batch)?, AppendOutcome::Appended(info) if info.last_offset == 1));
+//!
+//! // ...loses the acknowledgement and sends it again: nothing is written.
+//! assert!(matches!(log.append(&batch)?, AppendOutcome::Duplicate(original) if original.first_offset == 0));
+//!
+//! log.flush()?;
+//! let fetched = log.fetch(0, 1 << 20)?;
+//! assert_eq!(fetched.records().count(), 2);
+//! log.close()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Where to go next:
+//! - [`Log`] and [`LogConfig`]: appends, fetches, flush policies, recovery modes, rewrites;
+//!   every error has a stable `kind()`.
+//! - [`format`]: RecordBatch v2 without I/O (build, validate, iterate records).
+//! - [`LogManager`]: many partitions, Kafka's checkpoint files, background jobs.
+//! - [`processed`]: the consumer side of exactly-once, a store of handled ids.
+//! - [`verify`] and [`files`]: reading a partition directory offline.
+//! - The repository's `docs/design.md` (why it is built this way), `docs/format.md` (every byte
+//!   layout) and README (set-up, the `oncelog` command line, the example broker, replication,
+//!   benchmarks).
 
 // The public API is what this file lists (the README's "Public API" says what each part is
 // for). Everything else is the engine's inside: crate-private, or public under the `internals`
 // feature for this crate's own tests, benches and fuzz targets, and for nothing else.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
-#![doc = include_str!("../README.md")]
+
+// The engine calls Linux's file and memory interfaces directly (`fallocate`, `sync_file_range`,
+// `MADV_POPULATE_*`, `mincore`, `off64_t` offsets), and its crash model is ext4/xfs on Linux.
+// Other systems are refused here rather than built with a silent fallback that the tests never
+// exercised.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "oncelog supports Linux only: it relies on fallocate, sync_file_range and MADV_POPULATE_*, \
+     and its crash tests model Linux file systems"
+);
 
 /// Declares a module of the engine's inside: `pub(crate)`, or public under the `internals`
 /// feature, hidden from the docs, exempt from `missing_docs`, with no stability promise. With
@@ -99,3 +158,8 @@ pub mod files {
         decode as decode_txn_index, AbortedTxn, TxnIndexProblem, ENTRY_SIZE as TXN_INDEX_ENTRY_SIZE,
     };
 }
+
+/// The README's examples, compiled and run as doctests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

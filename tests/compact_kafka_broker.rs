@@ -1,5 +1,5 @@
 //! oncelog's cleaner on partitions Kafka 4.4's own cleaner compacted (issue 12 item 8;
-//! `../shared/fixtures/kafka-broker`, README.md and MANIFEST.json): `compacted-0`
+//! `tests/fixtures/kafka-broker`, README.md and MANIFEST.json): `compacted-0`
 //! (`cleanup.policy=compact`, cleaned by Kafka up to 2650, 20 retained tombstones, a batch with
 //! the delete-horizon flag, one idempotent producer) and `__transaction_state-0` (the
 //! coordinator's compacted log).
@@ -23,12 +23,12 @@ use serde_json::Value;
 const DAY: i64 = 24 * 60 * 60 * 1000;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kafka-broker")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kafka-broker")
 }
 
 fn manifest() -> Value {
     let text = std::fs::read_to_string(fixtures().join("MANIFEST.json"))
-        .expect("fixtures: MANIFEST.json (CI clones the repository beside shared/)");
+        .expect("fixtures: MANIFEST.json (tests/fixtures)");
     serde_json::from_str(&text).expect("manifest JSON")
 }
 

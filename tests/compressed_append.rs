@@ -20,10 +20,7 @@ const CODECS: [Compression; 4] = [
     Compression::Zstd,
 ];
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/kafka-broker"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kafka-broker");
 
 /// Batch byte offsets (kafka-format.md §1.1).
 const OFF_BATCH_LENGTH: usize = 8;

@@ -1,5 +1,5 @@
 //! Golden vectors: the test vectors TV1–TV6 of docs/format.md byte for byte, and every vector of
-//! `shared/fixtures/recordbatch-vectors.json` (batches captured from real brokers and written by
+//! `tests/fixtures/recordbatch-vectors.json` (batches captured from real brokers and written by
 //! other clients) decoded field by field.
 
 use oncelog::format::batch::set_base_offset;
@@ -13,7 +13,7 @@ use serde_json::Value;
 
 const VECTORS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/recordbatch-vectors.json"
+    "/tests/fixtures/recordbatch-vectors.json"
 );
 
 fn unhex(s: &str) -> Vec<u8> {

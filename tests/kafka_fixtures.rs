@@ -1,4 +1,4 @@
-//! Partition directories written by real Kafka brokers (`shared/fixtures/kafka-logdirs`, see its
+//! Partition directories written by real Kafka brokers (`tests/fixtures/kafka-logdirs`, see its
 //! `MANIFEST.json`): opened, read back batch by batch and compared with the manifest, their
 //! indexes rebuilt with Kafka's 4096-byte rule and compared with the broker's files.
 
@@ -13,10 +13,7 @@ use oncelog::segment::{offset_index, time_index};
 use oncelog::{AppendOutcome, Log, LogConfig};
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/kafka-logdirs"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kafka-logdirs");
 
 /// Partitions whose `.index` the broker wrote within one run, so rebuilding it with the
 /// 4096-byte rule must give the very same bytes (the manifest's description of the set).
@@ -43,7 +40,7 @@ struct Partition {
 
 fn partitions() -> Vec<Partition> {
     let text = std::fs::read_to_string(Path::new(FIXTURES).join("MANIFEST.json"))
-        .expect("fixtures: MANIFEST.json (CI clones the repository beside shared/)");
+        .expect("fixtures: MANIFEST.json (tests/fixtures)");
     let manifest: Value = serde_json::from_str(&text).expect("manifest JSON");
     let mut out: BTreeMap<String, Partition> = BTreeMap::new();
     for set in manifest["sets"].as_array().expect("sets") {

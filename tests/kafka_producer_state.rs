@@ -6,10 +6,7 @@ use std::path::{Path, PathBuf};
 use oncelog::producer::{snapshot, ProducerEntry};
 use oncelog::{Log, LogConfig};
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/kafka-logdirs"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kafka-logdirs");
 
 /// Every partition directory of the fixtures that holds a producer snapshot.
 fn partitions_with_snapshots() -> Vec<PathBuf> {

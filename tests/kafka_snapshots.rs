@@ -1,5 +1,5 @@
 //! Kafka compatibility of the snapshot codec: every real `.snapshot` written by a Kafka broker
-//! (in `shared/fixtures/kafka-logdirs`, described by its MANIFEST.json) decodes to the entries
+//! (in `tests/fixtures/kafka-logdirs`, described by its MANIFEST.json) decodes to the entries
 //! the manifest lists, and re-encoding those entries as version 1, in file order, reproduces
 //! the file byte for byte.
 
@@ -11,10 +11,7 @@ use oncelog::producer::snapshot_files;
 use oncelog::producer::ProducerEntry;
 use serde_json::Value;
 
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/kafka-logdirs"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kafka-logdirs");
 
 /// (file path, manifest "snapshot" object) for every snapshot in the manifest.
 fn manifest_snapshots() -> Vec<(PathBuf, Value)> {

@@ -180,7 +180,7 @@ fn a_missing_epoch_file_is_rebuilt_from_the_batches() {
 
 fn userchic() -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0");
+        .join("tests/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0");
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&src, dir.path());
     for e in std::fs::read_dir(dir.path()).unwrap() {

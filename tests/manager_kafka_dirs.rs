@@ -1,8 +1,8 @@
 //! Whole log dirs written by real Kafka brokers, opened through the log manager: the
 //! partitions, offsets and log starts Kafka's checkpoints give, nothing Kafka vouched for
 //! validated or rewritten, and a close that leaves Kafka's files as Kafka wrote them
-//! (`shared/fixtures/kafka-broker`, a Kafka 4.4 broker stopped cleanly, and the public log dirs
-//! of `shared/fixtures/kafka-logdirs`).
+//! (`tests/fixtures/kafka-broker`, a Kafka 4.4 broker stopped cleanly, and the public log dirs
+//! of `tests/fixtures/kafka-logdirs`).
 
 mod common;
 
@@ -14,7 +14,7 @@ use oncelog::format::BatchIter;
 use oncelog::manager::offsets;
 use oncelog::{JobIntervals, LogManager, ManagerConfig, TopicPartition};
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn config() -> ManagerConfig {
     ManagerConfig {
@@ -27,7 +27,7 @@ fn config() -> ManagerConfig {
 fn copy_of(set: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    copy_tree(&Path::new(SHARED).join(set), &dir);
+    copy_tree(&Path::new(FIXTURES).join(set), &dir);
     // Fixture files beside the partitions that are not Kafka's.
     for extra in ["MANIFEST.json", "README.md"] {
         let _ = std::fs::remove_file(dir.join(extra));
@@ -118,7 +118,7 @@ fn a_kafka_4_4_log_dir_shut_down_cleanly_opens_without_validating_and_closes_unc
             assert_eq!(
                 offsets_of(&_tmp.path().join("data"), name),
                 offsets::decode(
-                    &std::fs::read_to_string(Path::new(SHARED).join("kafka-broker").join(name))
+                    &std::fs::read_to_string(Path::new(FIXTURES).join("kafka-broker").join(name))
                         .unwrap()
                 )
                 .unwrap(),
@@ -139,12 +139,10 @@ fn a_kafka_4_4_log_dir_shut_down_cleanly_opens_without_validating_and_closes_unc
     }
 }
 
-const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-
 fn own_copy(set: &str) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
-    copy_tree(&Path::new(OWN).join(set), &dir);
+    copy_tree(&Path::new(FIXTURES).join(set), &dir);
     (tmp, dir)
 }
 
@@ -242,8 +240,8 @@ fn after_kafka_was_killed_only_what_its_recovery_point_does_not_cover_is_validat
 
 #[test]
 fn every_public_kafka_log_dir_opens_with_the_partitions_offsets_and_log_starts_kafka_gives() {
-    let text = std::fs::read_to_string(Path::new(SHARED).join("kafka-logdirs/MANIFEST.json"))
-        .expect("fixtures: MANIFEST.json (CI clones the repository beside shared/)");
+    let text = std::fs::read_to_string(Path::new(FIXTURES).join("kafka-logdirs/MANIFEST.json"))
+        .expect("fixtures: MANIFEST.json (tests/fixtures)");
     let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut checked = 0;
     for set in manifest["sets"].as_array().unwrap() {

@@ -424,7 +424,7 @@ fn bytes_held_across_retention_and_close_keep_their_content() {
 
 fn fixture(set: &str, partition: &str) -> tempfile::TempDir {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/kafka-logdirs")
+        .join("tests/fixtures/kafka-logdirs")
         .join(set)
         .join(partition);
     let dir = tempfile::tempdir().unwrap();

@@ -302,10 +302,7 @@ fn truncate_fully_starts_the_log_over_empty() {
 
 #[test]
 fn truncation_of_real_kafka_data_keeps_its_offsets_and_producer_state() {
-    let fixtures = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/kafka-logdirs"
-    );
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kafka-logdirs");
     let src = std::path::Path::new(fixtures).join("makaksik13-yanwit/posts-0");
     let dir = tempfile::tempdir().unwrap();
     common::copy_dir(&src, dir.path());

@@ -1,5 +1,5 @@
 //! Transactions in partition directories written by a real Apache Kafka 4.4 broker
-//! (`../shared/fixtures/kafka-broker`, its README.md and MANIFEST.json): every partition opens
+//! (`tests/fixtures/kafka-broker`, its README.md and MANIFEST.json): every partition opens
 //! with the manifest's batches and markers; the `.txnindex` files rebuilt from the log are the
 //! broker's byte for byte; the producer state rebuilt from the log is the broker's last
 //! snapshot in every field (coordinator epoch and open transaction included); and the records
@@ -18,12 +18,12 @@ use oncelog::{IsolationLevel, Log, LogConfig};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/kafka-broker")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kafka-broker")
 }
 
 fn manifest() -> Value {
     let text = std::fs::read_to_string(fixtures().join("MANIFEST.json"))
-        .expect("fixtures: MANIFEST.json (CI clones the repository beside shared/)");
+        .expect("fixtures: MANIFEST.json (tests/fixtures)");
     serde_json::from_str(&text).expect("manifest JSON")
 }
 

@@ -9,9 +9,24 @@
 //! | lz4    | LZ4 frame (magic 0x184D2204)                                                   |
 //! | zstd   | zstd frame                                                                     |
 //!
+//! Each codec is a cargo feature of the same name (all four are default features). A batch in a
+//! codec that is compiled out is refused with [`BatchError::UnsupportedCompression`], on append
+//! and whenever its records are read, never misread.
+//!
 //! Decompression is always bounded: the output may not exceed a limit, and no codec is allowed
 //! to allocate according to a size the input merely claims. A fuzzed or hostile batch of a few
 //! bytes must not be able to exhaust memory.
+
+// With a codec compiled out, the helpers only it uses are unused.
+#![cfg_attr(
+    not(all(
+        feature = "gzip",
+        feature = "snappy",
+        feature = "lz4",
+        feature = "zstd"
+    )),
+    allow(dead_code, unused_imports, unused_variables)
+)]
 
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -68,13 +83,16 @@ pub fn decompress_into(
         }
         // The `bufread` decoder reads the slice in place (`&[u8]` is a `BufRead`); the `read`
         // one would copy it through a 32 KiB buffer of its own first.
+        #[cfg(feature = "gzip")]
         Compression::Gzip => read_bounded(
             codec,
             flate2::bufread::MultiGzDecoder::new(data),
             max_bytes,
             out,
         ),
+        #[cfg(feature = "snappy")]
         Compression::Snappy => decompress_snappy(data, max_bytes, out),
+        #[cfg(feature = "lz4")]
         Compression::Lz4 => {
             let mut rest = data;
             read_bounded(
@@ -95,17 +113,33 @@ pub fn decompress_into(
                 ))
             }
         }
+        #[cfg(feature = "zstd")]
         Compression::Zstd => with_zstd_context(|context| {
             let decoder = zstd::stream::read::Decoder::with_context(data, context);
             read_bounded(codec, decoder, max_bytes, out)
         }),
+        #[allow(unreachable_patterns)]
+        _ => Err(BatchError::UnsupportedCompression { codec }),
     }
 }
 
+/// Whether this build can decompress and compress `codec` (its cargo feature is on).
+pub fn is_supported(codec: Compression) -> bool {
+    match codec {
+        Compression::None => true,
+        Compression::Gzip => cfg!(feature = "gzip"),
+        Compression::Snappy => cfg!(feature = "snappy"),
+        Compression::Lz4 => cfg!(feature = "lz4"),
+        Compression::Zstd => cfg!(feature = "zstd"),
+    }
+}
+
+#[cfg(feature = "zstd")]
 /// Largest zstd context a thread keeps between batches: its window buffers grow to the
 /// largest window it decoded, and a rare large frame should not pin that memory to the thread.
 const ZSTD_CONTEXT_RETAIN_BYTES: usize = 8 << 20;
 
+#[cfg(feature = "zstd")]
 thread_local! {
     /// A zstd decompression context per thread, reset for each frame. Creating one per batch
     /// (allocating and initialising its tables and window) cost more than decompressing a
@@ -113,6 +147,7 @@ thread_local! {
     static ZSTD_CONTEXT: Cell<Option<zstd::zstd_safe::DCtx<'static>>> = const { Cell::new(None) };
 }
 
+#[cfg(feature = "zstd")]
 /// Runs `f` with this thread's zstd context (created on first use, with the window bound).
 fn with_zstd_context(
     f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> Result<(), BatchError>,
@@ -153,12 +188,15 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> 
     };
     match codec {
         Compression::None => Ok(data.to_vec()),
+        #[cfg(feature = "gzip")]
         Compression::Gzip => {
             let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
             enc.write_all(data).map_err(fail)?;
             enc.finish().map_err(fail)
         }
+        #[cfg(feature = "snappy")]
         Compression::Snappy => compress_snappy_xerial(data),
+        #[cfg(feature = "lz4")]
         Compression::Lz4 => {
             // Kafka writes 64 KiB blocks (docs/format.md, "Compression").
             let info =
@@ -170,7 +208,10 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> 
                 message: e.to_string(),
             })
         }
+        #[cfg(feature = "zstd")]
         Compression::Zstd => zstd::bulk::compress(data, 3).map_err(fail),
+        #[allow(unreachable_patterns)]
+        _ => Err(BatchError::UnsupportedCompression { codec }),
     }
 }
 
@@ -203,6 +244,7 @@ fn read_bounded(
     Ok(())
 }
 
+#[cfg(feature = "snappy")]
 /// Appends one raw snappy block to `out`, checking its claimed size against the limit before
 /// allocating for it.
 fn append_snappy_block(
@@ -227,6 +269,7 @@ fn append_snappy_block(
     Ok(())
 }
 
+#[cfg(feature = "snappy")]
 /// Snappy as Kafka's Java client writes it (xerial framing), or a single raw block when the
 /// xerial magic is absent (some clients, e.g. kafka-python and aiokafka, write that).
 fn decompress_snappy(data: &[u8], max_bytes: usize, out: &mut Vec<u8>) -> Result<(), BatchError> {
@@ -264,6 +307,7 @@ fn decompress_snappy(data: &[u8], max_bytes: usize, out: &mut Vec<u8>) -> Result
     Ok(())
 }
 
+#[cfg(feature = "snappy")]
 fn compress_snappy_xerial(data: &[u8]) -> Result<Vec<u8>, BatchError> {
     let mut out = Vec::with_capacity(XERIAL_HEADER_SIZE + data.len() / 2 + 32);
     out.extend_from_slice(&XERIAL_MAGIC);
@@ -288,13 +332,49 @@ fn compress_snappy_xerial(data: &[u8]) -> Result<Vec<u8>, BatchError> {
 mod tests {
     use super::*;
 
-    const CODECS: [Compression; 5] = [
+    const ALL: [Compression; 5] = [
         Compression::None,
         Compression::Gzip,
         Compression::Snappy,
         Compression::Lz4,
         Compression::Zstd,
     ];
+
+    /// The codecs this build has.
+    fn codecs() -> impl Iterator<Item = Compression> {
+        ALL.into_iter().filter(|&codec| is_supported(codec))
+    }
+
+    #[test]
+    fn support_follows_the_features() {
+        let features = [
+            true,
+            cfg!(feature = "gzip"),
+            cfg!(feature = "snappy"),
+            cfg!(feature = "lz4"),
+            cfg!(feature = "zstd"),
+        ];
+        for (codec, on) in ALL.into_iter().zip(features) {
+            assert_eq!(is_supported(codec), on, "{codec:?}");
+        }
+    }
+
+    /// Run with `cargo test --lib --no-default-features compression`: every codec compiled out
+    /// is refused, both ways, with its own error (never a decompression error that would call
+    /// the batch corrupt).
+    #[test]
+    fn a_compiled_out_codec_is_refused_as_unsupported() {
+        for codec in ALL.into_iter().filter(|&codec| !is_supported(codec)) {
+            assert_eq!(
+                decompress(codec, b"any bytes", 1 << 10),
+                Err(BatchError::UnsupportedCompression { codec })
+            );
+            assert_eq!(
+                compress(codec, b"records"),
+                Err(BatchError::UnsupportedCompression { codec })
+            );
+        }
+    }
 
     fn sample() -> Vec<u8> {
         (0..100_000u32)
@@ -305,7 +385,7 @@ mod tests {
     #[test]
     fn every_codec_round_trips() {
         let data = sample();
-        for codec in CODECS {
+        for codec in codecs() {
             let packed = compress(codec, &data).unwrap();
             assert_eq!(
                 decompress(codec, &packed, data.len()).unwrap(),
@@ -318,7 +398,7 @@ mod tests {
     #[test]
     fn output_beyond_the_limit_is_refused_for_every_codec() {
         let data = vec![0u8; 1 << 20];
-        for codec in CODECS {
+        for codec in codecs() {
             let packed = compress(codec, &data).unwrap();
             assert_eq!(
                 decompress(codec, &packed, 1000),
@@ -329,6 +409,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "snappy")]
     fn snappy_writes_the_xerial_framing() {
         let packed = compress(Compression::Snappy, b"hello").unwrap();
         assert!(packed.starts_with(&XERIAL_MAGIC));
@@ -336,6 +417,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "snappy")]
     fn snappy_raw_block_without_xerial_magic_is_accepted() {
         let block = snap::raw::Encoder::new()
             .compress_vec(b"raw block records")
@@ -347,6 +429,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "snappy")]
     fn snappy_chunk_longer_than_the_stream_is_refused() {
         let mut packed = compress(Compression::Snappy, b"hello hello").unwrap();
         packed[16..20].copy_from_slice(&1000i32.to_be_bytes());
@@ -360,6 +443,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "snappy")]
     fn snappy_block_claiming_a_huge_output_is_refused_before_allocating() {
         // A raw block whose varint preamble claims ~4 GiB.
         let block = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
@@ -367,6 +451,7 @@ mod tests {
     }
 
     /// A zstd frame that declares a window of 2^27 bytes, above what we accept.
+    #[cfg(feature = "zstd")]
     fn zstd_frame_with_a_large_window() -> Vec<u8> {
         use zstd::zstd_safe::CParameter;
         let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
@@ -377,6 +462,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "zstd")]
     fn zstd_window_bound_holds_on_every_use_of_the_reused_context() {
         let small = compress(Compression::Zstd, b"a small frame").unwrap();
         let large = zstd_frame_with_a_large_window();
@@ -396,6 +482,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "zstd")]
     fn a_zstd_frame_cut_short_does_not_affect_the_next() {
         let data = sample();
         let packed = compress(Compression::Zstd, &data).unwrap();
@@ -407,6 +494,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "lz4")]
     fn bytes_after_an_lz4_frame_are_refused() {
         let mut packed = compress(Compression::Lz4, b"records").unwrap();
         assert_eq!(
@@ -427,7 +515,7 @@ mod tests {
     #[test]
     fn decompress_into_replaces_what_the_buffer_held() {
         let mut out = b"left over from an earlier batch".to_vec();
-        for codec in CODECS {
+        for codec in codecs() {
             decompress_into(codec, &compress(codec, b"new").unwrap(), 100, &mut out).unwrap();
             assert_eq!(out, b"new", "{codec:?}");
         }
@@ -436,7 +524,7 @@ mod tests {
     #[test]
     fn garbage_is_a_decompression_error_for_every_codec() {
         let garbage = [0x13u8, 0x37, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x01];
-        for codec in CODECS.into_iter().skip(1) {
+        for codec in codecs().skip(1) {
             assert!(
                 matches!(
                     decompress(codec, &garbage, 1 << 20),

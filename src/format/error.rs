@@ -56,6 +56,13 @@ pub enum BatchError {
         /// The codec id of the attributes (their low three bits).
         codec: u8,
     },
+    /// The batch is compressed with a codec Kafka defines but this build of oncelog does not
+    /// have (its cargo feature is off): its records cannot be checked or read.
+    #[error("compression codec {codec:?} is not compiled into this build (cargo feature)")]
+    UnsupportedCompression {
+        /// The codec of the batch.
+        codec: Compression,
+    },
     /// A client batch must leave its offsets to the log.
     #[error("a client batch must have baseOffset 0, got {base_offset}")]
     NonZeroBaseOffset {
@@ -190,6 +197,8 @@ impl BatchError {
             BatchError::TooLarge { .. } | BatchError::DecompressedTooLarge { .. } => {
                 "batch_too_large"
             }
+            // Kafka's UNSUPPORTED_COMPRESSION_TYPE: not damage, and not the client's fault.
+            BatchError::UnsupportedCompression { .. } => "unsupported_compression",
             // Raised only when oncelog itself compresses (the builder), never by a batch's bytes.
             BatchError::CompressionFailed { .. } => "compression_failed",
         }

@@ -17,6 +17,11 @@ pub const APPEND_ERRORS: &[(&str, ResponseError)] = &[
     // A well-formed batch breaking a client rule (non-zero base offset, no records, a control
     // batch, a missing sequence, more than one batch in a v3+ produce, ...).
     ("invalid_record", ResponseError::InvalidRecord),
+    // A codec this build of oncelog was compiled without (its cargo feature is off).
+    (
+        "unsupported_compression",
+        ResponseError::UnsupportedCompressionType,
+    ),
     // Larger than `max.message.bytes`.
     ("batch_too_large", ResponseError::MessageTooLarge),
     // Larger than a whole segment.

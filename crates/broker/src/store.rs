@@ -788,7 +788,7 @@ mod tests {
 
     #[test]
     fn topic_ids_are_written_as_kafka_writes_them() {
-        // The id of the `idem` topic in ../shared/fixtures/kafka-broker, written by Kafka 4.4.
+        // The id of the `idem` topic in tests/fixtures/kafka-broker, written by Kafka 4.4.
         let text = "version: 0\ntopic_id: IM2DM_xxRv21CyKjxgmXyQ";
         let id = parse_partition_metadata(text).unwrap();
         assert_eq!(encode_topic_id(id), "IM2DM_xxRv21CyKjxgmXyQ");

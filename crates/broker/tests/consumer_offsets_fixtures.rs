@@ -1,5 +1,5 @@
 //! The offsets log's record schema against Kafka's own: every record of the real
-//! `__consumer_offsets` partitions in the fixture sets (../shared/fixtures/kafka-logdirs,
+//! `__consumer_offsets` partitions in the fixture sets (tests/fixtures/kafka-logdirs,
 //! written by Kafka brokers in the wild) decodes with `offsets_log::decode`, and they hold
 //! offset commits.
 
@@ -11,7 +11,7 @@ use oncelog_broker::offsets_log::{decode, OffsetRecord};
 
 #[test]
 fn kafkas_consumer_offsets_partitions_decode_with_the_brokers_schema() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/kafka-logdirs");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/kafka-logdirs");
     let mut partitions = 0;
     let (mut commits, mut deletions, mut group_records) = (0, 0, 0);
     for set in std::fs::read_dir(&root).expect("the fixture sets") {

@@ -1,4 +1,4 @@
-//! The broker serves a log dir that Apache Kafka 4.4 wrote (../shared/fixtures/kafka-broker):
+//! The broker serves a log dir that Apache Kafka 4.4 wrote (tests/fixtures/kafka-broker):
 //! its topics, their Kafka topic ids, and their records, to a real client.
 
 mod common;
@@ -15,7 +15,7 @@ use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/kafka-broker")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/kafka-broker")
 }
 
 fn copy_dir(from: &Path, to: &Path) {

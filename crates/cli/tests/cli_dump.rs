@@ -18,7 +18,7 @@ use serde_json::Value;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/kafka-logdirs"
+    "/../../tests/fixtures/kafka-logdirs"
 );
 
 fn crc_of(batch: &[u8]) -> u64 {

@@ -1,5 +1,5 @@
 //! `oncelog dump`, `verify` and `recover` of a whole log dir (the Kafka 4.4 broker's of
-//! `shared/fixtures/kafka-broker`), and `oncelog bench --partitions`.
+//! `tests/fixtures/kafka-broker`), and `oncelog bench --partitions`.
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -11,7 +11,7 @@ use common_cli::{json_lines, of_type, run, run_path, stdout};
 
 const BROKER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/kafka-broker"
+    "/../../tests/fixtures/kafka-broker"
 );
 
 fn log_dir() -> (tempfile::TempDir, PathBuf) {

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0"
+    "/../../tests/fixtures/kafka-logdirs/userchic-mymicroservices/postCreated-0"
 );
 
 const PID: i64 = 3;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/kafka-broker")
+        .join("../../tests/fixtures/kafka-broker")
         .join(name)
 }
 
