@@ -1,4 +1,4 @@
-//! The log manager at scale (issue 13 item 9, DESIGN.md §10 "many partitions"): how long a log
+//! The log manager at scale: how long a log
 //! dir of many partitions takes to open after a clean close and after a crash with small
 //! unflushed tails, what an idle partition costs in resident memory and file descriptors, and
 //! the aggregate append throughput over 1, 100 and 1,000 partitions from 2 threads against a

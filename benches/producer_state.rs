@@ -1,4 +1,4 @@
-//! Producer state at scale (issue 3): with 1M idempotent producers, each holding a full
+//! Producer state at scale: with 1M idempotent producers, each holding a full
 //! window of 5 batches, measures the snapshot size, the time to encode it, the time to load
 //! it (file read + CRC + decode + table build, through `Log::open` of a directory holding only
 //! that snapshot), and the heap bytes per producer in the table.

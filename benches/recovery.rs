@@ -1,4 +1,4 @@
-//! Recovery benchmarks (issue 4): reopening after an unclean shutdown validates every batch
+//! Recovery benchmarks: reopening after an unclean shutdown validates every batch
 //! after the recovery point (bytes validated per second), and restart time with a producer
 //! snapshot versus a full replay of the log.
 

@@ -1,4 +1,4 @@
-//! What rewriting the log costs (issue 10 item 8):
+//! What rewriting the log costs:
 //!
 //! - `truncate/removed`: `Log::truncate_to` removing 4 KiB to 16 MiB from the end of a 64 MiB
 //!   active segment. The cost is meant to grow with the bytes removed (the index entries after

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Kafka's own log cleaner on the data shape of benches/compaction.rs (issue 12 item 9), for the
-# comparison in docs/benchmarks.md ("### Compaction (issue 12)").
+# Kafka's own log cleaner on the data shape of benches/compaction.rs, for the
+# comparison in docs/benchmarks.md ("### Compaction").
 #
 #   benches/kafka-cleaner/run.sh [MB] [KEYS]      defaults 1024 MiB, 1,000,000 keys
 #

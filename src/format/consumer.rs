@@ -12,7 +12,7 @@
 //! - control batches (transaction markers) are not records of the application and are skipped;
 //! - under read_committed ([`ConsumerRecordIter::read_committed`]) the records of aborted
 //!   transactions are skipped too: given the aborted transactions a read_committed fetch returns
-//!   (`(producer id, first offset)`, kafka-format.md §7.4), a producer's transactional batches
+//!   (`(producer id, first offset)`, docs/kafka-format.md §7.4), a producer's transactional batches
 //!   are skipped from the first offset of one of them to its ABORT marker, as Kafka's consumer
 //!   does;
 //! - timestamps follow the batch's type: under LogAppendTime every record carries the batch's

@@ -207,7 +207,7 @@ mod tests {
         seeds
     }
 
-    /// Compressed client batches that must be refused (issue 8 item 7): every one has a valid
+    /// Compressed client batches that must be refused: every one has a valid
     /// CRC, so only decompressing and walking the records finds the problem.
     fn compressed_seeds() -> Vec<(&'static str, Vec<u8>)> {
         use crate::format::compression::compress;

@@ -2,7 +2,7 @@
 //! fetcher needs to go on (where the next fetch starts, how far the log is readable), under
 //! either isolation level: read_uncommitted up to the high watermark, read_committed up to the
 //! last stable offset with the aborted transactions the returned batches overlap, collected as
-//! Kafka's fetch collects them (kafka-format.md §7.4).
+//! Kafka's fetch collects them (docs/kafka-format.md §7.4).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! What a log offers the log manager's background jobs (DESIGN.md §13) besides its own API:
+//! What a log offers the log manager's background jobs (docs/design.md, "Many partitions") besides its own API:
 //! removal of `.deleted` files, snapshots by replay budget, and the two ways the manager ends
 //! a log other than a clean close.
 

@@ -1,4 +1,4 @@
-//! Transactions at the log layer (docs/design.md, "Transactions"; kafka-format.md §7): the
+//! Transactions at the log layer (docs/design.md, "Transactions"; docs/kafka-format.md §7): the
 //! COMMIT and ABORT markers the transaction coordinator writes, the first unstable offset and
 //! the last stable offset, and the `.txnindex` entry of every aborted transaction.
 //!
@@ -129,7 +129,7 @@ impl IsolationLevel {
     }
 }
 
-/// What the first unstable offset is made of (kafka-format.md §7.1), as plain data: the
+/// What the first unstable offset is made of (docs/kafka-format.md §7.1), as plain data: the
 /// earliest open transaction, and the completed transactions whose marker is not yet below the
 /// high watermark, `(marker offset, first offset)` in marker order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -343,7 +343,7 @@ impl Log {
     }
 
     /// Appends the `.txnindex` entry of a transaction a marker about to be written aborts, to
-    /// the active segment's index (kafka-format.md §2.1 step 5). Returns whether it wrote one.
+    /// the active segment's index (docs/kafka-format.md §2.1 step 5). Returns whether it wrote one.
     pub(super) fn write_aborted_entry(
         &self,
         st: &mut AppendState,
@@ -375,7 +375,7 @@ impl Log {
 
     /// The first offset of the earliest transaction still unstable (open, or completed by a
     /// marker the high watermark has not passed), at or above the log start; `None` when there
-    /// is none (kafka-format.md §7.1).
+    /// is none (docs/kafka-format.md §7.1).
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.txn
             .first_unstable(|| self.high_watermark(), self.log_start_offset())
@@ -383,7 +383,7 @@ impl Log {
 
     /// The last stable offset: the first unstable offset, or the high watermark if that is
     /// lower or there is none. A read_committed fetch returns records below it only
-    /// (kafka-format.md §7.1, §7.4).
+    /// (docs/kafka-format.md §7.1, §7.4).
     pub fn last_stable_offset(&self) -> i64 {
         self.txn
             .last_stable(|| self.high_watermark(), self.log_start_offset())

@@ -1,5 +1,5 @@
 //! One log dir: its lock, `meta.properties`, clean-shutdown marker, offset checkpoints and the
-//! partition directories in it (kafka-format.md §8).
+//! partition directories in it (docs/kafka-format.md §8).
 //!
 //! | file | content |
 //! |---|---|

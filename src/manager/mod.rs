@@ -1,4 +1,4 @@
-//! Many partitions in one or more Kafka log dirs (DESIGN.md §13): a lock per log dir,
+//! Many partitions in one or more Kafka log dirs (docs/design.md, "Many partitions"): a lock per log dir,
 //! `meta.properties`, Kafka's offset checkpoint files and clean-shutdown marker, partitions
 //! opened in parallel, created and deleted as Kafka names them, and background jobs.
 //!

@@ -1,4 +1,4 @@
-//! Kafka's offset checkpoint files of a log dir (kafka-format.md §8.1): one offset per
+//! Kafka's offset checkpoint files of a log dir (docs/kafka-format.md §8.1): one offset per
 //! partition, in Kafka's text checkpoint layout.
 //!
 //! ```text

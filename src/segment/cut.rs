@@ -84,7 +84,7 @@ pub fn reopen_cut(
         .sync_data()
         .ctx("fdatasync", &files.index_path)?;
     files.time.sync_data().ctx("fdatasync", &files.time_path)?;
-    // The aborted transactions whose markers go (kafka-format.md §7.3 truncateTo): the file is
+    // The aborted transactions whose markers go (docs/kafka-format.md §7.3 truncateTo): the file is
     // cut at the first entry at or after the new end, in place like the other indexes.
     let all_txn = old_segment.txn_index().entries();
     let kept_txn: Vec<AbortedTxn> = all_txn

@@ -1,4 +1,4 @@
-//! Walking the batches of a `.log` file: where the valid data ends and why (kafka-format.md
+//! Walking the batches of a `.log` file: where the valid data ends and why (docs/kafka-format.md
 //! §8.3). Pure over bytes; recovery, verification and the dump tool all use it.
 
 use crate::format::{self, BatchError, BatchFrame, RecordBatch};

@@ -1,4 +1,4 @@
-//! The aborted-transaction index `N.txnindex` (docs/format.md, ".txnindex"; kafka-format.md
+//! The aborted-transaction index `N.txnindex` (docs/format.md, ".txnindex"; docs/kafka-format.md
 //! §7.3): one entry per transaction aborted by a marker written while the segment was active.
 //!
 //! | off | size | field                                              |
@@ -38,7 +38,7 @@ pub struct AbortedTxn {
     pub last_offset: i64,
     /// The first offset of the earliest transaction of another producer still open when the
     /// marker was written, or the marker's offset + 1: a read_committed fetch that reaches no
-    /// further than this needs no later entry (kafka-format.md §7.4).
+    /// further than this needs no later entry (docs/kafka-format.md §7.4).
     pub last_stable_offset: i64,
 }
 

@@ -213,3 +213,14 @@ pub fn tree_digest(root: &Path) -> BTreeMap<String, (usize, u32)> {
     walk(root, root, &mut out);
     out
 }
+
+/// The descriptors this process holds on files under `dir` (from `/proc/self/fd`). Counting only
+/// those keeps the count exact while other tests of the same binary open files elsewhere.
+pub fn descriptors_under(dir: &Path) -> usize {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.starts_with(&dir))
+        .count()
+}

@@ -11,7 +11,7 @@ use oncelog::{AppendError, AppendInfo, AppendOutcome, FlushError, Log, LogConfig
 
 use super::{client_batch, describe_dir, open, retry_window, Ctx, Model, ProducerSeq, StepClock};
 
-/// `Ctx` prints crash_sim's replay command; this prints the one of the running test binary.
+/// `Ctx` prints append_crash_sim's replay command; this prints the one of the running test binary.
 pub fn replayable<T>(seed: u64, test: &str, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(v) => v,

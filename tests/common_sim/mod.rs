@@ -83,7 +83,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(seed: u64, test: &'static str) -> Ctx {
-        Ctx::in_file(seed, "crash_sim", test)
+        Ctx::in_file(seed, "append_crash_sim", test)
     }
     pub fn in_file(seed: u64, file: &'static str, test: &'static str) -> Ctx {
         Ctx {
@@ -94,7 +94,7 @@ impl Ctx {
             seed_var: "ONCELOG_CRASH_SEED",
         }
     }
-    /// A context whose failures say to replay with `seed_var` and `--test target`.
+    /// A context whose failures say to replay with `seed_var` and the tests of module `target`.
     pub fn replayed_by(mut self, seed_var: &'static str, target: &'static str) -> Ctx {
         self.seed_var = seed_var;
         self.file = target;
@@ -108,8 +108,9 @@ impl Ctx {
     }
     pub fn fail(&self, msg: impl std::fmt::Display) -> ! {
         panic!(
-            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: {var}={seed} cargo test --test {file} {test} -- --nocapture",
+            "seed {seed}: {msg}\nlast steps: {:#?}\nreplay: {var}={seed} cargo test --test {binary} {file}::{test} -- --nocapture",
             self.history,
+            binary = env!("CARGO_CRATE_NAME"),
             seed = self.seed,
             file = self.file,
             test = self.test,

@@ -1,4 +1,4 @@
-//! Side-by-side benchmarks of oncelog against peer engines and bare baselines (issue 5; the
+//! Side-by-side benchmarks of oncelog against peer engines and bare baselines (the
 //! method is written into docs/benchmarks.md by each run). One process, rounds interleaved,
 //! medians of N.
 //!

@@ -9,7 +9,7 @@
 //! too.
 //!
 //! The log grows by one record per committed partition: Kafka bounds it by key compaction
-//! (`cleanup.policy=compact`), which is oncelog's issue 12 and not here yet. The seam is the
+//! (`cleanup.policy=compact`), which the broker does not run on it yet. The seam is the
 //! key: every record's key is Kafka's, so compacting this log keeps the latest per partition.
 
 use std::collections::BTreeMap;

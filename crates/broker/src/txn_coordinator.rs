@@ -13,7 +13,7 @@
 //! the log is replayed and every transaction is settled: one whose commit was decided
 //! (`prepare_commit` written) is completed (markers and offsets), one that was not is
 //! aborted; any transaction still open in a partition without a coordinator record is
-//! aborted too. Like `__consumer_offsets`, the log is laid out for key compaction (issue 12)
+//! aborted too. Like `__consumer_offsets`, the log is laid out for key compaction
 //! and grows until then.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

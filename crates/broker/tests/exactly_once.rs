@@ -1,4 +1,4 @@
-//! The seeds' scenario end to end (issue 16): a confluent-kafka producer with a transaction
+//! The seeds' scenario end to end: a confluent-kafka producer with a transaction
 //! per message; a group of three consumers with read_committed and manual commits, each
 //! recording its side effect in oncelog's processed-id store (one store per input partition);
 //! one consumer killed after its side effect and before its commit. The group rebalances, the

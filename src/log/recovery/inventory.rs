@@ -17,7 +17,7 @@ pub(super) struct FileEntry {
     pub len: u64,
 }
 
-/// An interrupted swap's `.log.swap` (kafka-format.md §8.2 step 4).
+/// An interrupted swap's `.log.swap` (docs/kafka-format.md §8.2 step 4).
 #[derive(Debug, Clone)]
 pub(super) struct SwapEntry {
     pub base: i64,

@@ -13,7 +13,7 @@
 //! - Without a checkpoint of its own (a Kafka partition), a partition opened through the log
 //!   manager is vouched for by the log dir's Kafka checkpoints: after a clean shutdown
 //!   (`.kafka_cleanshutdown`) every segment, otherwise every segment that ends at or below
-//!   Kafka's recovery point, is trusted as Kafka trusts it (kafka-format.md §8.2 step 6): its
+//!   Kafka's recovery point, is trusted as Kafka trusts it (docs/kafka-format.md §8.2 step 6): its
 //!   indexes are checked and kept whatever interval wrote them, and only its tail is walked,
 //!   for its end offset.
 //! - Damage is judged by whether it loses durable offsets: below the checkpoint's recovery
@@ -36,7 +36,7 @@ use crate::segment::{
     ScanStop, TailInfo,
 };
 
-/// A segment's `.log` can never reach 2 GiB: positions are int32 (kafka-format.md §2.3).
+/// A segment's `.log` can never reach 2 GiB: positions are int32 (docs/kafka-format.md §2.3).
 pub(super) const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 
 /// Why the plan refuses to open the log.
@@ -124,7 +124,7 @@ pub(super) struct Doomed {
     pub unrecorded: bool,
 }
 
-/// What completing the interrupted swaps does (kafka-format.md §8.2 step 4).
+/// What completing the interrupted swaps does (docs/kafka-format.md §8.2 step 4).
 #[derive(Debug, Default)]
 pub(super) struct SwapPlan {
     /// Old segment files the swapped-in segments replace.
@@ -219,7 +219,7 @@ fn record_of(s: &KeptSegment, file_len: u64) -> SegmentRecord {
     }
 }
 
-/// What the log dir's Kafka checkpoint files say of a partition (kafka-format.md §8): the
+/// What the log dir's Kafka checkpoint files say of a partition (docs/kafka-format.md §8): the
 /// log manager reads them and passes on the partition's entries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogDirOffsets {
@@ -581,7 +581,7 @@ impl Planner<'_> {
                     // tail is walked. A clean close synced the whole log before it wrote the
                     // record, the last segment's end included, which is then held to its
                     // file's length and its indexes' last entries like every other segment:
-                    // a clean open reads no batch (issue 13).
+                    // a clean open reads no batch.
                     let last_recorded = record.keys().next_back() == Some(&base);
                     let check_tail = last_recorded && !clean;
                     match self.trust(r, f, bounds, previous_last, check_tail, report)? {

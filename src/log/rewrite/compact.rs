@@ -1,4 +1,4 @@
-//! Key compaction: Kafka's log cleaner (kafka-format.md §9.3, docs/design.md "Rewriting the
+//! Key compaction: Kafka's log cleaner (docs/kafka-format.md §9.3, docs/design.md "Rewriting the
 //! log").
 //!
 //! A round builds a key → latest offset map over the dirty range (from the cleaner offset to
@@ -1041,7 +1041,7 @@ fn time_bytes(s: &Segment) -> Result<u64, IoError> {
 
 #[cfg(test)]
 mod tests {
-    //! Kafka's record and batch rules (kafka-format.md §9.3), one case each.
+    //! Kafka's record and batch rules (docs/kafka-format.md §9.3), one case each.
     use super::*;
     use crate::format::{end_txn_marker, BatchBuilder};
 

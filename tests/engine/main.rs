@@ -1,0 +1,36 @@
+//! The log of one partition through its public API: appends, fetches, rolls, flushes, rewrites,
+//! transactions, verification, the processed-id store.
+//!
+//! One test binary per concern (Cargo builds and links each binary once); each module is
+//! one file of tests, named after what it covers. Run one with
+//! `cargo test --test engine <module>::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common_sim/mod.rs"]
+mod common_sim;
+
+mod append_writes;
+mod batch_roundtrip;
+mod clean_open;
+mod compact_log;
+mod compressed_append;
+mod exactly_once;
+mod group_commit;
+mod handoff;
+mod leader_epochs;
+mod leftovers;
+mod log_bad_input;
+mod log_concurrency;
+mod log_fetch;
+mod log_metrics;
+mod log_roll;
+mod log_smoke;
+mod log_wait;
+mod processed_store;
+mod rewrite_retention;
+mod rewrite_truncate;
+mod sealed_segments;
+mod segment_space;
+mod txn_log;
+mod verify;

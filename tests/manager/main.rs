@@ -1,0 +1,12 @@
+//! Many partitions: the LogManager, its background jobs and its locks.
+//!
+//! One test binary per concern (Cargo builds and links each binary once); each module is
+//! one file of tests, named after what it covers. Run one with
+//! `cargo test --test manager <module>::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod manager;
+mod manager_jobs;
+mod manager_locks;
