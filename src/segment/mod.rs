@@ -278,7 +278,17 @@ impl Segment {
             None => false,
         }
     }
-    /// A sealed segment became durable: its maps may go.
+    /// Maps it now, if it is not, and keeps it mapped until [`Segment::unpin`]: a rewrite
+    /// calls this before it renames the segment's files, because a reader that finds the
+    /// segment in the log's map until the rewrite publishes its new state maps it by name, and
+    /// must find these bytes there, not a missing file (or the file a later rename puts under
+    /// the same name, as compaction's `.swap` does).
+    pub(crate) fn hold_mapped(&self) -> Result<(), IoError> {
+        self.view()?;
+        self.pinned.store(true, Ordering::Release);
+        Ok(())
+    }
+    /// A sealed segment became durable, or left the log: its maps may go.
     pub(crate) fn unpin(&self) {
         self.pinned.store(false, Ordering::Release);
     }

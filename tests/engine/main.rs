@@ -28,6 +28,7 @@ mod log_roll;
 mod log_smoke;
 mod log_wait;
 mod processed_store;
+mod rewrite_readers;
 mod rewrite_retention;
 mod rewrite_truncate;
 mod sealed_segments;

@@ -176,6 +176,13 @@ impl Log {
         recyclable: Option<&Arc<Segment>>,
     ) -> Result<u64, IoError> {
         let fs = self.env.fs.as_ref();
+        // Readers may look the segment up until the rewrite publishes the new state: they must
+        // not map it by a name its files are about to leave. A segment that does not map (a
+        // damaged or missing file) fails those readers as it would have before.
+        let listed = self.segments.read().get(&base).cloned();
+        if let Some(segment) = listed {
+            let _ = segment.hold_mapped();
+        }
         let mut bytes = 0;
         for ext in [
             names::LOG_EXT,
@@ -213,10 +220,6 @@ impl Log {
         name.push(names::DELETED_SUFFIX);
         let to = path.with_file_name(name);
         self.env.fs.rename(path, &to).ctx("rename", path)?;
-        if let Some(segment) = recyclable {
-            // Its own maps need not live until the delay is over (readers keep theirs).
-            segment.unmap();
-        }
         self.deletions.lock().push(Deletion {
             path: to,
             due_ms: now_ms + self.config.file_delete_delay_ms,
@@ -247,6 +250,7 @@ impl Log {
                 // being written again, so it is removed instead (its inode lives on for the
                 // reader). No new map can appear: the segment is out of the log, and its
                 // file is no longer under the name it maps.
+                segment.unpin();
                 segment.unmap();
                 if !segment.readers_hold_bytes() {
                     // A file that cannot be made a pool file is removed as any other.

@@ -254,6 +254,12 @@ impl Log {
                 map.remove(&s.base_offset());
             }
         }
+        // Out of the log, no reader maps them again: their own maps need not live until the
+        // delay is over (readers keep theirs, which keeps a file from being recycled).
+        for s in &doomed {
+            s.unpin();
+            s.unmap();
+        }
         ex.st
             .unflushed_sealed
             .retain(|u| doomed.iter().all(|d| d.base_offset() != u.base_offset()));
