@@ -85,9 +85,12 @@ impl Skipped {
     }
 }
 
+/// A partition directory of a log dir: its name (`<topic>-<n>`) and path.
+type Partition = (String, PathBuf);
+
 /// The partition directories of a log dir, in name order, by name (`<topic>-<n>`), and every
 /// other entry with why it is left out (the log dir's own files, checked on their own, aside).
-fn partitions(dir: &Path) -> Result<(Vec<(String, PathBuf)>, Vec<Skipped>), CliError> {
+fn partitions(dir: &Path) -> Result<(Vec<Partition>, Vec<Skipped>), CliError> {
     let mut entries: Vec<(String, Option<std::fs::FileType>)> = std::fs::read_dir(dir)
         .map_err(|e| CliError(format!("{}: {}", dir.display(), crate::io_reason(&e))))?
         .flatten()

@@ -129,8 +129,9 @@ fn damage_to_any_file_of_a_partition_is_found_never_a_failure_to_run() {
                 // Kafka's sanity check accepts too: lookups scan a little further. Not damage
                 // if every record is still read as it was.
                 let len = fs::metadata(dir.join(&name)).unwrap().len();
-                let sparse =
-                    matches!(how, Harm::Truncate) && name.ends_with(".index") && len % 8 == 0;
+                let sparse = matches!(how, Harm::Truncate)
+                    && name.ends_with(".index")
+                    && len.is_multiple_of(8);
                 let o = run_path(&["verify"], &dir);
                 match o.status.code() {
                     Some(1) => {}
