@@ -159,6 +159,17 @@ fn damage_to_any_file_of_a_partition_is_found_never_a_failure_to_run() {
                         String::from_utf8_lossy(&o.stderr)
                     );
                 }
+                // The other commands that open the log refuse damage as damage too.
+                for args in [&["read"][..], &["compact", "--dry-run"]] {
+                    let o = run_path(args, &dir);
+                    assert!(
+                        matches!(o.status.code(), Some(0 | 1)),
+                        "{args:?} after {what}: exit {:?}\n{}{}",
+                        o.status.code(),
+                        stdout(&o),
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
                 let o = run_path(&["recover", "--mode", "tolerate-any"], &dir);
                 assert!(
                     matches!(o.status.code(), Some(0 | 1 | 3)),

@@ -180,6 +180,13 @@ fn failed(
         log_end_offset: Some(log.log_end_offset()),
         high_watermark: Some(log.high_watermark()),
     };
+    // An I/O error over bytes that are damaged (`InvalidData`) is damage found, not a failure
+    // of the machine.
+    let damage_found = match &e {
+        RewriteError::Io(io) => io.source.kind() == std::io::ErrorKind::InvalidData,
+        RewriteError::ReadOnly { cause } => cause.source.kind() == std::io::ErrorKind::InvalidData,
+        _ => false,
+    };
     let hint = match e {
         RewriteError::BelowLogStart { .. }
         | RewriteError::AboveLogEnd { .. }
@@ -188,6 +195,16 @@ fn failed(
         | RewriteError::KeyMapTooSmall { .. } => {
             close(log, dir)?;
             "nothing was changed".to_string()
+        }
+        _ if damage_found => {
+            // Damage in bytes a clean open did not read (the last segment's tail), found before
+            // the first change: the log went read-only, and the next open's recovery settles it.
+            stopped.refused = false;
+            drop(log);
+            format!(
+                "the log is damaged: `oncelog verify {}` lists it, `oncelog recover` cuts it",
+                dir.display()
+            )
         }
         RewriteError::Corrupt(_) => {
             // The rewrite may have stopped part way; then the log is read-only and its close
