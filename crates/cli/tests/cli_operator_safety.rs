@@ -427,3 +427,18 @@ fn recover_backup_holds_the_directory_as_it_was_and_restores_it() {
     assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
     assert!(stdout(&o).contains("450 records"), "{}", stdout(&o));
 }
+
+#[test]
+fn dry_run_of_a_log_another_process_holds_could_not_run_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    log_of_450(dir.path());
+    let live = Log::open_existing(dir.path(), LogConfig::default()).unwrap();
+    let before = listing(dir.path());
+    for args in [&["recover", "--dry-run"][..], &["recover"]] {
+        let o = run_path(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stdout(&o));
+        assert!(stderr(&o).contains("in use"), "{args:?}: {}", stderr(&o));
+        assert_eq!(listing(dir.path()), before, "{args:?}");
+    }
+    live.close().unwrap();
+}
