@@ -298,6 +298,22 @@ const CASES: &[Case] = &[
         lost: 0,
     },
     Case {
+        name: "flip in the first segment, tolerate-any deep: every later segment deleted",
+        damage: |d| flip(&segment_files(d)[0], 100),
+        args: &["--deep", "--mode", "tolerate-any"],
+        lost: 0,
+    },
+    Case {
+        name: "stray leftovers and an orphan index",
+        damage: |d| {
+            fs::write(d.join("00000000000000000010.snapshot.tmp"), b"half").unwrap();
+            fs::write(d.join("00000000000000099999.index"), [0u8; 8]).unwrap();
+            fs::write(d.join("00000000000000000000.log.deleted"), b"old").unwrap();
+        },
+        args: &[],
+        lost: 0,
+    },
+    Case {
         name: "checkpoint removed, index removed",
         damage: |d| {
             fs::remove_file(d.join("oncelog.checkpoint")).unwrap();
@@ -337,6 +353,7 @@ fn dry_run_reports_what_the_recovery_then_does_for_every_kind_of_damage() {
             "truncations",
             "segments_deleted",
             "indexes_rebuilt",
+            "leftovers",
             "removed",
             "removed_totals",
             "data_removed",
@@ -345,6 +362,13 @@ fn dry_run_reports_what_the_recovery_then_does_for_every_kind_of_damage() {
             "segments",
         ] {
             assert_eq!(done[field], preview[field], "{}: {field}", case.name);
+        }
+        for field in ["snapshot_offset", "removed_above_end", "producers"] {
+            assert_eq!(
+                done["producer_state"][field], preview["producer_state"][field],
+                "{}: producer_state.{field}",
+                case.name
+            );
         }
         let removed = done["removed_totals"]["records"].as_u64().unwrap();
         let expected_code = if done["data_removed"] == true { 3 } else { 0 };

@@ -88,7 +88,9 @@ pub(crate) fn preview(
     );
     for (base, path) in &inv.indexes {
         let live = plan.segments.iter().any(|s| s.base == *base);
-        if !live && !swaps.superseded.contains(path) {
+        // A deleted segment's indexes go with it, before orphans are looked for.
+        let doomed = plan.doomed.iter().any(|d| d.base == *base);
+        if !live && !doomed && !swaps.superseded.contains(path) {
             report.leftovers.push(path.clone());
         }
     }
