@@ -99,6 +99,10 @@ internal_mod!(manager);
 internal_mod!(segment);
 
 pub use log::{
+    partition_evidence, NotAPartitionReason, PartitionEvidence, RecoveryPreview, RemovedData,
+    RemovedTotals,
+};
+pub use log::{
     AppendError, AppendInfo, AppendOutcome, AppendWrites, BadCheckpoint, BadEpochCheckpoint,
     Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
     DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,

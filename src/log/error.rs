@@ -146,6 +146,15 @@ pub enum OpenError {
     /// The `leader-epoch-checkpoint` is unreadable or holds what no epoch cache can.
     #[error(transparent)]
     BadEpochCheckpoint(#[from] BadEpochCheckpoint),
+    /// [`crate::Log::open_existing`] (or a recovery preview) was given a directory that holds
+    /// no partition: nothing was created in it.
+    #[error("not a partition directory: {}: {reason}", dir.display())]
+    NotAPartition {
+        /// The directory given.
+        dir: PathBuf,
+        /// Why it is not one.
+        reason: super::NotAPartitionReason,
+    },
     /// The recovery mode does not allow what recovery would have to cut.
     #[error("{}{}: {damage} (refused by recovery mode {})", path.display(), position.map(|p| format!(": byte {p}")).unwrap_or_default(), mode.name())]
     Refused {
@@ -171,6 +180,7 @@ impl OpenError {
             OpenError::BadCheckpoint(_) => "bad_checkpoint",
             OpenError::BadEpochCheckpoint(_) => "bad_epoch_checkpoint",
             OpenError::Refused { .. } => "refused",
+            OpenError::NotAPartition { .. } => "not_a_partition",
         }
     }
 }

@@ -71,12 +71,15 @@ impl Log {
                 "{damage} at byte {position}, found before the first change after a clean \
                  open: the log is read-only; reopen it to recover"
             );
+            // `InvalidData`: what failed is the bytes on disk, not the machine (a tool tells
+            // damage found from a failure to run by it).
+            let damaged = |reason| std::io::Error::new(std::io::ErrorKind::InvalidData, reason);
             st.failure = Some(Arc::new(IoError::new(
                 "check the tail",
                 &path,
-                std::io::Error::other(reason.clone()),
+                damaged(reason.clone()),
             )));
-            return Err(IoError::new("check the tail", &path, std::io::Error::other(reason)));
+            return Err(IoError::new("check the tail", &path, damaged(reason)));
         }
         Ok(())
     }

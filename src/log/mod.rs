@@ -15,6 +15,7 @@ mod managed;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 mod metrics;
+mod operator;
 mod prefault;
 mod producers;
 mod recovery;
@@ -48,7 +49,10 @@ pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, Re
 pub use fetch::FetchResult;
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
-pub use recovery::{LogDirOffsets, RecoveryReport, Truncation};
+pub use operator::{partition_evidence, NotAPartitionReason, PartitionEvidence};
+pub use recovery::{
+    LogDirOffsets, RecoveryPreview, RecoveryReport, RemovedData, RemovedTotals, Truncation,
+};
 pub use rewrite::{
     Cleanable, CompactionReport, DeletedSegment, RetentionReason, RetentionReport, TruncateReport,
     CLEANER_OFFSET_FILE,

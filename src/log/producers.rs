@@ -121,6 +121,20 @@ impl LoadPlan {
         self.bad.is_empty() && self.above_end.is_empty()
     }
 
+    /// What [`LoadPlan::apply`] would report, without changing a file: the snapshots it
+    /// would set aside (by their present names) and those it would remove.
+    pub fn preview_report(&self) -> ProducerLoadReport {
+        ProducerLoadReport {
+            quarantined: self
+                .bad
+                .iter()
+                .map(|(_, path, e)| (path.clone(), e.to_string()))
+                .collect(),
+            removed_above_end: self.above_end.clone(),
+            ..self.report.clone()
+        }
+    }
+
     /// The state alone, leaving the snapshot files as they are.
     pub fn into_state(self) -> ProducerState {
         self.state

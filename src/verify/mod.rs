@@ -18,6 +18,7 @@ use crate::log::checkpoint::{self, SegmentRecord};
 use crate::producer::{snapshot, snapshot_files, SnapshotError};
 use crate::segment::{names, offset_index, scan, time_index, OffsetBounds, ScanStop};
 
+mod metadata;
 mod txn;
 
 /// One thing wrong with a file.
@@ -242,7 +243,18 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             next_segment_base: bases.get(i + 1).copied(),
             dense_from: cp.as_ref().and_then(|c| c.dense_from),
         };
-        let last = verify_segment(fs, dir, f, bounds, previous_last, &mut txn, &mut report)?;
+        // A segment rolled, or closed by a clean close, holds its final time-index entry.
+        let sealed = bounds.next_segment_base.is_some() || clean;
+        let last = verify_segment(
+            fs,
+            dir,
+            f,
+            bounds,
+            previous_last,
+            sealed,
+            &mut txn,
+            &mut report,
+        )?;
         let next = last.or(previous_last).map_or(base, |l| l + 1);
         if let Some(r) = rec.filter(|r| r.size == f.len && r.next_offset != next) {
             // (`f.len` is the length without a dead tail here.)
@@ -291,6 +303,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             report.problem(&path, None, "bad_snapshot", e.to_string());
         }
     }
+    metadata::verify(fs, dir, &mut report)?;
     Ok(report)
 }
 
@@ -360,12 +373,14 @@ fn map_read_only(fs: &dyn FileSystem, path: &Path, len: usize) -> Result<Mapping
 }
 
 /// Checks one segment and its indexes; returns the last offset of its valid batches.
+#[allow(clippy::too_many_arguments)]
 fn verify_segment(
     fs: &dyn FileSystem,
     dir: &Path,
     f: &SegmentFile,
     bounds: OffsetBounds,
     previous_last: Option<i64>,
+    sealed: bool,
     txn: &mut txn::TxnCheck,
     report: &mut VerifyReport,
 ) -> Result<Option<i64>, io::IoError> {
@@ -453,6 +468,16 @@ fn verify_segment(
     records_decode(data, &starts, &f.path, report);
     let next_offset = found_last.map_or(base, |l| l + 1);
     txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;
+    // The largest timestamp, which a sealed segment's last time-index entry names; judged only
+    // when every byte was checked.
+    let final_timestamp = (sealed && clean).then(|| {
+        starts
+            .keys()
+            .filter_map(|&pos| RecordBatch::parse(&data[pos..]).ok())
+            .map(|b| b.max_timestamp())
+            .max()
+            .filter(|&ts| ts >= 0)
+    });
     verify_indexes(
         fs,
         dir,
@@ -461,6 +486,7 @@ fn verify_segment(
         &starts,
         &checked,
         found_last,
+        final_timestamp,
         report,
     )?;
     Ok(found_last)
@@ -525,6 +551,7 @@ fn verify_indexes(
     starts: &BTreeMap<usize, i64>,
     checked: &[(usize, usize)],
     last_offset: Option<i64>,
+    final_timestamp: Option<Option<i64>>,
     report: &mut VerifyReport,
 ) -> Result<(), io::IoError> {
     let in_checked = |p: usize| checked.iter().any(|&(a, b)| p >= a && p < b);
@@ -569,8 +596,23 @@ fn verify_indexes(
             report,
         );
         report.time_index_entries += (bytes.len() / time_index::ENTRY_SIZE) as u64;
+        let last_entry = time_index::decode(bytes, base).last().map(|e| e.timestamp);
         if let Err(e) = time_index::check(bytes, base, last_offset.unwrap_or(base)) {
             report.problem(&time_path, None, "bad_index", e.to_string());
+        } else if let Some(Some(max)) = final_timestamp.filter(|&m| m != last_entry) {
+            // Sealing appends the segment's largest timestamp (Kafka's final `maybeAppend` at
+            // roll and close): a last entry that names another lost entries or was altered, and
+            // time-based retention and lookups would misjudge the segment.
+            report.problem(
+                &time_path,
+                Some(bytes.len().saturating_sub(time_index::ENTRY_SIZE)),
+                "bad_index",
+                format!(
+                    "the last entry's timestamp is {}, but the segment's largest is {max} \
+                     (`recover --deep` rebuilds this index)",
+                    last_entry.map_or("absent".to_string(), |t| t.to_string())
+                ),
+            );
         }
     }
     Ok(())
@@ -626,7 +668,21 @@ fn map_index(
         );
         return Ok(None);
     }
-    let len = meta.len as usize - meta.len as usize % entry_size;
+    let partial = meta.len as usize % entry_size;
+    if partial != 0 {
+        // Kafka's sanity check refuses such a file; the entries before the cut are checked.
+        report.problem(
+            path,
+            Some(meta.len as usize - partial),
+            "bad_index",
+            format!(
+                "{} bytes: not a whole number of {entry_size}-byte entries, the last cut short \
+                 (`recover --deep` rebuilds this index)",
+                meta.len
+            ),
+        );
+    }
+    let len = meta.len as usize - partial;
     map_read_only(fs, path, len).map(Some)
 }
 

@@ -34,10 +34,11 @@ pub struct BenchArgs {
     /// append), or `every:N` (every N records).
     #[arg(long, default_value = "manual", value_parser = parse_flush)]
     pub(crate) flush: FlushPolicy,
-    /// Directory for the log (must be empty or absent; kept afterwards). Default: a temporary
-    /// directory, removed afterwards.
+    /// Directory for the log (must be empty or absent; kept afterwards, and the report says
+    /// where: `log kept in DIR`, JSON `kept_in`). Default: a temporary directory, removed
+    /// afterwards.
     #[arg(long)]
-    dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     /// Segment size in bytes (Kafka's `segment.bytes`). Default: Kafka's 1 GiB, or 4 MiB with
     /// --partitions (each active segment is allocated whole).
     #[arg(long)]
@@ -107,6 +108,9 @@ pub(crate) fn flush_name(p: FlushPolicy) -> String {
 
 #[derive(Debug, Serialize)]
 struct Summary {
+    /// Where the log was kept (`--dir`); absent when it was a temporary directory, removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_in: Option<String>,
     messages: u64,
     batches: u64,
     /// Bytes of whole batches appended (headers included): what goes to disk.
@@ -368,6 +372,7 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
         read_seconds: read.seconds,
         read_mb_per_s: read.bytes as f64 / 1e6 / read.seconds,
         read_crc_failures: read.crc_failures,
+        kept_in: args.dir.as_ref().map(|d| d.display().to_string()),
     };
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
@@ -441,6 +446,9 @@ fn producers_text(n: u32) -> String {
 }
 
 fn print_text(s: &Summary) {
+    if let Some(dir) = &s.kept_in {
+        println!("log kept in {dir} (--dir: not removed)");
+    }
     println!(
         "appended {} messages of {} B in {} of {} ({}, flush {}): {:.1} MB",
         s.messages,

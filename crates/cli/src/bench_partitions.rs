@@ -36,6 +36,9 @@ impl PartitionLoad {
 
 #[derive(Debug, Serialize)]
 struct Summary {
+    /// Where the log was kept (`--dir`); absent when it was a temporary directory, removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept_in: Option<String>,
     partitions: usize,
     threads: usize,
     messages: u64,
@@ -225,6 +228,7 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
         read_seconds: read.1,
         read_mb_per_s: read.0 as f64 / 1e6 / read.1,
         read_crc_failures: read.2,
+        kept_in: args.dir.as_ref().map(|d| d.display().to_string()),
     };
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
@@ -275,6 +279,9 @@ fn read_back(logs: &[Arc<Log>]) -> Result<(u64, f64, u64), CliError> {
 }
 
 fn print_text(s: &Summary) {
+    if let Some(dir) = &s.kept_in {
+        println!("log kept in {dir} (--dir: not removed)");
+    }
     println!(
         "appended {} messages of {} B in {} of {} across {} from {} (flush {}): {:.1} MB",
         s.messages,

@@ -74,14 +74,18 @@ pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
     if args.path.is_dir() && crate::log_dir::is_log_dir(&args.path) {
         return crate::log_dir::dump(&args.path, args.json);
     }
-    let targets = if args.path.is_dir() {
+    let (targets, skipped) = if args.path.is_dir() {
+        crate::require_log(&args.path)?;
         list_partition_dir(&args.path)?
     } else {
-        vec![classify_file(&args.path)?]
+        (vec![classify_file(&args.path)?], Vec::new())
     };
     let mut dumper = Dumper::new(args.json);
     for target in &targets {
         dumper.dump(target)?;
+    }
+    for s in &skipped {
+        s.print(&mut dumper.out, args.json)?;
     }
     dumper.out.flush()?;
     Ok(if dumper.damaged {
@@ -92,14 +96,21 @@ pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
 }
 
 /// The segment files in base-offset order (each `.log`, then its `.index`, `.timeindex` and
-/// `.txnindex`),
-/// then the snapshots, then the `leader-epoch-checkpoint`. Temporary files (`.deleted`,
-/// `.cleaned`, `.swap`, `.tmp`) and other files of the directory (the recovery checkpoint,
-/// `partition.metadata`) are skipped.
-pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
+/// `.txnindex`), then the snapshots, then the `leader-epoch-checkpoint`; and every other entry
+/// of the directory, which is not dumped, with why (an operator tool names what it leaves
+/// out): temporary files (`.deleted`, `.cleaned`, `.swap`, `.tmp`), the engine's checkpoint and
+/// lock file, `partition.metadata`, anything unknown.
+pub(crate) fn list_partition_dir(
+    dir: &Path,
+) -> Result<(Vec<Target>, Vec<crate::log_dir::Skipped>), CliError> {
     let mut targets = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| CliError(format!("{}: {e}", dir.display())))? {
-        let entry = entry.map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
+    let mut skipped = Vec::new();
+    let mut entries: Vec<fs::DirEntry> = fs::read_dir(dir)
+        .map_err(|e| CliError(format!("{}: {e}", dir.display())))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError(format!("{}: {e}", dir.display())))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
         let name = entry.file_name();
         if name == files::LEADER_EPOCH_CHECKPOINT {
             targets.push(Target {
@@ -109,19 +120,35 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
             });
             continue;
         }
-        let Some(parsed) = name.to_str().and_then(files::parse_file_name) else {
-            continue;
-        };
-        if parsed.suffix.is_some() {
-            continue;
-        }
-        if let Some(kind) = FileKind::from_ext(parsed.ext) {
+        let text = name.to_string_lossy();
+        let parsed = name.to_str().and_then(files::parse_file_name);
+        let kind = parsed
+            .as_ref()
+            .filter(|p| p.suffix.is_none())
+            .and_then(|p| FileKind::from_ext(p.ext));
+        if let (Some(kind), Some(p)) = (kind, &parsed) {
             targets.push(Target {
                 path: entry.path(),
                 kind,
-                base_offset: Some(parsed.offset),
+                base_offset: Some(p.offset),
             });
+            continue;
         }
+        let reason = match &*text {
+            "oncelog.checkpoint" => "the engine's checkpoint (`verify` checks it)",
+            "oncelog.lock" => "the lock file of a standalone log (no data)",
+            "partition.metadata" => "Kafka's partition metadata (the topic id)",
+            "cleaner-offset-checkpoint" => "the cleaner's offset checkpoint",
+            _ if entry.file_type().is_ok_and(|t| t.is_dir()) => "a directory",
+            _ if parsed.is_some_and(|p| p.suffix.is_some()) || text.ends_with(".tmp") => {
+                "a leftover of an interrupted operation (recovery completes or removes it)"
+            }
+            _ => "not a file of a partition",
+        };
+        skipped.push(crate::log_dir::Skipped::new(
+            &entry.path(),
+            reason.to_string(),
+        ));
     }
     targets.sort_by_key(|t| {
         (
@@ -131,7 +158,7 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
             t.kind,
         )
     });
-    Ok(targets)
+    Ok((targets, skipped))
 }
 
 fn classify_file(path: &Path) -> Result<Target, CliError> {

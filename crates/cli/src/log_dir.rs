@@ -1,6 +1,10 @@
 //! `dump`, `verify` and `recover` of a whole Kafka log dir: every partition in name order, a
 //! progress bar on stderr (when it is a terminal), one summary line per partition, and a total.
 //!
+//! Every entry of the log dir that is not looked at (Kafka's `__cluster_metadata-0`, deleted,
+//! `-future` and `-stray` partitions, unknown files) is named with why, as each file of a
+//! partition that `dump` leaves out is.
+//!
 //! `dump` and `verify` only read (the log dir's own files too, each checked on its own, so a
 //! malformed checkpoint is reported and the partitions still looked at); `recover` opens the
 //! log dir as a [`LogManager`] would on a broker's start, partitions in parallel, and closes it
@@ -50,22 +54,87 @@ pub fn is_log_dir(path: &Path) -> bool {
     partition_like
 }
 
-/// The partition directories of a log dir, in name order, by name (`<topic>-<n>`).
-fn partitions(dir: &Path) -> Result<Vec<(String, PathBuf)>, CliError> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
+/// An entry of a log dir that `dump`, `verify` and `recover` do not look at, and why: an
+/// operator tool names what it leaves out (Kafka's metadata log, deleted, `-future` and
+/// `-stray` partitions, anything not named like a partition, unknown files).
+#[derive(Serialize)]
+pub(crate) struct Skipped {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// The entry's path (a file or a directory), named `file` as in every other dump line.
+    file: String,
+    reason: String,
+}
+
+impl Skipped {
+    pub(crate) fn new(entry: &Path, reason: String) -> Skipped {
+        Skipped {
+            kind: "skipped",
+            file: entry.display().to_string(),
+            reason,
+        }
+    }
+
+    pub(crate) fn print(&self, out: &mut Out, json: bool) -> Result<(), CliError> {
+        if json {
+            out.json(self)?;
+        } else {
+            out.line(&format!("SKIPPED {}: {}", self.file, self.reason))?;
+        }
+        Ok(())
+    }
+}
+
+/// A partition directory of a log dir: its name (`<topic>-<n>`) and path.
+type Partition = (String, PathBuf);
+
+/// The partition directories of a log dir, in name order, by name (`<topic>-<n>`), and every
+/// other entry with why it is left out (the log dir's own files, checked on their own, aside).
+fn partitions(dir: &Path) -> Result<(Vec<Partition>, Vec<Skipped>), CliError> {
+    let mut entries: Vec<(String, Option<std::fs::FileType>)> = std::fs::read_dir(dir)
         .map_err(|e| CliError(format!("{}: {}", dir.display(), crate::io_reason(&e))))?
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    Ok(names
-        .into_iter()
-        .filter_map(|name| match files::parse_dir_name(&name) {
-            DirEntry::Partition(tp) => Some((tp.to_string(), dir.join(&name))),
-            _ => None,
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.file_type().ok(),
+            )
         })
-        .collect())
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let own_files = [
+        files::META_PROPERTIES,
+        files::RECOVERY_POINTS,
+        files::LOG_START_OFFSETS,
+        files::HIGH_WATERMARKS,
+        files::CLEANER_OFFSETS,
+        files::CLEAN_SHUTDOWN_FILE,
+        files::LOCK_FILE,
+    ];
+    let mut parts = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, kind) in entries {
+        let path = dir.join(&name);
+        match kind {
+            Some(k) if k.is_dir() => match files::parse_dir_name(&name) {
+                DirEntry::Partition(tp) => parts.push((tp.to_string(), path)),
+                DirEntry::Deleted(tp) => skipped.push(Skipped::new(
+                    &path,
+                    format!("a deleted partition ({tp}), waiting for its removal"),
+                )),
+                DirEntry::Other(why) => skipped.push(Skipped::new(&path, why)),
+            },
+            Some(k) if k.is_file() && own_files.contains(&name.as_str()) => {}
+            Some(k) if k.is_file() => {
+                skipped.push(Skipped::new(&path, "not a file of a Kafka log dir".into()))
+            }
+            _ => skipped.push(Skipped::new(
+                &path,
+                "neither a regular file nor a directory".into(),
+            )),
+        }
+    }
+    Ok((parts, skipped))
 }
 
 fn progress(len: usize, what: &'static str) -> ProgressBar {
@@ -205,7 +274,10 @@ fn total(
 pub fn verify(dir: &Path, json: bool) -> Result<Status, CliError> {
     let mut out = Out::stdout();
     let files_sound = check_dir_files(&mut out, dir, json)?;
-    let parts = partitions(dir)?;
+    let (parts, skipped) = partitions(dir)?;
+    for s in &skipped {
+        s.print(&mut out, json)?;
+    }
     let bar = progress(parts.len(), "verify");
     let mut failed = 0;
     for (name, path) in &parts {
@@ -271,15 +343,21 @@ fn verify_line(name: &str, r: &VerifyReport) -> String {
 pub fn dump(dir: &Path, json: bool) -> Result<Status, CliError> {
     let mut dumper = crate::dump::Dumper::new(json);
     let files_sound = check_dir_files(&mut dumper.out, dir, json)?;
-    let parts = partitions(dir)?;
+    let (parts, skipped) = partitions(dir)?;
+    for s in &skipped {
+        s.print(&mut dumper.out, json)?;
+    }
     let bar = progress(parts.len(), "dump");
     let mut failed = 0;
     for (name, path) in &parts {
         dumper.damaged = false;
-        let targets = crate::dump::list_partition_dir(path)?;
+        let (targets, skipped_files) = crate::dump::list_partition_dir(path)?;
         bar.suspend(|| -> Result<(), CliError> {
             for t in &targets {
                 dumper.dump(t)?;
+            }
+            for s in &skipped_files {
+                s.print(&mut dumper.out, json)?;
             }
             let state = if dumper.damaged { "damaged" } else { "intact" };
             if json {
@@ -330,7 +408,7 @@ pub fn recover(
         recovery_threads: threads.unwrap_or(defaults.recovery_threads),
         ..defaults
     };
-    let parts = partitions(dir)?;
+    let (parts, skipped) = partitions(dir)?;
     let bar = progress(parts.len(), "recover");
     let m = LogManager::open_reporting(
         Environment::default(),
@@ -341,8 +419,12 @@ pub fn recover(
     .map_err(|e| CliError(format!("cannot open the log dir {}: {e}", dir.display())))?;
     bar.finish_and_clear();
     let mut out = Out::stdout();
+    for s in &skipped {
+        s.print(&mut out, json)?;
+    }
     let report = m.open_report().clone();
     let mut failed = 0;
+    let mut data_removed = false;
     for p in &report.partitions {
         let name = p.partition.to_string();
         match &p.outcome {
@@ -351,6 +433,7 @@ pub fn recover(
                     .get(&p.partition.topic, p.partition.partition)
                     .map_err(|e| CliError(e.to_string()))?;
                 let r = crate::recover::Report::new(&p.dir, mode, &log);
+                data_removed |= r.data_removed();
                 if json {
                     out.json(&serde_json::json!({
                         "type": "partition", "partition": name, "recovered": true,
@@ -361,6 +444,11 @@ pub fn recover(
                 } else {
                     for line in crate::recover::detail_lines(&r) {
                         out.line(&line)?;
+                    }
+                    if r.data_removed() {
+                        for line in crate::recover::totals_lines(&r) {
+                            out.line(&format!("{name}: {line}"))?;
+                        }
                     }
                     out.line(&recover_line(&name, opened, p.duration.as_secs_f64()))?;
                 }
@@ -402,10 +490,10 @@ pub fn recover(
         ))?;
     }
     out.flush()?;
-    Ok(if failed == 0 {
-        Status::Ok
-    } else {
-        Status::Failed
+    Ok(match (failed, data_removed) {
+        (0, false) => Status::Ok,
+        (0, true) => Status::DataRemoved,
+        _ => Status::Failed,
     })
 }
 

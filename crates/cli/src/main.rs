@@ -5,7 +5,10 @@
 //!
 //! Exit codes, the same for every command: 0 success; 1 the command ran and found damage, or
 //! refused something (a damaged file, a refused batch, a failed step); 2 it could not run (bad
-//! arguments, a missing path, an I/O error).
+//! arguments, a path that is not a partition directory, an I/O error of the machine, a log
+//! another process holds); 3 `recover` recovered the log and removed data from it (or, with
+//! `--dry-run`, would). Damage in any file of a partition directory is 1 (or, repaired, 0 or
+//! 3), never 2.
 
 mod append;
 mod bench;
@@ -29,7 +32,11 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "oncelog",
     version,
-    about = "Kafka-format partition log with exactly-once appends"
+    about = "Kafka-format partition log with exactly-once appends",
+    after_help = "Exit codes: 0 success; 1 damage found or something refused (nothing changed \
+                  unless the command says so); 2 could not run (bad arguments, not a partition \
+                  directory, an I/O error, a log held by another process); 3 recover removed \
+                  data (recovered; the totals are printed), or with --dry-run would."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -43,7 +50,9 @@ enum Command {
     /// PATH is a partition directory or one .log, .index, .timeindex, .txnindex, .snapshot or
     /// leader-epoch-checkpoint file. Never modifies what it reads. One line per batch or
     /// entry (a control batch with its marker type and coordinator epoch), or one JSON object
-    /// per line with --json. Exits 1 if anything was damaged, 2 if PATH cannot be read.
+    /// per line with --json. Files and directories it does not dump are named with why
+    /// (SKIPPED). Exits 1 if anything was damaged, 2 if PATH cannot be read or is a directory
+    /// that holds no log.
     Dump(dump::DumpArgs),
     /// Measure durable append throughput, then a CRC-checked read-back
     ///
@@ -65,18 +74,25 @@ enum Command {
     /// From --from (default: the log start) up to the high watermark, or under --isolation
     /// read_committed up to the last stable offset without the records of aborted
     /// transactions; control batches are never shown. One line per record, or one JSON object
-    /// per record and a final `end` object with --json. Refuses a log that needs recovery.
+    /// per record and a final `end` object with --json. Refuses a log that needs recovery
+    /// (exit 1, nothing changed), and a directory that holds no partition (exit 2, nothing
+    /// created).
     Read(read::ReadArgs),
     /// Deep read-only check of a partition directory
     ///
     /// Checks every batch (frame, CRC, records, offsets), index entry, snapshot and the
-    /// checkpoint, without opening the log. Exits 1 listing each problem.
+    /// checkpoint, without opening the log. Exits 1 listing each problem; 2 when DIR holds no
+    /// log (no .log file, no oncelog.checkpoint), rather than calling it clean.
     Verify(verify::VerifyArgs),
     /// Open a log with a recovery mode and report what recovery did
     ///
     /// Reports what was validated, cut, rebuilt and removed and how producer state was
-    /// loaded, then closes cleanly. Exits 1 (changing nothing) when the mode refuses the
-    /// damage found.
+    /// loaded, then closes cleanly. --dry-run prints the same report and the totals without
+    /// changing a file; --backup DIR copies the partition directory before anything changes.
+    /// Exits 0 when nothing was removed, 3 when data was removed (the batches, records and
+    /// bytes removed and the new log end are printed), 1 (changing nothing) when the mode
+    /// refuses the damage found or a metadata file is damaged, 2 when it could not run (not a
+    /// partition directory, the log held by another process, an I/O error).
     Recover(recover::RecoverArgs),
     /// Cut the log back to end at an offset, or start it over empty at one
     ///
@@ -139,6 +155,9 @@ pub enum Status {
     /// Damage found, a batch refused, or a step failed (already reported on stdout/stderr):
     /// exit 1.
     Failed,
+    /// Recovery removed data from the log, or would (`recover --dry-run`), and said what:
+    /// exit 3.
+    DataRemoved,
 }
 
 /// A failure that stops a command before it could do its job (I/O, bad arguments): exit 2.
@@ -172,6 +191,7 @@ fn main() -> ExitCode {
     match result {
         Ok(Status::Ok) => ExitCode::SUCCESS,
         Ok(Status::Failed) => ExitCode::from(1),
+        Ok(Status::DataRemoved) => ExitCode::from(3),
         Err(CliError(message)) => {
             eprintln!("oncelog: {message}");
             ExitCode::from(2)
@@ -193,6 +213,50 @@ pub fn require_dir(path: &std::path::Path) -> Result<(), CliError> {
             path.display()
         ))),
         Err(e) => Err(CliError(format!("{}: {}", path.display(), io_reason(&e)))),
+    }
+}
+
+/// `path` must hold a partition ([`oncelog::partition_evidence`]: a `.log` file, an
+/// `oncelog.checkpoint`, or a Kafka `<topic>-<n>` name); otherwise "not a partition directory",
+/// exit 2, before anything could be created in it.
+pub fn require_partition(path: &std::path::Path) -> Result<oncelog::PartitionEvidence, CliError> {
+    match oncelog::partition_evidence(&oncelog::io::RealFs, path) {
+        Ok(Ok(evidence)) => Ok(evidence),
+        Ok(Err(reason)) => Err(CliError(format!(
+            "not a partition directory: {}: {reason}",
+            path.display()
+        ))),
+        Err(e) => Err(CliError(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// `path` must hold a log to look at (a `.log` file or an `oncelog.checkpoint`): `verify` and
+/// `dump` of a directory without one would report nothing and call it sound.
+pub fn require_log(path: &std::path::Path) -> Result<(), CliError> {
+    match require_partition(path)? {
+        oncelog::PartitionEvidence::KafkaName => Err(CliError(format!(
+            "no log in {}: it holds no .log file and no oncelog.checkpoint",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether an error opening a log is damage in its directory (exit 1: the command ran and
+/// found it) rather than a failure to run (exit 2).
+pub fn is_damage(e: &oncelog::OpenError) -> bool {
+    use oncelog::OpenError;
+    matches!(
+        e,
+        OpenError::Refused { .. } | OpenError::BadCheckpoint(_) | OpenError::BadEpochCheckpoint(_)
+    )
+}
+
+/// An error opening a log that is not damage: exit 2, said as the library says it.
+pub fn open_failure(dir: &std::path::Path, e: &oncelog::OpenError) -> CliError {
+    match e {
+        oncelog::OpenError::NotAPartition { .. } => CliError(e.to_string()),
+        _ => CliError(format!("cannot open the log in {}: {e}", dir.display())),
     }
 }
 

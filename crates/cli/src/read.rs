@@ -3,8 +3,9 @@
 //! them: from an offset up to the high watermark (read_uncommitted) or the last stable offset
 //! (read_committed, without the records of aborted transactions), control batches never shown.
 //!
-//! The log is opened with recovery mode `absolute` (a log that needs recovery is refused, and
-//! nothing is changed: `oncelog recover` first) and flushed before it is read: the high
+//! The log is opened with recovery mode `absolute` (a log that needs recovery is refused, exit
+//! 1, and nothing is changed: `oncelog recover` first), never created (a directory that holds
+//! no partition is refused, exit 2) and flushed before it is read: the high
 //! watermark of a log used alone is its durable end, and what it holds is all durable then.
 
 use std::path::PathBuf;
@@ -128,12 +129,19 @@ pub fn run(args: &ReadArgs) -> Result<Status, CliError> {
         recovery_mode: RecoveryMode::AbsoluteConsistency,
         ..LogConfig::default()
     };
-    let log = Log::open(&args.dir, config).map_err(|e| {
-        CliError(format!(
-            "cannot open the log in {}: {e}",
-            args.dir.display()
-        ))
-    })?;
+    let log = match Log::open_existing(&args.dir, config) {
+        Ok(log) => log,
+        Err(e) if crate::is_damage(&e) => {
+            // Damage is found, not a failure to run: exit 1, as `verify` would.
+            eprintln!(
+                "oncelog: REFUSED: {e} ({}); nothing was changed: `oncelog recover {}` first",
+                e.kind(),
+                args.dir.display()
+            );
+            return Ok(Status::Failed);
+        }
+        Err(e) => return Err(crate::open_failure(&args.dir, &e)),
+    };
     log.flush()
         .map_err(|e| CliError(format!("flushing the log in {}: {e}", args.dir.display())))?;
     let isolation = IsolationLevel::from(args.isolation);

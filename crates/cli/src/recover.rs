@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use oncelog::{
-    Log, LogConfig, OpenError, ProducerLoadReport, RecoveryMode, RecoveryReport, Truncation,
+    Log, LogConfig, OpenError, ProducerLoadReport, RecoveryMode, RecoveryPreview, RecoveryReport,
+    RemovedData, Truncation,
 };
 use serde::Serialize;
 
@@ -34,6 +35,16 @@ pub struct RecoverArgs {
     /// For a log dir: threads opening partitions in parallel (default: the machine's).
     #[arg(long)]
     threads: Option<usize>,
+    /// Print what recovery would cut, delete, rebuild and remove, with the totals (batches,
+    /// records and bytes removed, the new log end), and change nothing. Exits as the recovery
+    /// would: 0, 1 (refused) or 3 (would remove data). A partition directory only.
+    #[arg(long, conflicts_with = "backup")]
+    dry_run: bool,
+    /// Copy every file of the partition directory into BACKUP (created; it must be absent or
+    /// empty, and outside the partition directory) before recovery changes anything; copying
+    /// the files back restores the directory as it was. A partition directory only.
+    #[arg(long, value_name = "BACKUP")]
+    backup: Option<PathBuf>,
     /// A partition directory, or a whole log dir (every partition, as a log manager opens it).
     dir: PathBuf,
 }
@@ -74,6 +85,51 @@ pub(crate) struct Report {
     log_start_offset: i64,
     log_end_offset: i64,
     segments: usize,
+    /// The data the cuts and deletions removed, file by file.
+    removed: Vec<Removed>,
+    removed_totals: Totals,
+    /// Whether data was removed (or offsets that were durable found gone): exit 3.
+    data_removed: bool,
+    /// A `--dry-run`: what recovery would do; nothing was changed.
+    dry_run: bool,
+    /// `--dry-run`: the `leader-epoch-checkpoint` entries recovery would write (`null`: kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    epochs_rewritten: Option<Vec<(i32, i64)>>,
+    /// `--dry-run`: whether recovery would write any file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    writes: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct Removed {
+    file: String,
+    /// Where the removed bytes start (0: the whole file).
+    position: usize,
+    batches: u64,
+    records: u64,
+    bytes: u64,
+    /// First and last offsets the removed batches' headers name.
+    offsets: Option<(i64, i64)>,
+}
+
+impl Removed {
+    fn new(r: &RemovedData) -> Removed {
+        Removed {
+            file: r.path.display().to_string(),
+            position: r.position,
+            batches: r.batches,
+            records: r.records,
+            bytes: r.bytes,
+            offsets: r.offsets,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Totals {
+    batches: u64,
+    records: u64,
+    bytes: u64,
 }
 
 #[derive(Serialize)]
@@ -129,43 +185,170 @@ struct Refusal {
 }
 
 pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
-    // `Log::open` would create a missing directory: recovering a typo must not do that.
+    // A typo must not become a new empty log: the log is opened with `open_existing`, which
+    // refuses a directory that holds no partition (exit 2) and creates nothing.
     crate::require_dir(&args.dir)?;
     let mode = RecoveryMode::from(args.mode);
     if crate::log_dir::is_log_dir(&args.dir) {
+        if args.dry_run || args.backup.is_some() {
+            return Err(CliError(format!(
+                "{}: a log dir; --dry-run and --backup take one partition directory",
+                args.dir.display()
+            )));
+        }
         return crate::log_dir::recover(&args.dir, mode, args.deep, args.threads, args.json);
     }
+    crate::require_partition(&args.dir)?;
     let config = LogConfig {
         recovery_mode: mode,
         deep_recovery: args.deep,
         ..LogConfig::default()
     };
     let mut out = Out::stdout();
-    let log = match Log::open(&args.dir, config) {
+    if args.dry_run {
+        return match Log::preview_recovery(&args.dir, config) {
+            Ok(preview) => {
+                let report = Report::preview(&args.dir, mode, &preview);
+                print_report(&mut out, args.json, &report)?;
+                out.flush()?;
+                Ok(status(&report))
+            }
+            Err(e) => refused_or_failed(&mut out, args, mode, &e),
+        };
+    }
+    if let Some(backup) = &args.backup {
+        let (files, bytes) = backup_dir(&args.dir, backup)?;
+        if !args.json {
+            out.line(&format!(
+                "backed up {} ({bytes} bytes) of {} to {}",
+                plural(files, "file", "files"),
+                args.dir.display(),
+                backup.display()
+            ))?;
+        }
+    }
+    let log = match Log::open_existing(&args.dir, config) {
         Ok(log) => log,
-        Err(e @ (OpenError::Refused { .. } | OpenError::BadCheckpoint(_))) => {
-            print_refusal(&mut out, args.json, mode, &e)?;
-            out.flush()?;
-            return Ok(Status::Failed);
-        }
-        Err(e) => {
-            return Err(CliError(format!(
-                "cannot open the log in {}: {e}",
-                args.dir.display()
-            )))
-        }
+        Err(e) => return refused_or_failed(&mut out, args, mode, &e),
     };
     let report = Report::new(&args.dir, mode, &log);
     log.close()
         .map_err(|e| CliError(format!("closing the log in {}: {e}", args.dir.display())))?;
-    if args.json {
-        out.json(&report)?;
-    } else {
-        print_text(&mut out, &report)?;
-    }
+    print_report(&mut out, args.json, &report)?;
     out.flush()?;
-    Ok(Status::Ok)
+    Ok(status(&report))
 }
+
+/// 3 when data was removed, else 0.
+fn status(r: &Report) -> Status {
+    match r.data_removed {
+        true => Status::DataRemoved,
+        false => Status::Ok,
+    }
+}
+
+fn print_report(out: &mut Out, json: bool, report: &Report) -> Result<(), CliError> {
+    if json {
+        out.json(report)?;
+    } else {
+        print_text(out, report)?;
+    }
+    Ok(())
+}
+
+/// Damage the open refused: printed, exit 1, nothing changed. Anything else could not run:
+/// exit 2.
+fn refused_or_failed(
+    out: &mut Out,
+    args: &RecoverArgs,
+    mode: RecoveryMode,
+    e: &OpenError,
+) -> Result<Status, CliError> {
+    if !crate::is_damage(e) {
+        return Err(crate::open_failure(&args.dir, e));
+    }
+    print_refusal(out, args.json, mode, e)?;
+    out.flush()?;
+    Ok(Status::Failed)
+}
+
+/// Copies every regular file of `dir` into `to` (created; absent or empty, and not inside
+/// `dir`), each synced, then `to` itself: a backup that survives a crash of the recovery it
+/// precedes. The lock file is not part of the log and is left out. Returns the files and
+/// bytes copied.
+fn backup_dir(dir: &Path, to: &Path) -> Result<(u64, u64), CliError> {
+    let fail = |what: &str, path: &Path, e: std::io::Error| {
+        CliError(format!(
+            "backup: {what} {}: {}; nothing was changed",
+            path.display(),
+            crate::io_reason(&e)
+        ))
+    };
+    let dir_abs = std::fs::canonicalize(dir).map_err(|e| fail("resolve", dir, e))?;
+    if to.exists() {
+        let mut entries = std::fs::read_dir(to).map_err(|e| fail("read", to, e))?;
+        if entries.next().is_some() {
+            return Err(CliError(format!(
+                "backup: {} is not empty; nothing was changed",
+                to.display()
+            )));
+        }
+    }
+    // Where `to` will be, resolved through its deepest existing ancestor, judged before
+    // anything is created.
+    let mut existing = to;
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+            }
+            _ => break,
+        }
+    }
+    let mut to_abs = std::fs::canonicalize(existing).map_err(|e| fail("resolve", existing, e))?;
+    to_abs.extend(rest.iter().rev());
+    if to_abs.starts_with(&dir_abs) {
+        return Err(CliError(format!(
+            "backup: {} is inside the partition directory; nothing was changed",
+            to.display()
+        )));
+    }
+    std::fs::create_dir_all(to).map_err(|e| fail("create", to, e))?;
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| fail("read", dir, e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail("read", dir, e))?;
+    names.sort_by_key(|e| e.file_name());
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for entry in names {
+        let kind = entry
+            .file_type()
+            .map_err(|e| fail("stat", &entry.path(), e))?;
+        if !kind.is_file() || entry.file_name() == LOCK_FILE {
+            continue;
+        }
+        let target = to.join(entry.file_name());
+        bytes +=
+            std::fs::copy(entry.path(), &target).map_err(|e| fail("copy", &entry.path(), e))?;
+        std::fs::File::open(&target)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| fail("sync", &target, e))?;
+        files += 1;
+    }
+    std::fs::File::open(to)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| fail("sync", to, e))?;
+    Ok((files, bytes))
+}
+
+/// A standalone log's lock file: held by whoever has the log open, no part of its data.
+const LOCK_FILE: &str = "oncelog.lock";
 
 fn print_refusal(
     out: &mut Out,
@@ -199,6 +382,16 @@ fn print_refusal(
             damage_kind: "bad_checkpoint",
             message: e.to_string(),
         },
+        OpenError::BadEpochCheckpoint(bad) => Refusal {
+            refused: true,
+            mode: mode.name(),
+            file: bad.path.display().to_string(),
+            position: None,
+            line: bad.line,
+            damage: bad.reason.clone(),
+            damage_kind: "bad_epoch_checkpoint",
+            message: e.to_string(),
+        },
         _ => return Ok(()),
     };
     if json {
@@ -215,6 +408,11 @@ fn print_refusal(
         ))?;
         if matches!(e, OpenError::BadCheckpoint(_)) {
             out.line("nothing was changed; remove the checkpoint to validate the whole log")?;
+        } else if matches!(e, OpenError::BadEpochCheckpoint(_)) {
+            out.line(
+                "nothing was changed; remove the leader-epoch-checkpoint to rebuild it from the \
+                 batches",
+            )?;
         } else {
             out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
         }
@@ -224,8 +422,43 @@ fn print_refusal(
 
 impl Report {
     pub(crate) fn new(dir: &Path, mode: RecoveryMode, log: &Log) -> Report {
-        let r: &RecoveryReport = log.recovery_report();
-        let p: &ProducerLoadReport = log.producer_load_report();
+        Report::from_parts(
+            dir,
+            mode,
+            log.recovery_report(),
+            log.producer_load_report(),
+            (log.log_start_offset(), log.log_end_offset()),
+            log.segment_count(),
+        )
+    }
+
+    /// What a `--dry-run` found: the report the recovery would give.
+    fn preview(dir: &Path, mode: RecoveryMode, p: &RecoveryPreview) -> Report {
+        let mut r = Report::from_parts(
+            dir,
+            mode,
+            &p.report,
+            &p.producers,
+            (p.log_start_offset, p.log_end_offset),
+            p.segments,
+        );
+        r.dry_run = true;
+        r.epochs_rewritten = p
+            .epochs_rewritten
+            .as_ref()
+            .map(|v| v.iter().map(|e| (e.epoch, e.start_offset)).collect());
+        r.writes = Some(p.writes);
+        r
+    }
+
+    fn from_parts(
+        dir: &Path,
+        mode: RecoveryMode,
+        r: &RecoveryReport,
+        p: &ProducerLoadReport,
+        (log_start_offset, log_end_offset): (i64, i64),
+        segments: usize,
+    ) -> Report {
         let reasons = |v: &[(PathBuf, String)]| {
             v.iter()
                 .map(|(f, reason)| FileReason {
@@ -235,6 +468,7 @@ impl Report {
                 .collect()
         };
         let names = |v: &[PathBuf]| v.iter().map(|f| f.display().to_string()).collect();
+        let totals = r.removed_totals();
         Report {
             dir: dir.display().to_string(),
             mode: mode.name(),
@@ -256,15 +490,37 @@ impl Report {
                 quarantined: reasons(&p.quarantined),
                 removed_above_end: p.removed_above_end.clone(),
             },
-            log_start_offset: log.log_start_offset(),
-            log_end_offset: log.log_end_offset(),
-            segments: log.segment_count(),
+            log_start_offset,
+            log_end_offset,
+            segments,
+            removed: r.removed.iter().map(Removed::new).collect(),
+            removed_totals: Totals {
+                batches: totals.batches,
+                records: totals.records,
+                bytes: totals.bytes,
+            },
+            data_removed: r.removes_data(),
+            dry_run: false,
+            epochs_rewritten: None,
+            writes: None,
         }
+    }
+
+    /// Whether this partition's recovery removed data (exit 3).
+    pub(crate) fn data_removed(&self) -> bool {
+        self.data_removed
     }
 }
 
 fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
-    out.line(&format!("recovered {} with mode {}", r.dir, r.mode))?;
+    if r.dry_run {
+        out.line(&format!(
+            "DRY RUN: recovery of {} with mode {} would do this; nothing was changed",
+            r.dir, r.mode
+        ))?;
+    } else {
+        out.line(&format!("recovered {} with mode {}", r.dir, r.mode))?;
+    }
     let shutdown = match (r.checkpoint_found, r.clean_shutdown, r.segments_recorded) {
         (true, true, true) => "clean: segments held to the checkpoint's record, not read",
         (true, true, false) => {
@@ -312,13 +568,80 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
             "REMOVED snapshot at offset {offset}: above the log end"
         ))?;
     }
-    out.line(&format!(
-        "log: offsets {}..{}, {}; closed cleanly",
-        r.log_start_offset,
-        r.log_end_offset,
-        plural(r.segments as u64, "segment", "segments")
-    ))?;
+    if let Some(epochs) = &r.epochs_rewritten {
+        let entries: Vec<String> = epochs
+            .iter()
+            .map(|(epoch, start)| format!("{epoch} from {start}"))
+            .collect();
+        out.line(&format!(
+            "REWRITE leader-epoch-checkpoint: {}",
+            if entries.is_empty() {
+                "no entries".to_string()
+            } else {
+                entries.join(", ")
+            }
+        ))?;
+    }
+    for line in totals_lines(r) {
+        out.line(&line)?;
+    }
+    if r.dry_run {
+        out.line(&format!(
+            "log would be: offsets {}..{}, {}; {}",
+            r.log_start_offset,
+            r.log_end_offset,
+            plural(r.segments as u64, "segment", "segments"),
+            match r.writes {
+                Some(false) => "recovery would write no file",
+                _ => "nothing was changed (--dry-run)",
+            }
+        ))?;
+    } else {
+        out.line(&format!(
+            "log: offsets {}..{}, {}; closed cleanly",
+            r.log_start_offset,
+            r.log_end_offset,
+            plural(r.segments as u64, "segment", "segments")
+        ))?;
+    }
     Ok(())
+}
+
+/// What the cuts and deletions removed, file by file, and the totals with the new log end.
+pub(crate) fn totals_lines(r: &Report) -> Vec<String> {
+    let verb = if r.dry_run { "WOULD REMOVE" } else { "REMOVED" };
+    let mut lines = Vec::new();
+    for d in &r.removed {
+        let offsets = d
+            .offsets
+            .map(|(lo, hi)| format!(", offsets {lo}..={hi}"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "{verb} from {} at byte {}: {}, {}, {} bytes{offsets}",
+            d.file,
+            d.position,
+            plural(d.batches, "batch", "batches"),
+            plural(d.records, "record", "records"),
+            d.bytes
+        ));
+    }
+    let t = &r.removed_totals;
+    let end = if r.dry_run {
+        format!("the log would end at offset {}", r.log_end_offset)
+    } else {
+        format!("the log now ends at offset {}", r.log_end_offset)
+    };
+    if r.data_removed {
+        lines.push(format!(
+            "DATA REMOVED: {}, {}, {} bytes; {end}",
+            plural(t.batches, "batch", "batches"),
+            plural(t.records, "record", "records"),
+            t.bytes
+        ));
+    } else {
+        lines.push(format!("data removed: none; {end}"));
+    }
+    lines
 }
 
 /// What recovery cut, deleted, rebuilt and finished: one line each.

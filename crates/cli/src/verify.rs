@@ -72,6 +72,8 @@ pub fn run(args: &VerifyArgs) -> Result<Status, CliError> {
     if crate::log_dir::is_log_dir(&args.dir) {
         return crate::log_dir::verify(&args.dir, args.json);
     }
+    // A directory without a log would verify as "clean": exit 2 says it was not a log.
+    crate::require_log(&args.dir)?;
     let report = verify::verify_dir(&RealFs, &args.dir)?;
     let mut out = Out::stdout();
     if args.json {

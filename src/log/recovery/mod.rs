@@ -9,6 +9,8 @@
 
 mod inventory;
 mod plan;
+mod preview;
+mod removed;
 mod report;
 
 use std::path::Path;
@@ -31,6 +33,9 @@ use inventory::Inventory;
 pub use plan::LogDirOffsets;
 pub(crate) use plan::tail_damage;
 use plan::{Doomed, KeptSegment, KeptTxn, Plan, PlanError, Planner, Trust};
+pub use preview::RecoveryPreview;
+pub(crate) use preview::preview;
+pub use removed::{RemovedData, RemovedTotals};
 pub use report::{RecoveryReport, Truncation};
 
 /// The loaded log, ready for appends.
@@ -81,6 +86,64 @@ pub(crate) fn open(
     exclusion: super::Exclusion,
 ) -> Result<Loaded, OpenError> {
     let fs = fs_arc.as_ref();
+    let Planned {
+        inv,
+        cp,
+        plan,
+        mut report,
+        producers,
+        epochs,
+    } = plan_open(fs, dir, config, now_ms, log_dir, exclusion, Effect::Apply)?;
+    // Measured before anything is changed: what the cuts and deletions take away.
+    report.removed = removed::measure(fs, &report, &plan)?;
+    let mut loaded = apply(
+        fs_arc,
+        dir,
+        config,
+        now_ms,
+        &inv,
+        cp.as_ref(),
+        plan,
+        report,
+        producers,
+    )?;
+    if let Some(changed) = epochs.changed {
+        epochs::write(fs, dir, changed.entries())?;
+    }
+    loaded.epochs = epochs.cache;
+    Ok(loaded)
+}
+
+/// Whether planning may finish what an interrupted operation committed to (a full
+/// truncation), or must leave every file as it is ([`preview`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Apply,
+    Preview,
+}
+
+/// Everything recovery decided by reading only: the input of [`apply`], or of a preview.
+struct Planned {
+    inv: Inventory,
+    cp: Option<Checkpoint>,
+    plan: Plan,
+    report: RecoveryReport,
+    producers: super::producers::LoadPlan,
+    epochs: EpochPlan,
+}
+
+/// The read-only part of [`open`]: inventory, checkpoint, segment plan, producer state and
+/// leader epochs. Under [`Effect::Preview`] nothing is written, not even the completion of
+/// an interrupted full truncation (planned as if it had been completed).
+fn plan_open(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+    log_dir: Option<&LogDirOffsets>,
+    exclusion: super::Exclusion,
+    effect: Effect,
+) -> Result<Planned, OpenError> {
     let mut inv = Inventory::take(fs, dir)?;
     if exclusion == super::Exclusion::LogDir && inv.lock_file {
         // Before anything is written: a standalone log may still hold the directory.
@@ -92,9 +155,13 @@ pub(crate) fn open(
     let mut cp = own.filter(|_| !superseded);
     let mut started_over = Vec::new();
     if let Some(c) = cp.as_ref().filter(|c| c.start_over_at.is_some()) {
-        let c = finish_start_over(fs, dir, &inv, c, &mut started_over)?;
-        cp = Some(c);
-        inv = Inventory::take(fs, dir)?;
+        if effect == Effect::Preview {
+            cp = Some(preview::start_over(&mut inv, c, &mut started_over));
+        } else {
+            let c = finish_start_over(fs, dir, &inv, c, &mut started_over)?;
+            cp = Some(c);
+            inv = Inventory::take(fs, dir)?;
+        }
     }
     let mode = config.recovery_mode;
     let mut deep = config.deep_recovery;
@@ -158,22 +225,14 @@ pub(crate) fn open(
         }
     };
     let epochs = plan_epochs(fs, dir, &plan)?;
-    let mut loaded = apply(
-        fs_arc,
-        dir,
-        config,
-        now_ms,
-        &inv,
-        cp.as_ref(),
+    Ok(Planned {
+        inv,
+        cp,
         plan,
         report,
         producers,
-    )?;
-    if let Some(changed) = epochs.changed {
-        epochs::write(fs, dir, changed.entries())?;
-    }
-    loaded.epochs = epochs.cache;
-    Ok(loaded)
+        epochs,
+    })
 }
 
 /// Completes a full truncation a crash interrupted after its commit point (the checkpoint's

@@ -39,6 +39,9 @@ pub struct RecoveryReport {
     pub indexes_rebuilt: Vec<(PathBuf, String)>,
     /// Temporary files left by an interrupted operation and removed (or renamed into place).
     pub leftovers: Vec<PathBuf>,
+    /// The data the cuts and deletions removed, file by file, measured before they were made
+    /// ([`RecoveryReport::removed_totals`], [`RecoveryReport::removes_data`]).
+    pub removed: Vec<super::RemovedData>,
 }
 
 /// One cut of damaged bytes.

@@ -12,7 +12,8 @@
 //!   it has no readers of its own for the delay to protect.
 //!
 //! A rewrite the library refuses (an offset outside what the log allows) changes nothing: it is
-//! printed with its kind and the exit status is 1.
+//! printed with its kind and the exit status is 1. A directory that holds no partition is
+//! refused before anything is created in it (exit 2): `Log::open_existing`, not `Log::open`.
 
 use std::path::Path;
 
@@ -113,14 +114,15 @@ fn open(
     out: &mut Out,
     json: bool,
 ) -> Result<Option<Log>, CliError> {
-    // `Log::open` would create a missing directory: a typo must not become an empty log.
+    // A typo must not become an empty log: `open_existing` refuses a directory that holds no
+    // partition (exit 2) and creates nothing.
     crate::require_dir(dir)?;
     let config = LogConfig {
         recovery_mode: RecoveryMode::AbsoluteConsistency,
         file_delete_delay_ms: 0,
         ..config
     };
-    let e = match Log::open(dir, config) {
+    let e = match Log::open_existing(dir, config) {
         Ok(log) => return Ok(Some(log)),
         Err(OpenError::Locked { holder, .. }) => {
             return Err(CliError(format!(
@@ -133,12 +135,7 @@ fn open(
             | OpenError::BadCheckpoint(_)
             | OpenError::BadEpochCheckpoint(_)),
         ) => e,
-        Err(e) => {
-            return Err(CliError(format!(
-                "cannot open the log in {}: {e}",
-                dir.display()
-            )))
-        }
+        Err(e) => return Err(crate::open_failure(dir, &e)),
     };
     let stopped = Stopped {
         refused: true,
@@ -183,6 +180,13 @@ fn failed(
         log_end_offset: Some(log.log_end_offset()),
         high_watermark: Some(log.high_watermark()),
     };
+    // An I/O error over bytes that are damaged (`InvalidData`) is damage found, not a failure
+    // of the machine.
+    let damage_found = match &e {
+        RewriteError::Io(io) => io.source.kind() == std::io::ErrorKind::InvalidData,
+        RewriteError::ReadOnly { cause } => cause.source.kind() == std::io::ErrorKind::InvalidData,
+        _ => false,
+    };
     let hint = match e {
         RewriteError::BelowLogStart { .. }
         | RewriteError::AboveLogEnd { .. }
@@ -191,6 +195,16 @@ fn failed(
         | RewriteError::KeyMapTooSmall { .. } => {
             close(log, dir)?;
             "nothing was changed".to_string()
+        }
+        _ if damage_found => {
+            // Damage in bytes a clean open did not read (the last segment's tail), found before
+            // the first change: the log went read-only, and the next open's recovery settles it.
+            stopped.refused = false;
+            drop(log);
+            format!(
+                "the log is damaged: `oncelog verify {}` lists it, `oncelog recover` cuts it",
+                dir.display()
+            )
         }
         RewriteError::Corrupt(_) => {
             // The rewrite may have stopped part way; then the log is read-only and its close

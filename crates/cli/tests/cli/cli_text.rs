@@ -41,7 +41,10 @@ fn each_command_help_carries_its_long_text() {
         ),
         ("bench", "checking every batch's CRC-32C. MB are 10^6 bytes"),
         ("verify", "without opening the log"),
-        ("recover", "Exits 1 (changing nothing)"),
+        ("recover", "1 (changing nothing) when the mode refuses"),
+        ("recover", "3 when data was removed"),
+        ("recover", "--dry-run"),
+        ("recover", "--backup <BACKUP>"),
     ] {
         let o = run(&[cmd, "--help"]);
         assert_eq!(o.status.code(), Some(0), "{cmd}");

@@ -100,8 +100,17 @@ fn recover_cuts_a_torn_tail_and_reports_file_position_and_bytes() {
     assert_eq!(run_path(&["verify"], dir.path()).status.code(), Some(1));
 
     let o = run_path(&["recover", "--json"], dir.path());
-    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    // Exit 3: recovered, and data (the torn batch) removed.
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
     let r = json_object(&o);
+    assert_eq!(r["data_removed"], true);
+    assert_eq!(
+        (
+            r["removed_totals"]["batches"].as_u64(),
+            r["removed_totals"]["records"].as_u64()
+        ),
+        (Some(1), Some(5))
+    );
     assert_eq!(r["mode"], "tolerate-tail");
     assert_eq!(r["clean_shutdown"], false);
     assert_eq!(r["checkpoint_found"], true);
@@ -136,9 +145,13 @@ fn recover_text_names_the_cut() {
     let batches = crashed_log(dir.path(), 1, 2);
     let torn_at = tear_last_batch(dir.path(), &batches);
     let o = run_path(&["recover"], dir.path());
-    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
     let text = stdout(&o);
     assert!(text.contains("last shutdown: unclean"), "{text}");
+    assert!(
+        text.contains("DATA REMOVED: 1 batch, 5 records, "),
+        "{text}"
+    );
     assert!(
         text.contains(&format!("00000000000000000000.log at byte {torn_at}: ")),
         "{text}"
@@ -184,9 +197,9 @@ fn recover_refused_by_its_mode_exits_1_and_changes_no_byte() {
         "a refused recovery changed the directory"
     );
 
-    // The tolerant modes cut it.
+    // The tolerant modes cut it, and say so with exit 3.
     let o = run_path(&["recover", "--mode", "tolerate-any"], dir.path());
-    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stdout(&o));
 }
 
 #[test]
