@@ -11,9 +11,12 @@ mod common_cli;
 
 mod cli_append_bench;
 mod cli_compact;
+mod cli_damage_sweep;
 mod cli_demo;
 mod cli_dump;
 mod cli_log_dir;
+mod cli_log_dir_skipped;
+mod cli_operator_safety;
 mod cli_rewrite;
 mod cli_text;
 mod cli_txn;

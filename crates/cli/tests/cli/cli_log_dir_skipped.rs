@@ -3,9 +3,8 @@
 //! of a log dir leave out, and every file `dump` of a partition leaves out, is named with why.
 //! And `recover` of a log dir whose recovery removed data exits 3.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod common_cli;
+use crate::common;
+use crate::common_cli;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! checkpoint), cut short, overwritten with garbage, or with one bit flipped: `verify` exits 1,
 //! `recover` exits 0, 1 or 3, and neither exits 2 or panics.
 
-mod common_cli;
+use crate::common_cli;
 
 use std::fs;
 use std::path::{Path, PathBuf};

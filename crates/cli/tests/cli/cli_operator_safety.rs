@@ -4,7 +4,7 @@
 //! same totals the recovery then reports; a recovery that removes data says so and exits 3;
 //! `--backup` keeps a copy that restores the directory.
 
-mod common_cli;
+use crate::common_cli;
 
 use std::collections::BTreeMap;
 use std::fs;
