@@ -114,7 +114,15 @@ impl TxnCheck {
         };
         let pid = batch.producer_id();
         let open_before = self.table.get(pid).is_some_and(|e| e.has_open_txn());
-        let seen = self.seen.get(&pid).copied().unwrap_or_default();
+        let mut seen = self.seen.get(&pid).copied().unwrap_or_default();
+        // Before its first batch in this replay, the producer's last batch is the newest of
+        // its window in the snapshot the replay started from.
+        seen.last = seen.last.or_else(|| {
+            self.table
+                .get(pid)
+                .and_then(|e| e.newest_batch())
+                .map(|b| b.last_offset)
+        });
         let mut abort = None;
         let mut derived = None;
         match &logged {
