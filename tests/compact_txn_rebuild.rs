@@ -529,8 +529,12 @@ fn kafka_fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// What a rebuild must leave as it was of each producer: epoch, open transaction, window.
-fn producer_states(log: &Log) -> BTreeMap<i64, (i16, Option<i64>, Vec<(i32, i64, i32)>)> {
+/// A producer's epoch, open transaction and window (last sequence, last offset, offset delta
+/// of each batch).
+type ProducerView = (i16, Option<i64>, Vec<(i32, i64, i32)>);
+
+/// What a rebuild must leave as it was of each producer.
+fn producer_states(log: &Log) -> BTreeMap<i64, ProducerView> {
     let mut pids = std::collections::BTreeSet::new();
     let mut next = log.log_start_offset();
     while next < log.log_end_offset() {
