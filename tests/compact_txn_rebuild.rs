@@ -424,6 +424,30 @@ fn sweep_one(seed: u64, small_map: bool) -> bool {
     log.close().unwrap();
     verify_clean(&dir, &format!("seed {seed}: after a clean reopen"));
 
+    // The rule verify holds a compacted `.txnindex` to still finds damage: an entry whose
+    // producer id lost a bit names no ABORT marker of its producer.
+    if let Some(p) = files_with(&dir, "txnindex")
+        .into_iter()
+        .find(|p| std::fs::metadata(p).unwrap().len() > 0)
+    {
+        let copy = tmp.path().join("pid-flipped");
+        copy_dir(&dir, &copy);
+        let index = copy.join(p.file_name().unwrap());
+        let mut bytes = std::fs::read(&index).unwrap();
+        bytes[9] ^= 0x01;
+        std::fs::write(&index, bytes).unwrap();
+        let report = oncelog::verify::verify_dir(&oncelog::io::RealFs, &copy).unwrap();
+        assert!(
+            report
+                .problems
+                .iter()
+                .any(|p| p.kind == "bad_txn_index" && p.file == index),
+            "seed {seed}: a flipped producer id in {}: {:#?}",
+            index.display(),
+            report.problems
+        );
+    }
+
     for trigger in TRIGGERS {
         let what = format!("seed {seed}, {trigger:?}");
         let copy = tmp.path().join(format!("{trigger:?}"));

@@ -201,8 +201,15 @@ impl ProducerState {
                     }
                     None => first_base,
                 };
-                // Only the transactions this replay completes are kept: its table is dropped.
-                replay(fs, &mut scratch, segments, scratch_from, offset, now_ms, &mut seen)?;
+                // Only the aborted transactions this replay completes are kept: its table is
+                // dropped, and the completed ones that hold the first unstable offset back
+                // are, as ever, those from the snapshot the state starts from on.
+                let mut aborted_only = Completions::new(ReplayWants {
+                    completed_from: i64::MAX,
+                    ..wants
+                });
+                replay(fs, &mut scratch, segments, scratch_from, offset, now_ms, &mut aborted_only)?;
+                seen.aborted = aborted_only.aborted;
             }
             table.load(snapshot_entries(snap, now_ms));
             report.snapshot_offset = Some(offset);
