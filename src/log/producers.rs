@@ -153,7 +153,7 @@ impl LoadPlan {
 impl ProducerState {
     /// Decides the producer state of a log about to be opened, reading only: the newest
     /// snapshot at or below `log_end` that passes its checks, then the batches after it. When
-    /// `wants.txn_index_from` is below that snapshot, the transactions completed from there up
+    /// `wants.txn_index_from` is below that snapshot, the transactions aborted from there up
     /// to it come from a second replay, from an older snapshot (or the log start) into a table
     /// that is then dropped: it may cross batches compaction removed, which would leave holes
     /// in the windows it rebuilt.
@@ -487,9 +487,9 @@ impl Completions {
 }
 
 /// Applies every batch at or after `from` and starting below `until` to the table, reading
-/// only batch headers (and the one record of each marker). Batches of segments that were not validated on open (their
-/// bytes were trusted) are checked as they are replayed (CRC and offsets), so damage there
-/// never becomes producer state. Replayed batches carry no append wall clock, so they count as
+/// only batch headers (and the one record of each marker). Batches of segments that were not
+/// validated on open (their bytes were trusted) are checked as they are replayed (CRC and
+/// offsets), so damage there never becomes producer state. Replayed batches carry no append wall clock, so they count as
 /// appended now: a restart can delay a producer's expiry, never hasten it.
 fn replay(
     fs: &dyn FileSystem,
