@@ -92,8 +92,9 @@ impl From<IoError> for LoadError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReplayWants {
     /// The aborted transactions whose markers are at or after this offset, for `.txnindex`
-    /// files to rebuild: the replay then starts from a snapshot at or below it (the state of
-    /// the transactions open there is what the entries are made of).
+    /// files to rebuild: their transactions are replayed from a snapshot at or below it (the
+    /// state of the transactions open there is what the entries are made of), apart from the
+    /// producers' windows, which come from the newest snapshot.
     pub txn_index_from: Option<i64>,
     /// The completed transactions whose markers are at or after this offset (the high
     /// watermark: they still hold the first unstable offset back), among those the replay
@@ -165,8 +166,11 @@ impl LoadPlan {
 
 impl ProducerState {
     /// Decides the producer state of a log about to be opened, reading only: the newest
-    /// snapshot at or below `log_end` (and at or below `wants.txn_index_from`) that passes its
-    /// checks, then the batches after it.
+    /// snapshot at or below `log_end` that passes its checks, then the batches after it. When
+    /// `wants.txn_index_from` is below that snapshot, the transactions aborted from there up
+    /// to it come from a second replay, from an older snapshot (or the log start) into a table
+    /// that is then dropped: it may cross batches compaction removed, which would leave holes
+    /// in the windows it rebuilt.
     #[allow(clippy::too_many_arguments)]
     pub fn plan(
         fs: &dyn FileSystem,
@@ -185,28 +189,47 @@ impl ProducerState {
             .map(|(o, _)| *o)
             .filter(|o| *o > log_end)
             .collect();
-        let at_or_below = wants.txn_index_from.map_or(log_end, |o| o.min(log_end));
-        let choice = snapshot_files::choose_newest(fs, snapshots, at_or_below)?;
+        // The window comes from the newest snapshot at or below the end, never from an older
+        // one: batches compaction removed cannot be replayed, so a replay over a compacted
+        // range would lose the retries they answer (docs/design.md, "Compaction and producer
+        // state"). `.txnindex` files to rebuild below that snapshot get their own replay.
+        let choice = snapshot_files::choose_newest(fs, snapshots, log_end)?;
+        let mut bad = choice.bad;
         let mut report = ProducerLoadReport::default();
         // Batches below the log start that are still in the first segment (DeleteRecords hid
         // them) are replayed too: a producer known only from them stays known.
         let first_base = segments.first().map_or(log_start, |s| s.base.min(log_start));
         let mut from = first_base;
-        if let Some((offset, mut snap)) = choice.newest {
-            if snap.version == SnapshotVersion::V1 {
-                // Kafka's format has no append wall clock, only record timestamps, which client
-                // clocks can skew: count the producers as appended now, so a restart can
-                // delay their expiry but never hasten it.
-                for entry in &mut snap.entries {
-                    entry.set_last_append_ms(now_ms);
-                }
+        let mut seen = Completions::new(wants);
+        if let Some((offset, snap)) = choice.newest {
+            if let Some(txn_from) = wants.txn_index_from.filter(|&t| t < offset) {
+                let (older, older_bad) = txn_replay_start(fs, snapshots, offset, txn_from)?;
+                bad.extend(older_bad);
+                let mut scratch = ProducerStateTable::new(config.producer_state).map_err(|e| {
+                    IoError::new("producer state", Path::new(""), std::io::Error::other(e))
+                })?;
+                let scratch_from = match older {
+                    Some((at, snap)) => {
+                        scratch.load(snap.entries);
+                        at.max(first_base)
+                    }
+                    None => first_base,
+                };
+                // Only the aborted transactions this replay completes are kept: its table is
+                // dropped, and the completed ones that hold the first unstable offset back
+                // are, as ever, those from the snapshot the state starts from on.
+                let mut aborted_only = Completions::new(ReplayWants {
+                    completed_from: i64::MAX,
+                    ..wants
+                });
+                replay(fs, &mut scratch, segments, scratch_from, offset, now_ms, &mut aborted_only)?;
+                seen.aborted = aborted_only.aborted;
             }
-            table.load(snap.entries);
+            table.load(snapshot_entries(snap, now_ms));
             report.snapshot_offset = Some(offset);
             from = offset.max(first_base);
         }
-        let mut seen = Completions::new(wants);
-        report.batches_replayed = replay(fs, &mut table, segments, from, now_ms, &mut seen)?;
+        report.batches_replayed = replay(fs, &mut table, segments, from, i64::MAX, now_ms, &mut seen)?;
         let expired = table.expire(now_ms);
         report.producers = table.len();
         let on_disk = report
@@ -223,7 +246,7 @@ impl ProducerState {
         Ok(LoadPlan {
             state,
             report,
-            bad: choice.bad,
+            bad,
             above_end,
             aborted: seen.aborted,
             completed: seen.completed,
@@ -400,6 +423,38 @@ impl ProducerState {
     }
 }
 
+/// A loaded snapshot's entries, as the table takes them.
+fn snapshot_entries(mut snap: snapshot::Snapshot, now_ms: i64) -> Vec<ProducerEntry> {
+    if snap.version == SnapshotVersion::V1 {
+        // Kafka's format has no append wall clock, only record timestamps, which client
+        // clocks can skew: count the producers as appended now, so a restart can delay their
+        // expiry but never hasten it.
+        for entry in &mut snap.entries {
+            entry.set_last_append_ms(now_ms);
+        }
+    }
+    snap.entries
+}
+
+/// Where the replay for `.txnindex` entries from `txn_from` starts: the newest snapshot at or
+/// below it that passes its checks, among those below `window_snapshot` (the ones above were
+/// looked at already), and the bad ones met on the way.
+#[allow(clippy::type_complexity)]
+fn txn_replay_start(
+    fs: &dyn FileSystem,
+    snapshots: &[(i64, PathBuf)],
+    window_snapshot: i64,
+    txn_from: i64,
+) -> Result<(Option<(i64, snapshot::Snapshot)>, Vec<(i64, PathBuf, SnapshotError)>), IoError> {
+    let older: Vec<(i64, PathBuf)> = snapshots
+        .iter()
+        .filter(|(o, _)| *o < window_snapshot)
+        .cloned()
+        .collect();
+    let choice = snapshot_files::choose_newest(fs, &older, txn_from)?;
+    Ok((choice.newest, choice.bad))
+}
+
 /// What the producer rules need of a validated client batch.
 pub(crate) fn incoming(summary: &BatchSummary) -> Option<IncomingBatch> {
     (summary.producer_id >= 0).then(|| IncomingBatch {
@@ -445,21 +500,25 @@ impl Completions {
     }
 }
 
-/// Applies every batch at or after `from` to the table, reading only batch headers (and the
-/// one record of each marker). Batches of segments that were not validated on open (their
-/// bytes were trusted) are checked as they are replayed (CRC and offsets), so damage there
-/// never becomes producer state. Replayed batches carry no append wall clock, so they count as
+/// Applies every batch at or after `from` and starting below `until` to the table, reading
+/// only batch headers (and the one record of each marker). Batches of segments that were not
+/// validated on open (their bytes were trusted) are checked as they are replayed (CRC and
+/// offsets), so damage there never becomes producer state. Replayed batches carry no append wall clock, so they count as
 /// appended now: a restart can delay a producer's expiry, never hasten it.
 fn replay(
     fs: &dyn FileSystem,
     table: &mut ProducerStateTable,
     segments: &[ReplaySegment<'_>],
     from: i64,
+    until: i64,
     now_ms: i64,
     seen: &mut Completions,
 ) -> Result<u64, LoadError> {
     let mut replayed = 0;
-    for segment in segments.iter().filter(|s| s.next_offset > from) {
+    for segment in segments
+        .iter()
+        .filter(|s| s.next_offset > from && s.base < until)
+    {
         if segment.log_size == 0 {
             continue;
         }
@@ -498,6 +557,9 @@ fn replay(
                     .check(batch.base_offset(), batch.last_offset(), previous_last)
                     .map_err(|p| damaged(at, p))?;
                 previous_last = Some(batch.last_offset());
+            }
+            if batch.base_offset() >= until {
+                break;
             }
             if batch.last_offset() < from || batch.producer_id() < 0 {
                 continue;

@@ -14,6 +14,7 @@ mod append_writes;
 mod batch_roundtrip;
 mod clean_open;
 mod compact_log;
+mod compact_txn_rebuild;
 mod compressed_append;
 mod exactly_once;
 mod group_commit;

@@ -9,7 +9,8 @@
 //! horizon has not passed; aborted transactional data goes; markers stay while data of their
 //! transaction is seen, then get a horizon; the batch holding an active producer's last
 //! sequence, the last batch of the round and the last batch of each group stay (empty if all
-//! their records go), so sequences survive and each cleaned segment ends where its group ended.
+//! their records go; oncelog keeps every batch of an active producer's dedup window, Kafka the
+//! newest), so sequences survive and each cleaned segment ends where its group ended.
 //! A batch nothing changed in is copied byte for byte; otherwise it is rebuilt with its own
 //! codec, offsets, producer fields and lastOffsetDelta, and a new CRC.
 //!
@@ -240,11 +241,14 @@ impl TxnTracker {
     }
 }
 
-/// The producers whose sequences must survive: the newest batch's last offset of each known
-/// producer, or, for one with no batch, its epoch (Kafka's `lastRecordsOfActiveProducers`).
+/// The producers whose sequences must survive: the last offsets of the batches in each known
+/// producer's dedup window, or, for one with no batch, its epoch (Kafka's
+/// `lastRecordsOfActiveProducers`, which keeps only the newest batch: oncelog keeps the whole
+/// window, as its snapshots do, so a replay over the cleaned log rebuilds every window as it
+/// was, docs/design.md "Compaction and producer state").
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ActiveProducers {
-    pub last_data_offset: HashMap<i64, i64>,
+    pub window_last_offsets: HashMap<i64, Vec<i64>>,
     pub epoch_only: HashMap<i64, i16>,
 }
 
@@ -253,8 +257,8 @@ impl ActiveProducers {
         if !b.has_producer_id() {
             return false;
         }
-        if let Some(&o) = self.last_data_offset.get(&b.producer_id()) {
-            return b.last_offset() == o;
+        if let Some(window) = self.window_last_offsets.get(&b.producer_id()) {
+            return window.contains(&b.last_offset());
         }
         self.epoch_only
             .get(&b.producer_id())
@@ -694,13 +698,11 @@ impl Log {
         // The producers whose last batch must stay.
         let mut producers = ActiveProducers::default();
         for e in ex.st.producers.table().iter() {
-            match e.newest_batch() {
-                Some(b) => {
-                    producers.last_data_offset.insert(e.producer_id(), b.last_offset);
-                }
-                None => {
-                    producers.epoch_only.insert(e.producer_id(), e.epoch());
-                }
+            if e.newest_batch().is_some() {
+                let window = e.batches().map(|b| b.last_offset).collect();
+                producers.window_last_offsets.insert(e.producer_id(), window);
+            } else {
+                producers.epoch_only.insert(e.producer_id(), e.epoch());
             }
         }
         let rules = Rules {
@@ -1181,7 +1183,7 @@ mod tests {
     #[test]
     fn an_active_producers_last_batch_stays_as_a_bare_header() {
         let mut c = Case::new(&[("a", 99)], 200);
-        c.producers.last_data_offset.insert(7, 11);
+        c.producers.window_last_offsets.insert(7, vec![11]);
         let b = batch(10, &[(Some("a"), Some("x")), (Some("a"), Some("y"))], Some(7), false, Compression::None, None);
         let (o, out, _) = c.clean(&b, false);
         assert_eq!(o, Outcome::Emptied);
@@ -1192,7 +1194,7 @@ mod tests {
         assert_eq!((e.producer_id(), e.producer_epoch(), e.base_sequence()), (7, 0, 10));
         assert_eq!((e.base_timestamp(), e.max_timestamp()), (-1, 101));
         // Not the producer's last batch: removed.
-        c.producers.last_data_offset.insert(7, 50);
+        c.producers.window_last_offsets.insert(7, vec![5, 50]);
         assert_eq!(c.clean(&b, false).0, Outcome::Removed);
         // The last batch of the round, or of its group, stays as well.
         c.round_end = 12;
