@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, Reply};
 use crate::broker::Broker;
-use crate::codec::{self, FrameReader, Request};
+use crate::codec::{self, FrameLimits, FrameReader, Request};
 use crate::stats::Stats;
 
 /// Responses queued behind a slow one before the connection stops reading: Kafka clients keep
@@ -35,13 +35,14 @@ impl CaughtUp {
     }
 }
 
-/// Serves `stream` until the client leaves, sends something unparseable, or the broker shuts
-/// down (then requests already read are still answered).
+/// Serves `stream` until the client leaves, sends something unparseable, stays idle or sends
+/// a request too slowly (`limits`), or the broker shuts down (then requests already read are
+/// still answered).
 pub async fn serve(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
-    max_request_bytes: usize,
+    limits: FrameLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
     Stats::add(&broker.stats.connections);
@@ -79,7 +80,7 @@ pub async fn serve(
         }
     });
 
-    let mut frames = FrameReader::new(max_request_bytes);
+    let mut frames = FrameReader::new(limits, Arc::clone(&broker.request_memory));
     let (caught_up_now, caught_up) = watch::channel(0u64);
     let caught_up = CaughtUp(caught_up);
     loop {
@@ -94,12 +95,19 @@ pub async fn serve(
         let frame = match frame {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
+            Err(e) if e.is_timeout() => {
+                Stats::add(&broker.stats.connections_timed_out);
+                tracing::info!(client = %peer, reason = %e, "closing the connection");
+                break;
+            }
             Err(e) => {
                 refuse(&broker, peer, &e);
                 break;
             }
         };
-        let request = match Request::parse(frame) {
+        // The frame's share of the request budget is given back once its request is handled.
+        let _frame_memory = frame.memory;
+        let request = match Request::parse(frame.bytes) {
             Ok(request) => request,
             Err(e) => {
                 refuse(&broker, peer, &e);
