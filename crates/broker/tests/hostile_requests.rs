@@ -448,26 +448,26 @@ fn advertised() -> Vec<(ApiKey, i16)> {
 
 /// How a length is overwritten at a position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mutation {
+enum Longest {
     /// int16 lengths (strings): 0x7fff.
-    I16Max,
+    Int16,
     /// int32 lengths (arrays, bytes, records): 0x7fffffff.
-    I32Max,
+    Int32,
     /// Unsigned varint lengths (compact forms, tagged fields): the varint at the position is
     /// replaced by u32::MAX.
-    VarintMax,
+    Varint,
 }
 
-fn mutate(frame: &[u8], at: usize, how: Mutation) -> Option<Vec<u8>> {
+fn mutate(frame: &[u8], at: usize, how: Longest) -> Option<Vec<u8>> {
     let mut out = frame.to_vec();
     match how {
-        Mutation::I16Max => out
+        Longest::Int16 => out
             .get_mut(at..at + 2)?
             .copy_from_slice(&i16::MAX.to_be_bytes()),
-        Mutation::I32Max => out
+        Longest::Int32 => out
             .get_mut(at..at + 4)?
             .copy_from_slice(&i32::MAX.to_be_bytes()),
-        Mutation::VarintMax => {
+        Longest::Varint => {
             let len = frame[at..].iter().take(5).position(|b| b & 0x80 == 0)? + 1;
             out.splice(at..at + len, [0xff, 0xff, 0xff, 0xff, 0x0f]);
         }
@@ -481,7 +481,7 @@ type Refusals = BTreeMap<String, BTreeSet<usize>>;
 
 /// Overwrites every position of the full frame of `api`/`version` with `how` and decodes each;
 /// panics if a decode held more than [`bound`]. Returns the refusals seen.
-fn sweep(api: ApiKey, version: i16, how: Mutation) -> Refusals {
+fn sweep(api: ApiKey, version: i16, how: Longest) -> Refusals {
     let frame = full_frame(api, version);
     let (error, _) = decode_measured(&frame);
     assert_eq!(
@@ -548,7 +548,7 @@ fn has_array(api: ApiKey, version: i16) -> bool {
 #[test]
 fn plain_array_counts_of_every_request_are_refused_within_the_bound() {
     for (api, version) in advertised() {
-        let refusals = sweep(api, version, Mutation::I32Max);
+        let refusals = sweep(api, version, Longest::Int32);
         if has_array(api, version) && !flexible(api, version) {
             assert!(
                 refusals.contains_key("Array"),
@@ -561,7 +561,7 @@ fn plain_array_counts_of_every_request_are_refused_within_the_bound() {
 #[test]
 fn compact_array_counts_of_every_request_are_refused_within_the_bound() {
     for (api, version) in advertised() {
-        let refusals = sweep(api, version, Mutation::VarintMax);
+        let refusals = sweep(api, version, Longest::Varint);
         if has_array(api, version) && flexible(api, version) {
             assert!(
                 refusals.contains_key("CompactArray"),
@@ -580,9 +580,9 @@ fn nullable_array_counts_are_refused_within_the_bound() {
             continue;
         }
         let (how, shape) = if flexible(api, version) {
-            (Mutation::VarintMax, "CompactArray")
+            (Longest::Varint, "CompactArray")
         } else {
-            (Mutation::I32Max, "Array")
+            (Longest::Int32, "Array")
         };
         let refusals = sweep(api, version, how);
         assert!(
@@ -599,9 +599,9 @@ fn nested_array_counts_are_refused_within_the_bound() {
             continue;
         }
         let (how, shape) = if flexible(api, version) {
-            (Mutation::VarintMax, "CompactArray")
+            (Longest::Varint, "CompactArray")
         } else {
-            (Mutation::I32Max, "Array")
+            (Longest::Int32, "Array")
         };
         let refusals = sweep(api, version, how);
         let hit = refusals.get(shape).map_or(0, BTreeSet::len);
@@ -615,11 +615,11 @@ fn nested_array_counts_are_refused_within_the_bound() {
 #[test]
 fn string_lengths_are_refused_within_the_bound() {
     for (api, version) in advertised() {
-        sweep(api, version, Mutation::I16Max);
-        sweep(api, version, Mutation::VarintMax);
+        sweep(api, version, Longest::Int16);
+        sweep(api, version, Longest::Varint);
         // The client id is a string of every header: at byte 8, after the API key, version
         // and correlation id.
-        let hostile = mutate(&full_frame(api, version), 8, Mutation::I16Max).unwrap();
+        let hostile = mutate(&full_frame(api, version), 8, Longest::Int16).unwrap();
         let (error, _) = decode_measured(&hostile);
         assert!(
             error.is_some(),
@@ -635,9 +635,9 @@ fn bytes_and_records_lengths_are_refused_within_the_bound() {
             continue;
         }
         let how = if flexible(api, version) {
-            Mutation::VarintMax
+            Longest::Varint
         } else {
-            Mutation::I32Max
+            Longest::Int32
         };
         sweep(api, version, how);
         // The bytes field is the last length before its content: find the content, set the
@@ -652,7 +652,7 @@ fn bytes_and_records_lengths_are_refused_within_the_bound() {
             .windows(content.len())
             .position(|w| w == content)
             .unwrap();
-        let length_at = if how == Mutation::I32Max {
+        let length_at = if how == Longest::Int32 {
             at - 4
         } else {
             at - 1
@@ -693,7 +693,7 @@ fn seeds() -> BTreeMap<String, Vec<u8>> {
     for (api, version) in advertised() {
         let frame = full_frame(api, version);
         let name = format!("{api:?}-v{version}");
-        for how in [Mutation::I32Max, Mutation::VarintMax, Mutation::I16Max] {
+        for how in [Longest::Int32, Longest::Varint, Longest::Int16] {
             for at in 0..frame.len() {
                 let Some(hostile) = mutate(&frame, at, how) else {
                     continue;
