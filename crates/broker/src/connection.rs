@@ -17,7 +17,8 @@ use crate::stats::Stats;
 const MAX_QUEUED_REPLIES: usize = 64;
 
 /// How often a connection's reader has caught up with its client: handled every request the
-/// client had sent, with no whole frame left in its buffer. An acks=all produce waits for the
+/// client had sent, so that its next read (or its wait for the request budget) must wait. An
+/// acks=all produce waits for the
 /// reader to catch up before it flushes, so that when a client sends several requests at once
 /// (up to five in flight), one fsync covers the batches of all of them instead of the first.
 #[derive(Debug, Clone)]
@@ -90,7 +91,8 @@ pub async fn serve(
         let frame = tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            frame = frames.next(&mut read_half) => frame,
+            // Caught up: nothing the client sent is left unread.
+            frame = frames.next(&mut read_half, || caught_up_now.send_modify(|count| *count += 1)) => frame,
         };
         let frame = match frame {
             Ok(Some(frame)) => frame,
@@ -137,9 +139,6 @@ pub async fn serve(
         }
         if close {
             break;
-        }
-        if !frames.has_whole_frame() {
-            caught_up_now.send_modify(|count| *count += 1);
         }
     }
     // The writer answers what was queued, then the connection closes.

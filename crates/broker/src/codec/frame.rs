@@ -14,8 +14,10 @@
 //! `connections.max.idle.ms`, and a request must arrive whole within the read deadline of its
 //! first byte (time spent waiting for the budget is not counted against it).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -180,10 +182,13 @@ impl FrameReader {
         }
     }
 
-    /// The next whole frame, or `None` at a clean end of stream.
+    /// The next whole frame, or `None` at a clean end of stream. `caught_up` is called each
+    /// time the reader is about to wait: for the client (nothing it sent is left unread) or
+    /// for the budget.
     pub async fn next<R: AsyncRead + Unpin>(
         &mut self,
         stream: &mut R,
+        mut caught_up: impl FnMut(),
     ) -> Result<Option<Frame>, FrameError> {
         loop {
             let needed = self.needed()?;
@@ -191,11 +196,18 @@ impl FrameReader {
                 if self.budget.is_none() {
                     // Waiting for the budget pauses the read deadline: the delay is the
                     // broker's, not the client's.
-                    let size = needed - 4;
-                    let permit = Arc::clone(&self.memory.budget)
-                        .acquire_many_owned(size as u32)
-                        .await
-                        .expect("the request budget is never closed");
+                    let size = needed as u32 - 4;
+                    let budget = Arc::clone(&self.memory.budget);
+                    let permit = match Arc::clone(&budget).try_acquire_many_owned(size) {
+                        Ok(permit) => permit,
+                        Err(_) => {
+                            caught_up();
+                            budget
+                                .acquire_many_owned(size)
+                                .await
+                                .expect("the request budget is never closed")
+                        }
+                    };
                     self.budget = Some(permit);
                     self.deadline = Some(Instant::now() + self.limits.read_deadline);
                 }
@@ -208,7 +220,17 @@ impl FrameReader {
                 Some(deadline) => deadline,
                 None => self.idle_since + self.limits.idle,
             };
-            let read = tokio::time::timeout_at(limit, stream.read_buf(&mut self.buf)).await;
+            let mut read = std::pin::pin!(stream.read_buf(&mut self.buf));
+            // Whatever the client already sent is read at once; only a read that must wait
+            // means the reader has caught up with it.
+            let ready = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+            let read = match ready {
+                Poll::Ready(n) => Ok(n),
+                Poll::Pending => {
+                    caught_up();
+                    tokio::time::timeout_at(limit, read).await
+                }
+            };
             let n = match read {
                 Ok(n) => n?,
                 Err(_) if self.buf.is_empty() => return Err(FrameError::Idle(self.limits.idle)),
@@ -233,15 +255,6 @@ impl FrameReader {
                 self.deadline = Some(Instant::now() + self.limits.read_deadline);
             }
         }
-    }
-
-    /// Whether a whole frame is already buffered (the next [`FrameReader::next`] will not
-    /// wait for the stream, unless for the budget).
-    pub fn has_whole_frame(&self) -> bool {
-        self.needed()
-            .ok()
-            .flatten()
-            .is_some_and(|needed| self.buf.len() >= needed)
     }
 
     /// Bytes the frame at the front needs in all (size included), once its size is known.
@@ -342,9 +355,17 @@ mod tests {
         let mut stream = &bytes[..];
         let mut reader = reader(1 << 20);
         for want in ["one", "", "three"] {
-            assert_eq!(reader.next(&mut stream).await.unwrap().unwrap().bytes, want);
+            assert_eq!(
+                reader
+                    .next(&mut stream, || {})
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .bytes,
+                want
+            );
         }
-        assert!(reader.next(&mut stream).await.unwrap().is_none());
+        assert!(reader.next(&mut stream, || {}).await.unwrap().is_none());
     }
 
     #[tokio::test]
@@ -354,12 +375,17 @@ mod tests {
         let mut stream = &bytes[..];
         let mut reader = reader(1 << 20);
         let memory = Arc::clone(&reader.memory);
-        let frame = reader.next(&mut stream).await.unwrap().unwrap();
+        let frame = reader.next(&mut stream, || {}).await.unwrap().unwrap();
         assert_eq!(frame.bytes, big);
         assert!(memory.buffered() >= big.len() as u64);
         drop(frame);
         assert_eq!(
-            reader.next(&mut stream).await.unwrap().unwrap().bytes,
+            reader
+                .next(&mut stream, || {})
+                .await
+                .unwrap()
+                .unwrap()
+                .bytes,
             "after"
         );
         drop(reader);
@@ -373,7 +399,7 @@ mod tests {
             let bytes = size.to_be_bytes();
             let mut stream = &bytes[..];
             assert!(matches!(
-                reader(1024).next(&mut stream).await,
+                reader(1024).next(&mut stream, || {}).await,
                 Err(FrameError::BadSize { .. })
             ));
         }
@@ -385,7 +411,7 @@ mod tests {
         bytes.truncate(8);
         let mut stream = &bytes[..];
         assert!(matches!(
-            reader(1024).next(&mut stream).await,
+            reader(1024).next(&mut stream, || {}).await,
             Err(FrameError::Truncated { have: 8, need: 15 })
         ));
     }
@@ -399,7 +425,7 @@ mod tests {
         let mut reader = reader(100 << 20);
         let memory = Arc::clone(&reader.memory);
         assert!(matches!(
-            reader.next(&mut stream).await,
+            reader.next(&mut stream, || {}).await,
             Err(FrameError::Truncated { have: 14, .. })
         ));
         assert!(memory.peak() <= 2 * READ_AHEAD as u64, "{}", memory.peak());
