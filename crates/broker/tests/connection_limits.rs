@@ -220,3 +220,49 @@ fn a_request_waiting_for_the_budget_is_served_once_the_budget_frees() {
     );
     assert!(closed_within(&mut hog, Duration::from_secs(5)));
 }
+
+#[test]
+fn pipelined_acks_all_produces_larger_than_the_read_ahead_are_all_answered() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    let _: kafka_protocol::messages::MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        12,
+        &kafka_protocol::messages::MetadataRequest::default()
+            .with_topics(Some(vec![
+                kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_static_str("piped")))),
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    // Five acks=all requests of about 200 KiB each, written at once: each frame is read to its
+    // end (its buffer grows with it), the next one's bytes are already there, and every
+    // produce is answered (none waits forever for the reader to catch up).
+    let value = vec![b'v'; 20_000];
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let mut builder = oncelog::format::BatchBuilder::new().producer(77, 0, n * 10);
+        for i in 0..10 {
+            builder.append(i, None, Some(&value), &[]);
+        }
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_static_str("piped")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(bytes::Bytes::from(builder.build().unwrap())))])]);
+        ids.push(wire.send(ApiKey::Produce, 9, &request));
+    }
+    for (n, id) in ids.into_iter().enumerate() {
+        let (got, response): (i32, ProduceResponse) = wire.receive(9);
+        assert_eq!(got, id);
+        let p = &response.responses[0].partition_responses[0];
+        assert_eq!((p.error_code, p.base_offset), (0, n as i64 * 10));
+    }
+}
