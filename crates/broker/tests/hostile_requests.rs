@@ -797,11 +797,12 @@ fn the_issues_frames_are_refused_by_a_broker_with_little_address_space() {
         assert!(error.contains("cannot fit"), "{name}: {error}");
         assert!(peak <= bound(frame.len()), "{name}: {peak}");
     }
-    // The broker runs with 4 GiB of address space (its segment maps, thread stacks and heap
-    // fit many times over; a reservation of 2^31 elements of any type does not), so a decoder
-    // that trusts a count fails its allocation and aborts instead of refusing the frame.
+    // The broker runs with 16 GiB of address space (its segment maps, thread stacks and heap
+    // fit many times over; a reservation of 2^31 elements of the first array of any of these
+    // requests, over 100 GiB, does not), so a decoder that trusts a count fails its allocation
+    // and aborts instead of refusing the frame.
     let data = tempfile::tempdir().unwrap();
-    let broker = common::BrokerProcess::start_limited(data.path(), &[], 4 << 30);
+    let broker = common::BrokerProcess::start_limited(data.path(), &[], 16 << 30);
     for (name, frame) in issue_frames() {
         let mut wire = common::wire::Wire::connect(broker.addr);
         wire.send_frame(&frame);

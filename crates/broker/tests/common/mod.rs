@@ -44,7 +44,10 @@ impl BrokerProcess {
                 "ulimit -v {} && exec \"$0\" \"$@\"",
                 address_space >> 10
             ))
-            .arg(broker_bin());
+            .arg(broker_bin())
+            // glibc reserves 64 MiB of address space per malloc arena, up to eight per core:
+            // a few arenas keep the limit about the broker's own allocations on any machine.
+            .env("MALLOC_ARENA_MAX", "2");
         Self::spawn_command(command, data, "127.0.0.1:0".parse().unwrap(), extra)
     }
 
