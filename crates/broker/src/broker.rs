@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::api::CommittedOffsets;
+use crate::codec::RequestMemory;
 use crate::coordinator::Groups;
 use crate::producer_ids::ProducerIds;
 use crate::stats::Stats;
@@ -37,4 +38,7 @@ pub struct Broker {
     /// An acks=all produce waits for its batch to be durable (every flush policy but
     /// `never`).
     pub acks_all_flushes: bool,
+    /// The budget of bytes every connection together may hold in requests not yet handled
+    /// (`queued.max.request.bytes`), and the count of what their read buffers hold.
+    pub request_memory: Arc<RequestMemory>,
 }

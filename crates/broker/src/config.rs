@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -130,9 +131,28 @@ pub struct Args {
     pub recovery_mode: RecoveryMode,
 
     /// The largest request frame accepted (`socket.request.max.bytes`); a larger one closes
-    /// the connection.
+    /// the connection. A frame's buffer grows with the bytes received, never to the announced
+    /// size up front.
     #[arg(long, default_value_t = 100 << 20)]
     pub max_request_bytes: usize,
+
+    /// Bytes all connections together may hold in requests received but not yet handled
+    /// (`queued.max.request.bytes`; Kafka's default is unbounded). A connection whose next
+    /// request does not fit stops reading until others are handled. At least
+    /// --max-request-bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub queued_max_request_bytes: usize,
+
+    /// A connection with no request under way for this long is closed
+    /// (`connections.max.idle.ms`).
+    #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_max_idle_ms: u64,
+
+    /// A request must arrive whole within this long of its first byte, or its connection is
+    /// closed (a client trickling bytes is not waited on forever). Time a request waits for
+    /// --queued-max-request-bytes is not counted.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_read_timeout_ms: u64,
 }
 
 /// The engine's default prefault distance.
@@ -179,6 +199,10 @@ pub struct BrokerConfig {
     pub partitions: i32,
     pub auto_create_topics: bool,
     pub max_request_bytes: usize,
+    /// At least `max_request_bytes`.
+    pub queued_max_request_bytes: usize,
+    pub connections_max_idle: Duration,
+    pub request_read_timeout: Duration,
     pub log: LogSettings,
 }
 
@@ -202,6 +226,20 @@ impl Args {
                 rule: "must be HOST:PORT",
             })?),
         };
+        if self.queued_max_request_bytes < self.max_request_bytes {
+            return Err(ConfigError {
+                flag: "queued-max-request-bytes",
+                value: self.queued_max_request_bytes.to_string(),
+                rule: "must be at least --max-request-bytes (a larger request could never be read)",
+            });
+        }
+        if self.max_request_bytes > i32::MAX as usize {
+            return Err(ConfigError {
+                flag: "max-request-bytes",
+                value: self.max_request_bytes.to_string(),
+                rule: "must fit a frame's int32 size",
+            });
+        }
         Ok(BrokerConfig {
             data: self.data,
             listen: self.listen,
@@ -210,6 +248,9 @@ impl Args {
             partitions: self.partitions,
             auto_create_topics: !self.no_auto_create_topics,
             max_request_bytes: self.max_request_bytes,
+            queued_max_request_bytes: self.queued_max_request_bytes,
+            connections_max_idle: Duration::from_millis(self.connections_max_idle_ms),
+            request_read_timeout: Duration::from_millis(self.request_read_timeout_ms),
             log: LogSettings {
                 segment_bytes: self.segment_bytes,
                 flush: self.flush,

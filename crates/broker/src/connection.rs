@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::{self, Reply};
 use crate::broker::Broker;
-use crate::codec::{self, FrameReader, Request};
+use crate::codec::{self, FrameLimits, FrameReader, Request};
 use crate::stats::Stats;
 
 /// Responses queued behind a slow one before the connection stops reading: Kafka clients keep
@@ -17,7 +17,8 @@ use crate::stats::Stats;
 const MAX_QUEUED_REPLIES: usize = 64;
 
 /// How often a connection's reader has caught up with its client: handled every request the
-/// client had sent, with no whole frame left in its buffer. An acks=all produce waits for the
+/// client had sent, so that its next read (or its wait for the request budget) must wait. An
+/// acks=all produce waits for the
 /// reader to catch up before it flushes, so that when a client sends several requests at once
 /// (up to five in flight), one fsync covers the batches of all of them instead of the first.
 #[derive(Debug, Clone)]
@@ -35,13 +36,14 @@ impl CaughtUp {
     }
 }
 
-/// Serves `stream` until the client leaves, sends something unparseable, or the broker shuts
-/// down (then requests already read are still answered).
+/// Serves `stream` until the client leaves, sends something unparseable, stays idle or sends
+/// a request too slowly (`limits`), or the broker shuts down (then requests already read are
+/// still answered).
 pub async fn serve(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
-    max_request_bytes: usize,
+    limits: FrameLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
     Stats::add(&broker.stats.connections);
@@ -79,7 +81,7 @@ pub async fn serve(
         }
     });
 
-    let mut frames = FrameReader::new(max_request_bytes);
+    let mut frames = FrameReader::new(limits, Arc::clone(&broker.request_memory));
     let (caught_up_now, caught_up) = watch::channel(0u64);
     let caught_up = CaughtUp(caught_up);
     loop {
@@ -89,17 +91,25 @@ pub async fn serve(
         let frame = tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            frame = frames.next(&mut read_half) => frame,
+            // Caught up: nothing the client sent is left unread.
+            frame = frames.next(&mut read_half, || caught_up_now.send_modify(|count| *count += 1)) => frame,
         };
         let frame = match frame {
             Ok(Some(frame)) => frame,
             Ok(None) => break,
+            Err(e) if e.is_timeout() => {
+                Stats::add(&broker.stats.connections_timed_out);
+                tracing::info!(client = %peer, reason = %e, "closing the connection");
+                break;
+            }
             Err(e) => {
                 refuse(&broker, peer, &e);
                 break;
             }
         };
-        let request = match Request::parse(frame) {
+        // The frame's share of the request budget is given back once its request is handled.
+        let _frame_memory = frame.memory;
+        let request = match Request::parse(frame.bytes) {
             Ok(request) => request,
             Err(e) => {
                 refuse(&broker, peer, &e);
@@ -129,9 +139,6 @@ pub async fn serve(
         }
         if close {
             break;
-        }
-        if !frames.has_whole_frame() {
-            caught_up_now.send_modify(|count| *count += 1);
         }
     }
     // The writer answers what was queued, then the connection closes.

@@ -47,6 +47,8 @@ pub const APPEND_ERRORS: &[(&str, ResponseError)] = &[
     // answer for a failing log dir.
     ("io", ResponseError::KafkaStorageError),
     ("read_only", ResponseError::KafkaStorageError),
+    // The broker took the partition offline: a batch it was about to serve failed its CRC.
+    ("offline", ResponseError::KafkaStorageError),
     // The partition is shutting down: retriable, and it sends the client back to Metadata.
     ("closed", ResponseError::NotLeaderOrFollower),
 ];
@@ -67,7 +69,7 @@ pub fn append_error(refused: &AppendRefused) -> ResponseError {
 pub fn read_error(refused: &ReadRefused) -> ResponseError {
     match refused {
         ReadRefused::OutOfRange { .. } => ResponseError::OffsetOutOfRange,
-        ReadRefused::Storage(_) => ResponseError::KafkaStorageError,
+        ReadRefused::Storage(_) | ReadRefused::Offline(_) => ResponseError::KafkaStorageError,
         ReadRefused::Closed => ResponseError::NotLeaderOrFollower,
     }
 }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::api::CommittedOffsets;
 use crate::broker::{Broker, Endpoint};
+use crate::codec::{FrameLimits, RequestMemory};
 use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
 use crate::coordinator::Groups;
@@ -55,7 +56,7 @@ pub struct ShutdownError(pub Vec<(String, String)>);
 pub struct Server {
     listener: TcpListener,
     broker: Arc<Broker>,
-    max_request_bytes: usize,
+    limits: FrameLimits,
     data_dir: PathBuf,
     /// Removed when the server is dropped.
     _temp_dir: Option<tempfile::TempDir>,
@@ -123,11 +124,16 @@ impl Server {
             auto_create_topics: config.auto_create_topics,
             log_append_time: config.log.message_timestamp_type == TimestampType::LogAppendTime,
             acks_all_flushes: config.log.flush != FlushPolicy::Never,
+            request_memory: RequestMemory::new(config.queued_max_request_bytes),
         };
         Ok(Server {
             listener,
             broker: Arc::new(broker),
-            max_request_bytes: config.max_request_bytes,
+            limits: FrameLimits {
+                max_frame: config.max_request_bytes,
+                idle: config.connections_max_idle,
+                read_deadline: config.request_read_timeout,
+            },
             data_dir,
             _temp_dir: temp_dir,
         })
@@ -199,7 +205,7 @@ impl Server {
                             Arc::clone(&self.broker),
                             stream,
                             peer,
-                            self.max_request_bytes,
+                            self.limits,
                             stopping.clone(),
                         ));
                     }
@@ -242,7 +248,7 @@ impl Server {
         })
         .await
         .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
-        self.broker.stats.log();
+        self.broker.stats.log(self.broker.request_memory.peak());
         if failed.is_empty() {
             tracing::info!(data = %self.data_dir.display(), "every partition closed cleanly");
             Ok(())

@@ -11,6 +11,9 @@ pub struct Stats {
     pub duplicates: AtomicU64,
     pub batches_refused: AtomicU64,
     pub malformed_requests: AtomicU64,
+    /// Connections closed idle (`connections.max.idle.ms`) or for a request that did not
+    /// arrive whole within the read deadline.
+    pub connections_timed_out: AtomicU64,
 }
 
 impl Stats {
@@ -19,7 +22,8 @@ impl Stats {
     }
 
     /// Logs every counter as one structured line.
-    pub fn log(&self) {
+    /// `request_buffer_peak`: the most bytes the connections' read buffers held at once.
+    pub fn log(&self, request_buffer_peak: u64) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         tracing::info!(
             connections = get(&self.connections),
@@ -27,6 +31,8 @@ impl Stats {
             duplicates = get(&self.duplicates),
             batches_refused = get(&self.batches_refused),
             malformed_requests = get(&self.malformed_requests),
+            connections_timed_out = get(&self.connections_timed_out),
+            request_buffer_peak,
             "broker stats"
         );
     }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -113,6 +113,10 @@ pub enum ReadRefused {
     },
     #[error("stored data could not be read: {0}")]
     Storage(String),
+    /// The partition was taken offline (a batch it was about to serve failed its check); it
+    /// serves nothing until the broker reopens it after recovery.
+    #[error("the partition is offline: {0}")]
+    Offline(String),
     #[error("the partition is closed")]
     Closed,
 }
@@ -181,6 +185,8 @@ pub struct Partition {
     /// One flush at a time; the producers queued behind it usually find their batch already
     /// covered when their turn comes, so concurrent acks=all producers share each fsync.
     flush_turn: tokio::sync::Mutex<()>,
+    /// Why the partition is offline, once a batch read from it failed its check.
+    offline: OnceLock<String>,
 }
 
 impl std::fmt::Debug for Partition {
@@ -214,7 +220,9 @@ impl Partition {
 
     /// Appends one batch as the client sent it. Under the `always` flush policy it returns
     /// once the batch is durable; when [`Partition::append_may_sync`], run it off the reactor.
+    /// An offline partition refuses every append.
     pub fn append(&self, batch: &[u8]) -> Result<Appended, AppendRefused> {
+        self.refuse_if_offline()?;
         let outcome = self.log.append(batch).map_err(|e| AppendRefused {
             kind: e.kind(),
             message: e.to_string(),
@@ -253,14 +261,88 @@ impl Partition {
     }
 
     /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one batch,
-    /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end.
+    /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end. Every batch
+    /// is checked before it is handed out ([`Partition::check_served`]).
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadRefused> {
-        Ok(self.log.read(offset, max_bytes)?)
+        self.read_if_online()?;
+        let bytes = self
+            .log
+            .read(offset, max_bytes)
+            .map_err(|e| self.read_failed(e))?;
+        self.check_served(offset, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// A failed read; one that found damage (the engine's own checks of what it reads) takes
+    /// the partition offline as a failed CRC does.
+    fn read_failed(&self, error: ReadError) -> ReadRefused {
+        match error {
+            ReadError::Corrupt(e) => self.take_offline(e.to_string()),
+            other => other.into(),
+        }
+    }
+
+    /// Why the partition is offline, if it is.
+    pub fn offline(&self) -> Option<&str> {
+        self.offline.get().map(String::as_str)
+    }
+
+    fn read_if_online(&self) -> Result<(), ReadRefused> {
+        match self.offline() {
+            Some(reason) => Err(ReadRefused::Offline(reason.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    fn refuse_if_offline(&self) -> Result<(), AppendRefused> {
+        match self.offline() {
+            Some(reason) => Err(AppendRefused {
+                kind: "offline",
+                message: format!("the partition is offline: {reason}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks what a read is about to serve: whole batches, each with the CRC-32C it stores
+    /// (Kafka's consumers check it too, but a client must never be handed damage as data). A
+    /// batch that fails takes the partition offline: this read and every later produce and
+    /// fetch are refused (KAFKA_STORAGE_ERROR) until the broker reopens the partition, after
+    /// `oncelog recover --deep` (or `verify`) of its directory has cut or confirmed the damage.
+    fn check_served(&self, offset: i64, bytes: &[u8]) -> Result<(), ReadRefused> {
+        for item in BatchIter::new(bytes) {
+            let problem = match item {
+                Ok((_, batch)) => match batch.verify_crc() {
+                    Ok(()) => continue,
+                    Err(e) => format!("the batch at offset {}: {e}", batch.base_offset()),
+                },
+                Err(e) => format!(
+                    "byte {} of the read from offset {offset}: {}",
+                    e.position, e.error
+                ),
+            };
+            return Err(self.take_offline(problem));
+        }
+        Ok(())
+    }
+
+    /// Takes the partition offline for `problem`, once, and says so.
+    fn take_offline(&self, problem: String) -> ReadRefused {
+        if self.offline.set(problem.clone()).is_ok() {
+            tracing::error!(
+                partition = ?self,
+                dir = %self.log.dir().display(),
+                problem,
+                "stored data failed its check: partition taken offline; run `oncelog recover --deep` on its directory, then restart the broker"
+            );
+        }
+        ReadRefused::Offline(self.offline().unwrap_or(&problem).to_string())
     }
 
     /// Appends a COMMIT or ABORT marker for the producer's open transaction and makes it
     /// durable (a decided transaction must not come undone). Blocking.
     pub fn append_marker(&self, marker: &oncelog::TxnMarker) -> Result<i64, AppendRefused> {
+        self.refuse_if_offline()?;
         let refused = |kind: &'static str, message: String| AppendRefused { kind, message };
         let info = self
             .log
@@ -292,14 +374,17 @@ impl Partition {
         // this broker serves read_uncommitted up to the log end (acks=1 writes included), so a
         // read_committed fetch first makes the log durable to its end (a no-op when acks=all
         // producers already did).
+        self.read_if_online()?;
         if self.log.recovery_point() < self.log.log_end_offset() {
             self.log.flush().map_err(|e| {
                 ReadRefused::Storage(format!("flush before a read_committed read: {e}"))
             })?;
         }
-        let f =
-            self.log
-                .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)?;
+        let f = self
+            .log
+            .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)
+            .map_err(|e| self.read_failed(e))?;
+        self.check_served(offset, &f.bytes)?;
         let aborted = f
             .aborted_transactions
             .unwrap_or_default()
@@ -324,6 +409,7 @@ impl Partition {
         &self,
         timestamp: i64,
     ) -> Result<Option<TimestampOffset>, ReadRefused> {
+        self.read_if_online()?;
         Ok(self
             .log
             .offset_for_timestamp(timestamp)?
@@ -337,6 +423,7 @@ impl Partition {
     /// Walks the batch headers of the whole log: meant for the rare request that asks.
     pub fn max_timestamp(&self) -> Result<Option<TimestampOffset>, ReadRefused> {
         const CHUNK: usize = 1 << 20;
+        self.read_if_online()?;
         let mut offset = self.log.log_start_offset();
         let mut max: Option<i64> = None;
         loop {
@@ -630,6 +717,7 @@ fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Top
             log,
             appended: AppendSignal::default(),
             flush_turn: tokio::sync::Mutex::new(()),
+            offline: OnceLock::new(),
         }));
     }
     Ok(Arc::new(Topic {

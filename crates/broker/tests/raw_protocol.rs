@@ -778,3 +778,63 @@ fn transactional_requests_outside_the_rules_get_kafkas_codes() {
     );
     assert_eq!(end_txn(&mut wire, "x", pid, second.producer_epoch, true), 0);
 }
+
+#[test]
+fn a_batch_damaged_on_disk_is_answered_with_a_storage_error_and_its_partition_goes_offline() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &["--segment-bytes", "4096"]);
+    let mut wire = Wire::connect(broker.addr);
+    let damaged = create_topic(&mut wire, "damaged");
+    let intact = create_topic(&mut wire, "intact");
+    for topic in ["damaged", "intact"] {
+        for n in 0..40 {
+            let p = produce(&mut wire, topic, 0, batch(None, 0, 5, 1000 + n));
+            assert_eq!(p.error_code, 0);
+        }
+    }
+    assert_eq!(broker.terminate().code(), Some(0), "a clean shutdown");
+    // One payload byte of the first batch of the first (sealed) segment.
+    let segment = data.path().join("damaged-0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let first = oncelog::format::RecordBatch::parse(&bytes).unwrap().size();
+    let segments = std::fs::read_dir(data.path().join("damaged-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments >= 2, "the first segment is sealed");
+    bytes[first - 3] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    let fetch = |wire: &mut Wire, topic: &str, id: Uuid, offset: i64| {
+        let response: FetchResponse =
+            wire.call(ApiKey::Fetch, 12, &fetch_request(12, topic, id, offset, 0));
+        response.responses[0].partitions[0].clone()
+    };
+    let refused = fetch(&mut wire, "damaged", damaged, 0);
+    assert_eq!(refused.error_code, 56, "KAFKA_STORAGE_ERROR");
+    assert!(
+        refused.records.as_ref().is_none_or(|r| r.is_empty()),
+        "nothing served"
+    );
+    // Offline: later offsets and produce are refused too, until the broker reopens it.
+    assert_eq!(fetch(&mut wire, "damaged", damaged, 150).error_code, 56);
+    let p = produce(&mut wire, "damaged", 0, batch(None, 0, 1, 5000));
+    assert_eq!(p.error_code, 56);
+    // The other topic is served whole.
+    let served = fetch(&mut wire, "intact", intact, 0);
+    assert_eq!(served.error_code, 0);
+    assert!(!served.records.unwrap().is_empty());
+    assert_eq!(
+        produce(&mut wire, "intact", 0, batch(None, 0, 1, 5000)).error_code,
+        0
+    );
+    broker.wait_for_log("partition taken offline", Duration::from_secs(10));
+}

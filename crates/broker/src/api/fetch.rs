@@ -269,7 +269,11 @@ fn partition_data(wanted: &Wanted, result: Result<Piece, ReadRefused>) -> Partit
             .with_last_stable_offset(partition.last_stable_offset())
             .with_records(Some(records)),
         Err(refused) => {
-            if !matches!(refused, ReadRefused::OutOfRange { .. }) {
+            // An offline partition was logged once, when it was taken offline.
+            if !matches!(
+                refused,
+                ReadRefused::OutOfRange { .. } | ReadRefused::Offline(_)
+            ) {
                 tracing::warn!(partition = ?partition, error = %refused, "fetch failed");
             }
             data.with_error_code(errors::read_error(&refused).code())

@@ -12,7 +12,8 @@ mod txn;
 
 use std::sync::Arc;
 
-use kafka_protocol::messages::ApiKey;
+use bytes::Bytes;
+use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, HeaderVersion};
 use tokio::task::JoinHandle;
 
@@ -132,6 +133,57 @@ pub async fn handle(
         ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }
+}
+
+/// Decodes a whole request frame (without its size prefix), header and body, into the generated
+/// types of its API and version, exactly as the handlers decode it, and does nothing with it.
+/// Every frame a connection reads goes through these decoders, so this is the entry point the
+/// `request_frame` fuzz target and the hostile-request tests drive: whatever the bytes, it
+/// returns (a typed error for anything malformed), and the memory it takes is bounded by the
+/// frame's size (the decoders refuse a length longer than the bytes left, see
+/// `vendor/kafka-protocol/VENDORED.md`).
+pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
+    let request = Request::parse(frame)?;
+    let Some((min, max)) = supported_versions(request.api_key) else {
+        return Err(HandleError::UnsupportedApi(request.api_key));
+    };
+    if !(min..=max).contains(&request.version) {
+        return Err(HandleError::UnsupportedVersion {
+            api: request.api_key,
+            version: request.version,
+            range: format!("{min}..={max}"),
+        });
+    }
+    fn body<T: kafka_protocol::protocol::Decodable>(request: &Request) -> Result<(), HandleError> {
+        request.body::<T>().map(drop).map_err(HandleError::from)
+    }
+    match request.api_key {
+        ApiKey::Produce => body::<ProduceRequest>(&request),
+        ApiKey::Fetch => body::<FetchRequest>(&request),
+        ApiKey::ListOffsets => body::<ListOffsetsRequest>(&request),
+        ApiKey::Metadata => body::<MetadataRequest>(&request),
+        ApiKey::OffsetCommit => body::<OffsetCommitRequest>(&request),
+        ApiKey::OffsetFetch => body::<OffsetFetchRequest>(&request),
+        ApiKey::FindCoordinator => body::<FindCoordinatorRequest>(&request),
+        ApiKey::JoinGroup => body::<JoinGroupRequest>(&request),
+        ApiKey::Heartbeat => body::<HeartbeatRequest>(&request),
+        ApiKey::LeaveGroup => body::<LeaveGroupRequest>(&request),
+        ApiKey::SyncGroup => body::<SyncGroupRequest>(&request),
+        ApiKey::ApiVersions => body::<ApiVersionsRequest>(&request),
+        ApiKey::InitProducerId => body::<InitProducerIdRequest>(&request),
+        ApiKey::AddPartitionsToTxn => body::<AddPartitionsToTxnRequest>(&request),
+        ApiKey::AddOffsetsToTxn => body::<AddOffsetsToTxnRequest>(&request),
+        ApiKey::EndTxn => body::<EndTxnRequest>(&request),
+        ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitRequest>(&request),
+        other => Err(HandleError::UnsupportedApi(other)),
+    }?;
+    Ok(request)
+}
+
+/// The `request_frame` fuzz target's body: any bytes, decoded as a request frame. Must never
+/// panic nor abort.
+pub fn fuzz_request_frame(data: &[u8]) {
+    let _ = decode_frame(Bytes::copy_from_slice(data));
 }
 
 /// Encodes a response to `request` at its version.

@@ -4,6 +4,6 @@ mod frame;
 mod request;
 mod response;
 
-pub use frame::{FrameError, FrameReader};
+pub use frame::{Frame, FrameError, FrameLimits, FrameMemory, FrameReader, RequestMemory};
 pub use request::{Request, RequestError};
 pub use response::{encode, write_frame, EncodeError, ResponseFrame};

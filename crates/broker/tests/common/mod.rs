@@ -33,10 +33,37 @@ impl BrokerProcess {
         Self::spawn(data, "127.0.0.1:0".parse().unwrap(), extra)
     }
 
+    /// Starts a broker on a free loopback port over `data`, with at most `address_space`
+    /// bytes of virtual memory (`ulimit -v`): an allocation beyond it fails, and aborts the
+    /// broker unless the broker never asks for it.
+    pub fn start_limited(data: &Path, extra: &[&str], address_space: u64) -> BrokerProcess {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v {} && exec \"$0\" \"$@\"",
+                address_space >> 10
+            ))
+            .arg(broker_bin())
+            // glibc reserves 64 MiB of address space per malloc arena, up to eight per core:
+            // a few arenas keep the limit about the broker's own allocations on any machine.
+            .env("MALLOC_ARENA_MAX", "2");
+        Self::spawn_command(command, data, "127.0.0.1:0".parse().unwrap(), extra)
+    }
+
     /// Starts a broker over `data` on a given address (a restart on the same port).
     pub fn spawn(data: &Path, listen: SocketAddr, extra: &[&str]) -> BrokerProcess {
+        Self::spawn_command(Command::new(broker_bin()), data, listen, extra)
+    }
+
+    fn spawn_command(
+        mut command: Command,
+        data: &Path,
+        listen: SocketAddr,
+        extra: &[&str],
+    ) -> BrokerProcess {
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let mut child = Command::new(broker_bin())
+        let mut child = command
             .arg("--data")
             .arg(data)
             .arg("--listen")
