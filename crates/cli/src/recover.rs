@@ -61,6 +61,9 @@ pub(crate) struct Report {
     mode: &'static str,
     clean_shutdown: bool,
     checkpoint_found: bool,
+    /// The checkpoint failed its checksum: it was set aside, everything was validated, and a
+    /// new one written.
+    checkpoint_damaged: Option<String>,
     segments_recorded: bool,
     deep: bool,
     recovery_point: i64,
@@ -240,6 +243,7 @@ impl Report {
             mode: mode.name(),
             clean_shutdown: r.clean_shutdown,
             checkpoint_found: r.checkpoint_found,
+            checkpoint_damaged: r.checkpoint_damaged.clone(),
             segments_recorded: r.segments_recorded,
             deep: r.deep,
             recovery_point: r.recovery_point,
@@ -324,6 +328,12 @@ fn print_text(out: &mut Out, r: &Report) -> Result<(), CliError> {
 /// What recovery cut, deleted, rebuilt and finished: one line each.
 pub(crate) fn detail_lines(r: &Report) -> Vec<String> {
     let mut lines = Vec::new();
+    if let Some(reason) = &r.checkpoint_damaged {
+        lines.push(format!(
+            "DAMAGED checkpoint, not used (everything was validated; a new one was written; \
+             the log now starts at its first segment): {reason}"
+        ));
+    }
     for c in &r.truncations {
         lines.push(format!(
             "CUT {} at byte {}: {} bytes removed (file was {} bytes): {}",
