@@ -75,15 +75,15 @@ fn append(log: &Log, batch: &[u8]) {
 }
 
 /// Aborted and committed transactions of two producers, interleaved with keyed records.
-fn transactions(log: &Log, round: i32, seq: &mut [i32; 2]) {
-    for (i, pid) in [9i64, 10].into_iter().enumerate() {
+fn transactions(log: &Log, round: i32, seq: &mut [i32; 2], pids: [i64; 2]) {
+    for (i, pid) in pids.into_iter().enumerate() {
         for _ in 0..3 {
             append(log, &txn_batch(pid, seq[i], &format!("t{pid}-{round}")));
             seq[i] += 2;
         }
     }
-    log.append_marker(&TxnMarker::abort(9, 0, 0)).unwrap();
-    log.append_marker(&TxnMarker::commit(10, 0, 0)).unwrap();
+    log.append_marker(&TxnMarker::abort(pids[0], 0, 0)).unwrap();
+    log.append_marker(&TxnMarker::commit(pids[1], 0, 0)).unwrap();
     for i in 0..6 {
         append(log, &keyed(&format!("k{}", i % 3), "filler filler filler filler"));
     }
@@ -172,12 +172,12 @@ impl Fixture {
         let log = open(dir.path(), RecoveryMode::default(), false).unwrap();
         let mut seq = [0, 0];
         for round in 0..4 {
-            transactions(&log, round, &mut seq);
+            transactions(&log, round, &mut seq, [9, 10]);
         }
         log.flush().unwrap();
         log.compact(T0).unwrap();
         for round in 4..8 {
-            transactions(&log, round, &mut seq);
+            transactions(&log, round, &mut seq, [9, 10]);
         }
         log.flush().unwrap();
         let truth = content(&log).unwrap();
@@ -530,4 +530,56 @@ fn every_flipped_bit_outside_the_batch_crcs_is_found_by_verify_and_deep_recovery
         }
     }
     assert!(cases > 1000, "{cases}");
+}
+
+/// Every segment the checkpoint on disk records, and whether each has a digest.
+fn recorded_digests(dir: &Path) -> Vec<(i64, bool)> {
+    let c = checkpoint::read(&RealFs, dir).unwrap().unwrap().unwrap();
+    c.segments
+        .unwrap()
+        .iter()
+        .map(|s| (s.base_offset, s.digest.is_some()))
+        .collect()
+}
+
+#[track_caller]
+fn all_digested(dir: &Path, what: &str) {
+    let r = recorded_digests(dir);
+    assert!(!r.is_empty(), "{what}: nothing recorded");
+    assert!(r.iter().all(|(_, d)| *d), "{what}: {r:?}");
+}
+
+#[test]
+fn every_path_that_records_a_segment_records_its_digest() {
+    let f = Fixture::build();
+    // Close (the last segment) and compaction (the cleaned ones), in the fixture.
+    all_digested(f.path(), "after compaction and close");
+    let dir = f.copy();
+    // A clean open keeps the record's digests; the roll and flush of new segments add theirs.
+    let log = open(dir.path(), RecoveryMode::default(), false).unwrap();
+    let mut seq = [0, 0];
+    transactions(&log, 100, &mut seq, [20, 21]);
+    transactions(&log, 101, &mut seq, [20, 21]);
+    log.flush().unwrap();
+    all_digested(dir.path(), "after a roll and a flush");
+    // A truncation into a sealed segment: the cut segment's digest is of what it keeps.
+    let bases = log.segment_base_offsets();
+    let into = bases[bases.len() - 3] + 1;
+    log.truncate_to(into).unwrap();
+    all_digested(dir.path(), "after a truncation");
+    transactions(&log, 102, &mut [0, 0], [30, 31]);
+    log.flush().unwrap();
+    all_digested(dir.path(), "after the truncation's next flush");
+    let before = content(&log).unwrap();
+    log.abandon();
+    // Recovery after a crash validates what was not recorded and records it with its digest.
+    let log = open(dir.path(), RecoveryMode::default(), false).unwrap();
+    assert_eq!(content(&log).unwrap().batches, before.batches);
+    all_digested(dir.path(), "after recovery");
+    log.close().unwrap();
+    all_digested(dir.path(), "after close");
+    // And all of them are the digests of what is there: a deep open finds nothing.
+    let log = open(dir.path(), RecoveryMode::AbsoluteConsistency, true).unwrap();
+    assert_eq!(content(&log).unwrap().batches, before.batches);
+    log.close().unwrap();
 }
