@@ -544,7 +544,11 @@ fn a_recorded_end_that_disagrees_with_the_segment_is_refused() {
     let f = Fixture::new();
     let p = f.path().join("oncelog.checkpoint");
     let text = std::fs::read_to_string(&p).unwrap();
-    std::fs::write(&p, reseal(&text.replace("860 1720 98986", "860 1700 98986"))).unwrap();
+    std::fs::write(
+        &p,
+        reseal(&text.replace("860 1720 98986", "860 1700 98986")),
+    )
+    .unwrap();
     // The segment's time index names offset 1719, beyond the record: the indexes are rebuilt by
     // a walk over the frames, which finds where the batches really end.
     let log = f.refused_then_cut(|e| {

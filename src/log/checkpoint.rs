@@ -238,10 +238,9 @@ pub fn decode(text: &str) -> Result<Checkpoint, DecodeError> {
     let body = match split_checksum(text) {
         Some((body, value)) => {
             let computed = crc32c::crc32c(body.as_bytes());
-            let recorded = u32::from_str_radix(value, 16)
-                .ok()
-                .filter(|_| value.len() == 8);
-            if recorded != Some(computed) {
+            // Exactly as written (lowercase): `0A1B...` would parse to the same number, but it
+            // is not a file this engine wrote.
+            if value != format!("{computed:08x}") {
                 return Err(DecodeError::Damaged(format!(
                     "checksum line {value:?} does not match the bytes before it (CRC-32C \
                      {computed:08x}): the file was damaged"
@@ -414,7 +413,7 @@ fn parse_digest_line(line: &str) -> Result<(i64, SealDigest), String> {
     let hex = |f: &str, what: &str| {
         u32::from_str_radix(f, 16)
             .ok()
-            .filter(|_| f.len() == 8)
+            .filter(|v| *f == format!("{v:08x}"))
             .ok_or_else(|| format!("{what} is not 8 hex digits: {f:?}"))
     };
     let base = base
@@ -627,8 +626,23 @@ mod tests {
             txn_len: 0,
             txn_crc: 0,
         });
-        let text = encode(&c).into_bytes();
-        for at in 0..text.len() {
+        // Several files, so that checksums with hex letters (whose case a flip changes) are met.
+        let texts: Vec<Vec<u8>> = (0..8)
+            .map(|hw| {
+                encode(&Checkpoint {
+                    high_watermark: 990 + hw,
+                    ..c.clone()
+                })
+                .into_bytes()
+            })
+            .collect();
+        assert!(texts
+            .iter()
+            .any(|t| t.ends_with(b"\n") && t[t.len() - 9..].iter().any(u8::is_ascii_lowercase)));
+        for (at, text) in texts
+            .iter()
+            .flat_map(|t| (0..t.len()).map(move |at| (at, t)))
+        {
             for bit in 0..8 {
                 let mut t = text.clone();
                 t[at] ^= 1 << bit;

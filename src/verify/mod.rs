@@ -470,7 +470,9 @@ fn verify_segment(
     }
     records_decode(data, &starts, &f.path, report);
     if let Some((size, d)) = sealed {
-        verify_digest(fs, dir, base, data, &starts, clean, size, d, &f.path, report)?;
+        verify_digest(
+            fs, dir, base, data, &starts, clean, size, d, &f.path, report,
+        )?;
     }
     let next_offset = found_last.map_or(base, |l| l + 1);
     txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;

@@ -916,6 +916,20 @@ impl Planner<'_> {
             )),
             ScanStop::End => None,
         };
+        // A walk over every frame (for an index rebuild) has every header in hand: the record's
+        // header digest is checked for free.
+        let damage = damage.or_else(|| {
+            let recorded = r.digest?.headers;
+            index_problem.as_ref()?;
+            let found = digest::header_digest_at(data, batches.iter().map(|b| b.position));
+            (found != recorded).then_some((
+                0,
+                Damage::DigestMismatch {
+                    expected: recorded,
+                    found,
+                },
+            ))
+        });
         if let Some((position, damage)) = damage {
             self.judge(true, &f.path, Some(position), &damage)?;
             // Let the validation find and cut what is wrong.
