@@ -199,7 +199,7 @@ fn print_refusal(
             position: None,
             line: bad.line,
             damage: bad.reason.clone(),
-            damage_kind: "bad_checkpoint",
+            damage_kind: bad.kind(),
             message: e.to_string(),
         },
         _ => return Ok(()),
@@ -216,7 +216,12 @@ fn print_refusal(
             "REFUSED by mode {}: {}{at}: {}",
             refusal.mode, refusal.file, refusal.damage
         ))?;
-        if matches!(e, OpenError::BadCheckpoint(_)) {
+        if matches!(e, OpenError::BadCheckpoint(b) if b.damaged) {
+            out.line(
+                "nothing was changed; a tolerant --mode validates the whole log instead of the \
+                 damaged checkpoint",
+            )?;
+        } else if matches!(e, OpenError::BadCheckpoint(_)) {
             out.line("nothing was changed; remove the checkpoint to validate the whole log")?;
         } else {
             out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
