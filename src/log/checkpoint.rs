@@ -5,7 +5,7 @@
 //! (docs/format.md "Checkpoint"), written by temp file + fsync + rename + directory fsync:
 //!
 //! ```text
-//! 1                        <- version
+//! 2                        <- version
 //! clean_shutdown 1         <- 1 only when written by a clean close
 //! recovery_point 3000      <- every offset below it was durable
 //! log_start_offset 0
@@ -17,7 +17,21 @@
 //! 860 1720 98986
 //! 1720 2580 98986
 //! 2580 3000 48342          <- after a clean close, the last segment too
+//! digests 4                <- what it recorded of each segment's bytes when it was sealed:
+//! 0 1a2b3c4d 0 00000000    <- "<base offset> <header digest> <.txnindex length> <its CRC-32C>"
+//! 860 5e6f7a8b 34 9c0d1e2f
+//! 1720 ...
+//! 2580 ...
+//! crc32c 0a1b2c3d          <- CRC-32C of every byte before this line
 //! ```
+//!
+//! The last line makes damage to the file itself visible: one flipped bit in
+//! `log_start_offset` would otherwise hide offsets, and in a processed-id store forget a
+//! handled id. A file that fails it, or lacks it, is damage, never an instruction: recovery
+//! sets it aside and validates the log as if it had no checkpoint ([`BadCheckpoint::damaged`]).
+//! The digests ([`SealDigest`]) let `verify` and deep recovery check what no checksum of
+//! Kafka's covers (batch offsets in a compacted segment's gaps), and every open check each
+//! `.txnindex`.
 //!
 //! A segment line may carry a fourth field, the file's length, when a truncation left dead
 //! bytes after the segment's batches (see [`SegmentRecord::file_len`]).
@@ -32,19 +46,24 @@
 //! says there is none, is damage, not a fact to adapt to. Offsets and sizes of recorded
 //! segments are taken from the record, never from bytes that the CRC does not cover.
 //!
-//! Version 0 (the same file without the segment record) is still read: its segments are then
-//! checked as before, by walking their frames. A directory without the file (a Kafka partition
-//! directory) is validated batch by batch.
+//! Versions 0 (without the segment record) and 1 (without digests and checksum) are still read
+//! as before: a version-0 file's segments are checked by walking their frames, a version-1
+//! file's segments have no digest. A directory without the file (a Kafka partition directory)
+//! is validated batch by batch.
 
 use std::path::{Path, PathBuf};
 
 use crate::io::{self, FileSystem, IoError};
+pub use crate::segment::SealDigest;
 
 pub const FILE_NAME: &str = "oncelog.checkpoint";
-const VERSION: i64 = 1;
-/// The largest checkpoint accepted: 1M segment lines of up to 60 characters. Anything larger
-/// is not a checkpoint this engine wrote, and is refused before it is read.
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+const VERSION: i64 = 2;
+/// The prefix of the last line of a version-2 file.
+const CHECKSUM_PREFIX: &str = "crc32c ";
+/// The largest checkpoint accepted: 1M segments of a segment line and a digest line, each of up
+/// to 60 characters. Anything larger is not a checkpoint this engine wrote, and is refused
+/// before it is read.
+pub const MAX_FILE_BYTES: u64 = 128 << 20;
 
 /// One segment the checkpoint vouches for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +77,10 @@ pub struct SegmentRecord {
     /// reader still held the bytes after the cut (a mapped file is never shrunk under a
     /// reader). Those bytes are dead: recovery trims them without calling them damage.
     pub file_len: u64,
+    /// What was recorded of its bytes when it was sealed (version 2); `None` when it is not
+    /// known: recorded by a version-1 checkpoint, or vouched for by Kafka's checkpoints, and
+    /// not validated since.
+    pub digest: Option<SealDigest>,
 }
 
 impl SegmentRecord {
@@ -68,6 +91,7 @@ impl SegmentRecord {
             next_offset,
             size,
             file_len: size,
+            digest: None,
         }
     }
 }
@@ -105,12 +129,22 @@ pub struct BadCheckpoint {
     pub line: Option<usize>,
     /// What is wrong with it.
     pub reason: String,
+    /// The file fails its checksum, or a version-2 file lacks it: its bytes were damaged
+    /// (this engine writes it whole, by rename), so none of its numbers can be believed, not
+    /// even as a refusal's reason. Recovery then validates the log as if it had no checkpoint,
+    /// except under `AbsoluteConsistency`, which refuses. `false`: a file that is whole but
+    /// contradicts itself (edited by hand, or a version this engine does not know), refused
+    /// in every mode.
+    pub damaged: bool,
 }
 
 impl BadCheckpoint {
     /// A stable snake_case name for the kind of error (that of [`super::OpenError::BadCheckpoint`]).
     pub fn kind(&self) -> &'static str {
-        "bad_checkpoint"
+        match self.damaged {
+            true => "damaged_checkpoint",
+            false => "bad_checkpoint",
+        }
     }
 }
 
@@ -118,7 +152,30 @@ pub fn path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
 
+/// The checkpoint's text, its checksum line last.
 pub fn encode(c: &Checkpoint) -> String {
+    seal(encode_body(c))
+}
+
+/// `body` (a checkpoint's lines, each ending in `\n`) with the checksum line appended: what
+/// makes a checkpoint edited by hand (an operator's deliberate change, or a test's) readable
+/// again.
+pub fn seal(mut body: String) -> String {
+    let crc = crc32c::crc32c(body.as_bytes());
+    body.push_str(&format!("{CHECKSUM_PREFIX}{crc:08x}\n"));
+    body
+}
+
+/// [`seal`] after removing the checksum line `text` has, if any.
+pub fn reseal(text: &str) -> String {
+    let body = match split_checksum(text) {
+        Some((body, _)) => body,
+        None => text,
+    };
+    seal(body.to_string())
+}
+
+fn encode_body(c: &Checkpoint) -> String {
     let mut out = format!(
         "{VERSION}\nclean_shutdown {}\nrecovery_point {}\nlog_start_offset {}\nhigh_watermark {}\n\
          dense_from {}\n",
@@ -143,15 +200,76 @@ pub fn encode(c: &Checkpoint) -> String {
             ));
         }
     }
+    let digests: Vec<(i64, SealDigest)> = segments
+        .iter()
+        .filter_map(|s| s.digest.map(|d| (s.base_offset, d)))
+        .collect();
+    out.push_str(&format!("digests {}\n", digests.len()));
+    for (base, d) in digests {
+        out.push_str(&format!(
+            "{base} {:08x} {} {:08x}\n",
+            d.headers, d.txn_len, d.txn_crc
+        ));
+    }
     out
+}
+
+/// Splits off the last line when it is a checksum line: (the bytes before it, the line's
+/// value).
+fn split_checksum(text: &str) -> Option<(&str, &str)> {
+    let trimmed = text.strip_suffix('\n')?;
+    let start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+    let value = trimmed[start..].strip_prefix(CHECKSUM_PREFIX)?;
+    Some((&text[..start], value))
+}
+
+/// Why a checkpoint text cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Whole, but malformed or contradicting itself, at a line where there is one.
+    Malformed(Option<usize>, String),
+    /// Damaged: it fails its checksum, or a version-2 file lacks it.
+    Damaged(String),
+}
+
+/// Checks the checksum line (for version 2 files), then parses the checkpoint and checks that
+/// its values agree with each other ([`Checkpoint::check`]).
+pub fn decode(text: &str) -> Result<Checkpoint, DecodeError> {
+    let body = match split_checksum(text) {
+        Some((body, value)) => {
+            let computed = crc32c::crc32c(body.as_bytes());
+            // Exactly as written (lowercase): `0A1B...` would parse to the same number, but it
+            // is not a file this engine wrote.
+            if value != format!("{computed:08x}") {
+                return Err(DecodeError::Damaged(format!(
+                    "checksum line {value:?} does not match the bytes before it (CRC-32C \
+                     {computed:08x}): the file was damaged"
+                )));
+            }
+            Some(body)
+        }
+        None => None,
+    };
+    let version_line = text.split('\n').next().unwrap_or("");
+    match (version_line, body) {
+        ("2", None) => Err(DecodeError::Damaged(
+            "a version-2 checkpoint without its checksum line: the file was damaged".into(),
+        )),
+        ("2", Some(body)) => decode_body(body).map_err(|(l, r)| DecodeError::Malformed(l, r)),
+        (_, Some(_)) => Err(DecodeError::Malformed(
+            Some(1),
+            format!("version {version_line:?} has no checksum line, but this file ends with one"),
+        )),
+        (_, None) => decode_body(text).map_err(|(l, r)| DecodeError::Malformed(l, r)),
+    }
 }
 
 /// A line-numbered reason a checkpoint text is unusable.
 type LineError = (Option<usize>, String);
 
-/// Parses a checkpoint and checks that its values agree with each other
-/// ([`Checkpoint::check`]).
-pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
+/// Parses a checkpoint without its checksum line and checks that its values agree with each
+/// other ([`Checkpoint::check`]).
+fn decode_body(text: &str) -> Result<Checkpoint, LineError> {
     let lines: Vec<(usize, &str)> = text.split('\n').enumerate().map(|(i, l)| (i + 1, l)).collect();
     let mut at = 0;
     let mut next_line = |what: &str| {
@@ -163,6 +281,7 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
     let version = match version {
         "0" => 0,
         "1" => 1,
+        "2" => 2,
         other => return Err((Some(n), format!("unsupported version {other:?}"))),
     };
     let value = |name: &str, (n, line): (usize, &str)| -> Result<i64, LineError> {
@@ -210,6 +329,24 @@ pub fn decode(text: &str) -> Result<Checkpoint, LineError> {
         }
         if count < 0 {
             return Err((None, format!("negative segment count {count}")));
+        }
+        if version >= 2 {
+            let line = next_line("digests")?;
+            let count = value("digests", line)?;
+            if count < 0 || count as usize > records.len() {
+                return Err((Some(line.0), format!("digest count {count} for {} segments", records.len())));
+            }
+            let mut from = 0;
+            for _ in 0..count {
+                let (n, line) = next_line("a digest line")?;
+                let (base, digest) = parse_digest_line(line).map_err(|r| (Some(n), r))?;
+                // In the segments' order, each for a recorded segment.
+                let Some(i) = records[from..].iter().position(|r| r.base_offset == base) else {
+                    return Err((Some(n), format!("digest for segment {base}, not recorded here")));
+                };
+                records[from + i].digest = Some(digest);
+                from += i + 1;
+            }
         }
         Some(records)
     };
@@ -264,7 +401,34 @@ fn parse_segment_line(line: &str) -> Result<SegmentRecord, String> {
         next_offset,
         size,
         file_len,
+        digest: None,
     })
+}
+
+fn parse_digest_line(line: &str) -> Result<(i64, SealDigest), String> {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let [base, headers, txn_len, txn_crc] = fields[..] else {
+        return Err(format!("digest line {line:?} does not have four fields"));
+    };
+    let hex = |f: &str, what: &str| {
+        u32::from_str_radix(f, 16)
+            .ok()
+            .filter(|v| *f == format!("{v:08x}"))
+            .ok_or_else(|| format!("{what} is not 8 hex digits: {f:?}"))
+    };
+    let base = base
+        .parse::<i64>()
+        .map_err(|_| format!("digest base offset is not an integer: {base:?}"))?;
+    let digest = SealDigest {
+        headers: hex(headers, "header digest")?,
+        txn_len: txn_len
+            .parse::<u64>()
+            .ok()
+            .filter(|l| l % crate::segment::txn_index::ENTRY_SIZE as u64 == 0)
+            .ok_or_else(|| format!("txn index length {txn_len:?} is not whole entries"))?,
+        txn_crc: hex(txn_crc, "txn index CRC")?,
+    };
+    Ok((base, digest))
 }
 
 impl Checkpoint {
@@ -382,6 +546,7 @@ pub fn read(
         path: p.clone(),
         line,
         reason,
+        damaged: false,
     };
     let bytes = match io::read_small_file(fs, &p, MAX_FILE_BYTES)? {
         io::SmallFile::Missing => return Ok(Ok(None)),
@@ -395,11 +560,19 @@ pub fn read(
         io::SmallFile::Bytes(b) => b,
     };
     let Ok(text) = String::from_utf8(bytes) else {
-        return Ok(Err(bad(None, "not UTF-8 text".into())));
+        // What this engine writes is ASCII: a byte outside it is damage.
+        return Ok(Err(BadCheckpoint {
+            damaged: true,
+            ..bad(None, "not UTF-8 text: the file was damaged".into())
+        }));
     };
-    Ok(decode(&text)
-        .map(Some)
-        .map_err(|(line, reason)| bad(line, reason)))
+    Ok(decode(&text).map(Some).map_err(|e| match e {
+        DecodeError::Malformed(line, reason) => bad(line, reason),
+        DecodeError::Damaged(reason) => BadCheckpoint {
+            damaged: true,
+            ..bad(None, reason)
+        },
+    }))
 }
 
 pub fn write(fs: &dyn FileSystem, dir: &Path, c: &Checkpoint) -> Result<(), IoError> {
@@ -429,13 +602,87 @@ mod tests {
 
     #[test]
     fn round_trips_with_its_segment_record() {
-        let c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        let mut c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        c.segments.as_mut().unwrap()[1].digest = Some(SealDigest {
+            headers: 0x1a2b_3c4d,
+            txn_len: 68,
+            txn_crc: 0xff,
+        });
         assert_eq!(decode(&encode(&c)), Ok(c.clone()));
+        let body = "2\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\n\
+                    high_watermark 1000\ndense_from 0\nsegments 2\n0 860 98986\n\
+                    860 1000 16000\ndigests 1\n860 1a2b3c4d 68 000000ff\n";
         assert_eq!(
             encode(&c),
-            "1\nclean_shutdown 1\nrecovery_point 1000\nlog_start_offset 0\nhigh_watermark 1000\n\
-             dense_from 0\nsegments 2\n0 860 98986\n860 1000 16000\n"
+            format!("{body}crc32c {:08x}\n", crc32c::crc32c(body.as_bytes()))
         );
+    }
+
+    #[test]
+    fn every_flipped_bit_is_damage_never_a_different_checkpoint() {
+        let mut c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        c.segments.as_mut().unwrap()[0].digest = Some(SealDigest {
+            headers: 7,
+            txn_len: 0,
+            txn_crc: 0,
+        });
+        // Several files, so that checksums with hex letters (whose case a flip changes) are met.
+        let texts: Vec<Vec<u8>> = (0..8)
+            .map(|hw| {
+                encode(&Checkpoint {
+                    high_watermark: 990 + hw,
+                    ..c.clone()
+                })
+                .into_bytes()
+            })
+            .collect();
+        assert!(texts
+            .iter()
+            .any(|t| t.ends_with(b"\n") && t[t.len() - 9..].iter().any(u8::is_ascii_lowercase)));
+        for (at, text) in texts
+            .iter()
+            .flat_map(|t| (0..t.len()).map(move |at| (at, t)))
+        {
+            for bit in 0..8 {
+                let mut t = text.clone();
+                t[at] ^= 1 << bit;
+                let Ok(t) = String::from_utf8(t) else {
+                    continue;
+                };
+                match decode(&t) {
+                    Ok(other) => panic!("byte {at} bit {bit}: read as {other:?}"),
+                    Err(DecodeError::Damaged(_)) => {}
+                    // Only a changed version line can say "another version" instead.
+                    Err(DecodeError::Malformed(line, reason)) => {
+                        assert_eq!(line, Some(1), "byte {at} bit {bit}: {reason}")
+                    }
+                }
+            }
+        }
+        // Cut anywhere (a torn file): damage too.
+        let text = encode(&c);
+        for end in 0..text.len() {
+            match decode(&text[..end]) {
+                Ok(other) => panic!("cut at {end}: read as {other:?}"),
+                Err(DecodeError::Damaged(_)) => {}
+                Err(DecodeError::Malformed(line, reason)) => {
+                    assert!(end < 2, "cut at {end}: {line:?} {reason}")
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_resealed_edit_is_read_and_checked_like_any_other() {
+        let c = clean(vec![record(0, 860, 98_986), record(860, 1000, 16_000)]);
+        let text = encode(&c).replace("log_start_offset 0", "log_start_offset 5");
+        assert!(matches!(decode(&text), Err(DecodeError::Damaged(_))));
+        assert_eq!(decode(&reseal(&text)).unwrap().log_start_offset, 5);
+        let contradiction = encode(&c).replace("log_start_offset 0", "log_start_offset 5000");
+        assert!(matches!(
+            decode(&reseal(&contradiction)),
+            Err(DecodeError::Malformed(..))
+        ));
     }
 
     #[test]
@@ -445,8 +692,8 @@ mod tests {
         let text = encode(&c);
         assert!(text.contains("\n0 860 98986 120000\n"), "{text}");
         assert_eq!(decode(&text), Ok(c));
-        assert!(decode(&text.replace("98986 120000", "98986 98986")).is_err());
-        assert!(decode(&text.replace("98986 120000", "98986 1 2")).is_err());
+        assert!(decode(&reseal(&text.replace("98986 120000", "98986 98986"))).is_err());
+        assert!(decode(&reseal(&text.replace("98986 120000", "98986 1 2"))).is_err());
     }
 
     #[test]
@@ -466,7 +713,7 @@ mod tests {
         };
         let cases = [
             ("".to_string(), None),
-            ("2\nclean_shutdown 1\n".to_string(), Some(1)),
+            ("3\nclean_shutdown 1\n".to_string(), Some(1)),
             ("1\nclean_shutdown 1\n".to_string(), None),
             (head("2", "0") + "segments 0\n", Some(2)),
             (head("0", "x") + "segments 0\n", Some(3)),
@@ -487,7 +734,10 @@ mod tests {
         for (text, line) in cases {
             match decode(&text) {
                 Ok(c) => panic!("accepted {text:?} as {c:?}"),
-                Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
+                Err(DecodeError::Malformed(l, reason)) => {
+                    assert_eq!(l, line, "{text:?}: {reason}")
+                }
+                Err(e) => panic!("{text:?}: {e:?}"),
             }
         }
     }

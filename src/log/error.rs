@@ -92,6 +92,16 @@ pub enum Damage {
         /// The largest a segment can be.
         max: u64,
     },
+    /// The segment's batch headers (the bytes no batch CRC covers: base offset, length, leader
+    /// epoch, magic, CRC) are not those the checkpoint recorded when it was sealed; which batch
+    /// changed cannot be told, so none of the segment is believed.
+    #[error("batch headers do not match the digest recorded when the segment was sealed (recorded {expected:08x}, found {found:08x})")]
+    DigestMismatch {
+        /// The header digest in the checkpoint.
+        expected: u32,
+        /// The header digest of the batches found.
+        found: u32,
+    },
 }
 
 impl Damage {
@@ -108,6 +118,7 @@ impl Damage {
             Damage::DurableEndMissing { .. } => "durable_end_missing",
             Damage::NotAFile { .. } => "not_a_file",
             Damage::TooLarge { .. } => "too_large",
+            Damage::DigestMismatch { .. } => "digest_mismatch",
         }
     }
 }
@@ -177,7 +188,7 @@ impl OpenError {
             OpenError::Io(_) => "io",
             OpenError::Locked { .. } => "locked",
             OpenError::LogDirLocked { .. } => "log_dir_locked",
-            OpenError::BadCheckpoint(_) => "bad_checkpoint",
+            OpenError::BadCheckpoint(b) => b.kind(),
             OpenError::BadEpochCheckpoint(_) => "bad_epoch_checkpoint",
             OpenError::Refused { .. } => "refused",
             OpenError::NotAPartition { .. } => "not_a_partition",
@@ -617,6 +628,7 @@ mod tests {
             path: PathBuf::from("/x/oncelog.checkpoint"),
             line: Some(2),
             reason: "not a number".into(),
+            damaged: false,
         };
         assert_eq!(bad.kind(), "bad_checkpoint");
         assert_eq!(Error::from(OpenError::from(bad)).kind(), "bad_checkpoint");

@@ -195,6 +195,8 @@ impl Log {
         };
         let result = (|| -> Result<(), IoError> {
             for s in &sealed {
+                // What the checkpoint will record of it, before the map may go.
+                s.compute_header_digest()?;
                 s.flush_all()?;
                 // Durable: from now on it is mapped only while read.
                 s.unpin();
@@ -299,6 +301,7 @@ impl Log {
                 next_offset: s.next_offset(),
                 size: s.size() as u64,
                 file_len: s.file_len(),
+                digest: s.seal_digest(),
             });
         }
         Checkpoint {
@@ -334,6 +337,7 @@ impl Log {
         let untouched = st.clean_on_disk;
         let segment = writer.seal()?;
         if !untouched {
+            segment.compute_header_digest()?;
             segment.flush_all()?;
         }
         let log_end = self.log_end_offset();

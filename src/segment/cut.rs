@@ -126,6 +126,12 @@ pub fn reopen_cut(
     if old_segment.is_validated() {
         segment.mark_validated();
     }
+    // The header digest the truncation's checkpoint recorded of the kept bytes.
+    if let Some((size, d)) = *old_segment.header_digest.lock() {
+        if size == cut {
+            segment.set_header_digest(cut, d);
+        }
+    }
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);

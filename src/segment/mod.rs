@@ -9,6 +9,7 @@
 //! a file descriptor.
 
 mod cut;
+pub mod digest;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 pub mod names;
@@ -32,6 +33,7 @@ use crate::format::{self, BatchErrorAt, BatchIter};
 use crate::io::{File, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 
 pub use cut::reopen_cut;
+pub use digest::SealDigest;
 pub use offset_index::{IndexError, IndexProblem, OffsetIndex, OffsetPosition};
 pub use scan::{scan, walk_frames, BatchInfo, BatchProblem, OffsetBounds, ScanResult, ScanStop};
 pub use space::{Preallocation, SegmentSpace};
@@ -95,6 +97,9 @@ pub struct Segment {
     /// Every batch in it was validated by this process (appended through the log, or read
     /// through by recovery): a replay of it need not check their CRCs again.
     validated: AtomicBool,
+    /// The header digest of its batches ([`digest`]) and the size it covers, once known: what
+    /// the checkpoint records of it.
+    header_digest: parking_lot::Mutex<Option<(usize, u32)>>,
 }
 
 /// A sealed segment's largest timestamp before its time index was read.
@@ -317,7 +322,70 @@ impl Segment {
             max_timestamp: AtomicI64::new(UNKNOWN_TIMESTAMP),
             dead_bytes: AtomicU64::new(0),
             validated: AtomicBool::new(false),
+            header_digest: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// What the checkpoint records of the segment's bytes: the header digest of its batches,
+    /// when known for its current size, with the length and CRC of the `.txnindex` holding the
+    /// entries it has in memory (what it wrote). `None` when the header digest is not known
+    /// (a segment recorded by an older checkpoint and not validated since).
+    pub(crate) fn seal_digest(&self) -> Option<SealDigest> {
+        let (size, headers) = (*self.header_digest.lock())?;
+        (size == self.size()).then(|| {
+            let (txn_len, txn_crc) = self.txn_index.digest();
+            SealDigest {
+                headers,
+                txn_len,
+                txn_crc,
+            }
+        })
+    }
+
+    /// Sets the header digest of its first `size` bytes (recovery found or checked it).
+    pub(crate) fn set_header_digest(&self, size: usize, digest: u32) {
+        *self.header_digest.lock() = Some((size, digest));
+    }
+
+    /// Computes the header digest of its batches from its map, unless it is known for its
+    /// size: when a sealed segment becomes durable, before a checkpoint records it (off the
+    /// append path; a walk over its headers, 21 bytes a batch, in pages a flush has just
+    /// synced). Bytes that do not frame (damaged since they were written) get none.
+    pub(crate) fn compute_header_digest(&self) -> Result<(), IoError> {
+        let size = self.size();
+        if matches!(*self.header_digest.lock(), Some((s, _)) if s == size) {
+            return Ok(());
+        }
+        let view = self.view()?;
+        let data = view.data();
+        if let Some(d) = digest::header_digest(&data[..size.min(data.len())]) {
+            self.set_header_digest(size, d);
+        }
+        Ok(())
+    }
+
+    /// What the checkpoint records of the segment once it is cut to its first `size` bytes,
+    /// holding offsets below `next_offset` (a truncation's commit point, written before the
+    /// cut). `None` if those bytes do not frame.
+    pub(crate) fn seal_digest_at(
+        &self,
+        size: usize,
+        next_offset: i64,
+    ) -> Result<Option<SealDigest>, IoError> {
+        let view = self.view()?;
+        let data = view.data();
+        let Some(headers) = digest::header_digest(&data[..size.min(data.len())]) else {
+            return Ok(None);
+        };
+        // Known from now on for when the segment's size is `size`.
+        self.set_header_digest(size, headers);
+        let kept: Vec<AbortedTxn> = self
+            .txn_index
+            .entries()
+            .into_iter()
+            .filter(|e| e.last_offset < next_offset)
+            .collect();
+        Ok(Some(SealDigest::new(headers, &kept)))
     }
 
     pub(crate) fn set_size(&self, size: usize) {

@@ -278,6 +278,11 @@ impl TxnIndex {
         self.entries.read().clone()
     }
 
+    /// The length and CRC-32C of the file holding its entries (docs/format.md "Checkpoint").
+    pub fn digest(&self) -> (u64, u32) {
+        super::digest::txn_digest(&self.entries.read())
+    }
+
     /// [`collect_aborted`] over this segment's entries.
     pub fn collect(&self, fetch_offset: i64, upper_bound: i64, out: &mut Vec<AbortedTxn>) -> bool {
         collect_aborted(&self.entries.read(), fetch_offset, upper_bound, out)

@@ -16,7 +16,9 @@ use crate::format::{self, RecordBatch};
 use crate::io::{self, FileKind, FileSystem, IoResultExt, MapMode, Mapping, OpenMode};
 use crate::log::checkpoint::{self, SegmentRecord};
 use crate::producer::{snapshot, snapshot_files, SnapshotError};
-use crate::segment::{names, offset_index, scan, time_index, OffsetBounds, ScanStop};
+use crate::segment::{
+    self, digest, names, offset_index, scan, time_index, OffsetBounds, ScanStop, SealDigest,
+};
 
 mod metadata;
 mod txn;
@@ -158,8 +160,10 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
 
     let cp = match checkpoint::read(fs, dir)? {
         Ok(cp) => cp,
+        // A damaged checkpoint vouches for nothing: every segment is checked as in a directory
+        // without one.
         Err(bad) => {
-            report.problem(&bad.path, bad.line, "bad_checkpoint", bad.reason);
+            report.problem(&bad.path, bad.line, bad.kind(), bad.reason);
             None
         }
     };
@@ -245,6 +249,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
         };
         // A segment rolled, or closed by a clean close, holds its final time-index entry.
         let sealed = bounds.next_segment_base.is_some() || clean;
+        let recorded = rec.and_then(|r| r.digest.map(|d| (r.size, d)));
         let last = verify_segment(
             fs,
             dir,
@@ -252,6 +257,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             bounds,
             previous_last,
             sealed,
+            recorded,
             &mut txn,
             &mut report,
         )?;
@@ -372,7 +378,10 @@ fn map_read_only(fs: &dyn FileSystem, path: &Path, len: usize) -> Result<Mapping
     file.map(len, MapMode::ReadOnly).ctx("mmap", path)
 }
 
-/// Checks one segment and its indexes; returns the last offset of its valid batches.
+/// Checks one segment and its indexes (`sealed`: it was rolled or cleanly closed, so its time
+/// index holds its final entry), and, when the checkpoint recorded them (`recorded`: the
+/// recorded size and digest), its batch headers and `.txnindex` against what was recorded when
+/// it was sealed; returns the last offset of its valid batches.
 #[allow(clippy::too_many_arguments)]
 fn verify_segment(
     fs: &dyn FileSystem,
@@ -381,6 +390,7 @@ fn verify_segment(
     bounds: OffsetBounds,
     previous_last: Option<i64>,
     sealed: bool,
+    recorded: Option<(u64, SealDigest)>,
     txn: &mut txn::TxnCheck,
     report: &mut VerifyReport,
 ) -> Result<Option<i64>, io::IoError> {
@@ -466,6 +476,11 @@ fn verify_segment(
         }
     }
     records_decode(data, &starts, &f.path, report);
+    if let Some((size, d)) = recorded {
+        verify_digest(
+            fs, dir, base, data, &starts, clean, size, d, &f.path, report,
+        )?;
+    }
     let next_offset = found_last.map_or(base, |l| l + 1);
     txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;
     // The largest timestamp, which a sealed segment's last time-index entry names; judged only
@@ -490,6 +505,61 @@ fn verify_segment(
         report,
     )?;
     Ok(found_last)
+}
+
+/// The segment's batch headers and `.txnindex` against the digest the checkpoint recorded when
+/// it was sealed. The headers are compared only when every byte was checked and the batches
+/// fill the recorded size (otherwise the damage is reported already).
+#[allow(clippy::too_many_arguments)]
+fn verify_digest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    base: i64,
+    data: &[u8],
+    starts: &BTreeMap<usize, i64>,
+    clean: bool,
+    size: u64,
+    d: SealDigest,
+    path: &Path,
+    report: &mut VerifyReport,
+) -> Result<(), io::IoError> {
+    if clean && data.len() as u64 == size {
+        let found = digest::header_digest_at(data, starts.keys().copied());
+        if found != d.headers {
+            report.problem(
+                path,
+                None,
+                "digest_mismatch",
+                format!(
+                    "batch headers (offsets, lengths, leader epochs: what no batch CRC covers) \
+                     differ from those recorded when the segment was sealed (digest {found:08x}, \
+                     recorded {:08x}); recovery refuses the segment, tolerate-any cuts it",
+                    d.headers
+                ),
+            );
+        }
+    }
+    let txn_path = names::file_path(dir, base, names::TXN_INDEX_EXT);
+    let max = (data.len() / format::HEADER_SIZE + 1) * segment::txn_index::ENTRY_SIZE;
+    let found = match io::read_small_file(fs, &txn_path, max as u64)? {
+        io::SmallFile::Missing => Some((0, 0)),
+        io::SmallFile::Bytes(bytes) => Some(digest::txn_file_digest(&bytes)),
+        // Reported by the `.txnindex` check.
+        io::SmallFile::NotAFile(_) | io::SmallFile::TooLarge(_) => None,
+    };
+    if let Some((len, crc)) = found.filter(|&f| f != (d.txn_len, d.txn_crc)) {
+        report.problem(
+            &txn_path,
+            None,
+            "txn_index_digest_mismatch",
+            format!(
+                "{len} bytes with CRC-32C {crc:08x}, but the checkpoint recorded {} bytes with \
+                 {:08x} when the segment was sealed (recovery rebuilds it from the log)",
+                d.txn_len, d.txn_crc
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// The next position at or after `from` where a valid batch starts (CRC checked) whose offsets

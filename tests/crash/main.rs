@@ -21,6 +21,7 @@ mod full_disk;
 mod kill_child;
 mod manager_crash_sim;
 mod manager_kill;
+mod metadata_checksums;
 mod mutation_sweep;
 mod processed_crash_sim;
 mod recovery_hostile;

@@ -72,6 +72,9 @@ pub(crate) struct Report {
     mode: &'static str,
     clean_shutdown: bool,
     checkpoint_found: bool,
+    /// The checkpoint failed its checksum: it was set aside, everything was validated, and a
+    /// new one written.
+    checkpoint_damaged: Option<String>,
     segments_recorded: bool,
     deep: bool,
     recovery_point: i64,
@@ -379,7 +382,7 @@ fn print_refusal(
             position: None,
             line: bad.line,
             damage: bad.reason.clone(),
-            damage_kind: "bad_checkpoint",
+            damage_kind: bad.kind(),
             message: e.to_string(),
         },
         OpenError::BadEpochCheckpoint(bad) => Refusal {
@@ -406,7 +409,12 @@ fn print_refusal(
             "REFUSED by mode {}: {}{at}: {}",
             refusal.mode, refusal.file, refusal.damage
         ))?;
-        if matches!(e, OpenError::BadCheckpoint(_)) {
+        if matches!(e, OpenError::BadCheckpoint(b) if b.damaged) {
+            out.line(
+                "nothing was changed; a tolerant --mode validates the whole log instead of the \
+                 damaged checkpoint",
+            )?;
+        } else if matches!(e, OpenError::BadCheckpoint(_)) {
             out.line("nothing was changed; remove the checkpoint to validate the whole log")?;
         } else if matches!(e, OpenError::BadEpochCheckpoint(_)) {
             out.line(
@@ -474,6 +482,7 @@ impl Report {
             mode: mode.name(),
             clean_shutdown: r.clean_shutdown,
             checkpoint_found: r.checkpoint_found,
+            checkpoint_damaged: r.checkpoint_damaged.clone(),
             segments_recorded: r.segments_recorded,
             deep: r.deep,
             recovery_point: r.recovery_point,
@@ -647,6 +656,12 @@ pub(crate) fn totals_lines(r: &Report) -> Vec<String> {
 /// What recovery cut, deleted, rebuilt and finished: one line each.
 pub(crate) fn detail_lines(r: &Report) -> Vec<String> {
     let mut lines = Vec::new();
+    if let Some(reason) = &r.checkpoint_damaged {
+        lines.push(format!(
+            "DAMAGED checkpoint, not used (everything was validated; a new one was written; \
+             the log now starts at its first segment): {reason}"
+        ));
+    }
     for c in &r.truncations {
         lines.push(format!(
             "CUT {} at byte {}: {} bytes removed (file was {} bytes): {}",

@@ -149,7 +149,18 @@ fn plan_open(
         // Before anything is written: a standalone log may still hold the directory.
         super::check_unlocked(fs, dir)?;
     }
-    let own = checkpoint::read(fs, dir)??;
+    // A checkpoint whose bytes were damaged vouches for nothing, and its numbers are no
+    // instructions: the log is validated as if it had none (except under absolute
+    // consistency, which refuses any damage).
+    let mut checkpoint_damaged = None;
+    let own = match checkpoint::read(fs, dir)? {
+        Ok(c) => c,
+        Err(bad) if bad.damaged && config.recovery_mode != RecoveryMode::AbsoluteConsistency => {
+            checkpoint_damaged = Some(bad.to_string());
+            None
+        }
+        Err(bad) => return Err(bad.into()),
+    };
     // Kafka's offsets newer than a clean checkpoint of our own: Kafka wrote the log since.
     let superseded = matches!((&own, log_dir), (Some(c), Some(l)) if l.supersede(c));
     let mut cp = own.filter(|_| !superseded);
@@ -188,6 +199,7 @@ fn plan_open(
             },
             deep,
             checkpoint_superseded: superseded,
+            checkpoint_damaged: checkpoint_damaged.clone(),
             segments_deleted: started_over.clone(),
             ..RecoveryReport::default()
         };
@@ -461,7 +473,12 @@ fn apply(
         let rebuilt = markers_in(&aborted, s.base, next_base);
         let opened = open_segment(dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
         match opened {
-            Opened::Sealed(seg) => sealed.push(seg),
+            Opened::Sealed(seg) => {
+                if let Some(h) = s.header_digest {
+                    seg.set_header_digest(s.log_size, h);
+                }
+                sealed.push(seg)
+            }
             Opened::Active(w) => active = Some(w),
         }
     }
@@ -472,8 +489,14 @@ fn apply(
         }
     };
 
-    // 5. The result checkpoint.
-    let result = plan.result_checkpoint();
+    // 5. The result checkpoint, with what it records of each segment's bytes as opened (a
+    //    `.txnindex` may have been rebuilt).
+    let mut result = plan.result_checkpoint();
+    if let Some(record) = result.segments.as_mut() {
+        for (r, seg) in record.iter_mut().zip(&sealed) {
+            r.digest = seg.seal_digest();
+        }
+    }
     if !untouched {
         if result != intent {
             checkpoint::write(fs, dir, &result)?;

@@ -28,12 +28,12 @@ use std::path::{Path, PathBuf};
 use super::inventory::{FileEntry, Inventory};
 use super::report::{RecoveryReport, Truncation};
 use crate::io::{FileKind, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
-use crate::log::checkpoint::{Checkpoint, SegmentRecord};
+use crate::log::checkpoint::{Checkpoint, SealDigest, SegmentRecord};
 use crate::log::config::RecoveryMode;
 use crate::log::error::Damage;
 use crate::segment::{
-    self, names, offset_index, time_index, txn_index, AbortedTxn, BatchInfo, OffsetBounds,
-    ScanStop, TailInfo,
+    self, digest, names, offset_index, time_index, txn_index, AbortedTxn, BatchInfo,
+    OffsetBounds, ScanStop, TailInfo,
 };
 
 /// A segment's `.log` can never reach 2 GiB: positions are int32 (docs/kafka-format.md §2.3).
@@ -85,6 +85,11 @@ pub(super) struct KeptSegment {
     pub swapped: bool,
     /// Its aborted transactions.
     pub txn: KeptTxn,
+    /// The header digest of its batches (docs/format.md "Checkpoint"), when known: from the
+    /// checkpoint's record, or computed while its batches were validated.
+    pub header_digest: Option<u32>,
+    /// What the checkpoint recorded of its bytes, for a segment held to the record.
+    pub recorded_digest: Option<SealDigest>,
 }
 
 /// Where a kept segment's aborted transactions come from.
@@ -210,12 +215,15 @@ impl Plan {
     }
 }
 
+/// The record of a kept segment; its digest is the checkpoint's (the result checkpoint's are
+/// taken from the opened segments, whose `.txnindex` may have been rebuilt).
 fn record_of(s: &KeptSegment, file_len: u64) -> SegmentRecord {
     SegmentRecord {
         base_offset: s.base,
         next_offset: s.next_offset,
         size: s.log_size as u64,
         file_len,
+        digest: s.recorded_digest,
     }
 }
 
@@ -606,7 +614,17 @@ impl Planner<'_> {
             let segment = match trusted {
                 Some(s) => s,
                 None => {
-                    let v = self.validate(f, bounds, previous_last, report)?;
+                    let mut v = self.validate(f, bounds, previous_last, report)?;
+                    if let Some(damage) = rec.and_then(|r| digest_disagrees(r, &v)) {
+                        // Which batch header changed no one can tell: nothing of the segment
+                        // is believed, from its first byte.
+                        v = Validated {
+                            valid_len: 0,
+                            batches: Vec::new(),
+                            digests: Vec::new(),
+                            damage: Some((0, damage)),
+                        };
+                    }
                     let overlaps = previous_last.is_some_and(|l| base <= l);
                     if overlaps && v.batches.is_empty() && v.damage.is_none() {
                         // A segment starting at or below offsets the previous one holds is
@@ -621,6 +639,7 @@ impl Planner<'_> {
                         continue;
                     }
                     let next_offset = v.batches.last().map_or(base, |b| b.last_offset + 1);
+                    let header_digest = Some(v.digests.last().copied().unwrap_or(0));
                     let mut damage = v.damage;
                     if let Some(r) =
                         rec.filter(|r| damage.is_none() && r.next_offset != next_offset)
@@ -667,6 +686,8 @@ impl Planner<'_> {
                         tail: TailInfo::from_batches(&v.batches),
                         rebuild: Some(v.batches),
                         swapped: candidate.swapped,
+                        header_digest,
+                        recorded_digest: None,
                         // A swapped-in segment brings its own `.txnindex` (the cleaner's, which
                         // a replay could not rebuild: the batches it needs may be compacted
                         // away); the others are rebuilt while the producer state is replayed.
@@ -801,7 +822,21 @@ impl Planner<'_> {
             first_batch_timestamp: -1,
             max_timestamp: None,
         };
-        let stored_txn = self.stored_txn_index(base, size, r.next_offset)?;
+        let stored_txn = match (self.stored_txn_index(base, size, r.next_offset)?, r.digest) {
+            // A `.txnindex` missing, added or altered since the segment was sealed: its entries
+            // would change what read_committed returns, so it is rebuilt from the log.
+            (Ok(entries), Some(d))
+                if digest::txn_digest(&entries) != (d.txn_len, d.txn_crc) =>
+            {
+                let (len, crc) = digest::txn_digest(&entries);
+                Err(format!(
+                    "txn index: {len} bytes with CRC-32C {crc:08x}, but the checkpoint recorded \
+                     {} bytes with {:08x} when the segment was sealed",
+                    d.txn_len, d.txn_crc
+                ))
+            }
+            (stored, _) => stored,
+        };
         if self.checkpoint.is_some_and(|c| c.clean_shutdown) && !check_tail && stored_txn.is_ok() {
             // A clean close synced every index with its segment: a sealed segment's are read
             // whole when it is first mapped (a damaged one is not used; `SegmentView`), so
@@ -881,6 +916,20 @@ impl Planner<'_> {
             )),
             ScanStop::End => None,
         };
+        // A walk over every frame (for an index rebuild) has every header in hand: the record's
+        // header digest is checked for free.
+        let damage = damage.or_else(|| {
+            let recorded = r.digest?.headers;
+            index_problem.as_ref()?;
+            let found = digest::header_digest_at(data, batches.iter().map(|b| b.position));
+            (found != recorded).then_some((
+                0,
+                Damage::DigestMismatch {
+                    expected: recorded,
+                    found,
+                },
+            ))
+        });
         if let Some((position, damage)) = damage {
             self.judge(true, &f.path, Some(position), &damage)?;
             // Let the validation find and cut what is wrong.
@@ -1007,6 +1056,8 @@ impl Planner<'_> {
             tail,
             swapped: false,
             txn,
+            header_digest: None,
+            recorded_digest: None,
         }))
     }
 
@@ -1029,6 +1080,8 @@ impl Planner<'_> {
             tail,
             swapped: false,
             txn,
+            header_digest: r.digest.map(|d| d.headers),
+            recorded_digest: r.digest,
         }
     }
 
@@ -1117,9 +1170,19 @@ impl Planner<'_> {
             )),
             ScanStop::End => None,
         };
+        let data = map.published_slice();
+        let mut running = 0;
+        let digests = batches
+            .iter()
+            .map(|b| {
+                running = digest::chain_header(running, &data[b.position..]);
+                running
+            })
+            .collect();
         Ok(Validated {
             valid_len: result.valid_len,
             batches,
+            digests,
             damage,
         })
     }
@@ -1403,8 +1466,32 @@ impl Planner<'_> {
 struct Validated {
     valid_len: usize,
     batches: Vec<BatchInfo>,
+    /// The header digest of the batches up to and including each of `batches`.
+    digests: Vec<u32>,
     /// Where the valid batches end early, and why.
     damage: Option<(usize, Damage)>,
+}
+
+/// The damage when the validated batches that fill the recorded size have another header
+/// digest than the one recorded when the segment was sealed: a header field no CRC covers
+/// (a base offset moved into a compaction gap, a leader epoch) changed since. `None` when
+/// they agree, or when there is nothing to compare (no digest, or the batches do not end at
+/// the recorded size: damage found otherwise).
+fn digest_disagrees(r: &SegmentRecord, v: &Validated) -> Option<Damage> {
+    let recorded = r.digest?.headers;
+    let found = if r.size == 0 {
+        0
+    } else {
+        let i = v
+            .batches
+            .iter()
+            .position(|b| (b.position + b.size) as u64 == r.size)?;
+        v.digests[i]
+    };
+    (found != recorded).then_some(Damage::DigestMismatch {
+        expected: recorded,
+        found,
+    })
 }
 
 /// The check a crash's open makes of the last recorded segment's tail, made by a clean open's

@@ -28,6 +28,11 @@ pub struct RecoveryReport {
     /// The partition's own checkpoint was older than the log dir's Kafka checkpoints (Kafka
     /// appended or deleted records after it was written) and was not used.
     pub checkpoint_superseded: bool,
+    /// The partition's checkpoint was damaged (it fails its checksum), and why: it was not
+    /// used, every segment was validated as in a directory without one, and a new one was
+    /// written. What only it knew is lost: a log start above the first segment (the log
+    /// starts at its first segment's base), the high watermark, the clean flag.
+    pub checkpoint_damaged: Option<String>,
     /// Bytes of batches validated.
     pub bytes_validated: u64,
     /// Where damaged bytes were cut off.

@@ -459,6 +459,8 @@ struct Cleaned {
     next_offset: i64,
     batches: Vec<BatchInfo>,
     txn: Vec<AbortedTxn>,
+    /// The header digest of its batches, for the checkpoint's record of it.
+    headers: u32,
 }
 
 fn suffixed(dir: &Path, base: i64, ext: &str, suffix: &str) -> PathBuf {
@@ -772,6 +774,7 @@ impl Log {
         let mut written = 0usize;
         let mut batches = Vec::new();
         let mut txn_entries = Vec::new();
+        let mut headers = 0;
         let mut next_offset = base;
         for (si, s) in group.iter().enumerate() {
             report.bytes_before += s.size() as u64;
@@ -806,6 +809,7 @@ impl Log {
                 if let Some(t) = carried {
                     txn_entries.push(t);
                 }
+                headers = segment::digest::chain_header(headers, &out);
                 if let Some(f) = &file {
                     f.write_all_at(&out, written as u64).ctx("write", &log_path)?;
                 }
@@ -829,6 +833,7 @@ impl Log {
             next_offset,
             batches,
             txn: txn_entries,
+            headers,
         })
     }
 
@@ -885,6 +890,7 @@ impl Log {
                 // after the batches, dead bytes recovery trims.
                 let mut r = SegmentRecord::exact(n.base, n.next_offset, n.size as u64);
                 r.file_len = r.file_len.max(self.config.segment_bytes as u64);
+                r.digest = Some(segment::SealDigest::new(n.headers, &n.txn));
                 record.push(r);
             }
             record.sort_by_key(|r| r.base_offset);
@@ -931,6 +937,7 @@ impl Log {
             // The empty segment of a group whose every batch went keeps its place: its
             // offsets still end where the group's did.
             seg.set_next_offset(n.next_offset.max(seg.next_offset()));
+            seg.set_header_digest(n.size, n.headers);
             seg.flush_all()?;
             seg.mark_validated();
             opened.push(seg);

@@ -130,6 +130,7 @@ impl Log {
                 next_offset: k.next_offset(),
                 size: k.size() as u64,
                 file_len: k.file_len(),
+                digest: k.seal_digest(),
             });
         }
         if cut > 0 {
@@ -142,6 +143,7 @@ impl Log {
                 next_offset: new_end,
                 size: cut as u64,
                 file_len,
+                digest: s.seal_digest_at(cut, new_end)?,
             });
         }
         let recovery_point = new_end;

@@ -377,9 +377,17 @@ fn verify_finds_a_deleted_or_wrong_txnindex_and_recover_deep_rebuilds_it() {
     fs::remove_file(&first).unwrap();
     let (code, report) = verify(dir.path());
     assert_eq!(code, Some(1));
-    assert_eq!(kinds(&report), ["txn_index_missing"], "{report}");
+    assert_eq!(
+        kinds(&report),
+        ["txn_index_digest_mismatch", "txn_index_missing"],
+        "{report}"
+    );
+    // The checkpoint recorded the file's length and CRC when the segment was sealed: even a
+    // plain open, which reads no batch, notices it is gone and rebuilds it from the log.
     assert!(run_path(&["recover"], dir.path()).status.success());
-    assert!(!first.exists(), "a clean open trusts the checkpoint");
+    assert_eq!(fs::read(&first).unwrap(), original);
+    assert_eq!(verify(dir.path()).0, Some(0));
+    fs::remove_file(&first).unwrap();
     let out = run_path(&["recover", "--deep", "--json"], dir.path());
     assert!(out.status.success());
     assert_eq!(fs::read(&first).unwrap(), original);
@@ -391,14 +399,21 @@ fn verify_finds_a_deleted_or_wrong_txnindex_and_recover_deep_rebuilds_it() {
     fs::write(&first, &bytes).unwrap();
     let (code, report) = verify(dir.path());
     assert_eq!(code, Some(1));
-    assert_eq!(kinds(&report), ["bad_txn_index"]);
-    assert_eq!(report["problems"][0]["position"], 34);
+    // Found twice: against the checkpoint's record and against the log's markers.
+    assert_eq!(
+        kinds(&report),
+        ["txn_index_digest_mismatch", "bad_txn_index"]
+    );
+    assert_eq!(report["problems"][1]["position"], 34);
     // An entry of a version Kafka does not know.
     let mut bytes = original.clone();
     bytes[1] = 1;
     fs::write(&first, &bytes).unwrap();
     let (_, report) = verify(dir.path());
-    assert_eq!(kinds(&report), ["bad_txn_index"]);
+    assert_eq!(
+        kinds(&report),
+        ["txn_index_digest_mismatch", "bad_txn_index"]
+    );
     // Recovery's own check finds that one on a plain open and rebuilds it.
     let out = run_path(&["recover", "--json"], dir.path());
     assert!(out.status.success());

@@ -263,3 +263,41 @@ fn verify_after_a_crash_lists_the_untrimmed_indexes_until_recover_rebuilds_them(
     let o = run_path(&["verify"], dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+#[test]
+fn a_damaged_checkpoint_is_reported_by_verify_refused_by_absolute_and_repaired_by_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    fresh_log(dir.path());
+    let p = dir.path().join("oncelog.checkpoint");
+    let mut bytes = fs::read(&p).unwrap();
+    let at = String::from_utf8_lossy(&bytes)
+        .find("log_start_offset 0")
+        .unwrap()
+        + "log_start_offset ".len();
+    bytes[at] ^= 1; // '0' -> '1': would hide offset 0
+    fs::write(&p, &bytes).unwrap();
+
+    let o = run_path(&["verify", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let r = json_object(&o);
+    let kinds: Vec<&str> = r["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["damaged_checkpoint"], "{r}");
+
+    let before = contents(dir.path());
+    let o = run_path(&["recover", "--mode", "absolute", "--json"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert_eq!(json_object(&o)["damage_kind"], "damaged_checkpoint");
+    assert_eq!(contents(dir.path()), before);
+
+    let o = run_path(&["recover"], dir.path());
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let text = stdout(&o);
+    assert!(text.contains("DAMAGED checkpoint"), "{text}");
+    assert!(text.contains("log: offsets 0..6"), "{text}");
+    assert_eq!(run_path(&["verify"], dir.path()).status.code(), Some(0));
+}
