@@ -12,6 +12,10 @@
 //! end of a preallocated, untrimmed file (an active segment, or one left by a crash) are not
 //! damage: they are reported as one line. A `leader-epoch-checkpoint` that cannot be parsed
 //! gives one error line with the line at fault.
+//!
+//! A partition directory's `.log` lists only what the log holds: batches that reach the next
+//! segment's base offset are not in the log (recovery cuts them: a truncation's dead tail, left
+//! while a reader held those bytes, or a crash's), and are reported as one `dead_tail` line.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -66,6 +70,9 @@ pub(crate) struct Target {
     path: PathBuf,
     kind: FileKind,
     base_offset: Option<i64>,
+    /// A `.log` of a partition directory: the next segment's base offset, where its batches
+    /// must end.
+    next_base: Option<i64>,
 }
 
 pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
@@ -106,6 +113,7 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
                 path: entry.path(),
                 kind: FileKind::LeaderEpochs,
                 base_offset: None,
+                next_base: None,
             });
             continue;
         }
@@ -120,6 +128,7 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
                 path: entry.path(),
                 kind,
                 base_offset: Some(parsed.offset),
+                next_base: None,
             });
         }
     }
@@ -131,6 +140,14 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
             t.kind,
         )
     });
+    let log_bases: Vec<i64> = targets
+        .iter()
+        .filter(|t| t.kind == FileKind::Log)
+        .filter_map(|t| t.base_offset)
+        .collect();
+    for t in targets.iter_mut().filter(|t| t.kind == FileKind::Log) {
+        t.next_base = log_bases.iter().copied().find(|&b| Some(b) > t.base_offset);
+    }
     Ok(targets)
 }
 
@@ -141,6 +158,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
             path: path.to_path_buf(),
             kind: FileKind::LeaderEpochs,
             base_offset: None,
+            next_base: None,
         });
     }
     let parsed = files::parse_file_name(name);
@@ -167,6 +185,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
         path: path.to_path_buf(),
         kind,
         base_offset,
+        next_base: None,
     })
 }
 
@@ -441,6 +460,17 @@ struct PreallocatedLine<'a> {
 }
 
 #[derive(Serialize)]
+struct DeadTailLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    file: &'a str,
+    position: usize,
+    bytes: usize,
+    /// The next segment's base offset, which the first batch of the tail reaches.
+    next_segment_base: i64,
+}
+
+#[derive(Serialize)]
 struct ErrorLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -478,7 +508,7 @@ impl Dumper {
                 .line(&format!("== {file} ({} bytes)", bytes.len()))?;
         }
         match target.kind {
-            FileKind::Log => self.log(&file, &bytes),
+            FileKind::Log => self.log(&file, &bytes, target.next_base),
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TxnIndex => self.txn_index(&file, &bytes),
@@ -487,9 +517,18 @@ impl Dumper {
         }
     }
 
-    fn log(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
+    fn log(&mut self, file: &str, bytes: &[u8], next_base: Option<i64>) -> Result<(), CliError> {
         for item in BatchIter::new(bytes) {
             match item {
+                Ok((position, batch)) if next_base.is_some_and(|n| batch.last_offset() >= n) => {
+                    let next_segment_base = next_base.unwrap_or_default();
+                    return self.dead_tail(
+                        file,
+                        position,
+                        bytes.len() - position,
+                        next_segment_base,
+                    );
+                }
                 Ok((position, batch)) => {
                     let mut line = BatchLine::new(file, position, &batch);
                     self.damaged |= !line.crc_valid;
@@ -697,6 +736,32 @@ impl Dumper {
         } else {
             self.out.line(&format!(
                 "{bytes} zero bytes of preallocated space from position {position}"
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes after the log's batches in a segment: not in the log, not listed.
+    fn dead_tail(
+        &mut self,
+        file: &str,
+        position: usize,
+        bytes: usize,
+        next_segment_base: i64,
+    ) -> Result<(), CliError> {
+        if self.json {
+            self.out.json(&DeadTailLine {
+                kind: "dead_tail",
+                file,
+                position,
+                bytes,
+                next_segment_base,
+            })?;
+        } else {
+            self.out.line(&format!(
+                "{bytes} bytes from position {position} are a dead tail, not in the log: its \
+                 batches reach offset {next_segment_base}, where the next segment starts (a \
+                 truncation's, left while a reader held them; the next open trims them)"
             ))?;
         }
         Ok(())
