@@ -276,3 +276,19 @@ fn after_every_rewrite_and_close_the_files_hold_exactly_the_log() {
         }
     }
 }
+
+#[test]
+fn the_next_rewrite_trims_a_dead_tail_whose_reader_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_of(dir.path(), config(), 200);
+    let held = log.read(600, 4096).unwrap();
+    let cut_file = log_holding(dir.path(), 600);
+    log.truncate_to(600).unwrap();
+    let dead_len = len_of(&cut_file);
+    drop(held);
+    // A retention pass with nothing to remove: the tail goes all the same.
+    log.enforce_retention(T0).unwrap();
+    assert!(len_of(&cut_file) < dead_len);
+    assert_files_hold_only_the_log(dir.path(), "after retention");
+    log.close().unwrap();
+}

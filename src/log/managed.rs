@@ -17,12 +17,7 @@ impl Log {
     /// It also trims the dead tails truncations left in segments whose readers are gone.
     pub fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
         self.remove_due_deletions(now_ms, false)?;
-        let st = self.append.lock();
-        if st.active.is_none() || st.failure.is_some() {
-            // Closed (close trimmed what it could) or failed part way: the next open trims.
-            return Ok(());
-        }
-        self.trim_dead_tails(&st)
+        self.trim_dead_tails_locking()
     }
 
     /// Takes a producer snapshot at the log end, and flushes it, if more than `replay_bytes`

@@ -13,9 +13,11 @@
 //! damage: they are reported as one line. A `leader-epoch-checkpoint` that cannot be parsed
 //! gives one error line with the line at fault.
 //!
-//! A partition directory's `.log` lists only what the log holds: batches that reach the next
-//! segment's base offset are not in the log (recovery cuts them: a truncation's dead tail, left
-//! while a reader held those bytes, or a crash's), and are reported as one `dead_tail` line.
+//! A partition directory's `.log` lists only what the log holds: where `oncelog.checkpoint`
+//! records a dead tail after a segment's batches (a truncation's, left while a reader held
+//! those bytes; the next open trims it), those bytes are not in the log and are reported as one
+//! `dead_tail` line, not batch by batch. An unreadable checkpoint is not dump's to judge
+//! (`verify` does): the files are then listed whole.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -70,9 +72,9 @@ pub(crate) struct Target {
     path: PathBuf,
     kind: FileKind,
     base_offset: Option<i64>,
-    /// A `.log` of a partition directory: the next segment's base offset, where its batches
-    /// must end.
-    next_base: Option<i64>,
+    /// A `.log` of a partition directory whose checkpoint records a dead tail: where its
+    /// batches end (the bytes after are not in the log).
+    dead_from: Option<usize>,
 }
 
 pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
@@ -113,7 +115,7 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
                 path: entry.path(),
                 kind: FileKind::LeaderEpochs,
                 base_offset: None,
-                next_base: None,
+                dead_from: None,
             });
             continue;
         }
@@ -128,7 +130,7 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
                 path: entry.path(),
                 kind,
                 base_offset: Some(parsed.offset),
-                next_base: None,
+                dead_from: None,
             });
         }
     }
@@ -140,13 +142,16 @@ pub(crate) fn list_partition_dir(dir: &Path) -> Result<Vec<Target>, CliError> {
             t.kind,
         )
     });
-    let log_bases: Vec<i64> = targets
-        .iter()
-        .filter(|t| t.kind == FileKind::Log)
-        .filter_map(|t| t.base_offset)
-        .collect();
+    let record = fs::read_to_string(dir.join(files::CHECKPOINT_FILE))
+        .ok()
+        .and_then(|text| files::decode_checkpoint(&text).ok())
+        .and_then(|c| c.segments)
+        .unwrap_or_default();
     for t in targets.iter_mut().filter(|t| t.kind == FileKind::Log) {
-        t.next_base = log_bases.iter().copied().find(|&b| Some(b) > t.base_offset);
+        t.dead_from = record
+            .iter()
+            .find(|r| Some(r.base_offset) == t.base_offset && r.file_len > r.size)
+            .and_then(|r| usize::try_from(r.size).ok());
     }
     Ok(targets)
 }
@@ -158,7 +163,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
             path: path.to_path_buf(),
             kind: FileKind::LeaderEpochs,
             base_offset: None,
-            next_base: None,
+            dead_from: None,
         });
     }
     let parsed = files::parse_file_name(name);
@@ -185,7 +190,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
         path: path.to_path_buf(),
         kind,
         base_offset,
-        next_base: None,
+        dead_from: None,
     })
 }
 
@@ -466,8 +471,6 @@ struct DeadTailLine<'a> {
     file: &'a str,
     position: usize,
     bytes: usize,
-    /// The next segment's base offset, which the first batch of the tail reaches.
-    next_segment_base: i64,
 }
 
 #[derive(Serialize)]
@@ -508,7 +511,13 @@ impl Dumper {
                 .line(&format!("== {file} ({} bytes)", bytes.len()))?;
         }
         match target.kind {
-            FileKind::Log => self.log(&file, &bytes, target.next_base),
+            FileKind::Log => match target.dead_from.filter(|&at| at < bytes.len()) {
+                Some(at) => {
+                    self.log(&file, &bytes[..at])?;
+                    self.dead_tail(&file, at, bytes.len() - at)
+                }
+                None => self.log(&file, &bytes),
+            },
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TxnIndex => self.txn_index(&file, &bytes),
@@ -517,18 +526,9 @@ impl Dumper {
         }
     }
 
-    fn log(&mut self, file: &str, bytes: &[u8], next_base: Option<i64>) -> Result<(), CliError> {
+    fn log(&mut self, file: &str, bytes: &[u8]) -> Result<(), CliError> {
         for item in BatchIter::new(bytes) {
             match item {
-                Ok((position, batch)) if next_base.is_some_and(|n| batch.last_offset() >= n) => {
-                    let next_segment_base = next_base.unwrap_or_default();
-                    return self.dead_tail(
-                        file,
-                        position,
-                        bytes.len() - position,
-                        next_segment_base,
-                    );
-                }
                 Ok((position, batch)) => {
                     let mut line = BatchLine::new(file, position, &batch);
                     self.damaged |= !line.crc_valid;
@@ -742,26 +742,19 @@ impl Dumper {
     }
 
     /// Bytes after the log's batches in a segment: not in the log, not listed.
-    fn dead_tail(
-        &mut self,
-        file: &str,
-        position: usize,
-        bytes: usize,
-        next_segment_base: i64,
-    ) -> Result<(), CliError> {
+    fn dead_tail(&mut self, file: &str, position: usize, bytes: usize) -> Result<(), CliError> {
         if self.json {
             self.out.json(&DeadTailLine {
                 kind: "dead_tail",
                 file,
                 position,
                 bytes,
-                next_segment_base,
             })?;
         } else {
             self.out.line(&format!(
-                "{bytes} bytes from position {position} are a dead tail, not in the log: its \
-                 batches reach offset {next_segment_base}, where the next segment starts (a \
-                 truncation's, left while a reader held them; the next open trims them)"
+                "{bytes} bytes from position {position} are a dead tail, not in the log \
+                 (oncelog.checkpoint records them: a truncation's, left while a reader held \
+                 them; the next open trims them)"
             ))?;
         }
         Ok(())

@@ -106,8 +106,17 @@ fn dump_names_a_dead_tail_a_reader_kept_through_close_and_lists_only_the_log() {
     let lines = json_lines(&o);
     let dead = of_type(&lines, "dead_tail");
     assert_eq!(dead.len(), 1, "{}", stdout(&o));
-    assert_eq!(dead[0]["next_segment_base"], 99);
-    assert!(dead[0]["bytes"].as_u64().unwrap() > 0);
+    // From the end of batch 96..98 to the end of the file.
+    let file = dead[0]["file"].as_str().unwrap();
+    let batch_at_96 = of_type(&lines, "batch")
+        .into_iter()
+        .find(|b| b["base_offset"] == 96)
+        .unwrap();
+    let end = batch_at_96["position"].as_u64().unwrap() + batch_at_96["size"].as_u64().unwrap();
+    assert_eq!(dead[0]["position"].as_u64(), Some(end));
+    let len = std::fs::metadata(file).unwrap().len();
+    assert_eq!(dead[0]["bytes"].as_u64(), Some(len - end));
+    assert!(len > end);
     let text = stdout(&run_path(&["dump"], dir.path()));
     assert!(text.contains("dead tail"), "{text}");
     drop(held);

@@ -292,6 +292,16 @@ impl Log {
         Ok(())
     }
 
+    /// [`Log::trim_dead_tails`], taking the append lock (after a rewrite that let it go).
+    pub(in crate::log) fn trim_dead_tails_locking(&self) -> Result<(), IoError> {
+        let st = self.append.lock();
+        if st.active.is_none() || st.failure.is_some() {
+            // Closed (close trimmed what it could) or failed part way: the next open trims.
+            return Ok(());
+        }
+        self.trim_dead_tails(&st)
+    }
+
     /// Makes a retired `.log` a pool file: its first page zeroed and synced, so that if a crash
     /// follows its rename into place as a new active segment, recovery reads an empty
     /// segment; then renamed `<base>.log.recycle`. Its other bytes stay: they are old batches
