@@ -161,3 +161,66 @@ fn the_allocation_grows_with_the_writer_across_many_appends() {
         );
     }
 }
+
+/// On the simulated file system with room for the first step but not the doubled one: the
+/// append that needs the next step fails with a typed out-of-space error before any byte of it
+/// is written, everything appended before reads back, and appends resume once space returns.
+#[test]
+fn a_full_disk_at_a_doubling_step_is_a_typed_error_and_appends_resume() {
+    use oncelog::io::SimFs;
+    use oncelog::{AppendError, Environment};
+    let fs = SimFs::new();
+    let env = Environment {
+        fs: fs.as_dyn(),
+        ..Environment::default()
+    };
+    let dir = Path::new("/sim/p-0");
+    let cfg = LogConfig {
+        segment_bytes: 64 << 20,
+        preallocation: Preallocation::Reserved,
+        prefault_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = Log::open_in(env.clone(), dir, cfg.clone()).unwrap();
+    // Room for the first step and its indexes, not for the second.
+    fs.set_capacity(Some(fs.used_bytes() + FIRST_STEP as u64 + 64 * 1024));
+    let batch = record(1000);
+    let mut appended = 0;
+    let err = loop {
+        match log.append(&batch) {
+            Ok(AppendOutcome::Appended(_)) => appended += 1,
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => break e,
+        }
+        assert!(appended < 10_000, "the capacity was never met");
+    };
+    let AppendError::Io(io) = &err else {
+        panic!("not an I/O error: {err:?}");
+    };
+    assert_eq!(io.source.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // The whole first step was used.
+    assert!(
+        appended * batch.len() > FIRST_STEP - batch.len(),
+        "{appended}"
+    );
+    assert_eq!(log.log_end_offset(), appended as i64);
+    fs.set_capacity(None);
+    assert!(matches!(
+        log.append(&batch).unwrap(),
+        AppendOutcome::Appended(a) if a.first_offset == appended as i64
+    ));
+    log.flush().unwrap();
+    let mut next = 0;
+    while next < log.log_end_offset() {
+        let bytes = log.read(next, 1 << 20).unwrap();
+        for item in BatchIter::new(&bytes) {
+            let (_, b) = item.unwrap();
+            assert!(b.is_crc_valid());
+            next = b.last_offset() + 1;
+        }
+    }
+    assert_eq!(next, appended as i64 + 1);
+    log.close().unwrap();
+    let log = Log::open_in(env, dir, cfg).unwrap();
+    assert_eq!(log.log_end_offset(), appended as i64 + 1);
+}
