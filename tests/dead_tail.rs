@@ -292,3 +292,58 @@ fn the_next_rewrite_trims_a_dead_tail_whose_reader_is_gone() {
     assert_files_hold_only_the_log(dir.path(), "after retention");
     log.close().unwrap();
 }
+
+/// A crash after the trim and before a checkpoint recorded it leaves the file anywhere from
+/// the batches' end to the recorded length: `verify` and an open both take that as it is.
+#[test]
+fn a_dead_tail_trimmed_part_way_is_neither_damage_to_verify_nor_to_an_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_of(dir.path(), config(), 200);
+    let held = log.read(600, 4096).unwrap();
+    let cut_file = log_holding(dir.path(), 600);
+    log.truncate_to(600).unwrap();
+    log.close().unwrap();
+    drop(held);
+    drop(log);
+    let recorded = len_of(&cut_file);
+    let batches_end = {
+        let bytes = std::fs::read(&cut_file).unwrap();
+        let mut end = 0;
+        for item in BatchIter::new(&bytes) {
+            let (at, b) = item.unwrap();
+            if b.last_offset() >= 600 {
+                break;
+            }
+            end = at + b.as_bytes().len();
+        }
+        end as u64
+    };
+    assert!(batches_end < recorded);
+    for len in [recorded, (batches_end + recorded) / 2, batches_end] {
+        let copy = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() && p.file_name().unwrap() != ".lock" {
+                std::fs::copy(&p, copy.path().join(p.file_name().unwrap())).unwrap();
+            }
+        }
+        let file = copy.path().join(cut_file.file_name().unwrap());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+        let fs = oncelog::io::RealFs;
+        let report = oncelog::verify::verify_dir(&fs, copy.path()).unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "length {len}: {:?}",
+            report.problems
+        );
+        let log = open(copy.path(), config());
+        assert_eq!(log.log_end_offset(), 600, "length {len}");
+        log.close().unwrap();
+        assert_files_hold_only_the_log(copy.path(), &format!("length {len}"));
+    }
+}
