@@ -144,6 +144,9 @@ pub mod log_dir {
 /// `.snapshot` files (byte tables in docs/format.md). Reading `.log` files is
 /// [`format::BatchIter`]'s job.
 pub mod files {
+    pub use crate::log::checkpoint::{
+        decode as decode_checkpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE,
+    };
     pub use crate::log::epochs::{
         decode_file as decode_leader_epochs, FILE_NAME as LEADER_EPOCH_CHECKPOINT,
     };

@@ -113,9 +113,11 @@ pub struct LogConfig {
     /// `segment.bytes`: a segment rolls before it would grow past this. Default 1 GiB;
     /// 14 ..= i32::MAX.
     pub segment_bytes: usize,
-    /// The active segment's `.log` grows by this much at a time, ahead of its writer and off
-    /// the append path, instead of being allocated to `segment_bytes` at once: an idle
-    /// partition holds about this much disk. Default 32 MiB; 4096 ..= i32::MAX.
+    /// The active segment's `.log` grows by at most this much at a time, ahead of its writer
+    /// and off the append path, instead of being allocated to `segment_bytes` at once. The
+    /// steps start small (256 KiB, `segment::space::FIRST_STEP`) and double with the file up
+    /// to this, so a partition with one record holds about 256 KiB of disk and a busy one
+    /// grows by whole steps. Default 32 MiB; 4096 ..= i32::MAX.
     pub allocation_step_bytes: usize,
     /// How each step is allocated: reserved, or zeroed for cheaper syncs.
     pub preallocation: Preallocation,

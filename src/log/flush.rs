@@ -340,6 +340,9 @@ impl Log {
             segment.compute_header_digest()?;
             segment.flush_all()?;
         }
+        // Dead tails whose readers are gone go now, before the clean checkpoint records the
+        // files' lengths; one a reader still holds is recorded, and the next open trims it.
+        self.trim_dead_tails(&st)?;
         let log_end = self.log_end_offset();
         if st
             .producers

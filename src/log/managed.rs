@@ -14,8 +14,10 @@ impl Log {
     /// Removes the `.deleted` files of segments that truncation or retention removed once
     /// their `file_delete_delay_ms` is over at `now_ms` (retention and truncation also do it
     /// on their way). What the log manager's deletion job calls.
+    /// It also trims the dead tails truncations left in segments whose readers are gone.
     pub fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
-        self.remove_due_deletions(now_ms, false)
+        self.remove_due_deletions(now_ms, false)?;
+        self.trim_dead_tails_locking()
     }
 
     /// Takes a producer snapshot at the log end, and flushes it, if more than `replay_bytes`

@@ -100,16 +100,19 @@ pub fn reopen_cut(
         txn.sync_data().ctx("fdatasync", path)?;
     }
     // The `.log` shrinks only where no reader can be: to the cut when no one holds bytes of
-    // the old map (checked under the segments' write lock, so no reader can start), else to
+    // the old maps (taken under the segments' write lock, so no reader can start), else to
     // the end of the old batches (readers hold only those; the preallocation after them was
-    // never handed out). What stays after the cut is dead, trimmed by the next open. A crash
-    // before the length is synced leaves it anywhere between, which recovery accepts.
+    // never handed out). What stays after the cut is dead: the new segment keeps the old
+    // maps' holds and is trimmed once they are gone (`Segment::trim_dead_tail`: at the next
+    // rewrite, deletion job or close), or by the next open. A crash before the length is
+    // synced leaves it anywhere between, which recovery accepts.
     // This cut's own view of the old segment is no reader.
     drop(old);
-    let keep = if old_segment.readers_hold_bytes() {
-        old_segment.size() as u64
-    } else {
+    let holds = old_segment.take_holds();
+    let keep = if holds.is_empty() {
         cut as u64
+    } else {
+        old_segment.size() as u64
     };
     if files.log.len().ctx("stat", &files.log_path)? > keep {
         files.log.set_len(keep).ctx("truncate", &files.log_path)?;
@@ -135,5 +138,6 @@ pub fn reopen_cut(
     segment
         .dead_bytes
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);
+    segment.inherit_holds(holds);
     Ok(segment)
 }

@@ -200,6 +200,53 @@ impl Segment {
             .as_ref()
             .is_some_and(|v| Arc::strong_count(v) > 1 || Arc::strong_count(&v.log) > 1)
     }
+    /// Every map of the segment a reader may still hold bytes of, as weak references, its
+    /// current view taken out of it: what a truncation hands to the segment that replaces
+    /// this one, so the dead tail after the cut is trimmed once all of them are gone. Called
+    /// under the segments' write lock with the segment leaving the log, so no reader can map
+    /// it again.
+    pub(crate) fn take_holds(&self) -> Vec<(Weak<SegmentView>, Weak<Mapping>)> {
+        let mut holds = std::mem::take(&mut *self.retired.lock());
+        if let Some(v) = self.view.write().take() {
+            holds.push((Arc::downgrade(&v), Arc::downgrade(&v.log)));
+        }
+        holds.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+        holds
+    }
+    /// Records maps of the segment this one replaced, which may hold the bytes after its end.
+    pub(crate) fn inherit_holds(&self, holds: Vec<(Weak<SegmentView>, Weak<Mapping>)>) {
+        self.retired.lock().extend(holds);
+    }
+    /// Whether the `.log` file holds dead bytes after the batches (a truncation's, left while
+    /// a reader held them).
+    pub fn has_dead_tail(&self) -> bool {
+        self.dead_bytes.load(Ordering::Acquire) > 0
+    }
+    /// Cuts the dead tail off the `.log` once no reader holds bytes of a map that covered it
+    /// (the maps handed over by the truncation, and any unmapped since; the current view maps
+    /// the batches only, which stay). Returns whether it did. The new length is synced before
+    /// [`Segment::file_len`] says so, so a checkpoint never records a length the disk may not
+    /// have; a crash before leaves a length between the batches' end and the recorded one,
+    /// which recovery accepts. The caller holds the log's append lock, so no rewrite of the
+    /// segment runs meanwhile.
+    pub(crate) fn trim_dead_tail(&self) -> Result<bool, IoError> {
+        if !self.has_dead_tail() {
+            return Ok(false);
+        }
+        {
+            let mut retired = self.retired.lock();
+            retired.retain(|(v, m)| v.strong_count() > 0 || m.strong_count() > 0);
+            if !retired.is_empty() {
+                return Ok(false);
+            }
+        }
+        let path = &self.log_path;
+        let file = self.fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
+        file.set_len(self.size() as u64).ctx("truncate", path)?;
+        file.sync_data().ctx("fdatasync", path)?;
+        self.dead_bytes.store(0, Ordering::Release);
+        Ok(true)
+    }
     pub fn txn_index(&self) -> &TxnIndex {
         &self.txn_index
     }

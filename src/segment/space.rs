@@ -11,6 +11,12 @@
 //! bytes, so a full disk is an `ENOSPC` error at the append that needed the space, never a
 //! SIGBUS on a write through the map.
 //!
+//! The steps start small and grow with the writer: a fresh file's first allocation is
+//! [`FIRST_STEP`], and each later one as large as the file already is, up to the configured
+//! step ([`step_at`]). A partition that gets one record holds a quarter of a MiB, not a whole
+//! step (32 MiB by default: a broker's auto-created topics held 32 MiB each); a busy one reaches
+//! full steps after a few MiB, in a handful more allocations per segment.
+//!
 //! How a step is allocated is [`Preallocation`]: reserved (fallocate: unwritten extents, the
 //! cheapest when syncs are rare) or zeroed (zeros written and synced, so that each later sync
 //! of appended data writes only data; docs/performance.md has the measurements). The indexes
@@ -54,6 +60,26 @@ pub const ZERO_AHEAD: usize = ZERO_CHUNK;
 /// whole piece on the append path); a little reserved space ahead costs a few syncs a metadata
 /// write instead.
 pub const RESERVE_GRAIN: usize = 64 << 10;
+
+/// The first allocation of a `.log` with nothing allocated yet (at most the configured step).
+pub const FIRST_STEP: usize = 256 << 10;
+
+/// The first allocation of an index file, doubling with the file as the `.log`'s steps do up to
+/// the index's own grain.
+const FIRST_INDEX_STEP: usize = 4096;
+
+/// The step of the next allocation of a file already allocated to `allocated` bytes: the file
+/// doubles, from `first`, until the step reaches `max_step` (a power of two at least as large
+/// as the file until then, so the ends stay on the grid of whole steps). Pure, so the rule has
+/// its tests.
+pub fn step_at(allocated: usize, first: usize, max_step: usize) -> usize {
+    allocated
+        .max(first)
+        .checked_next_power_of_two()
+        .unwrap_or(max_step)
+        .min(max_step)
+        .max(1)
+}
 
 /// The end of the next allocation of a file of `ready` bytes that must reach `wanted`: whole
 /// `step`s from the start of the file, at most `capacity`. Pure, so the rule has its tests.
@@ -188,16 +214,25 @@ impl SegmentSpace {
     pub fn preallocation(&self) -> Preallocation {
         self.cfg.preallocation
     }
+    /// The step of the `.log`'s next allocation, its file allocated to `allocated` bytes.
+    fn step(&self, allocated: usize) -> usize {
+        step_at(allocated, FIRST_STEP, self.cfg.step)
+    }
     /// Where growth ahead of a writer at `written` should reach, if it is due: once less than
     /// half the window is left, to the window past the writer. The window is a step for
-    /// reserved space, [`ZERO_AHEAD`] for zeroed space.
+    /// reserved space, [`ZERO_AHEAD`] for zeroed space (at most the current step, and half of
+    /// it while the steps still grow: a writer that reserved a little for itself near the start
+    /// of the file is then zeroed ahead to the end of the first step, not past it).
     pub fn wanted_ahead(&self, written: usize) -> Option<usize> {
         let ready = self.ready();
+        let step = self.step(ready);
         let (window, grain) = match self.cfg.preallocation {
-            Preallocation::Reserved => (self.cfg.step, self.cfg.step),
+            Preallocation::Reserved => (step, step),
             Preallocation::Zeroed => {
-                let piece = ZERO_CHUNK.min(self.cfg.step);
-                (ZERO_AHEAD.min(self.cfg.step), piece)
+                let piece = ZERO_CHUNK.min(step);
+                let growing = step < self.cfg.step;
+                let window = if growing { step / 2 } else { step };
+                (ZERO_AHEAD.min(window).max(1), piece)
             }
         };
         (ready < self.cfg.capacity && ready.saturating_sub(written) < window / 2)
@@ -211,18 +246,19 @@ impl SegmentSpace {
         if self.ready() >= needed {
             return Ok(());
         }
-        let growth = match self.cfg.preallocation {
-            Preallocation::Reserved => Growth::Reserve(self.cfg.step),
-            Preallocation::Zeroed if self.cfg.background => {
-                Growth::Reserve(RESERVE_GRAIN.min(self.cfg.step))
-            }
-            Preallocation::Zeroed => Growth::Zero,
-        };
         let mut g = self.grown.lock();
         while g.log < needed {
             if g.closed {
                 return Err(self.closed_error());
             }
+            let step = self.step(g.log);
+            let growth = match self.cfg.preallocation {
+                Preallocation::Reserved => Growth::Reserve(step),
+                Preallocation::Zeroed if self.cfg.background => {
+                    Growth::Reserve(RESERVE_GRAIN.min(step))
+                }
+                Preallocation::Zeroed => Growth::Zero,
+            };
             self.grow_once(&mut g, needed, growth)?;
         }
         // Again, in case an index could not grow after the log did (a full disk).
@@ -238,15 +274,15 @@ impl SegmentSpace {
     /// it too, to one write-back of the step (docs/performance.md has the measurements).
     /// Stops when the segment is closed.
     pub fn grow_ahead(&self, target: usize) -> Result<(), IoError> {
-        let growth = match self.cfg.preallocation {
-            Preallocation::Reserved => Growth::Reserve(self.cfg.step),
-            Preallocation::Zeroed => Growth::Zero,
-        };
         loop {
             let mut g = self.grown.lock();
             if g.closed || g.log >= target.min(self.cfg.capacity) {
                 return Ok(());
             }
+            let growth = match self.cfg.preallocation {
+                Preallocation::Reserved => Growth::Reserve(self.step(g.log)),
+                Preallocation::Zeroed => Growth::Zero,
+            };
             let from = g.log;
             self.grow_once(&mut g, target, growth)?;
             let to = g.log;
@@ -290,7 +326,7 @@ impl SegmentSpace {
                 end
             }
             Growth::Zero => {
-                let piece = ZERO_CHUNK.min(self.cfg.step);
+                let piece = ZERO_CHUNK.min(self.step(g.log));
                 let end = next_end(g.log, wanted.min(g.log + piece), piece, self.cfg.capacity);
                 self.open(&s.log_path)?
                     .write_zeros(g.log as u64, (end - g.log) as u64)
@@ -319,8 +355,10 @@ impl SegmentSpace {
             .saturating_add(index_at_open)
             .min(self.cfg.index_capacity);
         if index > g.index {
-            // Reserved a step's worth at a time, not an entry at a time.
-            let index = next_end(g.index, index, 64 << 10, self.cfg.index_capacity);
+            // Reserved a step's worth at a time, not an entry at a time: doubling with the
+            // file, as the `.log`'s steps do.
+            let grain = step_at(g.index, FIRST_INDEX_STEP, 64 << 10);
+            let index = next_end(g.index, index, grain, self.cfg.index_capacity);
             let path = s.index_path();
             self.open(&path)?
                 .allocate(index as u64)
@@ -331,7 +369,8 @@ impl SegmentSpace {
             .saturating_add(time_at_open)
             .min(self.cfg.time_capacity);
         if time > g.time {
-            let time = next_end(g.time, time, 96 << 10, self.cfg.time_capacity);
+            let grain = step_at(g.time, FIRST_INDEX_STEP, 96 << 10);
+            let time = next_end(g.time, time, grain, self.cfg.time_capacity);
             let path = s.time_index_path();
             self.open(&path)?
                 .allocate(time as u64)
@@ -367,6 +406,30 @@ mod tests {
         assert_eq!(next_end(0, 100, 32 * MIB, 64 * 1024), 64 * 1024);
         assert_eq!(next_end(64 * 1024, 100, 32 * MIB, 64 * 1024), 64 * 1024);
         assert_eq!(next_end(10, 5, 4096, 1 << 20), 4096);
+    }
+
+    #[test]
+    fn steps_start_small_and_double_with_the_file_up_to_the_configured_step() {
+        const MIB: usize = 1 << 20;
+        let max = 32 * MIB;
+        assert_eq!(step_at(0, FIRST_STEP, max), FIRST_STEP);
+        // The allocations a writer makes from an empty file: each doubles the file.
+        let mut ends = vec![];
+        let mut allocated = 0;
+        while allocated < 128 * MIB {
+            allocated = next_end(allocated, allocated + 1, step_at(allocated, FIRST_STEP, max), 1 << 30);
+            ends.push(allocated / 1024);
+        }
+        assert_eq!(
+            ends,
+            [256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 98304, 131072]
+        );
+        // A file cut to an odd length (recovery) steps from where it is.
+        assert_eq!(step_at(5_000, FIRST_STEP, max), FIRST_STEP);
+        assert_eq!(step_at(3 * MIB + 5, FIRST_STEP, max), 4 * MIB);
+        // A configured step below the first one is the step from the start.
+        assert_eq!(step_at(0, FIRST_STEP, 4096), 4096);
+        assert_eq!(step_at(1 << 30, FIRST_STEP, 4096), 4096);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod common_sim;
 
 mod append_crash_sim;
 mod crash_compact;
+mod crash_dead_tail;
 mod crash_recycle;
 mod crash_rewrite;
 mod fault_full_disk;

@@ -12,6 +12,12 @@
 //! end of a preallocated, untrimmed file (an active segment, or one left by a crash) are not
 //! damage: they are reported as one line. A `leader-epoch-checkpoint` that cannot be parsed
 //! gives one error line with the line at fault.
+//!
+//! A partition directory's `.log` lists only what the log holds: where `oncelog.checkpoint`
+//! records a dead tail after a segment's batches (a truncation's, left while a reader held
+//! those bytes; the next open trims it), those bytes are not in the log and are reported as one
+//! `dead_tail` line, not batch by batch. An unreadable checkpoint is not dump's to judge
+//! (`verify` does): the files are then listed whole.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -66,6 +72,9 @@ pub(crate) struct Target {
     path: PathBuf,
     kind: FileKind,
     base_offset: Option<i64>,
+    /// A `.log` of a partition directory whose checkpoint records a dead tail: where its
+    /// batches end (the bytes after are not in the log).
+    dead_from: Option<usize>,
 }
 
 pub fn run(args: &DumpArgs) -> Result<Status, CliError> {
@@ -117,6 +126,7 @@ pub(crate) fn list_partition_dir(
                 path: entry.path(),
                 kind: FileKind::LeaderEpochs,
                 base_offset: None,
+                dead_from: None,
             });
             continue;
         }
@@ -131,6 +141,7 @@ pub(crate) fn list_partition_dir(
                 path: entry.path(),
                 kind,
                 base_offset: Some(p.offset),
+                dead_from: None,
             });
             continue;
         }
@@ -158,6 +169,17 @@ pub(crate) fn list_partition_dir(
             t.kind,
         )
     });
+    let record = fs::read_to_string(dir.join(files::CHECKPOINT_FILE))
+        .ok()
+        .and_then(|text| files::decode_checkpoint(&text).ok())
+        .and_then(|c| c.segments)
+        .unwrap_or_default();
+    for t in targets.iter_mut().filter(|t| t.kind == FileKind::Log) {
+        t.dead_from = record
+            .iter()
+            .find(|r| Some(r.base_offset) == t.base_offset && r.file_len > r.size)
+            .and_then(|r| usize::try_from(r.size).ok());
+    }
     Ok((targets, skipped))
 }
 
@@ -168,6 +190,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
             path: path.to_path_buf(),
             kind: FileKind::LeaderEpochs,
             base_offset: None,
+            dead_from: None,
         });
     }
     let parsed = files::parse_file_name(name);
@@ -194,6 +217,7 @@ fn classify_file(path: &Path) -> Result<Target, CliError> {
         path: path.to_path_buf(),
         kind,
         base_offset,
+        dead_from: None,
     })
 }
 
@@ -468,6 +492,15 @@ struct PreallocatedLine<'a> {
 }
 
 #[derive(Serialize)]
+struct DeadTailLine<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    file: &'a str,
+    position: usize,
+    bytes: usize,
+}
+
+#[derive(Serialize)]
 struct ErrorLine<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
@@ -505,7 +538,13 @@ impl Dumper {
                 .line(&format!("== {file} ({} bytes)", bytes.len()))?;
         }
         match target.kind {
-            FileKind::Log => self.log(&file, &bytes),
+            FileKind::Log => match target.dead_from.filter(|&at| at < bytes.len()) {
+                Some(at) => {
+                    self.log(&file, &bytes[..at])?;
+                    self.dead_tail(&file, at, bytes.len() - at)
+                }
+                None => self.log(&file, &bytes),
+            },
             FileKind::Index => self.offset_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TimeIndex => self.time_index(&file, &bytes, target.base_offset.unwrap_or(0)),
             FileKind::TxnIndex => self.txn_index(&file, &bytes),
@@ -724,6 +763,25 @@ impl Dumper {
         } else {
             self.out.line(&format!(
                 "{bytes} zero bytes of preallocated space from position {position}"
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes after the log's batches in a segment: not in the log, not listed.
+    fn dead_tail(&mut self, file: &str, position: usize, bytes: usize) -> Result<(), CliError> {
+        if self.json {
+            self.out.json(&DeadTailLine {
+                kind: "dead_tail",
+                file,
+                position,
+                bytes,
+            })?;
+        } else {
+            self.out.line(&format!(
+                "{bytes} bytes from position {position} are a dead tail, not in the log \
+                 (oncelog.checkpoint records them: a truncation's, left while a reader held \
+                 them; the next open trims them)"
             ))?;
         }
         Ok(())

@@ -24,6 +24,7 @@ pub mod client;
 pub mod entry;
 pub mod network;
 mod replica;
+pub mod state_file;
 pub mod store;
 
 pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError};

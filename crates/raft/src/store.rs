@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use oncelog::format::BatchIter;
@@ -35,18 +35,15 @@ use openraft::{
     SnapshotMeta, StorageError, StoredMembership, Vote,
 };
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
 use crate::entry::{self, Entry};
+use crate::state_file;
+pub use crate::state_file::{Anchor, Purged, StateFile, StateFileError, STATE_FILE};
 use crate::{Node, NodeId, Request, Response, TypeConfig};
 
-/// The file beside the segments that holds the vote and the purge point.
-pub const STATE_FILE: &str = "raft-state.json";
 /// A snapshot image received and not yet installed: an install cut by a crash is completed
 /// from it on open.
 pub const INSTALL_FILE: &str = "raft-install.image";
-/// The largest `raft-state.json` read (it holds a vote and one membership).
-const MAX_STATE_FILE: u64 = 1 << 20;
 /// Bytes read from the log per call when entries are read back.
 const READ_CHUNK: usize = 1 << 20;
 /// How long a purge beyond the last entry waits for the snapshot install that covers it
@@ -56,42 +53,6 @@ const INSTALL_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 type Membership = openraft::Membership<NodeId, Node>;
 type Stored = StoredMembership<NodeId, Node>;
-
-/// What raft has forgotten: entries up to `log_id` (their batches may still be in the log).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Purged {
-    /// The last entry forgotten.
-    pub log_id: LogId<NodeId>,
-    /// The offset after its batch: where the first live entry's batch starts.
-    pub end_offset: i64,
-    /// The last membership at or below it.
-    pub membership: Stored,
-}
-
-/// `raft-state.json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateFile {
-    /// The last vote saved.
-    pub vote: Option<Vote<NodeId>>,
-    /// The purge point.
-    pub purged: Option<Purged>,
-    /// A snapshot being installed (its image is in [`INSTALL_FILE`]).
-    pub installing: Option<SnapshotMeta<NodeId, Node>>,
-    /// Batches whose raft index is not one more than the batch before's (the first entry of a
-    /// log that came with an index above 0, an entry after a hole): openraft never makes a
-    /// hole, but its storage suite does, and the index must survive a reopen all the same.
-    #[serde(default)]
-    pub anchors: Vec<Anchor>,
-}
-
-/// The raft index of the batch at an offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Anchor {
-    /// Its raft index.
-    pub index: u64,
-    /// Its batch's base offset.
-    pub offset: i64,
-}
 
 /// One partition as raft sees it, shared by the log store and the state machine.
 pub struct Partition {
@@ -210,7 +171,7 @@ impl Partition {
     /// and indexes the batches after the purge point.
     pub fn open(log: Log, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
         let dir = log.dir().to_path_buf();
-        let state = read_state(fs.as_ref(), &dir)?;
+        let state = state_file::read(fs.as_ref(), &dir).map_err(|e| e.to_string())?;
         let log = Arc::new(log);
         let partition = Partition {
             log,
@@ -385,7 +346,7 @@ impl Partition {
     }
 
     fn write_state(&self, state: &StateFile) -> StoreResult<()> {
-        let bytes = serde_json::to_vec_pretty(state)
+        let bytes = state_file::encode(state)
             .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
         oncelog::io::write_file_atomically(self.fs.as_ref(), &self.dir.join(STATE_FILE), &bytes)
             .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
@@ -883,24 +844,6 @@ fn is_refusal(e: &AppendError) -> bool {
             | AppendError::Closed
             | AppendError::PartiallyWritten { .. }
     )
-}
-
-fn read_state(fs: &dyn FileSystem, dir: &Path) -> Result<StateFile, String> {
-    let path = dir.join(STATE_FILE);
-    match fs.stat(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StateFile::default()),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-        Ok(meta) if meta.len > MAX_STATE_FILE => {
-            return Err(format!(
-                "{}: {} bytes, more than a raft state file holds ({MAX_STATE_FILE})",
-                path.display(),
-                meta.len
-            ))
-        }
-        Ok(_) => {}
-    }
-    let bytes = oncelog::io::read_file(fs, &path).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&bytes).map_err(|e| format!("{}: malformed: {e}", path.display()))
 }
 
 /// A snapshot's data: the first offset, the producer state there (a `.snapshot` file's

@@ -598,6 +598,7 @@ impl Log {
         drop(ex);
         if !dry_run {
             self.remove_due_deletions(now_ms, false)?;
+            self.trim_dead_tails_locking()?;
         }
         Ok(report)
     }

@@ -277,6 +277,35 @@ impl Log {
 }
 
 impl Log {
+    /// Trims the dead tails truncations left in segments of the log once no reader holds
+    /// their bytes (docs/design.md, "Truncation"): a closed log's files then hold exactly its
+    /// batches, as Kafka's tools and an open without `oncelog.checkpoint` read them. `_st` is
+    /// the append lock, held so that no rewrite changes the segments meanwhile. The next
+    /// checkpoint records the trimmed lengths.
+    pub(in crate::log) fn trim_dead_tails(&self, _st: &AppendState) -> Result<(), IoError> {
+        let dead: Vec<Arc<Segment>> = self
+            .segments
+            .read()
+            .values()
+            .filter(|s| s.has_dead_tail())
+            .cloned()
+            .collect();
+        for s in dead {
+            s.trim_dead_tail()?;
+        }
+        Ok(())
+    }
+
+    /// [`Log::trim_dead_tails`], taking the append lock (after a rewrite that let it go).
+    pub(in crate::log) fn trim_dead_tails_locking(&self) -> Result<(), IoError> {
+        let st = self.append.lock();
+        if st.active.is_none() || st.failure.is_some() {
+            // Closed (close trimmed what it could) or failed part way: the next open trims.
+            return Ok(());
+        }
+        self.trim_dead_tails(&st)
+    }
+
     /// Makes a retired `.log` a pool file: its first page zeroed and synced, so that if a crash
     /// follows its rename into place as a new active segment, recovery reads an empty
     /// segment; then renamed `<base>.log.recycle`. Its other bytes stay: they are old batches

@@ -220,6 +220,7 @@ impl Log {
         };
         if reasons.is_empty() {
             self.remove_due_deletions(now_ms, false)?;
+            self.trim_dead_tails(&ex.st)?;
             return Ok(report);
         }
         if reasons.len() == segments.len() {
@@ -266,6 +267,7 @@ impl Log {
         report.log_start_offset = self.log_start_offset();
         drop(ex);
         self.remove_due_deletions(now_ms, false)?;
+        self.trim_dead_tails_locking()?;
         Ok(report)
     }
 

@@ -85,8 +85,9 @@ impl Log {
             .iter()
             .rposition(|s| s.base_offset() <= offset)
             .unwrap_or(0);
-        let view = segments[at].view()?;
-        let (cut, new_end) = cut_point(&segments[at], &view, offset)?;
+        // This call's own view goes before the cut: held, it would count as a reader and
+        // leave the removed batches in the file as a dead tail.
+        let (cut, new_end) = cut_point(&segments[at], &*segments[at].view()?, offset)?;
         let result = self.truncate_at(&mut ex, &segments, at, cut, new_end, now);
         if result.is_err() {
             // The files may be between the old state and the new one (recovery settles that),
@@ -100,6 +101,7 @@ impl Log {
         }
         let report = result?;
         self.remove_due_deletions(now, false)?;
+        self.trim_dead_tails(&ex.st)?;
         Ok(report)
     }
 

@@ -12,6 +12,7 @@ mod common_cli;
 mod cli_append_bench;
 mod cli_compact;
 mod cli_damage_sweep;
+mod cli_dead_tail;
 mod cli_demo;
 mod cli_dump;
 mod cli_log_dir;
