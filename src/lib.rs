@@ -46,11 +46,12 @@
 //! - [`LogManager`]: many partitions, Kafka's checkpoint files, background jobs.
 //! - [`processed`]: the consumer side of exactly-once, a store of handled ids.
 //! - [`verify`] and [`files`]: reading a partition directory offline.
-//! - The repository's `docs/design.md` (why it is built this way), `docs/format.md` (every byte
-//!   layout) and README (set-up, the `oncelog` command line, the example broker, replication,
-//!   benchmarks).
+//! - The repository's `docs/embedding.md` (the library guide: transactions, the processed-id
+//!   store, disk use, many partitions, the public API), `docs/design.md` (why it is built this
+//!   way), `docs/format.md` (every byte layout), and its README (set-up, and the map to the
+//!   command line, the example broker and replication).
 
-// The public API is what this file lists (the README's "Public API" says what each part is
+// The public API is what this file lists (docs/embedding.md, "Public API", says what each part is
 // for). Everything else is the engine's inside: crate-private, or public under the `internals`
 // feature for this crate's own tests, benches and fuzz targets, and for nothing else.
 #![deny(unsafe_code)]
@@ -166,7 +167,7 @@ pub mod files {
     };
 }
 
-/// The README's examples, compiled and run as doctests so the README stays true.
+/// The library guide's examples, compiled and run as doctests so the guide stays true.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingGuideDoctests;
