@@ -1,4 +1,4 @@
-//! Crashes at every file operation of the trim of a dead tail (issue 24 item 11): a seeded log
+//! Crashes at every file operation of the trim of a dead tail: a seeded log
 //! on the simulated file system, truncated while a reader held bytes after the cut (so the cut
 //! segment keeps them as a dead tail), the reader gone, then the call that trims it (close, or
 //! the deletion job) whose Nth file operation fails and every one after it, as a power cut

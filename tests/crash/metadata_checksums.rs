@@ -1,5 +1,5 @@
 //! The engine's own metadata carries checksums, and what the checkpoint vouches for can be
-//! checked (issue 24, faults 7, 4 and 5; docs/format.md "Checkpoint"):
+//! checked (docs/format.md "Checkpoint"):
 //!
 //! - a damaged `oncelog.checkpoint` (one flipped bit) is damage, never an instruction: the
 //!   log is validated as if it had none, `verify` reports it, a processed-id store forgets

@@ -1,4 +1,4 @@
-//! Compacted logs with transactions, rebuilt (issue 24 faults 2 and 3): a log written by
+//! Compacted logs with transactions, rebuilt: a log written by
 //! transactional and idempotent producers (transactions committed and aborted, interleaved,
 //! retries), compacted in several groups and passes, then reopened through every path that
 //! rebuilds producer state or a `.txnindex`: deep recovery, a damaged or missing `.txnindex`, a
@@ -307,8 +307,7 @@ enum Trigger {
     /// One bit of the first compacted segment with aborted transactions' `.txnindex` flipped
     /// where the sanity check notices (the first offset of its first entry made negative).
     TxnIndexFlipped,
-    /// That `.txnindex` deleted, and the checkpoint made unclean so that the open notices
-    /// (a clean open trusting the file's absence is issue 24's fault 4, not this one's).
+    /// That `.txnindex` deleted, and the checkpoint made unclean so that the open notices.
     TxnIndexMissing,
     /// The newest producer snapshot deleted.
     SnapshotDeleted,

@@ -1,4 +1,4 @@
-//! Dead bytes after a rewrite (issue 24 item 11): a truncation cuts a segment without shrinking
+//! Dead bytes after a rewrite: a truncation cuts a segment without shrinking
 //! a file a reader may hold bytes of, leaving the removed batches after the cut as a dead tail.
 //! Once no reader holds them they go (at the next rewrite, the deletion job, or close at the
 //! latest), so after every rewrite command and a close each segment file holds exactly the

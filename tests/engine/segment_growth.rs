@@ -1,4 +1,4 @@
-//! A partition's disk grows with its writer (issue 24 item 8): a partition that gets one record
+//! A partition's disk grows with its writer: a partition that gets one record
 //! holds the small first step ([`oncelog::segment::space::FIRST_STEP`]) of real disk, not a
 //! whole `allocation_step_bytes` (32 MiB: ten auto-created topics held 322 MB); the steps double
 //! with the file up to the configured one, across many appends, and every byte appended reads

@@ -1,4 +1,4 @@
-//! What a connection may cost the broker (issue 24, fault 8): idle connections are closed
+//! What a connection may cost the broker: idle connections are closed
 //! (`--connections-max-idle-ms`), a request trickling in is closed at its read deadline
 //! (`--request-read-timeout-ms`), an oversized frame is refused, and connections announcing
 //! large frames hold memory only for the bytes they sent, within `--queued-max-request-bytes`.

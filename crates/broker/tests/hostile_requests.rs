@@ -1,5 +1,5 @@
 //! No request, whatever its bytes, takes the broker down or makes it allocate out of proportion
-//! to the request (issue 24, fault 1).
+//! to the request.
 //!
 //! For every API and version the broker advertises, a request with every array, string and
 //! bytes field filled is encoded; then every length the frame could hold is set, position by

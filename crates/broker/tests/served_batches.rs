@@ -1,4 +1,4 @@
-//! The broker never serves a batch whose CRC fails (issue 24, fault 6).
+//! The broker never serves a batch whose CRC fails.
 //!
 //! A sealed segment damaged after a clean shutdown is opened without a look at its batches (a
 //! clean shutdown vouches for them); what a fetch is about to serve is checked instead. The

@@ -1,4 +1,4 @@
-//! `raft-state.json` is never read as anything but what was written (issue 24 item 9): `{}`,
+//! `raft-state.json` is never read as anything but what was written: `{}`,
 //! a missing field, a value of the wrong type, an unknown field, or any single flipped bit is
 //! a typed error naming the file (and the field), never a default, so a replica cannot forget
 //! its vote and vote twice in a term.

@@ -117,7 +117,7 @@ fn a_corrupt_batch_is_refused_and_nothing_changes() {
     assert_eq!(std::fs::read(&seg).unwrap(), bytes);
 }
 
-/// Issue 24 faults 2 and 3 as an operator meets them: `compact` of a log with aborted
+/// A compacted transactional log as an operator meets it: `compact` of a log with aborted
 /// transactions, then `verify` (it said the healthy directory was damaged and advised
 /// `recover --deep`), then `recover --deep` (which lost in-window retries): the directory
 /// verifies clean before and after, and every retry in a window is still a duplicate.

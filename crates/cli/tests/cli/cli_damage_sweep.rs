@@ -1,4 +1,4 @@
-//! Damage is found, never "could not run" (issue 24 item 10): a damaged
+//! Damage is found, never "could not run": a damaged
 //! `leader-epoch-checkpoint` made `recover` exit 2. For every file a partition directory holds
 //! (segments, offset, time and transaction indexes, producer snapshots, the leader-epoch
 //! checkpoint, the engine's checkpoint, Kafka's `partition.metadata`, the cleaner's offset

@@ -1,4 +1,4 @@
-//! Truncated batches never outlive the truncation on disk (issue 24 item 11): after
+//! Truncated batches never outlive the truncation on disk: after
 //! `oncelog truncate` every `.log` holds exactly the log's batches, and `dump` lists only what
 //! the log holds, naming a dead tail (one a reader held through close) as such.
 

@@ -1,4 +1,4 @@
-//! An operator tool names what it skips (issue 24 item 12): `dump` of a whole Kafka log dir
+//! An operator tool names what it skips: `dump` of a whole Kafka log dir
 //! silently left out `__cluster_metadata-0`. Every kind of entry `dump`, `verify` and `recover`
 //! of a log dir leave out, and every file `dump` of a partition leaves out, is named with why.
 //! And `recover` of a log dir whose recovery removed data exits 3.

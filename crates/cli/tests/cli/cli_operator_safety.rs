@@ -1,4 +1,4 @@
-//! Operator tools that cannot hurt a directory (issue 25 items 5 and 6): every command that
+//! Operator tools that cannot hurt a directory: every command that
 //! opens an existing partition refuses a directory that holds none and creates nothing in it;
 //! `recover --dry-run` shows what recovery would cut and remove and changes nothing, with the
 //! same totals the recovery then reports; a recovery that removes data says so and exits 3;
