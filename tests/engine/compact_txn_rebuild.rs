@@ -548,7 +548,7 @@ fn every_rebuild_of_compacted_transactional_logs_keeps_windows_reads_and_verify(
 
 fn kafka_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/kafka-broker")
+        .join("tests/fixtures/kafka-broker")
         .join(name)
 }
 

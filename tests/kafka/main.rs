@@ -9,6 +9,7 @@
 mod common;
 
 mod compact_kafka_broker;
+mod fixtures_in_repository;
 mod fuzz_corpus;
 mod golden_vectors;
 mod kafka_fixtures;

@@ -14,7 +14,7 @@ use common_cli::{run_path, stdout};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures/kafka-broker")
+        .join("../../tests/fixtures/kafka-broker")
         .join(name)
 }
 

@@ -13,7 +13,7 @@ use common_cli::{json_lines, of_type, run_path, stdout};
 
 const BROKER: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/fixtures/kafka-broker"
+    "/../../tests/fixtures/kafka-broker"
 );
 
 /// The broker's log dir with one entry of every kind the tools leave out.
