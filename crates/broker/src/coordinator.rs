@@ -437,8 +437,13 @@ impl Groups {
         }
         let group = group.expect("checked");
         group.members.get_mut(member_id).expect("checked").last_seen = Instant::now();
+        // Kafka's rule (GroupCoordinator.doCommitOffsets): a member of the current generation
+        // may commit while the group prepares a rebalance (Java consumers commit what they
+        // processed just before they rejoin; refusing it hands those offsets to the next owner,
+        // which processes them again). Only between the join and the leader's assignment is a
+        // commit refused, as the generation it names is already the new one.
         match group.state {
-            State::Preparing | State::Completing => Some(ResponseError::RebalanceInProgress),
+            State::Completing => Some(ResponseError::RebalanceInProgress),
             _ => None,
         }
     }
@@ -460,5 +465,88 @@ impl Groups {
             }
             group.try_complete_join(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(groups: &Groups, member_id: &str) -> oneshot::Receiver<Joined> {
+        groups.join(JoinRequest {
+            group: "g".into(),
+            member_id: member_id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            session_timeout_ms: MIN_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms: 60_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+        })
+    }
+
+    /// Ticks the coordinator until the join phase answers (the first one waits its delay).
+    fn joined(groups: &Groups, mut rx: oneshot::Receiver<Joined>) -> Joined {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match rx.try_recv() {
+                Ok(j) => return j,
+                Err(oneshot::error::TryRecvError::Empty) if Instant::now() < deadline => {
+                    groups.tick();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("no join answer: {e:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_commit_of_the_current_generation_is_accepted_while_the_group_prepares_a_rebalance() {
+        let groups = Groups::default();
+        let a = joined(&groups, join(&groups, ""));
+        assert_eq!((a.error, a.generation), (None, 1));
+        let mut synced = groups.sync(
+            "g",
+            &a.member_id,
+            1,
+            vec![(a.member_id.clone(), Bytes::new())],
+        );
+        assert_eq!(synced.try_recv().unwrap().error, None);
+        assert_eq!(groups.check_commit("g", &a.member_id, 1), None, "stable");
+
+        // A second member joins: the group prepares a rebalance and waits for the first to
+        // rejoin. The first still owns its partitions and commits what it processed.
+        let b = join(&groups, "");
+        assert_eq!(
+            groups.heartbeat("g", &a.member_id, 1),
+            Some(ResponseError::RebalanceInProgress)
+        );
+        assert_eq!(groups.check_commit("g", &a.member_id, 1), None, "preparing");
+
+        // Both have joined generation 2; until the leader's assignment a commit is refused.
+        let a_again = join(&groups, &a.member_id);
+        let (a2, b2) = (joined(&groups, a_again), joined(&groups, b));
+        assert_eq!((a2.generation, b2.generation), (2, 2));
+        assert_eq!(
+            groups.check_commit("g", &a.member_id, 2),
+            Some(ResponseError::RebalanceInProgress),
+            "completing"
+        );
+        assert_eq!(
+            groups.check_commit("g", &a.member_id, 1),
+            Some(ResponseError::IllegalGeneration),
+            "an old generation"
+        );
+        let leader = if a2.leader == a2.member_id { &a2 } else { &b2 };
+        let assignments = vec![
+            (a2.member_id.clone(), Bytes::new()),
+            (b2.member_id.clone(), Bytes::new()),
+        ];
+        let _ = groups.sync("g", &leader.member_id, 2, assignments);
+        assert_eq!(
+            groups.check_commit("g", &b2.member_id, 2),
+            None,
+            "stable again"
+        );
     }
 }
