@@ -42,7 +42,7 @@
 //! Where to go next:
 //! - [`Log`] and [`LogConfig`]: appends, fetches, flush policies, recovery modes, rewrites;
 //!   every error has a stable `kind()`.
-//! - [`format`]: RecordBatch v2 without I/O (build, validate, iterate records).
+//! - [`format`](mod@format): RecordBatch v2 without I/O (build, validate, iterate records).
 //! - [`LogManager`]: many partitions, Kafka's checkpoint files, background jobs.
 //! - [`processed`]: the consumer side of exactly-once, a store of handled ids.
 //! - [`verify`] and [`files`]: reading a partition directory offline.

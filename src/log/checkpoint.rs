@@ -56,6 +56,7 @@ use std::path::{Path, PathBuf};
 use crate::io::{self, FileSystem, IoError};
 pub use crate::segment::SealDigest;
 
+/// The checkpoint's file name in the partition directory.
 pub const FILE_NAME: &str = "oncelog.checkpoint";
 const VERSION: i64 = 2;
 /// The prefix of the last line of a version-2 file.
@@ -68,6 +69,7 @@ pub const MAX_FILE_BYTES: u64 = 128 << 20;
 /// One segment the checkpoint vouches for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentRecord {
+    /// Its base offset (the file's name).
     pub base_offset: i64,
     /// Last offset + 1 of its batches (the base offset when empty).
     pub next_offset: i64,
@@ -96,10 +98,15 @@ impl SegmentRecord {
     }
 }
 
+/// What `oncelog.checkpoint` holds (the layout is in this module's documentation and in
+/// docs/format.md, "Checkpoint").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// Written by a clean close: every segment, the last included, is recorded.
     pub clean_shutdown: bool,
+    /// Every offset below it was durable when it was written.
     pub recovery_point: i64,
+    /// The log start offset (raised by retention and DeleteRecords, which only this file keeps).
     pub log_start_offset: i64,
     /// The high watermark when it was written (version 0: the recovery point).
     pub high_watermark: i64,
