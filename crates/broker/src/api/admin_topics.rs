@@ -377,7 +377,9 @@ async fn create_one(
                 .with_config_source(c.config_source)
         })
         .collect();
+    // Kafka answers a success with a null message (the generated default is empty).
     Ok(CreatableTopicResult::default()
+        .with_error_message(None)
         .with_name(topic.name.clone())
         .with_topic_id(id)
         .with_num_partitions(partitions)
@@ -640,7 +642,7 @@ pub async fn describe_configs(
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name);
         results.push(match described {
-            Ok(configs) => result.with_configs(configs),
+            Ok(configs) => result.with_configs(configs).with_error_message(None),
             Err((error, message)) => result
                 .with_error_code(error.code())
                 .with_error_message(Some(text(message))),
@@ -864,7 +866,7 @@ pub async fn incremental_alter_configs(
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name);
         responses.push(match outcome {
-            Ok(()) => response,
+            Ok(()) => response.with_error_message(None),
             Err((error, message)) => response
                 .with_error_code(error.code())
                 .with_error_message(Some(text(message))),
