@@ -13,6 +13,7 @@
 //! | file | content |
 //! |---|---|
 //! | `<topic>-<n>/partition.metadata` | Kafka's: `version: 0\ntopic_id: <uuid, base64url>` |
+//! | `<topic>-<n>/oncelog.properties` | the engine's: the topic's own settings (CreateTopics, IncrementalAlterConfigs), the same in every partition |
 //! | `meta.properties` | Kafka's: `version`, `cluster.id`, `node.id` (the cluster id answered in Metadata) |
 //! | `producer-ids` | the producer ids reserved so far ([`crate::producer_ids`]) |
 

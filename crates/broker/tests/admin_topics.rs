@@ -306,15 +306,6 @@ fn create_topics_refuses_as_kafka_does_and_creates_nothing() {
         (topic("too-small", 1, 1, &[("segment.bytes", "1")]), 40),
         (
             topic(
-                "twice",
-                1,
-                1,
-                &[("retention.ms", "1"), ("retention.ms", "2")],
-            ),
-            40,
-        ),
-        (
-            topic(
                 "line-break",
                 1,
                 1,
@@ -351,23 +342,49 @@ fn create_topics_refuses_as_kafka_does_and_creates_nothing() {
             assert!(result.error_message.is_some(), "{n}: a refusal says why");
         }
     }
-    // The same name twice in one request: both refused.
+    // The same name twice in one request: refused, with one result for the name (as Kafka
+    // answers), beside a good topic that is created.
     let both = create(
         &mut wire,
-        vec![topic("dup", 1, 1, &[]), topic("dup", 1, 1, &[])],
+        vec![
+            topic("dup", 1, 1, &[]),
+            topic("fine", 1, 1, &[]),
+            topic("dup", 1, 1, &[]),
+        ],
         false,
     );
     assert_eq!(
-        both.iter().map(|r| r.error_code).collect::<Vec<_>>(),
-        [42, 42]
+        both.iter()
+            .map(|r| (r.name.0.to_string(), r.error_code))
+            .collect::<Vec<_>>(),
+        [("dup".to_string(), 42), ("fine".to_string(), 0)]
     );
     let mut expected = before.clone();
     expected.retain(|t| t.0 == "there");
     let now: Vec<_> = listed(&mut wire)
         .into_iter()
-        .filter(|t| t.0 != "th.re")
+        .filter(|t| t.0 != "th.re" && t.0 != "fine")
         .collect();
     assert_eq!(now, expected, "no refusal created anything");
+}
+
+#[test]
+fn create_topics_takes_the_last_value_of_a_config_given_twice_as_kafka_does() {
+    let (_dir, _broker, mut wire) = start();
+    let created = create_one(
+        &mut wire,
+        topic(
+            "twice",
+            1,
+            1,
+            &[("retention.ms", "1000"), ("retention.ms", "2000")],
+        ),
+    );
+    assert_eq!(created.error_code, 0, "{:?}", created.error_message);
+    assert_eq!(
+        config(&mut wire, "twice", "retention.ms"),
+        ("2000".into(), 1)
+    );
 }
 
 #[test]
@@ -481,7 +498,11 @@ fn describe_configs_reports_values_and_their_sources() {
     let (_dir, _broker, mut wire) = start();
     create_one(&mut wire, topic("t", 1, 1, &[("retention.bytes", "5000")]));
     let all = describe(&mut wire, TOPIC, "t", None);
-    assert_eq!((all.error_code, &all.error_message), (0, &None));
+    assert_eq!(
+        (all.error_code, all.error_message.as_deref()),
+        (0, Some("")),
+        "Kafka answers a described resource with an empty message"
+    );
     let names: Vec<_> = all.configs.iter().map(|c| c.name.to_string()).collect();
     for k in [
         "cleanup.policy",
@@ -676,7 +697,11 @@ fn incremental_alter_configs_refusals_change_nothing() {
         &[("log.retention.ms", 0, Some("5"))],
         false,
     );
-    assert_eq!(error, 40, "{message:?}");
+    assert_eq!(
+        error, 42,
+        "not dynamic, as Kafka answers for one: {message:?}"
+    );
+    assert!(message.unwrap().contains("log.retention.ms"));
     assert_eq!(
         alter(
             &mut wire,

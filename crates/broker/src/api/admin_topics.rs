@@ -306,8 +306,13 @@ pub async fn create_topics(broker: &Arc<Broker>, request: &Request) -> Result<Re
         *counts.entry(t.name.0.to_string()).or_default() += 1;
     }
     let mut results = Vec::with_capacity(body.topics.len());
+    let mut answered = HashSet::new();
     for topic in body.topics {
         let name = topic.name.0.to_string();
+        // A name given twice is refused once, as Kafka answers it (one result per name).
+        if !answered.insert(name.clone()) {
+            continue;
+        }
         let result = if counts[&name] > 1 {
             Err((
                 ResponseError::InvalidRequest,
@@ -344,17 +349,18 @@ async fn create_one(
     }
     crate::store::validate_topic_name(&name).map_err(store_refusal)?;
     let partitions = partition_count(broker, topic)?;
-    let pairs = topic
-        .configs
-        .iter()
-        .map(|c| match &c.value {
-            Some(v) => Ok((c.name.to_string(), v.to_string())),
-            None => Err((
+    // A setting given twice takes its last value, as Kafka takes it.
+    let mut given = BTreeMap::new();
+    for c in &topic.configs {
+        let Some(value) = &c.value else {
+            return Err((
                 ResponseError::InvalidConfig,
                 format!("Null value not supported for topic configs: {}", c.name),
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+            ));
+        };
+        given.insert(c.name.to_string(), value.to_string());
+    }
+    let pairs: Vec<(String, String)> = given.into_iter().collect();
     let defaults = broker.store.defaults().map_err(store_refusal)?;
     let config = parse_settings(&pairs, &defaults)?;
     let id = if validate_only {
@@ -628,7 +634,7 @@ pub async fn describe_configs(
                 body.include_synonyms,
                 body.include_documentation,
             ),
-            RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).map(|()| {
+            RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
                 describe_broker(
                     broker,
                     keys.as_deref(),
@@ -642,7 +648,10 @@ pub async fn describe_configs(
             .with_resource_type(resource.resource_type)
             .with_resource_name(resource.resource_name);
         results.push(match described {
-            Ok(configs) => result.with_configs(configs).with_error_message(None),
+            // Kafka answers a described resource with an empty message, not a null one.
+            Ok(configs) => result
+                .with_configs(configs)
+                .with_error_message(Some(text(""))),
             Err((error, message)) => result
                 .with_error_code(error.code())
                 .with_error_message(Some(text(message))),
@@ -758,8 +767,8 @@ fn describe_broker(
     keys: Option<&[String]>,
     synonyms: bool,
     documentation: bool,
-) -> Vec<DescribeConfigsResourceResult> {
-    let defaults = broker.store.defaults().unwrap_or_default();
+) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
+    let defaults = broker.store.defaults().map_err(store_refusal)?;
     let default = Effective::of(&PartitionConfig::default(), &defaults);
     let mut all: Vec<(String, String, i8, i8, &str)> = SETTINGS
         .iter()
@@ -817,7 +826,8 @@ fn describe_broker(
         ),
     ]);
     all.sort_by(|a, b| a.0.cmp(&b.0));
-    all.into_iter()
+    Ok(all
+        .into_iter()
         .filter(|(name, ..)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
         .map(|(name, value, source, kind, doc)| {
             let list = if synonyms {
@@ -837,7 +847,7 @@ fn describe_broker(
                 .with_config_type(kind)
                 .with_documentation(documentation.then(|| text(doc)))
         })
-        .collect()
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -852,12 +862,21 @@ pub async fn incremental_alter_configs(
     for resource in body.resources {
         let outcome = match resource.resource_type {
             RESOURCE_TOPIC => alter_topic(broker, &resource, body.validate_only).await,
+            // Kafka's answer for a setting that is not dynamic: the broker's settings are its
+            // command-line flags, and none is dynamic.
             RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
+                let names: Vec<String> = resource
+                    .configs
+                    .iter()
+                    .map(|c| c.name.to_string())
+                    .collect();
                 Err((
-                    ResponseError::InvalidConfig,
-                    "this broker's settings are its command-line flags: none can be altered \
-                     while it runs"
-                        .to_string(),
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "Cannot update these configs dynamically: [{}] (this broker's settings \
+                         are its command-line flags)",
+                        names.join(", ")
+                    ),
                 ))
             }),
             other => Err(unsupported_resource(other)),
