@@ -798,3 +798,36 @@ fn describe_cluster_names_this_broker_and_its_cluster() {
     );
     assert_eq!(unknown.error_code, 115);
 }
+
+#[test]
+fn what_the_admin_apis_answered_survives_a_crash_right_after() {
+    let (_dir, mut broker, mut wire) = start();
+    let kept = create_one(&mut wire, topic("kept", 1, 1, &[])).topic_id;
+    create_one(&mut wire, topic("gone", 3, 1, &[]));
+    assert_eq!(grow(&mut wire, "kept", 2, false).0, 0);
+    assert_eq!(
+        alter(
+            &mut wire,
+            TOPIC,
+            "kept",
+            &[("retention.bytes", 0, Some("123456"))],
+            false
+        ),
+        (0, None)
+    );
+    assert_eq!(delete_by_name(&mut wire, "gone"), 0);
+    broker.crash();
+
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(listed(&mut wire), vec![("kept".to_string(), 2, kept)]);
+    assert_eq!(
+        config(&mut wire, "kept", "retention.bytes"),
+        ("123456".into(), 1)
+    );
+    // The deleted name is free again.
+    assert_eq!(
+        create_one(&mut wire, topic("gone", 1, 1, &[])).error_code,
+        0
+    );
+}
