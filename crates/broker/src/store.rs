@@ -13,6 +13,7 @@
 //! | file | content |
 //! |---|---|
 //! | `<topic>-<n>/partition.metadata` | Kafka's: `version: 0\ntopic_id: <uuid, base64url>` |
+//! | `<topic>-<n>/oncelog.properties` | the engine's: the topic's own settings (CreateTopics, IncrementalAlterConfigs), the same in every partition |
 //! | `meta.properties` | Kafka's: `version`, `cluster.id`, `node.id` (the cluster id answered in Metadata) |
 //! | `producer-ids` | the producer ids reserved so far ([`crate::producer_ids`]) |
 
@@ -39,6 +40,9 @@ use crate::wait::{AppendListener, AppendSignal};
 /// Kafka's name for the file holding a partition's topic id.
 const PARTITION_METADATA: &str = "partition.metadata";
 
+/// The engine's file of a partition's own settings (`oncelog::PartitionConfig::encode`).
+const PARTITION_CONFIG: &str = "oncelog.properties";
+
 /// Why the store could not open or create something.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -59,6 +63,16 @@ pub enum StoreError {
     Manager(#[from] oncelog::ManagerError),
     #[error("partition {}: {reason}", path.display())]
     Offline { path: PathBuf, reason: String },
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("topic {0} does not exist")]
+    UnknownTopic(String),
+    #[error("topic {topic} has {current} partitions; a new count must be higher, not {requested}")]
+    PartitionCount {
+        topic: String,
+        current: i32,
+        requested: i32,
+    },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
@@ -196,6 +210,17 @@ impl std::fmt::Debug for Partition {
 }
 
 impl Partition {
+    fn new(topic: &str, index: i32, log: Arc<Log>) -> Partition {
+        Partition {
+            topic: topic.to_string(),
+            index,
+            log,
+            appended: AppendSignal::default(),
+            flush_turn: tokio::sync::Mutex::new(()),
+            offline: OnceLock::new(),
+        }
+    }
+
     pub fn topic(&self) -> &str {
         &self.topic
     }
@@ -604,22 +629,156 @@ impl Store {
         if let Some(topic) = self.topic(name) {
             return Ok(topic);
         }
+        self.create_locked(name, partitions, &PartitionConfig::default())
+    }
+
+    /// Creates a new topic (CreateTopics) with `partitions` partitions, each with `config`
+    /// over the broker's defaults (kept in its `oncelog.properties`); refuses a topic that
+    /// exists. Blocking.
+    pub fn create_new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        config: &PartitionConfig,
+    ) -> Result<Arc<Topic>, StoreError> {
+        validate_topic_name(name)?;
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if self.topic(name).is_some() {
+            return Err(StoreError::TopicExists(name.to_string()));
+        }
+        self.create_locked(name, partitions, config)
+    }
+
+    fn create_locked(
+        &self,
+        name: &str,
+        partitions: i32,
+        config: &PartitionConfig,
+    ) -> Result<Arc<Topic>, StoreError> {
         let id = new_topic_id(|id| self.topic_by_id(id).is_some());
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         let mut logs = Vec::new();
         for index in 0..partitions {
-            let log = manager.create(name, index, PartitionConfig::default())?;
+            let log = manager.create(name, index, config.clone())?;
             let path = self.dir.join(format!("{name}-{index}"));
             write_partition_metadata(&path, id)?;
             logs.push((index, path, log));
         }
         files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
         let topic = open_topic(name, logs)?;
-        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
-        topics.by_id.insert(topic.id, Arc::clone(&topic));
-        topics.by_name.insert(name.to_string(), Arc::clone(&topic));
+        self.publish(&topic);
         Ok(topic)
+    }
+
+    fn publish(&self, topic: &Arc<Topic>) {
+        let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+        topics.by_id.insert(topic.id, Arc::clone(topic));
+        topics.by_name.insert(topic.name.clone(), Arc::clone(topic));
+    }
+
+    /// Deletes a topic (DeleteTopics): it leaves the topic table, then the manager deletes
+    /// its partitions, the highest first, so a crash part way leaves partitions 0..k, a topic
+    /// the next open accepts (and a retried delete removes). Handles to its partitions answer
+    /// `closed` from then on. Blocking.
+    pub fn delete_topic(&self, name: &str) -> Result<Arc<Topic>, StoreError> {
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| StoreError::UnknownTopic(name.to_string()))?;
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
+        {
+            let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
+            topics.by_name.remove(name);
+            topics.by_id.remove(&topic.id);
+        }
+        for partition in topic.partitions.iter().rev() {
+            manager.delete(name, partition.index)?;
+        }
+        Ok(topic)
+    }
+
+    /// Grows a topic to `count` partitions (CreatePartitions); the new ones get partition 0's
+    /// settings and the topic's id. A crash part way leaves a prefix of the new partitions,
+    /// which the next open accepts. Blocking.
+    pub fn add_partitions(&self, name: &str, count: i32) -> Result<Arc<Topic>, StoreError> {
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| StoreError::UnknownTopic(name.to_string()))?;
+        let current = topic.partitions.len() as i32;
+        if count <= current {
+            return Err(StoreError::PartitionCount {
+                topic: name.to_string(),
+                current,
+                requested: count,
+            });
+        }
+        let config = self.topic_settings(name)?;
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
+        let mut partitions = topic.partitions.clone();
+        for index in current..count {
+            let log = manager.create(name, index, config.clone())?;
+            let path = self.dir.join(format!("{name}-{index}"));
+            write_partition_metadata(&path, topic.id)?;
+            partitions.push(Arc::new(Partition::new(name, index, log)));
+        }
+        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
+        let grown = Arc::new(Topic {
+            name: topic.name.clone(),
+            id: topic.id,
+            partitions,
+        });
+        self.publish(&grown);
+        Ok(grown)
+    }
+
+    /// The broker's defaults for every partition (the manager's configuration).
+    pub fn defaults(&self) -> Result<oncelog::ManagerConfig, StoreError> {
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
+        Ok(manager.config().clone())
+    }
+
+    /// A topic's own settings over the broker's defaults: partition 0's `oncelog.properties`
+    /// (every partition of a topic has the same; none for a partition Kafka wrote).
+    pub fn topic_settings(&self, name: &str) -> Result<PartitionConfig, StoreError> {
+        let path = self.dir.join(format!("{name}-0")).join(PARTITION_CONFIG);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(PartitionConfig::default()),
+            Err(e) => return Err(io_error(&path)(e)),
+        };
+        PartitionConfig::decode(&text).map_err(|(line, reason)| StoreError::Layout {
+            path,
+            reason: format!("line {line}: {reason}"),
+        })
+    }
+
+    /// Replaces a topic's own settings in every partition's `oncelog.properties`, atomically
+    /// per file (IncrementalAlterConfigs). The manager reads them when it opens a partition:
+    /// they take effect at the broker's next start, and at once for partitions added later.
+    /// Blocking.
+    pub fn set_topic_settings(
+        &self,
+        name: &str,
+        config: &PartitionConfig,
+    ) -> Result<(), StoreError> {
+        let _creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| StoreError::UnknownTopic(name.to_string()))?;
+        let text = config.encode();
+        for partition in &topic.partitions {
+            let path = self
+                .dir
+                .join(format!("{name}-{}", partition.index))
+                .join(PARTITION_CONFIG);
+            files::replace_atomically(&path, text.as_bytes()).map_err(io_error(&path))?;
+        }
+        Ok(())
     }
 
     /// The newest epoch any partition saw from `producer_id`.
@@ -711,14 +870,7 @@ fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Top
         if read_partition_metadata(&path)?.is_none() {
             write_partition_metadata(&path, id)?;
         }
-        partitions.push(Arc::new(Partition {
-            topic: name.to_string(),
-            index,
-            log,
-            appended: AppendSignal::default(),
-            flush_turn: tokio::sync::Mutex::new(()),
-            offline: OnceLock::new(),
-        }));
+        partitions.push(Arc::new(Partition::new(name, index, log)));
     }
     Ok(Arc::new(Topic {
         name: name.to_string(),

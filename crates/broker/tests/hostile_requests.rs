@@ -415,6 +415,84 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
                 ],
             ))
         }
+        ApiKey::CreateTopics => {
+            use create_topics_request::*;
+            let assignment = CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(1), BrokerId(2)]);
+            let config = CreatableTopicConfig::default()
+                .with_name(s("retention.ms"))
+                .with_value(Some(s("1000")));
+            enc!(CreateTopicsRequest::default().with_topics(vec![
+                CreatableTopic::default()
+                    .with_name(topic("t"))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(vec![assignment.clone(), assignment])
+                    .with_configs(vec![config.clone(), config]),
+                CreatableTopic::default().with_name(topic("u")),
+            ]))
+        }
+        ApiKey::DeleteTopics => {
+            use delete_topics_request::*;
+            enc!(fill(
+                DeleteTopicsRequest::default(),
+                v,
+                &[
+                    &|r: DeleteTopicsRequest| r.with_topic_names(vec![topic("a"), topic("b")]),
+                    &|r: DeleteTopicsRequest| {
+                        r.with_topics(vec![
+                            DeleteTopicState::default().with_name(Some(topic("a"))),
+                            DeleteTopicState::default().with_topic_id(id),
+                        ])
+                    },
+                ],
+            ))
+        }
+        ApiKey::DescribeConfigs => {
+            use describe_configs_request::*;
+            enc!(DescribeConfigsRequest::default().with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("t"))
+                    .with_configuration_keys(Some(vec![s("retention.ms"), s("segment.bytes")])),
+                DescribeConfigsResource::default()
+                    .with_resource_type(4)
+                    .with_resource_name(s("1")),
+            ]))
+        }
+        ApiKey::CreatePartitions => {
+            use create_partitions_request::*;
+            let assignment = CreatePartitionsAssignment::default()
+                .with_broker_ids(vec![BrokerId(1), BrokerId(2)]);
+            enc!(CreatePartitionsRequest::default().with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(topic("t"))
+                    .with_count(3)
+                    .with_assignments(Some(vec![assignment.clone(), assignment])),
+                CreatePartitionsTopic::default()
+                    .with_name(topic("u"))
+                    .with_count(2),
+            ]))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            use incremental_alter_configs_request::*;
+            let config = AlterableConfig::default()
+                .with_name(s("retention.ms"))
+                .with_value(Some(s("1000")));
+            enc!(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![
+                    AlterConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(s("t"))
+                        .with_configs(vec![config.clone(), config]),
+                    AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(s("1")),
+                ])
+            )
+        }
+        ApiKey::DescribeCluster => enc!(DescribeClusterRequest::default()),
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -526,6 +604,10 @@ const NESTED: &[ApiKey] = &[
     ApiKey::OffsetFetch,
     ApiKey::AddPartitionsToTxn,
     ApiKey::TxnOffsetCommit,
+    ApiKey::CreateTopics,
+    ApiKey::DescribeConfigs,
+    ApiKey::CreatePartitions,
+    ApiKey::IncrementalAlterConfigs,
 ];
 
 /// The APIs whose requests have no array at all.
@@ -535,6 +617,7 @@ const NO_ARRAY: &[ApiKey] = &[
     ApiKey::InitProducerId,
     ApiKey::AddOffsetsToTxn,
     ApiKey::EndTxn,
+    ApiKey::DescribeCluster,
 ];
 
 fn has_array(api: ApiKey, version: i16) -> bool {

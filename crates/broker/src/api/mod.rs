@@ -1,6 +1,7 @@
 //! The Kafka APIs this broker answers, one module per family, and the dispatch from a request
 //! to its handler.
 
+mod admin_topics;
 mod api_versions;
 mod fetch;
 mod groups;
@@ -48,6 +49,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    // Topic and configuration admin (admin_topics.rs).
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -131,6 +139,14 @@ pub async fn handle(
         ApiKey::Heartbeat => groups::heartbeat(broker, &request),
         ApiKey::LeaveGroup => groups::leave_group(broker, &request),
         ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
+        ApiKey::CreateTopics => admin_topics::create_topics(broker, &request).await,
+        ApiKey::DeleteTopics => admin_topics::delete_topics(broker, &request).await,
+        ApiKey::DescribeConfigs => admin_topics::describe_configs(broker, &request).await,
+        ApiKey::CreatePartitions => admin_topics::create_partitions(broker, &request).await,
+        ApiKey::IncrementalAlterConfigs => {
+            admin_topics::incremental_alter_configs(broker, &request).await
+        }
+        ApiKey::DescribeCluster => admin_topics::describe_cluster(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -175,6 +191,12 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::AddOffsetsToTxn => body::<AddOffsetsToTxnRequest>(&request),
         ApiKey::EndTxn => body::<EndTxnRequest>(&request),
         ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitRequest>(&request),
+        ApiKey::CreateTopics => body::<CreateTopicsRequest>(&request),
+        ApiKey::DeleteTopics => body::<DeleteTopicsRequest>(&request),
+        ApiKey::DescribeConfigs => body::<DescribeConfigsRequest>(&request),
+        ApiKey::CreatePartitions => body::<CreatePartitionsRequest>(&request),
+        ApiKey::IncrementalAlterConfigs => body::<IncrementalAlterConfigsRequest>(&request),
+        ApiKey::DescribeCluster => body::<DescribeClusterRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)
