@@ -3,9 +3,11 @@
 
 mod api_versions;
 mod fetch;
+mod group_admin;
 mod groups;
 mod init_producer_id;
 mod list_offsets;
+mod log_admin;
 mod metadata;
 mod produce;
 mod txn;
@@ -39,8 +41,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Transactions as Kafka 2.5 to 3.x run them (transaction version 1): EndTxn v5 and
     // AddPartitionsToTxn v4 (KIP-890's epoch bump per transaction and broker-side
     // verification) are not answered.
@@ -48,6 +54,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    // v4 adds the volume's total and usable bytes, which this broker does not measure.
+    (ApiKey::DescribeLogDirs, 1, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -131,6 +141,13 @@ pub async fn handle(
         ApiKey::Heartbeat => groups::heartbeat(broker, &request),
         ApiKey::LeaveGroup => groups::leave_group(broker, &request),
         ApiKey::OffsetFetch => groups::offset_fetch(broker, &request),
+        ApiKey::DescribeGroups => group_admin::describe_groups(broker, &request),
+        ApiKey::ListGroups => group_admin::list_groups(broker, &request),
+        ApiKey::DeleteRecords => log_admin::delete_records(broker, &request).await,
+        ApiKey::OffsetForLeaderEpoch => log_admin::offset_for_leader_epoch(broker, &request),
+        ApiKey::DescribeLogDirs => log_admin::describe_log_dirs(broker, &request),
+        ApiKey::DeleteGroups => group_admin::delete_groups(broker, &request).await,
+        ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -175,6 +192,13 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::AddOffsetsToTxn => body::<AddOffsetsToTxnRequest>(&request),
         ApiKey::EndTxn => body::<EndTxnRequest>(&request),
         ApiKey::TxnOffsetCommit => body::<TxnOffsetCommitRequest>(&request),
+        ApiKey::DescribeGroups => body::<DescribeGroupsRequest>(&request),
+        ApiKey::ListGroups => body::<ListGroupsRequest>(&request),
+        ApiKey::DeleteRecords => body::<DeleteRecordsRequest>(&request),
+        ApiKey::OffsetForLeaderEpoch => body::<OffsetForLeaderEpochRequest>(&request),
+        ApiKey::DescribeLogDirs => body::<DescribeLogDirsRequest>(&request),
+        ApiKey::DeleteGroups => body::<DeleteGroupsRequest>(&request),
+        ApiKey::OffsetDelete => body::<OffsetDeleteRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)
