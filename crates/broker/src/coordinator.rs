@@ -759,7 +759,7 @@ mod tests {
             (a2.member_id.clone(), Bytes::new()),
             (b2.member_id.clone(), Bytes::new()),
         ];
-        let _ = groups.sync("g", &leader.member_id, 2, assignments);
+        drop(groups.sync("g", &leader.member_id, 2, assignments));
         assert_eq!(
             groups.check_commit("g", &b2.member_id, 2),
             None,

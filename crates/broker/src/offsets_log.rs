@@ -438,8 +438,12 @@ mod tests {
             let (log, _) = OffsetsLog::open(dir.path()).unwrap();
             log.append(&[(kept.clone(), c.clone()), (gone.clone(), c.clone())])
                 .unwrap();
-            log.append_tombstones(&[gone.clone()], &["g".to_string()], 1_700_000_000_001)
-                .unwrap();
+            log.append_tombstones(
+                std::slice::from_ref(&gone),
+                &["g".to_string()],
+                1_700_000_000_001,
+            )
+            .unwrap();
             log.close().unwrap();
         }
         let (log, offsets) = OffsetsLog::open(dir.path()).unwrap();
