@@ -316,7 +316,8 @@ impl Group {
 }
 
 /// The topics of a consumer-protocol subscription (`ConsumerProtocolSubscription`, read as
-/// version 0: a version, then an array of topic names), or `None` if it does not parse.
+/// version 0: a version, an array of topic names and the user data), or `None` if it does not
+/// parse.
 pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
     fn take<'a>(input: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
         if input.len() < n {
@@ -337,6 +338,11 @@ pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
         let len = i16::from_be_bytes(take(&mut input, 2)?.try_into().ok()?);
         let bytes = take(&mut input, usize::try_from(len).ok()?)?;
         topics.push(String::from_utf8(bytes.to_vec()).ok()?);
+    }
+    // The user data (nullable bytes) ends the version-0 prefix: Kafka reads it too.
+    let user_data = i32::from_be_bytes(take(&mut input, 4)?.try_into().ok()?);
+    if user_data >= 0 {
+        take(&mut input, usize::try_from(user_data).ok()?)?;
     }
     Some(topics)
 }
@@ -688,6 +694,20 @@ impl Groups {
 mod tests {
     use super::*;
 
+    fn request(group: &str, member_id: &str) -> JoinRequest {
+        JoinRequest {
+            group: group.into(),
+            member_id: member_id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: MIN_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms: 60_000,
+            protocol_type: CONSUMER_PROTOCOL.into(),
+            protocols: vec![("range".into(), Bytes::new())],
+        }
+    }
+
     fn join(groups: &Groups, member_id: &str) -> oneshot::Receiver<Joined> {
         groups.join(JoinRequest {
             group: "g".into(),
@@ -715,6 +735,64 @@ mod tests {
                 Err(e) => panic!("no join answer: {e:?}"),
             }
         }
+    }
+
+    #[test]
+    fn subscriptions_are_read_as_kafka_reads_them_and_damage_is_unknown() {
+        // Version 0 of ConsumerProtocolSubscription: version, topics, user data.
+        let v0 = b"\x00\x00\x00\x00\x00\x02\x00\x01t\x00\x02uu\xff\xff\xff\xff";
+        assert_eq!(
+            subscription_topics(v0),
+            Some(vec!["t".to_string(), "uu".to_string()])
+        );
+        // A later version is read through its version-0 prefix.
+        let mut v3 = v0.to_vec();
+        v3[1] = 3;
+        v3.extend_from_slice(b"more fields");
+        assert_eq!(subscription_topics(&v3).map(|t| t.len()), Some(2));
+        // Every truncation of it, a negative version and a string past the end: unknown.
+        for end in 0..v0.len() {
+            assert_eq!(subscription_topics(&v0[..end]), None, "cut at {end}");
+        }
+        assert_eq!(subscription_topics(b"\xff\xff\x00\x00\x00\x00"), None);
+        assert_eq!(
+            subscription_topics(b"\x00\x00\x00\x00\x00\x01\x00\x09t"),
+            None
+        );
+    }
+
+    #[test]
+    fn offset_delete_sees_the_subscriptions_of_the_last_join() {
+        let groups = Groups::default();
+        assert_eq!(groups.offset_delete_check("g"), OffsetDeleteCheck::Unknown);
+        let rx = groups.join(JoinRequest {
+            protocols: vec![(
+                "range".into(),
+                Bytes::from_static(b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"),
+            )],
+            ..request("g", "")
+        });
+        let a = joined(&groups, rx);
+        assert_eq!(
+            groups.offset_delete_check("g"),
+            OffsetDeleteCheck::Allowed {
+                subscribed: Some(["t".to_string()].into())
+            }
+        );
+        assert_eq!(
+            groups.remove_if_empty("g"),
+            Err(ResponseError::NonEmptyGroup)
+        );
+        assert_eq!(groups.leave("g", &a.member_id), None);
+        assert_eq!(
+            groups.offset_delete_check("g"),
+            OffsetDeleteCheck::Allowed {
+                subscribed: Some(BTreeSet::new())
+            },
+            "an empty group subscribes to nothing"
+        );
+        assert_eq!(groups.remove_if_empty("g"), Ok(true));
+        assert_eq!(groups.remove_if_empty("g"), Ok(false));
     }
 
     #[test]
