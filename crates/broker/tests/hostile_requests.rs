@@ -640,10 +640,17 @@ fn compact_array_counts_of_every_request_are_refused_within_the_bound() {
 
 #[test]
 fn nullable_array_counts_are_refused_within_the_bound() {
-    // Metadata's topics (null: every topic) and OffsetFetch's topics (null: every partition)
-    // are nullable arrays; in Metadata they are the only array.
+    // Metadata's topics (null: every topic), OffsetFetch's topics (null: every partition) and
+    // DescribeLogDirs' topics (null: every partition) are nullable arrays; in Metadata they
+    // are the only array.
     for (api, version) in advertised() {
-        if api != ApiKey::Metadata && api != ApiKey::OffsetFetch {
+        if ![
+            ApiKey::Metadata,
+            ApiKey::OffsetFetch,
+            ApiKey::DescribeLogDirs,
+        ]
+        .contains(&api)
+        {
             continue;
         }
         let (how, shape) = if flexible(api, version) {
