@@ -109,13 +109,14 @@ pub async fn serve(
         };
         // The frame's share of the request budget is given back once its request is handled.
         let _frame_memory = frame.memory;
-        let request = match Request::parse(frame.bytes) {
+        let mut request = match Request::parse(frame.bytes) {
             Ok(request) => request,
             Err(e) => {
                 refuse(&broker, peer, &e);
                 break;
             }
         };
+        request.client_host = Some(format!("/{}", peer.ip()));
         tracing::trace!(client = %peer, api = ?request.api_key, version = request.version, correlation_id = request.correlation_id, "request");
         let reply = match api::handle(&broker, request, &caught_up).await {
             Ok(reply) => reply,

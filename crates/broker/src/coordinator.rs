@@ -7,8 +7,14 @@
 //!
 //! Membership is in memory, as in Kafka a restart (there: a coordinator move) makes the
 //! members rejoin; what must survive, the committed offsets, is in [`crate::offsets_log`].
+//!
+//! The admin APIs read and change it too ([`crate::api`]'s group admin): ListGroups and
+//! DescribeGroups see each group's state, protocol and members as Kafka reports them
+//! ([`Groups::list`], [`Groups::describe`]); DeleteGroups removes an empty group
+//! ([`Groups::remove_if_empty`]) and OffsetDelete asks which topics its members subscribe to
+//! ([`Groups::offset_delete_check`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,6 +35,73 @@ enum State {
     Preparing,
     Completing,
     Stable,
+}
+
+impl State {
+    /// Kafka's name of the state (`ClassicGroupState.toString`), as ListGroups and
+    /// DescribeGroups answer it.
+    fn kafka_name(self) -> &'static str {
+        match self {
+            State::Empty => "Empty",
+            State::Preparing => "PreparingRebalance",
+            State::Completing => "CompletingRebalance",
+            State::Stable => "Stable",
+        }
+    }
+}
+
+/// Kafka's name of a group that does not exist (DescribeGroups answers it for an unknown id).
+pub const DEAD: &str = "Dead";
+
+/// The protocol type of Kafka's consumers (`ConsumerProtocol.PROTOCOL_TYPE`).
+pub const CONSUMER_PROTOCOL: &str = "consumer";
+
+/// A group as ListGroups answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    pub group_id: String,
+    /// Kafka's state name.
+    pub state: &'static str,
+    /// Empty when no member ever joined (a group that only holds committed offsets).
+    pub protocol_type: String,
+}
+
+/// A member as DescribeGroups answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedMember {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    /// The member's metadata for the group's protocol: only in a Stable group, as Kafka.
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// A group as DescribeGroups answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribedGroup {
+    pub state: &'static str,
+    pub protocol_type: String,
+    /// The chosen protocol (the assignor), only in a Stable group, as Kafka.
+    pub protocol: String,
+    pub members: Vec<DescribedMember>,
+}
+
+/// What OffsetDelete may do to a group's offsets (Kafka's `validateOffsetDelete` and
+/// `isSubscribedToTopic`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetDeleteCheck {
+    /// The coordinator has no such group (it may still hold committed offsets).
+    Unknown,
+    /// The group has members and does not use the consumer protocol: NON_EMPTY_GROUP.
+    NonEmpty,
+    /// The offsets of topics outside `subscribed` may go. `None`: the subscriptions are not
+    /// known (a consumer-protocol metadata that does not parse), so every topic counts as
+    /// subscribed, as Kafka counts them.
+    Allowed {
+        subscribed: Option<BTreeSet<String>>,
+    },
 }
 
 /// What a JoinGroup is answered.
@@ -56,6 +129,9 @@ pub struct Synced {
 #[derive(Debug)]
 struct Member {
     instance_id: Option<String>,
+    client_id: String,
+    /// The address the member joined from, as Kafka writes it (`/127.0.0.1`).
+    client_host: String,
     session_timeout: Duration,
     rebalance_timeout: Duration,
     protocols: Vec<(String, Bytes)>,
@@ -68,8 +144,12 @@ struct Member {
 struct Group {
     state: State,
     generation: i32,
+    /// Set by the first member to join; kept when the group empties, as Kafka keeps it.
     protocol_type: Option<String>,
     protocol: Option<String>,
+    /// The topics the members subscribe to, from their consumer-protocol metadata at the last
+    /// join (Kafka's `computeSubscribedTopics`): `None` when not known.
+    subscribed: Option<BTreeSet<String>>,
     leader: Option<String>,
     members: BTreeMap<String, Member>,
     /// When the join phase ends even if some members did not rejoin.
@@ -86,6 +166,7 @@ impl Group {
             generation: 0,
             protocol_type: None,
             protocol: None,
+            subscribed: None,
             leader: None,
             members: BTreeMap::new(),
             deadline: Instant::now(),
@@ -133,7 +214,7 @@ impl Group {
         if self.members.is_empty() {
             self.state = State::Empty;
             self.protocol = None;
-            self.protocol_type = None;
+            self.subscribed = self.compute_subscribed();
             self.leader = None;
             return;
         }
@@ -157,6 +238,7 @@ impl Group {
                     .all(|m| m.protocols.iter().any(|(n, _)| n == name))
             });
         self.protocol = protocol.clone();
+        self.subscribed = self.compute_subscribed();
         let everyone: Vec<(String, Option<String>, Bytes)> = self
             .members
             .iter()
@@ -197,6 +279,25 @@ impl Group {
         );
     }
 
+    /// Kafka's `computeSubscribedTopics`: for the consumer protocol, every topic of the
+    /// members' subscriptions (the version-0 prefix every subscription version starts with);
+    /// `None` for another protocol or a subscription that does not parse.
+    fn compute_subscribed(&self) -> Option<BTreeSet<String>> {
+        if self.protocol_type.as_deref() != Some(CONSUMER_PROTOCOL) {
+            return None;
+        }
+        let mut topics = BTreeSet::new();
+        if self.members.is_empty() {
+            return Some(topics);
+        }
+        let protocol = self.protocol.as_ref()?;
+        for m in self.members.values() {
+            let (_, metadata) = m.protocols.iter().find(|(n, _)| n == protocol)?;
+            topics.extend(subscription_topics(metadata)?);
+        }
+        Some(topics)
+    }
+
     fn remove_member(&mut self, id: &str, now: Instant) {
         if self.members.remove(id).is_none() {
             return;
@@ -212,6 +313,38 @@ impl Group {
         }
         self.try_complete_join(now);
     }
+}
+
+/// The topics of a consumer-protocol subscription (`ConsumerProtocolSubscription`, read as
+/// version 0: a version, an array of topic names and the user data), or `None` if it does not
+/// parse.
+pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
+    fn take<'a>(input: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        if input.len() < n {
+            return None;
+        }
+        let (head, rest) = input.split_at(n);
+        *input = rest;
+        Some(head)
+    }
+    let mut input = metadata;
+    let version = i16::from_be_bytes(take(&mut input, 2)?.try_into().ok()?);
+    if version < 0 {
+        return None;
+    }
+    let count = i32::from_be_bytes(take(&mut input, 4)?.try_into().ok()?);
+    let mut topics = Vec::new();
+    for _ in 0..count.max(0) {
+        let len = i16::from_be_bytes(take(&mut input, 2)?.try_into().ok()?);
+        let bytes = take(&mut input, usize::try_from(len).ok()?)?;
+        topics.push(String::from_utf8(bytes.to_vec()).ok()?);
+    }
+    // The user data (nullable bytes) ends the version-0 prefix: Kafka reads it too.
+    let user_data = i32::from_be_bytes(take(&mut input, 4)?.try_into().ok()?);
+    if user_data >= 0 {
+        take(&mut input, usize::try_from(user_data).ok()?)?;
+    }
+    Some(topics)
 }
 
 /// The error a member's request gets for its identity and generation, if any.
@@ -237,6 +370,8 @@ pub struct JoinRequest {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub client_id: String,
+    /// The member's address as Kafka writes it (`/127.0.0.1`), for DescribeGroups.
+    pub client_host: String,
     pub session_timeout_ms: i32,
     pub rebalance_timeout_ms: i32,
     pub protocol_type: String,
@@ -305,6 +440,8 @@ impl Groups {
             .entry(member_id.clone())
             .or_insert_with(|| Member {
                 instance_id: req.instance_id.clone(),
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
                 session_timeout: Duration::ZERO,
                 rebalance_timeout: Duration::ZERO,
                 protocols: Vec::new(),
@@ -448,6 +585,91 @@ impl Groups {
         }
     }
 
+    /// Every group the coordinator knows, in id order.
+    pub fn list(&self) -> Vec<ListedGroup> {
+        let groups = self.lock();
+        let mut listed: Vec<ListedGroup> = groups
+            .iter()
+            .map(|(id, g)| ListedGroup {
+                group_id: id.clone(),
+                state: g.state.kafka_name(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            })
+            .collect();
+        listed.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        listed
+    }
+
+    /// A group as Kafka's DescribeGroups describes it (`GroupMetadataManager.describeGroups`):
+    /// in a Stable group each member with its metadata for the chosen protocol and its
+    /// assignment; otherwise without the protocol and the metadata. `None`: not known here.
+    pub fn describe(&self, group_id: &str) -> Option<DescribedGroup> {
+        let groups = self.lock();
+        let group = groups.get(group_id)?;
+        let stable = group.state == State::Stable;
+        let protocol = group.protocol.clone().filter(|_| stable);
+        let members = group
+            .members
+            .iter()
+            .map(|(id, m)| DescribedMember {
+                member_id: id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: protocol
+                    .as_ref()
+                    .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
+                    .map(|(_, meta)| meta.clone())
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        Some(DescribedGroup {
+            state: group.state.kafka_name(),
+            protocol_type: group.protocol_type.clone().unwrap_or_default(),
+            protocol: protocol.unwrap_or_default(),
+            members,
+        })
+    }
+
+    /// DeleteGroups' check and removal (Kafka's `validateDeleteGroup`): a group with members
+    /// (any state but Empty) is refused with NON_EMPTY_GROUP and kept; an Empty one is
+    /// removed. Answers whether the coordinator knew the group.
+    pub fn remove_if_empty(&self, group_id: &str) -> Result<bool, ResponseError> {
+        let mut groups = self.lock();
+        match groups.get(group_id) {
+            None => Ok(false),
+            Some(g) if g.state != State::Empty => Err(ResponseError::NonEmptyGroup),
+            Some(_) => {
+                groups.remove(group_id);
+                tracing::info!(group = group_id, "group deleted");
+                Ok(true)
+            }
+        }
+    }
+
+    /// OffsetDelete's check of the group (Kafka's `validateOffsetDelete`): a group with members
+    /// may lose the offsets of topics none of them subscribes to, and only if it uses the
+    /// consumer protocol (whose subscriptions the coordinator can read).
+    pub fn offset_delete_check(&self, group_id: &str) -> OffsetDeleteCheck {
+        let groups = self.lock();
+        let Some(group) = groups.get(group_id) else {
+            return OffsetDeleteCheck::Unknown;
+        };
+        let consumer = group.protocol_type.as_deref() == Some(CONSUMER_PROTOCOL);
+        if group.state != State::Empty && !consumer {
+            return OffsetDeleteCheck::NonEmpty;
+        }
+        let subscribed = match &group.subscribed {
+            Some(topics) => Some(topics.clone()),
+            // Kafka's `isSubscribedToTopic`: unknown subscriptions count as every topic for
+            // the consumer protocol, and as none otherwise.
+            None if consumer => None,
+            None => Some(BTreeSet::new()),
+        };
+        OffsetDeleteCheck::Allowed { subscribed }
+    }
+
     /// Expires silent members and ends join phases past their deadline. Called every tick.
     pub fn tick(&self) {
         let now = Instant::now();
@@ -472,12 +694,27 @@ impl Groups {
 mod tests {
     use super::*;
 
+    fn request(group: &str, member_id: &str) -> JoinRequest {
+        JoinRequest {
+            group: group.into(),
+            member_id: member_id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: MIN_SESSION_TIMEOUT_MS,
+            rebalance_timeout_ms: 60_000,
+            protocol_type: CONSUMER_PROTOCOL.into(),
+            protocols: vec![("range".into(), Bytes::new())],
+        }
+    }
+
     fn join(groups: &Groups, member_id: &str) -> oneshot::Receiver<Joined> {
         groups.join(JoinRequest {
             group: "g".into(),
             member_id: member_id.into(),
             instance_id: None,
             client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
             session_timeout_ms: MIN_SESSION_TIMEOUT_MS,
             rebalance_timeout_ms: 60_000,
             protocol_type: "consumer".into(),
@@ -498,6 +735,64 @@ mod tests {
                 Err(e) => panic!("no join answer: {e:?}"),
             }
         }
+    }
+
+    #[test]
+    fn subscriptions_are_read_as_kafka_reads_them_and_damage_is_unknown() {
+        // Version 0 of ConsumerProtocolSubscription: version, topics, user data.
+        let v0 = b"\x00\x00\x00\x00\x00\x02\x00\x01t\x00\x02uu\xff\xff\xff\xff";
+        assert_eq!(
+            subscription_topics(v0),
+            Some(vec!["t".to_string(), "uu".to_string()])
+        );
+        // A later version is read through its version-0 prefix.
+        let mut v3 = v0.to_vec();
+        v3[1] = 3;
+        v3.extend_from_slice(b"more fields");
+        assert_eq!(subscription_topics(&v3).map(|t| t.len()), Some(2));
+        // Every truncation of it, a negative version and a string past the end: unknown.
+        for end in 0..v0.len() {
+            assert_eq!(subscription_topics(&v0[..end]), None, "cut at {end}");
+        }
+        assert_eq!(subscription_topics(b"\xff\xff\x00\x00\x00\x00"), None);
+        assert_eq!(
+            subscription_topics(b"\x00\x00\x00\x00\x00\x01\x00\x09t"),
+            None
+        );
+    }
+
+    #[test]
+    fn offset_delete_sees_the_subscriptions_of_the_last_join() {
+        let groups = Groups::default();
+        assert_eq!(groups.offset_delete_check("g"), OffsetDeleteCheck::Unknown);
+        let rx = groups.join(JoinRequest {
+            protocols: vec![(
+                "range".into(),
+                Bytes::from_static(b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"),
+            )],
+            ..request("g", "")
+        });
+        let a = joined(&groups, rx);
+        assert_eq!(
+            groups.offset_delete_check("g"),
+            OffsetDeleteCheck::Allowed {
+                subscribed: Some(["t".to_string()].into())
+            }
+        );
+        assert_eq!(
+            groups.remove_if_empty("g"),
+            Err(ResponseError::NonEmptyGroup)
+        );
+        assert_eq!(groups.leave("g", &a.member_id), None);
+        assert_eq!(
+            groups.offset_delete_check("g"),
+            OffsetDeleteCheck::Allowed {
+                subscribed: Some(BTreeSet::new())
+            },
+            "an empty group subscribes to nothing"
+        );
+        assert_eq!(groups.remove_if_empty("g"), Ok(true));
+        assert_eq!(groups.remove_if_empty("g"), Ok(false));
     }
 
     #[test]

@@ -164,6 +164,38 @@ impl OffsetsLog {
         Ok(())
     }
 
+    /// Writes Kafka's tombstones as one batch and makes it durable: a null value under the
+    /// `OffsetCommitKey` of each offset (OffsetDelete, DeleteGroups) and under the
+    /// `GroupMetadataKey` of each group (DeleteGroups), so neither a replay nor a compaction
+    /// brings them back. Blocking.
+    pub fn append_tombstones(
+        &self,
+        offsets: &[OffsetKey],
+        groups: &[String],
+        now_ms: i64,
+    ) -> Result<(), OffsetsLogError> {
+        if offsets.is_empty() && groups.is_empty() {
+            return Ok(());
+        }
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut b = BatchBuilder::new();
+        for key in offsets {
+            b.append(now_ms, Some(&encode_key(key)), None, &[]);
+        }
+        for group in groups {
+            b.append(now_ms, Some(&encode_group_key(group)), None, &[]);
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
@@ -198,6 +230,14 @@ pub fn encode_key((group, topic, partition): &OffsetKey) -> Vec<u8> {
     put_string(&mut out, group);
     put_string(&mut out, topic);
     out.extend_from_slice(&partition.to_be_bytes());
+    out
+}
+
+/// Kafka's `GroupMetadataKey` (key version 2): the group id.
+pub fn encode_group_key(group: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + group.len());
+    out.extend_from_slice(&2i16.to_be_bytes());
+    put_string(&mut out, group);
     out
 }
 
@@ -381,6 +421,44 @@ mod tests {
             assert_eq!(offsets.get(k).map(|c| c.offset), Some(59_999), "{k:?}");
         }
         log.close().unwrap();
+    }
+
+    #[test]
+    fn tombstones_remove_offsets_across_a_restart_and_decode_as_kafkas() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Committed {
+            offset: 7,
+            leader_epoch: 0,
+            metadata: String::new(),
+            commit_timestamp: 1_700_000_000_000,
+        };
+        let kept = ("g".to_string(), "t".to_string(), 0);
+        let gone = ("g".to_string(), "t".to_string(), 1);
+        {
+            let (log, _) = OffsetsLog::open(dir.path()).unwrap();
+            log.append(&[(kept.clone(), c.clone()), (gone.clone(), c.clone())])
+                .unwrap();
+            log.append_tombstones(
+                std::slice::from_ref(&gone),
+                &["g".to_string()],
+                1_700_000_000_001,
+            )
+            .unwrap();
+            log.close().unwrap();
+        }
+        let (log, offsets) = OffsetsLog::open(dir.path()).unwrap();
+        assert_eq!(offsets.get(&kept), Some(&c));
+        assert_eq!(
+            offsets.get(&gone),
+            None,
+            "the tombstone wins after a restart"
+        );
+        log.close().unwrap();
+        assert_eq!(
+            decode(Some(&Bytes::from(encode_group_key("g"))), None).unwrap(),
+            OffsetRecord::GroupMetadata("g".into())
+        );
+        assert_eq!(encode_group_key("g"), b"\x00\x02\x00\x01g");
     }
 
     #[test]

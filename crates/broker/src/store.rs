@@ -154,6 +154,25 @@ impl From<ReadError> for ReadRefused {
     }
 }
 
+/// Why a DeleteRecords of a partition was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeleteRecordsRefused {
+    /// Negative, or above the high watermark (the log end on this broker): Kafka's
+    /// OFFSET_OUT_OF_RANGE.
+    #[error("offset {offset} is not in [0, {high_watermark}] (the high watermark)")]
+    OutOfRange { offset: i64, high_watermark: i64 },
+    /// The partition's `cleanup.policy` has no `delete` (Kafka's POLICY_VIOLATION).
+    #[error("records of a partition whose cleanup.policy has no delete cannot be deleted")]
+    Policy,
+    /// The engine failed (the rewrite's `kind()` and message); KAFKA_STORAGE_ERROR.
+    #[error("{kind}: {message}")]
+    Storage { kind: &'static str, message: String },
+    #[error("the partition is offline: {0}")]
+    Offline(String),
+    #[error("the partition is closed")]
+    Closed,
+}
+
 /// Why making appends durable failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("flush failed: {0}")]
@@ -475,6 +494,64 @@ impl Partition {
         }
     }
 
+    /// Kafka's DeleteRecords on one partition (`Partition.deleteRecordsOnLeader`): raises the
+    /// log start offset to `offset` through the engine's `Log::delete_records` (durable before
+    /// it returns; the segments below go at the manager's next retention run). `-1` means the
+    /// high watermark, which on this single broker is the log end (every offset below it is
+    /// served); an offset at or below the start changes nothing. The log is made durable up to
+    /// `offset` first, as the engine only deletes below its durable end. Answers the new log
+    /// start offset (the low watermark). Blocking.
+    pub fn delete_records(&self, offset: i64) -> Result<i64, DeleteRecordsRefused> {
+        if let Some(reason) = self.offline() {
+            return Err(DeleteRecordsRefused::Offline(reason.to_string()));
+        }
+        if !matches!(
+            self.log.config().cleanup_policy,
+            oncelog::CleanupPolicy::Delete | oncelog::CleanupPolicy::CompactDelete
+        ) {
+            return Err(DeleteRecordsRefused::Policy);
+        }
+        let high_watermark = self.log.log_end_offset();
+        let offset = if offset == -1 { high_watermark } else { offset };
+        if !(0..=high_watermark).contains(&offset) {
+            return Err(DeleteRecordsRefused::OutOfRange {
+                offset,
+                high_watermark,
+            });
+        }
+        let failed = |e: oncelog::RewriteError| match e {
+            oncelog::RewriteError::Closed => DeleteRecordsRefused::Closed,
+            oncelog::RewriteError::AboveHighWatermark {
+                offset,
+                high_watermark,
+            } => DeleteRecordsRefused::OutOfRange {
+                offset,
+                high_watermark,
+            },
+            other => DeleteRecordsRefused::Storage {
+                kind: other.kind(),
+                message: other.to_string(),
+            },
+        };
+        if self.log.recovery_point() < offset {
+            self.log.flush().map_err(|e| failed(e.into()))?;
+        }
+        self.log.delete_records(offset).map_err(failed)
+    }
+
+    /// Kafka's OffsetsForLeaderEpoch answer from the partition's leader-epoch cache (the
+    /// engine's `end_offset_for_epoch`): the largest epoch at or below `epoch` and the offset
+    /// it ended at, `(-1, -1)` when the cache cannot tell.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let e = self.log.end_offset_for_epoch(epoch);
+        (e.leader_epoch, e.end_offset)
+    }
+
+    /// The bytes of the partition's batches on disk (Kafka's `log.size`, DescribeLogDirs).
+    pub fn size_bytes(&self) -> u64 {
+        self.log.size_bytes()
+    }
+
     /// The epoch this partition last saw from `producer_id`, if it knows the producer.
     fn producer_epoch(&self, producer_id: i64) -> Option<i16> {
         self.log.producer(producer_id).map(|p| p.epoch())
@@ -723,6 +800,7 @@ impl Store {
             let log = manager.create(name, index, config.clone())?;
             let path = self.dir.join(format!("{name}-{index}"));
             write_partition_metadata(&path, topic.id)?;
+            lead(&log, &path)?;
             partitions.push(Arc::new(Partition::new(name, index, log)));
         }
         files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
@@ -870,6 +948,7 @@ fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Top
         if read_partition_metadata(&path)?.is_none() {
             write_partition_metadata(&path, id)?;
         }
+        lead(&log, &path)?;
         partitions.push(Arc::new(Partition::new(name, index, log)));
     }
     Ok(Arc::new(Topic {
@@ -960,6 +1039,18 @@ fn write_partition_metadata(dir: &Path, id: Uuid) -> Result<(), StoreError> {
     let path = dir.join(PARTITION_METADATA);
     let text = format!("version: 0\ntopic_id: {}", encode_topic_id(id));
     files::replace_atomically(&path, text.as_bytes()).map_err(io_error(&path))
+}
+
+/// This broker leads every partition in the log's current epoch: the epoch starts at the log
+/// end if the leader-epoch cache does not have it yet (Kafka's makeLeader,
+/// `maybeAssignEpochStartOffset`), so OffsetsForLeaderEpoch answers it even for an empty
+/// partition. A cache that has it is left alone.
+fn lead(log: &Log, path: &Path) -> Result<(), StoreError> {
+    log.set_leader_epoch(log.leader_epoch())
+        .map_err(|e| StoreError::Offline {
+            path: path.to_path_buf(),
+            reason: format!("cannot record its leader epoch: {e}"),
+        })
 }
 
 fn read_partition_metadata(dir: &Path) -> Result<Option<Uuid>, StoreError> {

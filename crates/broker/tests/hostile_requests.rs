@@ -493,6 +493,67 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
             )
         }
         ApiKey::DescribeCluster => enc!(DescribeClusterRequest::default()),
+        ApiKey::DescribeGroups => enc!(fill(
+            DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g")), GroupId(s("h"))]),
+            v,
+            &[&|r: DescribeGroupsRequest| r.with_include_authorized_operations(true)],
+        )),
+        ApiKey::ListGroups => enc!(fill(
+            ListGroupsRequest::default(),
+            v,
+            &[
+                &|r: ListGroupsRequest| r.with_states_filter(vec![s("Stable"), s("Empty")]),
+                &|r: ListGroupsRequest| r.with_types_filter(vec![s("classic"), s("consumer")]),
+            ],
+        )),
+        ApiKey::DeleteRecords => {
+            use delete_records_request::*;
+            let partition = DeleteRecordsPartition::default()
+                .with_partition_index(0)
+                .with_offset(5);
+            enc!(DeleteRecordsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![DeleteRecordsTopic::default()
+                    .with_name(topic("t"))
+                    .with_partitions(vec![partition.clone(), partition])]))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            use offset_for_leader_epoch_request::*;
+            let partition = OffsetForLeaderPartition::default()
+                .with_current_leader_epoch(0)
+                .with_leader_epoch(0);
+            enc!(fill(
+                OffsetForLeaderEpochRequest::default().with_topics(vec![
+                    OffsetForLeaderTopic::default()
+                        .with_topic(topic("t"))
+                        .with_partitions(vec![partition.clone(), partition])
+                ]),
+                v,
+                &[&|r: OffsetForLeaderEpochRequest| r.with_replica_id(BrokerId(-1))],
+            ))
+        }
+        ApiKey::DescribeLogDirs => {
+            use describe_log_dirs_request::*;
+            enc!(DescribeLogDirsRequest::default().with_topics(Some(vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(topic("t"))
+                    .with_partitions(vec![0, 1]),
+                DescribableLogDirTopic::default()
+                    .with_topic(topic("u"))
+                    .with_partitions(vec![2]),
+            ])))
+        }
+        ApiKey::DeleteGroups => enc!(DeleteGroupsRequest::default()
+            .with_groups_names(vec![GroupId(s("g")), GroupId(s("h"))])),
+        ApiKey::OffsetDelete => {
+            use offset_delete_request::*;
+            let partition = OffsetDeleteRequestPartition::default().with_partition_index(0);
+            enc!(OffsetDeleteRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(vec![OffsetDeleteRequestTopic::default()
+                    .with_name(topic("t"))
+                    .with_partitions(vec![partition.clone(), partition])]))
+        }
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -608,6 +669,10 @@ const NESTED: &[ApiKey] = &[
     ApiKey::DescribeConfigs,
     ApiKey::CreatePartitions,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::DeleteRecords,
+    ApiKey::OffsetForLeaderEpoch,
+    ApiKey::DescribeLogDirs,
+    ApiKey::OffsetDelete,
 ];
 
 /// The APIs whose requests have no array at all.
@@ -624,6 +689,8 @@ fn has_array(api: ApiKey, version: i16) -> bool {
     match api {
         ApiKey::FindCoordinator => version >= 4,
         ApiKey::LeaveGroup => version >= 3,
+        // The states filter from v4.
+        ApiKey::ListGroups => version >= 4,
         _ => !NO_ARRAY.contains(&api),
     }
 }
@@ -656,10 +723,17 @@ fn compact_array_counts_of_every_request_are_refused_within_the_bound() {
 
 #[test]
 fn nullable_array_counts_are_refused_within_the_bound() {
-    // Metadata's topics (null: every topic) and OffsetFetch's topics (null: every partition)
-    // are nullable arrays; in Metadata they are the only array.
+    // Metadata's topics (null: every topic), OffsetFetch's topics (null: every partition) and
+    // DescribeLogDirs' topics (null: every partition) are nullable arrays; in Metadata they
+    // are the only array.
     for (api, version) in advertised() {
-        if api != ApiKey::Metadata && api != ApiKey::OffsetFetch {
+        if ![
+            ApiKey::Metadata,
+            ApiKey::OffsetFetch,
+            ApiKey::DescribeLogDirs,
+        ]
+        .contains(&api)
+        {
             continue;
         }
         let (how, shape) = if flexible(api, version) {

@@ -43,6 +43,10 @@ const MAX_METADATA_BYTES: usize = 4096;
 pub struct CommittedOffsets {
     by_key: Mutex<BTreeMap<OffsetKey, Committed>>,
     log: OffsetsLog,
+    /// Held across a write to the log and its application in memory, so the two see commits
+    /// and deletions in the same order (a commit racing a deletion of the same key must not
+    /// win in memory and lose in the log). Readers take only `by_key`.
+    writing: Mutex<()>,
 }
 
 impl CommittedOffsets {
@@ -52,6 +56,7 @@ impl CommittedOffsets {
         Ok(CommittedOffsets {
             by_key: Mutex::new(by_key),
             log,
+            writing: Mutex::new(()),
         })
     }
 
@@ -62,12 +67,64 @@ impl CommittedOffsets {
 
     /// Stores the commits durably, then in memory. Blocking.
     pub fn commit(&self, commits: Vec<(OffsetKey, Committed)>) -> Result<(), OffsetsLogError> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         self.log.append(&commits)?;
         let mut map = self.lock();
         for (k, c) in commits {
             map.insert(k, c);
         }
         Ok(())
+    }
+
+    /// Deletes the committed offsets of `keys` that exist (OffsetDelete): Kafka's tombstones
+    /// are durable in the log before the offsets leave memory. Answers the keys deleted.
+    /// Blocking.
+    pub fn delete(&self, keys: &[OffsetKey], now_ms: i64) -> Result<usize, OffsetsLogError> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let present: Vec<OffsetKey> = {
+            let map = self.lock();
+            keys.iter()
+                .filter(|k| map.contains_key(*k))
+                .cloned()
+                .collect()
+        };
+        self.log.append_tombstones(&present, &[], now_ms)?;
+        let mut map = self.lock();
+        for k in &present {
+            map.remove(k);
+        }
+        Ok(present.len())
+    }
+
+    /// Deletes every committed offset of `group` and the group itself (DeleteGroups): the
+    /// tombstones of its offsets and of its group metadata, durable before the offsets leave
+    /// memory. Answers the offsets deleted. Blocking.
+    pub fn delete_group(&self, group: &str, now_ms: i64) -> Result<usize, OffsetsLogError> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let keys: Vec<OffsetKey> = self
+            .lock()
+            .keys()
+            .filter(|(g, _, _)| g == group)
+            .cloned()
+            .collect();
+        self.log
+            .append_tombstones(&keys, &[group.to_string()], now_ms)?;
+        let mut map = self.lock();
+        for k in &keys {
+            map.remove(k);
+        }
+        Ok(keys.len())
+    }
+
+    /// Whether `group` has a committed offset (Kafka keeps such a group, a "simple" one, even
+    /// with no member).
+    pub fn has_group(&self, group: &str) -> bool {
+        self.lock().keys().any(|(g, _, _)| g == group)
+    }
+
+    /// Every group with a committed offset, in order.
+    pub fn groups(&self) -> std::collections::BTreeSet<String> {
+        self.lock().keys().map(|(g, _, _)| g.clone()).collect()
     }
 
     fn get(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
@@ -121,6 +178,7 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
         member_id: s(&body.member_id),
         instance_id: body.group_instance_id.as_ref().map(s),
         client_id,
+        client_host: request.client_host.clone().unwrap_or_default(),
         session_timeout_ms: body.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: s(&body.protocol_type),

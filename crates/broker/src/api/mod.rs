@@ -4,9 +4,11 @@
 mod admin_topics;
 mod api_versions;
 mod fetch;
+mod group_admin;
 mod groups;
 mod init_producer_id;
 mod list_offsets;
+mod log_admin;
 mod metadata;
 mod produce;
 mod txn;
@@ -40,8 +42,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Transactions as Kafka 2.5 to 3.x run them (transaction version 1): EndTxn v5 and
     // AddPartitionsToTxn v4 (KIP-890's epoch bump per transaction and broker-side
     // verification) are not answered.
@@ -56,6 +62,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    // v4 adds the volume's total and usable bytes, which this broker does not measure.
+    (ApiKey::DescribeLogDirs, 1, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -147,6 +157,13 @@ pub async fn handle(
             admin_topics::incremental_alter_configs(broker, &request).await
         }
         ApiKey::DescribeCluster => admin_topics::describe_cluster(broker, &request),
+        ApiKey::DescribeGroups => group_admin::describe_groups(broker, &request),
+        ApiKey::ListGroups => group_admin::list_groups(broker, &request),
+        ApiKey::DeleteRecords => log_admin::delete_records(broker, &request).await,
+        ApiKey::OffsetForLeaderEpoch => log_admin::offset_for_leader_epoch(broker, &request),
+        ApiKey::DescribeLogDirs => log_admin::describe_log_dirs(broker, &request),
+        ApiKey::DeleteGroups => group_admin::delete_groups(broker, &request).await,
+        ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -197,6 +214,13 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::CreatePartitions => body::<CreatePartitionsRequest>(&request),
         ApiKey::IncrementalAlterConfigs => body::<IncrementalAlterConfigsRequest>(&request),
         ApiKey::DescribeCluster => body::<DescribeClusterRequest>(&request),
+        ApiKey::DescribeGroups => body::<DescribeGroupsRequest>(&request),
+        ApiKey::ListGroups => body::<ListGroupsRequest>(&request),
+        ApiKey::DeleteRecords => body::<DeleteRecordsRequest>(&request),
+        ApiKey::OffsetForLeaderEpoch => body::<OffsetForLeaderEpochRequest>(&request),
+        ApiKey::DescribeLogDirs => body::<DescribeLogDirsRequest>(&request),
+        ApiKey::DeleteGroups => body::<DeleteGroupsRequest>(&request),
+        ApiKey::OffsetDelete => body::<OffsetDeleteRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)

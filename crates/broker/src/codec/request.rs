@@ -34,6 +34,9 @@ pub struct Request {
     pub version: i16,
     pub correlation_id: i32,
     pub client_id: Option<StrBytes>,
+    /// The address the request came from, as Kafka writes a client's host (`/127.0.0.1`):
+    /// set by the connection, `None` for a frame decoded on its own.
+    pub client_host: Option<String>,
     body: Bytes,
 }
 
@@ -58,6 +61,7 @@ impl Request {
             version,
             correlation_id: header.correlation_id,
             client_id: header.client_id,
+            client_host: None,
             body: rest,
         })
     }
