@@ -15,7 +15,6 @@ use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
@@ -29,16 +28,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use oncelog::format::BatchBuilder;
 
-fn s(text: &str) -> StrBytes {
-    StrBytes::from_string(text.to_string())
-}
-
-fn name(text: &str) -> TopicName {
-    TopicName(s(text))
-}
+use common::wire::{str_bytes as s, topic_name as name};
 
 fn group(text: &str) -> GroupId {
     GroupId(s(text))
@@ -46,16 +38,7 @@ fn group(text: &str) -> GroupId {
 
 /// Creates `topic` (one partition) through Metadata's auto-creation.
 fn create_topic(wire: &mut Wire, topic: &str) {
-    let response: MetadataResponse = wire.call(
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(name(topic)))
-            ]))
-            .with_allow_auto_topic_creation(true),
-    );
-    assert_eq!(response.topics[0].error_code, 0);
+    assert_eq!(common::wire::auto_create_topic(wire, topic).error_code, 0);
 }
 
 /// Produces a batch of `n` records to partition 0 of `topic`; returns its size in bytes.

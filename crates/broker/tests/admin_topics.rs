@@ -21,7 +21,6 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 /// Small segments: every partition's active segment is allocated to this size.
@@ -33,13 +32,7 @@ type Ops<'a> = &'a [(&'a str, i8, Option<&'a str>)];
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 
-fn s(text: &str) -> StrBytes {
-    StrBytes::from_string(text.to_string())
-}
-
-fn name(text: &str) -> TopicName {
-    TopicName(s(text))
-}
+use common::wire::{str_bytes as s, topic_name as name};
 
 fn start() -> (tempfile::TempDir, BrokerProcess, Wire) {
     let dir = tempfile::tempdir().unwrap();

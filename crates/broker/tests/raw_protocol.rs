@@ -19,9 +19,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use oncelog::format::BatchBuilder;
 use uuid::Uuid;
 
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
+use common::wire::topic_name as name;
 
 /// A batch of `n` records from producer (id, epoch) starting at `sequence`, timestamps `ts..`.
 fn batch(producer: Option<(i64, i16)>, sequence: i32, n: usize, ts: i64) -> Bytes {
@@ -63,16 +61,7 @@ fn produce(
 
 /// Creates `topic` through Metadata (auto-creation) and returns its id.
 fn create_topic(wire: &mut Wire, topic: &str) -> Uuid {
-    let response: MetadataResponse = wire.call(
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(name(topic)))
-            ]))
-            .with_allow_auto_topic_creation(true),
-    );
-    let t = &response.topics[0];
+    let t = common::wire::auto_create_topic(wire, topic);
     assert_eq!(t.error_code, 0);
     assert_eq!(t.partitions.len(), 1);
     t.topic_id

@@ -100,3 +100,33 @@ impl Wire {
             || matches!(self.stream.read(&mut byte), Err(e) if e.kind() == io::ErrorKind::ConnectionReset)
     }
 }
+
+/// A protocol string.
+pub fn str_bytes(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+/// A topic name.
+pub fn topic_name(text: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(str_bytes(text))
+}
+
+/// Creates `topic` the way a client does without the admin APIs: a Metadata v12 request that
+/// allows auto-creation. Returns the broker's answer for it (the caller asserts what it needs).
+pub fn auto_create_topic(
+    wire: &mut Wire,
+    topic: &str,
+) -> kafka_protocol::messages::metadata_response::MetadataResponseTopic {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let mut response: MetadataResponse = wire.call(
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(topic_name(topic)))
+            ]))
+            .with_allow_auto_topic_creation(true),
+    );
+    response.topics.remove(0)
+}
