@@ -80,7 +80,7 @@ fn compaction(c: &mut Criterion) {
     // The dirty bytes: everything below the active segment.
     let (probe, _) = build(mb, keys);
     let log = Log::open(probe.path(), config()).unwrap();
-    let dirty = log.cleanable(i64::MAX / 2).dirty_bytes;
+    let dirty = log.maintenance().cleanable(i64::MAX / 2).dirty_bytes;
     let base = rss_anon();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -95,7 +95,7 @@ fn compaction(c: &mut Criterion) {
         })
     };
     let start = Instant::now();
-    let r = log.compact(1_700_000_000_000).unwrap();
+    let r = log.maintenance().compact(1_700_000_000_000).unwrap();
     let secs = start.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let peak = sampler.join().unwrap();
@@ -127,7 +127,7 @@ fn compaction(c: &mut Criterion) {
                 let (dir, _) = build(mb, keys);
                 let log = Log::open(dir.path(), config()).unwrap();
                 let start = Instant::now();
-                log.compact(1_700_000_000_000).unwrap();
+                log.maintenance().compact(1_700_000_000_000).unwrap();
                 total += start.elapsed();
                 drop(log);
             }

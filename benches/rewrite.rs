@@ -69,7 +69,7 @@ fn truncation(c: &mut Criterion) {
                     for _ in 0..iters {
                         let to = offset_removing(&log, removed);
                         let started = Instant::now();
-                        log.truncate_to(to).unwrap();
+                        log.replica().truncate_to(to).unwrap();
                         spent += started.elapsed();
                         // Put the bytes back (untimed), so each truncation removes as much.
                         fill(&log, removed);
@@ -102,7 +102,7 @@ fn truncation(c: &mut Criterion) {
                     for _ in 0..iters {
                         let to = offset_removing(&log, 64 << 10);
                         let started = Instant::now();
-                        log.truncate_to(to).unwrap();
+                        log.replica().truncate_to(to).unwrap();
                         spent += started.elapsed();
                         fill(&log, 64 << 10);
                         log.flush().unwrap();
@@ -128,7 +128,7 @@ fn thousand_segments(dir: &std::path::Path, delay_ms: i64) -> Log {
         },
     )
     .unwrap();
-    while log.segment_count() <= 1000 {
+    while log.maintenance().segment_count() <= 1000 {
         fill(&log, 1024);
     }
     log.flush().unwrap();
@@ -148,7 +148,10 @@ fn retention(c: &mut Criterion) {
                     let dir = tempfile::tempdir().unwrap();
                     let log = thousand_segments(dir.path(), delay);
                     let started = Instant::now();
-                    let report = log.enforce_retention(1_700_000_000_000).unwrap();
+                    let report = log
+                        .maintenance()
+                        .enforce_retention(1_700_000_000_000)
+                        .unwrap();
                     spent += started.elapsed();
                     assert!(report.deleted.len() >= 1000, "{}", report.deleted.len());
                 }

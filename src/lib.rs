@@ -56,6 +56,9 @@
 // feature for this crate's own tests, benches and fuzz targets, and for nothing else.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+// A library call fails with a typed error, never a panic: no `unwrap` or `expect` outside the
+// unit tests (an invariant that cannot fail says so in a `match` or an `unreachable!` naming it).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 // The engine calls Linux's file and memory interfaces directly (`fallocate`, `sync_file_range`,
 // `MADV_POPULATE_*`, `mincore`, `off64_t` offsets), and its crash model is ext4/xfs on Linux.
@@ -108,10 +111,10 @@ pub use log::{
     Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
     DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
     FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
-    LogMetrics, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
-    RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
-    SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
-    CLEANER_OFFSET_FILE,
+    LogMetrics, LogReader, Maintenance, OpenError, Preallocation, ProducerLoadReport, ReadError,
+    RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals, ReplicaLog, RetentionReason,
+    RetentionReport, RewriteError, SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult,
+    WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,

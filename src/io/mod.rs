@@ -244,10 +244,10 @@ pub(crate) fn read_small_file(
     read_file(fs, path).map(SmallFile::Bytes)
 }
 
-/// Reads a whole (small) file, as layers that keep their own files beside a log (the
-/// replication crate's vote) do. The engine's callers that read what they did not write use
+/// Reads a whole (small) file ([`FileSystem::read_whole`](trait.FileSystem.html) for callers
+/// outside the engine). The engine's callers that read what they did not write use
 /// `read_small_file`, which checks type and size first.
-pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
+pub(crate) fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     let file = fs.open(path, OpenMode::Read).ctx("open", path)?;
     let len = file.len().ctx("stat", path)? as usize;
     let mut buf = vec![0u8; len];
@@ -265,6 +265,23 @@ pub fn read_file(fs: &dyn FileSystem, path: &Path) -> Result<Vec<u8>, IoError> {
     Ok(buf)
 }
 
+/// The two file operations a layer above the engine needs for small files of its own kept beside
+/// a log's (the replication crate's raft state), through the same [`FileSystem`] so that the
+/// simulated one models them and their crashes too.
+impl dyn FileSystem {
+    /// Reads a whole small file.
+    pub fn read_whole(&self, path: &Path) -> Result<Vec<u8>, IoError> {
+        read_file(self, path)
+    }
+
+    /// Writes a small file so that a crash leaves either its old or its new content, never a
+    /// mix (docs/design.md, "Files and the checkpoint"): a temp file beside it (`<name>.tmp`),
+    /// fsynced, renamed over it, and the directory fsynced.
+    pub fn write_atomically(&self, path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+        write_file_atomically(self, path, bytes)
+    }
+}
+
 /// The name a file is written under before it is renamed into place.
 pub(crate) fn temp_path(path: &Path) -> PathBuf {
     let mut name = path
@@ -277,9 +294,9 @@ pub(crate) fn temp_path(path: &Path) -> PathBuf {
 
 /// Writes a small metadata file so that a crash leaves either the old or the new content,
 /// never a mix (docs/design.md, "Files and the checkpoint"): temp file, fsync, rename over the
-/// target, fsync the directory. Public for layers that keep their own small files beside a
-/// log (the replication crate's vote), so the simulated file system models them too.
-pub fn write_file_atomically(
+/// target, fsync the directory ([`FileSystem::write_atomically`](trait.FileSystem.html) for
+/// callers outside the engine).
+pub(crate) fn write_file_atomically(
     fs: &dyn FileSystem,
     path: &Path,
     bytes: &[u8],

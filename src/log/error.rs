@@ -304,6 +304,15 @@ pub enum ReadError {
     /// The log was closed.
     #[error("log is closed")]
     Closed,
+    /// Batches read for a [`LogReader`](super::LogReader) did not decode into records (a CRC,
+    /// a record or a codec failed).
+    #[error("the batches read at offset {offset} do not decode: {source}")]
+    BadRecords {
+        /// The reader's position when they were read.
+        offset: i64,
+        /// What failed, and at which byte of the fetched batches.
+        source: crate::format::BatchErrorAt,
+    },
 }
 
 impl ReadError {
@@ -314,6 +323,7 @@ impl ReadError {
             ReadError::Corrupt(_) => "corrupt_segment",
             ReadError::Io(_) => "io",
             ReadError::Closed => "closed",
+            ReadError::BadRecords { .. } => "bad_records",
         }
     }
 }

@@ -70,8 +70,17 @@ impl Log {
     /// Whole batches from the one holding `offset`, below the high watermark, up to
     /// `max_bytes` (at least one whole batch), with the offsets to go on from (read_uncommitted).
     /// An offset at or past the high watermark but not past the log end gets an empty answer
-    /// (Kafka's long poll waits there; see [`Log::wait_for`]); one outside the log is
-    /// [`ReadError::OffsetOutOfRange`].
+    /// (Kafka's long poll waits there; see [`LogReader::wait`](super::LogReader::wait)); one
+    /// outside the log is [`ReadError::OffsetOutOfRange`].
+    ///
+    /// **The high watermark rule.** A fetch returns only committed records, as Kafka's does.
+    /// By default ([`HighWatermarkPolicy::DurableEnd`](super::HighWatermarkPolicy)) a record is
+    /// committed once it is durable: records just appended are not returned until a flush
+    /// covers them (an explicit [`Log::flush`], or the [`FlushPolicy`](super::FlushPolicy)'s:
+    /// under `FlushPolicy::Always` every acknowledged append already is). Under
+    /// `HighWatermarkPolicy::SetByCaller` a replication layer moves it
+    /// ([`ReplicaLog::set_high_watermark`](super::ReplicaLog::set_high_watermark)).
+    /// [`Log::read`] reads below the log end, committed or not.
     pub fn fetch(&self, offset: i64, max_bytes: usize) -> Result<FetchResult, ReadError> {
         self.fetch_isolated(offset, max_bytes, IsolationLevel::ReadUncommitted)
     }

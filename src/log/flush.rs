@@ -224,6 +224,8 @@ impl Log {
             return Err(FlushError::ReadOnly { cause });
         }
         self.recovery_point.fetch_max(log_end, Ordering::AcqRel);
+        // The high watermark follows the recovery point by default: readers waiting on it wake.
+        self.notify_waiters();
         Ok((active.base_offset(), end_position, !sealed.is_empty()))
     }
 

@@ -11,20 +11,14 @@ use crate::io::IoError;
 use crate::segment::Segment;
 
 impl Log {
-    /// Removes the `.deleted` files of segments that truncation or retention removed once
-    /// their `file_delete_delay_ms` is over at `now_ms` (retention and truncation also do it
-    /// on their way). What the log manager's deletion job calls.
-    /// It also trims the dead tails truncations left in segments whose readers are gone.
-    pub fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
+    /// The work of [`Maintenance::remove_deleted_files`].
+    pub(crate) fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
         self.remove_due_deletions(now_ms, false)?;
         self.trim_dead_tails_locking()
     }
 
-    /// Takes a producer snapshot at the log end, and flushes it, if more than `replay_bytes`
-    /// were appended since the last one: a crash then replays at most that much on open (the
-    /// append path takes one only every `snapshot_interval_bytes`, and only when appending).
-    /// Returns whether it took one.
-    pub fn snapshot_if_behind(&self, replay_bytes: u64) -> Result<bool, FlushError> {
+    /// The work of [`Maintenance::snapshot_if_behind`].
+    pub(crate) fn snapshot_if_behind(&self, replay_bytes: u64) -> Result<bool, FlushError> {
         {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {

@@ -9,6 +9,7 @@ pub mod checkpoint;
 mod config;
 pub mod epochs;
 mod error;
+mod faces;
 mod fetch;
 mod flush;
 mod managed;
@@ -18,6 +19,7 @@ mod metrics;
 mod operator;
 mod prefault;
 mod producers;
+mod reader;
 mod recovery;
 mod rewrite;
 pub(crate) mod text_checkpoint;
@@ -46,7 +48,9 @@ pub use config::{
 };
 pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
+pub use faces::{Maintenance, ReplicaLog};
 pub use fetch::FetchResult;
+pub use reader::{LogReader, DEFAULT_READER_FETCH_BYTES};
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use operator::{partition_evidence, NotAPartitionReason, PartitionEvidence};
@@ -383,9 +387,8 @@ impl Log {
     pub fn producer_count(&self) -> usize {
         self.append.lock().producers.table().len()
     }
-    /// Forgets producers whose last append (wall clock) is at least `producer_state.
-    /// expiration_ms` before `now_ms` and that have no open transaction. Returns how many.
-    pub fn expire_producers(&self, now_ms: i64) -> usize {
+    /// The work of [`Maintenance::expire_producers`].
+    pub(crate) fn expire_producers(&self, now_ms: i64) -> usize {
         self.append.lock().producers.expire(now_ms)
     }
     /// The first offset that can be read.
@@ -400,12 +403,12 @@ impl Log {
     pub fn recovery_point(&self) -> i64 {
         self.recovery_point.load(Ordering::Acquire)
     }
-    /// Number of segments, the active one included.
-    pub fn segment_count(&self) -> usize {
+    /// The work of [`Maintenance::segment_count`].
+    pub(crate) fn segment_count(&self) -> usize {
         self.segments.read().len()
     }
-    /// Base offsets of the segments, in order.
-    pub fn segment_base_offsets(&self) -> Vec<i64> {
+    /// The work of [`Maintenance::segment_base_offsets`].
+    pub(crate) fn segment_base_offsets(&self) -> Vec<i64> {
         self.segments.read().keys().copied().collect()
     }
     /// Total bytes of batches in all segments.
@@ -512,10 +515,8 @@ impl Log {
         }))
     }
 
-    /// Appends batches that already carry their offsets (a follower copying its leader): each
-    /// batch is checked (frame, CRC) and must start at or after the log end, with offsets
-    /// strictly increasing. All batches are checked before any is written.
-    pub fn append_replicated(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
+    /// The work of [`ReplicaLog::append`].
+    pub(crate) fn append_replicated(&self, batches: &[u8]) -> Result<Option<AppendInfo>, AppendError> {
         let outcome = self.append_replicated_batches(batches);
         self.metrics.refused_if(&outcome);
         outcome
@@ -788,14 +789,14 @@ impl Log {
         if seg_size == 0 && new_base == w.base_offset() {
             return Ok(());
         }
-        self.roll(st, new_base, size, now)
+        self.roll_at(st, new_base, size, now)
     }
 
     /// Starts a new active segment at `new_base` and seals the old one. The new segment is
     /// created first, with room for the `size`-byte batch that rolled, so a full disk fails
     /// here with the old segment still active and nothing changed. The rest of its space is
     /// allocated ahead of the writer later, off the append path.
-    fn roll(
+    fn roll_at(
         &self,
         st: &mut AppendState,
         new_base: i64,

@@ -110,7 +110,23 @@ impl Log {
     /// log is closed, or `timeout` passes. Returns at once when the record is already there.
     /// Appenders wake waiters directly: there is no polling interval.
     pub fn wait_for(&self, offset: i64, timeout: Duration) -> WaitOutcome {
-        if let Some(done) = self.wait_check(offset) {
+        self.wait_until(timeout, || {
+            self.log_end_offset.load(Ordering::SeqCst) > offset
+        })
+    }
+
+    /// Blocks until `ready` holds, the log is closed, or `timeout` passes. `ready` reads what
+    /// it waits on after the waiter count is raised; whatever moves it notifies the end
+    /// signal after the move (see the module's docs).
+    pub(super) fn wait_until(&self, timeout: Duration, ready: impl Fn() -> bool) -> WaitOutcome {
+        let check = || {
+            if self.closed.load(Ordering::Acquire) {
+                return Some(WaitOutcome::Closed);
+            }
+            let log_end_offset = self.log_end_offset.load(Ordering::SeqCst);
+            ready().then_some(WaitOutcome::Ready { log_end_offset })
+        };
+        if let Some(done) = check() {
             return done;
         }
         // A deadline too far to represent is no deadline.
@@ -119,13 +135,13 @@ impl Log {
         let mut guard = signal.wakers.lock();
         signal.waiters.fetch_add(1, Ordering::SeqCst);
         let outcome = loop {
-            if let Some(done) = self.wait_check(offset) {
+            if let Some(done) = check() {
                 break done;
             }
             match deadline {
                 Some(deadline) => {
                     if signal.blocked.wait_until(&mut guard, deadline).timed_out() {
-                        break self.wait_check(offset).unwrap_or(WaitOutcome::TimedOut {
+                        break check().unwrap_or(WaitOutcome::TimedOut {
                             log_end_offset: self.log_end_offset(),
                         });
                     }
@@ -135,6 +151,13 @@ impl Log {
         };
         signal.waiters.fetch_sub(1, Ordering::SeqCst);
         outcome
+    }
+
+    /// Wakes the waiters after something other than an append moved what they may wait on
+    /// (the high watermark): the fence orders that move before the waiter count is read.
+    pub(super) fn notify_waiters(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.end_signal.notify();
     }
 
     /// A future that resolves when the log end passes `offset` ([`WaitOutcome::Ready`]) or

@@ -52,7 +52,7 @@
 //! ```
 
 mod error;
-pub mod record;
+mod record;
 mod state;
 
 use std::path::{Path, PathBuf};

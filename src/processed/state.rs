@@ -108,7 +108,9 @@ impl Handled {
             if !too_old && !too_many {
                 break;
             }
-            let (id, _) = self.order.pop_front().expect("a front entry");
+            let Some((id, _)) = self.order.pop_front() else {
+                break;
+            };
             self.remove(&id);
             forgotten.push(id);
         }

@@ -209,7 +209,7 @@ impl Scenario {
             if n % 3 == 2 {
                 s.flush();
             }
-            if s.log().segment_count() == 3 {
+            if s.log().maintenance().segment_count() == 3 {
                 s.log.take().expect("log").abandon();
                 return n;
             }

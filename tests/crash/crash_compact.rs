@@ -172,6 +172,7 @@ fn crash_every_op(seed: u64) -> u64 {
     let ops_before = b.fs.counters().ops;
     let report = b
         .log
+        .maintenance()
         .compact(NOW)
         .unwrap_or_else(|e| ctx.fail(format!("compact without faults: {e}")));
     let ops = b.fs.counters().ops - ops_before;
@@ -188,7 +189,7 @@ fn crash_every_op(seed: u64) -> u64 {
         let mut b = build(seed, &mut ctx);
         ctx.note(format!("power cut at file operation {n} of {ops}"));
         b.fs.fail_from(OpKind::Any, n, libc::EIO);
-        let result = b.log.compact(NOW);
+        let result = b.log.maintenance().compact(NOW);
         ctx.note(format!("compact: {result:?}"));
         if n > ops && result.is_err() {
             ctx.fail(format!("the round failed with no fault in it: {result:?}"));
@@ -218,7 +219,8 @@ fn crash_every_op(seed: u64) -> u64 {
         expect_dedup(&ctx, &log, &b.sent);
         // Finishing the job gives the state after (a round that was rolled back runs again).
         if seen == before {
-            log.compact(NOW)
+            log.maintenance()
+                .compact(NOW)
                 .unwrap_or_else(|e| ctx.fail(format!("compact after the crash: {e}")));
             let again = state(&ctx, &log);
             let expected: Vec<_> = after.iter().map(|b| (b.0, b.1)).collect();

@@ -94,7 +94,8 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     let held = log
         .read(to, 1 << 20)
         .unwrap_or_else(|e| ctx.fail(format!("read at {to}: {e}")));
-    log.truncate_to(to)
+    log.replica()
+        .truncate_to(to)
         .unwrap_or_else(|e| ctx.fail(format!("truncate_to({to}): {e}")));
     drop(held);
     let by_close = rng.chance(1, 2);
@@ -116,7 +117,10 @@ fn trim(b: &Built) -> Result<(), String> {
     if b.by_close {
         b.log.close().map_err(|e| e.to_string())
     } else {
-        b.log.remove_deleted_files(T0).map_err(|e| e.to_string())
+        b.log
+            .maintenance()
+            .remove_deleted_files(T0)
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -119,7 +119,7 @@ fn drive(log: &Log, cfg: &LogConfig, rng: &mut SplitMix64, steps: u64, out: &mut
             }
         }
         if rng.chance(1, 3) {
-            if let Err(e) = log.enforce_retention(1_700_000_000_000) {
+            if let Err(e) = log.maintenance().enforce_retention(1_700_000_000_000) {
                 out.failed = Some(format!("retention: {e}"));
                 return;
             }
@@ -378,7 +378,8 @@ fn a_full_truncation_empties_the_pool_so_old_batches_never_continue_the_new_log(
     // Retention removes [0, n) and [n, 2n), and the pool keeps both files; the one a roll
     // takes first is the second: its batches are offsets n..2n at the positions a segment at
     // base n puts them.
-    log.enforce_retention(1_700_000_000_000)
+    log.maintenance()
+        .enforce_retention(1_700_000_000_000)
         .unwrap_or_else(|e| ctx.fail(format!("retention: {e}")));
     let pooled: Vec<String> = fs
         .list(&common_sim::dir())
@@ -402,7 +403,8 @@ fn a_full_truncation_empties_the_pool_so_old_batches_never_continue_the_new_log(
     }
     // Back to offset 0: the new log's segment at n would put offsets n.. exactly where the
     // pool file's old batches are.
-    log.truncate_fully_and_start_at(0)
+    log.replica()
+        .truncate_fully_and_start_at(0)
         .unwrap_or_else(|e| ctx.fail(format!("truncate fully: {e}")));
     let recycled_before = log.metrics().recycled_rolls;
     // Fills [0, n) and rolls at n, then writes a few batches past the first page of the new
@@ -490,9 +492,11 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
     };
     append(&log, 60);
     // A truncation's files are never recyclable, whatever the delay.
-    log.truncate_to(45)
+    log.replica()
+        .truncate_to(45)
         .unwrap_or_else(|e| ctx.fail(format!("truncate: {e}")));
-    log.remove_deleted_files(i64::MAX / 2)
+    log.maintenance()
+        .remove_deleted_files(i64::MAX / 2)
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
     if !pool_files(&fs).is_empty() {
         ctx.fail(format!(
@@ -503,6 +507,7 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
     // Retention removes four segments; they wait out their delay as `.deleted`, then two
     // enter the pool and the rest are removed.
     let report = log
+        .maintenance()
         .enforce_retention(1_700_000_000_000)
         .unwrap_or_else(|e| ctx.fail(format!("retention: {e}")));
     if report.deleted.len() < 3 {
@@ -511,7 +516,8 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
     if !pool_files(&fs).is_empty() {
         ctx.fail("files entered the pool before their delay was over");
     }
-    log.remove_deleted_files(i64::MAX / 2)
+    log.maintenance()
+        .remove_deleted_files(i64::MAX / 2)
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
     let pooled = pool_files(&fs);
     if pooled.len() != 2 {
@@ -537,9 +543,11 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
         ));
     }
     // Retention fills it again; a clean close removes it, and the open after is clean.
-    log.enforce_retention(1_700_000_000_000)
+    log.maintenance()
+        .enforce_retention(1_700_000_000_000)
         .unwrap_or_else(|e| ctx.fail(format!("retention: {e}")));
-    log.remove_deleted_files(i64::MAX / 2)
+    log.maintenance()
+        .remove_deleted_files(i64::MAX / 2)
         .unwrap_or_else(|e| ctx.fail(format!("remove: {e}")));
     if pool_files(&fs).is_empty() {
         ctx.fail("retention left nothing in the pool");
@@ -603,7 +611,9 @@ fn bytes_a_reader_holds_keep_their_content_when_their_segment_is_recycled_or_not
     let copy_second = held_second.to_vec();
     drop(held_second);
     assert!(copy.len() >= size * 9, "read {} bytes", copy.len());
-    log.enforce_retention(1_700_000_000_000).expect("retention");
+    log.maintenance()
+        .enforce_retention(1_700_000_000_000)
+        .expect("retention");
     let pooled = |dir: &std::path::Path| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .expect("list")

@@ -108,7 +108,8 @@ impl State {
 }
 
 fn epochs(log: &Log) -> Vec<(i32, i64)> {
-    log.leader_epochs()
+    log.replica()
+        .leader_epochs()
         .iter()
         .map(
             |&EpochEntry {
@@ -156,7 +157,8 @@ fn build(seed: u64, ctx: &mut Ctx, kinds: &[u64]) -> Built {
     for i in 0..batches {
         if rng.chance(1, 12) {
             epoch += 1 + rng.below(3) as i32;
-            log.set_leader_epoch(epoch)
+            log.replica()
+                .set_leader_epoch(epoch)
                 .unwrap_or_else(|e| ctx.fail(format!("set_leader_epoch: {e}")));
         }
         let records = 1 + rng.below(8) as usize;
@@ -211,12 +213,12 @@ fn build(seed: u64, ctx: &mut Ctx, kinds: &[u64]) -> Built {
 /// Runs the rewrite; `Err` when it failed (the power cut).
 fn run(log: &Log, rewrite: Rewrite) -> Result<(), String> {
     match rewrite {
-        Rewrite::Truncate(o) => log.truncate_to(o).map(|_| ()),
-        Rewrite::TruncateFully(o) => log.truncate_fully_and_start_at(o).map(|_| ()),
+        Rewrite::Truncate(o) => log.replica().truncate_to(o).map(|_| ()),
+        Rewrite::TruncateFully(o) => log.replica().truncate_fully_and_start_at(o).map(|_| ()),
         Rewrite::DeleteRecords(o) => log
             .delete_records(o)
-            .and_then(|_| log.enforce_retention(T0).map(|_| ())),
-        Rewrite::Retention(now) => log.enforce_retention(now).map(|_| ()),
+            .and_then(|_| log.maintenance().enforce_retention(T0).map(|_| ())),
+        Rewrite::Retention(now) => log.maintenance().enforce_retention(now).map(|_| ()),
     }
     .map_err(|e| e.to_string())
 }
@@ -242,7 +244,7 @@ fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64]) -> u64 {
             ctx.fail(format!("delete_records({o}) without faults: {e}"));
         }
         between = Some(State::of(&ctx, &log));
-        if let Err(e) = log.enforce_retention(T0) {
+        if let Err(e) = log.maintenance().enforce_retention(T0) {
             ctx.fail(format!(
                 "retention after delete_records({o}) without faults: {e}"
             ));

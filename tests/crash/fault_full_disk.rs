@@ -54,11 +54,11 @@ fn full_disk_at_roll(seed: u64) -> String {
     let mut appended = 0;
     let (pending, err) = loop {
         let b = next_batch(&model, &mut rng);
-        let segments = log.segment_count();
+        let segments = log.maintenance().segment_count();
         match try_append(&ctx, &log, &mut model, &b) {
             Ok(_) => {}
             Err(e) => {
-                if log.segment_count() != segments {
+                if log.maintenance().segment_count() != segments {
                     ctx.fail(format!("a failed roll ({e}) changed the segments"));
                 }
                 break (b, e);
@@ -218,8 +218,8 @@ fn failed_fsync(seed: u64, nth: u64, crash: bool) -> Fsync {
     }
     flush_ok(&ctx, &log, &mut model);
     // Unflushed appends across a roll: the next flush has everything to do.
-    let segments = log.segment_count();
-    while log.segment_count() < segments + 1 {
+    let segments = log.maintenance().segment_count();
+    while log.maintenance().segment_count() < segments + 1 {
         append_ok(&ctx, &log, &mut model, &mut rng);
     }
     append_ok(&ctx, &log, &mut model, &mut rng);
@@ -304,7 +304,7 @@ fn crash_after_failed_roll(crash_seed: u64) -> bool {
     let mut s = Scenario::new(SCENARIO_SEED, k, k);
     s.ctx = Ctx::new(crash_seed, "crash_after_failed_roll");
     s.flush();
-    let segments = s.log().segment_count();
+    let segments = s.log().maintenance().segment_count();
     let roll = next_batch(&s.model, &mut s.rng);
     let leftover = dir().join(format!("{:020}.log", s.model.end()));
     s.fs.fail_next(OpKind::Allocate, 2, libc::ENOSPC);
@@ -326,7 +326,7 @@ fn crash_after_failed_roll(crash_seed: u64) -> bool {
         try_append(&s.ctx, &log, &mut s.model, &tiny)
             .unwrap_or_else(|e| s.ctx.fail(format!("tiny append: {e}")));
     }
-    if log.segment_count() != segments {
+    if log.maintenance().segment_count() != segments {
         s.ctx
             .fail("a tiny batch rolled; pick another scenario seed");
     }

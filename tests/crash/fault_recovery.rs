@@ -62,7 +62,7 @@ fn failed_open_changes_nothing(seed: u64) {
     } = Scenario::empty(seed, "failed_open_changes_nothing");
     let log = log.expect("log");
     let mut placed = Vec::new();
-    while log.segment_count() < 4 {
+    while log.maintenance().segment_count() < 4 {
         let info = append_ok(&ctx, &log, &mut model, &mut rng);
         placed.push(info);
         if rng.chance(1, 3) {
@@ -178,8 +178,8 @@ fn failed_open_changes_nothing(seed: u64) {
 /// (sealed segments past the recovery point to validate and re-index, a torn tail to cut).
 fn unclean_directory(seed: u64) -> Scenario {
     let mut s = Scenario::new(seed, 30, 30);
-    let segments = s.log().segment_count();
-    while s.log().segment_count() < segments + 2 {
+    let segments = s.log().maintenance().segment_count();
+    while s.log().maintenance().segment_count() < segments + 2 {
         s.append();
     }
     s.append();

@@ -101,7 +101,7 @@ fn enospc_at(seed: u64, phase: Phase, kind: OpKind, nth: u64, crash: bool) -> Op
     };
     s.ctx = Ctx::new(seed, "enospc_at");
     s.rng = SplitMix64::new(seed);
-    let segments = s.log().segment_count();
+    let segments = s.log().maintenance().segment_count();
     let before = s.fs.counters().injected_failures;
     s.fs.fail_next(kind, nth, libc::ENOSPC);
     // (file that failed, out of space, the log stays writable)
@@ -110,7 +110,7 @@ fn enospc_at(seed: u64, phase: Phase, kind: OpKind, nth: u64, crash: bool) -> Op
             let b = roll.as_ref().expect("batch");
             match try_append(&s.ctx, s.log.as_ref().expect("log"), &mut s.model, b) {
                 Ok(_) => {
-                    if s.log().segment_count() == segments {
+                    if s.log().maintenance().segment_count() == segments {
                         s.ctx.fail("the batch meant to roll did not");
                     }
                     None
@@ -119,7 +119,7 @@ fn enospc_at(seed: u64, phase: Phase, kind: OpKind, nth: u64, crash: bool) -> Op
                     let io = append_io(&e)
                         .unwrap_or_else(|| s.ctx.fail(format!("ENOSPC answered {e:?}")));
                     let writable = matches!(e, AppendError::Io(_));
-                    if writable && s.log().segment_count() != segments {
+                    if writable && s.log().maintenance().segment_count() != segments {
                         s.ctx
                             .fail(format!("a failed roll ({e}) changed the segments"));
                     }

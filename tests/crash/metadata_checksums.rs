@@ -193,7 +193,7 @@ impl Fixture {
             transactions(&log, round, &mut seq, [9, 10]);
         }
         log.flush().unwrap();
-        log.compact(T0).unwrap();
+        log.maintenance().compact(T0).unwrap();
         for round in 4..8 {
             transactions(&log, round, &mut seq, [9, 10]);
         }
@@ -657,9 +657,9 @@ fn every_path_that_records_a_segment_records_its_digest() {
     log.flush().unwrap();
     all_digested(dir.path(), "after a roll and a flush");
     // A truncation into a sealed segment: the cut segment's digest is of what it keeps.
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     let into = bases[bases.len() - 3] + 1;
-    log.truncate_to(into).unwrap();
+    log.replica().truncate_to(into).unwrap();
     all_digested(dir.path(), "after a truncation");
     transactions(&log, 102, &mut [0, 0], [30, 31]);
     log.flush().unwrap();

@@ -72,7 +72,10 @@ impl Fixture {
                 last: info.last_offset,
             });
         }
-        assert_eq!(log.segment_base_offsets(), vec![0, 860, 1720, 2580]);
+        assert_eq!(
+            log.maintenance().segment_base_offsets(),
+            vec![0, 860, 1720, 2580]
+        );
         log.close().unwrap();
         Fixture { dir, sent }
     }
@@ -447,7 +450,7 @@ fn a_missing_first_or_last_segment_is_refused() {
             })
         });
         if base == 0 {
-            assert_eq!(log.segment_count(), 1);
+            assert_eq!(log.maintenance().segment_count(), 1);
         } else {
             check_contract(&log, &f.sent);
         }
@@ -919,7 +922,7 @@ fn append_replicated_follows_the_flush_policy() {
     .unwrap();
     let mut b = BatchBuilder::new().base_offset(0);
     b.append(1, None, Some(b"r"), &[]);
-    log.append_replicated(&b.build().unwrap()).unwrap();
+    log.replica().append(&b.build().unwrap()).unwrap();
     assert_eq!(
         log.recovery_point(),
         1,
@@ -951,7 +954,7 @@ fn append_replicated_says_what_it_wrote_before_it_failed() {
     // the first batch allocates the first segment's `.log` and its two indexes (allocations
     // 1-3, the whole 4 KiB segment in one step), the roll's `.log` is the fourth.
     fs.fail_next(OpKind::Allocate, 4, libc::ENOSPC);
-    match log.append_replicated(&input) {
+    match log.replica().append(&input) {
         Err(AppendError::PartiallyWritten { written, cause }) => {
             assert_eq!((written.first_offset, written.last_offset), (0, 1));
             assert_eq!(cause.kind(), "io");

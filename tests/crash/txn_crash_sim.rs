@@ -108,7 +108,7 @@ fn check_transactions(ctx: &Ctx, fs: &SimFs, log: &Log, model: &Model) {
         ));
     }
     let mut stored = Vec::new();
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     for (i, base) in bases.iter().enumerate() {
         let path = dir().join(format!("{base:020}.txnindex"));
         let bytes = fs.read_live(&path).unwrap_or_default();

@@ -86,7 +86,11 @@ fn every_way_of_writing_shows_each_batch_at_once_and_after_reopen() {
                     log.flush_to(info.last_offset + 1).unwrap();
                 }
             }
-            assert!(log.segment_count() > 3, "rolled: {}", log.segment_count());
+            assert!(
+                log.maintenance().segment_count() > 3,
+                "rolled: {}",
+                log.maintenance().segment_count()
+            );
             assert_eq!(read_all(&log, 0), expected, "{writes:?}/{policy:?}");
             let end = log.log_end_offset();
             log.close().unwrap();
@@ -181,7 +185,9 @@ fn writes_through_the_file_into_recycled_segment_files_read_back_as_written() {
         }
         if round < 5 {
             // Everything but the active segment goes, into the pool.
-            log.enforce_retention(1_700_000_000_000).unwrap();
+            log.maintenance()
+                .enforce_retention(1_700_000_000_000)
+                .unwrap();
         }
         kept = read_all(&log, log.log_start_offset());
     }

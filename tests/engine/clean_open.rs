@@ -38,7 +38,7 @@ fn closed_log(fs: &SimFs, clock: &std::sync::Arc<StepClock>) {
             AppendOutcome::Appended(_)
         ));
     }
-    assert!(log.segment_count() > 2);
+    assert!(log.maintenance().segment_count() > 2);
     log.close().unwrap();
 }
 

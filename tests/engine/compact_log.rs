@@ -124,43 +124,43 @@ fn the_latest_value_of_each_key_stays_at_its_offset() {
         let (o, _) = append(&log, &keyed(&key, Some(&value), None));
         written.push((o, Some(key.into_bytes()), Some(value.into_bytes())));
     }
-    let before_segments = log.segment_count();
+    let before_segments = log.maintenance().segment_count();
     assert_eq!(
-        log.cleanable(T0).first_uncleanable_offset,
+        log.maintenance().cleanable(T0).first_uncleanable_offset,
         0,
         "nothing durable yet"
     );
     log.flush().unwrap();
-    let cleanable = log.cleanable(T0);
+    let cleanable = log.maintenance().cleanable(T0);
     assert_eq!(cleanable.first_dirty_offset, 0);
     assert!(cleanable.due, "{cleanable:?}");
     assert!(cleanable.dirty_ratio > 0.99);
     let u = cleanable.first_uncleanable_offset;
-    assert_eq!(u, *log.segment_base_offsets().last().unwrap());
+    assert_eq!(u, *log.maintenance().segment_base_offsets().last().unwrap());
 
-    let dry = log.compact_dry_run(T0).unwrap();
+    let dry = log.maintenance().compact_dry_run(T0).unwrap();
     assert!(dry.dry_run);
     same(&contents(&log).0, &written);
-    let report = log.compact(T0).unwrap();
+    let report = log.maintenance().compact(T0).unwrap();
     assert_eq!(report.records_removed, dry.records_removed);
     assert_eq!(report.bytes_after, dry.bytes_after);
     assert_eq!(report.cleaned_to, u);
     assert!(report.records_removed > 200, "{report:?}");
     let (recs, batches) = contents(&log);
     same(&recs, &expected(&written, u, true));
-    assert!(log.segment_count() <= before_segments);
+    assert!(log.maintenance().segment_count() <= before_segments);
     assert!(report.bytes_after < report.bytes_before / 3, "{report:?}");
     // The batch ending the round is kept, empty, so the offsets end where they did.
     assert!(batches.iter().any(|b| b.1 == u - 1));
-    assert_eq!(log.cleanable(T0).first_dirty_offset, u);
-    assert!(!log.cleanable(T0).due);
+    assert_eq!(log.maintenance().cleanable(T0).first_dirty_offset, u);
+    assert!(!log.maintenance().cleanable(T0).due);
 
     // The same after a restart; and a second compaction with nothing dirty changes nothing.
     log.close().unwrap();
     drop(log);
     let log = open_with(tmp.path(), config());
     same(&contents(&log).0, &expected(&written, u, true));
-    let again = log.compact(T0).unwrap();
+    let again = log.maintenance().compact(T0).unwrap();
     assert_eq!(again.passes, 0);
     same(&contents(&log).0, &expected(&written, u, true));
 }
@@ -184,8 +184,8 @@ fn a_small_key_map_cleans_in_several_passes_to_the_same_result() {
         written.push((o, Some(key.into_bytes()), Some(value.into_bytes())));
     }
     log.flush().unwrap();
-    let u = log.cleanable(T0).first_uncleanable_offset;
-    let report = log.compact(T0).unwrap();
+    let u = log.maintenance().cleanable(T0).first_uncleanable_offset;
+    let report = log.maintenance().compact(T0).unwrap();
     assert!(report.passes > 1, "{report:?}");
     assert!(report.map_bytes <= 1024);
     same(&contents(&log).0, &expected(&written, u, true));
@@ -215,8 +215,8 @@ fn tombstones_stay_until_their_horizon_then_go() {
         );
     }
     log.flush().unwrap();
-    let u = log.cleanable(T0).first_uncleanable_offset;
-    let r = log.compact(T0).unwrap();
+    let u = log.maintenance().cleanable(T0).first_uncleanable_offset;
+    let r = log.maintenance().compact(T0).unwrap();
     assert_eq!(r.tombstones_kept, 1, "{r:?}");
     let (recs, _) = contents(&log);
     same(&recs, &expected(&written, u, true));
@@ -235,8 +235,8 @@ fn tombstones_stay_until_their_horizon_then_go() {
         );
     }
     log.flush().unwrap();
-    let u2 = log.cleanable(T0).first_uncleanable_offset;
-    log.compact(T0 + DAY - 1).unwrap();
+    let u2 = log.maintenance().cleanable(T0).first_uncleanable_offset;
+    log.maintenance().compact(T0 + DAY - 1).unwrap();
     assert!(contents(&log).0.iter().any(|r| r.0 == written[1].0));
     for i in 0..60 {
         put(
@@ -247,9 +247,9 @@ fn tombstones_stay_until_their_horizon_then_go() {
         );
     }
     log.flush().unwrap();
-    let u3 = log.cleanable(T0).first_uncleanable_offset;
+    let u3 = log.maintenance().cleanable(T0).first_uncleanable_offset;
     assert!(u3 > u2);
-    let r = log.compact(T0 + DAY).unwrap();
+    let r = log.maintenance().compact(T0 + DAY).unwrap();
     assert_eq!(r.tombstones_removed, 1, "{r:?}");
     same(&contents(&log).0, &expected(&written, u3, false));
 }
@@ -289,7 +289,7 @@ fn dedup_answers_duplicate_after_compaction_and_after_a_restart() {
             &keyed(&format!("k{}", i % 3), Some("tail filler"), None),
         );
     }
-    let report = log.compact(T0).unwrap();
+    let report = log.maintenance().compact(T0).unwrap();
     assert!(report.batches_emptied >= 1, "{report:?}");
     let check = |log: &Log| {
         for (batch, offsets) in sent.iter().rev().take(5) {
@@ -360,7 +360,7 @@ fn aborted_data_goes_its_marker_stays_while_data_was_seen_then_gets_a_horizon() 
             next = f.next_offset;
         }
     };
-    let r = log.compact(T0).unwrap();
+    let r = log.maintenance().compact(T0).unwrap();
     assert_eq!(r.aborted_records_removed, 3, "{r:?}");
     let (recs, batches) = contents(&log);
     assert!(recs.iter().all(|r| !aborted.iter().any(|a| a.0 == r.0)));
@@ -373,6 +373,7 @@ fn aborted_data_goes_its_marker_stays_while_data_was_seen_then_gets_a_horizon() 
         .iter()
         .any(|b| b.0 == abort.first_offset && b.2 == 1));
     let entries: Vec<_> = log
+        .maintenance()
         .segment_base_offsets()
         .iter()
         .flat_map(|b| {
@@ -406,7 +407,7 @@ fn aborted_data_goes_its_marker_stays_while_data_was_seen_then_gets_a_horizon() 
             &keyed(&format!("g{}", i % 4), Some("filler filler filler"), None),
         );
     }
-    log.compact(T0).unwrap();
+    log.maintenance().compact(T0).unwrap();
     let (_, batches) = contents(&log);
     assert!(batches.iter().any(|b| b.0 == commit.first_offset));
     assert!(batches
@@ -433,7 +434,7 @@ fn a_commit_marker_without_data_gets_a_horizon_and_goes_after_it() {
             &keyed(&format!("f{}", i % 4), Some("filler filler filler"), None),
         );
     }
-    log.compact(T0).unwrap();
+    log.maintenance().compact(T0).unwrap();
     // First pass: it saw the data batch (now gone), so the marker stays without a horizon.
     assert!(!read_batch(&log, commit.first_offset).0);
     for i in 0..50 {
@@ -442,12 +443,12 @@ fn a_commit_marker_without_data_gets_a_horizon_and_goes_after_it() {
             &keyed(&format!("g{}", i % 4), Some("filler filler filler"), None),
         );
     }
-    log.compact(T0).unwrap();
+    log.maintenance().compact(T0).unwrap();
     // Second pass: the producer's last batch (the data batch, kept as an empty header for its
     // sequence) is data of the transaction, so the marker stays. Once the producer expires,
     // the header goes; the next pass stamps the marker's horizon, a pass after it drops it.
     assert!(contents(&log).1.iter().any(|b| b.0 == commit.first_offset));
-    assert_eq!(log.expire_producers(T0 + 10 * DAY), 1);
+    assert_eq!(log.maintenance().expire_producers(T0 + 10 * DAY), 1);
     for round in 0..3 {
         for i in 0..50 {
             append(
@@ -455,7 +456,7 @@ fn a_commit_marker_without_data_gets_a_horizon_and_goes_after_it() {
                 &keyed(&format!("h{round}{}", i % 4), Some("filler filler"), None),
             );
         }
-        log.compact(T0 + 2 * DAY * round).unwrap();
+        log.maintenance().compact(T0 + 2 * DAY * round).unwrap();
     }
     let (_, batches) = contents(&log);
     assert!(
@@ -486,7 +487,7 @@ fn unchanged_batches_are_copied_byte_for_byte_and_compressed_ones_keep_their_cod
             &keyed(&format!("f{}", i % 4), Some("filler filler filler"), None),
         );
     }
-    let r = log.compact(T0).unwrap();
+    let r = log.maintenance().compact(T0).unwrap();
     assert!(r.batches_copied >= 1 && r.batches_rebuilt >= 1, "{r:?}");
     let bytes = log.read(first, 1 << 20).unwrap();
     let batch = RecordBatch::parse(&bytes).unwrap();
@@ -519,7 +520,7 @@ fn bytes_held_across_a_compaction_keep_their_contents() {
     }
     let held = log.read(0, 1 << 20).unwrap();
     let copy = held.to_vec();
-    log.compact(T0).unwrap();
+    log.maintenance().compact(T0).unwrap();
     assert_eq!(&held[..], &copy[..]);
     // A reader that read before the rewrite and goes on after it sees offsets increase.
     let last_held = BatchIter::new(&held)
@@ -554,12 +555,12 @@ fn a_compacted_log_refuses_keyless_records_and_a_deleting_log_refuses_compaction
     };
     let log = open_with(tmp.path(), cfg);
     append(&log, &keyed("k", Some("v"), None));
-    let err = log.compact(T0).unwrap_err();
+    let err = log.maintenance().compact(T0).unwrap_err();
     assert!(
         matches!(err, RewriteError::NotCompacted { policy: "delete" }),
         "{err}"
     );
-    assert!(!log.cleanable(T0).due);
+    assert!(!log.maintenance().cleanable(T0).due);
 
     let bad = LogConfig {
         compaction: CompactionConfig {
@@ -591,9 +592,9 @@ fn the_compaction_lag_and_the_last_stable_offset_bound_the_dirty_range() {
     }
     log.flush().unwrap();
     // Every record's timestamp is T0: too young at T0, old enough a second later.
-    assert_eq!(log.cleanable(T0).first_uncleanable_offset, 0);
-    assert_eq!(log.compact(T0).unwrap().records_removed, 0);
-    let later = log.cleanable(T0 + 1001);
+    assert_eq!(log.maintenance().cleanable(T0).first_uncleanable_offset, 0);
+    assert_eq!(log.maintenance().compact(T0).unwrap().records_removed, 0);
+    let later = log.maintenance().cleanable(T0 + 1001);
     assert!(later.first_uncleanable_offset > 0);
 
     // An open transaction holds the dirty range below its first offset.
@@ -605,7 +606,7 @@ fn the_compaction_lag_and_the_last_stable_offset_bound_the_dirty_range() {
         );
     }
     log.flush().unwrap();
-    let c = log.cleanable(T0 + 1001);
+    let c = log.maintenance().cleanable(T0 + 1001);
     assert!(c.first_uncleanable_offset <= open_at.0, "{c:?}");
 }
 
@@ -642,7 +643,7 @@ fn a_corrupt_compressed_payload_stops_the_round_and_changes_nothing() {
     std::fs::write(&seg, &bytes).unwrap();
     let before = common::dir_contents(tmp.path());
     let log = open_with(tmp.path(), config());
-    let err = log.compact(T0).unwrap_err();
+    let err = log.maintenance().compact(T0).unwrap_err();
     match &err {
         RewriteError::CompactionCorrupt { path, position, .. } => {
             assert_eq!(path, &seg);
@@ -662,7 +663,10 @@ fn a_corrupt_compressed_payload_stops_the_round_and_changes_nothing() {
         "{names:?}"
     );
     // The sealed segments are untouched (the active one is preallocated by the open).
-    let active = format!("{:020}.log", log.segment_base_offsets().last().unwrap());
+    let active = format!(
+        "{:020}.log",
+        log.maintenance().segment_base_offsets().last().unwrap()
+    );
     let sealed = |m: &BTreeMap<String, (usize, u32)>| -> Vec<(String, (usize, u32))> {
         m.iter()
             .filter(|(n, _)| n.ends_with(".log") && **n != active)
@@ -697,7 +701,7 @@ fn without_snapshots_the_retained_batches_rebuild_every_producers_last_sequence(
     let seqs: Vec<_> = (40..43)
         .map(|p| log.producer(p).unwrap().last_seq())
         .collect();
-    log.compact(T0).unwrap();
+    log.maintenance().compact(T0).unwrap();
     log.close().unwrap();
     drop(log);
     for e in std::fs::read_dir(tmp.path()).unwrap() {
@@ -732,10 +736,17 @@ fn an_invalid_cleaner_offset_is_reset_to_the_log_start() {
     log.flush().unwrap();
     for bad in ["0\n1\n999999\n", "0\n1\n-5\n", "garbage", "0\n2\n1\n"] {
         std::fs::write(tmp.path().join(oncelog::CLEANER_OFFSET_FILE), bad).unwrap();
-        assert_eq!(log.cleanable(T0).first_dirty_offset, 0, "{bad:?}");
+        assert_eq!(
+            log.maintenance().cleanable(T0).first_dirty_offset,
+            0,
+            "{bad:?}"
+        );
     }
-    let r = log.compact(T0).unwrap();
+    let r = log.maintenance().compact(T0).unwrap();
     let text = std::fs::read_to_string(tmp.path().join(oncelog::CLEANER_OFFSET_FILE)).unwrap();
     assert_eq!(text, format!("0\n1\n{}\n", r.cleaned_to));
-    assert_eq!(log.cleanable(T0).first_dirty_offset, r.cleaned_to);
+    assert_eq!(
+        log.maintenance().cleanable(T0).first_dirty_offset,
+        r.cleaned_to
+    );
 }

@@ -284,7 +284,7 @@ fn write_and_compact(dir: &Path, seed: u64, small_map: bool) -> Written {
         appended(&log, &keyed_batch(&mut rng, None, 2, tag));
     }
     w.quiet.push(log.log_end_offset());
-    let first = log.compact(T0).unwrap();
+    let first = log.maintenance().compact(T0).unwrap();
     assert!(
         first.aborted_records_removed > 0 || w.aborted_txns == 0,
         "seed {seed}: {first:?}"
@@ -294,7 +294,7 @@ fn write_and_compact(dir: &Path, seed: u64, small_map: bool) -> Written {
         appended(&log, &keyed_batch(&mut rng, None, 2, tag));
     }
     // Past the markers' horizon: markers without data left go.
-    log.compact(T0 + 2 * DAY).unwrap();
+    log.maintenance().compact(T0 + 2 * DAY).unwrap();
     log.close().unwrap();
     w
 }
@@ -481,7 +481,7 @@ fn sweep_one(seed: u64, small_map: bool) -> bool {
     let truncated = points.last().copied();
     if let Some(to) = truncated {
         let what = format!("seed {seed}, truncation to {to} (cleaned to {cleaned})");
-        log.truncate_to(to).unwrap();
+        log.replica().truncate_to(to).unwrap();
         assert_eq!(log.log_end_offset(), to, "{what}");
         let kept: Vec<Rec> = view.iter().filter(|r| r.0 < to).cloned().collect();
         same_view(&committed_view(&log), &kept, &what);
@@ -600,7 +600,7 @@ fn kafka_partitions_compacted_with_transactions_verify_clean_and_rebuild_the_sam
     };
     let log = open_with(&dir, cfg.clone());
     let before = producer_states(&log);
-    let r = log.compact(T0 + 400 * DAY).unwrap();
+    let r = log.maintenance().compact(T0 + 400 * DAY).unwrap();
     assert!(r.aborted_records_removed > 0, "{r:?}");
     assert_eq!(
         producer_states(&log),

@@ -83,7 +83,11 @@ fn log_with_data(config: LogConfig) -> (tempfile::TempDir, Log) {
 /// Appends `bad` and checks it is refused with `kind` and an error that `matches`, that
 /// nothing changed, and that a valid compressed batch is appended after it at the old end.
 fn refused(log: &Log, bad: &[u8], what: &str, kind: &str, matches: impl Fn(&BatchError) -> bool) {
-    let (end, size, segments) = (log.log_end_offset(), log.size_bytes(), log.segment_count());
+    let (end, size, segments) = (
+        log.log_end_offset(),
+        log.size_bytes(),
+        log.maintenance().segment_count(),
+    );
     let before = read_all(log, usize::MAX);
     match log.append(bad) {
         Err(AppendError::Batch(e)) if matches(&e) => {
@@ -93,7 +97,11 @@ fn refused(log: &Log, bad: &[u8], what: &str, kind: &str, matches: impl Fn(&Batc
     }
     assert_eq!(log.log_end_offset(), end, "{what}: log end moved");
     assert_eq!(log.size_bytes(), size, "{what}: bytes written");
-    assert_eq!(log.segment_count(), segments, "{what}: rolled");
+    assert_eq!(
+        log.maintenance().segment_count(),
+        segments,
+        "{what}: rolled"
+    );
     assert_eq!(read_all(log, usize::MAX), before, "{what}: data changed");
     let good = builder(Compression::Zstd, 2).build().unwrap();
     match log.append(&good) {

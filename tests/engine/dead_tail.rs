@@ -121,7 +121,7 @@ fn a_truncation_then_close_leaves_no_removed_batch_in_the_cut_segment() {
     let dir = tempfile::tempdir().unwrap();
     let log = log_of(dir.path(), config(), 200);
     // Inside a sealed segment, then inside the (new) active one.
-    log.truncate_to(503).unwrap();
+    log.replica().truncate_to(503).unwrap();
     assert_eq!(log.log_end_offset(), 500);
     assert_files_hold_only_the_log(dir.path(), "after the truncation");
     log.close().unwrap();
@@ -135,18 +135,18 @@ fn a_dead_tail_a_reader_held_is_trimmed_once_the_reader_is_gone() {
     let held = log.read(600, 4096).unwrap();
     let copy = held.to_vec();
     let cut_file = log_holding(dir.path(), 600);
-    log.truncate_to(600).unwrap();
+    log.replica().truncate_to(600).unwrap();
     // The reader's bytes stay, and so does the file under them.
     assert_eq!(&held[..], &copy[..]);
     let dead_len = len_of(&cut_file);
     let mut clock_ms = T0;
     clock_ms += 1;
-    log.remove_deleted_files(clock_ms).unwrap();
+    log.maintenance().remove_deleted_files(clock_ms).unwrap();
     assert_eq!(len_of(&cut_file), dead_len, "trimmed under a reader");
     assert_eq!(&held[..], &copy[..]);
     drop(held);
     // The deletion job trims it, before any close.
-    log.remove_deleted_files(clock_ms).unwrap();
+    log.maintenance().remove_deleted_files(clock_ms).unwrap();
     assert!(len_of(&cut_file) < dead_len);
     assert_files_hold_only_the_log(dir.path(), "after the reader went");
     log.close().unwrap();
@@ -160,7 +160,7 @@ fn a_dead_tail_a_reader_holds_at_close_stays_until_the_next_open() {
     let held = log.read(600, 4096).unwrap();
     let copy = held.to_vec();
     let cut_file = log_holding(dir.path(), 600);
-    log.truncate_to(600).unwrap();
+    log.replica().truncate_to(600).unwrap();
     let dead_len = len_of(&cut_file);
     log.close().unwrap();
     // Never shrunk under a reader, even by close.
@@ -188,16 +188,16 @@ enum Rewrite {
 fn run(log: &Log, rewrite: Rewrite) {
     let now = T0 + 1_000_000;
     match rewrite {
-        Rewrite::Truncate(o) => drop(log.truncate_to(o).unwrap()),
-        Rewrite::TruncateFully(o) => drop(log.truncate_fully_and_start_at(o).unwrap()),
+        Rewrite::Truncate(o) => drop(log.replica().truncate_to(o).unwrap()),
+        Rewrite::TruncateFully(o) => drop(log.replica().truncate_fully_and_start_at(o).unwrap()),
         Rewrite::DeleteRecords(o) => {
             log.delete_records(o).unwrap();
-            log.enforce_retention(now).unwrap();
+            log.maintenance().enforce_retention(now).unwrap();
         }
         Rewrite::RetentionBySize | Rewrite::RetentionByTime => {
-            drop(log.enforce_retention(now).unwrap())
+            drop(log.maintenance().enforce_retention(now).unwrap())
         }
-        Rewrite::Compact => drop(log.compact(now).unwrap()),
+        Rewrite::Compact => drop(log.maintenance().compact(now).unwrap()),
     }
 }
 
@@ -283,11 +283,11 @@ fn the_next_rewrite_trims_a_dead_tail_whose_reader_is_gone() {
     let log = log_of(dir.path(), config(), 200);
     let held = log.read(600, 4096).unwrap();
     let cut_file = log_holding(dir.path(), 600);
-    log.truncate_to(600).unwrap();
+    log.replica().truncate_to(600).unwrap();
     let dead_len = len_of(&cut_file);
     drop(held);
     // A retention pass with nothing to remove: the tail goes all the same.
-    log.enforce_retention(T0).unwrap();
+    log.maintenance().enforce_retention(T0).unwrap();
     assert!(len_of(&cut_file) < dead_len);
     assert_files_hold_only_the_log(dir.path(), "after retention");
     log.close().unwrap();
@@ -301,7 +301,7 @@ fn a_dead_tail_trimmed_part_way_is_neither_damage_to_verify_nor_to_an_open() {
     let log = log_of(dir.path(), config(), 200);
     let held = log.read(600, 4096).unwrap();
     let cut_file = log_holding(dir.path(), 600);
-    log.truncate_to(600).unwrap();
+    log.replica().truncate_to(600).unwrap();
     log.close().unwrap();
     drop(held);
     drop(log);

@@ -346,8 +346,8 @@ fn producers_expire_by_append_wall_clock_not_record_timestamps() {
     let log = Log::open_in(env, dir.path(), cfg).unwrap();
     // Record timestamps are from 2023: skewed far into the past, yet the producer is fresh.
     log.append(&batch(1, 0, 0, 1)).unwrap();
-    assert_eq!(log.expire_producers(10_000_000 + 59_999), 0);
-    assert_eq!(log.expire_producers(10_000_000 + 60_000), 1);
+    assert_eq!(log.maintenance().expire_producers(10_000_000 + 59_999), 0);
+    assert_eq!(log.maintenance().expire_producers(10_000_000 + 60_000), 1);
     assert!(log.producer(1).is_none());
 }
 

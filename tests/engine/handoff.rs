@@ -67,14 +67,18 @@ fn a_follower_started_at_any_batch_boundary_answers_retries_as_its_leader() {
     let dir = tempfile::tempdir().unwrap();
     let n = 24;
     let lead = leader(&dir.path().join("leader"), n);
-    assert!(lead.segment_count() > 3, "the log spans segments");
+    assert!(
+        lead.maintenance().segment_count() > 3,
+        "the log spans segments"
+    );
     let raw: Vec<Vec<u8>> = common::read_all(&lead, usize::MAX);
     for k in 0..=n {
         let x = 5 * i64::from(k);
-        let snapshot = lead.producer_snapshot_at(x).unwrap();
+        let snapshot = lead.replica().producer_snapshot_at(x).unwrap();
         let fdir = dir.path().join(format!("follower-{k}"));
         let follower = Log::open(&fdir, config()).unwrap();
         let report = follower
+            .replica()
             .truncate_fully_and_start_with(x, &snapshot)
             .unwrap();
         assert_eq!(report.log_start_offset, x);
@@ -99,7 +103,7 @@ fn a_follower_started_at_any_batch_boundary_answers_retries_as_its_leader() {
         // The leader's batches from the start on are appended unchanged, and then the
         // follower's producer state is the leader's: the last batch is a duplicate on both.
         for b in &raw[k as usize..] {
-            follower.append_replicated(b).unwrap();
+            follower.replica().append(b).unwrap();
         }
         for j in 0..n {
             let retry = leader_batch(j);
@@ -129,14 +133,14 @@ fn a_follower_started_at_any_batch_boundary_answers_retries_as_its_leader() {
 fn a_producer_snapshot_is_only_of_a_batch_boundary_inside_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let lead = leader(dir.path(), 6);
-    match lead.producer_snapshot_at(7) {
+    match lead.replica().producer_snapshot_at(7) {
         Err(RewriteError::NotABatchBoundary {
             offset: 7,
             batch_start: 5,
         }) => {}
         other => panic!("{other:?}"),
     }
-    match lead.producer_snapshot_at(31) {
+    match lead.replica().producer_snapshot_at(31) {
         Err(RewriteError::AboveLogEnd {
             offset: 31,
             log_end_offset: 30,
@@ -144,7 +148,7 @@ fn a_producer_snapshot_is_only_of_a_batch_boundary_inside_the_log() {
         other => panic!("{other:?}"),
     }
     lead.delete_records(10).unwrap();
-    match lead.producer_snapshot_at(5) {
+    match lead.replica().producer_snapshot_at(5) {
         Err(RewriteError::BelowLogStart {
             offset: 5,
             log_start_offset: 10,
@@ -152,9 +156,12 @@ fn a_producer_snapshot_is_only_of_a_batch_boundary_inside_the_log() {
         other => panic!("{other:?}"),
     }
     // At the log start after DeleteRecords: the producers of the deleted batches are known.
-    let snap = lead.producer_snapshot_at(10).unwrap();
+    let snap = lead.replica().producer_snapshot_at(10).unwrap();
     let follower = Log::open(dir.path().join("f"), config()).unwrap();
-    follower.truncate_fully_and_start_with(10, &snap).unwrap();
+    follower
+        .replica()
+        .truncate_fully_and_start_with(10, &snap)
+        .unwrap();
     assert_eq!(
         duplicate_at(follower.append(&leader_batch(1)).unwrap()),
         (5, 9)
@@ -172,7 +179,7 @@ fn a_bad_producer_snapshot_is_refused_and_changes_nothing() {
         vec![0u8; 7],
         b"not a snapshot at all, not even close".to_vec(),
     ] {
-        match follower.truncate_fully_and_start_with(20, &bad) {
+        match follower.replica().truncate_fully_and_start_with(20, &bad) {
             Err(e @ RewriteError::BadProducerSnapshot(_)) => {
                 assert_eq!(e.kind(), "bad_producer_snapshot")
             }
@@ -180,8 +187,8 @@ fn a_bad_producer_snapshot_is_refused_and_changes_nothing() {
         }
     }
     // A snapshot of another offset than the start asked for.
-    let of_10 = lead.producer_snapshot_at(10).unwrap();
-    match follower.truncate_fully_and_start_with(20, &of_10) {
+    let of_10 = lead.replica().producer_snapshot_at(10).unwrap();
+    match follower.replica().truncate_fully_and_start_with(20, &of_10) {
         Err(RewriteError::BadProducerSnapshot(m)) => assert!(m.contains("offset 10"), "{m}"),
         other => panic!("{other:?}"),
     }
@@ -202,15 +209,23 @@ fn retention_below_a_bound_keeps_every_segment_that_reaches_it() {
         log.append(&leader_batch(k)).unwrap();
     }
     log.flush().unwrap();
-    log.set_high_watermark(log.log_end_offset()).unwrap();
-    let bases = log.segment_base_offsets();
+    log.replica()
+        .set_high_watermark(log.log_end_offset())
+        .unwrap();
+    let bases = log.maintenance().segment_base_offsets();
     assert!(bases.len() > 3);
     let bound = bases[2] - 1;
-    let report = log.enforce_retention_below(T0, bound).unwrap();
+    let report = log
+        .maintenance()
+        .enforce_retention_below(T0, bound)
+        .unwrap();
     // The segments wholly below the bound go; the one holding it stays.
     assert_eq!(log.log_start_offset(), bases[1]);
     assert_eq!(report.deleted.len(), 1);
-    let report = log.enforce_retention_below(T0, bases[2]).unwrap();
+    let report = log
+        .maintenance()
+        .enforce_retention_below(T0, bases[2])
+        .unwrap();
     assert_eq!(log.log_start_offset(), bases[2]);
     assert_eq!(report.deleted.len(), 1);
 }

@@ -14,7 +14,8 @@ use oncelog::{EpochEndOffset, Log, LogConfig, OpenError, RewriteError};
 const FILE: &str = "leader-epoch-checkpoint";
 
 fn epochs(log: &Log) -> Vec<(i32, i64)> {
-    log.leader_epochs()
+    log.replica()
+        .leader_epochs()
         .iter()
         .map(|e| (e.epoch, e.start_offset))
         .collect()
@@ -35,16 +36,16 @@ fn set_leader_epoch_stamps_the_batches_appended_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
-    log.set_leader_epoch(3).unwrap();
+    log.replica().set_leader_epoch(3).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
-    log.set_leader_epoch(3).unwrap(); // the same epoch: nothing changes
-    log.set_leader_epoch(7).unwrap();
+    log.replica().set_leader_epoch(3).unwrap(); // the same epoch: nothing changes
+    log.replica().set_leader_epoch(7).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
     assert_eq!(stamped(&log), vec![(0, 0), (2, 3), (4, 3), (6, 7)]);
     // A new log's leader epoch is 0, as a new Kafka partition's.
     assert_eq!(epochs(&log), vec![(0, 0), (3, 2), (7, 6)]);
-    assert_eq!(log.leader_epoch(), 7);
+    assert_eq!(log.replica().leader_epoch(), 7);
     // Written before the call returned, in Kafka's format.
     assert_eq!(
         std::fs::read_to_string(dir.path().join(FILE)).unwrap(),
@@ -56,18 +57,18 @@ fn set_leader_epoch_stamps_the_batches_appended_after_it() {
 fn an_older_leader_epoch_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    log.set_leader_epoch(5).unwrap();
+    log.replica().set_leader_epoch(5).unwrap();
     log.append(&batch(1, T0, 10)).unwrap();
     let before = common::dir_contents(dir.path());
     for stale in [4, -1] {
-        match log.set_leader_epoch(stale) {
+        match log.replica().set_leader_epoch(stale) {
             Err(e @ RewriteError::StaleLeaderEpoch { current: 5, .. }) => {
                 assert_eq!(e.kind(), "stale_leader_epoch")
             }
             other => panic!("{stale}: {other:?}"),
         }
     }
-    assert_eq!(log.leader_epoch(), 5);
+    assert_eq!(log.replica().leader_epoch(), 5);
     assert_eq!(common::dir_contents(dir.path()), before);
 }
 
@@ -84,10 +85,11 @@ fn replicated_batches_bring_their_own_epochs() {
         }
         b.build().unwrap()
     };
-    log.append_replicated(&with_epoch(0, 2, 3)).unwrap();
-    log.append_replicated(&with_epoch(3, 2, 2)).unwrap();
-    log.append_replicated(&with_epoch(5, 4, 1)).unwrap();
-    log.append_replicated(&replicated_batch(6, 2, T0, 5))
+    log.replica().append(&with_epoch(0, 2, 3)).unwrap();
+    log.replica().append(&with_epoch(3, 2, 2)).unwrap();
+    log.replica().append(&with_epoch(5, 4, 1)).unwrap();
+    log.replica()
+        .append(&replicated_batch(6, 2, T0, 5))
         .unwrap(); // epoch 7
     assert_eq!(epochs(&log), vec![(2, 0), (4, 5), (7, 6)]);
     // Stored as the leader wrote them.
@@ -98,13 +100,16 @@ fn replicated_batches_bring_their_own_epochs() {
 fn end_offset_for_epoch_answers_as_kafka_does() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    assert_eq!(log.end_offset_for_epoch(0), EpochEndOffset::UNDEFINED);
-    log.set_leader_epoch(2).unwrap();
+    assert_eq!(
+        log.replica().end_offset_for_epoch(0),
+        EpochEndOffset::UNDEFINED
+    );
+    log.replica().set_leader_epoch(2).unwrap();
     log.append(&batch(4, T0, 10)).unwrap(); // 0..3 in epoch 2
-    log.set_leader_epoch(5).unwrap();
+    log.replica().set_leader_epoch(5).unwrap();
     log.append(&batch(3, T0, 10)).unwrap(); // 4..6 in epoch 5
     let answer = |epoch| {
-        let e = log.end_offset_for_epoch(epoch);
+        let e = log.replica().end_offset_for_epoch(epoch);
         (e.leader_epoch, e.end_offset)
     };
     assert_eq!(answer(5), (5, 7), "the latest epoch ends at the log end");
@@ -136,13 +141,13 @@ fn truncation_and_retention_cut_the_epoch_cache() {
     )
     .unwrap();
     for epoch in [1, 2, 3, 4] {
-        log.set_leader_epoch(epoch).unwrap();
+        log.replica().set_leader_epoch(epoch).unwrap();
         for _ in 0..10 {
             log.append(&batch(5, T0, 100)).unwrap();
         }
     }
     assert_eq!(epochs(&log), vec![(1, 0), (2, 50), (3, 100), (4, 150)]);
-    log.truncate_to(120).unwrap();
+    log.replica().truncate_to(120).unwrap();
     assert_eq!(epochs(&log), vec![(1, 0), (2, 50), (3, 100)]);
     log.flush().unwrap();
     log.delete_records(60).unwrap();
@@ -154,7 +159,7 @@ fn truncation_and_retention_cut_the_epoch_cache() {
     );
     // After a reopen the leader epoch is the latest in the cache; a new leader sets its own.
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    assert_eq!(log.leader_epoch(), 3);
+    assert_eq!(log.replica().leader_epoch(), 3);
     assert_eq!(epochs(&log), vec![(2, 60), (3, 100)]);
 }
 
@@ -162,15 +167,15 @@ fn truncation_and_retention_cut_the_epoch_cache() {
 fn a_missing_epoch_file_is_rebuilt_from_the_batches() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    log.set_leader_epoch(1).unwrap();
+    log.replica().set_leader_epoch(1).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
-    log.set_leader_epoch(4).unwrap();
+    log.replica().set_leader_epoch(4).unwrap();
     log.append(&batch(2, T0, 10)).unwrap();
     log.close().unwrap();
     std::fs::remove_file(dir.path().join(FILE)).unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(epochs(&log), vec![(1, 0), (4, 2)]);
-    assert_eq!(log.leader_epoch(), 4);
+    assert_eq!(log.replica().leader_epoch(), 4);
     log.close().unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.path().join(FILE)).unwrap(),
@@ -200,9 +205,9 @@ fn the_kafka_fixture_epochs_load_and_are_written_back_byte_for_byte() {
     assert_eq!(original, b"0\n4\n60 11\n64 12\n66 13\n68 16\n");
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!(epochs(&log), vec![(60, 11), (64, 12), (66, 13), (68, 16)]);
-    assert_eq!(log.leader_epoch(), 68);
+    assert_eq!(log.replica().leader_epoch(), 68);
     assert_eq!(
-        log.end_offset_for_epoch(64),
+        log.replica().end_offset_for_epoch(64),
         EpochEndOffset {
             leader_epoch: 64,
             end_offset: 13
@@ -218,7 +223,7 @@ fn the_kafka_fixture_epochs_load_and_are_written_back_byte_for_byte() {
     assert_eq!(std::fs::read(dir.path().join(FILE)).unwrap(), original);
     // Rewritten from the cache (the same entries), still Kafka's bytes.
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    log.set_leader_epoch(69).unwrap();
+    log.replica().set_leader_epoch(69).unwrap();
     log.close().unwrap();
     assert_eq!(
         std::fs::read(dir.path().join(FILE)).unwrap(),

@@ -23,7 +23,7 @@ fn filled(dir: &Path) -> Vec<i64> {
         b.append(1_700_000_000_000 + i, None, Some(&[b'x'; 200][..]), &[]);
         log.append(&b.build().unwrap()).unwrap();
     }
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     log.close().unwrap();
     bases
 }
@@ -90,7 +90,7 @@ fn an_interrupted_swap_is_completed_and_replaces_the_segments_it_covers() {
 
     let log = Log::open(dir.path(), config()).unwrap();
     let expected: Vec<i64> = bases.iter().copied().filter(|&base| base != b).collect();
-    assert_eq!(log.segment_base_offsets(), expected);
+    assert_eq!(log.maintenance().segment_base_offsets(), expected);
     assert!(!dir.path().join(name(a, "log.swap")).exists());
     assert!(
         !dir.path().join(name(b, "log")).exists(),

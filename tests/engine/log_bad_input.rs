@@ -21,7 +21,11 @@ fn with_crc(mut b: Vec<u8>) -> Vec<u8> {
 
 /// Appends `bad` and checks that it was refused as `expect` says and that nothing changed.
 fn refused(log: &Log, bad: &[u8], what: &str, expect: impl Fn(&AppendError) -> bool) {
-    let (end, size, segments) = (log.log_end_offset(), log.size_bytes(), log.segment_count());
+    let (end, size, segments) = (
+        log.log_end_offset(),
+        log.size_bytes(),
+        log.maintenance().segment_count(),
+    );
     let before = read_all(log, usize::MAX);
     match log.append(bad) {
         Err(e) if expect(&e) => {}
@@ -29,7 +33,11 @@ fn refused(log: &Log, bad: &[u8], what: &str, expect: impl Fn(&AppendError) -> b
     }
     assert_eq!(log.log_end_offset(), end, "{what}: log end moved");
     assert_eq!(log.size_bytes(), size, "{what}: bytes written");
-    assert_eq!(log.segment_count(), segments, "{what}: rolled");
+    assert_eq!(
+        log.maintenance().segment_count(),
+        segments,
+        "{what}: rolled"
+    );
     assert!(log.read(end, usize::MAX).unwrap().is_empty(), "{what}");
     assert_eq!(read_all(log, usize::MAX), before, "{what}: data changed");
 }
@@ -210,7 +218,7 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
     let mut huge_replicated = huge.clone();
     huge_replicated[0..8].copy_from_slice(&0i64.to_be_bytes());
     assert!(matches!(
-        log_big.1.append_replicated(&huge_replicated),
+        log_big.1.replica().append(&huge_replicated),
         Err(AppendError::RecordListTooLarge { .. })
     ));
     assert_eq!(log_big.1.size_bytes(), 0);
@@ -297,7 +305,10 @@ fn replicated_batches_below_the_log_end_are_refused() {
     log.append(&batch(5, T0, 10)).unwrap();
     let size = log.size_bytes();
     for base in [0, 3, 4] {
-        match log.append_replicated(&common::replicated_batch(base, 2, T0, 10)) {
+        match log
+            .replica()
+            .append(&common::replicated_batch(base, 2, T0, 10))
+        {
             Err(AppendError::UnexpectedAppendOffset {
                 log_end_offset: 5,
                 got,
@@ -309,7 +320,7 @@ fn replicated_batches_below_the_log_end_are_refused() {
     let mut two = common::replicated_batch(5, 2, T0, 10);
     two.extend(common::replicated_batch(6, 2, T0, 10));
     assert!(matches!(
-        log.append_replicated(&two),
+        log.replica().append(&two),
         Err(AppendError::UnexpectedAppendOffset {
             log_end_offset: 7,
             got: 6
@@ -318,14 +329,15 @@ fn replicated_batches_below_the_log_end_are_refused() {
     let mut corrupt = common::replicated_batch(5, 2, T0, 10);
     *corrupt.last_mut().unwrap() ^= 1;
     assert!(matches!(
-        log.append_replicated(&corrupt),
+        log.replica().append(&corrupt),
         Err(AppendError::Batch(BatchError::CrcMismatch { .. }))
     ));
     assert_eq!(log.log_end_offset(), 5);
     assert_eq!(log.size_bytes(), size);
     // At the end, and past it (a gap is allowed for a follower), it is taken.
     let info = log
-        .append_replicated(&common::replicated_batch(9, 2, T0, 10))
+        .replica()
+        .append(&common::replicated_batch(9, 2, T0, 10))
         .unwrap()
         .unwrap();
     assert_eq!((info.first_offset, info.last_offset), (9, 10));
@@ -363,7 +375,8 @@ fn every_operation_after_close_says_closed() {
         Err(AppendError::Closed)
     ));
     assert!(matches!(
-        log.append_replicated(&common::replicated_batch(2, 1, T0, 10)),
+        log.replica()
+            .append(&common::replicated_batch(2, 1, T0, 10)),
         Err(AppendError::Closed)
     ));
     assert!(matches!(log.read(0, 100), Err(ReadError::Closed)));
@@ -382,14 +395,19 @@ fn abandoned_log_with_durable_prefix() -> (tempfile::TempDir, i64, i64) {
     }
     log.flush().unwrap();
     let durable = log.log_end_offset();
-    let segments = log.segment_count();
+    let segments = log.maintenance().segment_count();
     log.append(&batch(4, T0, 250)).unwrap();
-    assert_eq!(log.segment_count(), segments, "the flushed segment goes on");
+    assert_eq!(
+        log.maintenance().segment_count(),
+        segments,
+        "the flushed segment goes on"
+    );
     for i in 0..100 {
         log.append(&batch(4, T0 + i, 250)).unwrap();
     }
-    assert!(log.segment_count() > segments + 1);
+    assert!(log.maintenance().segment_count() > segments + 1);
     let base = *log
+        .maintenance()
         .segment_base_offsets()
         .iter()
         .rev()
@@ -467,7 +485,7 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
     assert!(!report.segments_deleted.is_empty());
     let first_batch = oncelog::format::RecordBatch::parse(&data).unwrap();
     assert_eq!(log.log_end_offset(), first_batch.last_offset() + 1);
-    assert_eq!(log.segment_base_offsets().last(), Some(&base));
+    assert_eq!(log.maintenance().segment_base_offsets().last(), Some(&base));
     read_all(&log, usize::MAX);
     log.append(&batch(1, T0, 10)).unwrap();
     assert_eq!(log.log_end_offset(), first_batch.last_offset() + 2);

@@ -116,9 +116,9 @@ fn tailing_readers_see_dense_valid_batches_and_keep_their_bytes_after_close_and_
         kept.extend(k);
     }
     assert!(
-        log.segment_count() > 10,
+        log.maintenance().segment_count() > 10,
         "rolled {} times",
-        log.segment_count()
+        log.maintenance().segment_count()
     );
     assert!(kept.len() > 3);
 

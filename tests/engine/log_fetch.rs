@@ -79,7 +79,11 @@ fn following_next_offset_reads_every_record_once_across_segments() {
         log.append(&batch(10, T0 + i, 100)).unwrap();
     }
     log.flush().unwrap();
-    assert!(log.segment_count() > 2, "rolled: {}", log.segment_count());
+    assert!(
+        log.maintenance().segment_count() > 2,
+        "rolled: {}",
+        log.maintenance().segment_count()
+    );
     let mut offset = 0;
     let mut seen = Vec::new();
     loop {

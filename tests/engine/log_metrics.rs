@@ -74,10 +74,12 @@ fn appends_duplicates_and_refusals_are_counted_by_kind() {
 fn replicated_batches_count_as_appended_and_apart() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
-    log.append_replicated(&replicated_batch(0, 4, T0, 10))
+    log.replica()
+        .append(&replicated_batch(0, 4, T0, 10))
         .unwrap();
     let behind = log
-        .append_replicated(&replicated_batch(2, 1, T0, 10))
+        .replica()
+        .append(&replicated_batch(2, 1, T0, 10))
         .unwrap_err();
     assert_eq!(behind.kind(), "unexpected_append_offset");
     let m = log.metrics();
@@ -96,7 +98,7 @@ fn rolls_flushes_and_snapshots_are_counted() {
     log.flush().unwrap();
     log.flush().unwrap();
     let m = log.metrics();
-    assert_eq!(m.rolls as usize, log.segment_count() - 1);
+    assert_eq!(m.rolls as usize, log.maintenance().segment_count() - 1);
     assert!(m.rolls >= 1);
     assert_eq!(m.snapshot_writes, m.rolls, "one snapshot at each roll");
     assert_eq!(m.flushes, 2);

@@ -84,14 +84,14 @@ fn roll_on_size_keeps_segments_within_segment_bytes_and_trims_them() {
         // Sizes vary so that segments end at different fill levels.
         let b = batch(1 + i % 7, T0 + i as i64, 100 + (i * 37) % 900);
         sizes.push(b.len());
-        let before = log.segment_count();
+        let before = log.maintenance().segment_count();
         let info = appended(log.append(&b).unwrap());
-        if log.segment_count() != before {
+        if log.maintenance().segment_count() != before {
             rolls += 1;
             assert_eq!(info.segment_base_offset, info.first_offset);
             assert_eq!(info.position, 0);
             // The sealed segment is trimmed at once, the active one preallocated.
-            let bases = log.segment_base_offsets();
+            let bases = log.maintenance().segment_base_offsets();
             let sealed = bases[bases.len() - 2];
             let sealed_len = file_len(dir.path(), sealed, "log") as usize;
             assert!(sealed_len + b.len() > config.segment_bytes, "rolled early");
@@ -105,7 +105,7 @@ fn roll_on_size_keeps_segments_within_segment_bytes_and_trims_them() {
             assert_eq!(file_len(dir.path(), sealed, "index") % 8, 0);
             assert_eq!(file_len(dir.path(), sealed, "timeindex") % 12, 0);
         }
-        let active = *log.segment_base_offsets().last().unwrap();
+        let active = *log.maintenance().segment_base_offsets().last().unwrap();
         assert_eq!(
             file_len(dir.path(), active, "log") as usize,
             config.segment_bytes,
@@ -118,7 +118,7 @@ fn roll_on_size_keeps_segments_within_segment_bytes_and_trims_them() {
         assert!(info.position as usize + b.len() <= config.segment_bytes);
     }
     assert!(rolls >= 5, "{rolls} rolls");
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     let end = log.log_end_offset();
     log.close().unwrap();
 
@@ -160,7 +160,7 @@ fn roll_on_time_uses_the_batch_timestamp_against_the_first_batch() {
     assert_eq!(base_of(log.append(&batch(1, T0 - 5000, 10)).unwrap()), 0);
     // 1001 past the first batch's max timestamp: roll.
     assert_eq!(base_of(log.append(&batch(1, T0 + 1002, 10)).unwrap()), 5);
-    assert_eq!(log.segment_base_offsets(), vec![0, 5]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 5]);
     // The new segment measures from its own first batch.
     assert_eq!(base_of(log.append(&batch(1, T0 + 2002, 10)).unwrap()), 5);
     assert_eq!(base_of(log.append(&batch(1, T0 + 2003, 10)).unwrap()), 7);
@@ -170,7 +170,7 @@ fn roll_on_time_uses_the_batch_timestamp_against_the_first_batch() {
     let log = Log::open_in(env_with(clock.clone()), dir.path(), config).unwrap();
     assert_eq!(base_of(log.append(&batch(1, T0 + 3003, 10)).unwrap()), 7);
     assert_eq!(base_of(log.append(&batch(1, T0 + 3004, 10)).unwrap()), 9);
-    assert_eq!(log.segment_base_offsets(), vec![0, 5, 7, 9]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 5, 7, 9]);
 }
 
 #[test]
@@ -188,7 +188,10 @@ fn roll_on_a_full_index() {
         log.append(&batch(1, T0 + i, 5000)).unwrap();
     }
     // batch 1 of a segment fills the time index; the next append rolls.
-    assert_eq!(log.segment_base_offsets(), vec![0, 2, 4, 6, 8]);
+    assert_eq!(
+        log.maintenance().segment_base_offsets(),
+        vec![0, 2, 4, 6, 8]
+    );
     log.close().unwrap();
     for base in [0, 2, 4, 6, 8] {
         let data = check_sealed_files(dir.path(), base, 4096);
@@ -203,21 +206,24 @@ fn roll_when_the_relative_offset_would_overflow_int32() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_config()).unwrap();
     let max = i32::MAX as i64;
-    log.append_replicated(&replicated_batch(0, 1, T0, 10))
+    log.replica()
+        .append(&replicated_batch(0, 1, T0, 10))
         .unwrap();
     // Last offset - base = i32::MAX still fits.
     let info = log
-        .append_replicated(&replicated_batch(max - 1, 2, T0, 10))
+        .replica()
+        .append(&replicated_batch(max - 1, 2, T0, 10))
         .unwrap()
         .unwrap();
     assert_eq!(info.segment_base_offset, 0);
     // One past does not: a new segment at the batch's first offset.
     let info = log
-        .append_replicated(&replicated_batch(max + 1, 2, T0, 10))
+        .replica()
+        .append(&replicated_batch(max + 1, 2, T0, 10))
         .unwrap()
         .unwrap();
     assert_eq!(info.segment_base_offset, max + 1);
-    assert_eq!(log.segment_base_offsets(), vec![0, max + 1]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, max + 1]);
     // A client batch straddling base + i32::MAX in a fresh log starts its own segment too.
     let info = appended(log.append(&batch(3, T0, 10)).unwrap());
     assert_eq!(info.first_offset, max + 3);
@@ -229,9 +235,9 @@ fn roll_when_the_relative_offset_would_overflow_int32() {
     log.close().unwrap();
     let log = Log::open(dir.path(), small_config()).unwrap();
     assert_eq!(log.log_end_offset(), max + 6);
-    assert_eq!(log.segment_base_offsets(), vec![0, max + 1]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, max + 1]);
     let wide = replicated_batch(2 * max + 1, 2, T0, 10); // last - (max + 1) = max + 1
-    let info = log.append_replicated(&wide).unwrap().unwrap();
+    let info = log.replica().append(&wide).unwrap().unwrap();
     // The new segment starts at the lowest base that indexes the batch in int32: the log end
     // (max + 6), not the batch's first offset as Kafka picks. Segments stay contiguous across a
     // replicated gap, so recovery can tell a gap from a lost tail.
@@ -251,7 +257,7 @@ fn log_append_time_stamps_max_timestamp_and_the_attribute_with_a_valid_crc() {
         ..small_config()
     };
     let log = Log::open_in(env_with(clock.clone()), dir.path(), config).unwrap();
-    log.set_leader_epoch(42).unwrap();
+    log.replica().set_leader_epoch(42).unwrap();
     let sent = batch(3, T0, 10);
     let info = appended(log.append(&sent).unwrap());
     assert_eq!(info.append_time_ms, T0 + 777);
@@ -277,14 +283,15 @@ fn log_append_time_stamps_max_timestamp_and_the_attribute_with_a_valid_crc() {
 fn create_time_keeps_client_timestamps_fixes_a_wrong_max_and_stamps_the_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_config()).unwrap();
-    log.set_leader_epoch(9).unwrap();
+    log.replica().set_leader_epoch(9).unwrap();
     let sent = batch(2, T0, 10);
     log.append(&sent).unwrap();
     let mut lying = BatchBuilder::new().max_timestamp(T0 - 50);
     lying.append(T0 + 5, None, Some(b"x"), &[]);
     log.append(&lying.build().unwrap()).unwrap();
     // Replicated batches keep their own epoch.
-    log.append_replicated(&replicated_batch(3, 1, T0, 10))
+    log.replica()
+        .append(&replicated_batch(3, 1, T0, 10))
         .unwrap();
     let back = read_all(&log, usize::MAX);
     assert!(common::same_except_offset_and_epoch(&back[0], &sent));
@@ -313,7 +320,7 @@ fn offset_for_timestamp_finds_the_first_record_reaching_the_target() {
         let info = appended(log.append(&batch(2, ts, 700)).unwrap());
         stamps.push((ts, info.first_offset)); // records (ts, first) and (ts + 1, first + 1)
     }
-    assert!(log.segment_count() > 2);
+    assert!(log.maintenance().segment_count() > 2);
     let check = |log: &Log| {
         let mut targets: Vec<i64> = stamps
             .iter()
@@ -354,10 +361,74 @@ fn indexes_rebuilt_by_recovery_follow_the_same_rule_as_the_append_path() {
     // No flush: every segment is validated and its indexes rebuilt from position 0.
     let log = Log::open(dir.path(), small_config()).unwrap();
     assert!(!log.recovery_report().indexes_rebuilt.is_empty());
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     assert!(bases.len() > 1);
     log.close().unwrap();
     for base in bases {
         check_sealed_files(dir.path(), base, 4096);
     }
+}
+
+/// `Log::roll` seals the active segment at the log end, as an append's roll does; an empty
+/// active segment is kept; the rolled layout survives a reopen.
+#[test]
+fn roll_seals_the_active_segment_at_the_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    assert!(
+        !log.roll().unwrap(),
+        "an empty active segment is not rolled"
+    );
+    log.append(&batch(3, T0, 10)).unwrap();
+    assert!(log.roll().unwrap());
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 3]);
+    assert!(!log.roll().unwrap(), "the new active segment is empty");
+    log.append(&batch(2, T0, 10)).unwrap();
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 3]);
+    let before = read_all(&log, 1 << 20);
+    log.close().unwrap();
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 3]);
+    assert_eq!(read_all(&log, 1 << 20), before);
+    log.close().unwrap();
+    let e = log.roll().unwrap_err();
+    assert_eq!(e.kind(), "closed");
+}
+
+/// What `roll` is for: compaction cleans sealed segments only, so without it the newest
+/// duplicates of a key stay until enough appends fill the segment.
+#[test]
+fn roll_lets_compaction_reach_the_newest_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        cleanup_policy: oncelog::CleanupPolicy::Compact,
+        compaction: oncelog::CompactionConfig {
+            min_cleanable_dirty_ratio: 0.0,
+            ..oncelog::CompactionConfig::default()
+        },
+        ..LogConfig::default()
+    };
+    let log = Log::open(dir.path(), config).unwrap();
+    for v in [b"one".as_slice(), b"two", b"three"] {
+        let mut b = BatchBuilder::new();
+        b.append(T0, Some(b"key"), Some(v), &[]);
+        log.append(&b.build().unwrap()).unwrap();
+    }
+    log.flush().unwrap();
+    let nothing = log.maintenance().compact(T0).unwrap();
+    assert_eq!(
+        nothing.records_removed, 0,
+        "only the active segment: nothing to clean"
+    );
+    log.roll().unwrap();
+    log.flush().unwrap();
+    let report = log.maintenance().compact(T0).unwrap();
+    assert_eq!(report.records_removed, 2, "{report:?}");
+    let values: Vec<Vec<u8>> = log
+        .fetch(0, 1 << 20)
+        .unwrap()
+        .records()
+        .map(|r| r.unwrap().value.unwrap().to_vec())
+        .collect();
+    assert_eq!(values, vec![b"three".to_vec()]);
 }

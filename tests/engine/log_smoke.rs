@@ -32,7 +32,11 @@ fn appends_roll_read_back_and_survive_reopen() {
             other => panic!("{other:?}"),
         }
     }
-    assert!(log.segment_count() > 3, "rolled: {}", log.segment_count());
+    assert!(
+        log.maintenance().segment_count() > 3,
+        "rolled: {}",
+        log.maintenance().segment_count()
+    );
     let check = |log: &Log| {
         let mut next = 0;
         while next < log.log_end_offset() {

@@ -90,7 +90,8 @@ fn a_replicated_append_wakes_a_reader_too() {
         thread::spawn(move || log.wait_for(0, FOREVER))
     };
     thread::sleep(Duration::from_millis(20));
-    log.append_replicated(&replicated_batch(0, 4, T0, 10))
+    log.replica()
+        .append(&replicated_batch(0, 4, T0, 10))
         .unwrap();
     assert_eq!(
         waiter.join().unwrap(),

@@ -26,6 +26,7 @@ mod log_bad_input;
 mod log_concurrency;
 mod log_fetch;
 mod log_metrics;
+mod log_reader;
 mod log_roll;
 mod log_smoke;
 mod log_wait;

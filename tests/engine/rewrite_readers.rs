@@ -144,7 +144,10 @@ fn reopened_log(dir: &Path, n: i64) -> (Arc<Log>, Arc<ReadingFs>) {
     }
     log.close().unwrap();
     let log = Arc::new(Log::open_in(env(), dir, config()).unwrap());
-    assert!(log.segment_base_offsets().len() > 5, "many segments");
+    assert!(
+        log.maintenance().segment_base_offsets().len() > 5,
+        "many segments"
+    );
     *fs.log.lock().unwrap() = Arc::downgrade(&log);
     (log, fs)
 }
@@ -164,24 +167,25 @@ fn readers_during_every_rewrite_read_the_old_bytes_or_the_new_never_a_missing_fi
     type Rewrite = fn(&Log);
     let rewrites: [(&str, Rewrite); 5] = [
         ("truncate inside a sealed segment", |log| {
-            let bases = log.segment_base_offsets();
-            log.truncate_to(bases[2] + 1).unwrap();
+            let bases = log.maintenance().segment_base_offsets();
+            log.replica().truncate_to(bases[2] + 1).unwrap();
         }),
         ("truncate at a segment's first offset", |log| {
-            let bases = log.segment_base_offsets();
-            log.truncate_to(bases[2]).unwrap();
+            let bases = log.maintenance().segment_base_offsets();
+            log.replica().truncate_to(bases[2]).unwrap();
         }),
         ("truncate fully", |log| {
-            log.truncate_fully_and_start_at(log.log_end_offset() + 10)
+            log.replica()
+                .truncate_fully_and_start_at(log.log_end_offset() + 10)
                 .unwrap();
         }),
         ("delete records and retention", |log| {
-            let bases = log.segment_base_offsets();
+            let bases = log.maintenance().segment_base_offsets();
             log.delete_records(bases[4] + 1).unwrap();
-            log.enforce_retention(T0).unwrap();
+            log.maintenance().enforce_retention(T0).unwrap();
         }),
         ("compaction", |log| {
-            log.compact(T0).unwrap();
+            log.maintenance().compact(T0).unwrap();
         }),
     ];
     let mut failed = Vec::new();

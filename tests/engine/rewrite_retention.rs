@@ -79,7 +79,7 @@ fn size_retention_removes_the_oldest_segments_until_the_log_fits() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), config()).unwrap();
     fill(&log, 1, 0, 30);
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     assert!(bases.len() >= 5, "{bases:?}");
     let sizes: Vec<u64> = bases
         .iter()
@@ -94,7 +94,7 @@ fn size_retention_removes_the_oldest_segments_until_the_log_fits() {
     // over the limit after the first two segments keeps the third.
     let limit = total - sizes[0] - sizes[1] - 1;
     let log = reopen(log, dir.path(), |c| c.retention_bytes = Some(limit));
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     let deleted: Vec<(i64, RetentionReason)> = report
         .deleted
         .iter()
@@ -112,12 +112,15 @@ fn size_retention_removes_the_oldest_segments_until_the_log_fits() {
     assert_eq!(log.log_start_offset(), bases[2]);
     assert_eq!(report.log_start_offset, bases[2]);
     assert_eq!(log.size_bytes(), limit + 1);
-    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+    assert_eq!(
+        log.maintenance().segment_base_offsets(),
+        bases[2..].to_vec()
+    );
     // One byte less of room, and the third goes too.
     let log = reopen(log, dir.path(), |c| {
         c.retention_bytes = Some(limit + 1 - sizes[2])
     });
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     assert_eq!(report.deleted.len(), 1);
     assert_eq!(log.log_start_offset(), bases[3]);
     // The delay is 0: the files are gone once the call returns.
@@ -145,7 +148,7 @@ fn time_retention_stops_at_the_first_segment_it_spares() {
     )
     .unwrap();
     fill(&log, 1, 0, 30);
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     // Batch k has timestamps T0 + 1000 k .. +4; segment i's newest is that of its last batch.
     let newest_of_second = {
         let bytes = log.read(bases[2] - 1, 1).unwrap();
@@ -153,12 +156,17 @@ fn time_retention_stops_at_the_first_segment_it_spares() {
     };
     // Now is just past the retention of the second segment's newest record.
     let now = newest_of_second + 10_001;
-    let report = log.enforce_retention(now).unwrap();
+    let report = log.maintenance().enforce_retention(now).unwrap();
     let reasons: Vec<RetentionReason> = report.deleted.iter().map(|d| d.reason).collect();
     assert_eq!(reasons, vec![RetentionReason::Time, RetentionReason::Time]);
     assert_eq!(log.log_start_offset(), bases[2]);
     // A second pass at the same time removes nothing more.
-    assert!(log.enforce_retention(now).unwrap().deleted.is_empty());
+    assert!(log
+        .maintenance()
+        .enforce_retention(now)
+        .unwrap()
+        .deleted
+        .is_empty());
 }
 
 #[test]
@@ -174,10 +182,10 @@ fn retention_never_removes_what_reaches_above_the_high_watermark() {
     )
     .unwrap();
     fill(&log, 1, 0, 30);
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     // Committed up to the middle of the third segment.
-    log.set_high_watermark(bases[2] + 1).unwrap();
-    let report = log.enforce_retention(T0).unwrap();
+    log.replica().set_high_watermark(bases[2] + 1).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     assert_eq!(report.deleted.len(), 2, "{report:?}");
     assert_eq!(log.log_start_offset(), bases[2]);
     assert!(!report.rolled);
@@ -196,11 +204,11 @@ fn when_every_segment_qualifies_the_log_rolls_first_and_appends_continue() {
     .unwrap();
     let sent = fill(&log, 1, 0, 20);
     let end = log.log_end_offset();
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     assert!(report.rolled);
     assert_eq!(log.log_start_offset(), end);
     assert_eq!(log.log_end_offset(), end);
-    assert_eq!(log.segment_base_offsets(), vec![end]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![end]);
     // A retry of a removed batch is still a duplicate; the next one continues the sequence.
     match log.append(&sent[19].client).unwrap() {
         AppendOutcome::Duplicate(d) => assert_eq!(d.first_offset, sent[19].first),
@@ -217,7 +225,7 @@ fn delete_records_raises_the_log_start_durably_and_retention_removes_what_is_bel
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), config()).unwrap();
     fill(&log, 1, 0, 30);
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     let target = bases[2] + 2;
     assert_eq!(log.delete_records(target).unwrap(), target);
     assert_eq!(log.log_start_offset(), target);
@@ -232,7 +240,7 @@ fn delete_records_raises_the_log_start_durably_and_retention_removes_what_is_bel
     assert!(first_offset(&log) <= target);
     // Lowering it is a no-op.
     assert_eq!(log.delete_records(bases[1]).unwrap(), target);
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     let deleted: Vec<(i64, RetentionReason)> = report
         .deleted
         .iter()
@@ -246,7 +254,7 @@ fn delete_records_raises_the_log_start_durably_and_retention_removes_what_is_bel
         ]
     );
     assert_eq!(log.log_start_offset(), target);
-    assert_eq!(log.segment_base_offsets()[0], bases[2]);
+    assert_eq!(log.maintenance().segment_base_offsets()[0], bases[2]);
     // Durable at once: a crash right after keeps the new start.
     log.delete_records(target + 1).unwrap();
     log.abandon();
@@ -267,7 +275,7 @@ fn delete_records_above_the_high_watermark_is_refused_and_changes_nothing() {
     )
     .unwrap();
     fill(&log, 1, 0, 10);
-    log.set_high_watermark(20).unwrap();
+    log.replica().set_high_watermark(20).unwrap();
     let before = common::dir_contents(dir.path());
     match log.delete_records(21) {
         Err(e @ RewriteError::AboveHighWatermark { .. }) => {
@@ -307,7 +315,7 @@ fn a_producer_whose_batches_were_all_removed_is_still_deduplicated_across_restar
     // Producer 7 writes the first segments; producer 8 everything after.
     let gone = fill(&log, 7, 0, 6);
     let stays = fill(&log, 8, 0, 12);
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     assert!(
         report.rolled,
         "every segment qualifies at 0 bytes: {report:?}"
@@ -376,20 +384,20 @@ fn deleted_files_stay_until_the_delay_has_passed() {
     )
     .unwrap();
     fill(&log, 1, 0, 12);
-    let report = log.enforce_retention(T0).unwrap();
+    let report = log.maintenance().enforce_retention(T0).unwrap();
     let base = report.deleted[0].base_offset;
     let renamed = format!("{base:020}.log.deleted");
     assert!(segment_files(dir.path()).contains(&renamed));
     // Not yet due.
-    log.enforce_retention(T0 + 59_999).unwrap();
+    log.maintenance().enforce_retention(T0 + 59_999).unwrap();
     assert!(segment_files(dir.path()).contains(&renamed));
-    log.enforce_retention(T0 + 60_000).unwrap();
+    log.maintenance().enforce_retention(T0 + 60_000).unwrap();
     assert!(!segment_files(dir.path())
         .iter()
         .any(|n| n.contains("deleted")));
     // Left by a crash, they are removed by the next open.
     fill(&log, 1, 60, 12);
-    log.enforce_retention(T0 + 70_000).unwrap();
+    log.maintenance().enforce_retention(T0 + 70_000).unwrap();
     assert!(segment_files(dir.path())
         .iter()
         .any(|n| n.contains("deleted")));
@@ -415,7 +423,7 @@ fn bytes_held_across_retention_and_close_keep_their_content() {
     fill(&log, 1, 0, 12);
     let held = log.read(0, 1 << 20).unwrap();
     let copy = held.to_vec();
-    log.enforce_retention(T0).unwrap();
+    log.maintenance().enforce_retention(T0).unwrap();
     assert!(!dir.path().join(format!("{:020}.log", 0)).exists());
     assert_eq!(&held[..], &copy[..]);
     log.close().unwrap();
@@ -447,7 +455,7 @@ fn retention_on_the_two_segment_kafka_fixture_keeps_offsets_epochs_and_producers
     let dir = fixture("userchic-mymicroservices", "postCreated-0");
     let log = Log::open(dir.path(), LogConfig::default()).unwrap();
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (11, 17));
-    assert_eq!(log.segment_base_offsets(), vec![11, 16]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![11, 16]);
     // A Kafka directory's batches were validated, not synced: the high watermark (the durable
     // end) moves once they are.
     log.flush().unwrap();
@@ -456,6 +464,7 @@ fn retention_on_the_two_segment_kafka_fixture_keeps_offsets_epochs_and_producers
     assert_eq!(all.len(), 6);
     assert_eq!(log.delete_records(13).unwrap(), 13);
     let epochs: Vec<(i32, i64)> = log
+        .replica()
         .leader_epochs()
         .iter()
         .map(|e| (e.epoch, e.start_offset))
@@ -463,7 +472,7 @@ fn retention_on_the_two_segment_kafka_fixture_keeps_offsets_epochs_and_producers
     assert_eq!(epochs, vec![(66, 13), (68, 16)]);
     // Kafka's default time rule (7 days) at a far later time: both segments are too old, so
     // the log rolls at 17 first and both go.
-    let report = log.enforce_retention(T0 * 2).unwrap();
+    let report = log.maintenance().enforce_retention(T0 * 2).unwrap();
     let deleted: Vec<(i64, RetentionReason)> = report
         .deleted
         .iter()
@@ -479,6 +488,7 @@ fn retention_on_the_two_segment_kafka_fixture_keeps_offsets_epochs_and_producers
     assert_eq!(log.producer_count(), producers_before);
     // The epoch cache starts at the new log start with the epoch that wrote it.
     let epochs: Vec<(i32, i64)> = log
+        .replica()
         .leader_epochs()
         .iter()
         .map(|e| (e.epoch, e.start_offset))
@@ -513,6 +523,6 @@ fn delete_records_on_posts_0_hides_what_is_below_and_keeps_the_rest() {
     assert_eq!(after[0], all[batches.len() / 2]);
     assert_eq!(after.len(), all.len() - batches.len() / 2);
     assert!(mid_first <= mid_last);
-    log.enforce_retention(0).unwrap();
+    log.maintenance().enforce_retention(0).unwrap();
     assert_eq!(read_all(&log, usize::MAX), after);
 }

@@ -59,9 +59,9 @@ fn offsets(log: &Log) -> Vec<(i64, i64)> {
 fn truncation_to_a_batch_boundary_removes_every_later_batch_and_segment() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = log_of(dir.path(), 200);
-    let segments_before = log.segment_count();
+    let segments_before = log.maintenance().segment_count();
     assert!(segments_before >= 4, "{segments_before}");
-    let report = log.truncate_to(300).unwrap();
+    let report = log.replica().truncate_to(300).unwrap();
     assert_eq!((report.old_log_end, report.new_log_end), (1000, 300));
     assert!(!report.segments_removed.is_empty());
     assert_eq!(log.log_end_offset(), 300);
@@ -83,7 +83,7 @@ fn truncation_to_a_batch_boundary_removes_every_later_batch_and_segment() {
 fn an_offset_inside_a_batch_takes_the_whole_batch_and_reports_its_start() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = log_of(dir.path(), 20);
-    let report = log.truncate_to(42).unwrap();
+    let report = log.replica().truncate_to(42).unwrap();
     assert_eq!(report.new_log_end, 40, "the batch holding 42 started at 40");
     assert_eq!(log.log_end_offset(), 40);
     assert_eq!(offsets(&log).last(), Some(&(35, 39)));
@@ -93,7 +93,7 @@ fn an_offset_inside_a_batch_takes_the_whole_batch_and_reports_its_start() {
 fn a_retry_of_a_truncated_batch_is_appended_again_and_a_kept_one_is_a_duplicate() {
     let dir = tempfile::tempdir().unwrap();
     let (log, sent) = log_of(dir.path(), 40);
-    log.truncate_to(100).unwrap();
+    log.replica().truncate_to(100).unwrap();
     // Batch 19 (offsets 95..99) stays; batch 20 (100..104) went.
     match log.append(&sent[19]).unwrap() {
         AppendOutcome::Duplicate(d) => assert_eq!((d.first_offset, d.last_offset), (95, 99)),
@@ -122,7 +122,7 @@ fn snapshots_above_the_new_end_go_and_the_reopened_log_is_the_truncated_one() {
     let (log, _) = log_of(dir.path(), 200);
     log.close().unwrap();
     let log = Log::open(dir.path(), config()).unwrap();
-    let report = log.truncate_to(333).unwrap();
+    let report = log.replica().truncate_to(333).unwrap();
     assert_eq!(report.new_log_end, 330);
     assert!(!report.snapshots_removed.is_empty());
     assert!(report.snapshots_removed.iter().all(|&o| o > 330));
@@ -153,7 +153,7 @@ fn bytes_held_across_a_truncation_keep_their_content() {
         .map(|k| log.read(k * 5, 1 << 20).unwrap())
         .collect();
     let copies: Vec<Vec<u8>> = held.iter().map(|b| b.to_vec()).collect();
-    log.truncate_to(503).unwrap();
+    log.replica().truncate_to(503).unwrap();
     for (h, c) in held.iter().zip(&copies) {
         assert_eq!(&h[..], &c[..]);
     }
@@ -169,10 +169,10 @@ fn bytes_held_across_a_truncation_keep_their_content() {
 fn a_dead_tail_left_under_a_reader_is_recorded_and_trimmed_by_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = log_of(dir.path(), 30);
-    let base = *log.segment_base_offsets().last().unwrap();
+    let base = *log.maintenance().segment_base_offsets().last().unwrap();
     let held = log.read(log.log_end_offset() - 5, 1 << 20).unwrap();
     let cut = log.log_end_offset() - 20;
-    log.truncate_to(cut).unwrap();
+    log.replica().truncate_to(cut).unwrap();
     log.close().unwrap();
     drop(held);
     let path = dir.path().join(format!("{base:020}.log"));
@@ -234,7 +234,7 @@ fn a_tailing_reader_never_sees_removed_data_after_the_call() {
         })
     };
     for round in 0..20 {
-        log.truncate_to(200 + round).unwrap();
+        log.replica().truncate_to(200 + round).unwrap();
         let end = log.log_end_offset();
         // Right after the call, nothing at or above the new end can be read.
         assert!(log.read(end + 1, 1 << 16).is_err());
@@ -254,16 +254,16 @@ fn truncation_refuses_offsets_outside_the_log_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (log, _) = log_of(dir.path(), 20);
     let before = common::dir_contents(dir.path());
-    match log.truncate_to(101) {
+    match log.replica().truncate_to(101) {
         Err(e @ RewriteError::AboveLogEnd { .. }) => assert_eq!(e.kind(), "above_log_end"),
         other => panic!("{other:?}"),
     }
     log.delete_records(50).unwrap();
-    match log.truncate_to(49) {
+    match log.replica().truncate_to(49) {
         Err(e @ RewriteError::BelowLogStart { .. }) => assert_eq!(e.kind(), "below_log_start"),
         other => panic!("{other:?}"),
     }
-    let report = log.truncate_to(100).unwrap();
+    let report = log.replica().truncate_to(100).unwrap();
     assert_eq!(report.new_log_end, 100, "at the end: nothing to do");
     assert!(report.segments_removed.is_empty());
     let _ = before;
@@ -274,8 +274,8 @@ fn truncation_refuses_offsets_outside_the_log_and_changes_nothing() {
 fn truncate_fully_starts_the_log_over_empty() {
     let dir = tempfile::tempdir().unwrap();
     let (log, sent) = log_of(dir.path(), 200);
-    log.set_leader_epoch(4).unwrap();
-    let report = log.truncate_fully_and_start_at(5000).unwrap();
+    log.replica().set_leader_epoch(4).unwrap();
+    let report = log.replica().truncate_fully_and_start_at(5000).unwrap();
     assert_eq!(report.new_log_end, 5000);
     assert_eq!(
         (
@@ -285,8 +285,8 @@ fn truncate_fully_starts_the_log_over_empty() {
         ),
         (5000, 5000, 5000)
     );
-    assert_eq!(log.segment_base_offsets(), vec![5000]);
-    assert!(log.leader_epochs().is_empty());
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![5000]);
+    assert!(log.replica().leader_epochs().is_empty());
     assert_eq!(log.producer_count(), 0);
     // A producer starting over is accepted at any sequence (it is unknown again).
     match log.append(&sent[150]).unwrap() {
@@ -330,7 +330,7 @@ fn truncation_of_real_kafka_data_keeps_its_offsets_and_producer_state() {
         every_producer.len() > last_kept_seq.len(),
         "{every_producer:?}"
     );
-    let report = log.truncate_to(keep_last + 1).unwrap();
+    let report = log.replica().truncate_to(keep_last + 1).unwrap();
     assert_eq!(report.new_log_end, keep_last + 1);
     assert_eq!(offsets(&log), all[..=all.len() / 2].to_vec());
     assert!(report.old_log_end == end && keep_base <= keep_last);
@@ -406,7 +406,7 @@ fn readers_looking_up_indexes_during_truncations_never_fault() {
         .collect();
     for round in 0..30 {
         // Down to a few batches (the index shrinks to its first page), and back up.
-        log.truncate_to(5 * (3 + round % 7)).unwrap();
+        log.replica().truncate_to(5 * (3 + round % 7)).unwrap();
         fill(&log, 101 + round);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

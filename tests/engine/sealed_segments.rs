@@ -40,9 +40,9 @@ fn fill(dir: &Path, env: Environment, batches: usize) {
         log.append(&batch(i)).unwrap();
     }
     assert!(
-        log.segment_count() >= 10,
+        log.maintenance().segment_count() >= 10,
         "{} segments",
-        log.segment_count()
+        log.maintenance().segment_count()
     );
     log.close().unwrap();
 }
@@ -79,7 +79,7 @@ fn a_log_of_many_segments_holds_one_descriptor_and_maps_only_what_is_read() {
     assert_eq!(open_descriptors(dir.path()), before + 1);
     // The active segment's three maps, no sealed one's.
     assert_eq!(maps_of(dir.path()), 3);
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     // Reading every sealed segment maps each in turn; at most two stay mapped.
     let mut held = Vec::new();
     for &base in &bases[..bases.len() - 1] {
@@ -135,7 +135,7 @@ fn opening_a_cleanly_closed_log_maps_no_sealed_segment_and_reads_no_batch() {
     assert_eq!(delta(&after.maps, &before.maps, "timeindex"), 1);
     // No batch is read; of each segment's indexes, the last segment's too, one read of their
     // last entries, which are held to the checkpoint's record.
-    let segments = log.segment_count() as u64;
+    let segments = log.maintenance().segment_count() as u64;
     assert!(segments >= 11);
     assert_eq!(delta(&after.reads, &before.reads, "log"), 0);
     assert_eq!(delta(&after.reads, &before.reads, "index"), segments);
@@ -147,10 +147,11 @@ fn opening_a_cleanly_closed_log_maps_no_sealed_segment_and_reads_no_batch() {
     );
     // Every sealed segment still reads (each mapped in turn, its indexes checked then).
     let all: usize = log
+        .maintenance()
         .segment_base_offsets()
         .iter()
         .map(|&b| read_from(&log, b).len())
         .sum();
-    assert_eq!(all, log.segment_count());
+    assert_eq!(all, log.maintenance().segment_count());
     log.close().unwrap();
 }

@@ -23,7 +23,7 @@ fn batch(records: usize, value: usize) -> Vec<u8> {
 }
 
 fn active_log(dir: &Path, log: &Log) -> std::fs::Metadata {
-    let base = *log.segment_base_offsets().last().unwrap();
+    let base = *log.maintenance().segment_base_offsets().last().unwrap();
     std::fs::metadata(dir.join(format!("{base:020}.log"))).unwrap()
 }
 
@@ -107,7 +107,7 @@ fn space_grows_in_steps_as_the_writer_needs_it_and_every_batch_reads_back() {
                 "{preallocation:?}: {len} bytes for {written}"
             );
         }
-        assert!(log.segment_count() > 2, "rolled");
+        assert!(log.maintenance().segment_count() > 2, "rolled");
         assert_eq!(read_all(&log), records as i64);
         log.close().unwrap();
         let log = Log::open(dir.path(), config).unwrap();

@@ -218,7 +218,7 @@ fn the_marker_batch_is_the_one_kafkas_coordinator_writes() {
     let clock = TestClock::new(T0);
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open_in(env_with(clock), dir.path(), config()).unwrap();
-    log.set_leader_epoch(3).unwrap();
+    log.replica().set_leader_epoch(3).unwrap();
     log.append(&produce(123_456_789, 0, 5, true)).unwrap();
     log.append_marker(&TxnMarker::commit(123_456_789, 0, 7))
         .unwrap();
@@ -408,7 +408,7 @@ fn a_replicated_marker_with_a_wrong_control_record_is_refused_with_nothing_writt
     ] {
         let mut both = data.clone();
         both.extend_from_slice(&bad);
-        let e = log.append_replicated(&both).unwrap_err();
+        let e = log.replica().append(&both).unwrap_err();
         match &e {
             AppendError::Batch(BatchError::InvalidMarker {
                 producer_id: 7,
@@ -426,7 +426,7 @@ fn a_replicated_marker_with_a_wrong_control_record_is_refused_with_nothing_writt
     // The good marker is taken, completes the transaction and indexes the abort.
     let mut both = data.clone();
     both.extend_from_slice(&bent_marker(1, 0, 6));
-    log.append_replicated(&both).unwrap();
+    log.replica().append(&both).unwrap();
     assert_eq!(
         txn_entries(dir.path(), 0),
         [AbortedTxn {
@@ -453,7 +453,7 @@ fn replicated_markers_keep_the_leaders_coordinator_epochs_unchecked() {
         .transactional(true);
     open_txn.append(T0, None, Some(b"v"), &[]);
     batches.extend(open_txn.build().unwrap());
-    log.append_replicated(&batches).unwrap();
+    log.replica().append(&batches).unwrap();
     assert_eq!(log.producer(7).unwrap().coordinator_epoch(), 3);
     log.flush().unwrap();
     assert_eq!(log.first_unstable_offset(), Some(2));
@@ -471,7 +471,7 @@ fn truncation_cuts_the_txnindex_and_reopens_the_transaction() {
     log.flush().unwrap();
     assert_eq!(txn_entries(dir.path(), 0).len(), 2);
     assert_eq!(log.first_unstable_offset(), None);
-    let report = log.truncate_to(5).unwrap();
+    let report = log.replica().truncate_to(5).unwrap();
     assert_eq!(report.new_log_end, 5);
     assert_eq!(
         txn_entries(dir.path(), 0).len(),
@@ -503,14 +503,14 @@ fn a_truncation_below_a_marker_in_a_later_segment_removes_its_file() {
     let log = open(dir.path());
     let mut p = Producers::new();
     p.send(&log, 5, 1, true);
-    while log.segment_count() < 2 {
+    while log.maintenance().segment_count() < 2 {
         p.send(&log, 1, 20, false);
     }
-    let active = *log.segment_base_offsets().last().unwrap();
+    let active = *log.maintenance().segment_base_offsets().last().unwrap();
     let marker = log.append_marker(&TxnMarker::abort(5, 0, 0)).unwrap();
     assert_eq!(marker.segment_base_offset, active);
     assert_eq!(txn_entries(dir.path(), active)[0].first_offset, 0);
-    log.truncate_to(marker.first_offset).unwrap();
+    log.replica().truncate_to(marker.first_offset).unwrap();
     log.flush().unwrap();
     assert!(txn_entries(dir.path(), active).is_empty());
     assert_eq!(log.first_unstable_offset(), Some(0));
@@ -664,10 +664,10 @@ fn a_producer_with_an_open_transaction_is_never_expired_or_evicted() {
         "the idle one with a transaction stays"
     );
     assert!(log.producer(2).is_none());
-    assert_eq!(log.expire_producers(T0 + 1_000_000), 1);
+    assert_eq!(log.maintenance().expire_producers(T0 + 1_000_000), 1);
     assert!(log.producer(1).is_some());
     log.append_marker(&TxnMarker::commit(1, 0, 0)).unwrap();
-    assert_eq!(log.expire_producers(T0 + 1_000_000), 1);
+    assert_eq!(log.maintenance().expire_producers(T0 + 1_000_000), 1);
     assert!(log.producer(1).is_none());
 }
 
@@ -684,22 +684,22 @@ fn under_a_caller_set_high_watermark_the_lso_follows_it() {
     p.send(&log, 5, 2, true); // 3..5
     log.append_marker(&TxnMarker::commit(5, 0, 0)).unwrap(); // 5
     assert_eq!(log.last_stable_offset(), 0, "nothing replicated");
-    log.set_high_watermark(4).unwrap();
+    log.replica().set_high_watermark(4).unwrap();
     assert_eq!(log.last_stable_offset(), 3);
-    log.set_high_watermark(5).unwrap();
+    log.replica().set_high_watermark(5).unwrap();
     assert_eq!(
         log.last_stable_offset(),
         3,
         "the marker at 5 is not below the HW"
     );
-    log.set_high_watermark(6).unwrap();
+    log.replica().set_high_watermark(6).unwrap();
     assert_eq!(log.last_stable_offset(), 6);
     assert_eq!(
         consumed(&log, IsolationLevel::ReadCommitted),
         [0, 1, 2, 3, 4]
     );
     // A truncation below the marker brings the transaction back.
-    log.truncate_to(5).unwrap();
+    log.replica().truncate_to(5).unwrap();
     assert_eq!(log.high_watermark(), 5);
     assert_eq!(log.first_unstable_offset(), Some(3));
     log.close().unwrap();
@@ -720,7 +720,7 @@ fn under_a_caller_set_high_watermark_the_lso_follows_it() {
     assert_eq!(log.producer_load_report().snapshot_offset, Some(6));
     assert_eq!(log.first_unstable_offset(), None);
     assert_eq!(log.last_stable_offset(), 5);
-    log.set_high_watermark(6).unwrap();
+    log.replica().set_high_watermark(6).unwrap();
     assert_eq!(log.last_stable_offset(), 6);
 }
 
@@ -734,20 +734,21 @@ fn markers_roll_segments_and_are_durable_under_the_always_flush_policy() {
     let log = open_with(dir.path(), cfg);
     let mut p = Producers::new();
     let mut markers = 0;
-    while log.segment_count() < 4 {
+    while log.maintenance().segment_count() < 4 {
         p.send(&log, 9, 10, true);
         let m = log.append_marker(&TxnMarker::abort(9, 0, 0)).unwrap();
         assert_eq!(log.recovery_point(), m.last_offset + 1, "durable at once");
         markers += 1;
     }
     let total: usize = log
+        .maintenance()
         .segment_base_offsets()
         .iter()
         .map(|b| txn_entries(dir.path(), *b).len())
         .sum();
     assert_eq!(total, markers);
     // Each entry is in the segment that holds its marker.
-    for base in log.segment_base_offsets() {
+    for base in log.maintenance().segment_base_offsets() {
         for e in txn_entries(dir.path(), base) {
             let bytes = log.read(e.last_offset, 1).unwrap();
             let (_, b) = BatchIter::new(&bytes).next().unwrap().unwrap();

@@ -134,7 +134,7 @@ fn compacting_kafkas_compacted_partition_again_keeps_what_kafkas_cleaner_kept() 
 
     // Before any horizon: nothing Kafka kept goes.
     let now = max_ts + 1000;
-    let c = log.cleanable(now);
+    let c = log.maintenance().cleanable(now);
     assert_eq!(
         c.first_dirty_offset,
         log.log_start_offset(),
@@ -144,7 +144,7 @@ fn compacting_kafkas_compacted_partition_again_keeps_what_kafkas_cleaner_kept() 
         c.first_uncleanable_offset, 2650,
         "the active segment's base"
     );
-    let r = log.compact(now).unwrap();
+    let r = log.maintenance().compact(now).unwrap();
     assert_eq!(r.records_removed, 0, "{r:?}");
     assert_eq!(r.tombstones_kept, 20, "{r:?}");
     let (after, after_batches, _) = contents(&log);
@@ -173,7 +173,7 @@ fn compacting_kafkas_compacted_partition_again_keeps_what_kafkas_cleaner_kept() 
     );
 
     // Past every horizon: the tombstones go; every other key keeps its latest value.
-    let r = log.compact(now + 30 * DAY).unwrap();
+    let r = log.maintenance().compact(now + 30 * DAY).unwrap();
     assert_eq!(r.passes, 0, "nothing new is dirty: {r:?}");
     log.close().unwrap();
     drop(log);
@@ -181,7 +181,7 @@ fn compacting_kafkas_compacted_partition_again_keeps_what_kafkas_cleaner_kept() 
     // data made the log dirty.
     std::fs::remove_file(dir.path().join(oncelog::CLEANER_OFFSET_FILE)).unwrap();
     let log = Log::open(dir.path(), config()).unwrap();
-    let r = log.compact(now + 30 * DAY).unwrap();
+    let r = log.maintenance().compact(now + 30 * DAY).unwrap();
     assert_eq!(r.tombstones_removed, 20, "{r:?}");
     let (gone, _, _) = contents(&log);
     let below: Vec<Rec> = view.iter().filter(|r| r.0 < 2650).cloned().collect();
@@ -240,10 +240,10 @@ fn the_coordinators_compacted_log_keeps_every_keys_latest_value() {
     let mut b = oncelog::format::BatchBuilder::new();
     b.append(0, Some(b"oncelog roll"), Some(&[0u8; 120]), &[]);
     log.append(&b.build().unwrap()).unwrap();
-    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.maintenance().segment_count(), 2);
     let (before, _, max_ts) = contents(&log);
-    let active = *log.segment_base_offsets().last().unwrap();
-    let r = log.compact(max_ts + 30 * DAY).unwrap();
+    let active = *log.maintenance().segment_base_offsets().last().unwrap();
+    let r = log.maintenance().compact(max_ts + 30 * DAY).unwrap();
     assert!(r.records_removed > 0, "{r:?}");
     let (after, _, _) = contents(&log);
     // Below the active segment, the latest of each key (tombstones past their horizon gone);

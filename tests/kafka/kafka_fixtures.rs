@@ -191,7 +191,7 @@ fn every_fixture_partition_reads_back_exactly_as_kafka_wrote_it() {
         assert_eq!(log.log_end_offset(), expected_end, "{name}: log end");
         assert_eq!(log.log_start_offset(), originals[0].1, "{name}: log start");
         assert_eq!(
-            log.segment_base_offsets(),
+            log.maintenance().segment_base_offsets(),
             originals.iter().map(|s| s.1).collect::<Vec<_>>(),
             "{name}"
         );

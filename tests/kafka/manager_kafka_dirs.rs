@@ -99,7 +99,7 @@ fn a_kafka_4_4_log_dir_shut_down_cleanly_opens_without_validating_and_closes_unc
     assert_eq!(read.first(), Some(&1135));
     assert_eq!(read.last(), Some(&2650));
     let rolled = m.get("rolled", 0).unwrap();
-    assert_eq!(rolled.segment_count(), 18);
+    assert_eq!(rolled.maintenance().segment_count(), 18);
     assert_eq!(offsets_read(&rolled), (0..2000).collect::<Vec<_>>());
     drop((compacted, rolled));
     m.close().unwrap();

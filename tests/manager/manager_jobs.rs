@@ -156,7 +156,7 @@ fn retention_then_deletion_remove_old_segments_and_their_files_after_the_delay()
     append(&kept, 300, None);
     log.flush().unwrap();
     kept.flush().unwrap();
-    let segments = log.segment_count();
+    let segments = log.maintenance().segment_count();
     assert!(segments > 3, "{segments}");
     clock.set(T0 + 8 * DAY);
     let r = m.run_job(Job::Retention).unwrap();

@@ -286,7 +286,7 @@ fn run(ops: Vec<Op>, small_map: bool) -> Result<usize, TestCaseError> {
             }
             Op::Compact { half_days } => {
                 now += i64::from(half_days) * DAY / 2;
-                let r = log.compact(now).unwrap();
+                let r = log.maintenance().compact(now).unwrap();
                 model.durable = model.end;
                 if r.passes > 0 {
                     model.cleaned_to = model.cleaned_to.max(r.cleaned_to);
@@ -320,7 +320,7 @@ fn run(ops: Vec<Op>, small_map: bool) -> Result<usize, TestCaseError> {
     }
     // A last compaction far in the future: every tombstone's horizon has passed.
     for later in [3 * DAY, 6 * DAY] {
-        let r = log.compact(now + later).unwrap();
+        let r = log.maintenance().compact(now + later).unwrap();
         if r.passes > 0 {
             model.cleaned_to = model.cleaned_to.max(r.cleaned_to);
         }

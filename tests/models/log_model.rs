@@ -122,7 +122,7 @@ fn run(ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), config()).unwrap();
     // Client batches carry epoch 3 from here on; reopens find it in the epoch cache.
-    log.set_leader_epoch(3).unwrap();
+    log.replica().set_leader_epoch(3).unwrap();
     let mut model: Vec<Stored> = Vec::new();
     // Whether the log was opened from a clean close and has not changed since: its clean
     // checkpoint is still on disk, and a crash then needs no recovery.
@@ -163,7 +163,7 @@ fn run(ops: Vec<Op>) {
                     .partition_leader_epoch(2)
                     .build()
                     .unwrap();
-                let info = log.append_replicated(&sent).unwrap().unwrap();
+                let info = log.replica().append(&sent).unwrap().unwrap();
                 assert_eq!(info.first_offset, base);
                 model.push(Stored {
                     base,
@@ -181,7 +181,7 @@ fn run(ops: Vec<Op>) {
                 log = Log::open(dir.path(), config()).unwrap();
                 // A leader sets its epoch again after opening (an epoch that wrote nothing yet
                 // is not in the cache of a reopened log, as in Kafka).
-                log.set_leader_epoch(3).unwrap();
+                log.replica().set_leader_epoch(3).unwrap();
                 assert!(log.recovery_report().clean_shutdown);
                 untouched = true;
                 check_all(&log, &model);
@@ -192,7 +192,7 @@ fn run(ops: Vec<Op>) {
                 }
                 log.abandon();
                 log = Log::open(dir.path(), config()).unwrap();
-                log.set_leader_epoch(3).unwrap();
+                log.replica().set_leader_epoch(3).unwrap();
                 let report = log.recovery_report().clone();
                 // A crash before the first change after a clean open needs no recovery: that
                 // open changed no file (nothing is preallocated before the first append), so

@@ -207,6 +207,7 @@ fn check(log: &Log, model: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.len(), want.len());
     prop_assert!(got == want, "batches differ");
     let epochs: Vec<(i32, i64)> = log
+        .replica()
         .leader_epochs()
         .iter()
         .map(|e| (e.epoch, e.start_offset))
@@ -321,7 +322,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Truncate { frac } => {
                 let to = frac_of(model.log_start, model.end(), frac);
-                let report = log.truncate_to(to).unwrap();
+                let report = log.replica().truncate_to(to).unwrap();
                 // Every batch holding an offset at or above `to` goes, whole: the log ends
                 // where the first of them started, and its start follows if it was above.
                 if let Some(first) = model.batches.iter().find(|b| b.last >= to).map(|b| b.first) {
@@ -359,8 +360,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let k = (readable.len() - 1) * frac as usize / 255;
                 let now = readable[k].ts + 1;
-                let segments_before = log.segment_base_offsets();
-                let report = log.enforce_retention(now).unwrap();
+                let segments_before = log.maintenance().segment_base_offsets();
+                let report = log.maintenance().enforce_retention(now).unwrap();
                 // Which segments go is the rules' to say (they have their own unit tests): the
                 // model follows the log start reported, and checks that every batch removed
                 // was older than `now` (retention_ms is 0).
@@ -396,7 +397,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::LeaderEpoch { up } => {
                 let epoch = model.leader_epoch + up;
-                log.set_leader_epoch(epoch).unwrap();
+                log.replica().set_leader_epoch(epoch).unwrap();
                 model.assign(epoch, model.end());
                 model.leader_epoch = epoch;
             }

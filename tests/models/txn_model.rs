@@ -286,7 +286,7 @@ fn check(log: &Log, dir: &Path, model: &Model, max_bytes: usize) {
         model.consumed(hw, false)
     );
     // Every aborted transaction in the index of the segment that holds its marker.
-    let bases = log.segment_base_offsets();
+    let bases = log.maintenance().segment_base_offsets();
     let mut stored = Vec::new();
     for (i, base) in bases.iter().enumerate() {
         let bytes = std::fs::read(dir.join(format!("{base:020}.txnindex"))).unwrap_or_default();
@@ -399,7 +399,7 @@ fn run(ops: Vec<Op>) {
             }
             Op::Truncate { back } => {
                 let target = end.saturating_sub(back as i64).max(log.log_start_offset());
-                let report = log.truncate_to(target).unwrap();
+                let report = log.replica().truncate_to(target).unwrap();
                 // The batch holding the target goes whole.
                 let expected = model
                     .batches

@@ -521,7 +521,7 @@ fn oncelog_durable(dir: &Path, durable: Durable) -> Log {
     };
     // Segments for the pool, then retention: the log rolls and the old files enter it.
     fill(STEADY_POOL + 1);
-    log.enforce_retention(0).expect("retention");
+    log.maintenance().enforce_retention(0).expect("retention");
     if durable.cold {
         // The pool's files leave the page cache before a roll reuses them.
         drop_caches();
@@ -529,7 +529,7 @@ fn oncelog_durable(dir: &Path, durable: Durable) -> Log {
     // A segment more (its roll reuses a file), and retention again: the active segment is
     // then a recycled file, and the pool full.
     fill(1);
-    log.enforce_retention(0).expect("retention");
+    log.maintenance().enforce_retention(0).expect("retention");
     let m = log.metrics();
     assert!(
         pool == 0 || m.recycled_rolls >= 1,

@@ -199,13 +199,17 @@ impl OffsetsLog {
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
-        if !self.log.cleanable(now_ms).due {
+        if !self.log.maintenance().cleanable(now_ms).due {
             return Ok(0);
         }
-        let report = self.log.compact(now_ms).map_err(|e| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source: e.into(),
-        })?;
+        let report = self
+            .log
+            .maintenance()
+            .compact(now_ms)
+            .map_err(|e| OffsetsLogError::Log {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
         Ok(report.records_removed)
     }
 

@@ -147,9 +147,9 @@ impl From<ReadError> for ReadRefused {
                 log_start_offset,
                 log_end_offset,
             },
-            ReadError::Corrupt(e) => ReadRefused::Storage(e.to_string()),
-            ReadError::Io(e) => ReadRefused::Storage(e.to_string()),
             ReadError::Closed => ReadRefused::Closed,
+            // Damage, I/O, and whatever kinds later versions add.
+            other => ReadRefused::Storage(other.to_string()),
         }
     }
 }
@@ -543,7 +543,7 @@ impl Partition {
     /// engine's `end_offset_for_epoch`): the largest epoch at or below `epoch` and the offset
     /// it ended at, `(-1, -1)` when the cache cannot tell.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
-        let e = self.log.end_offset_for_epoch(epoch);
+        let e = self.log.replica().end_offset_for_epoch(epoch);
         (e.leader_epoch, e.end_offset)
     }
 
@@ -1046,7 +1046,8 @@ fn write_partition_metadata(dir: &Path, id: Uuid) -> Result<(), StoreError> {
 /// `maybeAssignEpochStartOffset`), so OffsetsForLeaderEpoch answers it even for an empty
 /// partition. A cache that has it is left alone.
 fn lead(log: &Log, path: &Path) -> Result<(), StoreError> {
-    log.set_leader_epoch(log.leader_epoch())
+    log.replica()
+        .set_leader_epoch(log.replica().leader_epoch())
         .map_err(|e| StoreError::Offline {
             path: path.to_path_buf(),
             reason: format!("cannot record its leader epoch: {e}"),

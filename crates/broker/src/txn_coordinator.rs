@@ -476,13 +476,17 @@ impl Txns {
     /// Compacts the state log if a round is due, keeping the latest state of every
     /// transactional id. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
-        if !self.log.cleanable(now_ms).due {
+        if !self.log.maintenance().cleanable(now_ms).due {
             return Ok(0);
         }
-        let report = self.log.compact(now_ms).map_err(|e| TxnLogError::Log {
-            path: self.path.clone(),
-            source: e.into(),
-        })?;
+        let report = self
+            .log
+            .maintenance()
+            .compact(now_ms)
+            .map_err(|e| TxnLogError::Log {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
         Ok(report.records_removed)
     }
 

@@ -346,7 +346,7 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
     let durable_seconds = append_seconds + flush_seconds;
 
     let read = read_back(&log)?;
-    let segments = log.segment_count();
+    let segments = log.maintenance().segment_count();
     log.close()?;
 
     let bytes = workload.data.len() as u64;

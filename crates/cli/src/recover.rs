@@ -436,7 +436,7 @@ impl Report {
             log.recovery_report(),
             log.producer_load_report(),
             (log.log_start_offset(), log.log_end_offset()),
-            log.segment_count(),
+            log.maintenance().segment_count(),
         )
     }
 

@@ -220,6 +220,7 @@ impl Replica {
         let bound = self.partition.purge_end();
         self.partition
             .log()
+            .maintenance()
             .enforce_retention_below(now_ms, bound)
             .map_err(|e| ReplicaError::Storage(e.to_string()))
     }

@@ -275,7 +275,7 @@ pub fn read(fs: &dyn FileSystem, dir: &Path) -> Result<StateFile, StateFileError
         }
         Ok(_) => {}
     }
-    let bytes = oncelog::io::read_file(fs, &path).map_err(|e| StateFileError::Io {
+    let bytes = fs.read_whole(&path).map_err(|e| StateFileError::Io {
         path: path.clone(),
         reason: e.to_string(),
     })?;

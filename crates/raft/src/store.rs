@@ -197,7 +197,9 @@ impl Partition {
         let pending = partition.inner.lock().state.installing.clone();
         if let Some(meta) = pending {
             let path = partition.dir.join(INSTALL_FILE);
-            let image = oncelog::io::read_file(partition.fs.as_ref(), &path)
+            let image = partition
+                .fs
+                .read_whole(&path)
                 .map_err(|e| format!("{}: the snapshot being installed: {e}", path.display()))?;
             partition.install(&meta, &image).map_err(|e| {
                 format!(
@@ -322,7 +324,7 @@ impl Partition {
         // never left below it, or a crash would hide committed batches that raft, having
         // forgotten their entries, would never apply again.
         if self.log.high_watermark() < anchor {
-            self.log.set_high_watermark(anchor).map_err(|e| {
+            self.log.replica().set_high_watermark(anchor).map_err(|e| {
                 format!(
                     "{}: raising the high watermark to {anchor}: {e}",
                     self.dir.display()
@@ -348,7 +350,8 @@ impl Partition {
     fn write_state(&self, state: &StateFile) -> StoreResult<()> {
         let bytes = state_file::encode(state)
             .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
-        oncelog::io::write_file_atomically(self.fs.as_ref(), &self.dir.join(STATE_FILE), &bytes)
+        self.fs
+            .write_atomically(&self.dir.join(STATE_FILE), &bytes)
             .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))
     }
 
@@ -465,8 +468,9 @@ impl Partition {
                 entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
             match &e.payload {
                 EntryPayload::Normal(Request::Produce(batch)) => {
-                    if self.log.leader_epoch() < epoch {
+                    if self.log.replica().leader_epoch() < epoch {
                         self.log
+                            .replica()
                             .set_leader_epoch(epoch)
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     }
@@ -509,7 +513,8 @@ impl Partition {
                         ));
                     }
                     self.log
-                        .append_replicated(bytes)
+                        .replica()
+                        .append(bytes)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                 }
                 payload => {
@@ -534,7 +539,8 @@ impl Partition {
     ) -> Result<(), String> {
         let bytes = entry::control_batch(offset, term, payload)?;
         self.log
-            .append_replicated(&bytes)
+            .replica()
+            .append(&bytes)
             .map_err(|e| e.to_string())?;
         Ok(())
     }
@@ -567,6 +573,7 @@ impl Partition {
         tracing::debug!(dir = %self.dir.display(), index, offset, "truncate");
         inner.rewrites += 1;
         self.log
+            .replica()
             .truncate_to(offset)
             .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
         inner.view.split_off(&index);
@@ -675,7 +682,7 @@ impl Partition {
             if inner.view.contains_key(&index) {
                 let hw = inner.end_of(index);
                 if hw > self.log.high_watermark() {
-                    self.log.set_high_watermark(hw).map_err(|e| {
+                    self.log.replica().set_high_watermark(hw).map_err(|e| {
                         io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e)
                     })?;
                 }
@@ -698,6 +705,7 @@ impl Partition {
         let start = self.log.log_start_offset().min(stop);
         let producers = self
             .log
+            .replica()
             .producer_snapshot_at(start)
             .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
         let mut batches = Vec::new();
@@ -772,6 +780,7 @@ impl Partition {
             let end = inner.end_of(last.index);
             if self.log.high_watermark() < end {
                 self.log
+                    .replica()
                     .set_high_watermark(end)
                     .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
             }
@@ -785,7 +794,8 @@ impl Partition {
         let mut inner = self.inner.lock();
         let install_path = self.dir.join(INSTALL_FILE);
         if inner.state.installing.as_ref() != Some(meta) {
-            oncelog::io::write_file_atomically(self.fs.as_ref(), &install_path, bytes)
+            self.fs
+                .write_atomically(&install_path, bytes)
                 .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
             let mut state = inner.state.clone();
             state.installing = Some(meta.clone());
@@ -794,17 +804,20 @@ impl Partition {
         }
         inner.rewrites += 1;
         self.log
+            .replica()
             .truncate_fully_and_start_with(image.start, &image.producers)
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         if !image.batches.is_empty() {
             self.log
-                .append_replicated(&image.batches)
+                .replica()
+                .append(&image.batches)
                 .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         }
         let end = self.log.log_end_offset();
         // Everything in the image is committed; the flush makes the batches and the high
         // watermark durable together.
         self.log
+            .replica()
             .set_high_watermark(end)
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         self.log

@@ -86,6 +86,7 @@ fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
         // Retention removes the first segments, so the image starts inside the log.
         leader
             .log()
+            .replica()
             .set_high_watermark(leader.log().log_end_offset())
             .unwrap();
         let mut sm = StateMachine(Arc::clone(leader.partition()));
@@ -177,7 +178,9 @@ fn a_malformed_raft_state_file_is_refused_naming_it() {
     let fs = SimFs::new();
     drop(open_partition(&fs).unwrap());
     let path = Path::new(DIR).join(oncelog_raft::store::STATE_FILE);
-    oncelog::io::write_file_atomically(fs.as_dyn().as_ref(), &path, b"{\"vote\": 7").unwrap();
+    fs.as_dyn()
+        .write_atomically(&path, b"{\"vote\": 7")
+        .unwrap();
     match open_partition(&fs) {
         Err(e) => {
             assert!(e.contains("raft-state.json"), "{e}");

@@ -483,9 +483,8 @@ fn write_cleaner_offset(fs: &dyn FileSystem, dir: &Path, offset: i64) -> Result<
 }
 
 impl Log {
-    /// The cleaner's view of the log now: the dirty range, its ratio and whether a round is due
-    /// (the seam a manager schedules [`Log::compact`] with).
-    pub fn cleanable(&self, now_ms: i64) -> Cleanable {
+    /// The work of [`Maintenance::cleanable`].
+    pub(crate) fn cleanable(&self, now_ms: i64) -> Cleanable {
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         self.cleanable_of(&segments, now_ms)
     }
@@ -546,17 +545,13 @@ impl Log {
         }
     }
 
-    /// Cleans the log now, at wall clock `now_ms` (the horizon clock of tombstones and
-    /// markers): passes until the cleaner offset reaches the first uncleanable offset, whether
-    /// or not the dirty ratio makes it due. Refused on a log whose `cleanup_policy` does not
-    /// compact. A record the cleaner cannot read stops the round with
-    /// [`RewriteError::CompactionCorrupt`] and changes nothing.
-    pub fn compact(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
+    /// The work of [`Maintenance::compact`].
+    pub(crate) fn compact(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
         self.compact_inner(now_ms, false)
     }
 
-    /// What [`Log::compact`] would keep and remove, writing nothing.
-    pub fn compact_dry_run(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
+    /// The work of [`Maintenance::compact_dry_run`].
+    pub(crate) fn compact_dry_run(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
         self.compact_inner(now_ms, true)
     }
 

@@ -15,11 +15,8 @@ use crate::producer::{snapshot, snapshot_files};
 use crate::segment::Segment;
 
 impl Log {
-    /// The producer state as of `offset`, a batch boundary in `[log start, log end]`, encoded
-    /// as a `.snapshot` file of this log's snapshot version: the state a replica starting its
-    /// log at `offset` needs. Rebuilt from the newest snapshot at or below `offset` and the
-    /// batches after it, as a truncation to `offset` would; the log is not changed.
-    pub fn producer_snapshot_at(&self, offset: i64) -> Result<Vec<u8>, RewriteError> {
+    /// The work of [`ReplicaLog::producer_snapshot_at`].
+    pub(crate) fn producer_snapshot_at(&self, offset: i64) -> Result<Vec<u8>, RewriteError> {
         let now = self.env.clock.now_ms();
         // Exclusive: no append or rewrite moves the segments while they are replayed.
         let _ex = self.exclusive()?;
@@ -69,14 +66,8 @@ impl Log {
         ))
     }
 
-    /// [`Log::truncate_fully_and_start_at`] with a producer state: the log starts over, empty,
-    /// at `offset`, and knows the producers `producer_snapshot` (the bytes of a `.snapshot`
-    /// file, as [`Log::producer_snapshot_at`] makes them) holds. The snapshot is checked
-    /// before anything changes; a snapshot that does not decode is refused and changes
-    /// nothing. A crash before the call returns leaves the old log, or the empty one with or
-    /// without the producers: the caller that needs them keeps what it installs until the call
-    /// returns.
-    pub fn truncate_fully_and_start_with(
+    /// The work of [`ReplicaLog::truncate_fully_and_start_with`].
+    pub(crate) fn truncate_fully_and_start_with(
         &self,
         offset: i64,
         producer_snapshot: &[u8],

@@ -73,6 +73,26 @@ impl Log {
         Ok(ex)
     }
 
+    /// Seals the active segment and starts a new one at the log end, as an append does when
+    /// the segment is full or old (Kafka's `roll`). Compaction and retention work on sealed
+    /// segments only, so this makes the newest records eligible without filler appends. An
+    /// empty active segment is kept: returns whether a segment was sealed. The sealed segment
+    /// is made durable by the next flush, as one sealed by an append is.
+    pub fn roll(&self) -> Result<bool, RewriteError> {
+        let mut ex = self.exclusive()?;
+        let Some(active) = ex.st.active.as_ref() else {
+            return Err(RewriteError::Closed);
+        };
+        if active.size() == 0 {
+            return Ok(false);
+        }
+        let end = self.log_end_offset();
+        let now = self.env.clock.now_ms();
+        self.roll_at(&mut ex.st, end, 0, now)
+            .map_err(retention::append_error)?;
+        Ok(true)
+    }
+
     /// Makes the flusher start its next sync of the active segment at `position` of the
     /// segment at `base` (a rewrite replaced the active segment).
     pub(super) fn reset_flush_position(&self, base: i64, position: usize) {
@@ -96,11 +116,8 @@ impl Log {
         }
     }
 
-    /// Sets the high watermark (the replication layer, once enough replicas have the offsets),
-    /// as Kafka's `updateHighWatermark` does: kept within `[log start, log end]`. Returns the
-    /// value set. It is written to the checkpoint with the next flush. Only under
-    /// [`HighWatermarkPolicy::SetByCaller`].
-    pub fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
+    /// The work of [`ReplicaLog::set_high_watermark`].
+    pub(crate) fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
         if self.config.high_watermark != HighWatermarkPolicy::SetByCaller {
             return Err(RewriteError::HighWatermarkNotSettable);
         }
@@ -108,20 +125,18 @@ impl Log {
         let _st = self.append.lock();
         let hw = offset.clamp(self.log_start_offset(), self.log_end_offset());
         self.high_watermark.store(hw, Ordering::Release);
+        drop(_st);
+        self.notify_waiters();
         Ok(hw)
     }
 
-    /// The leader epoch stamped on client batches.
-    pub fn leader_epoch(&self) -> i32 {
+    /// The work of [`ReplicaLog::leader_epoch`].
+    pub(crate) fn leader_epoch(&self) -> i32 {
         self.append.lock().leader_epoch
     }
 
-    /// Makes `epoch` the leader epoch (this replica became leader for it, Kafka's
-    /// `maybeAssignEpochStartOffset`): it starts at the log end, is written to the
-    /// `leader-epoch-checkpoint` before the call returns, and is stamped on every client batch
-    /// appended after. An epoch older than the current one is refused; the same one changes
-    /// nothing.
-    pub fn set_leader_epoch(&self, epoch: i32) -> Result<(), RewriteError> {
+    /// The work of [`ReplicaLog::set_leader_epoch`].
+    pub(crate) fn set_leader_epoch(&self, epoch: i32) -> Result<(), RewriteError> {
         let mut st = self.append.lock();
         if epoch < 0 || epoch < st.leader_epoch {
             return Err(RewriteError::StaleLeaderEpoch {
@@ -135,15 +150,14 @@ impl Log {
         Ok(())
     }
 
-    /// Kafka's OffsetsForLeaderEpoch: the largest epoch at or below `epoch` and the offset it
-    /// ended at ([`EpochEndOffset::UNDEFINED`] when the cache cannot tell).
-    pub fn end_offset_for_epoch(&self, epoch: i32) -> EpochEndOffset {
+    /// The work of [`ReplicaLog::end_offset_for_epoch`].
+    pub(crate) fn end_offset_for_epoch(&self, epoch: i32) -> EpochEndOffset {
         let st = self.append.lock();
         st.epochs.end_offset_for(epoch, self.log_end_offset())
     }
 
-    /// The leader-epoch cache: which epoch started at which offset.
-    pub fn leader_epochs(&self) -> Vec<EpochEntry> {
+    /// The work of [`ReplicaLog::leader_epochs`].
+    pub(crate) fn leader_epochs(&self) -> Vec<EpochEntry> {
         self.append.lock().epochs.entries().to_vec()
     }
 

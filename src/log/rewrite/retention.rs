@@ -171,17 +171,13 @@ impl Log {
         Ok(offset)
     }
 
-    /// Applies retention now, at wall-clock `now_ms` (what a broker's retention task calls
-    /// every `log.retention.check.interval.ms`): the log-start, size (`retention_bytes`) and
-    /// time (`retention_ms`) rules.
-    pub fn enforce_retention(&self, now_ms: i64) -> Result<RetentionReport, RewriteError> {
+    /// The work of [`Maintenance::enforce_retention`].
+    pub(crate) fn enforce_retention(&self, now_ms: i64) -> Result<RetentionReport, RewriteError> {
         self.enforce_retention_below(now_ms, i64::MAX)
     }
 
-    /// [`Log::enforce_retention`] that deletes no segment holding offsets at or above `bound`
-    /// (a replication layer's purge point: the entries its consensus engine may still send to
-    /// a lagging follower stay).
-    pub fn enforce_retention_below(
+    /// The work of [`Maintenance::enforce_retention_below`].
+    pub(crate) fn enforce_retention_below(
         &self,
         now_ms: i64,
         bound: i64,
@@ -225,7 +221,7 @@ impl Log {
         }
         if reasons.len() == segments.len() {
             // Every segment goes: the log rolls first, so it keeps one to append to.
-            self.roll(&mut ex.st, end, 0, now_ms).map_err(append_error)?;
+            self.roll_at(&mut ex.st, end, 0, now_ms).map_err(append_error)?;
             report.rolled = true;
             segments = self.segments.read().values().cloned().collect();
         }
@@ -360,7 +356,7 @@ impl Log {
     }
 }
 
-fn append_error(e: AppendError) -> RewriteError {
+pub(super) fn append_error(e: AppendError) -> RewriteError {
     match e {
         AppendError::Io(e) => RewriteError::Io(e),
         AppendError::ReadOnly { cause } => RewriteError::ReadOnly { cause },

@@ -49,14 +49,8 @@ pub struct TruncateReport {
 }
 
 impl Log {
-    /// Truncates the log to end at `offset` (Kafka's `truncateTo`): every batch ending at or
-    /// after `offset` is removed, a batch holding `offset` whole; the producer state is rebuilt
-    /// from the newest snapshot at or below the new end (so a retry of a removed batch is
-    /// appended again, not answered as a duplicate), the leader-epoch cache cut, the recovery
-    /// point and high watermark lowered. Appends continue at the new end. `offset` equal to the
-    /// log end changes nothing; above it, or below the log start, is refused. A `Bytes` read
-    /// before keeps its bytes.
-    pub fn truncate_to(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
+    /// The work of [`ReplicaLog::truncate_to`].
+    pub(crate) fn truncate_to(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
         let now = self.env.clock.now_ms();
         let mut ex = self.exclusive()?;
         let (start, end) = (self.log_start_offset(), self.log_end_offset());
@@ -357,13 +351,8 @@ impl Log {
         })
     }
 
-    /// Removes every segment and starts the log over, empty, at `offset` (Kafka's
-    /// `truncateFullyAndStartAt`, for a follower whose log has nothing in common with its
-    /// leader's): log start, log end, recovery point and high watermark all become `offset`;
-    /// producer state, its snapshots and the leader-epoch cache are cleared. The new empty
-    /// segment is made durable before the old ones go, so a crash leaves the old log or the
-    /// new one.
-    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
+    /// The work of [`ReplicaLog::truncate_fully_and_start_at`].
+    pub(crate) fn truncate_fully_and_start_at(&self, offset: i64) -> Result<TruncateReport, RewriteError> {
         if offset < 0 {
             return Err(RewriteError::BelowLogStart {
                 offset,

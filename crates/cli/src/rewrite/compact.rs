@@ -93,11 +93,11 @@ pub fn run(args: &CompactArgs) -> Result<Status, CliError> {
         return Ok(Status::Failed);
     };
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let cleanable = log.cleanable(now);
+    let cleanable = log.maintenance().cleanable(now);
     let result = if args.dry_run {
-        log.compact_dry_run(now)
+        log.maintenance().compact_dry_run(now)
     } else {
-        log.compact(now)
+        log.maintenance().compact(now)
     };
     let r = match result {
         Ok(r) => r,
@@ -151,7 +151,7 @@ fn json(
         map_bytes: r.map_bytes,
         log_start_offset: log.log_start_offset(),
         log_end_offset: log.log_end_offset(),
-        segments: log.segment_count(),
+        segments: log.maintenance().segment_count(),
     }
 }
 

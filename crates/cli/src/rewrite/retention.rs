@@ -118,7 +118,7 @@ pub fn run_delete_records(args: &DeleteRecordsArgs) -> Result<Status, CliError> 
     let now = SystemClock.now_ms();
     let result = log
         .delete_records(args.before)
-        .and_then(|_| log.enforce_retention(now));
+        .and_then(|_| log.maintenance().enforce_retention(now));
     let r = match result {
         Ok(r) => r,
         Err(e) => return failed(log, &args.dir, op, e, &mut out, args.json),
@@ -168,7 +168,7 @@ pub fn run_retention(args: &RetentionArgs) -> Result<Status, CliError> {
     };
     let old_log_start = log.log_start_offset();
     let now = args.now.unwrap_or_else(|| SystemClock.now_ms());
-    let r = match log.enforce_retention(now) {
+    let r = match log.maintenance().enforce_retention(now) {
         Ok(r) => r,
         Err(e) => return failed(log, &args.dir, op, e, &mut out, args.json),
     };
@@ -220,9 +220,9 @@ impl FrontJson {
             rolled: r.rolled,
             snapshots_removed: r.snapshots_removed.clone(),
             producers: log.producer_count(),
-            leader_epochs: epochs(log.leader_epochs()),
-            segments: log.segment_count(),
-            first_segment_base: log.segment_base_offsets().first().copied(),
+            leader_epochs: epochs(log.replica().leader_epochs()),
+            segments: log.maintenance().segment_count(),
+            first_segment_base: log.maintenance().segment_base_offsets().first().copied(),
         }
     }
 }

@@ -83,9 +83,9 @@ pub fn run(args: &TruncateArgs) -> Result<Status, CliError> {
     };
     let old_log_start = log.log_start_offset();
     let result = if matches!(op, Op::StartAt(_)) {
-        log.truncate_fully_and_start_at(offset)
+        log.replica().truncate_fully_and_start_at(offset)
     } else {
-        log.truncate_to(offset)
+        log.replica().truncate_to(offset)
     };
     let r = match result {
         Ok(r) => r,
@@ -138,8 +138,8 @@ impl TruncateJson {
                     })
                     .collect(),
             }),
-            leader_epochs: epochs(log.leader_epochs()),
-            segments: log.segment_count(),
+            leader_epochs: epochs(log.replica().leader_epochs()),
+            segments: log.maintenance().segment_count(),
         }
     }
 }

@@ -92,7 +92,7 @@ fn dump_names_a_dead_tail_a_reader_kept_through_close_and_lists_only_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let log = log_of(dir.path());
     let held = log.read(100, 4096).unwrap();
-    log.truncate_to(100).unwrap();
+    log.replica().truncate_to(100).unwrap();
     log.close().unwrap();
     // The reader still holds bytes after the cut: the file keeps them, dead (listed below).
     assert!(!held.is_empty());

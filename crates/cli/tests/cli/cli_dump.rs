@@ -96,7 +96,7 @@ fn dump_of_a_directory_lists_log_then_indexes_with_absolute_offsets() {
     for _ in 0..40 {
         log.append(&batch(5, None)).unwrap();
     }
-    let segments = log.segment_base_offsets();
+    let segments = log.maintenance().segment_base_offsets();
     log.close().unwrap();
     assert!(segments.len() > 2, "rolled: {segments:?}");
 

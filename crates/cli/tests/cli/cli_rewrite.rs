@@ -56,7 +56,7 @@ fn three_segment_log(dir: &Path) -> u64 {
             AppendOutcome::Appended(_)
         ));
     }
-    assert_eq!(log.segment_base_offsets(), vec![0, 20, 40]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![0, 20, 40]);
     log.close().expect("close");
     producer_batch(0).len() as u64
 }
@@ -440,7 +440,7 @@ fn retention_by_bytes_deletes_the_oldest_whole_segments_and_raises_the_log_start
         "{names:?}"
     );
     let log = Log::open(dir.path(), config()).unwrap();
-    assert_eq!(log.segment_base_offsets(), vec![20, 40]);
+    assert_eq!(log.maintenance().segment_base_offsets(), vec![20, 40]);
     assert!(matches!(
         log.read(0, 1 << 20),
         Err(ReadError::OffsetOutOfRange {
