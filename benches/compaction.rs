@@ -1,4 +1,4 @@
-//! Cleaning throughput of key compaction: `Log::compact` over a dirty log of
+//! Cleaning throughput of key compaction: `Maintenance::compact` over a dirty log of
 //! `ONCELOG_COMPACT_BENCH_MB` MiB (default 64) of 10-record batches (100-byte values) whose
 //! keys are drawn from `ONCELOG_COMPACT_BENCH_KEYS` keys (default 250,000: every key has about
 //! two versions in 64 MiB), in 64 MiB segments. Each sample builds a fresh log (not timed) and

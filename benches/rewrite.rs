@@ -1,11 +1,11 @@
 //! What rewriting the log costs:
 //!
-//! - `truncate/removed`: `Log::truncate_to` removing 4 KiB to 16 MiB from the end of a 64 MiB
+//! - `truncate/removed`: `ReplicaLog::truncate_to` removing 4 KiB to 16 MiB from the end of a 64 MiB
 //!   active segment. The cost is meant to grow with the bytes removed (the index entries after
 //!   the cut, the few batches after the last kept index entry), not with the segment.
 //! - `truncate/log_size`: removing 64 KiB from logs of 16 MiB to 1 GiB (16 MiB segments): flat,
 //!   since nothing before the cut segment is read or written.
-//! - `retention/1000_segments`: `Log::enforce_retention` deleting 1,000 small segments, with the
+//! - `retention/1000_segments`: `Maintenance::enforce_retention` deleting 1,000 small segments, with the
 //!   files removed at once (`file_delete_delay_ms` 0) and renamed `.deleted` only (the default
 //!   delay).
 //!

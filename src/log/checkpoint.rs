@@ -36,7 +36,7 @@
 //! A segment line may carry a fourth field, the file's length, when a truncation left dead
 //! bytes after the segment's batches (see [`SegmentRecord::file_len`]).
 //!
-//! While a full truncation (`Log::truncate_fully_and_start_at`) is under way, a line
+//! While a full truncation (`ReplicaLog::truncate_fully_and_start_at`) is under way, a line
 //! `start_over_at <offset>` follows `dense_from`: the log is empty from that offset, whatever
 //! segment files are still there (see [`Checkpoint::start_over_at`]).
 //!

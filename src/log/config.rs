@@ -71,7 +71,7 @@ pub enum HighWatermarkPolicy {
     /// durable. The default.
     #[default]
     DurableEnd,
-    /// The caller sets it ([`super::Log::set_high_watermark`]), as a replication layer does once
+    /// The caller sets it ([`super::ReplicaLog::set_high_watermark`]), as a replication layer does once
     /// enough replicas have an offset. Kept in the checkpoint; never above the log end.
     SetByCaller,
 }
@@ -170,12 +170,12 @@ pub struct LogConfig {
     /// stamps each batch with the append wall clock.
     pub message_timestamp_type: TimestampType,
     /// Who moves the high watermark: the durable end (the default, for a log used alone), or
-    /// the caller's replication layer through [`super::Log::set_high_watermark`].
+    /// the caller's replication layer through [`super::ReplicaLog::set_high_watermark`].
     pub high_watermark: HighWatermarkPolicy,
-    /// `retention.bytes`: [`super::Log::enforce_retention`] deletes the oldest segments while
+    /// `retention.bytes`: [`super::Maintenance::enforce_retention`] deletes the oldest segments while
     /// the log is larger than this. `None` (Kafka's -1, the default): no size limit.
     pub retention_bytes: Option<u64>,
-    /// `retention.ms`: [`super::Log::enforce_retention`] deletes segments whose newest
+    /// `retention.ms`: [`super::Maintenance::enforce_retention`] deletes segments whose newest
     /// timestamp is older than this. Default 7 days; `None` (Kafka's -1): no time limit.
     pub retention_ms: Option<i64>,
     /// `file.delete.delay.ms`: how long a segment removed by truncation or retention stays on
@@ -206,7 +206,7 @@ pub struct LogConfig {
     /// one, so a restart replays at most this much of the log. Default 64 MiB.
     pub snapshot_interval_bytes: u64,
     /// `cleanup.policy`: whether old data goes by retention ([`CleanupPolicy::Delete`], the
-    /// default), by key compaction ([`super::Log::compact`]), or both. On a log that compacts,
+    /// default), by key compaction ([`super::Maintenance::compact`]), or both. On a log that compacts,
     /// an append holding a record without a key is refused, as Kafka refuses it.
     pub cleanup_policy: CleanupPolicy,
     /// The compaction knobs (`min.cleanable.dirty.ratio`, the compaction lags,

@@ -372,7 +372,7 @@ impl FlushError {
 #[derive(Debug, thiserror::Error)]
 pub enum RewriteError {
     /// An offset below the first offset of the log (to start over there, use
-    /// [`super::Log::truncate_fully_and_start_at`]).
+    /// [`super::ReplicaLog::truncate_fully_and_start_at`]).
     #[error("offset {offset} is below the log start offset {log_start_offset}")]
     BelowLogStart {
         /// The offset asked for.
@@ -424,7 +424,7 @@ pub enum RewriteError {
     /// The log was closed.
     #[error("log is closed")]
     Closed,
-    /// [`super::Log::compact`] on a log whose `cleanup_policy` does not contain `compact`.
+    /// [`super::Maintenance::compact`] on a log whose `cleanup_policy` does not contain `compact`.
     #[error("cleanup_policy is {policy}: the log is not compacted")]
     NotCompacted {
         /// The log's policy.
@@ -442,7 +442,7 @@ pub enum RewriteError {
         /// What is wrong with it.
         error: crate::format::BatchError,
     },
-    /// [`super::Log::producer_snapshot_at`] of an offset inside a batch: the state is only
+    /// [`super::ReplicaLog::producer_snapshot_at`] of an offset inside a batch: the state is only
     /// defined between batches.
     #[error("offset {offset} is inside the batch that starts at {batch_start}")]
     NotABatchBoundary {
@@ -451,7 +451,7 @@ pub enum RewriteError {
         /// The first offset of the batch holding it (or the next batch's, in a gap).
         batch_start: i64,
     },
-    /// The producer snapshot handed to [`super::Log::truncate_fully_and_start_with`] does not
+    /// The producer snapshot handed to [`super::ReplicaLog::truncate_fully_and_start_with`] does not
     /// decode, or is of another offset.
     #[error("producer snapshot refused: {0}")]
     BadProducerSnapshot(String),

@@ -120,7 +120,7 @@ impl ReplicaLog<'_> {
     /// Sets the high watermark (the replication layer, once enough replicas have the offsets),
     /// as Kafka's `updateHighWatermark` does: kept within `[log start, log end]`. Returns the
     /// value set. It is written to the checkpoint with the next flush. Only under
-    /// [`HighWatermarkPolicy::SetByCaller`].
+    /// [`HighWatermarkPolicy::SetByCaller`](crate::HighWatermarkPolicy::SetByCaller).
     pub fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
         self.log.set_high_watermark(offset)
     }

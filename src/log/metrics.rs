@@ -277,7 +277,7 @@ pub struct LogMetrics {
     pub records_appended: u64,
     /// Bytes of them, headers included: the bytes that go to the segments.
     pub bytes_appended: u64,
-    /// Of the batches written, those appended as replicated (`Log::append_replicated`).
+    /// Of the batches written, those appended as replicated (`ReplicaLog::append`).
     pub replicated_batches_appended: u64,
     /// Client batches answered as duplicates (nothing written).
     pub duplicates: u64,

@@ -116,7 +116,7 @@ struct AppendState {
     prefault: prefault::Prefault,
     /// Which leader epoch wrote which offsets (`leader-epoch-checkpoint`).
     epochs: LeaderEpochCache,
-    /// The epoch stamped on client batches: the latest set by [`Log::set_leader_epoch`] (or
+    /// The epoch stamped on client batches: the latest set by [`ReplicaLog::set_leader_epoch`] (or
     /// found in the log), 0 for a log that never had one.
     leader_epoch: i32,
     /// From this offset on the log has no gap (the checkpoint's `dense_from`).

@@ -111,8 +111,8 @@ impl<'a> Throttle<'a> {
     }
 }
 
-/// The manager's own cleaner: the log's compaction ([`Log::compact`], Kafka's log cleaner and
-/// its rules), run on a partition when [`Log::cleanable`] says a round is due. What a round
+/// The manager's own cleaner: the log's compaction ([`Maintenance::compact`](crate::Maintenance::compact), Kafka's log cleaner and
+/// its rules), run on a partition when [`Maintenance::cleanable`](crate::Maintenance::cleanable) says a round is due. What a round
 /// reads is paid to the throttle after it (a round is one rewrite, committed as a whole); a
 /// manager that is closing stops before the next partition.
 #[derive(Debug, Default, Clone, Copy)]

@@ -4,7 +4,7 @@
 //! message again: Kafka promises at-least-once there, and a transaction on the broker cannot
 //! cover the consumer's own database. The store closes that gap on an oncelog log: one call
 //! records "message X handled, its effect E, and the consumer of source S resumes at P" as
-//! one batch, which is written and recovered whole ([`record`] layouts); "was X handled?" is
+//! one batch, which is written and recovered whole (layouts in docs/format.md, "Processed-id store"); "was X handled?" is
 //! answered from memory; a restart, or a crash at any moment, leaves the store as it was after
 //! some prefix of the calls that includes every one that returned.
 //!

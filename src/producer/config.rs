@@ -35,7 +35,7 @@ pub struct ProducerStateConfig {
     /// What happens at `max_producers`.
     pub limit_policy: ProducerLimitPolicy,
     /// A producer without an open transaction whose last append (by wall clock) is at least
-    /// this old is forgotten by [`crate::Log::expire_producers`]. Kafka:
+    /// this old is forgotten by [`crate::Maintenance::expire_producers`]. Kafka:
     /// `producer.id.expiration.ms`, default 86 400 000 (one day).
     pub expiration_ms: i64,
 }

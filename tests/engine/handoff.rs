@@ -1,6 +1,6 @@
 //! What one replica hands another that starts where its log is (the replication crate's
-//! snapshot images): `Log::producer_snapshot_at`, `Log::truncate_fully_and_start_with` and
-//! `Log::enforce_retention_below`. A follower started at any batch boundary of its leader's
+//! snapshot images): `ReplicaLog::producer_snapshot_at`, `ReplicaLog::truncate_fully_and_start_with` and
+//! `Maintenance::enforce_retention_below`. A follower started at any batch boundary of its leader's
 //! log, with the leader's producer state there, answers every retry as the leader does.
 
 use crate::common;

@@ -1,4 +1,4 @@
-//! Retention and DeleteRecords (`Log::enforce_retention`, `Log::delete_records`): cutting the
+//! Retention and DeleteRecords (`Maintenance::enforce_retention`, `Log::delete_records`): cutting the
 //! log from the front by Kafka's three rules, the high watermark that bounds them, the
 //! `.deleted` protocol, reads below the log start, and the producer state that outlives the
 //! data it came from.

@@ -1,4 +1,4 @@
-//! Truncation from the end (`Log::truncate_to`, `Log::truncate_fully_and_start_at`): what a
+//! Truncation from the end (`ReplicaLog::truncate_to`, `ReplicaLog::truncate_fully_and_start_at`): what a
 //! follower does when its log diverged. Offsets, files, producer state, the epoch cache and the
 //! watermarks follow; readers holding bytes keep them; a reopen sees the truncated log.
 

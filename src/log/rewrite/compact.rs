@@ -53,7 +53,7 @@ pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset-checkpoint";
 /// allocation's header), for the memory bound.
 const KEY_ENTRY_OVERHEAD: usize = 48;
 
-/// Where a log stands for the cleaner: what [`Log::cleanable`] returns, what a scheduler looks at.
+/// Where a log stands for the cleaner: what [`Maintenance::cleanable`](crate::Maintenance::cleanable) returns, what a scheduler looks at.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Cleanable {
     /// The cleaner offset: records below it were cleaned (reset to the log start when invalid).
@@ -483,7 +483,7 @@ fn write_cleaner_offset(fs: &dyn FileSystem, dir: &Path, offset: i64) -> Result<
 }
 
 impl Log {
-    /// The work of [`Maintenance::cleanable`].
+    /// The work of [`Maintenance::cleanable`](crate::Maintenance::cleanable).
     pub(crate) fn cleanable(&self, now_ms: i64) -> Cleanable {
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         self.cleanable_of(&segments, now_ms)
@@ -545,12 +545,12 @@ impl Log {
         }
     }
 
-    /// The work of [`Maintenance::compact`].
+    /// The work of [`Maintenance::compact`](crate::Maintenance::compact).
     pub(crate) fn compact(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
         self.compact_inner(now_ms, false)
     }
 
-    /// The work of [`Maintenance::compact_dry_run`].
+    /// The work of [`Maintenance::compact_dry_run`](crate::Maintenance::compact_dry_run).
     pub(crate) fn compact_dry_run(&self, now_ms: i64) -> Result<CompactionReport, RewriteError> {
         self.compact_inner(now_ms, true)
     }

@@ -104,7 +104,7 @@ impl Log {
     /// The high watermark: the offset below which records are committed. Reads by consumers
     /// ([`Log::fetch`]), retention and DeleteRecords are bounded by it. Under
     /// [`HighWatermarkPolicy::DurableEnd`] (the default) it is the recovery point; under
-    /// [`HighWatermarkPolicy::SetByCaller`], what [`Log::set_high_watermark`] last set, never
+    /// [`HighWatermarkPolicy::SetByCaller`], what [`ReplicaLog::set_high_watermark`](crate::ReplicaLog::set_high_watermark) last set, never
     /// above the log end.
     pub fn high_watermark(&self) -> i64 {
         match self.config.high_watermark {
@@ -116,7 +116,7 @@ impl Log {
         }
     }
 
-    /// The work of [`ReplicaLog::set_high_watermark`].
+    /// The work of [`ReplicaLog::set_high_watermark`](crate::ReplicaLog::set_high_watermark).
     pub(crate) fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
         if self.config.high_watermark != HighWatermarkPolicy::SetByCaller {
             return Err(RewriteError::HighWatermarkNotSettable);
@@ -130,12 +130,12 @@ impl Log {
         Ok(hw)
     }
 
-    /// The work of [`ReplicaLog::leader_epoch`].
+    /// The work of [`ReplicaLog::leader_epoch`](crate::ReplicaLog::leader_epoch).
     pub(crate) fn leader_epoch(&self) -> i32 {
         self.append.lock().leader_epoch
     }
 
-    /// The work of [`ReplicaLog::set_leader_epoch`].
+    /// The work of [`ReplicaLog::set_leader_epoch`](crate::ReplicaLog::set_leader_epoch).
     pub(crate) fn set_leader_epoch(&self, epoch: i32) -> Result<(), RewriteError> {
         let mut st = self.append.lock();
         if epoch < 0 || epoch < st.leader_epoch {
@@ -150,13 +150,13 @@ impl Log {
         Ok(())
     }
 
-    /// The work of [`ReplicaLog::end_offset_for_epoch`].
+    /// The work of [`ReplicaLog::end_offset_for_epoch`](crate::ReplicaLog::end_offset_for_epoch).
     pub(crate) fn end_offset_for_epoch(&self, epoch: i32) -> EpochEndOffset {
         let st = self.append.lock();
         st.epochs.end_offset_for(epoch, self.log_end_offset())
     }
 
-    /// The work of [`ReplicaLog::leader_epochs`].
+    /// The work of [`ReplicaLog::leader_epochs`](crate::ReplicaLog::leader_epochs).
     pub(crate) fn leader_epochs(&self) -> Vec<EpochEntry> {
         self.append.lock().epochs.entries().to_vec()
     }

@@ -57,7 +57,7 @@ pub struct DeletedSegment {
     pub reason: RetentionReason,
 }
 
-/// What [`Log::enforce_retention`] did.
+/// What [`Maintenance::enforce_retention`](crate::Maintenance::enforce_retention) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetentionReport {
     /// The segments deleted, oldest first.
@@ -135,7 +135,7 @@ pub(crate) fn deletable(segments: &[Retainable], limits: &Limits) -> Vec<Retenti
 impl Log {
     /// Raises the log start offset to `offset` (Kafka's DeleteRecords): records below it are
     /// no longer readable ([`crate::ReadError::OffsetOutOfRange`] names the new start) and the
-    /// segments wholly below it go at the next [`Log::enforce_retention`]. Never above the high
+    /// segments wholly below it go at the next [`Maintenance::enforce_retention`](crate::Maintenance::enforce_retention). Never above the high
     /// watermark; an offset at or below the current start changes nothing. Durable before it
     /// returns. Producer state is kept: a producer whose batches are all gone is still known.
     /// Returns the log start offset after.
@@ -171,12 +171,12 @@ impl Log {
         Ok(offset)
     }
 
-    /// The work of [`Maintenance::enforce_retention`].
+    /// The work of [`Maintenance::enforce_retention`](crate::Maintenance::enforce_retention).
     pub(crate) fn enforce_retention(&self, now_ms: i64) -> Result<RetentionReport, RewriteError> {
         self.enforce_retention_below(now_ms, i64::MAX)
     }
 
-    /// The work of [`Maintenance::enforce_retention_below`].
+    /// The work of [`Maintenance::enforce_retention_below`](crate::Maintenance::enforce_retention_below).
     pub(crate) fn enforce_retention_below(
         &self,
         now_ms: i64,

@@ -1,5 +1,5 @@
 //! `oncelog compact DIR [--dry-run] [--now MS] [--json]`: key compaction now
-//! (`Log::compact`, `Log::compact_dry_run`): what it keeps and removes.
+//! (`Maintenance::compact`, `Maintenance::compact_dry_run`): what it keeps and removes.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! `oncelog delete-records DIR --before OFFSET` and `oncelog retention DIR`: the log cut from
-//! the front, whole segments at a time (`Log::delete_records`, `Log::enforce_retention`). The
+//! the front, whole segments at a time (`Log::delete_records`, `Maintenance::enforce_retention`). The
 //! producer state is kept: dedup outlives the data.
 
 use std::path::{Path, PathBuf};

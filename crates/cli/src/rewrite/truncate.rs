@@ -1,6 +1,6 @@
 //! `oncelog truncate DIR --to OFFSET | --start-at OFFSET`: the log cut back from the end, as a
-//! follower whose log diverged from its new leader's is (`Log::truncate_to`), or started over
-//! empty (`Log::truncate_fully_and_start_at`).
+//! follower whose log diverged from its new leader's is (`ReplicaLog::truncate_to`), or started over
+//! empty (`ReplicaLog::truncate_fully_and_start_at`).
 
 use std::path::{Path, PathBuf};
 
