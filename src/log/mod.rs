@@ -281,35 +281,9 @@ impl Log {
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
         let (producers, producer_report) = (loaded.producers, loaded.producer_report);
-        // The latest epoch of the cache, or of the newest batch the segments hold if that is
-        // later (a truncation or a raised log start can leave the cache without it): the
-        // epochs stamped on a log never go back. Every append notes its batch's epoch in the
-        // cache before writing the batch; a truncation drops only entries whose batches it
-        // drops, and a raised log start keeps the latest entry unless nothing is left above
-        // it. So a cache that is not empty is never behind the batches, and a clean open
-        // with one reads no batch for it.
-        let newest_batch_epoch = if loaded.clean_on_disk && loaded.epochs.latest_epoch().is_some() {
-            None
-        } else {
-            segments
-                .values()
-                .rev()
-                .find(|s| !s.is_empty())
-                .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
-                .and_then(|r| {
-                    format::RecordBatch::parse(&r.bytes)
-                        .ok()
-                        .map(|b| b.partition_leader_epoch())
-                })
-        };
         let first_ongoing = producers.table().first_ongoing_offset();
         let unstable = txn::Unstable::new(first_ongoing, &loaded.completed);
-        let leader_epoch = loaded
-            .epochs
-            .latest_epoch()
-            .max(newest_batch_epoch)
-            .unwrap_or(0)
-            .max(0);
+        let leader_epoch = leader_epoch_at_open(&loaded.epochs, loaded.clean_on_disk, &segments);
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
         Ok(Log {
             dir,
@@ -999,6 +973,39 @@ fn lock_holder(fs: &dyn crate::io::FileSystem, path: &Path) -> String {
         Some(h) => h,
         None => "unknown holder".to_string(),
     }
+}
+
+/// The leader epoch a log opens with: the latest of its epoch cache, or of the newest batch the
+/// segments hold if that is later (a truncation or a raised log start can leave the cache
+/// without it): the epochs stamped on a log never go back. Every append notes its batch's epoch
+/// in the cache before writing the batch; a truncation drops only entries whose batches it
+/// drops, and a raised log start keeps the latest entry unless nothing is left above it. So a
+/// cache that is not empty is never behind the batches, and a clean open with one reads no
+/// batch for it.
+fn leader_epoch_at_open(
+    epochs: &epochs::LeaderEpochCache,
+    clean_on_disk: bool,
+    segments: &BTreeMap<i64, Arc<Segment>>,
+) -> i32 {
+    let newest_batch_epoch = if clean_on_disk && epochs.latest_epoch().is_some() {
+        None
+    } else {
+        segments
+            .values()
+            .rev()
+            .find(|s| !s.is_empty())
+            .and_then(|s| s.read(s.next_offset() - 1, 1, s.next_offset()).ok().flatten())
+            .and_then(|r| {
+                format::RecordBatch::parse(&r.bytes)
+                    .ok()
+                    .map(|b| b.partition_leader_epoch())
+            })
+    };
+    epochs
+        .latest_epoch()
+        .max(newest_batch_epoch)
+        .unwrap_or(0)
+        .max(0)
 }
 
 /// Counts an append as in flight until dropped (on every path out of `append`).
