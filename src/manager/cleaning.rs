@@ -120,14 +120,14 @@ pub struct Compactor;
 
 impl Cleaner for Compactor {
     fn clean(&self, log: &Log, request: &CleanRequest<'_>) -> Result<Cleaned, String> {
-        let due = log.cleanable(request.now_ms);
+        let due = log.maintenance().cleanable(request.now_ms);
         if !due.due {
             return Ok(Cleaned {
                 clean_to: due.first_dirty_offset.max(request.from).min(log.log_end_offset()),
                 bytes_read: 0,
             });
         }
-        let report = log.compact(request.now_ms).map_err(|e| e.to_string())?;
+        let report = log.maintenance().compact(request.now_ms).map_err(|e| e.to_string())?;
         request.throttle.pay(report.bytes_before);
         Ok(Cleaned {
             clean_to: report.cleaned_to.max(request.from).min(log.log_end_offset()),

@@ -186,14 +186,14 @@ pub(crate) fn run(inner: &Inner, job: Job) -> JobReport {
         Job::Flush => flush(inner),
         Job::Checkpoints => checkpoints(inner, Files::RecoveryAndStart),
         Job::HighWatermarks => checkpoints(inner, Files::HighWatermarksAndCleaner),
-        Job::Retention => each_log(inner, |log, now| match log.enforce_retention(now) {
+        Job::Retention => each_log(inner, |log, now| match log.maintenance().enforce_retention(now) {
             Ok(r) => Ok(r.deleted.len()),
             Err(e) => Err(e.to_string()),
         }),
-        Job::ProducerExpiry => each_log(inner, |log, now| Ok(log.expire_producers(now))),
+        Job::ProducerExpiry => each_log(inner, |log, now| Ok(log.maintenance().expire_producers(now))),
         Job::Snapshots => {
             let budget = inner.config.replay_budget_bytes;
-            each_log(inner, |log, _| match log.snapshot_if_behind(budget) {
+            each_log(inner, |log, _| match log.maintenance().snapshot_if_behind(budget) {
                 Ok(took) => Ok(took as usize),
                 Err(e) => Err(e.to_string()),
             })
@@ -274,7 +274,7 @@ fn checkpoints(inner: &Inner, files: Files) -> JobReport {
 
 fn deletion(inner: &Inner) -> JobReport {
     let mut report = each_log(inner, |log, now| {
-        log.remove_deleted_files(now).map(|()| 0).map_err(|e| e.to_string())
+        log.maintenance().remove_deleted_files(now).map(|()| 0).map_err(|e| e.to_string())
     });
     let (removed, failed) = partitions::remove_due(inner, inner.now_ms());
     report.acted += removed;

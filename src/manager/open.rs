@@ -429,7 +429,7 @@ fn opened_report(log: &Log) -> PartitionOpened {
         producers: log.producer_load_report().clone(),
         log_start_offset: log.log_start_offset(),
         log_end_offset: log.log_end_offset(),
-        segments: log.segment_count(),
+        segments: log.maintenance().segment_count(),
     }
 }
 

@@ -542,7 +542,13 @@ impl ProcessedStore {
         // Retention deletes whole segments whose newest record is past the age limit (the
         // active one too, once it is all old): a position stored only in one would go with
         // it, so it is written again, with a fresh timestamp, into the active segment first.
-        let active_base = self.log.segment_base_offsets().last().copied().unwrap_or(0);
+        let active_base = self
+            .log
+            .maintenance()
+            .segment_base_offsets()
+            .last()
+            .copied()
+            .unwrap_or(0);
         let active_old = self
             .config
             .forget_after_ms
@@ -577,10 +583,10 @@ impl ProcessedStore {
             report.positions_rewritten = stale.len();
         }
         if self.config.forget_after_ms.is_some() {
-            report.segments_deleted = self.log.enforce_retention(now)?.deleted.len();
+            report.segments_deleted = self.log.maintenance().enforce_retention(now)?.deleted.len();
         }
-        if self.log.cleanable(now).due {
-            report.records_compacted = self.log.compact(now)?.records_removed;
+        if self.log.maintenance().cleanable(now).due {
+            report.records_compacted = self.log.maintenance().compact(now)?.records_removed;
         }
         inner.handled.compact_order();
         Ok(report)
