@@ -201,7 +201,7 @@ fn read_log_dirs(
         let contents = LogDirContents::read(fs, path)?;
         read.push((lock, contents));
     }
-    let metas = check_meta(&config, read.iter().map(|(_, c)| c))?;
+    let metas = check_meta(config, read.iter().map(|(_, c)| c))?;
     let mut seen: BTreeMap<&TopicPartition, &Path> = BTreeMap::new();
     for (_, c) in &read {
         for (tp, path) in c.partitions() {
@@ -319,7 +319,7 @@ fn open_partitions(
 ) -> (BTreeMap<TopicPartition, Arc<Slot>>, Vec<PartitionReport>) {
     let results = parallel(threads, &pending, |p| {
         let began = Instant::now();
-        let opened = open_partition(&env, &config, p);
+        let opened = open_partition(env, config, p);
         let report = PartitionReport {
             partition: p.tp.clone(),
             dir: p.path.clone(),

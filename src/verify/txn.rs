@@ -209,9 +209,9 @@ impl TxnCheck {
             aborts.extend(abort);
         }
         let path = names::file_path(dir, base, names::TXN_INDEX_EXT);
-        let Some(stored) =
-            self.read_stored(fs, &path, base, data.len(), next_offset, clean, report)?
+        let Some(stored) = self.read_stored(fs, &path, base, data.len(), next_offset, report)?
         else {
+            self.exact &= clean;
             return Ok(());
         };
         report.txn_index_entries += stored.as_ref().map_or(0, |s| s.len() as u64);
@@ -225,8 +225,7 @@ impl TxnCheck {
     }
 
     /// The segment's stored `.txnindex` entries (`Some(None)`: no file), or `None` when it
-    /// cannot be read or fails its check (reported; the replay is no longer exact).
-    #[allow(clippy::too_many_arguments)]
+    /// cannot be read (reported; the replay is no longer exact) or fails its check (reported).
     fn read_stored(
         &mut self,
         fs: &dyn FileSystem,
@@ -234,7 +233,6 @@ impl TxnCheck {
         base: i64,
         data_len: usize,
         next_offset: i64,
-        clean: bool,
         report: &mut VerifyReport,
     ) -> Result<Option<Option<Vec<AbortedTxn>>>, IoError> {
         let max = (data_len / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
@@ -268,7 +266,6 @@ impl TxnCheck {
                 Err(problem) => {
                     let position = problem_position(&problem);
                     report.problem(path, position, "bad_txn_index", problem.to_string());
-                    self.exact &= clean;
                     return Ok(None);
                 }
             },
