@@ -1040,13 +1040,7 @@ impl Planner<'_> {
         }
         let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
         let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
-        let index_problem = Self::recorded_index_problem(
-            (&index, &time),
-            &stored_txn,
-            base,
-            size,
-            last_offset,
-        );
+        let index_problem = Self::recorded_index_problem(r, (&index, &time), &stored_txn);
         // Kafka recovers a segment whose `.txnindex` fails its sanity check; only that index
         // is rebuilt from the replay when the others are what failed.
         let txn = match stored_txn {
@@ -1119,12 +1113,12 @@ impl Planner<'_> {
 
     /// Why a recorded segment's indexes cannot be kept (the first problem found), if they can't.
     fn recorded_index_problem(
+        r: &SegmentRecord,
         (index, time): (&Result<Mapping, String>, &Result<Mapping, String>),
         stored_txn: &Result<Vec<AbortedTxn>, String>,
-        base: i64,
-        size: usize,
-        last_offset: Option<i64>,
     ) -> Option<String> {
+        let (base, size) = (r.base_offset, r.size as usize);
+        let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
         match (index, time) {
             (Ok(index), Ok(time)) => {
                 offset_index::check(index.published_slice(), base, size.max(1))
