@@ -296,28 +296,8 @@ impl Log {
         debug_assert_eq!(bytes.len(), size);
         let completed = st.producers.completion(&m);
         let wrote_entry = self.write_aborted_entry(&mut st, completed.as_ref())?;
-        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
-        let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
-        let segment_base_offset = writer.base_offset();
-        let written = writer.append(&bytes, offset, now, |dst| {
-            if log_append_time {
-                batch::stamp_log_append_time(dst, now);
-            }
-        });
-        let position = match written {
-            Ok(p) => p,
-            Err(error) => {
-                let error = write_error(writer.segment(), error);
-                if !wrote_entry {
-                    return Err(AppendError::Io(error));
-                }
-                // The index names a marker that is not there: nothing more may be written (the
-                // next open rebuilds the index of the unclean active segment).
-                let cause = std::sync::Arc::new(error);
-                st.failure = Some(std::sync::Arc::clone(&cause));
-                return Err(AppendError::ReadOnly { cause });
-            }
-        };
+        let (segment_base_offset, position) =
+            self.write_marker(&mut st, &bytes, offset, now, wrote_entry)?;
         let completed = st
             .producers
             .apply(&Logged::Marker(m), offset, size, now);
@@ -340,6 +320,42 @@ impl Log {
             position,
             append_time_ms: now,
         })
+    }
+
+    /// Writes a marker's bytes to the active segment; returns its base offset and the marker's
+    /// position. A failure after its `.txnindex` entry was written (`wrote_entry`) leaves the
+    /// log read-only.
+    fn write_marker(
+        &self,
+        st: &mut AppendState,
+        bytes: &[u8],
+        offset: i64,
+        now: i64,
+        wrote_entry: bool,
+    ) -> Result<(i64, u32), AppendError> {
+        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
+        let segment_base_offset = writer.base_offset();
+        let written = writer.append(bytes, offset, now, |dst| {
+            if log_append_time {
+                batch::stamp_log_append_time(dst, now);
+            }
+        });
+        let position = match written {
+            Ok(p) => p,
+            Err(error) => {
+                let error = write_error(writer.segment(), error);
+                if !wrote_entry {
+                    return Err(AppendError::Io(error));
+                }
+                // The index names a marker that is not there: nothing more may be written (the
+                // next open rebuilds the index of the unclean active segment).
+                let cause = std::sync::Arc::new(error);
+                st.failure = Some(std::sync::Arc::clone(&cause));
+                return Err(AppendError::ReadOnly { cause });
+            }
+        };
+        Ok((segment_base_offset, position))
     }
 
     /// Appends the `.txnindex` entry of a transaction a marker about to be written aborts, to

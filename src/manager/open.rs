@@ -18,6 +18,7 @@ use super::meta::{self, BadMetaProperties, MetaProperties};
 use super::partitions::DoomedDir;
 use super::topic::{validate_topic, DirEntry, TopicPartition};
 use super::{Dir, Inner, Kept, ManagerConfig, Slot, SlotState};
+use crate::io::FileLock;
 use crate::io::IoResultExt;
 use crate::log::{
     Environment, Exclusion, Log, LogDirOffsets, ProducerLoadReport, RecoveryReport,
@@ -139,6 +140,60 @@ pub(super) fn open(
     let fs = env.fs.as_ref();
 
     // 1. Read every log dir; refuse what is malformed before changing anything.
+    let (read, metas) = read_log_dirs(fs, paths, &config)?;
+
+    // 2. From here on a crash is an unclean shutdown; new dirs get their meta.properties.
+    let now = env.clock.now_ms();
+    let mut found = Found::default();
+    for (i, ((lock, contents), meta)) in read.into_iter().zip(metas).enumerate() {
+        let delete_due_ms = now + config.log.file_delete_delay_ms;
+        found.add_dir(fs, i, lock, contents, &meta, delete_due_ms)?;
+    }
+    let Found {
+        dirs,
+        dir_reports,
+        pending,
+        doomed,
+        stale,
+    } = found;
+
+    // 3. The partitions, in parallel.
+    let threads = config.recovery_threads.clamp(1, pending.len().max(1));
+    let (table, reports) = open_partitions(&env, &config, pending, threads, on_partition);
+    let inner = Inner {
+        env,
+        config,
+        dirs,
+        partitions: RwLock::new(table),
+        changes: Mutex::new(()),
+        doomed: Mutex::new(doomed),
+        closed: AtomicBool::new(false),
+        stats: Mutex::new(BTreeMap::new()),
+        cleaner: RwLock::new(Some(Arc::new(super::cleaning::Compactor))),
+    };
+    // Entries of partitions that are gone (a deletion a crash interrupted before the files
+    // were rewritten) must not vouch for a partition created under the same name later.
+    for i in stale {
+        super::jobs::write_checkpoints(&inner, i, super::jobs::Files::All)?;
+    }
+    let report = OpenReport {
+        partitions: reports,
+        log_dirs: dir_reports,
+        threads,
+        duration: started.elapsed(),
+    };
+    Ok((inner, report))
+}
+
+
+/// Reads every log dir (locking it) and checks their `meta.properties` and that no partition
+/// is in two of them, before anything is changed.
+#[allow(clippy::type_complexity)]
+fn read_log_dirs(
+    fs: &dyn crate::io::FileSystem,
+    paths: &[PathBuf],
+    config: &ManagerConfig,
+) -> Result<(Vec<(FileLock, LogDirContents)>, Vec<MetaProperties>), ManagerError> {
     let mut read = Vec::new();
     for path in paths {
         fs.create_dir_all(path).ctx("create directory", path)?;
@@ -146,7 +201,7 @@ pub(super) fn open(
         let contents = LogDirContents::read(fs, path)?;
         read.push((lock, contents));
     }
-    let metas = check_meta(&config, read.iter().map(|(_, c)| c))?;
+    let metas = check_meta(config, read.iter().map(|(_, c)| c))?;
     let mut seen: BTreeMap<&TopicPartition, &Path> = BTreeMap::new();
     for (_, c) in &read {
         for (tp, path) in c.partitions() {
@@ -160,21 +215,40 @@ pub(super) fn open(
         }
     }
 
-    // 2. From here on a crash is an unclean shutdown; new dirs get their meta.properties.
-    let now = env.clock.now_ms();
-    let mut dirs = Vec::new();
-    let mut dir_reports = Vec::new();
-    let mut pending = Vec::new();
-    let mut doomed = Vec::new();
-    let mut stale = Vec::new();
-    for (i, ((lock, contents), meta)) in read.into_iter().zip(metas).enumerate() {
+    Ok((read, metas))
+}
+
+/// What the log dirs hold, as the manager will keep it.
+#[derive(Default)]
+struct Found {
+    dirs: Vec<Dir>,
+    dir_reports: Vec<LogDirReport>,
+    pending: Vec<Pending>,
+    doomed: Vec<DoomedDir>,
+    /// Log dirs whose checkpoint files name partitions that are gone.
+    stale: Vec<usize>,
+}
+
+impl Found {
+    /// Takes in log dir `i`: removes its clean-shutdown marker, writes its `meta.properties`
+    /// if it had none, and lists its partitions and deleted ones (due for removal at
+    /// `delete_due_ms`).
+    fn add_dir(
+        &mut self,
+        fs: &dyn crate::io::FileSystem,
+        i: usize,
+        lock: FileLock,
+        contents: LogDirContents,
+        meta: &MetaProperties,
+        delete_due_ms: i64,
+    ) -> Result<(), ManagerError> {
         let path = contents.path.clone();
         if contents.clean_shutdown {
             log_dir::remove_clean_shutdown(fs, &path)?;
         }
         let meta_written = contents.meta.is_none();
         if meta_written {
-            meta::write(fs, &path, &meta)?;
+            meta::write(fs, &path, meta)?;
         }
         let mut report = LogDirReport {
             path: path.clone(),
@@ -195,7 +269,7 @@ pub(super) fn open(
                         high_watermark: cps.high_watermarks.get(tp).copied(),
                         cleaner_offset: cps.cleaner_offsets.get(tp).copied(),
                     };
-                    pending.push(Pending {
+                    self.pending.push(Pending {
                         dir: i,
                         tp: tp.clone(),
                         path: found.path.clone(),
@@ -211,32 +285,41 @@ pub(super) fn open(
                 }
                 DirEntry::Deleted(_) => {
                     report.deleted.push(found.path.clone());
-                    doomed.push(DoomedDir {
+                    self.doomed.push(DoomedDir {
                         dir: i,
                         path: found.path.clone(),
-                        due_ms: now + config.log.file_delete_delay_ms,
+                        due_ms: delete_due_ms,
                     });
                 }
                 DirEntry::Other(why) => report.ignored.push((found.path.clone(), why.clone())),
             }
         }
         if cps.names_others(&present) {
-            stale.push(i);
+            self.stale.push(i);
         }
-        dirs.push(Dir {
+        self.dirs.push(Dir {
             path,
             lock: Mutex::new(Some(lock)),
             broker_epoch: contents.broker_epoch.unwrap_or(-1),
             checkpoint_writes: Mutex::new(()),
         });
-        dir_reports.push(report);
+        self.dir_reports.push(report);
+        Ok(())
     }
+}
 
-    // 3. The partitions, in parallel.
-    let threads = config.recovery_threads.clamp(1, pending.len().max(1));
+/// Opens the pending partitions on `threads` threads: the manager's table of them, and the
+/// reports in partition order.
+fn open_partitions(
+    env: &Environment,
+    config: &ManagerConfig,
+    pending: Vec<Pending>,
+    threads: usize,
+    on_partition: &(dyn Fn(&PartitionReport) + Sync),
+) -> (BTreeMap<TopicPartition, Arc<Slot>>, Vec<PartitionReport>) {
     let results = parallel(threads, &pending, |p| {
         let began = Instant::now();
-        let opened = open_partition(&env, &config, p);
+        let opened = open_partition(env, config, p);
         let report = PartitionReport {
             partition: p.tp.clone(),
             dir: p.path.clone(),
@@ -271,29 +354,7 @@ pub(super) fn open(
         reports.push(report);
     }
     reports.sort_by(|a, b| a.partition.cmp(&b.partition));
-    let inner = Inner {
-        env,
-        config,
-        dirs,
-        partitions: RwLock::new(table),
-        changes: Mutex::new(()),
-        doomed: Mutex::new(doomed),
-        closed: AtomicBool::new(false),
-        stats: Mutex::new(BTreeMap::new()),
-        cleaner: RwLock::new(Some(Arc::new(super::cleaning::Compactor))),
-    };
-    // Entries of partitions that are gone (a deletion a crash interrupted before the files
-    // were rewritten) must not vouch for a partition created under the same name later.
-    for i in stale {
-        super::jobs::write_checkpoints(&inner, i, super::jobs::Files::All)?;
-    }
-    let report = OpenReport {
-        partitions: reports,
-        log_dirs: dir_reports,
-        threads,
-        duration: started.elapsed(),
-    };
-    Ok((inner, report))
+    (table, reports)
 }
 
 /// The defaults and every topic's settings must make valid logs, and each dir appear once.

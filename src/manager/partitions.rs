@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::config::PartitionConfig;
+use super::config::{PartitionConfig, ResolvedConfig};
 use super::error::ManagerError;
 use super::jobs::{self, Files};
 use super::topic::{collides, validate_topic, TopicPartition};
@@ -50,29 +50,7 @@ pub(super) fn create(
     resolved.log.validate()?;
 
     let _changes = inner.changes.lock();
-    let (dir, path) = {
-        let table = inner.partitions.read();
-        if let Some(existing) = table.get(&tp) {
-            return Err(ManagerError::PartitionExists {
-                partition: tp,
-                dir: existing.path.clone(),
-            });
-        }
-        if let Some(other) = table.keys().find(|o| collides(&o.topic, topic)) {
-            return Err(ManagerError::TopicCollision {
-                topic: topic.to_string(),
-                existing: other.topic.clone(),
-            });
-        }
-        // Kafka's choice: the log dir with the fewest partitions.
-        let counts = (0..inner.dirs.len())
-            .map(|i| table.values().filter(|s| s.dir == i).count());
-        let dir = counts
-            .enumerate()
-            .min_by_key(|(_, n)| *n)
-            .map_or(0, |(i, _)| i);
-        (dir, inner.dirs[dir].path.join(tp.dir_name()))
-    };
+    let (dir, path) = place(inner, &tp)?;
     let fs = inner.env.fs.as_ref();
     if fs.exists(&path).ctx("stat", &path)? {
         return Err(ManagerError::PartitionExists {
@@ -80,27 +58,7 @@ pub(super) fn create(
             dir: path,
         });
     }
-    let opened = (|| -> Result<Log, ManagerError> {
-        fs.create_dir_all(&path).ctx("create directory", &path)?;
-        let parent = &inner.dirs[dir].path;
-        fs.sync_dir(parent).ctx("fsync directory", parent)?;
-        if config != PartitionConfig::default() {
-            config.write(fs, &path)?;
-        }
-        Log::open_in_log_dir(
-            inner.env.clone(),
-            &path,
-            resolved.log.clone(),
-            None,
-            Exclusion::LogDir,
-        )
-        .map_err(
-            |error| ManagerError::Create {
-                partition: tp.clone(),
-                error: Box::new(error),
-            },
-        )
-    })();
+    let opened = create_log(inner, dir, &path, &tp, &config, &resolved);
     let log = match opened {
         Ok(log) => Arc::new(log),
         Err(e) => {
@@ -125,6 +83,62 @@ pub(super) fn create(
         }),
     );
     Ok(log)
+}
+
+/// The log dir a new partition goes to, and its directory there; refused if the partition
+/// exists or its topic collides with another's.
+fn place(inner: &Inner, tp: &TopicPartition) -> Result<(usize, PathBuf), ManagerError> {
+    let topic = tp.topic.as_str();
+    let table = inner.partitions.read();
+    if let Some(existing) = table.get(tp) {
+        return Err(ManagerError::PartitionExists {
+            partition: tp.clone(),
+            dir: existing.path.clone(),
+        });
+    }
+    if let Some(other) = table.keys().find(|o| collides(&o.topic, topic)) {
+        return Err(ManagerError::TopicCollision {
+            topic: topic.to_string(),
+            existing: other.topic.clone(),
+        });
+    }
+    // Kafka's choice: the log dir with the fewest partitions.
+    let counts = (0..inner.dirs.len()).map(|i| table.values().filter(|s| s.dir == i).count());
+    let dir = counts
+        .enumerate()
+        .min_by_key(|(_, n)| *n)
+        .map_or(0, |(i, _)| i);
+    Ok((dir, inner.dirs[dir].path.join(tp.dir_name())))
+}
+
+/// Creates the partition's directory (durably in its log dir) and its config file, and opens
+/// its log there.
+fn create_log(
+    inner: &Inner,
+    dir: usize,
+    path: &Path,
+    tp: &TopicPartition,
+    config: &PartitionConfig,
+    resolved: &ResolvedConfig,
+) -> Result<Log, ManagerError> {
+    let fs = inner.env.fs.as_ref();
+    fs.create_dir_all(path).ctx("create directory", path)?;
+    let parent = &inner.dirs[dir].path;
+    fs.sync_dir(parent).ctx("fsync directory", parent)?;
+    if *config != PartitionConfig::default() {
+        config.write(fs, path)?;
+    }
+    Log::open_in_log_dir(
+        inner.env.clone(),
+        path,
+        resolved.log.clone(),
+        None,
+        Exclusion::LogDir,
+    )
+    .map_err(|error| ManagerError::Create {
+        partition: tp.clone(),
+        error: Box::new(error),
+    })
 }
 
 pub(super) fn delete(inner: &Inner, tp: &TopicPartition) -> Result<(), ManagerError> {

@@ -45,60 +45,15 @@ pub fn reopen_cut(
     // give the segment's last offset and its running maximum timestamp; before that point the
     // kept time-index entries hold it.
     let start = kept_index.last().map_or(0, |e| e.position as usize);
-    let map = files
-        .log
-        .map(cut, MapMode::ReadOnly)
-        .ctx("mmap", &files.log_path)?;
-    let data = map.published_slice();
-    let mut last_offset = kept_index.last().map(|e| e.offset);
-    let mut newest: Option<TimestampOffset> = kept_time.last().copied();
-    for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
-        let (_, b) = item.map_err(|e| super::CorruptSegment::at(&files.log_path, start, e))?;
-        last_offset = Some(b.last_offset());
-        if newest.is_none_or(|n| b.max_timestamp() > n.timestamp) {
-            newest = Some(TimestampOffset {
-                timestamp: b.max_timestamp(),
-                offset: b.last_offset(),
-            });
-        }
-    }
-    drop(map);
-    files
-        .index
-        .set_len((kept_index.len() * offset_index::ENTRY_SIZE) as u64)
-        .ctx("truncate", &files.index_path)?;
-    let time_len = kept_time.len() * time_index::ENTRY_SIZE;
-    files
-        .time
-        .set_len(time_len as u64)
-        .ctx("truncate", &files.time_path)?;
-    // The final time-index entry of a sealed segment (§4.3: forced at roll and close).
-    if let Some(n) = newest.filter(|n| kept_time.last().is_none_or(|l| n.timestamp > l.timestamp)) {
-        files
-            .time
-            .write_all_at(&time_index::encode(base, n), time_len as u64)
-            .ctx("write", &files.time_path)?;
-    }
-    files
-        .index
-        .sync_data()
-        .ctx("fdatasync", &files.index_path)?;
-    files.time.sync_data().ctx("fdatasync", &files.time_path)?;
-    // The aborted transactions whose markers go (docs/kafka-format.md §7.3 truncateTo): the file is
-    // cut at the first entry at or after the new end, in place like the other indexes.
-    let all_txn = old_segment.txn_index().entries();
-    let kept_txn: Vec<AbortedTxn> = all_txn
-        .iter()
-        .copied()
-        .take_while(|e| e.last_offset < end)
-        .collect();
-    if kept_txn.len() < all_txn.len() {
-        let path = old_segment.txn_index_path();
-        let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
-        txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
-            .ctx("truncate", path)?;
-        txn.sync_data().ctx("fdatasync", path)?;
-    }
+    let (last_offset, newest) = walk_after(
+        &files,
+        cut,
+        start,
+        kept_index.last().map(|e| e.offset),
+        kept_time.last().copied(),
+    )?;
+    shrink_indexes(&files, base, kept_index.len(), &kept_time, newest)?;
+    let kept_txn = cut_txn_index(fs, old_segment, end)?;
     // The `.log` shrinks only where no reader can be: to the cut when no one holds bytes of
     // the old maps (taken under the segments' write lock, so no reader can start), else to
     // the end of the old batches (readers hold only those; the preallocation after them was
@@ -140,4 +95,88 @@ pub fn reopen_cut(
         .store(file_len.saturating_sub(cut as u64), Ordering::Release);
     segment.inherit_holds(holds);
     Ok(segment)
+}
+
+/// Walks the batches from `start` to the cut: the segment's last offset and the entry of its
+/// largest timestamp (`last_offset` and `newest` are what the kept index entries say).
+fn walk_after(
+    files: &SegmentFiles,
+    cut: usize,
+    start: usize,
+    mut last_offset: Option<i64>,
+    mut newest: Option<TimestampOffset>,
+) -> Result<(Option<i64>, Option<TimestampOffset>), OpenSegmentError> {
+    let map = files
+        .log
+        .map(cut, MapMode::ReadOnly)
+        .ctx("mmap", &files.log_path)?;
+    let data = map.published_slice();
+    for item in BatchIter::new(data.get(start..).unwrap_or(&[])) {
+        let (_, b) = item.map_err(|e| super::CorruptSegment::at(&files.log_path, start, e))?;
+        last_offset = Some(b.last_offset());
+        if newest.is_none_or(|n| b.max_timestamp() > n.timestamp) {
+            newest = Some(TimestampOffset {
+                timestamp: b.max_timestamp(),
+                offset: b.last_offset(),
+            });
+        }
+    }
+    Ok((last_offset, newest))
+}
+
+/// Shrinks the offset and time indexes in place to their kept entries, adds the time index's
+/// final entry (`newest`), and syncs both.
+fn shrink_indexes(
+    files: &SegmentFiles,
+    base: i64,
+    kept_index: usize,
+    kept_time: &[TimestampOffset],
+    newest: Option<TimestampOffset>,
+) -> Result<(), OpenSegmentError> {
+    files
+        .index
+        .set_len((kept_index * offset_index::ENTRY_SIZE) as u64)
+        .ctx("truncate", &files.index_path)?;
+    let time_len = kept_time.len() * time_index::ENTRY_SIZE;
+    files
+        .time
+        .set_len(time_len as u64)
+        .ctx("truncate", &files.time_path)?;
+    // The final time-index entry of a sealed segment (§4.3: forced at roll and close).
+    if let Some(n) = newest.filter(|n| kept_time.last().is_none_or(|l| n.timestamp > l.timestamp)) {
+        files
+            .time
+            .write_all_at(&time_index::encode(base, n), time_len as u64)
+            .ctx("write", &files.time_path)?;
+    }
+    files
+        .index
+        .sync_data()
+        .ctx("fdatasync", &files.index_path)?;
+    files.time.sync_data().ctx("fdatasync", &files.time_path)?;
+    Ok(())
+}
+
+/// Cuts `old`'s `.txnindex` before the aborted transactions whose markers go
+/// (docs/kafka-format.md §7.3 truncateTo): at the first entry at or after `end`, in place like
+/// the other indexes. Returns the kept entries.
+fn cut_txn_index(
+    fs: &Arc<dyn FileSystem>,
+    old: &Segment,
+    end: i64,
+) -> Result<Vec<AbortedTxn>, OpenSegmentError> {
+    let all_txn = old.txn_index().entries();
+    let kept_txn: Vec<AbortedTxn> = all_txn
+        .iter()
+        .copied()
+        .take_while(|e| e.last_offset < end)
+        .collect();
+    if kept_txn.len() < all_txn.len() {
+        let path = old.txn_index_path();
+        let txn = fs.open(path, OpenMode::ReadWrite).ctx("open", path)?;
+        txn.set_len((kept_txn.len() * txn_index::ENTRY_SIZE) as u64)
+            .ctx("truncate", path)?;
+        txn.sync_data().ctx("fdatasync", path)?;
+    }
+    Ok(kept_txn)
 }

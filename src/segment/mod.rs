@@ -968,22 +968,7 @@ impl SegmentFiles {
         let capacity = cfg.segment_bytes.max(log_size);
         let log_len = self.log.len().ctx("stat", &self.log_path)? as usize;
         let background = self.background;
-        let log = Arc::new(
-            self.log
-                .map(
-                    capacity,
-                    if cfg.write_through {
-                        MapMode::WriteThrough {
-                            published: log_size,
-                        }
-                    } else {
-                        MapMode::ReadWrite {
-                            published: log_size,
-                        }
-                    },
-                )
-                .ctx("mmap", &self.log_path)?,
-        );
+        let log = Arc::new(self.map_active_log(cfg, capacity, log_size)?);
         let (index, index_writer, index_len) = Self::map_index(
             self.index.as_ref(),
             &self.index_path,
@@ -1037,6 +1022,36 @@ impl SegmentFiles {
         if !keep_indexes {
             writer.restart_index_rebuild();
         }
+        Self::index_batches(&mut writer, &segment, batches)?;
+        Ok(writer)
+    }
+
+    /// Maps the active segment's `.log` writable up to `capacity`, its first `log_size` bytes
+    /// published.
+    fn map_active_log(
+        &self,
+        cfg: &SegmentConfig,
+        capacity: usize,
+        log_size: usize,
+    ) -> Result<Mapping, OpenSegmentError> {
+        let mode = if cfg.write_through {
+            MapMode::WriteThrough {
+                published: log_size,
+            }
+        } else {
+            MapMode::ReadWrite {
+                published: log_size,
+            }
+        };
+        Ok(self.log.map(capacity, mode).ctx("mmap", &self.log_path)?)
+    }
+
+    /// Indexes the batches already in the segment (none when its stored indexes are kept).
+    fn index_batches(
+        writer: &mut SegmentWriter,
+        segment: &Segment,
+        batches: &[BatchInfo],
+    ) -> Result<(), OpenSegmentError> {
         for b in batches {
             writer
                 .index_batch(b.position, b.size, b.last_offset, b.max_timestamp)
@@ -1045,7 +1060,7 @@ impl SegmentFiles {
                     error,
                 })?;
         }
-        Ok(writer)
+        Ok(())
     }
 
     /// Maps an active segment's index writable, as long as it can grow; returns the map, its

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::format::{self, RecordBatch};
 use crate::io::{self, FileKind, FileSystem, IoResultExt, MapMode, Mapping, OpenMode};
-use crate::log::checkpoint::{self, SegmentRecord};
+use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
 use crate::producer::{snapshot, snapshot_files, SnapshotError};
 use crate::segment::{
     self, digest, names, offset_index, scan, time_index, OffsetBounds, ScanStop, SealDigest,
@@ -96,6 +96,87 @@ struct SegmentFile {
 /// Checks every file of the partition directory `dir`.
 pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::IoError> {
     let mut report = VerifyReport::default();
+    let Listing {
+        segments,
+        mut snapshots,
+        swaps,
+    } = list_dir(fs, dir, &mut report)?;
+    let cp = match checkpoint::read(fs, dir)? {
+        Ok(cp) => cp,
+        // A damaged checkpoint vouches for nothing: every segment is checked as in a directory
+        // without one.
+        Err(bad) => {
+            report.problem(&bad.path, bad.line, bad.kind(), bad.reason);
+            None
+        }
+    };
+    let record: BTreeMap<i64, SegmentRecord> = cp
+        .as_ref()
+        .and_then(|c| c.segments.as_ref())
+        .map(|r| r.iter().map(|s| (s.base_offset, *s)).collect())
+        .unwrap_or_default();
+    let checkpoint_path = checkpoint::path(dir);
+    for r in record.values() {
+        if !segments.contains_key(&r.base_offset) {
+            report.problem(
+                &names::file_path(dir, r.base_offset, names::LOG_EXT),
+                None,
+                "segment_missing",
+                format!(
+                    "missing: the checkpoint vouches for offsets {}..{} in {} bytes",
+                    r.base_offset, r.next_offset, r.size
+                ),
+            );
+        }
+    }
+
+    for (base, path) in &swaps {
+        verify_swap(fs, *base, path, &mut report)?;
+    }
+
+    snapshots.sort();
+    let walk = SegmentsWalk {
+        fs,
+        dir,
+        cp: cp.as_ref(),
+        record: &record,
+        segments: &segments,
+    };
+    let log_end = walk.verify_all(&snapshots, &mut report)?;
+    if let (Some(c), Some(end)) = (&cp, log_end) {
+        if end < c.recovery_point {
+            report.problem(
+                &checkpoint_path,
+                None,
+                "durable_end_missing",
+                format!(
+                    "the log ends at offset {end}, but the checkpoint says offsets up to {} were \
+                     durable",
+                    c.recovery_point
+                ),
+            );
+        }
+    }
+
+    verify_snapshots(fs, snapshots, &mut report)?;
+    metadata::verify(fs, dir, &mut report)?;
+    Ok(report)
+}
+
+/// The files of a partition directory that are checked one by one.
+struct Listing {
+    segments: BTreeMap<i64, SegmentFile>,
+    snapshots: Vec<(i64, PathBuf)>,
+    swaps: Vec<(i64, PathBuf)>,
+}
+
+/// Lists the directory: its segments, snapshots and swaps, and reports the leftovers and
+/// orphan indexes recovery removes.
+fn list_dir(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    report: &mut VerifyReport,
+) -> Result<Listing, io::IoError> {
     let mut names_in_dir = fs.list(dir).ctx("list", dir)?;
     names_in_dir.sort();
     let mut segments: BTreeMap<i64, SegmentFile> = BTreeMap::new();
@@ -157,49 +238,59 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             _ => {}
         }
     }
+    Ok(Listing {
+        segments,
+        snapshots,
+        swaps,
+    })
+}
 
-    let cp = match checkpoint::read(fs, dir)? {
-        Ok(cp) => cp,
-        // A damaged checkpoint vouches for nothing: every segment is checked as in a directory
-        // without one.
-        Err(bad) => {
-            report.problem(&bad.path, bad.line, bad.kind(), bad.reason);
-            None
+/// The segments of a directory, checked in order against the checkpoint's record.
+struct SegmentsWalk<'a> {
+    fs: &'a dyn FileSystem,
+    dir: &'a Path,
+    cp: Option<&'a Checkpoint>,
+    record: &'a BTreeMap<i64, SegmentRecord>,
+    segments: &'a BTreeMap<i64, SegmentFile>,
+}
+
+impl SegmentsWalk<'_> {
+    /// Checks every segment; returns where the log ends (`None` without a segment).
+    fn verify_all(
+        &self,
+        snapshots: &[(i64, PathBuf)],
+        report: &mut VerifyReport,
+    ) -> Result<Option<i64>, io::IoError> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let mut txn = txn::TxnCheck::new(self.fs, snapshots, bases.first().copied())?;
+        let mut previous_last: Option<i64> = None;
+        let mut log_end = None;
+        for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
+            let Some(last) = self.verify_one(base, next_base, previous_last, &mut txn, report)?
+            else {
+                continue;
+            };
+            log_end = Some(last.map_or(base, |l| l + 1));
+            previous_last = last;
         }
-    };
-    let record: BTreeMap<i64, SegmentRecord> = cp
-        .as_ref()
-        .and_then(|c| c.segments.as_ref())
-        .map(|r| r.iter().map(|s| (s.base_offset, *s)).collect())
-        .unwrap_or_default();
-    let record_end = record.values().last().map(|r| r.next_offset);
-    let clean = cp.as_ref().is_some_and(|c| c.clean_shutdown);
-    let checkpoint_path = checkpoint::path(dir);
-    for r in record.values() {
-        if !segments.contains_key(&r.base_offset) {
-            report.problem(
-                &names::file_path(dir, r.base_offset, names::LOG_EXT),
-                None,
-                "segment_missing",
-                format!(
-                    "missing: the checkpoint vouches for offsets {}..{} in {} bytes",
-                    r.base_offset, r.next_offset, r.size
-                ),
-            );
-        }
+        Ok(log_end)
     }
 
-    for (base, path) in &swaps {
-        verify_swap(fs, *base, path, &mut report)?;
-    }
-
-    let bases: Vec<i64> = segments.keys().copied().collect();
-    snapshots.sort();
-    let mut txn = txn::TxnCheck::new(fs, &snapshots, bases.first().copied())?;
-    let mut previous_last: Option<i64> = None;
-    let mut log_end = None;
-    for (i, &base) in bases.iter().enumerate() {
-        let f = &segments[&base];
+    /// Checks the segment at `base` against its record; returns the last offset of the log
+    /// after it, `None` if it is not a regular file (not opened).
+    fn verify_one(
+        &self,
+        base: i64,
+        next_base: Option<i64>,
+        previous_last: Option<i64>,
+        txn: &mut txn::TxnCheck,
+        report: &mut VerifyReport,
+    ) -> Result<Option<Option<i64>>, io::IoError> {
+        let (record, cp) = (self.record, self.cp);
+        let record_end = record.values().last().map(|r| r.next_offset);
+        let clean = cp.is_some_and(|c| c.clean_shutdown);
+        let f = &self.segments[&base];
         report.segments += 1;
         let rec = record.get(&base);
         if rec.is_none() && record_end.is_some_and(|end| base < end || clean) {
@@ -220,49 +311,27 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
                 "not_a_file",
                 format!("a {}, not a regular file (not opened)", f.kind.name()),
             );
-            continue;
+            return Ok(None);
         }
-        // A dead tail may be partly trimmed (a crash before the checkpoint recorded the trim):
-        // any length from the batches' end to the recorded one is what a trim leaves.
-        let trimmed_part_way = |r: &&SegmentRecord| r.size <= f.len && f.len < r.file_len;
-        if let Some(r) = rec.filter(|r| r.file_len != f.len && !trimmed_part_way(r)) {
-            report.problem(
-                &f.path,
-                None,
-                "size_mismatch",
-                format!(
-                    "{} bytes, but the checkpoint vouches for {}",
-                    f.len, r.file_len
-                ),
-            );
-        }
-        // Bytes a truncation left after the segment's batches while a reader held them: dead,
-        // trimmed by the next open. Only the batches are checked.
-        let dead = rec.map_or(0, |r| r.file_len.min(f.len).saturating_sub(r.size));
-        report.dead_bytes += dead;
-        let f = &SegmentFile {
-            path: f.path.clone(),
-            kind: f.kind,
-            len: f.len - dead.min(f.len),
-        };
+        let f = &without_dead_tail(f, rec, report);
         let bounds = OffsetBounds {
             segment_base: base,
-            next_segment_base: bases.get(i + 1).copied(),
-            dense_from: cp.as_ref().and_then(|c| c.dense_from),
+            next_segment_base: next_base,
+            dense_from: cp.and_then(|c| c.dense_from),
         };
         // A segment rolled, or closed by a clean close, holds its final time-index entry.
         let sealed = bounds.next_segment_base.is_some() || clean;
         let recorded = rec.and_then(|r| r.digest.map(|d| (r.size, d)));
         let last = verify_segment(
-            fs,
-            dir,
+            self.fs,
+            self.dir,
             f,
             bounds,
             previous_last,
             sealed,
             recorded,
-            &mut txn,
-            &mut report,
+            txn,
+            report,
         )?;
         let next = last.or(previous_last).map_or(base, |l| l + 1);
         if let Some(r) = rec.filter(|r| r.size == f.len && r.next_offset != next) {
@@ -277,24 +346,48 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
                 ),
             );
         }
-        previous_last = last.or(previous_last);
-        log_end = Some(next);
+        Ok(Some(last.or(previous_last)))
     }
-    if let (Some(c), Some(end)) = (&cp, log_end) {
-        if end < c.recovery_point {
-            report.problem(
-                &checkpoint_path,
-                None,
-                "durable_end_missing",
-                format!(
-                    "the log ends at offset {end}, but the checkpoint says offsets up to {} were \
-                     durable",
-                    c.recovery_point
-                ),
-            );
-        }
-    }
+}
 
+/// A segment file held to its record's length: a length other than the recorded one is
+/// reported, and what follows the recorded batches is left out of the check.
+fn without_dead_tail(
+    f: &SegmentFile,
+    rec: Option<&SegmentRecord>,
+    report: &mut VerifyReport,
+) -> SegmentFile {
+    // A dead tail may be partly trimmed (a crash before the checkpoint recorded the trim):
+    // any length from the batches' end to the recorded one is what a trim leaves.
+    let trimmed_part_way = |r: &&SegmentRecord| r.size <= f.len && f.len < r.file_len;
+    if let Some(r) = rec.filter(|r| r.file_len != f.len && !trimmed_part_way(r)) {
+        report.problem(
+            &f.path,
+            None,
+            "size_mismatch",
+            format!(
+                "{} bytes, but the checkpoint vouches for {}",
+                f.len, r.file_len
+            ),
+        );
+    }
+    // Bytes a truncation left after the segment's batches while a reader held them: dead,
+    // trimmed by the next open. Only the batches are checked.
+    let dead = rec.map_or(0, |r| r.file_len.min(f.len).saturating_sub(r.size));
+    report.dead_bytes += dead;
+    SegmentFile {
+        path: f.path.clone(),
+        kind: f.kind,
+        len: f.len - dead.min(f.len),
+    }
+}
+
+/// Checks every producer snapshot against its name.
+fn verify_snapshots(
+    fs: &dyn FileSystem,
+    snapshots: Vec<(i64, PathBuf)>,
+    report: &mut VerifyReport,
+) -> Result<(), io::IoError> {
     for (offset, path) in snapshots {
         report.snapshots += 1;
         let checked = match io::read_small_file(fs, &path, snapshot_files::MAX_FILE_BYTES)? {
@@ -312,8 +405,7 @@ pub fn verify_dir(fs: &dyn FileSystem, dir: &Path) -> Result<VerifyReport, io::I
             report.problem(&path, None, "bad_snapshot", e.to_string());
         }
     }
-    metadata::verify(fs, dir, &mut report)?;
-    Ok(report)
+    Ok(())
 }
 
 /// An interrupted swap is reported either way: recovery completes it if it is valid, and
@@ -412,6 +504,64 @@ fn verify_segment(
     }
     let map = map_read_only(fs, &f.path, f.len.min(max) as usize)?;
     let data = map.published_slice();
+    let Scanned {
+        starts,
+        checked,
+        found_last,
+        clean,
+    } = scan_resyncing(data, &f.path, bounds, previous_last, report);
+    records_decode(data, &starts, &f.path, report);
+    if let Some((size, d)) = recorded {
+        verify_digest(
+            fs, dir, base, data, &starts, clean, size, d, &f.path, report,
+        )?;
+    }
+    let next_offset = found_last.map_or(base, |l| l + 1);
+    txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;
+    // The largest timestamp, which a sealed segment's last time-index entry names; judged only
+    // when every byte was checked.
+    let final_timestamp = (sealed && clean).then(|| {
+        starts
+            .keys()
+            .filter_map(|&pos| RecordBatch::parse(&data[pos..]).ok())
+            .map(|b| b.max_timestamp())
+            .max()
+            .filter(|&ts| ts >= 0)
+    });
+    verify_indexes(
+        fs,
+        dir,
+        base,
+        data.len(),
+        &starts,
+        &checked,
+        found_last,
+        final_timestamp,
+        report,
+    )?;
+    Ok(found_last)
+}
+
+/// What scanning a segment's bytes found.
+struct Scanned {
+    /// Batch starts of the checked regions, with their last offsets.
+    starts: BTreeMap<usize, i64>,
+    /// The checked regions.
+    checked: Vec<(usize, usize)>,
+    /// The last offset of its valid batches.
+    found_last: Option<i64>,
+    /// Every byte was checked: the replay of transactions is exact only then.
+    clean: bool,
+}
+
+/// Scans a segment's bytes, reporting damage and going on after it from the next valid batch.
+fn scan_resyncing(
+    data: &[u8],
+    path: &Path,
+    bounds: OffsetBounds,
+    previous_last: Option<i64>,
+    report: &mut VerifyReport,
+) -> Scanned {
     // Batch starts of the checked regions, with their last offsets; and the checked regions.
     let mut starts: BTreeMap<usize, i64> = BTreeMap::new();
     let mut checked: Vec<(usize, usize)> = Vec::new();
@@ -444,7 +594,7 @@ fn verify_segment(
             ScanStop::Invalid { ref problem, .. } => problem.kind(),
             ScanStop::End => "end",
         };
-        report.problem(&f.path, Some(stop_at), kind, stop_reason(&result.stop));
+        report.problem(path, Some(stop_at), kind, stop_reason(&result.stop));
         // Go on from the next position where a whole, valid batch with offsets that fit
         // starts: damage in one batch does not hide the state of the rest.
         // The damaged bytes leave a gap behind them: the next valid batch is taken wherever its
@@ -462,7 +612,7 @@ fn verify_segment(
                     .or(last);
                 report.unchecked_bytes += (next - stop_at) as u64;
                 report.problem(
-                    &f.path,
+                    path,
                     Some(stop_at),
                     "unchecked",
                     format!(
@@ -478,36 +628,12 @@ fn verify_segment(
             }
         }
     }
-    records_decode(data, &starts, &f.path, report);
-    if let Some((size, d)) = recorded {
-        verify_digest(
-            fs, dir, base, data, &starts, clean, size, d, &f.path, report,
-        )?;
-    }
-    let next_offset = found_last.map_or(base, |l| l + 1);
-    txn.segment(fs, dir, base, data, &starts, next_offset, clean, report)?;
-    // The largest timestamp, which a sealed segment's last time-index entry names; judged only
-    // when every byte was checked.
-    let final_timestamp = (sealed && clean).then(|| {
-        starts
-            .keys()
-            .filter_map(|&pos| RecordBatch::parse(&data[pos..]).ok())
-            .map(|b| b.max_timestamp())
-            .max()
-            .filter(|&ts| ts >= 0)
-    });
-    verify_indexes(
-        fs,
-        dir,
-        base,
-        data.len(),
-        &starts,
-        &checked,
+    Scanned {
+        starts,
+        checked,
         found_last,
-        final_timestamp,
-        report,
-    )?;
-    Ok(found_last)
+        clean,
+    }
 }
 
 /// The segment's batch headers and `.txnindex` against the digest the checkpoint recorded when

@@ -209,67 +209,94 @@ impl TxnCheck {
             aborts.extend(abort);
         }
         let path = names::file_path(dir, base, names::TXN_INDEX_EXT);
-        let max = (data.len() / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
-        let stored = match io::read_small_file(fs, &path, max as u64)? {
-            io::SmallFile::Missing => None,
-            io::SmallFile::NotAFile(kind) => {
-                report.problem(
-                    &path,
-                    None,
-                    "not_a_file",
-                    format!("a {kind}, not a regular file (not opened)"),
-                );
-                self.exact = false;
-                return Ok(());
-            }
-            io::SmallFile::TooLarge(len) => {
-                report.problem(
-                    &path,
-                    None,
-                    "too_large",
-                    format!(
-                        "{len} bytes, more than the markers of a {}-byte segment can need (not \
-                         read)",
-                        data.len()
-                    ),
-                );
-                self.exact = false;
-                return Ok(());
-            }
-            io::SmallFile::Bytes(bytes) => match txn_index::check(&bytes, base, next_offset) {
-                Ok(entries) => Some(entries),
-                Err(problem) => {
-                    let position = problem_position(&problem);
-                    report.problem(&path, position, "bad_txn_index", problem.to_string());
-                    self.exact &= clean;
-                    return Ok(());
-                }
-            },
+        let Some(stored) = self.read_stored(fs, &path, base, data.len(), next_offset, report)?
+        else {
+            self.exact &= clean;
+            return Ok(());
         };
         report.txn_index_entries += stored.as_ref().map_or(0, |s| s.len() as u64);
         if self.exact {
             self.compare(&path, stored.as_deref(), &expected, &aborts, report);
         } else if let Some(stored) = &stored {
-            for (i, e) in stored.iter().enumerate() {
-                if !aborts
-                    .iter()
-                    .any(|a| (a.producer_id, a.offset) == (e.producer_id, e.last_offset))
-                {
-                    report.problem(
-                        &path,
-                        Some(i * txn_index::ENTRY_SIZE),
-                        "bad_txn_index",
-                        format!(
-                            "entry for producer {} names offset {}, which is not an ABORT marker \
-                             of that producer",
-                            e.producer_id, e.last_offset
-                        ),
-                    );
-                }
-            }
+            entries_name_aborts(&path, stored, &aborts, report);
         }
         self.exact &= clean;
         Ok(())
+    }
+
+    /// The segment's stored `.txnindex` entries (`Some(None)`: no file), or `None` when it
+    /// cannot be read (reported; the replay is no longer exact) or fails its check (reported).
+    fn read_stored(
+        &mut self,
+        fs: &dyn FileSystem,
+        path: &Path,
+        base: i64,
+        data_len: usize,
+        next_offset: i64,
+        report: &mut VerifyReport,
+    ) -> Result<Option<Option<Vec<AbortedTxn>>>, IoError> {
+        let max = (data_len / crate::format::HEADER_SIZE + 1) * txn_index::ENTRY_SIZE;
+        Ok(Some(match io::read_small_file(fs, path, max as u64)? {
+            io::SmallFile::Missing => None,
+            io::SmallFile::NotAFile(kind) => {
+                report.problem(
+                    path,
+                    None,
+                    "not_a_file",
+                    format!("a {kind}, not a regular file (not opened)"),
+                );
+                self.exact = false;
+                return Ok(None);
+            }
+            io::SmallFile::TooLarge(len) => {
+                report.problem(
+                    path,
+                    None,
+                    "too_large",
+                    format!(
+                        "{len} bytes, more than the markers of a {data_len}-byte segment can need \
+                         (not read)"
+                    ),
+                );
+                self.exact = false;
+                return Ok(None);
+            }
+            io::SmallFile::Bytes(bytes) => match txn_index::check(&bytes, base, next_offset) {
+                Ok(entries) => Some(entries),
+                Err(problem) => {
+                    let position = problem_position(&problem);
+                    report.problem(path, position, "bad_txn_index", problem.to_string());
+                    return Ok(None);
+                }
+            },
+        }))
+    }
+}
+
+/// When the replay is not exact, all that can be checked of stored entries: each names an
+/// ABORT marker of its producer.
+fn entries_name_aborts(
+    path: &Path,
+    stored: &[AbortedTxn],
+    aborts: &[Abort],
+    report: &mut VerifyReport,
+) {
+    for (i, e) in stored.iter().enumerate() {
+        if !aborts
+            .iter()
+            .any(|a| (a.producer_id, a.offset) == (e.producer_id, e.last_offset))
+        {
+            report.problem(
+                path,
+                Some(i * txn_index::ENTRY_SIZE),
+                "bad_txn_index",
+                format!(
+                    "entry for producer {} names offset {}, which is not an ABORT marker \
+                     of that producer",
+                    e.producer_id, e.last_offset
+                ),
+            );
+        }
     }
 }
 
@@ -314,53 +341,7 @@ impl TxnCheck {
         let key = |e: &AbortedTxn| (e.producer_id, e.last_offset);
         for (i, s) in stored.iter().enumerate() {
             let position = Some(i * txn_index::ENTRY_SIZE);
-            let derived = expected.iter().find(|d| key(&d.entry) == key(s));
-            let reason = match derived {
-                Some(d) if self.spans_a_gap(s, Some(&d.entry)) => {
-                    if s.first_offset < d.first_min || s.first_offset > d.first_max {
-                        Some(format!(
-                            "entry {i} is {}: its first offset must lie in {}..={} to cover \
-                             exactly the transaction's batches left in the log",
-                            show(s),
-                            d.first_min,
-                            d.first_max
-                        ))
-                    } else if s.last_stable_offset > d.lso_max {
-                        Some(format!(
-                            "entry {i} is {}: its last stable offset is above {}, where another \
-                             transaction open at the marker has a batch",
-                            show(s),
-                            d.lso_max
-                        ))
-                    } else {
-                        None
-                    }
-                }
-                Some(d) if d.entry != *s => Some(format!(
-                    "entry {i} is {}, the log says {}",
-                    show(s),
-                    show(&d.entry)
-                )),
-                Some(_) => None,
-                None => {
-                    let abort = aborts.iter().find(|a| (a.producer_id, a.offset) == key(s));
-                    match abort {
-                        // The transaction's data were all removed: the cleaner's entry stays
-                        // with its marker, covering none of the producer's earlier batches.
-                        Some(a)
-                            if self.spans_a_gap(s, None)
-                                && a.previous.is_none_or(|p| s.first_offset > p) =>
-                        {
-                            None
-                        }
-                        _ => Some(format!(
-                            "entry {i} ({}) is for no aborted transaction of this segment",
-                            show(s)
-                        )),
-                    }
-                }
-            };
-            if let Some(reason) = reason {
+            if let Some(reason) = self.entry_problem(i, s, expected, aborts) {
                 report.problem(
                     path,
                     position,
@@ -381,6 +362,63 @@ impl TxnCheck {
                         show(&d.entry)
                     ),
                 );
+            }
+        }
+    }
+
+    /// What is wrong with stored entry `i`, `s`, against the entries the replay computed.
+    fn entry_problem(
+        &self,
+        i: usize,
+        s: &AbortedTxn,
+        expected: &[Derived],
+        aborts: &[Abort],
+    ) -> Option<String> {
+        let key = |e: &AbortedTxn| (e.producer_id, e.last_offset);
+        let derived = expected.iter().find(|d| key(&d.entry) == key(s));
+        match derived {
+            Some(d) if self.spans_a_gap(s, Some(&d.entry)) => {
+                if s.first_offset < d.first_min || s.first_offset > d.first_max {
+                    Some(format!(
+                        "entry {i} is {}: its first offset must lie in {}..={} to cover \
+                             exactly the transaction's batches left in the log",
+                        show(s),
+                        d.first_min,
+                        d.first_max
+                    ))
+                } else if s.last_stable_offset > d.lso_max {
+                    Some(format!(
+                        "entry {i} is {}: its last stable offset is above {}, where another \
+                             transaction open at the marker has a batch",
+                        show(s),
+                        d.lso_max
+                    ))
+                } else {
+                    None
+                }
+            }
+            Some(d) if d.entry != *s => Some(format!(
+                "entry {i} is {}, the log says {}",
+                show(s),
+                show(&d.entry)
+            )),
+            Some(_) => None,
+            None => {
+                let abort = aborts.iter().find(|a| (a.producer_id, a.offset) == key(s));
+                match abort {
+                    // The transaction's data were all removed: the cleaner's entry stays
+                    // with its marker, covering none of the producer's earlier batches.
+                    Some(a)
+                        if self.spans_a_gap(s, None)
+                            && a.previous.is_none_or(|p| s.first_offset > p) =>
+                    {
+                        None
+                    }
+                    _ => Some(format!(
+                        "entry {i} ({}) is for no aborted transaction of this segment",
+                        show(s)
+                    )),
+                }
             }
         }
     }

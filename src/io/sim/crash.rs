@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{DirOp, Inode, SimFs, SplitMix64};
+use super::{DirOp, Inode, SimFs, SplitMix64, State};
 
 /// Page size of the crash model.
 pub const PAGE: usize = 4096;
@@ -33,8 +33,28 @@ impl SimFs {
         let mut report = CrashReport::default();
         let mut st = self.state.lock();
         st.counters.crashes += 1;
-        // How much of each directory's pending operations survives: a prefix.
-        let mut undo: Vec<(u64, PathBuf, DirOp)> = Vec::new();
+        crash_dirs(&mut st, &mut rng, &mut report);
+        let mut survivors: Vec<u64> = st
+            .dirs
+            .values()
+            .flat_map(|d| d.durable.values().copied())
+            .collect();
+        survivors.sort_unstable();
+        survivors.dedup();
+        crash_files(&mut st, survivors, &mut rng, &mut report);
+        st.epoch += 1;
+        // The process died with the machine: its locks went with it.
+        st.locks.clear();
+        st.shared_locks.clear();
+        report
+    }
+}
+
+/// The directories after a crash: each keeps its durable entries plus a seeded prefix of its
+/// pending operations; renames and removals of directories that did not survive are undone.
+fn crash_dirs(st: &mut State, rng: &mut SplitMix64, report: &mut CrashReport) {
+    // How much of each directory's pending operations survives: a prefix.
+    let mut undo: Vec<(u64, PathBuf, DirOp)> = Vec::new();
         let state = &mut *st;
         let live = state.dirs.iter_mut().map(|(p, d)| (p.clone(), d));
         let removed = state.removed_dirs.values_mut().map(|(p, d)| (p.clone(), d));
@@ -87,13 +107,10 @@ impl SimFs {
             dir.live = entries.clone();
             dir.durable = entries;
         }
-        let mut survivors: Vec<u64> = st
-            .dirs
-            .values()
-            .flat_map(|d| d.durable.values().copied())
-            .collect();
-        survivors.sort_unstable();
-        survivors.dedup();
+}
+
+/// The contents of the files that survived (`survivors`, by inode) after a crash.
+fn crash_files(st: &mut State, survivors: Vec<u64>, rng: &mut SplitMix64, report: &mut CrashReport) {
         // File contents. One writeback style per crash: per page at random, or all / none /
         // an in-order prefix of the changed pages.
         let style = rng.below(4);
@@ -106,7 +123,7 @@ impl SimFs {
                 Ok(v) => v,
                 Err(e) => panic!("SimFs::crash with a live writable map: {e}"),
             };
-            let image = crash_image(&live, &inode.durable, style, &mut rng, &mut report);
+            let image = crash_image(&live, &inode.durable, style, rng, report);
             inodes.insert(
                 id,
                 Inode {
@@ -118,12 +135,6 @@ impl SimFs {
             );
         }
         st.inodes = inodes;
-        st.epoch += 1;
-        // The process died with the machine: its locks went with it.
-        st.locks.clear();
-        st.shared_locks.clear();
-        report
-    }
 }
 
 /// The content of one file after a crash.

@@ -149,6 +149,41 @@ fn plan_open(
         // Before anything is written: a standalone log may still hold the directory.
         super::check_unlocked(fs, dir)?;
     }
+    let own = read_own_checkpoint(fs, dir, config, log_dir, effect, &mut inv)?;
+    let (report, plan, producers) = plan_segments(fs, dir, config, now_ms, log_dir, &inv, &own)?;
+    let epochs = plan_epochs(fs, dir, &plan)?;
+    Ok(Planned {
+        inv,
+        cp: own.cp,
+        plan,
+        report,
+        producers,
+        epochs,
+    })
+}
+
+/// What the log's own checkpoint says, as far as it is believed.
+struct OwnCheckpoint {
+    /// The checkpoint, unless missing, damaged (and tolerated) or superseded.
+    cp: Option<Checkpoint>,
+    /// Kafka's offsets were newer than it.
+    superseded: bool,
+    /// Why its bytes were not believed.
+    damaged: Option<String>,
+    /// What completing an interrupted full truncation removed (or would remove).
+    started_over: Vec<(std::path::PathBuf, String)>,
+}
+
+/// Reads the log's own checkpoint and completes a full truncation it records as begun
+/// (under [`Effect::Preview`], only as if: `inv` is changed instead of the directory).
+fn read_own_checkpoint(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    log_dir: Option<&LogDirOffsets>,
+    effect: Effect,
+    inv: &mut Inventory,
+) -> Result<OwnCheckpoint, OpenError> {
     // A checkpoint whose bytes were damaged vouches for nothing, and its numbers are no
     // instructions: the log is validated as if it had none (except under absolute
     // consistency, which refuses any damage).
@@ -167,13 +202,33 @@ fn plan_open(
     let mut started_over = Vec::new();
     if let Some(c) = cp.as_ref().filter(|c| c.start_over_at.is_some()) {
         if effect == Effect::Preview {
-            cp = Some(preview::start_over(&mut inv, c, &mut started_over));
+            cp = Some(preview::start_over(inv, c, &mut started_over));
         } else {
-            let c = finish_start_over(fs, dir, &inv, c, &mut started_over)?;
+            let c = finish_start_over(fs, dir, inv, c, &mut started_over)?;
             cp = Some(c);
-            inv = Inventory::take(fs, dir)?;
+            *inv = Inventory::take(fs, dir)?;
         }
     }
+    Ok(OwnCheckpoint {
+        cp,
+        superseded,
+        damaged: checkpoint_damaged,
+        started_over,
+    })
+}
+
+/// The segment plan and the producer state's, validating everything again when replay finds
+/// damage the plan believed.
+fn plan_segments(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+    log_dir: Option<&LogDirOffsets>,
+    inv: &Inventory,
+    own: &OwnCheckpoint,
+) -> Result<(RecoveryReport, Plan, super::producers::LoadPlan), OpenError> {
+    let cp = &own.cp;
     let mode = config.recovery_mode;
     let mut deep = config.deep_recovery;
     let refused = |path, position, damage| OpenError::Refused {
@@ -185,7 +240,7 @@ fn plan_open(
     // Damage that replaying producer state finds in bytes the checkpoint vouched for means
     // those bytes cannot be believed: under a mode that may cut, everything is validated
     // again, which finds the damage where it can be cut.
-    let (report, plan, producers) = loop {
+    loop {
         let mut report = RecoveryReport {
             clean_shutdown: match &cp {
                 Some(c) => c.clean_shutdown,
@@ -198,9 +253,9 @@ fn plan_open(
                 None => log_dir.and_then(|l| l.recovery_point).unwrap_or(0),
             },
             deep,
-            checkpoint_superseded: superseded,
-            checkpoint_damaged: checkpoint_damaged.clone(),
-            segments_deleted: started_over.clone(),
+            checkpoint_superseded: own.superseded,
+            checkpoint_damaged: own.damaged.clone(),
+            segments_deleted: own.started_over.clone(),
             ..RecoveryReport::default()
         };
         let planner = Planner {
@@ -211,7 +266,7 @@ fn plan_open(
             log_dir: log_dir.copied(),
             deep,
         };
-        let plan = match planner.plan(&inv, &mut report) {
+        let plan = match planner.plan(inv, &mut report) {
             Ok(p) => p,
             Err(PlanError::Io(e)) => return Err(e.into()),
             Err(PlanError::Refused {
@@ -220,8 +275,8 @@ fn plan_open(
                 damage,
             }) => return Err(refused(path, position, damage)),
         };
-        match plan_producers(fs, config, &inv, &plan, cp.is_some(), now_ms) {
-            Ok(p) => break (report, plan, p),
+        match plan_producers(fs, config, inv, &plan, cp.is_some(), now_ms) {
+            Ok(p) => return Ok((report, plan, p)),
             Err(LoadError::Io(e)) => return Err(e.into()),
             Err(LoadError::Damaged {
                 path,
@@ -235,16 +290,7 @@ fn plan_open(
                 return Err(refused(path, Some(position), Damage::Invalid(problem)));
             }
         }
-    };
-    let epochs = plan_epochs(fs, dir, &plan)?;
-    Ok(Planned {
-        inv,
-        cp,
-        plan,
-        report,
-        producers,
-        epochs,
-    })
+    }
 }
 
 /// Completes a full truncation a crash interrupted after its commit point (the checkpoint's
@@ -426,27 +472,7 @@ fn apply(
         && untouched(inv, &plan, &report)
         && producers.changes_nothing();
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
-    let swaps = &plan.swaps;
-    for path in &swaps.superseded {
-        fs.remove_file(path).ctx("remove", path)?;
-        report.leftovers.push(path.clone());
-    }
-    for (from, to) in &swaps.renames {
-        fs.rename(from, to).ctx("rename", from)?;
-        report.leftovers.push(from.clone());
-    }
-    for path in inv.garbage.iter().chain(&swaps.discarded) {
-        fs.remove_file(path).ctx("remove", path)?;
-        report.leftovers.push(path.clone());
-    }
-    let (never_recorded, after_cut): (Vec<&Doomed>, Vec<&Doomed>) =
-        plan.doomed.iter().partition(|d| d.unrecorded);
-    for d in never_recorded {
-        remove_segment_files(fs, dir, d, &mut report)?;
-    }
-    if !swaps.superseded.is_empty() || !swaps.renames.is_empty() {
-        fs.sync_dir(dir).ctx("fsync directory", dir)?;
-    }
+    let after_cut = complete_swaps(fs, dir, inv, &plan, &mut report)?;
 
     // 2. The intent checkpoint.
     let intent = plan.intent_checkpoint();
@@ -465,29 +491,7 @@ fn apply(
 
     // 4. The segments.
     let cfg = segment_config(config, fs_arc);
-    let mut sealed = Vec::new();
-    let mut active = None;
-    let last = plan.segments.len().saturating_sub(1);
-    for (i, s) in plan.segments.iter().enumerate() {
-        let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
-        let rebuilt = markers_in(&aborted, s.base, next_base);
-        let opened = open_segment(dir, &cfg, s, i == last, rebuilt, now_ms, &mut report)?;
-        match opened {
-            Opened::Sealed(seg) => {
-                if let Some(h) = s.header_digest {
-                    seg.set_header_digest(s.log_size, h);
-                }
-                sealed.push(seg)
-            }
-            Opened::Active(w) => active = Some(w),
-        }
-    }
-    let active = match active {
-        Some(w) => w,
-        None => {
-            segment::create(dir, plan.log_start_offset, &cfg, now_ms).map_err(segment_error)?
-        }
-    };
+    let (sealed, active) = open_segments(dir, &cfg, &plan, &aborted, now_ms, &mut report)?;
 
     // 5. The result checkpoint, with what it records of each segment's bytes as opened (a
     //    `.txnindex` may have been rebuilt).
@@ -518,6 +522,74 @@ fn apply(
         clean_on_disk: untouched,
         completed,
     })
+}
+
+/// Completes the interrupted swaps, removes leftovers and the segments no checkpoint ever
+/// recorded; returns the segments that go because of a cut, which wait for the intent
+/// checkpoint.
+fn complete_swaps<'p>(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    inv: &Inventory,
+    plan: &'p Plan,
+    report: &mut RecoveryReport,
+) -> Result<Vec<&'p Doomed>, OpenError> {
+    let swaps = &plan.swaps;
+    for path in &swaps.superseded {
+        fs.remove_file(path).ctx("remove", path)?;
+        report.leftovers.push(path.clone());
+    }
+    for (from, to) in &swaps.renames {
+        fs.rename(from, to).ctx("rename", from)?;
+        report.leftovers.push(from.clone());
+    }
+    for path in inv.garbage.iter().chain(&swaps.discarded) {
+        fs.remove_file(path).ctx("remove", path)?;
+        report.leftovers.push(path.clone());
+    }
+    let (never_recorded, after_cut): (Vec<&Doomed>, Vec<&Doomed>) =
+        plan.doomed.iter().partition(|d| d.unrecorded);
+    for d in never_recorded {
+        remove_segment_files(fs, dir, d, report)?;
+    }
+    if !swaps.superseded.is_empty() || !swaps.renames.is_empty() {
+        fs.sync_dir(dir).ctx("fsync directory", dir)?;
+    }
+    Ok(after_cut)
+}
+
+/// Opens the kept segments: the sealed ones, and the active one (a new one at the log start
+/// when none is kept).
+fn open_segments(
+    dir: &Path,
+    cfg: &SegmentConfig,
+    plan: &Plan,
+    aborted: &[AbortedTxn],
+    now_ms: i64,
+    report: &mut RecoveryReport,
+) -> Result<(Vec<Arc<Segment>>, SegmentWriter), OpenError> {
+    let mut sealed = Vec::new();
+    let mut active = None;
+    let last = plan.segments.len().saturating_sub(1);
+    for (i, s) in plan.segments.iter().enumerate() {
+        let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
+        let rebuilt = markers_in(aborted, s.base, next_base);
+        let opened = open_segment(dir, cfg, s, i == last, rebuilt, now_ms, report)?;
+        match opened {
+            Opened::Sealed(seg) => {
+                if let Some(h) = s.header_digest {
+                    seg.set_header_digest(s.log_size, h);
+                }
+                sealed.push(seg)
+            }
+            Opened::Active(w) => active = Some(w),
+        }
+    }
+    let active = match active {
+        Some(w) => w,
+        None => segment::create(dir, plan.log_start_offset, cfg, now_ms).map_err(segment_error)?,
+    };
+    Ok((sealed, active))
 }
 
 /// Whether applying the plan leaves every file as it is: no leftover, swap, removal, cut or

@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::inventory::{FileEntry, Inventory};
+use super::inventory::{FileEntry, Inventory, SwapEntry};
 use super::report::{RecoveryReport, Truncation};
 use crate::io::{FileKind, FileSystem, IoError, IoResultExt, MapMode, Mapping, OpenMode};
 use crate::log::checkpoint::{Checkpoint, SealDigest, SegmentRecord};
@@ -313,6 +313,77 @@ struct Candidate {
     swapped: bool,
 }
 
+/// What the plan walks, by base offset, and the offsets it judges each segment by.
+struct Layout {
+    candidates: BTreeMap<i64, Candidate>,
+    /// The record, without what an interrupted swap replaces.
+    record: BTreeMap<i64, SegmentRecord>,
+    /// Every base a file or the record names, in order.
+    bases: BTreeSet<i64>,
+    rp: i64,
+    log_start: i64,
+    /// The checkpoint says the log was closed cleanly.
+    clean: bool,
+    /// Where the record ends: every offset below it is in a recorded segment.
+    record_end: Option<i64>,
+    last_file_base: Option<i64>,
+}
+
+/// What the walk over the segments has decided so far.
+#[derive(Default)]
+struct Walk {
+    kept: Vec<KeptSegment>,
+    doomed: Vec<Doomed>,
+    /// Where the log was cut: every segment after it is removed.
+    cut_at: Option<i64>,
+}
+
+/// What becomes of one segment.
+enum Verdict {
+    /// Neither a file nor a record of it: nothing to do.
+    Absent,
+    /// Its file is removed; the log goes on without it.
+    Removed(Doomed),
+    /// The log ends at `at`; the segment's file, if any, is removed.
+    Cut { at: i64, removed: Option<Doomed> },
+    /// Part of the log, which ends inside it at `cut_at` if that is set.
+    Kept {
+        segment: KeptSegment,
+        cut_at: Option<i64>,
+    },
+}
+
+impl Walk {
+    fn apply(&mut self, verdict: Verdict) {
+        match verdict {
+            Verdict::Absent => {}
+            Verdict::Removed(doomed) => self.doomed.push(doomed),
+            Verdict::Cut { at, removed } => {
+                self.doomed.extend(removed);
+                self.cut_at = Some(at);
+            }
+            Verdict::Kept { segment, cut_at } => {
+                self.kept.push(segment);
+                if cut_at.is_some() {
+                    self.cut_at = cut_at;
+                }
+            }
+        }
+    }
+}
+
+/// The segment file a verdict is reached on, and what comes before and after it.
+struct Slot<'a> {
+    base: i64,
+    candidate: &'a Candidate,
+    rec: Option<&'a SegmentRecord>,
+    next_file_base: Option<i64>,
+    /// The last offset of the kept segments before it.
+    previous_last: Option<i64>,
+    /// The last segment kept before it.
+    previous: Option<&'a KeptSegment>,
+}
+
 impl Planner<'_> {
     fn rp(&self) -> i64 {
         match (self.checkpoint, self.vouch()) {
@@ -373,7 +444,22 @@ impl Planner<'_> {
     pub fn plan(&self, inv: &Inventory, report: &mut RecoveryReport) -> Result<Plan, PlanError> {
         let mut swaps = SwapPlan::default();
         let (candidates, swap_range) = self.resolve_swaps(inv, &mut swaps, report)?;
-        let rp = self.rp();
+        let layout = self.layout(candidates, swap_range);
+        let mut walk = Walk::default();
+        for &base in &layout.bases {
+            let verdict = self.classify(&layout, &walk, base, inv, report)?;
+            walk.apply(verdict);
+        }
+        self.finish(&layout, walk, swaps, report)
+    }
+
+    /// What the plan walks: the segment files once the swaps are completed, the record without
+    /// what they replace, and the offsets both are judged by.
+    fn layout(
+        &self,
+        candidates: BTreeMap<i64, Candidate>,
+        swap_range: Option<(i64, i64)>,
+    ) -> Layout {
         let first_file = candidates.keys().next().copied().unwrap_or(0);
         let log_start = match (self.checkpoint, self.vouch()) {
             (Some(c), _) => c.log_start_offset,
@@ -397,313 +483,428 @@ impl Planner<'_> {
         let record_end = record.values().last().map(|r| r.next_offset);
         let bases: BTreeSet<i64> = candidates.keys().chain(record.keys()).copied().collect();
         let last_file_base = candidates.keys().next_back().copied();
+        Layout {
+            candidates,
+            record,
+            bases,
+            rp: self.rp(),
+            log_start,
+            clean,
+            record_end,
+            last_file_base,
+        }
+    }
 
-        let mut kept: Vec<KeptSegment> = Vec::new();
-        let mut doomed = Vec::new();
-        let mut cut_at: Option<i64> = None;
-        let mut rp_after = rp;
-        for &base in &bases {
-            let file = candidates.get(&base);
-            let log_path = file.map_or_else(
-                || names::file_path(self.dir, base, names::LOG_EXT),
-                |c| c.file.path.clone(),
-            );
-            if cut_at.is_some() {
-                if file.is_some() {
-                    doomed.push(Doomed {
-                        base,
-                        path: log_path,
-                        reason: "after a cut".into(),
-                        unrecorded: false,
-                    });
-                }
-                continue;
-            }
-            let next_file_base = candidates.range(base + 1..).next().map(|(b, _)| *b);
-            let previous_last = kept.iter().rev().find_map(|k| k.tail.last_offset);
-            let previous_next = kept.last().map(|k| k.next_offset);
-            let rec = record.get(&base);
-            let Some(candidate) = file else {
-                // Only a record can name a base without a file.
-                let Some(r) = rec else { continue };
-                let damage = Damage::SegmentMissing {
-                    base_offset: r.base_offset,
-                    next_offset: r.next_offset,
-                    size: r.size,
-                };
-                self.judge(true, &log_path, None, &damage)?;
-                report.truncations.push(Truncation {
-                    path: log_path,
-                    position: 0,
-                    file_len: 0,
-                    damage,
-                });
-                cut_at = Some(r.base_offset);
-                continue;
+    /// What becomes of the segment at `base` (a file, a record naming it, or both), given the
+    /// segments the walk kept before it.
+    fn classify(
+        &self,
+        layout: &Layout,
+        walk: &Walk,
+        base: i64,
+        inv: &Inventory,
+        report: &mut RecoveryReport,
+    ) -> Result<Verdict, PlanError> {
+        let file = layout.candidates.get(&base);
+        if walk.cut_at.is_some() {
+            return Ok(match file {
+                Some(c) => Verdict::Removed(Doomed {
+                    base,
+                    path: c.file.path.clone(),
+                    reason: "after a cut".into(),
+                    unrecorded: false,
+                }),
+                None => Verdict::Absent,
+            });
+        }
+        let rec = layout.record.get(&base);
+        let Some(candidate) = file else {
+            // Only a record can name a base without a file.
+            let Some(r) = rec else {
+                return Ok(Verdict::Absent);
             };
-            let f = &candidate.file;
-            if rec.is_none() && !candidate.swapped {
-                // Wholly below the log start: a retention whose deletion a crash interrupted
-                // (the log start is made durable before any file goes).
-                let has_start = self.checkpoint.is_some() || self.vouch().is_some();
-                if has_start && next_file_base.is_some_and(|n| n <= log_start) {
-                    doomed.push(Doomed {
-                        base,
-                        path: f.path.clone(),
-                        reason: format!("below the log start offset {log_start}"),
-                        unrecorded: true,
-                    });
-                    continue;
-                }
-                let inside_record = record_end.is_some_and(|end| base < end || clean);
-                if inside_record {
-                    let damage = Damage::UnrecordedSegment {
-                        record_end: record_end.unwrap_or(base),
-                    };
-                    self.judge(true, &f.path, None, &damage)?;
-                    // Not part of the log: removed, and the log goes on without it.
-                    report.truncations.push(Truncation {
-                        path: f.path.clone(),
-                        position: 0,
-                        file_len: f.len as usize,
-                        damage,
-                    });
-                    doomed.push(Doomed {
-                        base,
-                        path: f.path.clone(),
-                        reason: "not in the checkpoint's record of the log".into(),
-                        unrecorded: true,
-                    });
-                    continue;
-                }
+            return self.segment_missing(base, r, report);
+        };
+        let at = Slot {
+            base,
+            candidate,
+            rec,
+            next_file_base: layout.candidates.range(base + 1..).next().map(|(b, _)| *b),
+            previous_last: walk.kept.iter().rev().find_map(|k| k.tail.last_offset),
+            previous: walk.kept.last(),
+        };
+        if rec.is_none() && !candidate.swapped {
+            if let Some(verdict) = self.unrecorded(layout, &at, report)? {
+                return Ok(verdict);
             }
-            if rec.is_none()
-                && !candidate.swapped
-                && kept.is_empty()
-                && base > log_start
-                && self.lost_before(base)
-            {
-                // The first segment starts above the log start the checkpoint records: the
-                // offsets between were lost (say, with segments a truncation was removing).
-                let damage = Damage::MissingOffsets {
-                    next_offset: log_start,
-                    next_segment_base: base,
-                };
-                self.judge(log_start < rp, &f.path, Some(0), &damage)?;
-                report.truncations.push(Truncation {
-                    path: f.path.clone(),
-                    position: 0,
-                    file_len: f.len as usize,
-                    damage,
-                });
-                cut_at = Some(log_start);
-                doomed.push(Doomed {
+        }
+        if rec.is_none() {
+            if let Some(verdict) = self.gap_before(layout, &at, inv, report)? {
+                return Ok(verdict);
+            }
+        }
+        if candidate.file.kind != FileKind::File {
+            return self.not_a_file(layout, &at, report);
+        }
+        let bounds = OffsetBounds {
+            segment_base: base,
+            next_segment_base: at.next_file_base,
+            dense_from: self.checkpoint.and_then(|c| c.dense_from),
+        };
+        match self.believed(layout, &at, bounds, report)? {
+            Ok(segment) => Ok(Verdict::Kept {
+                segment,
+                cut_at: None,
+            }),
+            Err(tolerated) => self.validated(layout, &at, bounds, tolerated, report),
+        }
+    }
+
+    /// A segment the record lists whose file is gone: the log is cut at its base.
+    fn segment_missing(
+        &self,
+        base: i64,
+        r: &SegmentRecord,
+        report: &mut RecoveryReport,
+    ) -> Result<Verdict, PlanError> {
+        let log_path = names::file_path(self.dir, base, names::LOG_EXT);
+        let damage = Damage::SegmentMissing {
+            base_offset: r.base_offset,
+            next_offset: r.next_offset,
+            size: r.size,
+        };
+        self.judge(true, &log_path, None, &damage)?;
+        report.truncations.push(Truncation {
+            path: log_path,
+            position: 0,
+            file_len: 0,
+            damage,
+        });
+        Ok(Verdict::Cut {
+            at: r.base_offset,
+            removed: None,
+        })
+    }
+
+    /// A segment file no record lists (and not swapped in): below the log start, inside what
+    /// the record covers, or first above a log start whose offsets were lost. `None` when it is
+    /// none of these.
+    fn unrecorded(
+        &self,
+        layout: &Layout,
+        at: &Slot,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<Verdict>, PlanError> {
+        let (base, f, log_start) = (at.base, &at.candidate.file, layout.log_start);
+        // Wholly below the log start: a retention whose deletion a crash interrupted
+        // (the log start is made durable before any file goes).
+        let has_start = self.checkpoint.is_some() || self.vouch().is_some();
+        if has_start && at.next_file_base.is_some_and(|n| n <= log_start) {
+            return Ok(Some(Verdict::Removed(Doomed {
+                base,
+                path: f.path.clone(),
+                reason: format!("below the log start offset {log_start}"),
+                unrecorded: true,
+            })));
+        }
+        let inside_record = layout.record_end.is_some_and(|end| base < end || layout.clean);
+        if inside_record {
+            let damage = Damage::UnrecordedSegment {
+                record_end: layout.record_end.unwrap_or(base),
+            };
+            self.judge(true, &f.path, None, &damage)?;
+            // Not part of the log: removed, and the log goes on without it.
+            report.truncations.push(Truncation {
+                path: f.path.clone(),
+                position: 0,
+                file_len: f.len as usize,
+                damage,
+            });
+            return Ok(Some(Verdict::Removed(Doomed {
+                base,
+                path: f.path.clone(),
+                reason: "not in the checkpoint's record of the log".into(),
+                unrecorded: true,
+            })));
+        }
+        if at.previous.is_none() && base > log_start && self.lost_before(base) {
+            // The first segment starts above the log start the checkpoint records: the
+            // offsets between were lost (say, with segments a truncation was removing).
+            let damage = Damage::MissingOffsets {
+                next_offset: log_start,
+                next_segment_base: base,
+            };
+            self.judge(log_start < layout.rp, &f.path, Some(0), &damage)?;
+            report.truncations.push(Truncation {
+                path: f.path.clone(),
+                position: 0,
+                file_len: f.len as usize,
+                damage,
+            });
+            return Ok(Some(Verdict::Cut {
+                at: log_start,
+                removed: Some(Doomed {
                     base,
                     path: f.path.clone(),
                     reason: "after a cut".into(),
                     unrecorded: true,
-                });
-                continue;
-            }
-            if rec.is_none() {
-                if let Some(prev) = kept.last().filter(|k| base > k.next_offset) {
-                    if self.lost_between(prev, base, inv) {
-                        let damage = Damage::MissingOffsets {
-                            next_offset: prev.next_offset,
-                            next_segment_base: base,
-                        };
-                        let durable = match self.knows_durable_end() {
-                            true => prev.next_offset < rp,
-                            false => true,
-                        };
-                        self.judge(durable, &prev.source, Some(prev.log_size), &damage)?;
-                        report.truncations.push(Truncation {
-                            path: prev.source.clone(),
-                            position: prev.log_size,
-                            file_len: prev.file_len as usize,
-                            damage,
-                        });
-                        cut_at = Some(prev.next_offset);
-                        doomed.push(Doomed {
-                            base,
-                            path: f.path.clone(),
-                            reason: "after a cut".into(),
-                            unrecorded: false,
-                        });
-                        continue;
-                    }
-                }
-            }
-            if f.kind != FileKind::File {
-                let damage = Damage::NotAFile {
-                    kind: f.kind.name(),
-                };
-                let durable = rec.is_some() || self.loses_durable(base, last_file_base);
-                self.judge(durable, &f.path, None, &damage)?;
-                report.truncations.push(Truncation {
-                    path: f.path.clone(),
-                    position: 0,
-                    file_len: 0,
-                    damage,
-                });
-                doomed.push(Doomed {
-                    base,
-                    path: f.path.clone(),
-                    reason: "not a regular file".into(),
-                    unrecorded: rec.is_none(),
-                });
-                cut_at = Some(previous_next.unwrap_or(base));
-                continue;
-            }
-            let bounds = OffsetBounds {
-                segment_base: base,
-                next_segment_base: next_file_base,
-                dense_from: self.checkpoint.and_then(|c| c.dense_from),
-            };
-            // Damage to what the record vouches for that the mode lets validation deal with.
-            let mut tolerated: Option<Damage> = None;
-            // A clean close's last segment, preallocated again by an open that crashed before
-            // its first append (the first change rewrites the checkpoint unclean before it
-            // writes anything): zeros after the recorded end, not damage.
-            let reopened = |r: &SegmentRecord| {
-                clean
-                    && f.len > r.file_len
-                    && record.keys().next_back() == Some(&base)
-                    && self.zeros_at(&f.path, r.size, f.len)
-            };
-            let trusted = match rec {
-                // Between the batches' end and the recorded length: only dead bytes after a
-                // truncation's cut are missing, and a crash may leave any length of them.
-                Some(r) if (f.len < r.size || f.len > r.file_len) && !reopened(r) => {
-                    let damage = Damage::SizeMismatch {
-                        expected: r.file_len,
-                        found: f.len,
-                    };
-                    self.judge(true, &f.path, None, &damage)?;
-                    tolerated = Some(damage);
-                    None
-                }
-                Some(r) if !self.deep => {
-                    // The last recorded segment's end is vouched for by nothing else in the
-                    // record (the others' ends are the next one's base): after a crash its
-                    // tail is walked. A clean close synced the whole log before it wrote the
-                    // record, the last segment's end included, which is then held to its
-                    // file's length and its indexes' last entries like every other segment:
-                    // a clean open reads no batch.
-                    let last_recorded = record.keys().next_back() == Some(&base);
-                    let check_tail = last_recorded && !clean;
-                    match self.trust(r, f, bounds, previous_last, check_tail, report)? {
-                        Ok(kept) => Some(kept),
-                        Err(damage) => {
-                            tolerated = Some(damage);
-                            None
-                        }
-                    }
-                }
-                None if !self.deep && !candidate.swapped && self.vouches_for(next_file_base) => {
-                    match self.vouched(f, bounds, previous_last, report)? {
-                        Ok(kept) => Some(kept),
-                        Err(damage) => {
-                            tolerated = Some(damage);
-                            None
-                        }
-                    }
-                }
-                _ => None,
-            };
-            let segment = match trusted {
-                Some(s) => s,
-                None => {
-                    let mut v = self.validate(f, bounds, previous_last, report)?;
-                    if let Some(damage) = rec.and_then(|r| digest_disagrees(r, &v)) {
-                        // Which batch header changed no one can tell: nothing of the segment
-                        // is believed, from its first byte.
-                        v = Validated {
-                            valid_len: 0,
-                            batches: Vec::new(),
-                            digests: Vec::new(),
-                            damage: Some((0, damage)),
-                        };
-                    }
-                    let overlaps = previous_last.is_some_and(|l| base <= l);
-                    if overlaps && v.batches.is_empty() && v.damage.is_none() {
-                        // A segment starting at or below offsets the previous one holds is
-                        // the leftover of a roll that failed (its creation reached the disk,
-                        // its removal did not) while the previous segment took more batches.
-                        doomed.push(Doomed {
-                            base,
-                            path: f.path.clone(),
-                            reason: "leftover of a failed roll".into(),
-                            unrecorded: rec.is_none(),
-                        });
-                        continue;
-                    }
-                    let next_offset = v.batches.last().map_or(base, |b| b.last_offset + 1);
-                    let header_digest = Some(v.digests.last().copied().unwrap_or(0));
-                    let mut damage = v.damage;
-                    if let Some(r) =
-                        rec.filter(|r| damage.is_none() && r.next_offset != next_offset)
-                    {
-                        // What validation found contradicts what the checkpoint vouched for.
-                        damage = Some((
-                            v.valid_len,
-                            Damage::EndDisagrees {
-                                expected_next: r.next_offset,
-                                found_next: next_offset,
-                            },
-                        ));
-                    }
-                    if let Some((position, d)) = damage {
-                        let durable = rec.is_some()
-                            || candidate.swapped
-                            || match self.knows_durable_end() {
-                                true => next_offset < rp,
-                                false => Some(base) != last_file_base,
-                            };
-                        self.judge(durable, &f.path, Some(position), &d)?;
-                        report.truncations.push(Truncation {
-                            path: f.path.clone(),
-                            position,
-                            file_len: f.len as usize,
-                            damage: d,
-                        });
-                        cut_at = Some(next_offset);
-                    } else if let Some(d) = tolerated {
-                        report.truncations.push(Truncation {
-                            path: f.path.clone(),
-                            position: v.valid_len,
-                            file_len: f.len as usize,
-                            damage: d,
-                        });
-                    }
-                    KeptSegment {
-                        base,
-                        source: f.path.clone(),
-                        file_len: f.len,
-                        log_size: v.valid_len,
-                        next_offset,
-                        trust: Trust::Validated,
-                        tail: TailInfo::from_batches(&v.batches),
-                        rebuild: Some(v.batches),
-                        swapped: candidate.swapped,
-                        header_digest,
-                        recorded_digest: None,
-                        // A swapped-in segment brings its own `.txnindex` (the cleaner's, which
-                        // a replay could not rebuild: the batches it needs may be compacted
-                        // away); the others are rebuilt while the producer state is replayed.
-                        txn: match candidate.swapped {
-                            true => match self.swapped_txn_index(base, v.valid_len, next_offset)? {
-                                Ok(entries) => KeptTxn::Stored(entries),
-                                Err(_) => KeptTxn::Rebuild,
-                            },
-                            false => KeptTxn::Rebuild,
-                        },
-                    }
-                }
-            };
-            kept.push(segment);
+                }),
+            }));
         }
+        Ok(None)
+    }
 
+    /// An unrecorded segment that starts past the previous one's end: if the offsets between
+    /// were lost, the log is cut at that end. `None` when nothing was lost.
+    fn gap_before(
+        &self,
+        layout: &Layout,
+        at: &Slot,
+        inv: &Inventory,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<Verdict>, PlanError> {
+        let Some(prev) = at.previous.filter(|k| at.base > k.next_offset) else {
+            return Ok(None);
+        };
+        if !self.lost_between(prev, at.base, inv) {
+            return Ok(None);
+        }
+        let damage = Damage::MissingOffsets {
+            next_offset: prev.next_offset,
+            next_segment_base: at.base,
+        };
+        let durable = match self.knows_durable_end() {
+            true => prev.next_offset < layout.rp,
+            false => true,
+        };
+        self.judge(durable, &prev.source, Some(prev.log_size), &damage)?;
+        report.truncations.push(Truncation {
+            path: prev.source.clone(),
+            position: prev.log_size,
+            file_len: prev.file_len as usize,
+            damage,
+        });
+        Ok(Some(Verdict::Cut {
+            at: prev.next_offset,
+            removed: Some(Doomed {
+                base: at.base,
+                path: at.candidate.file.path.clone(),
+                reason: "after a cut".into(),
+                unrecorded: false,
+            }),
+        }))
+    }
+
+    /// A segment name that is not a regular file: removed, and the log cut before it.
+    fn not_a_file(
+        &self,
+        layout: &Layout,
+        at: &Slot,
+        report: &mut RecoveryReport,
+    ) -> Result<Verdict, PlanError> {
+        let (base, f) = (at.base, &at.candidate.file);
+        let damage = Damage::NotAFile {
+            kind: f.kind.name(),
+        };
+        let durable = at.rec.is_some() || self.loses_durable(base, layout.last_file_base);
+        self.judge(durable, &f.path, None, &damage)?;
+        report.truncations.push(Truncation {
+            path: f.path.clone(),
+            position: 0,
+            file_len: 0,
+            damage,
+        });
+        Ok(Verdict::Cut {
+            at: at.previous.map(|k| k.next_offset).unwrap_or(base),
+            removed: Some(Doomed {
+                base,
+                path: f.path.clone(),
+                reason: "not a regular file".into(),
+                unrecorded: at.rec.is_none(),
+            }),
+        })
+    }
+
+    /// A segment believed without validating every batch: held to its record, or vouched for
+    /// by the log dir. `Err` when it must be validated, with the damage to what the record
+    /// vouches for that the mode lets validation deal with.
+    fn believed(
+        &self,
+        layout: &Layout,
+        at: &Slot,
+        bounds: OffsetBounds,
+        report: &mut RecoveryReport,
+    ) -> Result<Result<KeptSegment, Option<Damage>>, PlanError> {
+        let (base, f) = (at.base, &at.candidate.file);
+        // A clean close's last segment, preallocated again by an open that crashed before
+        // its first append (the first change rewrites the checkpoint unclean before it
+        // writes anything): zeros after the recorded end, not damage.
+        let reopened = |r: &SegmentRecord| {
+            layout.clean
+                && f.len > r.file_len
+                && layout.record.keys().next_back() == Some(&base)
+                && self.zeros_at(&f.path, r.size, f.len)
+        };
+        match at.rec {
+            // Between the batches' end and the recorded length: only dead bytes after a
+            // truncation's cut are missing, and a crash may leave any length of them.
+            Some(r) if (f.len < r.size || f.len > r.file_len) && !reopened(r) => {
+                let damage = Damage::SizeMismatch {
+                    expected: r.file_len,
+                    found: f.len,
+                };
+                self.judge(true, &f.path, None, &damage)?;
+                Ok(Err(Some(damage)))
+            }
+            Some(r) if !self.deep => {
+                // The last recorded segment's end is vouched for by nothing else in the
+                // record (the others' ends are the next one's base): after a crash its
+                // tail is walked. A clean close synced the whole log before it wrote the
+                // record, the last segment's end included, which is then held to its
+                // file's length and its indexes' last entries like every other segment:
+                // a clean open reads no batch.
+                let last_recorded = layout.record.keys().next_back() == Some(&base);
+                let check_tail = last_recorded && !layout.clean;
+                Ok(self
+                    .trust(r, f, bounds, at.previous_last, check_tail, report)?
+                    .map_err(Some))
+            }
+            None if !self.deep
+                && !at.candidate.swapped
+                && self.vouches_for(at.next_file_base) =>
+            {
+                Ok(self
+                    .vouched(f, bounds, at.previous_last, report)?
+                    .map_err(Some))
+            }
+            _ => Ok(Err(None)),
+        }
+    }
+
+    /// A segment whose every batch is validated; `tolerated` is damage already found in what
+    /// the record vouches for, reported if validation finds nothing worse.
+    fn validated(
+        &self,
+        layout: &Layout,
+        at: &Slot,
+        bounds: OffsetBounds,
+        tolerated: Option<Damage>,
+        report: &mut RecoveryReport,
+    ) -> Result<Verdict, PlanError> {
+        let (base, f, rec) = (at.base, &at.candidate.file, at.rec);
+        let mut v = self.validate(f, bounds, at.previous_last, report)?;
+        if let Some(damage) = rec.and_then(|r| digest_disagrees(r, &v)) {
+            // Which batch header changed no one can tell: nothing of the segment
+            // is believed, from its first byte.
+            v = Validated {
+                valid_len: 0,
+                batches: Vec::new(),
+                digests: Vec::new(),
+                damage: Some((0, damage)),
+            };
+        }
+        let overlaps = at.previous_last.is_some_and(|l| base <= l);
+        if overlaps && v.batches.is_empty() && v.damage.is_none() {
+            // A segment starting at or below offsets the previous one holds is
+            // the leftover of a roll that failed (its creation reached the disk,
+            // its removal did not) while the previous segment took more batches.
+            return Ok(Verdict::Removed(Doomed {
+                base,
+                path: f.path.clone(),
+                reason: "leftover of a failed roll".into(),
+                unrecorded: rec.is_none(),
+            }));
+        }
+        let next_offset = v.batches.last().map_or(base, |b| b.last_offset + 1);
+        let mut damage = v.damage.take();
+        if let Some(r) = rec.filter(|r| damage.is_none() && r.next_offset != next_offset) {
+            // What validation found contradicts what the checkpoint vouched for.
+            damage = Some((
+                v.valid_len,
+                Damage::EndDisagrees {
+                    expected_next: r.next_offset,
+                    found_next: next_offset,
+                },
+            ));
+        }
+        let mut cut_at = None;
+        if let Some((position, d)) = damage {
+            let durable = rec.is_some()
+                || at.candidate.swapped
+                || match self.knows_durable_end() {
+                    true => next_offset < layout.rp,
+                    false => Some(base) != layout.last_file_base,
+                };
+            self.judge(durable, &f.path, Some(position), &d)?;
+            report.truncations.push(Truncation {
+                path: f.path.clone(),
+                position,
+                file_len: f.len as usize,
+                damage: d,
+            });
+            cut_at = Some(next_offset);
+        } else if let Some(d) = tolerated {
+            report.truncations.push(Truncation {
+                path: f.path.clone(),
+                position: v.valid_len,
+                file_len: f.len as usize,
+                damage: d,
+            });
+        }
+        let segment = self.validated_segment(at, v, next_offset)?;
+        Ok(Verdict::Kept { segment, cut_at })
+    }
+
+    /// The kept segment of validated batches.
+    fn validated_segment(
+        &self,
+        at: &Slot,
+        v: Validated,
+        next_offset: i64,
+    ) -> Result<KeptSegment, IoError> {
+        let (base, f, swapped) = (at.base, &at.candidate.file, at.candidate.swapped);
+        let header_digest = Some(v.digests.last().copied().unwrap_or(0));
+        Ok(KeptSegment {
+            base,
+            source: f.path.clone(),
+            file_len: f.len,
+            log_size: v.valid_len,
+            next_offset,
+            trust: Trust::Validated,
+            tail: TailInfo::from_batches(&v.batches),
+            rebuild: Some(v.batches),
+            swapped,
+            header_digest,
+            recorded_digest: None,
+            // A swapped-in segment brings its own `.txnindex` (the cleaner's, which
+            // a replay could not rebuild: the batches it needs may be compacted
+            // away); the others are rebuilt while the producer state is replayed.
+            txn: match swapped {
+                true => match self.swapped_txn_index(base, v.valid_len, next_offset)? {
+                    Ok(entries) => KeptTxn::Stored(entries),
+                    Err(_) => KeptTxn::Rebuild,
+                },
+                false => KeptTxn::Rebuild,
+            },
+        })
+    }
+
+    /// The plan from what the walk kept: the log start, recovery point, high watermark and
+    /// dense start it leaves, and a refusal if it ends below the recovery point.
+    fn finish(
+        &self,
+        layout: &Layout,
+        walk: Walk,
+        swaps: SwapPlan,
+        report: &mut RecoveryReport,
+    ) -> Result<Plan, PlanError> {
+        let Walk {
+            kept,
+            doomed,
+            cut_at,
+        } = walk;
+        let (rp, log_start) = (layout.rp, layout.log_start);
+        let mut rp_after = rp;
         let log_end = kept.last().map_or(log_start, |s| s.next_offset);
         if self.vouch().is_some_and(|v| v.clean_shutdown) && cut_at.is_none() {
             // Kafka's rule: after a clean shutdown the recovery point is the log end.
@@ -822,21 +1023,7 @@ impl Planner<'_> {
             first_batch_timestamp: -1,
             max_timestamp: None,
         };
-        let stored_txn = match (self.stored_txn_index(base, size, r.next_offset)?, r.digest) {
-            // A `.txnindex` missing, added or altered since the segment was sealed: its entries
-            // would change what read_committed returns, so it is rebuilt from the log.
-            (Ok(entries), Some(d))
-                if digest::txn_digest(&entries) != (d.txn_len, d.txn_crc) =>
-            {
-                let (len, crc) = digest::txn_digest(&entries);
-                Err(format!(
-                    "txn index: {len} bytes with CRC-32C {crc:08x}, but the checkpoint recorded \
-                     {} bytes with {:08x} when the segment was sealed",
-                    d.txn_len, d.txn_crc
-                ))
-            }
-            (stored, _) => stored,
-        };
+        let stored_txn = self.recorded_txn_index(r)?;
         if self.checkpoint.is_some_and(|c| c.clean_shutdown) && !check_tail && stored_txn.is_ok() {
             // A clean close synced every index with its segment: a sealed segment's are read
             // whole when it is first mapped (a damaged one is not used; `SegmentView`), so
@@ -853,19 +1040,7 @@ impl Planner<'_> {
         }
         let index = self.map_index(base, names::INDEX_EXT, offset_index::ENTRY_SIZE, size)?;
         let time = self.map_index(base, names::TIME_INDEX_EXT, time_index::ENTRY_SIZE, size)?;
-        let index_problem = match (&index, &time) {
-            (Ok(index), Ok(time)) => {
-                offset_index::check(index.published_slice(), base, size.max(1))
-                    .map_err(|e| format!("offset index: {e}"))
-                    .and_then(|()| {
-                        time_index::check(time.published_slice(), base, last_offset.unwrap_or(base))
-                            .map_err(|e| format!("time index: {e}"))
-                    })
-                    .and_then(|()| stored_txn.as_ref().map(|_| ()).map_err(Clone::clone))
-                    .err()
-            }
-            (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
-        };
+        let index_problem = Self::recorded_index_problem(r, (&index, &time), &stored_txn);
         // Kafka recovers a segment whose `.txnindex` fails its sanity check; only that index
         // is rebuilt from the replay when the others are what failed.
         let txn = match stored_txn {
@@ -891,46 +1066,9 @@ impl Planner<'_> {
             // its batch: a few headers.
             None => walk_tail(index.as_ref().ok(), data, bounds, previous_last, &mut batches),
         };
-        let (valid_len, stop, walked_last) = walked;
-        let found_next = walked_last.map_or(base, |l| l + 1);
-        let damage = match stop {
-            ScanStop::Torn {
-                position,
-                needed,
-                available,
-            } => Some((position, Damage::Torn { needed, available })),
-            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
-            ScanStop::End if valid_len != size => Some((
-                valid_len,
-                Damage::SizeMismatch {
-                    expected: r.size,
-                    found: valid_len as u64,
-                },
-            )),
-            ScanStop::End if found_next != r.next_offset => Some((
-                valid_len,
-                Damage::EndDisagrees {
-                    expected_next: r.next_offset,
-                    found_next,
-                },
-            )),
-            ScanStop::End => None,
-        };
-        // A walk over every frame (for an index rebuild) has every header in hand: the record's
-        // header digest is checked for free.
-        let damage = damage.or_else(|| {
-            let recorded = r.digest?.headers;
-            index_problem.as_ref()?;
-            let found = digest::header_digest_at(data, batches.iter().map(|b| b.position));
-            (found != recorded).then_some((
-                0,
-                Damage::DigestMismatch {
-                    expected: recorded,
-                    found,
-                },
-            ))
-        });
-        if let Some((position, damage)) = damage {
+        let full_walk = index_problem.is_some();
+        if let Some((position, damage)) = recorded_walk_damage(r, walked, data, &batches, full_walk)
+        {
             self.judge(true, &f.path, Some(position), &damage)?;
             // Let the validation find and cut what is wrong.
             return Ok(Err(damage));
@@ -943,12 +1081,57 @@ impl Planner<'_> {
             tail = TailInfo::from_batches(&batches);
             return Ok(Ok(self.recorded(r, f, Some(batches), tail, txn)));
         }
-        tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
-            time.ok()
-                .and_then(|t| time_index::decode(t.published_slice(), base).last())
-                .map(|t| t.timestamp)
-        });
+        tail.max_timestamp = max_timestamp(&batches, time.ok(), base);
         Ok(Ok(self.recorded(r, f, None, tail, txn)))
+    }
+
+    /// A recorded segment's stored `.txnindex` entries, or why they cannot be used: the
+    /// sanity check's reasons, or a digest other than the one recorded when it was sealed.
+    fn recorded_txn_index(
+        &self,
+        r: &SegmentRecord,
+    ) -> Result<Result<Vec<AbortedTxn>, String>, IoError> {
+        let (base, size) = (r.base_offset, r.size as usize);
+        Ok(
+            match (self.stored_txn_index(base, size, r.next_offset)?, r.digest) {
+                // A `.txnindex` missing, added or altered since the segment was sealed: its
+                // entries would change what read_committed returns, so it is rebuilt from the log.
+                (Ok(entries), Some(d))
+                    if digest::txn_digest(&entries) != (d.txn_len, d.txn_crc) =>
+                {
+                    let (len, crc) = digest::txn_digest(&entries);
+                    Err(format!(
+                        "txn index: {len} bytes with CRC-32C {crc:08x}, but the checkpoint \
+                         recorded {} bytes with {:08x} when the segment was sealed",
+                        d.txn_len, d.txn_crc
+                    ))
+                }
+                (stored, _) => stored,
+            },
+        )
+    }
+
+    /// Why a recorded segment's indexes cannot be kept (the first problem found), if they can't.
+    fn recorded_index_problem(
+        r: &SegmentRecord,
+        (index, time): (&Result<Mapping, String>, &Result<Mapping, String>),
+        stored_txn: &Result<Vec<AbortedTxn>, String>,
+    ) -> Option<String> {
+        let (base, size) = (r.base_offset, r.size as usize);
+        let last_offset = (r.next_offset > base).then(|| r.next_offset - 1);
+        match (index, time) {
+            (Ok(index), Ok(time)) => {
+                offset_index::check(index.published_slice(), base, size.max(1))
+                    .map_err(|e| format!("offset index: {e}"))
+                    .and_then(|()| {
+                        time_index::check(time.published_slice(), base, last_offset.unwrap_or(base))
+                            .map_err(|e| format!("time index: {e}"))
+                    })
+                    .and_then(|()| stored_txn.as_ref().map(|_| ()).map_err(Clone::clone))
+                    .err()
+            }
+            (Err(reason), _) | (_, Err(reason)) => Some(reason.clone()),
+        }
     }
 
     /// A segment the log dir's Kafka checkpoints vouch for, checked as cheaply as a recorded
@@ -989,34 +1172,13 @@ impl Planner<'_> {
             }
             None => walk_tail(index.as_ref().ok(), data, bounds, previous_last, &mut batches),
         };
-        let damage = match stop {
-            ScanStop::Torn {
-                position,
-                needed,
-                available,
-            } => Some((position, Damage::Torn { needed, available })),
-            ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
-            ScanStop::End => None,
-        };
-        if let Some((position, damage)) = damage {
+        if let Some((position, damage)) = stop_damage(stop) {
             self.judge(true, &f.path, Some(position), &damage)?;
             return Ok(Err(damage));
         }
         let next_offset = last_offset.map_or(base, |l| l + 1);
-        let time_problem = match &time {
-            Ok(time) => time_index::check(time.published_slice(), base, next_offset.max(base + 1) - 1)
-                .map_err(|e| format!("time index: {e}"))
-                .err(),
-            Err(reason) => Some(reason.clone()),
-        };
-        // Kafka recovers a segment whose `.txnindex` fails its sanity check.
-        let stored_txn = self.stored_txn_index(base, valid_len, next_offset)?;
-        let txn_problem = stored_txn.as_ref().err().cloned();
-        let txn = match stored_txn {
-            Ok(entries) => KeptTxn::Stored(entries),
-            Err(_) => KeptTxn::Rebuild,
-        };
-        let index_problem = offset_problem.or(time_problem).or(txn_problem);
+        let (index_problem, txn) =
+            self.vouched_index_problem(offset_problem, &time, base, valid_len, next_offset)?;
         let mut tail = TailInfo {
             last_offset,
             first_batch_timestamp: first_batch_timestamp(data),
@@ -1036,11 +1198,7 @@ impl Planner<'_> {
                 Some(batches)
             }
             None => {
-                tail.max_timestamp = batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
-                    time.ok()
-                        .and_then(|t| time_index::decode(t.published_slice(), base).last())
-                        .map(|t| t.timestamp)
-                });
+                tail.max_timestamp = max_timestamp(&batches, time.ok(), base);
                 None
             }
         };
@@ -1059,6 +1217,32 @@ impl Planner<'_> {
             header_digest: None,
             recorded_digest: None,
         }))
+    }
+
+    /// Why a vouched-for segment's indexes cannot be kept (the first problem found, the
+    /// offset index's given), and where its aborted transactions come from.
+    fn vouched_index_problem(
+        &self,
+        offset_problem: Option<String>,
+        time: &Result<Mapping, String>,
+        base: i64,
+        valid_len: usize,
+        next_offset: i64,
+    ) -> Result<(Option<String>, KeptTxn), IoError> {
+        let time_problem = match time {
+            Ok(time) => time_index::check(time.published_slice(), base, next_offset.max(base + 1) - 1)
+                .map_err(|e| format!("time index: {e}"))
+                .err(),
+            Err(reason) => Some(reason.clone()),
+        };
+        // Kafka recovers a segment whose `.txnindex` fails its sanity check.
+        let stored_txn = self.stored_txn_index(base, valid_len, next_offset)?;
+        let txn_problem = stored_txn.as_ref().err().cloned();
+        let txn = match stored_txn {
+            Ok(entries) => KeptTxn::Stored(entries),
+            Err(_) => KeptTxn::Rebuild,
+        };
+        Ok((offset_problem.or(time_problem).or(txn_problem), txn))
     }
 
     fn recorded(
@@ -1354,41 +1538,7 @@ impl Planner<'_> {
         let mut completed = Vec::new();
         for swap in &inv.swaps {
             let f = &swap.file;
-            let damage = if f.kind != FileKind::File {
-                Some((
-                    None,
-                    Damage::NotAFile {
-                        kind: f.kind.name(),
-                    },
-                ))
-            } else {
-                let len = f.len.min(MAX_SEGMENT_BYTES) as usize;
-                let map = self.map_log(&f.path, len)?;
-                let bounds = OffsetBounds {
-                    segment_base: swap.base,
-                    next_segment_base: None,
-                    dense_from: None,
-                };
-                let result = segment::scan(map.published_slice(), bounds, None, &mut |_| {});
-                let next = result.last_offset.map_or(swap.base, |l| l + 1);
-                match result.stop {
-                    ScanStop::End => {
-                        range = Some(range.map_or((swap.base, next), |(lo, hi)| {
-                            (lo.min(swap.base), hi.max(next))
-                        }));
-                        None
-                    }
-                    ScanStop::Torn {
-                        position,
-                        needed,
-                        available,
-                    } => Some((Some(position), Damage::Torn { needed, available })),
-                    ScanStop::Invalid { position, problem } => {
-                        Some((Some(position), Damage::Invalid(problem)))
-                    }
-                }
-            };
-            match damage {
+            match self.check_swap(swap, &mut range)? {
                 None => completed.push(swap),
                 Some((position, damage)) => {
                     // A swap is durable data (fsynced before its rename), so damage in it is
@@ -1421,6 +1571,53 @@ impl Planner<'_> {
         let Some((lo, hi)) = range else {
             return Ok((candidates, None));
         };
+        self.complete_swaps(inv, plan, &mut candidates, completed, (lo, hi));
+        Ok((candidates, Some((lo, hi))))
+    }
+
+    /// Scans a `.log.swap`: the damage found in it, if any (with where, when it is a file);
+    /// a whole one widens `range` to its offsets.
+    fn check_swap(
+        &self,
+        swap: &SwapEntry,
+        range: &mut Option<(i64, i64)>,
+    ) -> Result<Option<(Option<usize>, Damage)>, IoError> {
+        let f = &swap.file;
+        if f.kind != FileKind::File {
+            return Ok(Some((
+                None,
+                Damage::NotAFile {
+                    kind: f.kind.name(),
+                },
+            )));
+        }
+        let len = f.len.min(MAX_SEGMENT_BYTES) as usize;
+        let map = self.map_log(&f.path, len)?;
+        let bounds = OffsetBounds {
+            segment_base: swap.base,
+            next_segment_base: None,
+            dense_from: None,
+        };
+        let result = segment::scan(map.published_slice(), bounds, None, &mut |_| {});
+        let next = result.last_offset.map_or(swap.base, |l| l + 1);
+        if result.stop.is_end() {
+            *range = Some(range.map_or((swap.base, next), |(lo, hi)| {
+                (lo.min(swap.base), hi.max(next))
+            }));
+        }
+        Ok(stop_damage(result.stop).map(|(position, damage)| (Some(position), damage)))
+    }
+
+    /// Adds to `plan` what completing the swaps in `[lo, hi)` does, and puts the swapped-in
+    /// segments in place of the files they replace among `candidates`.
+    fn complete_swaps(
+        &self,
+        inv: &Inventory,
+        plan: &mut SwapPlan,
+        candidates: &mut BTreeMap<i64, Candidate>,
+        completed: Vec<&SwapEntry>,
+        (lo, hi): (i64, i64),
+    ) {
         // The swapped-in segments replace every old segment file whose offset is in their
         // range (not snapshots: producer state is kept by its own rules).
         let superseded_bases: Vec<i64> = candidates.range(lo..hi).map(|(b, _)| *b).collect();
@@ -1458,7 +1655,6 @@ impl Planner<'_> {
                 .unwrap_or_default();
             plan.renames.push((path.clone(), self.dir.join(name)));
         }
-        Ok((candidates, Some((lo, hi))))
     }
 }
 
@@ -1580,6 +1776,70 @@ fn last_named_entry(index: &[u8], data: &[u8], base: i64) -> Option<(usize, Opti
 }
 
 /// maxTimestamp of the first batch (the time-based roll, §3.2), -1 if it cannot be read.
+/// The damage a scan stopped at, if it stopped before the end of the data.
+fn stop_damage(stop: ScanStop) -> Option<(usize, Damage)> {
+    match stop {
+        ScanStop::Torn {
+            position,
+            needed,
+            available,
+        } => Some((position, Damage::Torn { needed, available })),
+        ScanStop::Invalid { position, problem } => Some((position, Damage::Invalid(problem))),
+        ScanStop::End => None,
+    }
+}
+
+/// What a walk over a recorded segment (`(valid_len, stop, last_offset)`) found against its
+/// record. A walk over every frame (`full_walk`, for an index rebuild) has every header in
+/// hand: the record's header digest is checked for free.
+fn recorded_walk_damage(
+    r: &SegmentRecord,
+    (valid_len, stop, walked_last): (usize, ScanStop, Option<i64>),
+    data: &[u8],
+    batches: &[BatchInfo],
+    full_walk: bool,
+) -> Option<(usize, Damage)> {
+    let found_next = walked_last.map_or(r.base_offset, |l| l + 1);
+    let damage = match stop {
+        ScanStop::End if valid_len != r.size as usize => Some((
+            valid_len,
+            Damage::SizeMismatch {
+                expected: r.size,
+                found: valid_len as u64,
+            },
+        )),
+        ScanStop::End if found_next != r.next_offset => Some((
+            valid_len,
+            Damage::EndDisagrees {
+                expected_next: r.next_offset,
+                found_next,
+            },
+        )),
+        stop => stop_damage(stop),
+    };
+    damage.or_else(|| {
+        let recorded = r.digest?.headers;
+        full_walk.then_some(())?;
+        let found = digest::header_digest_at(data, batches.iter().map(|b| b.position));
+        (found != recorded).then_some((
+            0,
+            Damage::DigestMismatch {
+                expected: recorded,
+                found,
+            },
+        ))
+    })
+}
+
+/// A segment's largest timestamp: its batches' when they were walked, else the last entry of
+/// its time index.
+fn max_timestamp(batches: &[BatchInfo], time: Option<Mapping>, base: i64) -> Option<i64> {
+    batches.iter().map(|b| b.max_timestamp).max().or_else(|| {
+        time.and_then(|t| time_index::decode(t.published_slice(), base).last())
+            .map(|t| t.timestamp)
+    })
+}
+
 fn first_batch_timestamp(data: &[u8]) -> i64 {
     crate::format::RecordBatch::parse(data).map_or(-1, |b| b.max_timestamp())
 }

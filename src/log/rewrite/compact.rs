@@ -298,27 +298,7 @@ pub(crate) fn clean_batch(
     report: &mut CompactionReport,
 ) -> Result<(Outcome, Option<AbortedTxn>), BatchError> {
     let records = b.records_buf_limited(rules.max_decompressed_bytes)?;
-    let mut carried = None;
-    let (can_discard, discard_records) = if b.is_control() {
-        let kind = match b.iter_records(&records).next() {
-            Some(r) => {
-                let r = r?;
-                Some(
-                    ControlRecordKey::decode(r.key.unwrap_or(&[]))
-                        .map_err(|e| BatchError::InvalidMarker { producer_id: b.producer_id(), reason: e })?
-                        .control_type,
-                )
-            }
-            None => None,
-        };
-        let (can, txn) = txns.on_control(b, kind);
-        carried = txn;
-        let horizon_passed = b.has_delete_horizon() && b.base_timestamp() <= rules.now_ms;
-        (can, can && horizon_passed)
-    } else {
-        let aborted = txns.on_batch(b);
-        (aborted, aborted)
-    };
+    let (can_discard, discard_records, carried) = txn_disposition(b, &records, rules, txns)?;
     let retention = if rules.producers.keeps(b) || b.last_offset() + 1 == rules.round_end || group_end {
         Retention::RetainEmpty
     } else if discard_records {
@@ -341,11 +321,96 @@ pub(crate) fn clean_batch(
     }
     let has_horizon = b.has_delete_horizon();
     let horizon = b.base_timestamp();
+    let KeptRecords {
+        kept,
+        all_kept,
+        tombstones,
+    } = kept_records(b, &records, rules, discard_records, report)?;
+    if kept.is_empty() {
+        if retention == Retention::RetainEmpty {
+            write_empty_header(b, out);
+            report.batches_emptied += 1;
+            return Ok((Outcome::Emptied, carried.filter(|_| marker_batch)));
+        }
+        report.batches_removed += 1;
+        return Ok((Outcome::Removed, None));
+    }
+    let needs_horizon = (tombstones || (can_discard && marker_batch)) && !has_horizon;
+    if all_kept && !needs_horizon {
+        out.extend_from_slice(b.as_bytes());
+        report.batches_copied += 1;
+        return Ok((Outcome::Copied, carried));
+    }
+    let horizon = if needs_horizon {
+        Some(rules.now_ms.saturating_add(rules.delete_retention_ms))
+    } else if has_horizon {
+        Some(horizon)
+    } else {
+        None
+    };
+    rebuild(b, &kept, horizon, out)?;
+    report.batches_rebuilt += 1;
+    Ok((Outcome::Rebuilt, carried))
+}
+
+/// What the transaction rules make of a batch: whether its transaction lets it be discarded,
+/// whether its records go now, and, for a control batch, the aborted transaction it carries.
+fn txn_disposition(
+    b: &RecordBatch<'_>,
+    records: &[u8],
+    rules: &Rules<'_>,
+    txns: &mut TxnTracker,
+) -> Result<(bool, bool, Option<AbortedTxn>), BatchError> {
+    let mut carried = None;
+    let (can_discard, discard_records) = if b.is_control() {
+        let kind = match b.iter_records(records).next() {
+            Some(r) => {
+                let r = r?;
+                Some(
+                    ControlRecordKey::decode(r.key.unwrap_or(&[]))
+                        .map_err(|e| BatchError::InvalidMarker { producer_id: b.producer_id(), reason: e })?
+                        .control_type,
+                )
+            }
+            None => None,
+        };
+        let (can, txn) = txns.on_control(b, kind);
+        carried = txn;
+        let horizon_passed = b.has_delete_horizon() && b.base_timestamp() <= rules.now_ms;
+        (can, can && horizon_passed)
+    } else {
+        let aborted = txns.on_batch(b);
+        (aborted, aborted)
+    };
+    Ok((can_discard, discard_records, carried))
+}
+
+/// The records of a batch that stay.
+struct KeptRecords<'a> {
+    kept: Vec<crate::format::Record<'a>>,
+    /// No record went.
+    all_kept: bool,
+    /// A kept record is a tombstone.
+    tombstones: bool,
+}
+
+/// Which records of a batch stay (all of them go when `discard_records`), counted in `report`.
+fn kept_records<'a>(
+    b: &RecordBatch<'_>,
+    records: &'a [u8],
+    rules: &Rules<'_>,
+    discard_records: bool,
+    report: &mut CompactionReport,
+) -> Result<KeptRecords<'a>, BatchError> {
+    let count = b.records_count().max(0) as u64;
+    let marker_batch = b.is_control();
+    let has_horizon = b.has_delete_horizon();
+    let horizon = b.base_timestamp();
     // Which records stay.
     let mut kept: Vec<crate::format::Record<'_>> = Vec::new();
     let mut all_kept = true;
     let mut tombstones = false;
-    for r in b.iter_records(&records) {
+    for r in b.iter_records(records) {
         let r = r?;
         let keep = if discard_records {
             false
@@ -382,31 +447,11 @@ pub(crate) fn clean_batch(
     if marker_batch {
         report.markers_kept += kept.len() as u64;
     }
-    if kept.is_empty() {
-        if retention == Retention::RetainEmpty {
-            write_empty_header(b, out);
-            report.batches_emptied += 1;
-            return Ok((Outcome::Emptied, carried.filter(|_| marker_batch)));
-        }
-        report.batches_removed += 1;
-        return Ok((Outcome::Removed, None));
-    }
-    let needs_horizon = (tombstones || (can_discard && marker_batch)) && !has_horizon;
-    if all_kept && !needs_horizon {
-        out.extend_from_slice(b.as_bytes());
-        report.batches_copied += 1;
-        return Ok((Outcome::Copied, carried));
-    }
-    let horizon = if needs_horizon {
-        Some(rules.now_ms.saturating_add(rules.delete_retention_ms))
-    } else if has_horizon {
-        Some(horizon)
-    } else {
-        None
-    };
-    rebuild(b, &kept, horizon, out)?;
-    report.batches_rebuilt += 1;
-    Ok((Outcome::Rebuilt, carried))
+    Ok(KeptRecords {
+        kept,
+        all_kept,
+        tombstones,
+    })
 }
 
 /// Kafka's `writeEmptyHeader`: the original's offsets, producer fields, flags and maxTimestamp,
@@ -451,6 +496,50 @@ fn rebuild(
 
 /// A segment written by a round, not yet swapped in.
 #[derive(Debug)]
+/// A group's `.cleaned` file as it is written (no file in a dry run).
+struct CleanedFile {
+    file: Option<Box<dyn File>>,
+    path: PathBuf,
+    written: usize,
+    batches: Vec<BatchInfo>,
+    txn_entries: Vec<AbortedTxn>,
+    /// The header digest of the batches written.
+    headers: u32,
+}
+
+impl CleanedFile {
+    /// Appends a kept batch, cleaned from the batch at `position` in `s`; `carried` is the
+    /// aborted transaction of a kept ABORT marker.
+    fn push(
+        &mut self,
+        out: &[u8],
+        carried: Option<AbortedTxn>,
+        s: &Segment,
+        position: usize,
+    ) -> Result<(), RewriteError> {
+        let kept = RecordBatch::parse(out).map_err(|e| corrupt(s, position, e))?;
+        self.batches.push(BatchInfo {
+            position: self.written,
+            size: out.len(),
+            base_offset: kept.base_offset(),
+            last_offset: kept.last_offset(),
+            max_timestamp: kept.max_timestamp(),
+            partition_leader_epoch: kept.partition_leader_epoch(),
+            is_marker: kept.is_control(),
+        });
+        if let Some(t) = carried {
+            self.txn_entries.push(t);
+        }
+        self.headers = segment::digest::chain_header(self.headers, out);
+        if let Some(f) = &self.file {
+            f.write_all_at(out, self.written as u64)
+                .ctx("write", &self.path)?;
+        }
+        self.written += out.len();
+        Ok(())
+    }
+}
+
 struct Cleaned {
     base: i64,
     /// The old segments it replaces.
@@ -608,7 +697,6 @@ impl Log {
         dry_run: bool,
         report: &mut CompactionReport,
     ) -> Result<i64, RewriteError> {
-        let fs = self.env.fs.as_ref();
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let all_aborted: Vec<AbortedTxn> = segments.iter().flat_map(|s| s.txn_index().entries()).collect();
         let aborted_in = |lo: i64, hi: i64| -> Vec<AbortedTxn> {
@@ -619,8 +707,58 @@ impl Log {
                 .collect()
         };
         // 1. The key map over the dirty range.
+        let txns = TxnTracker::new(aborted_in(first_dirty, uncleanable));
+        let map = self.dirty_key_map(&segments, first_dirty, uncleanable, txns)?;
+        let end = map.latest + 1;
+        report.map_keys = report.map_keys.max(map.map.len() as u64);
+        report.map_bytes = report.map_bytes.max(map.bytes as u64);
+
+        // 2. Groups: from the log start up to the map's end, sealed, durable, non-empty.
+        let groups = self.cleanable_groups(ex, &segments, end, uncleanable)?;
+
+        let producers = Self::active_producers(ex);
+        let rules = Rules {
+            map: &map,
+            now_ms,
+            delete_retention_ms: self.config.compaction.delete_retention_ms,
+            producers: &producers,
+            round_end: uncleanable,
+            max_decompressed_bytes: self.config.max_decompressed_bytes,
+        };
+        let range_end = groups
+            .last()
+            .and_then(|g| g.last())
+            .map_or(0, |s| s.next_offset());
+        let range_start = groups.first().map_or(0, |g| g[0].base_offset());
+        let txns = TxnTracker::new(aborted_in(range_start, range_end));
+        let cleaned = self.clean_groups(&groups, &rules, txns, dry_run, report)?;
+        if dry_run || cleaned.is_empty() {
+            return Ok(end);
+        }
+        if let Err(e) = self.swap_in(ex, cleaned, end, now_ms, report) {
+            // The files may be between the old segments and the new ones (recovery settles
+            // that on the next open), but this process's view of them is not: nothing more
+            // may be written.
+            ex.st.failure = Some(Arc::new(IoError::new(
+                "compact",
+                &self.dir,
+                std::io::Error::other(format!("a compaction failed part way: {e}")),
+            )));
+            return Err(e);
+        }
+        Ok(end)
+    }
+
+    /// The key map over the dirty range `[first_dirty, uncleanable)`: each key's latest offset,
+    /// up to as many keys as fit; `map.latest` says how far it covers.
+    fn dirty_key_map(
+        &self,
+        segments: &[Arc<Segment>],
+        first_dirty: i64,
+        uncleanable: i64,
+        mut txns: TxnTracker,
+    ) -> Result<KeyMap, RewriteError> {
         let mut map = KeyMap::new(self.config.compaction.key_map_bytes);
-        let mut txns = TxnTracker::new(aborted_in(first_dirty, uncleanable));
         let max_dec = self.config.max_decompressed_bytes;
         let mut full = false;
         'segments: for s in segments.iter().filter(|s| s.next_offset() > first_dirty && s.base_offset() < uncleanable) {
@@ -672,11 +810,18 @@ impl Log {
                 offset: first_dirty,
             });
         }
-        let end = map.latest + 1;
-        report.map_keys = report.map_keys.max(map.map.len() as u64);
-        report.map_bytes = report.map_bytes.max(map.bytes as u64);
+        Ok(map)
+    }
 
-        // 2. Groups: from the log start up to the map's end, sealed, durable, non-empty.
+    /// The segments a pass may clean, in groups: from the log start up to `end`, sealed,
+    /// durable, non-empty.
+    fn cleanable_groups(
+        &self,
+        ex: &Exclusive<'_>,
+        segments: &[Arc<Segment>],
+        end: i64,
+        uncleanable: i64,
+    ) -> Result<Vec<Vec<Arc<Segment>>>, RewriteError> {
         let active_base = segments.last().map_or(0, |s| s.base_offset());
         let candidates: Vec<Arc<Segment>> = segments
             .iter()
@@ -691,36 +836,23 @@ impl Log {
             })
             .cloned()
             .collect();
-        let groups = group_segments(&candidates, &self.config, uncleanable)?;
+        Ok(group_segments(&candidates, &self.config, uncleanable)?)
+    }
 
-        // The producers whose last batch must stay.
-        let mut producers = ActiveProducers::default();
-        for e in ex.st.producers.table().iter() {
-            if e.newest_batch().is_some() {
-                let window = e.batches().map(|b| b.last_offset).collect();
-                producers.window_last_offsets.insert(e.producer_id(), window);
-            } else {
-                producers.epoch_only.insert(e.producer_id(), e.epoch());
-            }
-        }
-        let rules = Rules {
-            map: &map,
-            now_ms,
-            delete_retention_ms: self.config.compaction.delete_retention_ms,
-            producers: &producers,
-            round_end: uncleanable,
-            max_decompressed_bytes: max_dec,
-        };
-        let range_end = groups
-            .last()
-            .and_then(|g| g.last())
-            .map_or(0, |s| s.next_offset());
-        let range_start = groups.first().map_or(0, |g| g[0].base_offset());
-        let mut txns = TxnTracker::new(aborted_in(range_start, range_end));
+    /// Writes every group's `.cleaned` files; on an error, removes those written so far.
+    fn clean_groups(
+        &self,
+        groups: &[Vec<Arc<Segment>>],
+        rules: &Rules<'_>,
+        mut txns: TxnTracker,
+        dry_run: bool,
+        report: &mut CompactionReport,
+    ) -> Result<Vec<Cleaned>, RewriteError> {
+        let fs = self.env.fs.as_ref();
         let mut cleaned: Vec<Cleaned> = Vec::new();
-        for group in &groups {
+        for group in groups {
             let first = group[0].base_offset();
-            match self.clean_group(group, &rules, &mut txns, dry_run, report) {
+            match self.clean_group(group, rules, &mut txns, dry_run, report) {
                 Ok(c) => cleaned.push(c),
                 Err(e) => {
                     if !dry_run {
@@ -732,21 +864,21 @@ impl Log {
                 }
             }
         }
-        if dry_run || cleaned.is_empty() {
-            return Ok(end);
+        Ok(cleaned)
+    }
+
+    /// The producers whose last batch must stay.
+    fn active_producers(ex: &Exclusive<'_>) -> ActiveProducers {
+        let mut producers = ActiveProducers::default();
+        for e in ex.st.producers.table().iter() {
+            if e.newest_batch().is_some() {
+                let window = e.batches().map(|b| b.last_offset).collect();
+                producers.window_last_offsets.insert(e.producer_id(), window);
+            } else {
+                producers.epoch_only.insert(e.producer_id(), e.epoch());
+            }
         }
-        if let Err(e) = self.swap_in(ex, cleaned, end, now_ms, report) {
-            // The files may be between the old segments and the new ones (recovery settles
-            // that on the next open), but this process's view of them is not: nothing more
-            // may be written.
-            ex.st.failure = Some(Arc::new(IoError::new(
-                "compact",
-                &self.dir,
-                std::io::Error::other(format!("a compaction failed part way: {e}")),
-            )));
-            return Err(e);
-        }
-        Ok(end)
+        producers
     }
 
     /// Writes one group's `.cleaned` files (nothing in a dry run).
@@ -767,10 +899,14 @@ impl Log {
             Some(fs.open(&log_path, OpenMode::CreateTruncate).ctx("create", &log_path)?)
         };
         let mut out = Vec::new();
-        let mut written = 0usize;
-        let mut batches = Vec::new();
-        let mut txn_entries = Vec::new();
-        let mut headers = 0;
+        let mut w = CleanedFile {
+            file,
+            path: log_path,
+            written: 0,
+            batches: Vec::new(),
+            txn_entries: Vec::new(),
+            headers: 0,
+        };
         let mut next_offset = base;
         for (si, s) in group.iter().enumerate() {
             report.bytes_before += s.size() as u64;
@@ -792,26 +928,17 @@ impl Log {
                 if outcome == Outcome::Removed {
                     continue;
                 }
-                let kept = RecordBatch::parse(&out).map_err(|e| corrupt(s, position, e))?;
-                batches.push(BatchInfo {
-                    position: written,
-                    size: out.len(),
-                    base_offset: kept.base_offset(),
-                    last_offset: kept.last_offset(),
-                    max_timestamp: kept.max_timestamp(),
-                    partition_leader_epoch: kept.partition_leader_epoch(),
-                    is_marker: kept.is_control(),
-                });
-                if let Some(t) = carried {
-                    txn_entries.push(t);
-                }
-                headers = segment::digest::chain_header(headers, &out);
-                if let Some(f) = &file {
-                    f.write_all_at(&out, written as u64).ctx("write", &log_path)?;
-                }
-                written += out.len();
+                w.push(&out, carried, s, position)?;
             }
         }
+        let CleanedFile {
+            file,
+            path: log_path,
+            written,
+            batches,
+            txn_entries,
+            headers,
+        } = w;
         report.bytes_after += written as u64;
         report.segments_written += 1;
         if let Some(f) = &file {
@@ -873,24 +1000,7 @@ impl Log {
         fs.sync_dir(dir).ctx("fsync directory", dir)?;
         cleaned.reverse();
         // 4. The checkpoint records the new segments in place of the old.
-        let mut c = intent;
-        if let Some(record) = c.segments.as_mut() {
-            let replaced: HashSet<i64> = cleaned
-                .iter()
-                .flat_map(|c| c.replaces.iter().map(|s| s.base_offset()))
-                .collect();
-            record.retain(|r| !replaced.contains(&r.base_offset));
-            for n in &cleaned {
-                // Opening the new segment rebuilds its indexes through a writer, which
-                // preallocates the `.log` until it is sealed: a crash in between leaves zeros
-                // after the batches, dead bytes recovery trims.
-                let mut r = SegmentRecord::exact(n.base, n.next_offset, n.size as u64);
-                r.file_len = r.file_len.max(self.config.segment_bytes as u64);
-                r.digest = Some(segment::SealDigest::new(n.headers, &n.txn));
-                record.push(r);
-            }
-            record.sort_by_key(|r| r.base_offset);
-        }
+        let c = self.swapped_checkpoint(intent, &cleaned);
         checkpoint::write(fs, dir, &c)?;
         // 5. The old segments' files go, durably before any `.swap` takes a final name: a
         //    segment of the old log left next to the new ones would not be in the record.
@@ -910,9 +1020,52 @@ impl Log {
             }
         }
         fs.sync_dir(dir).ctx("fsync directory", dir)?;
+        let opened = self.open_cleaned(&cleaned, now_ms)?;
+        {
+            let mut map = self.segments.write();
+            for n in &cleaned {
+                for s in &n.replaces {
+                    map.remove(&s.base_offset());
+                }
+            }
+            for s in opened {
+                map.insert(s.base_offset(), s);
+            }
+        }
+        // 7. The cleaner offset.
+        write_cleaner_offset(fs, dir, end)?;
+        Ok(())
+    }
+
+    /// The checkpoint `intent` with the new segments recorded in place of those they replace.
+    fn swapped_checkpoint(&self, intent: checkpoint::Checkpoint, cleaned: &[Cleaned]) -> checkpoint::Checkpoint {
+        let mut c = intent;
+        if let Some(record) = c.segments.as_mut() {
+            let replaced: HashSet<i64> = cleaned
+                .iter()
+                .flat_map(|c| c.replaces.iter().map(|s| s.base_offset()))
+                .collect();
+            record.retain(|r| !replaced.contains(&r.base_offset));
+            for n in cleaned {
+                // Opening the new segment rebuilds its indexes through a writer, which
+                // preallocates the `.log` until it is sealed: a crash in between leaves zeros
+                // after the batches, dead bytes recovery trims.
+                let mut r = SegmentRecord::exact(n.base, n.next_offset, n.size as u64);
+                r.file_len = r.file_len.max(self.config.segment_bytes as u64);
+                r.digest = Some(segment::SealDigest::new(n.headers, &n.txn));
+                record.push(r);
+            }
+            record.sort_by_key(|r| r.base_offset);
+        }
+        c
+    }
+
+    /// Opens the swapped-in segments, their indexes rebuilt and made durable.
+    fn open_cleaned(&self, cleaned: &[Cleaned], now_ms: i64) -> Result<Vec<Arc<Segment>>, RewriteError> {
+        let dir = &self.dir;
         let cfg = crate::log::recovery::segment_config(&self.config, &self.env.fs);
         let mut opened = Vec::new();
-        for n in &cleaned {
+        for n in cleaned {
             let spec = OpenSpec {
                 base_offset: n.base,
                 log_size: n.size,
@@ -938,20 +1091,7 @@ impl Log {
             seg.mark_validated();
             opened.push(seg);
         }
-        {
-            let mut map = self.segments.write();
-            for n in &cleaned {
-                for s in &n.replaces {
-                    map.remove(&s.base_offset());
-                }
-            }
-            for s in opened {
-                map.insert(s.base_offset(), s);
-            }
-        }
-        // 7. The cleaner offset.
-        write_cleaner_offset(fs, dir, end)?;
-        Ok(())
+        Ok(opened)
     }
 }
 

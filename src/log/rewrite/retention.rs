@@ -195,20 +195,7 @@ impl Log {
                 largest_timestamp: s.max_timestamp(),
             })
             .collect();
-        let limits = Limits {
-            log_start_offset: self.log_start_offset(),
-            bound: self.high_watermark().min(self.recovery_point()).min(bound),
-            // Size and time apply only when the cleanup policy contains `delete`.
-            retention_bytes: self
-                .config
-                .retention_bytes
-                .filter(|_| self.config.cleanup_policy.deletes()),
-            retention_ms: self
-                .config
-                .retention_ms
-                .filter(|_| self.config.cleanup_policy.deletes()),
-            now_ms,
-        };
+        let limits = self.retention_limits(now_ms, bound);
         let reasons = deletable(&summaries, &limits);
         let mut report = RetentionReport {
             log_start_offset: self.log_start_offset(),
@@ -233,8 +220,44 @@ impl Log {
         // Whether or not the log start moves (DeleteRecords may have moved it already), the
         // producer state of what goes is kept first.
         report.snapshots_removed = self.raise_log_start(&mut ex, &kept, new_start, now_ms)?;
+        self.retire_expired(&mut ex, &doomed, &reasons, now_ms, &mut report)?;
+        report.log_start_offset = self.log_start_offset();
+        drop(ex);
+        self.remove_due_deletions(now_ms, false)?;
+        self.trim_dead_tails_locking()?;
+        Ok(report)
+    }
+
+    /// What retention may delete: never above `bound`, the high watermark or the recovery
+    /// point.
+    fn retention_limits(&self, now_ms: i64, bound: i64) -> Limits {
+        Limits {
+            log_start_offset: self.log_start_offset(),
+            bound: self.high_watermark().min(self.recovery_point()).min(bound),
+            // Size and time apply only when the cleanup policy contains `delete`.
+            retention_bytes: self
+                .config
+                .retention_bytes
+                .filter(|_| self.config.cleanup_policy.deletes()),
+            retention_ms: self
+                .config
+                .retention_ms
+                .filter(|_| self.config.cleanup_policy.deletes()),
+            now_ms,
+        }
+    }
+
+    /// Retires the `doomed` segments' files (for `reasons`) and takes them out of the log.
+    fn retire_expired(
+        &self,
+        ex: &mut Exclusive<'_>,
+        doomed: &[Arc<Segment>],
+        reasons: &[RetentionReason],
+        now_ms: i64,
+        report: &mut RetentionReport,
+    ) -> Result<(), RewriteError> {
         let fs = self.env.fs.as_ref();
-        for (s, reason) in doomed.iter().zip(&reasons) {
+        for (s, reason) in doomed.iter().zip(reasons) {
             let bytes = self.retire_segment_files(s.base_offset(), now_ms, Some(s))?;
             report.deleted.push(DeletedSegment {
                 base_offset: s.base_offset(),
@@ -247,24 +270,20 @@ impl Log {
             .map_err(|e| crate::io::IoError::new("fsync directory", &self.dir, e))?;
         {
             let mut map = self.segments.write();
-            for s in &doomed {
+            for s in doomed {
                 map.remove(&s.base_offset());
             }
         }
         // Out of the log, no reader maps them again: their own maps need not live until the
         // delay is over (readers keep theirs, which keeps a file from being recycled).
-        for s in &doomed {
+        for s in doomed {
             s.unpin();
             s.unmap();
         }
         ex.st
             .unflushed_sealed
             .retain(|u| doomed.iter().all(|d| d.base_offset() != u.base_offset()));
-        report.log_start_offset = self.log_start_offset();
-        drop(ex);
-        self.remove_due_deletions(now_ms, false)?;
-        self.trim_dead_tails_locking()?;
-        Ok(report)
+        Ok(())
     }
 
     /// Moves the log start offset to `new_start` (or keeps it there) durably: the producer

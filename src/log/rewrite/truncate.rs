@@ -26,7 +26,19 @@ use crate::log::recovery::segment_config;
 use crate::log::txn::Unstable;
 use crate::log::{epochs, prefault, AppendState, Log, RewriteError};
 use crate::producer::snapshot_files;
+use crate::producer::CompletedTxn;
 use crate::segment::{self, CorruptSegment, Segment, SegmentView};
+
+/// Where a truncation cuts the log, and the offsets it leaves.
+struct CutPlan {
+    /// The segment cut, by its index in the log's segments.
+    at: usize,
+    /// The bytes of it kept.
+    cut: usize,
+    new_end: i64,
+    log_start: i64,
+    high_watermark: i64,
+}
 
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -119,45 +131,14 @@ impl Log {
         // as it was before (the checkpoint not yet durable) or as it is after, never between,
         // and removed batches never come back. Everything it vouches for is made durable first.
         self.sync_below(&ex.st, s, cut)?;
-        let mut record = Vec::with_capacity(at + 1);
-        for k in &segments[..at] {
-            record.push(SegmentRecord {
-                base_offset: k.base_offset(),
-                next_offset: k.next_offset(),
-                size: k.size() as u64,
-                file_len: k.file_len(),
-                digest: k.seal_digest(),
-            });
-        }
-        if cut > 0 {
-            let file_len = fs
-                .stat(s.log_path())
-                .map_err(|e| IoError::new("stat", s.log_path(), e))?
-                .len;
-            record.push(SegmentRecord {
-                base_offset: s.base_offset(),
-                next_offset: new_end,
-                size: cut as u64,
-                file_len,
-                digest: s.seal_digest_at(cut, new_end)?,
-            });
-        }
-        let recovery_point = new_end;
-        let dense_from = ex.st.dense_from.min(new_end);
-        checkpoint::write(
-            fs,
-            &self.dir,
-            &Checkpoint {
-                clean_shutdown: false,
-                recovery_point,
-                log_start_offset: log_start,
-                high_watermark: high_watermark.max(log_start),
-                dense_from: Some(dense_from),
-                segments: Some(record),
-                start_over_at: None,
-            },
-        )?;
-        ex.st.dense_from = dense_from;
+        let plan = CutPlan {
+            at,
+            cut,
+            new_end,
+            log_start,
+            high_watermark,
+        };
+        self.commit_truncation(ex, segments, &plan)?;
         // (2) The new active segment at the new end (the cut segment's own file, if it loses
         // everything, goes first: the new one takes its name).
         let mut report = TruncateReport {
@@ -189,22 +170,7 @@ impl Log {
         ex.st.prefault = prefault::Prefault::default();
         // (4) Producer state, from the segments as they will be: the cut one ends at the cut.
         report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, new_end)?;
-        let kept_before = &segments[..at];
-        let cut_extent = (cut > 0).then_some((s.as_ref(), cut, new_end));
-        // The transactions completed by markers the lowered high watermark has not passed still
-        // hold the first unstable offset back (the cut segment's `.txnindex` is cut with it).
-        let wants = ReplayWants {
-            txn_index_from: None,
-            completed_from: recovery_point.min(high_watermark),
-        };
-        let mut rebuilt =
-            self.rebuild_producers(kept_before, cut_extent, log_start, new_end, wants, now)?;
-        let completed = std::mem::take(&mut rebuilt.completed);
-        let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
-        ex.st
-            .producers
-            .hand_over_pending(fs, new_end, &mut producers);
-        ex.st.producers = producers;
+        let (completed, load) = self.producers_after_cut(ex, segments, &plan, now)?;
         report.producers = load;
         // (5) Leader epochs: those that start at or after the new end go (Kafka's
         // `truncateFromEnd`), as recovery would cut them after a crash at any step.
@@ -213,6 +179,125 @@ impl Log {
             epochs::write(fs, &self.dir, epochs_now.entries())?;
             ex.st.epochs = epochs_now;
         }
+        self.publish_cut(ex, segments, &plan, &completed)?;
+        // Everything kept was made durable before the commit point.
+        ex.st.unflushed_sealed.clear();
+        ex.st.unflushed_messages = 0;
+        ex.st.dir_dirty = false;
+        self.reset_flush_position(new_end, 0);
+        Ok(report)
+    }
+
+    /// Writes the truncation's commit point: a checkpoint with the offsets lowered to the new
+    /// end, recording the log it leaves.
+    fn commit_truncation(
+        &self,
+        ex: &mut Exclusive<'_>,
+        segments: &[Arc<Segment>],
+        plan: &CutPlan,
+    ) -> Result<(), RewriteError> {
+        let fs = self.env.fs.as_ref();
+        let (new_end, log_start, high_watermark) = (plan.new_end, plan.log_start, plan.high_watermark);
+        let record = self.truncation_record(segments, plan)?;
+        let recovery_point = new_end;
+        let dense_from = ex.st.dense_from.min(new_end);
+        checkpoint::write(
+            fs,
+            &self.dir,
+            &Checkpoint {
+                clean_shutdown: false,
+                recovery_point,
+                log_start_offset: log_start,
+                high_watermark: high_watermark.max(log_start),
+                dense_from: Some(dense_from),
+                segments: Some(record),
+                start_over_at: None,
+            },
+        )?;
+        ex.st.dense_from = dense_from;
+        Ok(())
+    }
+
+    /// The checkpoint's record of the log a truncation leaves: the segments before the cut one,
+    /// and the cut one up to the cut, with the bytes after it as a dead tail.
+    fn truncation_record(
+        &self,
+        segments: &[Arc<Segment>],
+        plan: &CutPlan,
+    ) -> Result<Vec<SegmentRecord>, RewriteError> {
+        let (at, cut, new_end) = (plan.at, plan.cut, plan.new_end);
+        let s = &segments[at];
+        let mut record = Vec::with_capacity(at + 1);
+        for k in &segments[..at] {
+            record.push(SegmentRecord {
+                base_offset: k.base_offset(),
+                next_offset: k.next_offset(),
+                size: k.size() as u64,
+                file_len: k.file_len(),
+                digest: k.seal_digest(),
+            });
+        }
+        if cut > 0 {
+            let file_len = self
+                .env
+                .fs
+                .stat(s.log_path())
+                .map_err(|e| IoError::new("stat", s.log_path(), e))?
+                .len;
+            record.push(SegmentRecord {
+                base_offset: s.base_offset(),
+                next_offset: new_end,
+                size: cut as u64,
+                file_len,
+                digest: s.seal_digest_at(cut, new_end)?,
+            });
+        }
+        Ok(record)
+    }
+
+    /// Rebuilds the producer state for the log a truncation leaves and installs it; returns
+    /// the transactions completed above the lowered high watermark, and how it was loaded.
+    fn producers_after_cut(
+        &self,
+        ex: &mut Exclusive<'_>,
+        segments: &[Arc<Segment>],
+        plan: &CutPlan,
+        now: i64,
+    ) -> Result<(Vec<CompletedTxn>, ProducerLoadReport), RewriteError> {
+        let fs = self.env.fs.as_ref();
+        let (at, cut, new_end) = (plan.at, plan.cut, plan.new_end);
+        let kept_before = &segments[..at];
+        let cut_extent = (cut > 0).then_some((segments[at].as_ref(), cut, new_end));
+        // The transactions completed by markers the lowered high watermark has not passed still
+        // hold the first unstable offset back (the cut segment's `.txnindex` is cut with it).
+        let recovery_point = new_end;
+        let wants = ReplayWants {
+            txn_index_from: None,
+            completed_from: recovery_point.min(plan.high_watermark),
+        };
+        let mut rebuilt =
+            self.rebuild_producers(kept_before, cut_extent, plan.log_start, new_end, wants, now)?;
+        let completed = std::mem::take(&mut rebuilt.completed);
+        let (mut producers, load) = rebuilt.apply(fs, &self.dir)?;
+        ex.st
+            .producers
+            .hand_over_pending(fs, new_end, &mut producers);
+        ex.st.producers = producers;
+        Ok((completed, load))
+    }
+
+    /// Publishes the truncated log to readers: segments and offsets move together.
+    fn publish_cut(
+        &self,
+        ex: &mut Exclusive<'_>,
+        segments: &[Arc<Segment>],
+        plan: &CutPlan,
+        completed: &[CompletedTxn],
+    ) -> Result<(), RewriteError> {
+        let (at, cut, new_end, log_start) = (plan.at, plan.cut, plan.new_end, plan.log_start);
+        let s = &segments[at];
+        let recovery_point = new_end;
+        let high_watermark = plan.high_watermark;
         // The new state, for readers: segments and offsets move together. The cut segment's
         // indexes shrink under the write lock: readers look entries up only under the read
         // lock, in segments they find in the map, and the old segment leaves it here.
@@ -242,15 +327,10 @@ impl Log {
             self.high_watermark
                 .store(high_watermark.max(log_start), Ordering::Release);
             let first_ongoing = ex.st.producers.table().first_ongoing_offset();
-            self.txn.reset(Unstable::new(first_ongoing, &completed));
+            self.txn.reset(Unstable::new(first_ongoing, completed));
             ex.st.first_ongoing = first_ongoing;
         }
-        // Everything kept was made durable before the commit point.
-        ex.st.unflushed_sealed.clear();
-        ex.st.unflushed_messages = 0;
-        ex.st.dir_dirty = false;
-        self.reset_flush_position(new_end, 0);
-        Ok(report)
+        Ok(())
     }
 
     /// The producer state of the log made of `segments`, ending at `log_end`: the newest
@@ -439,6 +519,13 @@ impl Log {
                 ..empty
             },
         )?;
+        self.publish_start_over(ex, offset);
+        Ok(report)
+    }
+
+    /// Publishes the empty log at `offset` to readers, and resets what the append path
+    /// tracks of the old one.
+    fn publish_start_over(&self, ex: &mut Exclusive<'_>, offset: i64) {
         {
             let mut map = self.segments.write();
             map.clear();
@@ -457,7 +544,6 @@ impl Log {
         ex.st.unflushed_messages = 0;
         ex.st.dir_dirty = false;
         self.reset_flush_position(offset, 0);
-        Ok(report)
     }
 }
 
