@@ -401,20 +401,7 @@ impl Log {
 
     fn append_client(&self, batch: &[u8]) -> Result<AppendOutcome, AppendError> {
         let in_flight = InFlight::enter(&self.appends_in_flight);
-        let summary = format::validate_client_batch(
-            batch,
-            self.config.max_message_bytes,
-            self.config.max_decompressed_bytes,
-        )?;
-        if self.config.cleanup_policy.compacts() {
-            refuse_keyless(batch, self.config.max_decompressed_bytes)?;
-        }
-        if summary.size > self.config.segment_bytes {
-            return Err(AppendError::RecordListTooLarge {
-                size: summary.size,
-                segment_bytes: self.config.segment_bytes,
-            });
-        }
+        let summary = self.validate_client_batch(batch)?;
         let now = self.env.clock.now_ms();
         let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
         let max_timestamp = if log_append_time {
@@ -487,6 +474,26 @@ impl Log {
             position,
             append_time_ms: now,
         }))
+    }
+
+    /// The checks of a client batch made before the append lock is taken: its frame, CRC and
+    /// records, keys under compaction, and its size against the segment's.
+    fn validate_client_batch(&self, batch: &[u8]) -> Result<format::BatchSummary, AppendError> {
+        let summary = format::validate_client_batch(
+            batch,
+            self.config.max_message_bytes,
+            self.config.max_decompressed_bytes,
+        )?;
+        if self.config.cleanup_policy.compacts() {
+            refuse_keyless(batch, self.config.max_decompressed_bytes)?;
+        }
+        if summary.size > self.config.segment_bytes {
+            return Err(AppendError::RecordListTooLarge {
+                size: summary.size,
+                segment_bytes: self.config.segment_bytes,
+            });
+        }
+        Ok(summary)
     }
 
     /// The work of [`ReplicaLog::append`].
