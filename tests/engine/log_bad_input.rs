@@ -44,11 +44,12 @@ fn batch_error(e: &AppendError) -> Option<&BatchError> {
 #[test]
 fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 8 * 1024,
-        max_message_bytes: 4 * 1024,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .segment_bytes(8 * 1024)
+        .max_message_bytes(4 * 1024)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for i in 0..5 {
         log.append(&batch(3, T0 + i, 100)).unwrap();
@@ -192,10 +193,11 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
         let d = tempfile::tempdir().unwrap();
         let l = Log::open(
             d.path(),
-            LogConfig {
-                segment_bytes: 1024,
-                ..small_config()
-            },
+            small_config()
+                .into_builder()
+                .segment_bytes(1024)
+                .build()
+                .unwrap(),
         )
         .unwrap();
         (d, l)
@@ -227,52 +229,37 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
 fn invalid_config_values_are_refused_naming_the_field_before_touching_the_disk() {
     let cases: Vec<(LogConfig, &str)> = vec![
         (
-            LogConfig {
-                segment_bytes: 13,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().segment_bytes(13).build().unwrap(),
             "segment_bytes",
         ),
         (
-            LogConfig {
-                segment_bytes: 1 << 31,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().segment_bytes(1 << 31).build().unwrap(),
             "segment_bytes",
         ),
         (
-            LogConfig {
-                segment_index_bytes: 16,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .segment_index_bytes(16)
+                .build()
+                .unwrap(),
             "segment_index_bytes",
         ),
         (
-            LogConfig {
-                segment_ms: 0,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().segment_ms(0).build().unwrap(),
             "segment_ms",
         ),
         (
-            LogConfig {
-                segment_jitter_ms: -5,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().segment_jitter_ms(-5).build().unwrap(),
             "segment_jitter_ms",
         ),
         (
-            LogConfig {
-                max_message_bytes: 10,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().max_message_bytes(10).build().unwrap(),
             "max_message_bytes",
         ),
         (
-            LogConfig {
-                flush_policy: FlushPolicy::EveryMessages(0),
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .flush_policy(FlushPolicy::EveryMessages(0))
+                .build()
+                .unwrap(),
             "flush_policy",
         ),
     ];
@@ -431,10 +418,11 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
         RecoveryMode::TolerateTailCorruption,
         RecoveryMode::AbsoluteConsistency,
     ] {
-        let config = LogConfig {
-            recovery_mode: mode,
-            ..small_config()
-        };
+        let config = small_config()
+            .into_builder()
+            .recovery_mode(mode)
+            .build()
+            .unwrap();
         match Log::open(dir.path(), config) {
             Err(OpenError::Refused {
                 path: p,
@@ -455,10 +443,11 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
     }
 
     // Kafka's behaviour, on request: cut at the bad batch, drop everything after, report it.
-    let config = LogConfig {
-        recovery_mode: RecoveryMode::TolerateAnyCorruption,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .recovery_mode(RecoveryMode::TolerateAnyCorruption)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     let report = log.recovery_report().clone();
     assert_eq!(report.truncations.len(), 1, "{report:?}");

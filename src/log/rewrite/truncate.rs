@@ -30,6 +30,7 @@ use crate::segment::{self, CorruptSegment, Segment, SegmentView};
 
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TruncateReport {
     /// The log end offset before.
     pub old_log_end: i64,
