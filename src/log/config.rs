@@ -113,6 +113,27 @@ impl RecoveryMode {
 const MAX_RECYCLED_SEGMENTS: usize = 1024;
 
 /// Configuration of one partition log. Defaults are Kafka's.
+///
+/// Built with [`LogConfig::builder`]: one setter per field below, then
+/// [`LogConfigBuilder::build`], which refuses a value out of its range with a [`ConfigError`]
+/// naming the field. [`LogConfig::into_builder`] changes some settings of an existing
+/// configuration. The type is `#[non_exhaustive]` so that a new setting is not a breaking
+/// change: outside this crate it has no struct literal; its fields are public to read (and to
+/// set, in which case [`super::Log::open`] checks them with [`LogConfig::validate`]).
+///
+/// ```
+/// use oncelog::{CleanupPolicy, CompactionConfig, LogConfig};
+///
+/// let compacted = LogConfig::builder()
+///     .segment_bytes(64 << 20)
+///     .retention_ms(None)
+///     .cleanup_policy(CleanupPolicy::Compact)
+///     .compaction(CompactionConfig::default().with_min_cleanable_dirty_ratio(0.1))
+///     .build()?;
+/// let smaller = compacted.clone().into_builder().segment_bytes(16 << 20).build()?;
+/// assert_eq!(smaller.cleanup_policy, CleanupPolicy::Compact);
+/// # Ok::<(), oncelog::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LogConfig {
@@ -730,12 +751,135 @@ mod tests {
                 "max_decompressed_bytes",
             ),
         ];
-        for (config, field) in cases {
+        let compaction = |c: CompactionConfig| LogConfig {
+            compaction: c,
+            ..Default::default()
+        };
+        let d = CompactionConfig::default();
+        let more: Vec<(LogConfig, &str)> = vec![
+            (
+                LogConfig {
+                    index_interval_bytes: 1 << 31,
+                    ..Default::default()
+                },
+                "index_interval_bytes",
+            ),
+            (
+                LogConfig {
+                    retention_bytes: Some(1 << 63),
+                    ..Default::default()
+                },
+                "retention_bytes",
+            ),
+            (
+                LogConfig {
+                    retention_ms: Some(-1),
+                    ..Default::default()
+                },
+                "retention_ms",
+            ),
+            (
+                LogConfig {
+                    file_delete_delay_ms: -1,
+                    ..Default::default()
+                },
+                "file_delete_delay_ms",
+            ),
+            (
+                LogConfig {
+                    snapshot_interval_bytes: 0,
+                    ..Default::default()
+                },
+                "snapshot_interval_bytes",
+            ),
+            (
+                LogConfig {
+                    producer_state: ProducerStateConfig::default().with_window(0),
+                    ..Default::default()
+                },
+                "producer_state",
+            ),
+            (
+                compaction(d.with_min_cleanable_dirty_ratio(f64::NAN)),
+                "min_cleanable_dirty_ratio",
+            ),
+            (
+                compaction(d.with_min_compaction_lag_ms(-1)),
+                "min_compaction_lag_ms",
+            ),
+            (
+                compaction(d.with_min_compaction_lag_ms(10).with_max_compaction_lag_ms(9)),
+                "max_compaction_lag_ms",
+            ),
+            (compaction(d.with_max_compaction_lag_ms(0)), "max_compaction_lag_ms"),
+            (compaction(d.with_delete_retention_ms(-1)), "delete_retention_ms"),
+            (compaction(d.with_key_map_bytes(1023)), "key_map_bytes"),
+        ];
+        for (config, field) in cases.into_iter().chain(more) {
             assert_eq!(
                 config.validate().map_err(|e| (e.field, e.kind())),
                 Err((field, "invalid_config"))
             );
+            assert_eq!(
+                config.into_builder().build().map_err(|e| e.field),
+                Err(field),
+                "the builder refuses what validate refuses"
+            );
         }
+    }
+
+    #[test]
+    fn a_refusal_states_the_range_from_the_table() {
+        let rule = |b: LogConfigBuilder| b.build().map(|_| ()).map_err(|e| (e.value, e.rule));
+        assert_eq!(
+            rule(LogConfig::builder().segment_ms(0)),
+            Err(("0".into(), "must be at least 1".into()))
+        );
+        assert_eq!(
+            rule(LogConfig::builder().segment_jitter_ms(-3)),
+            Err(("-3".into(), "must not be negative".into()))
+        );
+        assert_eq!(
+            rule(LogConfig::builder().segment_index_bytes(8)),
+            Err((
+                "8".into(),
+                "must be in 24 ..= 2147483647 (room for two time-index entries)".into()
+            ))
+        );
+        // A bound taken from another setting is stated as the number it is.
+        assert_eq!(
+            rule(LogConfig::builder().max_message_bytes(100 << 20)),
+            Err((
+                (64 << 20).to_string(),
+                "must be in 104857600 ..= 2147483647 (max_message_bytes ..= int32)".into()
+            ))
+        );
+        // An optional setting left unset is not checked.
+        assert_eq!(rule(LogConfig::builder().retention_ms(None)), Ok(()));
+    }
+
+    #[test]
+    fn the_builder_sets_each_setting_and_starts_from_any_config() {
+        let c = LogConfig::builder()
+            .segment_bytes(4096)
+            .retention_ms(None)
+            .flush_policy(FlushPolicy::Always)
+            .compaction(CompactionConfig::default().with_key_map_bytes(4096))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (c.segment_bytes, c.retention_ms, c.flush_policy),
+            (4096, None, FlushPolicy::Always)
+        );
+        assert_eq!(c.compaction.key_map_bytes, 4096);
+        assert_eq!(
+            c.clone().into_builder().segment_ms(5).build(),
+            Ok(LogConfig {
+                segment_ms: 5,
+                ..c
+            })
+        );
+        assert_eq!(LogConfig::builder().build(), Ok(LogConfig::default()));
     }
 
     #[test]

@@ -562,11 +562,17 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
 fn recycling_is_refused_where_recovery_may_not_cut() {
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig::builder()
+    let builder = LogConfig::builder()
         .recycled_segments(1)
-        .recovery_mode(oncelog::RecoveryMode::AbsoluteConsistency)
-        .build()
-        .unwrap();
+        .recovery_mode(oncelog::RecoveryMode::AbsoluteConsistency);
+    assert_eq!(
+        builder.build().map_err(|e| e.field),
+        Err("recycled_segments")
+    );
+    // Set directly, the same values reach `open`, which refuses them too.
+    let mut cfg = LogConfig::default();
+    cfg.recycled_segments = 1;
+    cfg.recovery_mode = oncelog::RecoveryMode::AbsoluteConsistency;
     match open(&fs, &clock, &cfg) {
         Err(oncelog::OpenError::Config(e)) if e.field == "recycled_segments" => {}
         other => panic!("expected a config error for recycled_segments, got {other:?}"),

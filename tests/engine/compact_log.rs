@@ -560,11 +560,16 @@ fn a_compacted_log_refuses_keyless_records_and_a_deleting_log_refuses_compaction
     );
     assert!(!log.cleanable(T0).due);
 
-    let bad = config()
+    let ratio = CompactionConfig::default().with_min_cleanable_dirty_ratio(1.5);
+    let refused = config()
         .into_builder()
-        .compaction(CompactionConfig::default().with_min_cleanable_dirty_ratio(1.5))
+        .compaction(ratio)
         .build()
-        .unwrap();
+        .unwrap_err();
+    assert_eq!(refused.field, "min_cleanable_dirty_ratio");
+    // Set directly, the same value reaches `open`, which refuses it too.
+    let mut bad = config();
+    bad.compaction = ratio;
     let e = Log::open_in(env_with(TestClock::new(T0)), tmp.path().join("x"), bad).unwrap_err();
     assert!(e.to_string().contains("min_cleanable_dirty_ratio"), "{e}");
 }

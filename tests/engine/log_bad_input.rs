@@ -227,44 +227,29 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
 
 #[test]
 fn invalid_config_values_are_refused_naming_the_field_before_touching_the_disk() {
-    let cases: Vec<(LogConfig, &str)> = vec![
+    // Each case sets one field of a default configuration directly, as a caller may (the
+    // fields are public), so that `Log::open` gets the value `build()` would refuse.
+    let cases: Vec<(fn(&mut LogConfig), &str)> = vec![
+        (|c| c.segment_bytes = 13, "segment_bytes"),
+        (|c| c.segment_bytes = 1 << 31, "segment_bytes"),
+        (|c| c.segment_index_bytes = 16, "segment_index_bytes"),
+        (|c| c.segment_ms = 0, "segment_ms"),
+        (|c| c.segment_jitter_ms = -5, "segment_jitter_ms"),
+        (|c| c.max_message_bytes = 10, "max_message_bytes"),
         (
-            LogConfig::builder().segment_bytes(13).build().unwrap(),
-            "segment_bytes",
-        ),
-        (
-            LogConfig::builder().segment_bytes(1 << 31).build().unwrap(),
-            "segment_bytes",
-        ),
-        (
-            LogConfig::builder()
-                .segment_index_bytes(16)
-                .build()
-                .unwrap(),
-            "segment_index_bytes",
-        ),
-        (
-            LogConfig::builder().segment_ms(0).build().unwrap(),
-            "segment_ms",
-        ),
-        (
-            LogConfig::builder().segment_jitter_ms(-5).build().unwrap(),
-            "segment_jitter_ms",
-        ),
-        (
-            LogConfig::builder().max_message_bytes(10).build().unwrap(),
-            "max_message_bytes",
-        ),
-        (
-            LogConfig::builder()
-                .flush_policy(FlushPolicy::EveryMessages(0))
-                .build()
-                .unwrap(),
+            |c| c.flush_policy = FlushPolicy::EveryMessages(0),
             "flush_policy",
         ),
     ];
     let tmp = tempfile::tempdir().unwrap();
-    for (config, field) in cases {
+    for (set, field) in cases {
+        let mut config = LogConfig::default();
+        set(&mut config);
+        assert_eq!(
+            config.clone().into_builder().build().map_err(|e| e.field),
+            Err(field),
+            "the builder refuses what open refuses"
+        );
         let dir = tmp.path().join(field);
         match Log::open(&dir, config) {
             Err(OpenError::Config(ConfigError { field: f, .. })) => assert_eq!(f, field),
