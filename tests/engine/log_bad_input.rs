@@ -229,7 +229,8 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
 fn invalid_config_values_are_refused_naming_the_field_before_touching_the_disk() {
     // Each case sets one field of a default configuration directly, as a caller may (the
     // fields are public), so that `Log::open` gets the value `build()` would refuse.
-    let cases: Vec<(fn(&mut LogConfig), &str)> = vec![
+    type Set = fn(&mut LogConfig);
+    let cases: Vec<(Set, &str)> = vec![
         (|c| c.segment_bytes = 13, "segment_bytes"),
         (|c| c.segment_bytes = 1 << 31, "segment_bytes"),
         (|c| c.segment_index_bytes = 16, "segment_index_bytes"),
