@@ -427,29 +427,30 @@ impl LogConfig {
         const RECYCLED: i128 = MAX_RECYCLED_SEGMENTS as i128;
         let (us, ms) = (|v: usize| Some(v as i128), |v: i64| Some(i128::from(v)));
         let c = &self.compaction;
+        let max_message = self.max_message_bytes as i128;
         let min_lag = c.min_compaction_lag_ms.max(1).into();
         // One row per numeric setting: its value must be in `min ..= max`; `None` (an optional
         // setting left unset) is not checked. `why` is said after the range.
         #[rustfmt::skip]
         let ranges: [(&'static str, Option<i128>, i128, i128, &str); 17] = [
-            // setting                value                                        min      max     why
-            ("segment_bytes",          us(self.segment_bytes),                      14,      INT32,  ""),
-            ("allocation_step_bytes",  us(self.allocation_step_bytes),              4096,    INT32,  ""),
-            ("recycled_segments",      us(self.recycled_segments),                  0,       RECYCLED, ""),
-            ("segment_ms",             ms(self.segment_ms),                         1,       NO_MAX, ""),
-            ("segment_jitter_ms",      ms(self.segment_jitter_ms),                  0,       NO_MAX, ""),
-            ("segment_index_bytes",    us(self.segment_index_bytes),                24,      INT32,  "room for two time-index entries"),
-            ("index_interval_bytes",   us(self.index_interval_bytes),               0,       INT32,  "an int32"),
-            ("max_message_bytes",      us(self.max_message_bytes),                  HEADER,  NO_MAX, "one batch header"),
-            ("max_decompressed_bytes", us(self.max_decompressed_bytes), self.max_message_bytes as i128, INT32, "max_message_bytes ..= int32"),
-            ("retention_bytes",        self.retention_bytes.map(i128::from),        0,       INT64,  "an int64"),
-            ("retention_ms",           self.retention_ms.map(i128::from),           0,       NO_MAX, "None turns it off"),
-            ("file_delete_delay_ms",   ms(self.file_delete_delay_ms),               0,       NO_MAX, ""),
-            ("snapshot_interval_bytes", Some(self.snapshot_interval_bytes.into()),  1,       NO_MAX, ""),
-            ("min_compaction_lag_ms",  ms(c.min_compaction_lag_ms),                 0,       NO_MAX, ""),
-            ("max_compaction_lag_ms",  ms(c.max_compaction_lag_ms),                 min_lag, NO_MAX, "at least 1 and min_compaction_lag_ms"),
-            ("delete_retention_ms",    ms(c.delete_retention_ms),                   0,       NO_MAX, ""),
-            ("key_map_bytes",          us(c.key_map_bytes),                         1024,    NO_MAX, ""),
+            // setting                  value                                   min          max       why
+            ("segment_bytes",           us(self.segment_bytes),                 14,          INT32,    ""),
+            ("allocation_step_bytes",   us(self.allocation_step_bytes),         4096,        INT32,    ""),
+            ("recycled_segments",       us(self.recycled_segments),             0,           RECYCLED, ""),
+            ("segment_ms",              ms(self.segment_ms),                    1,           NO_MAX,   ""),
+            ("segment_jitter_ms",       ms(self.segment_jitter_ms),             0,           NO_MAX,   ""),
+            ("segment_index_bytes",     us(self.segment_index_bytes),           24,          INT32,    "room for two time-index entries"),
+            ("index_interval_bytes",    us(self.index_interval_bytes),          0,           INT32,    "an int32"),
+            ("max_message_bytes",       us(self.max_message_bytes),             HEADER,      NO_MAX,   "one batch header"),
+            ("max_decompressed_bytes",  us(self.max_decompressed_bytes),        max_message, INT32,    "max_message_bytes ..= int32"),
+            ("retention_bytes",         self.retention_bytes.map(i128::from),   0,           INT64,    "an int64"),
+            ("retention_ms",            self.retention_ms.map(i128::from),      0,           NO_MAX,   "None turns it off"),
+            ("file_delete_delay_ms",    ms(self.file_delete_delay_ms),          0,           NO_MAX,   ""),
+            ("snapshot_interval_bytes", Some(self.snapshot_interval_bytes.into()), 1,        NO_MAX,   ""),
+            ("min_compaction_lag_ms",   ms(c.min_compaction_lag_ms),            0,           NO_MAX,   ""),
+            ("max_compaction_lag_ms",   ms(c.max_compaction_lag_ms),            min_lag,     NO_MAX,   "at least 1 and min_compaction_lag_ms"),
+            ("delete_retention_ms",     ms(c.delete_retention_ms),              0,           NO_MAX,   ""),
+            ("key_map_bytes",           us(c.key_map_bytes),                    1024,        NO_MAX,   ""),
         ];
         for (field, value, min, max, why) in ranges {
             if let Some(value) = value.filter(|v| !(min..=max).contains(v)) {

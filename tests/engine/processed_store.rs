@@ -270,11 +270,12 @@ fn bad_settings_are_refused_by_field() {
         assert_eq!(err.kind(), "config");
         assert!(err.to_string().contains(field), "{err}");
     }
-    let err = ProcessedStore::open(
-        dir.path(),
-        ProcessedConfig::default().with_log(LogConfig::builder().segment_bytes(1).build().unwrap()),
-    )
-    .unwrap_err();
+    // A log setting out of range, set directly (the builder would refuse it).
+    let mut log = LogConfig::default();
+    log.segment_bytes = 1;
+    assert!(log.clone().into_builder().build().is_err());
+    let err =
+        ProcessedStore::open(dir.path(), ProcessedConfig::default().with_log(log)).unwrap_err();
     assert_eq!(
         err.kind(),
         "config",
