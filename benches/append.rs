@@ -65,10 +65,10 @@ fn batch_bytes() -> u64 {
 /// Appends `iters` iterations' worth of batches to a fresh log; only the appends are timed.
 fn run(iters: u64, producers: usize) -> Duration {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = LogConfig {
-        segment_bytes: SEGMENT_BYTES,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(SEGMENT_BYTES)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).expect("open");
     let mut gen = Producers::new(producers);
     let (mut data, mut ends) = (Vec::new(), Vec::new());

@@ -42,12 +42,12 @@ fn rss_anon() -> u64 {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 << 20,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(64 << 20)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 /// A closed log of `mb` MiB over `keys` keys; returns its directory and size.

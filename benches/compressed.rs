@@ -82,10 +82,10 @@ fn validate(c: &mut Criterion) {
 /// Appends `iters × APPENDS_PER_ITER` copies of `bytes` to a fresh log; only appends are timed.
 fn run_appends(iters: u64, bytes: &[u8]) -> Duration {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = LogConfig {
-        segment_bytes: SEGMENT_BYTES,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(SEGMENT_BYTES)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).expect("open");
     let start = Instant::now();
     for _ in 0..iters * APPENDS_PER_ITER as u64 {

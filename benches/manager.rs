@@ -39,21 +39,21 @@ fn env(name: &str, default: usize) -> usize {
 
 /// The open benchmark's partitions: small, as an idle partition of a large broker is.
 fn idle_config() -> ManagerConfig {
-    ManagerConfig {
-        log: LogConfig {
-            segment_bytes: 64 << 10,
-            segment_index_bytes: 4096,
-            prefault_bytes: 0,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
+    ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(64 << 10)
+                .segment_index_bytes(4096)
+                .prefault_bytes(0)
+                .build()
+                .unwrap(),
+        )
+        .with_jobs(JobIntervals::none())
         // ONCELOG_BENCH_RECOVERY_THREADS: the opening threads (default: the manager's).
-        recovery_threads: env(
+        .with_recovery_threads(env(
             "ONCELOG_BENCH_RECOVERY_THREADS",
             ManagerConfig::default().recovery_threads,
-        ),
-        ..ManagerConfig::default()
-    }
+        ))
 }
 
 fn record_batch(records: usize, value: usize, now: i64) -> Vec<u8> {
@@ -177,12 +177,12 @@ fn workload(messages: usize) -> Vec<Vec<u8>> {
 }
 
 fn throughput_config(segment_bytes: usize, prefault_bytes: usize) -> LogConfig {
-    LogConfig {
-        segment_bytes,
-        segment_index_bytes: 64 << 10,
-        prefault_bytes,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(segment_bytes)
+        .segment_index_bytes(64 << 10)
+        .prefault_bytes(prefault_bytes)
+        .build()
+        .unwrap()
 }
 
 /// Appends the batches round robin over `partitions` partitions of a fresh log dir from
@@ -195,11 +195,9 @@ fn spread(
     threads: usize,
     log: LogConfig,
 ) -> (f64, f64) {
-    let config = ManagerConfig {
-        log,
-        jobs: JobIntervals::none(),
-        ..ManagerConfig::default()
-    };
+    let config = ManagerConfig::default()
+        .with_log(log)
+        .with_jobs(JobIntervals::none());
     let m = LogManager::open(&[dir], config).expect("open");
     let logs: Vec<Arc<Log>> = (0..partitions)
         .map(|p| {

@@ -109,10 +109,7 @@ fn main() {
         let t = Instant::now();
         let log = Log::open(
             dir.path(),
-            LogConfig {
-                segment_bytes: 1 << 20,
-                ..LogConfig::default()
-            },
+            LogConfig::builder().segment_bytes(1 << 20).build().unwrap(),
         )
         .unwrap();
         opens.push(t.elapsed().as_secs_f64());

@@ -14,10 +14,7 @@ const FETCH_BYTES: usize = 1 << 20;
 
 fn prefilled() -> (tempfile::TempDir, Log) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let config = LogConfig {
-        segment_bytes: 8 << 20,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder().segment_bytes(8 << 20).build().unwrap();
     let log = Log::open(dir.path(), config).expect("open");
     let value = [b'x'; 100];
     let mut batch = Vec::new();

@@ -31,10 +31,10 @@ fn batches(producers: i64, total_bytes: usize) -> Vec<Vec<u8>> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 128 << 20,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(128 << 20)
+        .build()
+        .unwrap()
 }
 
 /// A directory whose last close was unclean, with `TAIL_BYTES` appended after the recovery

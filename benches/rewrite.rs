@@ -51,11 +51,11 @@ fn truncation(c: &mut Criterion) {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(
             dir.path(),
-            LogConfig {
-                segment_bytes: 256 << 20,
-                file_delete_delay_ms: 0,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .segment_bytes(256 << 20)
+                .file_delete_delay_ms(0)
+                .build()
+                .unwrap(),
         )
         .unwrap();
         fill(&log, 64 << 20);
@@ -84,11 +84,11 @@ fn truncation(c: &mut Criterion) {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(
             dir.path(),
-            LogConfig {
-                segment_bytes: 16 << 20,
-                file_delete_delay_ms: 0,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .segment_bytes(16 << 20)
+                .file_delete_delay_ms(0)
+                .build()
+                .unwrap(),
         )
         .unwrap();
         fill(&log, size);
@@ -119,13 +119,13 @@ fn truncation(c: &mut Criterion) {
 fn thousand_segments(dir: &std::path::Path, delay_ms: i64) -> Log {
     let log = Log::open(
         dir,
-        LogConfig {
-            segment_bytes: 4096,
-            segment_index_bytes: 4096,
-            retention_bytes: Some(0),
-            file_delete_delay_ms: delay_ms,
-            ..LogConfig::default()
-        },
+        LogConfig::builder()
+            .segment_bytes(4096)
+            .segment_index_bytes(4096)
+            .retention_bytes(Some(0))
+            .file_delete_delay_ms(delay_ms)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     while log.maintenance().segment_count() <= 1000 {

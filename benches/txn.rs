@@ -72,10 +72,7 @@ fn workload(batches: usize, transactional: bool, markers: bool) -> (Vec<u8>, Vec
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 8 << 20,
-        ..LogConfig::default()
-    }
+    LogConfig::builder().segment_bytes(8 << 20).build().unwrap()
 }
 
 fn append_all(log: &Log, data: &[u8], ends: &[(usize, Then)]) {

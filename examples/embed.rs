@@ -31,14 +31,10 @@ fn batch(
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     // Compaction keeps the newest record of each key; it needs keys on every record.
-    let config = LogConfig {
-        cleanup_policy: CleanupPolicy::Compact,
-        compaction: CompactionConfig {
-            min_cleanable_dirty_ratio: 0.0,
-            ..CompactionConfig::default()
-        },
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .cleanup_policy(CleanupPolicy::Compact)
+        .compaction(CompactionConfig::default().with_min_cleanable_dirty_ratio(0.0))
+        .build()?;
     let log = Log::open(dir.path(), config.clone())?;
 
     // Two idempotent producers, 7 and 8, each with its own sequence numbers.

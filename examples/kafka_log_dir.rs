@@ -24,19 +24,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::process::exit(2);
     };
     let (partition, records): (i32, i64) = (partition.parse()?, records.parse()?);
-    let config = ManagerConfig {
-        log: LogConfig {
-            // Kafka reads version 1 (the newest batch of each producer); oncelog's own version
-            // 3 keeps the whole dedup window, but Kafka would discard it and rebuild from the log.
-            snapshot_version: SnapshotVersion::V1,
-            // Kafka's segments are rarely 1 GiB in a test; each active segment is allocated whole.
-            segment_bytes: 64 << 20,
-            segment_index_bytes: 1 << 20,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
-        ..ManagerConfig::default()
-    };
+    let config = ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                // Kafka reads version 1 (the newest batch of each producer); oncelog's own version
+                // 3 keeps the whole dedup window, but Kafka would discard it and rebuild from the log.
+                .snapshot_version(SnapshotVersion::V1)
+                // Kafka's segments are rarely 1 GiB in a test; each active segment is allocated whole.
+                .segment_bytes(64 << 20)
+                .segment_index_bytes(1 << 20)
+                .build()?,
+        )
+        .with_jobs(JobIntervals::none());
     let manager = LogManager::open(&[PathBuf::from(dir)], config)?;
     let report = manager.open_report();
     println!(
@@ -67,6 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             AppendOutcome::Appended(_) => {}
             AppendOutcome::Duplicate(d) => println!("duplicate of offset {}", d.first_offset),
+            other => println!("another outcome: {other:?}"),
         }
     }
     println!(

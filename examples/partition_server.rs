@@ -21,10 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     // Every append returns once durable (appends racing for the disk share one fsync): an
     // acknowledged record is committed, and readable at once.
-    let config = LogConfig {
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .flush_policy(FlushPolicy::Always)
+        .build()?;
     let log = Arc::new(Log::open(dir.path(), config)?);
 
     let producers: Vec<_> = (0..PRODUCERS)
@@ -67,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         match reader.wait(Duration::from_secs(5)) {
                             WaitOutcome::Ready { .. } => {}
                             WaitOutcome::TimedOut { .. } => return Err("no data for 5 s".into()),
-                            WaitOutcome::Closed => return Err("closed".into()),
+                            other => return Err(format!("the wait ended: {other:?}")),
                         }
                     }
                 }

@@ -17,10 +17,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn open(dir: &std::path::Path) -> Result<Log> {
     // The replication layer, not the disk, decides what is committed.
-    let config = LogConfig {
-        high_watermark: HighWatermarkPolicy::SetByCaller,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .high_watermark(HighWatermarkPolicy::SetByCaller)
+        .build()?;
     Ok(Log::open(dir, config)?)
 }
 

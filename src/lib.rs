@@ -92,6 +92,31 @@ macro_rules! internal_mod {
     };
 }
 
+/// Writes `with_*` setters for a configuration type whose fields are public for reading: each
+/// sets one field and returns the value, so a configuration reads as one chain from its
+/// default and stays buildable when a field is added (the types are `#[non_exhaustive]`).
+/// `Some(field)` sets an override that is `None` by default to `Some(value)`.
+macro_rules! with_setters {
+    (@one $ty:ident, $with:ident, $field:ident, $vt:ty, $value:ident => $set:expr) => {
+        #[doc = concat!("Sets [`", stringify!($ty), "::", stringify!($field), "`].")]
+        #[must_use]
+        pub fn $with(mut self, $value: $vt) -> Self {
+            self.$field = $set;
+            self
+        }
+    };
+    ($ty:ident { $($with:ident => $field:ident: $vt:ty),* $(,)? }) => {
+        impl $ty {
+            $(with_setters!(@one $ty, $with, $field, $vt, value => value);)*
+        }
+    };
+    ($ty:ident { $($with:ident => Some($field:ident): $vt:ty),* $(,)? }) => {
+        impl $ty {
+            $(with_setters!(@one $ty, $with, $field, $vt, value => Some(value));)*
+        }
+    };
+}
+
 pub mod format;
 pub mod io;
 pub mod processed;
@@ -111,17 +136,17 @@ pub use log::{
     Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
     DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
     FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
-    LogMetrics, LogReader, Maintenance, OpenError, Preallocation, ProducerLoadReport, ReadError,
-    RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals, ReplicaLog, RetentionReason,
-    RetentionReport, RewriteError, SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult,
-    WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
+    LogConfigBuilder, LogMetrics, LogReader, Maintenance, OpenError, Preallocation,
+    ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals,
+    ReplicaLog, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
+    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,
     Compactor, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
-    LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, MetaProperties,
-    OpenReport, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport,
-    ResolvedConfig, Throttle, TopicError, TopicPartition,
+    LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, ManagerOpenReport,
+    MetaProperties, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened,
+    PartitionReport, ResolvedConfig, Throttle, TopicError, TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 

@@ -5,6 +5,7 @@ use super::batch::Compression;
 
 /// A batch that is not a valid Kafka RecordBatch v2, or that breaks a rule for its origin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BatchError {
     /// The buffer ends before the batch does.
     #[error("batch truncated: {needed} bytes needed, {available} available")]
@@ -210,6 +211,7 @@ impl BatchError {
 /// when they stop. Works with `?` into any `Box<dyn Error>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("batch at byte {position}: {error}")]
+#[non_exhaustive]
 pub struct BatchErrorAt {
     /// Byte position of the batch in the buffer being iterated.
     pub position: usize,
@@ -226,6 +228,7 @@ impl BatchErrorAt {
 
 /// What is wrong inside one record (docs/format.md, "Record").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     /// The record runs past the end of the batch's records.
     #[error("the record runs past the end of the batch")]
@@ -293,6 +296,7 @@ impl RecordError {
 /// A control record whose key or value is corrupt (docs/format.md, "Control batches and transaction
 /// markers").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlRecordError {
     /// The key is shorter than its version and type.
     #[error("control record key is {len} bytes, at least 4 needed")]

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 /// A failed file-system operation, with what was being done and to which file.
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {}: {source}", path.display())]
+#[non_exhaustive]
 pub struct IoError {
     /// What was being done: `"open"`, `"fsync"`, `"rename"`, ...
     pub op: &'static str,

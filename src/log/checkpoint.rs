@@ -129,6 +129,7 @@ pub struct Checkpoint {
 /// the next open validate every batch of the log instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason} (remove the file to validate the whole log instead)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct BadCheckpoint {
     /// The checkpoint file.
     pub path: PathBuf,

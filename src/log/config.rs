@@ -10,6 +10,7 @@ use crate::producer::{ProducerStateConfig, SnapshotVersion};
 
 /// When appends are made durable without an explicit [`super::Log::flush`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FlushPolicy {
     /// Only on `flush` and `close` (Kafka's default: `flush.messages` = Long.MAX).
     Manual,
@@ -23,6 +24,7 @@ pub enum FlushPolicy {
 /// How the active segment's `.log` is allocated ahead of its writer, one
 /// [`LogConfig::allocation_step_bytes`] at a time (docs/design.md, "Segment space").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Preallocation {
     /// [`Preallocation::Zeroed`] under [`FlushPolicy::Always`], [`Preallocation::Reserved`]
     /// otherwise. The default.
@@ -42,6 +44,7 @@ pub enum Preallocation {
 /// How appends put their bytes into the active segment's `.log` (docs/design.md, "Append
 /// writes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum AppendWrites {
     /// [`AppendWrites::File`] under [`FlushPolicy::Always`], [`AppendWrites::Map`] otherwise,
     /// and always the map for a partition of a [`crate::LogManager`] (whose partitions hold no
@@ -66,6 +69,7 @@ pub enum AppendWrites {
 /// consumers may read, retention and DeleteRecords may remove, and (with transactions) the last
 /// stable offset is bounded by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum HighWatermarkPolicy {
     /// It is the durable end (the recovery point): a log used alone commits what it has made
     /// durable. The default.
@@ -80,6 +84,7 @@ pub enum HighWatermarkPolicy {
 /// on open"). The recovery point divides the log: below it every batch was durable; at and above it
 /// nothing was promised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RecoveryMode {
     /// Damage at or after the recovery point (a torn or lost tail of unflushed writes) is cut,
     /// with every later segment, and reported; damage to durable data is an error naming the
@@ -108,7 +113,29 @@ impl RecoveryMode {
 const MAX_RECYCLED_SEGMENTS: usize = 1024;
 
 /// Configuration of one partition log. Defaults are Kafka's.
+///
+/// Built with [`LogConfig::builder`]: one setter per field below, then
+/// [`LogConfigBuilder::build`], which refuses a value out of its range with a [`ConfigError`]
+/// naming the field. [`LogConfig::into_builder`] changes some settings of an existing
+/// configuration. The type is `#[non_exhaustive]` so that a new setting is not a breaking
+/// change: outside this crate it has no struct literal; its fields are public to read (and to
+/// set, in which case [`super::Log::open`] checks them with [`LogConfig::validate`]).
+///
+/// ```
+/// use oncelog::{CleanupPolicy, CompactionConfig, LogConfig};
+///
+/// let compacted = LogConfig::builder()
+///     .segment_bytes(64 << 20)
+///     .retention_ms(None)
+///     .cleanup_policy(CleanupPolicy::Compact)
+///     .compaction(CompactionConfig::default().with_min_cleanable_dirty_ratio(0.1))
+///     .build()?;
+/// let smaller = compacted.clone().into_builder().segment_bytes(16 << 20).build()?;
+/// assert_eq!(smaller.cleanup_policy, CleanupPolicy::Compact);
+/// # Ok::<(), oncelog::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogConfig {
     /// `segment.bytes`: a segment rolls before it would grow past this. Default 1 GiB;
     /// 14 ..= i32::MAX.
@@ -247,6 +274,7 @@ impl CleanupPolicy {
 
 /// The log cleaner's settings, with Kafka's names and defaults.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct CompactionConfig {
     /// `min.cleanable.dirty.ratio`: compaction is due when the dirty part is at least this
     /// share of the cleanable log. Default 0.5; 0 ..= 1.
@@ -265,6 +293,14 @@ pub struct CompactionConfig {
     /// 128 MiB; at least 1 KiB.
     pub key_map_bytes: usize,
 }
+
+with_setters!(CompactionConfig {
+    with_min_cleanable_dirty_ratio => min_cleanable_dirty_ratio: f64,
+    with_min_compaction_lag_ms => min_compaction_lag_ms: i64,
+    with_max_compaction_lag_ms => max_compaction_lag_ms: i64,
+    with_delete_retention_ms => delete_retention_ms: i64,
+    with_key_map_bytes => key_map_bytes: usize,
+});
 
 impl Default for CompactionConfig {
     fn default() -> Self {
@@ -325,16 +361,35 @@ impl Default for LogConfig {
 /// A configuration value outside its valid range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {field} = {value}: {rule}")]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The setting, named as its [`LogConfig`] field (`producer_state` for any of its fields).
     pub field: &'static str,
     /// The value it was given.
     pub value: String,
     /// The rule it breaks.
-    pub rule: &'static str,
+    pub rule: String,
 }
 
 impl ConfigError {
+    /// `field` = `value` outside `min ..= max` (`max` = `i128::MAX`: no upper bound).
+    fn out_of_range(field: &'static str, value: i128, min: i128, max: i128, why: &str) -> Self {
+        let range = match (min, max) {
+            (0, i128::MAX) => "must not be negative".to_string(),
+            (min, i128::MAX) => format!("must be at least {min}"),
+            (min, max) => format!("must be in {min} ..= {max}"),
+        };
+        let rule = match why {
+            "" => range,
+            why => format!("{range} ({why})"),
+        };
+        ConfigError {
+            field,
+            value: value.to_string(),
+            rule,
+        }
+    }
+
     /// A stable snake_case name for the kind of error; [`ConfigError::field`] says which
     /// setting.
     pub fn kind(&self) -> &'static str {
@@ -361,149 +416,75 @@ impl LogConfig {
         }
     }
 
-    /// Checks every value against its valid range.
+    /// Checks every value against its valid range: the same checks as [`LogConfig::builder`]'s
+    /// `build`, for a configuration whose fields were set directly. [`super::Log::open`] calls
+    /// it.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn bad(field: &'static str, value: impl fmt::Display, rule: &'static str) -> ConfigError {
-            ConfigError {
-                field,
-                value: value.to_string(),
-                rule,
+        const INT32: i128 = i32::MAX as i128;
+        const INT64: i128 = i64::MAX as i128;
+        const NO_MAX: i128 = i128::MAX;
+        const HEADER: i128 = crate::format::HEADER_SIZE as i128;
+        const RECYCLED: i128 = MAX_RECYCLED_SEGMENTS as i128;
+        let (us, ms) = (|v: usize| Some(v as i128), |v: i64| Some(i128::from(v)));
+        let c = &self.compaction;
+        let max_message = self.max_message_bytes as i128;
+        let min_lag = c.min_compaction_lag_ms.max(1).into();
+        // One row per numeric setting: its value must be in `min ..= max`; `None` (an optional
+        // setting left unset) is not checked. `why` is said after the range.
+        #[rustfmt::skip]
+        let ranges: [(&'static str, Option<i128>, i128, i128, &str); 17] = [
+            // setting                  value                                   min          max       why
+            ("segment_bytes",           us(self.segment_bytes),                 14,          INT32,    ""),
+            ("allocation_step_bytes",   us(self.allocation_step_bytes),         4096,        INT32,    ""),
+            ("recycled_segments",       us(self.recycled_segments),             0,           RECYCLED, ""),
+            ("segment_ms",              ms(self.segment_ms),                    1,           NO_MAX,   ""),
+            ("segment_jitter_ms",       ms(self.segment_jitter_ms),             0,           NO_MAX,   ""),
+            ("segment_index_bytes",     us(self.segment_index_bytes),           24,          INT32,    "room for two time-index entries"),
+            ("index_interval_bytes",    us(self.index_interval_bytes),          0,           INT32,    "an int32"),
+            ("max_message_bytes",       us(self.max_message_bytes),             HEADER,      NO_MAX,   "one batch header"),
+            ("max_decompressed_bytes",  us(self.max_decompressed_bytes),        max_message, INT32,    "max_message_bytes ..= int32"),
+            ("retention_bytes",         self.retention_bytes.map(i128::from),   0,           INT64,    "an int64"),
+            ("retention_ms",            self.retention_ms.map(i128::from),      0,           NO_MAX,   "None turns it off"),
+            ("file_delete_delay_ms",    ms(self.file_delete_delay_ms),          0,           NO_MAX,   ""),
+            ("snapshot_interval_bytes", Some(self.snapshot_interval_bytes.into()), 1,        NO_MAX,   ""),
+            ("min_compaction_lag_ms",   ms(c.min_compaction_lag_ms),            0,           NO_MAX,   ""),
+            ("max_compaction_lag_ms",   ms(c.max_compaction_lag_ms),            min_lag,     NO_MAX,   "at least 1 and min_compaction_lag_ms"),
+            ("delete_retention_ms",     ms(c.delete_retention_ms),              0,           NO_MAX,   ""),
+            ("key_map_bytes",           us(c.key_map_bytes),                    1024,        NO_MAX,   ""),
+        ];
+        for (field, value, min, max, why) in ranges {
+            if let Some(value) = value.filter(|v| !(min..=max).contains(v)) {
+                return Err(ConfigError::out_of_range(field, value, min, max, why));
             }
         }
-        if !(14..=i32::MAX as usize).contains(&self.segment_bytes) {
-            return Err(bad(
-                "segment_bytes",
-                self.segment_bytes,
-                "must be in 14 ..= 2147483647",
-            ));
-        }
-        if !(4096..=i32::MAX as usize).contains(&self.allocation_step_bytes) {
-            return Err(bad(
-                "allocation_step_bytes",
-                self.allocation_step_bytes,
-                "must be in 4096 ..= 2147483647",
-            ));
-        }
-        if self.recycled_segments > MAX_RECYCLED_SEGMENTS {
-            return Err(bad(
-                "recycled_segments",
-                self.recycled_segments,
-                "must be in 0 ..= 1024",
-            ));
-        }
+        // The rules that are not a range.
+        let bad = |field, value: &dyn fmt::Display, rule: &str| ConfigError {
+            field,
+            value: value.to_string(),
+            rule: rule.to_string(),
+        };
         if self.recycled_segments > 0 && self.recovery_mode == RecoveryMode::AbsoluteConsistency {
             return Err(bad(
                 "recycled_segments",
-                self.recycled_segments,
+                &self.recycled_segments,
                 "must be 0 under recovery_mode AbsoluteConsistency (a crash leaves a recycled \
                  file's old bytes after the end, which recovery must cut)",
             ));
         }
-        if self.segment_ms < 1 {
-            return Err(bad("segment_ms", self.segment_ms, "must be at least 1"));
-        }
-        if self.segment_jitter_ms < 0 {
-            return Err(bad(
-                "segment_jitter_ms",
-                self.segment_jitter_ms,
-                "must not be negative",
-            ));
-        }
-        if !(24..=i32::MAX as usize).contains(&self.segment_index_bytes) {
-            return Err(bad(
-                "segment_index_bytes",
-                self.segment_index_bytes,
-                "must be in 24 ..= 2147483647 (room for two time-index entries)",
-            ));
-        }
-        if self.index_interval_bytes > i32::MAX as usize {
-            return Err(bad(
-                "index_interval_bytes",
-                self.index_interval_bytes,
-                "must fit an int32",
-            ));
-        }
-        if self.max_message_bytes < crate::format::HEADER_SIZE {
-            return Err(bad(
-                "max_message_bytes",
-                self.max_message_bytes,
-                "must be at least 61 (one batch header)",
-            ));
-        }
-        if !(self.max_message_bytes..=i32::MAX as usize).contains(&self.max_decompressed_bytes) {
-            return Err(bad(
-                "max_decompressed_bytes",
-                self.max_decompressed_bytes,
-                "must be in max_message_bytes ..= 2147483647",
-            ));
-        }
         if let Err(e) = self.producer_state.validate() {
-            return Err(ConfigError {
-                field: "producer_state",
-                value: format!("{:?}", self.producer_state),
-                rule: leak_rule(e),
-            });
+            return Err(bad("producer_state", &format!("{:?}", self.producer_state), &e.to_string()));
         }
-        if self.retention_bytes.is_some_and(|b| b > i64::MAX as u64) {
-            return Err(bad(
-                "retention_bytes",
-                format!("{:?}", self.retention_bytes),
-                "must fit an int64",
-            ));
-        }
-        if self.retention_ms.is_some_and(|ms| ms < 0) {
-            return Err(bad(
-                "retention_ms",
-                format!("{:?}", self.retention_ms),
-                "must not be negative (None turns it off)",
-            ));
-        }
-        if self.file_delete_delay_ms < 0 {
-            return Err(bad(
-                "file_delete_delay_ms",
-                self.file_delete_delay_ms,
-                "must not be negative",
-            ));
-        }
-        if self.snapshot_interval_bytes == 0 {
-            return Err(bad("snapshot_interval_bytes", 0, "must be at least 1"));
-        }
-        let c = &self.compaction;
         if !(0.0..=1.0).contains(&c.min_cleanable_dirty_ratio) {
             return Err(bad(
                 "min_cleanable_dirty_ratio",
-                c.min_cleanable_dirty_ratio,
+                &c.min_cleanable_dirty_ratio,
                 "must be in 0 ..= 1",
             ));
-        }
-        if c.min_compaction_lag_ms < 0 {
-            return Err(bad(
-                "min_compaction_lag_ms",
-                c.min_compaction_lag_ms,
-                "must not be negative",
-            ));
-        }
-        if c.max_compaction_lag_ms < 1 || c.max_compaction_lag_ms < c.min_compaction_lag_ms {
-            return Err(bad(
-                "max_compaction_lag_ms",
-                c.max_compaction_lag_ms,
-                "must be at least 1 and at least min_compaction_lag_ms",
-            ));
-        }
-        if c.delete_retention_ms < 0 {
-            return Err(bad(
-                "delete_retention_ms",
-                c.delete_retention_ms,
-                "must not be negative",
-            ));
-        }
-        if c.key_map_bytes < 1024 {
-            return Err(bad("key_map_bytes", c.key_map_bytes, "must be at least 1024"));
         }
         if let FlushPolicy::EveryMessages(0) = self.flush_policy {
             return Err(bad(
                 "flush_policy",
-                "EveryMessages(0)",
+                &"EveryMessages(0)",
                 "the interval must be at least 1",
             ));
         }
@@ -511,13 +492,89 @@ impl LogConfig {
     }
 }
 
-/// The rule a producer-state setting broke, as a static description.
-fn leak_rule(e: crate::producer::ConfigError) -> &'static str {
-    use crate::producer::ConfigError as E;
-    match e {
-        E::WindowOutOfRange { .. } => "window must be in 1 ..= 65536 batches",
-        E::ZeroMaxProducers => "max_producers must be at least 1",
-        E::NonPositiveExpiration { .. } => "expiration_ms must be positive",
+impl LogConfig {
+    /// A builder from the defaults (Kafka's), with one setter per setting; its
+    /// [`LogConfigBuilder::build`] checks the ranges.
+    pub fn builder() -> LogConfigBuilder {
+        LogConfig::default().into_builder()
+    }
+
+    /// A builder from this configuration, to change some of its settings.
+    pub fn into_builder(self) -> LogConfigBuilder {
+        LogConfigBuilder { config: self }
+    }
+}
+
+/// Builds a [`LogConfig`]: one setter per setting, named after its field (where each is
+/// documented), and [`LogConfigBuilder::build`], which checks every value as
+/// [`LogConfig::validate`] does.
+///
+/// ```
+/// use oncelog::{FlushPolicy, LogConfig};
+///
+/// let config = LogConfig::builder()
+///     .segment_bytes(64 << 20)
+///     .flush_policy(FlushPolicy::Always)
+///     .retention_ms(None)
+///     .build()?;
+/// assert_eq!(config.segment_bytes, 64 << 20);
+///
+/// // A value out of range is refused, naming its field.
+/// let refused = LogConfig::builder().segment_bytes(13).build().unwrap_err();
+/// assert_eq!(refused.field, "segment_bytes");
+/// # Ok::<(), oncelog::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LogConfigBuilder {
+    config: LogConfig,
+}
+
+/// Writes one setter per [`LogConfig`] field.
+macro_rules! setters {
+    ($($field:ident: $ty:ty),* $(,)?) => {$(
+        #[doc = concat!("Sets [`LogConfig::", stringify!($field), "`].")]
+        pub fn $field(mut self, value: $ty) -> Self {
+            self.config.$field = value;
+            self
+        }
+    )*};
+}
+
+impl LogConfigBuilder {
+    setters! {
+        segment_bytes: usize,
+        allocation_step_bytes: usize,
+        preallocation: Preallocation,
+        append_writes: AppendWrites,
+        recycled_segments: usize,
+        max_mapped_segments: usize,
+        segment_ms: i64,
+        segment_jitter_ms: i64,
+        segment_index_bytes: usize,
+        index_interval_bytes: usize,
+        max_message_bytes: usize,
+        max_decompressed_bytes: usize,
+        message_timestamp_type: TimestampType,
+        high_watermark: HighWatermarkPolicy,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<i64>,
+        file_delete_delay_ms: i64,
+        flush_policy: FlushPolicy,
+        recovery_mode: RecoveryMode,
+        deep_recovery: bool,
+        producer_state: ProducerStateConfig,
+        snapshot_version: SnapshotVersion,
+        prefault_bytes: usize,
+        snapshot_interval_bytes: u64,
+        cleanup_policy: CleanupPolicy,
+        compaction: CompactionConfig,
+    }
+
+    /// The configuration, once every value is in its range ([`LogConfig::validate`]).
+    pub fn build(self) -> Result<LogConfig, ConfigError> {
+        self.config.validate()?;
+        Ok(self.config)
     }
 }
 
@@ -542,12 +599,18 @@ impl Clock for SystemClock {
 
 /// What a log runs on: its file system and its clock.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Environment {
     /// Every file operation goes through it ([`crate::io::RealFs`] by default).
     pub fs: Arc<dyn FileSystem>,
     /// Append times and segment roll deadlines come from it ([`SystemClock`] by default).
     pub clock: Arc<dyn Clock>,
 }
+
+with_setters!(Environment {
+    with_fs => fs: Arc<dyn FileSystem>,
+    with_clock => clock: Arc<dyn Clock>,
+});
 
 impl Default for Environment {
     fn default() -> Self {
@@ -689,12 +752,135 @@ mod tests {
                 "max_decompressed_bytes",
             ),
         ];
-        for (config, field) in cases {
+        let compaction = |c: CompactionConfig| LogConfig {
+            compaction: c,
+            ..Default::default()
+        };
+        let d = CompactionConfig::default();
+        let more: Vec<(LogConfig, &str)> = vec![
+            (
+                LogConfig {
+                    index_interval_bytes: 1 << 31,
+                    ..Default::default()
+                },
+                "index_interval_bytes",
+            ),
+            (
+                LogConfig {
+                    retention_bytes: Some(1 << 63),
+                    ..Default::default()
+                },
+                "retention_bytes",
+            ),
+            (
+                LogConfig {
+                    retention_ms: Some(-1),
+                    ..Default::default()
+                },
+                "retention_ms",
+            ),
+            (
+                LogConfig {
+                    file_delete_delay_ms: -1,
+                    ..Default::default()
+                },
+                "file_delete_delay_ms",
+            ),
+            (
+                LogConfig {
+                    snapshot_interval_bytes: 0,
+                    ..Default::default()
+                },
+                "snapshot_interval_bytes",
+            ),
+            (
+                LogConfig {
+                    producer_state: ProducerStateConfig::default().with_window(0),
+                    ..Default::default()
+                },
+                "producer_state",
+            ),
+            (
+                compaction(d.with_min_cleanable_dirty_ratio(f64::NAN)),
+                "min_cleanable_dirty_ratio",
+            ),
+            (
+                compaction(d.with_min_compaction_lag_ms(-1)),
+                "min_compaction_lag_ms",
+            ),
+            (
+                compaction(d.with_min_compaction_lag_ms(10).with_max_compaction_lag_ms(9)),
+                "max_compaction_lag_ms",
+            ),
+            (compaction(d.with_max_compaction_lag_ms(0)), "max_compaction_lag_ms"),
+            (compaction(d.with_delete_retention_ms(-1)), "delete_retention_ms"),
+            (compaction(d.with_key_map_bytes(1023)), "key_map_bytes"),
+        ];
+        for (config, field) in cases.into_iter().chain(more) {
             assert_eq!(
                 config.validate().map_err(|e| (e.field, e.kind())),
                 Err((field, "invalid_config"))
             );
+            assert_eq!(
+                config.into_builder().build().map_err(|e| e.field),
+                Err(field),
+                "the builder refuses what validate refuses"
+            );
         }
+    }
+
+    #[test]
+    fn a_refusal_states_the_range_from_the_table() {
+        let rule = |b: LogConfigBuilder| b.build().map(|_| ()).map_err(|e| (e.value, e.rule));
+        assert_eq!(
+            rule(LogConfig::builder().segment_ms(0)),
+            Err(("0".into(), "must be at least 1".into()))
+        );
+        assert_eq!(
+            rule(LogConfig::builder().segment_jitter_ms(-3)),
+            Err(("-3".into(), "must not be negative".into()))
+        );
+        assert_eq!(
+            rule(LogConfig::builder().segment_index_bytes(8)),
+            Err((
+                "8".into(),
+                "must be in 24 ..= 2147483647 (room for two time-index entries)".into()
+            ))
+        );
+        // A bound taken from another setting is stated as the number it is.
+        assert_eq!(
+            rule(LogConfig::builder().max_message_bytes(100 << 20)),
+            Err((
+                (64 << 20).to_string(),
+                "must be in 104857600 ..= 2147483647 (max_message_bytes ..= int32)".into()
+            ))
+        );
+        // An optional setting left unset is not checked.
+        assert_eq!(rule(LogConfig::builder().retention_ms(None)), Ok(()));
+    }
+
+    #[test]
+    fn the_builder_sets_each_setting_and_starts_from_any_config() {
+        let c = LogConfig::builder()
+            .segment_bytes(4096)
+            .retention_ms(None)
+            .flush_policy(FlushPolicy::Always)
+            .compaction(CompactionConfig::default().with_key_map_bytes(4096))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (c.segment_bytes, c.retention_ms, c.flush_policy),
+            (4096, None, FlushPolicy::Always)
+        );
+        assert_eq!(c.compaction.key_map_bytes, 4096);
+        assert_eq!(
+            c.clone().into_builder().segment_ms(5).build(),
+            Ok(LogConfig {
+                segment_ms: 5,
+                ..c
+            })
+        );
+        assert_eq!(LogConfig::builder().build(), Ok(LogConfig::default()));
     }
 
     #[test]

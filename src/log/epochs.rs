@@ -184,6 +184,7 @@ impl LeaderEpochCache {
 /// Why a `leader-epoch-checkpoint` cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason} (remove the file to rebuild the leader epochs from the log)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct BadEpochCheckpoint {
     /// The file.
     pub path: PathBuf,

@@ -16,6 +16,7 @@ use crate::segment::{BatchProblem, CorruptSegment, SegmentReadError};
 /// checkpoint vouches for. Recovery judges each by where it is (docs/design.md "Recovery on
 /// open"): it is cut, or the open is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Damage {
     /// The file ends inside a batch: the tail a crash during a write leaves.
     #[error("torn batch: {needed} bytes declared, {available} present")]
@@ -125,6 +126,7 @@ impl Damage {
 
 /// Why a log could not be opened. A refused open changes nothing on disk.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// The configuration breaks a rule ([`crate::LogConfig::validate`]).
     #[error(transparent)]
@@ -198,6 +200,7 @@ impl OpenError {
 
 /// Why a batch was not appended. Nothing was written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AppendError {
     /// The batch is malformed or breaks a client rule (CORRUPT_MESSAGE / INVALID_RECORD).
     #[error("invalid batch: {0}")]
@@ -284,6 +287,7 @@ impl AppendError {
 
 /// Why a read failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The offset is below the log start or above the log end (Kafka's OFFSET_OUT_OF_RANGE).
     #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
@@ -339,6 +343,7 @@ impl From<SegmentReadError> for ReadError {
 
 /// Why a flush (or close) failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FlushError {
     /// A file operation failed around the sync (at close: sealing the active segment, writing
     /// the producer snapshot or the checkpoint).
@@ -370,6 +375,7 @@ impl FlushError {
 /// Why a rewrite of the log (truncation, retention, DeleteRecords, a leader-epoch or
 /// high-watermark change) was refused or failed. A refusal changes nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RewriteError {
     /// An offset below the first offset of the log (to start over there, use
     /// [`super::ReplicaLog::truncate_fully_and_start_at`]).
@@ -499,6 +505,7 @@ impl From<FlushError> for RewriteError {
 
 /// Any oncelog error.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// From [`crate::Log::open`].
     #[error(transparent)]

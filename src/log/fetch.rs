@@ -16,6 +16,7 @@ use crate::segment::{AbortedTxn, Segment};
 
 /// The answer to [`Log::fetch`] and [`Log::fetch_isolated`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FetchResult {
     /// The offset that was asked for.
     pub offset: i64,

@@ -109,6 +109,7 @@ impl Histogram {
 /// A snapshot of a latency histogram: counts in log-scale buckets of nanoseconds (four per
 /// power of two, so a bucket's bounds are within 25% of each other).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LatencyHistogram {
     counts: [u64; LATENCY_BUCKETS],
     sum_ns: u64,
@@ -173,6 +174,7 @@ impl LatencyHistogram {
 
 /// Appends refused, by the kind [`AppendError::kind`] names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Refusals {
     /// `corrupt_batch`: damaged bytes (CORRUPT_MESSAGE).
     pub corrupt_batch: u64,
@@ -252,6 +254,7 @@ fn refusal_index(e: &AppendError) -> usize {
 
 /// What opening the log cost: from the recovery and producer-load reports, and the clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecoveryMetrics {
     /// Wall time of `Log::open`: recovery, index rebuilds and the producer-state load.
     pub duration: Duration,
@@ -270,6 +273,7 @@ pub struct RecoveryMetrics {
 ///
 /// [`Log::metrics`]: super::Log::metrics
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogMetrics {
     /// Batches written (client and replicated).
     pub batches_appended: u64,

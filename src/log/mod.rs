@@ -44,7 +44,7 @@ use epochs::LeaderEpochCache;
 pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
     AppendWrites, CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
-    HighWatermarkPolicy, LogConfig, Preallocation, RecoveryMode, SystemClock,
+    HighWatermarkPolicy, LogConfig, LogConfigBuilder, Preallocation, RecoveryMode, SystemClock,
 };
 pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
@@ -66,6 +66,7 @@ pub use wait::{WaitFor, WaitOutcome};
 
 /// The answer to an append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AppendOutcome {
     /// The batch was written at these offsets.
     Appended(AppendInfo),
@@ -76,6 +77,7 @@ pub enum AppendOutcome {
 
 /// Where an appended batch went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AppendInfo {
     /// The offset of the batch's first record.
     pub first_offset: i64,
@@ -91,6 +93,7 @@ pub struct AppendInfo {
 
 /// The original offsets of a duplicate batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DuplicateInfo {
     /// The offset the original batch's first record got.
     pub first_offset: i64,

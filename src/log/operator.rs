@@ -15,6 +15,7 @@ use crate::segment::names;
 
 /// What shows that a directory holds a partition ([`partition_evidence`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PartitionEvidence {
     /// A segment file (`<20 digits>.log`, or one of its `.swap`/`.deleted`/`.cleaned` forms).
     SegmentFile(String),
@@ -26,6 +27,7 @@ pub enum PartitionEvidence {
 
 /// Why a directory is not a partition's ([`OpenError::NotAPartition`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NotAPartitionReason {
     /// Nothing is at the path.
     #[error("no such directory")]

@@ -23,6 +23,7 @@ use crate::segment::{names, offset_index, AbortedTxn, BatchInfo, BatchProblem, O
 
 /// What loading the producer state found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProducerLoadReport {
     /// Offset of the snapshot loaded, if any (otherwise the log was replayed from its start).
     pub snapshot_offset: Option<i64>,

@@ -22,6 +22,7 @@ use super::Log;
 
 /// How a wait for data ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitOutcome {
     /// The log end passed the offset: the record at the offset is readable.
     Ready {

@@ -29,6 +29,7 @@ pub trait Cleaner: Send + Sync {
 
 /// What the cleaning job asks of a [`Cleaner`] for one partition.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct CleanRequest<'a> {
     /// The partition.
     pub partition: &'a TopicPartition,
@@ -45,12 +46,23 @@ pub struct CleanRequest<'a> {
 
 /// What a [`Cleaner`] did to one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Cleaned {
     /// The log is clean below this offset: the partition's new cleaner checkpoint entry. Must
     /// lie between the request's `from` and the log end.
     pub clean_to: i64,
     /// Bytes the cleaner read (reported in the job's statistics as what it did when > 0).
     pub bytes_read: u64,
+}
+
+impl Cleaned {
+    /// Clean below `clean_to`, having read `bytes_read` bytes: what a [`Cleaner`] answers.
+    pub fn new(clean_to: i64, bytes_read: u64) -> Cleaned {
+        Cleaned {
+            clean_to,
+            bytes_read,
+        }
+    }
 }
 
 /// Bounds the bytes per second of a cleaning run; a closing manager ends its waits.

@@ -29,6 +29,7 @@ pub const PARTITION_CONFIG_FILE: &str = "oncelog.properties";
 /// One partition's settings over the manager's defaults (Kafka's topic configurations);
 /// `None` takes the default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PartitionConfig {
     /// `segment.bytes`.
     pub segment_bytes: Option<usize>,
@@ -60,9 +61,26 @@ pub struct PartitionConfig {
     pub cleanup_policy: Option<CleanupPolicy>,
 }
 
+with_setters!(PartitionConfig {
+    with_segment_bytes => Some(segment_bytes): usize,
+    with_segment_ms => Some(segment_ms): i64,
+    with_segment_jitter_ms => Some(segment_jitter_ms): i64,
+    with_segment_index_bytes => Some(segment_index_bytes): usize,
+    with_index_interval_bytes => Some(index_interval_bytes): usize,
+    with_max_message_bytes => Some(max_message_bytes): usize,
+    with_message_timestamp_type => Some(message_timestamp_type): TimestampType,
+    with_retention_bytes => Some(retention_bytes): Option<u64>,
+    with_retention_ms => Some(retention_ms): Option<i64>,
+    with_file_delete_delay_ms => Some(file_delete_delay_ms): i64,
+    with_flush_messages => Some(flush_messages): Option<u64>,
+    with_flush_ms => Some(flush_ms): Option<u64>,
+    with_cleanup_policy => Some(cleanup_policy): CleanupPolicy,
+});
+
 /// A partition's settings resolved over the defaults: its log's configuration and what the
 /// manager's jobs do with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResolvedConfig {
     /// What its [`crate::Log`] is opened with.
     pub log: LogConfig,
@@ -263,6 +281,7 @@ impl PartitionConfig {
 /// A partition's `oncelog.properties` that cannot be used: the partition is not opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct BadPartitionConfig {
     /// The file.
     pub path: PathBuf,
@@ -275,6 +294,7 @@ pub struct BadPartitionConfig {
 /// How often each background job runs; `None` turns it off (it can still be run at once with
 /// [`super::LogManager::run_job`]). Defaults are Kafka's where Kafka has the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobIntervals {
     /// Checks `flush.ms` and `flush.messages` of every partition (Kafka's
     /// `log.flush.scheduler.interval.ms`). Default 1 s.
@@ -301,6 +321,17 @@ pub struct JobIntervals {
     /// Default 15 s.
     pub cleaning: Option<Duration>,
 }
+
+with_setters!(JobIntervals {
+    with_flush => flush: Option<Duration>,
+    with_checkpoints => checkpoints: Option<Duration>,
+    with_high_watermarks => high_watermarks: Option<Duration>,
+    with_retention => retention: Option<Duration>,
+    with_producer_expiry => producer_expiry: Option<Duration>,
+    with_snapshots => snapshots: Option<Duration>,
+    with_deletion => deletion: Option<Duration>,
+    with_cleaning => cleaning: Option<Duration>,
+});
 
 impl Default for JobIntervals {
     fn default() -> Self {
@@ -335,6 +366,7 @@ impl JobIntervals {
 
 /// Configuration of a [`super::LogManager`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ManagerConfig {
     /// Every partition's defaults.
     pub log: LogConfig,
@@ -367,6 +399,29 @@ pub struct ManagerConfig {
     /// This node's id: checked against each `meta.properties`, written into a new dir's (0
     /// when `None` and no dir has one).
     pub node_id: Option<i32>,
+}
+
+with_setters!(ManagerConfig {
+    with_log => log: LogConfig,
+    with_flush_messages => flush_messages: Option<u64>,
+    with_flush_ms => flush_ms: Option<u64>,
+    with_topics => topics: BTreeMap<String, PartitionConfig>,
+    with_recovery_threads => recovery_threads: usize,
+    with_jobs => jobs: JobIntervals,
+    with_replay_budget_bytes => replay_budget_bytes: u64,
+    with_cleaner_bytes_per_second => cleaner_bytes_per_second: Option<u64>,
+    with_cluster_id => cluster_id: Option<String>,
+    with_node_id => node_id: Option<i32>,
+});
+
+impl ManagerConfig {
+    /// These settings with `config` for `topic`'s partitions that have no settings of their
+    /// own (an entry of [`ManagerConfig::topics`]).
+    #[must_use]
+    pub fn with_topic(mut self, topic: impl Into<String>, config: PartitionConfig) -> Self {
+        self.topics.insert(topic.into(), config);
+        self
+    }
 }
 
 impl Default for ManagerConfig {

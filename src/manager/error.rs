@@ -12,6 +12,7 @@ use crate::log::{ConfigError, FlushError, OpenError};
 
 /// Why a partition did not open: it is reported, and left closed, while the others open.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PartitionFailure {
     /// Its log refused to open (damage its recovery mode does not allow, a bad checkpoint, a
     /// lock held by another process, an I/O error, ...).
@@ -44,6 +45,7 @@ impl PartitionFailure {
 
 /// Why the manager refused something. A refused operation changes nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManagerError {
     /// [`super::LogManager::open`] was given no log dir.
     #[error("no log dir given")]

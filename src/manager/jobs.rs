@@ -21,6 +21,7 @@ use crate::log::Log;
 
 /// A background job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Job {
     /// Flushes partitions past their `flush.ms` or `flush.messages`.
     Flush,
@@ -85,6 +86,7 @@ impl Job {
 
 /// What one run of a job did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobReport {
     /// Partitions (or log dirs, for the checkpoint jobs) it looked at.
     pub visited: usize,
@@ -97,6 +99,7 @@ pub struct JobReport {
 
 /// How a job has done since the manager opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JobStats {
     /// Runs, by its thread or by [`super::LogManager::run_job`].
     pub runs: u64,

@@ -25,6 +25,7 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 
 /// The four offset checkpoint files of a log dir, as read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DirCheckpoints {
     /// `recovery-point-offset-checkpoint`.
     pub recovery_points: Offsets,
@@ -73,6 +74,7 @@ pub struct FoundDir {
 /// What a log dir holds, read without changing anything (`oncelog dump`, `verify` and
 /// `recover` of a whole log dir use it; the manager's open starts with it).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LogDirContents {
     /// The log dir.
     pub path: PathBuf,

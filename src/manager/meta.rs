@@ -38,6 +38,7 @@ pub struct MetaProperties {
 /// manager refuses to open the log dir, changing nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct BadMetaProperties {
     /// The file.
     pub path: PathBuf,

@@ -38,7 +38,7 @@ pub use jobs::{Job, JobReport, JobStats};
 pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
 pub use meta::{BadMetaProperties, MetaProperties};
 pub use offsets::BadOffsetCheckpoint;
-pub use open::{LogDirReport, OpenReport, PartitionOpened, PartitionReport};
+pub use open::{LogDirReport, ManagerOpenReport, PartitionOpened, PartitionReport};
 pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicPartition};
 
 /// The partitions of one or more Kafka log dirs, opened together, with background flush,
@@ -51,7 +51,7 @@ pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicParti
 pub struct LogManager {
     inner: Arc<Inner>,
     jobs: Mutex<Option<jobs::Running>>,
-    report: OpenReport,
+    report: ManagerOpenReport,
 }
 
 /// What the manager and its job threads share.
@@ -116,6 +116,7 @@ pub(crate) enum SlotState {
 
 /// A partition as [`LogManager::list`] shows it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PartitionInfo {
     /// The partition.
     pub partition: TopicPartition,
@@ -166,7 +167,7 @@ impl LogManager {
     }
 
     /// What opening found: each partition's recovery, or why it did not open.
-    pub fn open_report(&self) -> &OpenReport {
+    pub fn open_report(&self) -> &ManagerOpenReport {
         &self.report
     }
 

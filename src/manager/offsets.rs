@@ -48,6 +48,7 @@ pub type Offsets = BTreeMap<TopicPartition, i64>;
 /// not what Kafka writes. The manager refuses to open the log dir, changing nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct BadOffsetCheckpoint {
     /// The checkpoint file.
     pub path: PathBuf,

@@ -26,6 +26,7 @@ use crate::log::{
 
 /// What opening a partition found.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PartitionOpened {
     /// The log's recovery: what was validated, vouched for, cut, rebuilt.
     pub recovery: RecoveryReport,
@@ -41,6 +42,7 @@ pub struct PartitionOpened {
 
 /// One partition's open.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PartitionReport {
     /// The partition.
     pub partition: TopicPartition,
@@ -54,6 +56,7 @@ pub struct PartitionReport {
 
 /// One log dir's open.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LogDirReport {
     /// The log dir.
     pub path: PathBuf,
@@ -69,7 +72,8 @@ pub struct LogDirReport {
 
 /// What [`super::LogManager::open`] found.
 #[derive(Debug, Clone)]
-pub struct OpenReport {
+#[non_exhaustive]
+pub struct ManagerOpenReport {
     /// Every partition, in order.
     pub partitions: Vec<PartitionReport>,
     /// Every log dir, in the order given.
@@ -80,7 +84,7 @@ pub struct OpenReport {
     pub duration: Duration,
 }
 
-impl OpenReport {
+impl ManagerOpenReport {
     /// Partitions that opened.
     pub fn opened(&self) -> usize {
         self.partitions.iter().filter(|p| p.outcome.is_ok()).count()
@@ -134,7 +138,7 @@ pub(super) fn open(
     paths: &[PathBuf],
     config: ManagerConfig,
     on_partition: &(dyn Fn(&PartitionReport) + Sync),
-) -> Result<(Inner, OpenReport), ManagerError> {
+) -> Result<(Inner, ManagerOpenReport), ManagerError> {
     let started = Instant::now();
     check_config(&config, paths)?;
     let fs = env.fs.as_ref();
@@ -176,7 +180,7 @@ pub(super) fn open(
     for i in stale {
         super::jobs::write_checkpoints(&inner, i, super::jobs::Files::All)?;
     }
-    let report = OpenReport {
+    let report = ManagerOpenReport {
         partitions: reports,
         log_dirs: dir_reports,
         threads,

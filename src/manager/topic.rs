@@ -60,6 +60,7 @@ impl fmt::Display for TopicPartition {
 
 /// Why a topic name is refused (Kafka's `InvalidTopicException` reasons).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TopicError {
     /// The empty string.
     #[error("the empty string is not a topic name")]

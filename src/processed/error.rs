@@ -7,6 +7,7 @@ use super::record::Undecodable;
 /// An error of the processed-id store ([`super::ProcessedStore`]). Each has a stable
 /// [`ProcessedError::kind`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessedError {
     /// The log under the store failed (open, append, read, flush, retention); its own kind is
     /// the store's kind (`locked`, `io`, `read_only`, ...).

@@ -30,16 +30,15 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
-//! let config = ProcessedConfig {
-//!     forget_after_ms: Some(7 * 24 * 3600 * 1000), // what the Redis key's TTL was for
-//!     ..ProcessedConfig::default()
-//! };
+//! // What the Redis key's TTL was for:
+//! let config = ProcessedConfig::default().with_forget_after_ms(Some(7 * 24 * 3600 * 1000));
 //! let store = ProcessedStore::open(dir.path().join("orders-3"), config.clone())?;
 //! // For each message polled from orders-3 (id "order-17", offset 41):
 //! let at = Position { source: "orders-3", offset: 42 };
 //! match store.record(b"order-17", at, b"charged 5 EUR")? {
 //!     Recorded::New { .. } => { /* durable: apply the effect, then commit offset 42 */ }
 //!     Recorded::AlreadyHandled { .. } => { /* a redelivery: skip it, commit offset 42 */ }
+//!     other => unreachable!("an answer this consumer does not know: {other:?}"),
 //! }
 //! // The consumer crashes here, before its commit; it restarts, Kafka redelivers order-17:
 //! drop(store);
@@ -82,6 +81,7 @@ const REPLAY_READ_BYTES: usize = 1 << 20;
 
 /// Settings of a [`ProcessedStore`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProcessedConfig {
     /// Forget an id this long after it was handled (a Redis TTL). `None`: never by age.
     pub forget_after_ms: Option<i64>,
@@ -96,6 +96,13 @@ pub struct ProcessedConfig {
     /// (compacted) and `flush_policy` itself.
     pub log: LogConfig,
 }
+
+with_setters!(ProcessedConfig {
+    with_forget_after_ms => forget_after_ms: Option<i64>,
+    with_max_ids => max_ids: Option<usize>,
+    with_durable => durable: bool,
+    with_log => log: LogConfig,
+});
 
 impl Default for ProcessedConfig {
     fn default() -> Self {
@@ -159,6 +166,7 @@ pub struct Position<'a> {
 
 /// The answer to [`ProcessedStore::record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Recorded {
     /// Recorded now, at this offset of the store's log (with the position after it); the
     /// caller may apply the effect.
@@ -189,6 +197,7 @@ pub struct HandledId {
 
 /// What the store holds in memory ([`ProcessedStore::memory`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MemoryReport {
     /// Ids answered as handled (some may be past their age, not yet forgotten).
     pub ids: usize,
@@ -205,7 +214,8 @@ pub struct MemoryReport {
 
 /// What [`ProcessedStore::open`] found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OpenReport {
+#[non_exhaustive]
+pub struct StoreOpenReport {
     /// Records replayed from the log.
     pub records_replayed: u64,
     /// Ids handled and not forgotten.
@@ -216,6 +226,7 @@ pub struct OpenReport {
 
 /// What [`ProcessedStore::maintain`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MaintenanceReport {
     /// Ids forgotten by this call.
     pub forgotten: usize,
@@ -247,7 +258,7 @@ pub struct ProcessedStore {
     clock: Arc<dyn Clock>,
     config: ProcessedConfig,
     inner: Mutex<Inner>,
-    report: OpenReport,
+    report: StoreOpenReport,
 }
 
 impl std::fmt::Debug for ProcessedStore {
@@ -309,7 +320,7 @@ impl ProcessedStore {
         }
         let now = clock.now_ms();
         let pending = handled.forget(now, config.forget_after_ms, config.max_ids, 0);
-        let report = OpenReport {
+        let report = StoreOpenReport {
             records_replayed: replayed,
             ids: handled.len(),
             forgotten: pending.len(),
@@ -335,7 +346,7 @@ impl ProcessedStore {
     }
 
     /// What the open replayed and found.
-    pub fn open_report(&self) -> OpenReport {
+    pub fn open_report(&self) -> StoreOpenReport {
         self.report
     }
 

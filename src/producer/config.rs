@@ -13,6 +13,7 @@ pub const DEFAULT_EXPIRATION_MS: i64 = 86_400_000;
 
 /// What to do when a new producer arrives and the table already holds `max_producers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ProducerLimitPolicy {
     /// Admit the new producer and forget the one idle the longest (oldest append wall clock)
     /// among those without an open transaction. A forgotten producer's retries are answered
@@ -26,6 +27,7 @@ pub enum ProducerLimitPolicy {
 /// Settings of the producer-state table, which decides appended / duplicate / error for each
 /// idempotent producer's batch ([`crate::LogConfig::producer_state`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProducerStateConfig {
     /// Batches retained per producer for duplicate detection. Kafka: 5, fixed. Valid
     /// `MIN_WINDOW..=MAX_WINDOW`.
@@ -51,9 +53,17 @@ impl Default for ProducerStateConfig {
     }
 }
 
+with_setters!(ProducerStateConfig {
+    with_window => window: usize,
+    with_max_producers => max_producers: Option<usize>,
+    with_limit_policy => limit_policy: ProducerLimitPolicy,
+    with_expiration_ms => expiration_ms: i64,
+});
+
 /// A [`ProducerStateConfig`] value out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
+#[non_exhaustive]
+pub enum ProducerStateConfigError {
     /// `window` is outside [`MIN_WINDOW`]`..=`[`MAX_WINDOW`].
     #[error("dedup window of {got} batches is out of range {min}..={max}")]
     WindowOutOfRange {
@@ -75,32 +85,32 @@ pub enum ConfigError {
     },
 }
 
-impl ConfigError {
+impl ProducerStateConfigError {
     /// A stable snake_case name for the kind of error.
     pub fn kind(&self) -> &'static str {
         match self {
-            ConfigError::WindowOutOfRange { .. } => "window_out_of_range",
-            ConfigError::ZeroMaxProducers => "zero_max_producers",
-            ConfigError::NonPositiveExpiration { .. } => "non_positive_expiration",
+            ProducerStateConfigError::WindowOutOfRange { .. } => "window_out_of_range",
+            ProducerStateConfigError::ZeroMaxProducers => "zero_max_producers",
+            ProducerStateConfigError::NonPositiveExpiration { .. } => "non_positive_expiration",
         }
     }
 }
 
 impl ProducerStateConfig {
     /// Checks every field against its valid range.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ProducerStateConfigError> {
         if !(MIN_WINDOW..=MAX_WINDOW).contains(&self.window) {
-            return Err(ConfigError::WindowOutOfRange {
+            return Err(ProducerStateConfigError::WindowOutOfRange {
                 got: self.window,
                 min: MIN_WINDOW,
                 max: MAX_WINDOW,
             });
         }
         if self.max_producers == Some(0) {
-            return Err(ConfigError::ZeroMaxProducers);
+            return Err(ProducerStateConfigError::ZeroMaxProducers);
         }
         if self.expiration_ms <= 0 {
-            return Err(ConfigError::NonPositiveExpiration {
+            return Err(ProducerStateConfigError::NonPositiveExpiration {
                 got: self.expiration_ms,
             });
         }
@@ -132,7 +142,7 @@ mod tests {
         };
         assert_eq!(
             bad(0),
-            Err(ConfigError::WindowOutOfRange {
+            Err(ProducerStateConfigError::WindowOutOfRange {
                 got: 0,
                 min: 1,
                 max: MAX_WINDOW
@@ -149,14 +159,17 @@ mod tests {
             max_producers: Some(0),
             ..Default::default()
         };
-        assert_eq!(c.validate(), Err(ConfigError::ZeroMaxProducers));
+        assert_eq!(
+            c.validate(),
+            Err(ProducerStateConfigError::ZeroMaxProducers)
+        );
         let c = ProducerStateConfig {
             expiration_ms: 0,
             ..Default::default()
         };
         assert_eq!(
             c.validate(),
-            Err(ConfigError::NonPositiveExpiration { got: 0 })
+            Err(ProducerStateConfigError::NonPositiveExpiration { got: 0 })
         );
     }
 }

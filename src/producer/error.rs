@@ -2,6 +2,7 @@
 
 /// A batch that breaks a producer-state rule. Each variant maps to a Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProducerError {
     /// INVALID_PRODUCER_EPOCH (47): the batch's epoch is older than the producer's.
     #[error("producer {producer_id}: stale epoch {got}, current epoch is {current}")]

@@ -16,8 +16,8 @@ internal_mod!(txn);
 internal_mod!(window);
 
 pub use config::{
-    ConfigError, ProducerLimitPolicy, ProducerStateConfig, DEFAULT_EXPIRATION_MS, DEFAULT_WINDOW,
-    MAX_WINDOW, MIN_WINDOW,
+    ProducerLimitPolicy, ProducerStateConfig, ProducerStateConfigError, DEFAULT_EXPIRATION_MS,
+    DEFAULT_WINDOW, MAX_WINDOW, MIN_WINDOW,
 };
 pub use entry::{ProducerEntry, NO_EPOCH};
 pub use error::ProducerError;

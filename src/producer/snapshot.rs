@@ -84,6 +84,7 @@ const CRC_START: usize = 6;
 
 /// A snapshot format version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum SnapshotVersion {
     /// Kafka's: readable by Kafka, keeps one batch per producer.
     V1,
@@ -159,6 +160,7 @@ impl Snapshot {
 
 /// Why bytes are not a valid snapshot; positions are byte offsets in the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// Shorter than its version's header.
     #[error("snapshot too short: {len} bytes, the header alone is {min}")]

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::config::{ConfigError, ProducerLimitPolicy, ProducerStateConfig};
+use super::config::{ProducerStateConfigError, ProducerLimitPolicy, ProducerStateConfig};
 use super::entry::{ProducerEntry, NO_EPOCH};
 use super::error::ProducerError;
 use super::txn::{CompletedTxn, Logged, Marker, EPOCH_BUMPING_TRANSACTION_VERSION};
@@ -87,7 +87,7 @@ fn idle_key(e: &ProducerEntry) -> IdleKey {
 }
 
 impl ProducerStateTable {
-    pub fn new(config: ProducerStateConfig) -> Result<ProducerStateTable, ConfigError> {
+    pub fn new(config: ProducerStateConfig) -> Result<ProducerStateTable, ProducerStateConfigError> {
         config.validate()?;
         Ok(ProducerStateTable {
             config,

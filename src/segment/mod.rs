@@ -118,6 +118,7 @@ fn view_clock() -> &'static AtomicU64 {
 /// damaged since it was written).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} at byte {position}: {problem}", path.display())]
+#[non_exhaustive]
 pub struct CorruptSegment {
     /// The segment's `.log`.
     pub path: PathBuf,

@@ -29,6 +29,7 @@ pub struct BatchInfo {
 
 /// Why a batch in a segment is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BatchProblem {
     /// The bytes are not a valid batch.
     #[error("{0}")]

@@ -57,6 +57,7 @@ impl AbortedTxn {
 
 /// What is wrong with the bytes of a `.txnindex`; positions are byte offsets in the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TxnIndexProblem {
     /// An entry of a version other than 0 (Kafka refuses it too).
     #[error("entry at byte {position} has version {version}, only 0 exists")]

@@ -25,6 +25,7 @@ mod txn;
 
 /// One thing wrong with a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Problem {
     /// The file at fault.
     pub file: PathBuf,
@@ -38,6 +39,7 @@ pub struct Problem {
 
 /// What [`verify_dir`] looked at and found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Segments (`.log` files) checked.
     pub segments: usize,

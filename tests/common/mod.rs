@@ -32,21 +32,18 @@ impl Clock for TestClock {
 
 /// The real file system with a test clock.
 pub fn env_with(clock: Arc<TestClock>) -> Environment {
-    Environment {
-        clock,
-        ..Environment::default()
-    }
+    Environment::default().with_clock(clock)
 }
 
 pub const T0: i64 = 1_700_000_000_000;
 
 /// Small segments and indexes, so rolls (on size and on a full index) happen within a test.
 pub fn small_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(64 * 1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap()
 }
 
 /// A client batch (baseOffset 0) of `n` records with `value_len`-byte values, timestamps

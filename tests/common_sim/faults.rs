@@ -28,12 +28,12 @@ pub fn replayable<T>(seed: u64, test: &str, f: impl FnOnce() -> T) -> T {
 
 /// Small segments and indexes, so a few dozen batches roll several times.
 pub fn small_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 1024,
-        index_interval_bytes: 1024,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(1024)
+        .index_interval_bytes(1024)
+        .build()
+        .unwrap()
 }
 
 /// A client batch not yet appended, kept to be sent again.
@@ -264,7 +264,7 @@ pub fn flush_io(e: &FlushError) -> Option<&IoError> {
     match e {
         FlushError::Io(e) => Some(e),
         FlushError::ReadOnly { cause } => Some(cause),
-        FlushError::Closed => None,
+        _ => None,
     }
 }
 

@@ -125,30 +125,29 @@ impl Ctx {
 pub fn config(rng: &mut SplitMix64) -> LogConfig {
     let segment_bytes = (16 + rng.below(49) as usize) * 1024;
     let segment_index_bytes = 96 + 12 * rng.below(40) as usize;
-    LogConfig {
-        segment_bytes,
-        segment_index_bytes,
-        index_interval_bytes: rng.below(2048) as usize,
-        allocation_step_bytes: 4096 << (segment_bytes / 1024 % 4),
-        preallocation: match segment_index_bytes / 12 % 3 {
+    LogConfig::builder()
+        .segment_bytes(segment_bytes)
+        .segment_index_bytes(segment_index_bytes)
+        .index_interval_bytes(rng.below(2048) as usize)
+        .allocation_step_bytes(4096 << (segment_bytes / 1024 % 4))
+        .preallocation(match segment_index_bytes / 12 % 3 {
             0 => Preallocation::Auto,
             1 => Preallocation::Reserved,
             _ => Preallocation::Zeroed,
-        },
-        append_writes: match rng.below(3) {
+        })
+        .append_writes(match rng.below(3) {
             0 => AppendWrites::Auto,
             1 => AppendWrites::Map,
             _ => AppendWrites::File,
-        },
-        ..LogConfig::default()
-    }
+        })
+        .build()
+        .unwrap()
 }
 
 pub fn open(fs: &SimFs, clock: &Arc<StepClock>, config: &LogConfig) -> Result<Log, OpenError> {
-    let env = Environment {
-        fs: fs.as_dyn(),
-        clock: clock.clone(),
-    };
+    let env = Environment::default()
+        .with_fs(fs.as_dyn())
+        .with_clock(clock.clone());
     Log::open_in(env, Path::new(DIR), config.clone())
 }
 

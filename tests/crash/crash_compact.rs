@@ -71,15 +71,15 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        segment_bytes: (2 + rng.below(4) as usize) * 1024,
-        segment_index_bytes: 96 + 12 * rng.below(20) as usize,
-        index_interval_bytes: rng.below(512) as usize,
-        prefault_bytes: 0,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: if rng.chance(1, 2) { 0 } else { 60_000 },
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .segment_bytes((2 + rng.below(4) as usize) * 1024)
+        .segment_index_bytes(96 + 12 * rng.below(20) as usize)
+        .index_interval_bytes(rng.below(512) as usize)
+        .prefault_bytes(0)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(if rng.chance(1, 2) { 0 } else { 60_000 })
+        .build()
+        .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     let mut sent = Vec::new();
     let mut seqs = [0i32; 4];

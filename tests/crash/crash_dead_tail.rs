@@ -62,15 +62,15 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        segment_bytes: (4 + rng.below(12) as usize) * 1024,
-        segment_index_bytes: 96 + 12 * rng.below(20) as usize,
-        index_interval_bytes: rng.below(1024) as usize,
+    let cfg = LogConfig::builder()
+        .segment_bytes((4 + rng.below(12) as usize) * 1024)
+        .segment_index_bytes(96 + 12 * rng.below(20) as usize)
+        .index_interval_bytes(rng.below(1024) as usize)
         // No background thread: the file operations are the same on every replay.
-        prefault_bytes: 0,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    };
+        .prefault_bytes(0)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
     let batches = 10 + rng.below(40);
     for i in 0..batches {

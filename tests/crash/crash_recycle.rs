@@ -31,29 +31,29 @@ const FILE: &str = "crash_recycle";
 
 fn config(rng: &mut SplitMix64) -> LogConfig {
     let segment_bytes = (4 + rng.below(9) as usize) * 1024;
-    LogConfig {
-        segment_bytes,
-        segment_index_bytes: 240 + 12 * rng.below(20) as usize,
-        index_interval_bytes: rng.below(2048) as usize,
-        allocation_step_bytes: 4096,
-        preallocation: match rng.below(3) {
+    LogConfig::builder()
+        .segment_bytes(segment_bytes)
+        .segment_index_bytes(240 + 12 * rng.below(20) as usize)
+        .index_interval_bytes(rng.below(2048) as usize)
+        .allocation_step_bytes(4096)
+        .preallocation(match rng.below(3) {
             0 => Preallocation::Auto,
             1 => Preallocation::Reserved,
             _ => Preallocation::Zeroed,
-        },
-        flush_policy: if rng.chance(1, 2) {
+        })
+        .flush_policy(if rng.chance(1, 2) {
             FlushPolicy::Always
         } else {
             FlushPolicy::Manual
-        },
-        recycled_segments: 1 + rng.below(3) as usize,
-        retention_bytes: Some(segment_bytes as u64 * (1 + rng.below(3))),
-        retention_ms: None,
-        file_delete_delay_ms: 0,
+        })
+        .recycled_segments(1 + rng.below(3) as usize)
+        .retention_bytes(Some(segment_bytes as u64 * (1 + rng.below(3))))
+        .retention_ms(None)
+        .file_delete_delay_ms(0)
         // No background thread: the file operations are the same on every replay.
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    }
+        .prefault_bytes(0)
+        .build()
+        .unwrap()
 }
 
 /// What one run of the workload did.
@@ -357,17 +357,17 @@ fn a_full_truncation_empties_the_pool_so_old_batches_never_continue_the_new_log(
         let probe = uniform(0);
         probe.len()
     };
-    let cfg = LogConfig {
+    let cfg = LogConfig::builder()
         // Exactly `per_segment` batches a segment.
-        segment_bytes: size * per_segment,
-        recycled_segments: 2,
-        retention_bytes: Some((size * per_segment) as u64),
-        retention_ms: None,
-        file_delete_delay_ms: 0,
-        flush_policy: FlushPolicy::Always,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    };
+        .segment_bytes(size * per_segment)
+        .recycled_segments(2)
+        .retention_bytes(Some((size * per_segment) as u64))
+        .retention_ms(None)
+        .file_delete_delay_ms(0)
+        .flush_policy(FlushPolicy::Always)
+        .prefault_bytes(0)
+        .build()
+        .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     let n = per_segment as i64;
     // Segments [0, n), [n, 2n), [2n, 3n), and the active one at 3n.
@@ -473,16 +473,16 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
     let fs = SimFs::new();
     let clock = StepClock::new();
     let size = uniform(0).len();
-    let cfg = LogConfig {
-        segment_bytes: size * 10,
-        recycled_segments: 2,
-        retention_bytes: Some((size * 10) as u64),
-        retention_ms: None,
-        file_delete_delay_ms: 1_000,
-        flush_policy: FlushPolicy::Always,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .segment_bytes(size * 10)
+        .recycled_segments(2)
+        .retention_bytes(Some((size * 10) as u64))
+        .retention_ms(None)
+        .file_delete_delay_ms(1_000)
+        .flush_policy(FlushPolicy::Always)
+        .prefault_bytes(0)
+        .build()
+        .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     let append = |log: &Log, n: usize| {
         for _ in 0..n {
@@ -570,11 +570,17 @@ fn only_retention_fills_the_pool_within_its_size_and_close_empties_it() {
 fn recycling_is_refused_where_recovery_may_not_cut() {
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        recycled_segments: 1,
-        recovery_mode: oncelog::RecoveryMode::AbsoluteConsistency,
-        ..LogConfig::default()
-    };
+    let builder = LogConfig::builder()
+        .recycled_segments(1)
+        .recovery_mode(oncelog::RecoveryMode::AbsoluteConsistency);
+    assert_eq!(
+        builder.build().map_err(|e| e.field),
+        Err("recycled_segments")
+    );
+    // Set directly, the same values reach `open`, which refuses them too.
+    let mut cfg = LogConfig::default();
+    cfg.recycled_segments = 1;
+    cfg.recovery_mode = oncelog::RecoveryMode::AbsoluteConsistency;
     match open(&fs, &clock, &cfg) {
         Err(oncelog::OpenError::Config(e)) if e.field == "recycled_segments" => {}
         other => panic!("expected a config error for recycled_segments, got {other:?}"),
@@ -590,15 +596,15 @@ fn recycling_is_refused_where_recovery_may_not_cut() {
 fn bytes_a_reader_holds_keep_their_content_when_their_segment_is_recycled_or_not() {
     let dir = tempfile::tempdir().expect("tempdir");
     let size = uniform(0).len();
-    let cfg = LogConfig {
-        segment_bytes: size * 10,
-        recycled_segments: 4,
-        retention_bytes: Some((size * 10) as u64),
-        retention_ms: None,
-        file_delete_delay_ms: 0,
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .segment_bytes(size * 10)
+        .recycled_segments(4)
+        .retention_bytes(Some((size * 10) as u64))
+        .retention_ms(None)
+        .file_delete_delay_ms(0)
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg).expect("open");
     for i in 0..40u8 {
         log.append(&client_batch(1, 400, 1_700_000_000_000, None, i))

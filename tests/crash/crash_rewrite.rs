@@ -136,17 +136,17 @@ fn build(seed: u64, ctx: &mut Ctx, kinds: &[u64]) -> Built {
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        segment_bytes: (4 + rng.below(12) as usize) * 1024,
-        segment_index_bytes: 96 + 12 * rng.below(20) as usize,
-        index_interval_bytes: rng.below(1024) as usize,
+    let cfg = LogConfig::builder()
+        .segment_bytes((4 + rng.below(12) as usize) * 1024)
+        .segment_index_bytes(96 + 12 * rng.below(20) as usize)
+        .index_interval_bytes(rng.below(1024) as usize)
         // No background thread: the file operations are the same on every replay.
-        prefault_bytes: 0,
-        retention_bytes: rng.chance(1, 2).then(|| 2048 + rng.below(16 * 1024)),
-        retention_ms: Some(1 + rng.below(400) as i64),
-        file_delete_delay_ms: if rng.chance(1, 2) { 0 } else { 60_000 },
-        ..LogConfig::default()
-    };
+        .prefault_bytes(0)
+        .retention_bytes(rng.chance(1, 2).then(|| 2048 + rng.below(16 * 1024)))
+        .retention_ms(Some(1 + rng.below(400) as i64))
+        .file_delete_delay_ms(if rng.chance(1, 2) { 0 } else { 60_000 })
+        .build()
+        .unwrap();
     let log = match open(&fs, &clock, &cfg) {
         Ok(l) => l,
         Err(e) => ctx.fail(format!("first open: {e}")),

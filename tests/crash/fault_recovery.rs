@@ -103,10 +103,12 @@ fn failed_open_changes_nothing(seed: u64) {
     }
     let before = disk_image(&fs);
     let ops = fs.counters().ops;
-    let strict = LogConfig {
-        recovery_mode: RecoveryMode::AbsoluteConsistency,
-        ..cfg.clone()
-    };
+    let strict = cfg
+        .clone()
+        .into_builder()
+        .recovery_mode(RecoveryMode::AbsoluteConsistency)
+        .build()
+        .unwrap();
     match open(&fs, &clock, &strict) {
         Err(OpenError::Refused {
             path: p,

@@ -82,11 +82,11 @@ fn a_full_tmpfs_refuses_appends_with_a_typed_error_and_they_resume_when_space_re
     let ballast: PathBuf = fs.path().join("ballast");
     std::fs::write(&ballast, vec![1u8; 320 * 1024]).unwrap();
     let dir = fs.path().join("partition-0");
-    let config = LogConfig {
-        segment_bytes: 96 * 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(96 * 1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap();
     let log = Log::open(&dir, config.clone()).unwrap();
     let mut acked = Vec::new();
     let mut seq = 0;
@@ -139,14 +139,14 @@ fn a_full_tmpfs_fails_the_growth_of_a_segment_typed_and_mid_segment_appends_resu
         let dir = fs.path().join("partition-0");
         // One segment far larger than the disk, growing 16 KiB at a time: the disk fills in
         // the middle of it, at a growth, not at a roll.
-        let config = LogConfig {
-            segment_bytes: 64 << 20,
-            allocation_step_bytes: 16 << 10,
-            segment_index_bytes: 64 << 10,
-            preallocation,
-            flush_policy: FlushPolicy::Always,
-            ..LogConfig::default()
-        };
+        let config = LogConfig::builder()
+            .segment_bytes(64 << 20)
+            .allocation_step_bytes(16 << 10)
+            .segment_index_bytes(64 << 10)
+            .preallocation(preallocation)
+            .flush_policy(FlushPolicy::Always)
+            .build()
+            .unwrap();
         let log = Log::open(&dir, config.clone()).unwrap();
         let mut acked = Vec::new();
         let mut seq = 0;

@@ -58,24 +58,24 @@ impl Setup {
 }
 
 fn config(setup: Setup) -> LogConfig {
-    LogConfig {
-        segment_bytes: 32 * 1024,
-        segment_index_bytes: 2048,
-        allocation_step_bytes: 4096,
-        preallocation: if setup.zeroed {
+    LogConfig::builder()
+        .segment_bytes(32 * 1024)
+        .segment_index_bytes(2048)
+        .allocation_step_bytes(4096)
+        .preallocation(if setup.zeroed {
             Preallocation::Zeroed
         } else {
             Preallocation::Reserved
-        },
-        append_writes: if setup.through_file {
+        })
+        .append_writes(if setup.through_file {
             AppendWrites::File
         } else {
             AppendWrites::Map
-        },
-        snapshot_interval_bytes: 8 * 1024,
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    }
+        })
+        .snapshot_interval_bytes(8 * 1024)
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap()
 }
 
 /// The batch a producer sends at `seq`: the same bytes every time, so a retry is exact.
@@ -109,6 +109,7 @@ fn run_appender(dir: &str, limit: usize, setup: Setup) {
                 println!("ACK {pid} {seq} {} {}", info.first_offset, info.last_offset)
             }
             AppendOutcome::Duplicate(d) => panic!("fresh sequence answered as duplicate: {d:?}"),
+            other => panic!("unexpected outcome: {other:?}"),
         }
         next.insert(pid, seq + RECORDS);
     }
@@ -278,6 +279,7 @@ fn check_after_crash(dir: &str, acked: &[Ack], round: usize, setup: Setup) {
                 Ok(AppendOutcome::Duplicate(DuplicateInfo {
                     first_offset,
                     last_offset,
+                    ..
                 })) => {
                     assert_eq!(
                         (first_offset, last_offset),

@@ -30,25 +30,24 @@ use oncelog::{
 const DIRS: [&str; 2] = ["/data/a", "/data/b"];
 
 fn config() -> ManagerConfig {
-    ManagerConfig {
-        log: LogConfig {
-            segment_bytes: 4 << 10,
-            segment_index_bytes: 512,
-            prefault_bytes: 0,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(4 << 10)
+                .segment_index_bytes(512)
+                .prefault_bytes(0)
+                .file_delete_delay_ms(0)
+                .build()
+                .unwrap(),
+        )
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(2)
 }
 
 fn open(fs: &SimFs, clock: &Arc<StepClock>) -> Result<LogManager, oncelog::ManagerError> {
-    let env = Environment {
-        fs: fs.as_dyn(),
-        clock: clock.clone(),
-    };
+    let env = Environment::default()
+        .with_fs(fs.as_dyn())
+        .with_clock(clock.clone());
     let dirs: Vec<&Path> = DIRS.iter().map(Path::new).collect();
     LogManager::open_in(env, &dirs, config())
 }

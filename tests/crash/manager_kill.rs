@@ -25,29 +25,30 @@ const CHILD_DIR: &str = "ONCELOG_MANAGER_KILL_DIR";
 
 fn config(jobs: bool) -> ManagerConfig {
     let every = jobs.then_some(Duration::from_millis(3));
-    ManagerConfig {
-        log: LogConfig {
-            segment_bytes: 8 << 10,
-            segment_index_bytes: 1024,
-            snapshot_interval_bytes: 4 << 10,
-            prefault_bytes: 0,
-            ..LogConfig::default()
-        },
-        flush_messages: Some(6),
-        jobs: JobIntervals {
-            flush: every,
-            checkpoints: every,
-            high_watermarks: every,
-            retention: every,
-            producer_expiry: every,
-            snapshots: every,
-            deletion: every,
-            cleaning: every,
-        },
-        replay_budget_bytes: 2 << 10,
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(8 << 10)
+                .segment_index_bytes(1024)
+                .snapshot_interval_bytes(4 << 10)
+                .prefault_bytes(0)
+                .build()
+                .unwrap(),
+        )
+        .with_flush_messages(Some(6))
+        .with_jobs(
+            JobIntervals::default()
+                .with_flush(every)
+                .with_checkpoints(every)
+                .with_high_watermarks(every)
+                .with_retention(every)
+                .with_producer_expiry(every)
+                .with_snapshots(every)
+                .with_deletion(every)
+                .with_cleaning(every),
+        )
+        .with_replay_budget_bytes(2 << 10)
+        .with_recovery_threads(2)
 }
 
 /// Partitions below half make every append durable; the others leave it to the flush job.
@@ -105,6 +106,7 @@ fn run_child(dir: &str) {
                 }
             }
             AppendOutcome::Duplicate(d) => panic!("fresh sequence answered as duplicate: {d:?}"),
+            other => panic!("unexpected outcome: {other:?}"),
         }
         next[p as usize] = seq + RECORDS;
     }

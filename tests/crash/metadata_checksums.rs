@@ -32,16 +32,16 @@ use oncelog::{
 };
 
 fn config(mode: RecoveryMode, deep: bool) -> LogConfig {
-    LogConfig {
-        segment_bytes: 2048,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 256,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        recovery_mode: mode,
-        deep_recovery: deep,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(2048)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(256)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .recovery_mode(mode)
+        .deep_recovery(deep)
+        .build()
+        .unwrap()
 }
 
 fn open(dir: &Path, mode: RecoveryMode, deep: bool) -> Result<Log, OpenError> {
@@ -359,14 +359,15 @@ fn a_flipped_log_start_in_the_checkpoint_hides_nothing_and_is_reported() {
 fn a_flipped_bit_in_a_processed_store_checkpoint_forgets_no_id() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("orders-3");
-    let cfg = ProcessedConfig {
-        log: LogConfig {
-            segment_bytes: 4096,
-            segment_index_bytes: 4096,
-            ..ProcessedConfig::default().log
-        },
-        ..ProcessedConfig::default()
-    };
+    let cfg = ProcessedConfig::default().with_log(
+        ProcessedConfig::default()
+            .log
+            .into_builder()
+            .segment_bytes(4096)
+            .segment_index_bytes(4096)
+            .build()
+            .unwrap(),
+    );
     let ids: Vec<String> = (0..60).map(|i| format!("order-{i}")).collect();
     {
         let store = ProcessedStore::open(&dir, cfg.clone()).unwrap();

@@ -43,14 +43,14 @@ const MODES: [RecoveryMode; 3] = [
 ];
 
 fn config(mode: RecoveryMode) -> LogConfig {
-    LogConfig {
-        segment_bytes: 12 * 1024,
-        segment_index_bytes: 1024,
-        index_interval_bytes: 1024,
-        snapshot_interval_bytes: 6 * 1024,
-        recovery_mode: mode,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(12 * 1024)
+        .segment_index_bytes(1024)
+        .index_interval_bytes(1024)
+        .snapshot_interval_bytes(6 * 1024)
+        .recovery_mode(mode)
+        .build()
+        .unwrap()
 }
 
 /// Batch `i` of the workload: producer `1 + i % 3`, the same bytes every time. In a fresh log
@@ -75,6 +75,7 @@ fn append_fresh(log: &Log, i: usize) {
     match log.append(&client_batch(i)).expect("append") {
         AppendOutcome::Appended(a) => assert_eq!(a.first_offset, (i * RECORDS) as i64),
         AppendOutcome::Duplicate(d) => panic!("fresh batch {i} a duplicate: {d:?}"),
+        other => panic!("unexpected outcome: {other:?}"),
     }
 }
 
@@ -660,6 +661,7 @@ fn check_open(base: &Base, m: &Mutation, log: &Log, mode: RecoveryMode, ctx: &st
                 }
                 break;
             }
+            Ok(other) => panic!("unexpected outcome: {other:?}"),
         }
     }
     let end = log.log_end_offset();

@@ -107,10 +107,9 @@ fn open(
     clock: &Arc<HandClock>,
     cfg: &ProcessedConfig,
 ) -> Result<ProcessedStore, oncelog::processed::ProcessedError> {
-    let env = Environment {
-        fs: fs.as_dyn(),
-        clock: clock.clone(),
-    };
+    let env = Environment::default()
+        .with_fs(fs.as_dyn())
+        .with_clock(clock.clone());
     ProcessedStore::open_in(env, Path::new(DIR), cfg.clone())
 }
 
@@ -129,19 +128,20 @@ fn check(ctx: &Ctx, store: &ProcessedStore, now: i64, cfg: &ProcessedConfig, all
 }
 
 fn random_config(rng: &mut SplitMix64) -> ProcessedConfig {
-    ProcessedConfig {
-        forget_after_ms: rng.chance(2, 3).then(|| 1_000 + rng.below(4_000) as i64),
-        max_ids: rng.chance(1, 2).then(|| 2 + rng.below(20) as usize),
-        durable: true,
-        log: LogConfig {
-            segment_bytes: 1024 + 512 * rng.below(6) as usize,
-            segment_index_bytes: 96 + 12 * rng.below(20) as usize,
-            index_interval_bytes: rng.below(1024) as usize,
-            prefault_bytes: 0,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
-    }
+    ProcessedConfig::default()
+        .with_forget_after_ms(rng.chance(2, 3).then(|| 1_000 + rng.below(4_000) as i64))
+        .with_max_ids(rng.chance(1, 2).then(|| 2 + rng.below(20) as usize))
+        .with_durable(true)
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(1024 + 512 * rng.below(6) as usize)
+                .segment_index_bytes(96 + 12 * rng.below(20) as usize)
+                .index_interval_bytes(rng.below(1024) as usize)
+                .prefault_bytes(0)
+                .file_delete_delay_ms(0)
+                .build()
+                .unwrap(),
+        )
 }
 
 enum Outcome {
@@ -322,17 +322,18 @@ fn cut_at_op(n: u64, crash_seed: u64) -> bool {
     ctx.note(format!("power cut at op {n}"));
     let fs = SimFs::new();
     let clock = Arc::new(HandClock(AtomicI64::new(1_700_000_000_000)));
-    let cfg = ProcessedConfig {
-        forget_after_ms: Some(10_000),
-        max_ids: Some(20),
-        durable: true,
-        log: LogConfig {
-            segment_bytes: 1024,
-            prefault_bytes: 0,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
-    };
+    let cfg = ProcessedConfig::default()
+        .with_forget_after_ms(Some(10_000))
+        .with_max_ids(Some(20))
+        .with_durable(true)
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(1024)
+                .prefault_bytes(0)
+                .file_delete_delay_ms(0)
+                .build()
+                .unwrap(),
+        );
     let mut model = Model::default();
     let store = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     for i in 0..25i64 {

@@ -24,11 +24,11 @@ const MODES: [RecoveryMode; 3] = [
 ];
 
 fn config(mode: RecoveryMode) -> LogConfig {
-    LogConfig {
-        segment_bytes: 100_000,
-        recovery_mode: mode,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(100_000)
+        .recovery_mode(mode)
+        .build()
+        .unwrap()
 }
 
 /// One appended client batch: what the producer sent and where it went.
@@ -180,6 +180,7 @@ fn check_contract(log: &Log, sent: &[Sent]) {
             AppendOutcome::Appended(a) => {
                 panic!("batch at {} stored twice, at {}", s.first, a.first_offset)
             }
+            other => panic!("unexpected outcome: {other:?}"),
         }
     }
     let fresh = BatchBuilder::new().build_single(1_700_000_000_000, b"fresh");
@@ -762,20 +763,21 @@ fn a_batch_length_flip_in_a_trusted_sealed_segment_is_found_by_verify_and_read()
     drop(log);
     assert!(!verify_dir(&RealFs, f.path()).unwrap().is_clean());
     // A deep open validates it and, under tolerate-any, cuts it.
-    let deep = LogConfig {
-        deep_recovery: true,
-        ..config(RecoveryMode::TolerateTailCorruption)
-    };
+    let deep = (config(RecoveryMode::TolerateTailCorruption))
+        .into_builder()
+        .deep_recovery(true)
+        .build()
+        .unwrap();
     match Log::open(f.path(), deep.clone()) {
         Err(e) => assert!(refused_with(&e, &f.segment(860), |_| true), "{e}"),
         Ok(_) => panic!("deep open accepted a damaged durable segment"),
     }
     let log = Log::open(
         f.path(),
-        LogConfig {
-            recovery_mode: RecoveryMode::TolerateAnyCorruption,
-            ..deep
-        },
+        deep.into_builder()
+            .recovery_mode(RecoveryMode::TolerateAnyCorruption)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     assert_eq!(log.log_end_offset(), 860 + 100);
@@ -898,10 +900,11 @@ fn a_deep_open_validates_a_cleanly_closed_log() {
     shallow.close().unwrap();
     let log = Log::open(
         f.path(),
-        LogConfig {
-            deep_recovery: true,
-            ..config(RecoveryMode::AbsoluteConsistency)
-        },
+        (config(RecoveryMode::AbsoluteConsistency))
+            .into_builder()
+            .deep_recovery(true)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     assert_eq!(log.recovery_report().segments_validated, 4);
@@ -914,10 +917,10 @@ fn append_replicated_follows_the_flush_policy() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            flush_policy: FlushPolicy::Always,
-            ..LogConfig::default()
-        },
+        LogConfig::builder()
+            .flush_policy(FlushPolicy::Always)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     let mut b = BatchBuilder::new().base_offset(0);
@@ -935,14 +938,8 @@ fn append_replicated_says_what_it_wrote_before_it_failed() {
     use oncelog::io::sim::OpKind;
     use oncelog::io::SimFs;
     let fs = SimFs::new();
-    let env = oncelog::Environment {
-        fs: fs.as_dyn(),
-        ..oncelog::Environment::default()
-    };
-    let config = LogConfig {
-        segment_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let env = oncelog::Environment::default().with_fs(fs.as_dyn());
+    let config = LogConfig::builder().segment_bytes(4096).build().unwrap();
     let log = Log::open_in(env, "/d/p-0", config).unwrap();
     let mut input = Vec::new();
     for base in [0, 1, 2] {

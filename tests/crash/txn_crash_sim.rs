@@ -374,10 +374,7 @@ fn around_markers(n: u64, seed: u64) {
     ctx.note(format!("power cut at op {n}"));
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        segment_bytes: 2048,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder().segment_bytes(2048).build().unwrap();
     let mut model = Model::default();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
     // Two transactions open, rolling a segment or two; everything durable.
@@ -486,10 +483,10 @@ fn an_abort_whose_index_entry_cannot_be_written_is_refused_and_changes_nothing()
     );
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        segment_bytes: 64 * 1024,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .segment_bytes(64 * 1024)
+        .build()
+        .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap();
     log.append(&txn_batch(20, 0, 3, 1)).unwrap();
     // The marker itself goes through the map; the index entry is the one write.

@@ -22,14 +22,14 @@ fn batch(records: usize, ts: i64, value_len: usize) -> Vec<u8> {
 }
 
 fn config(writes: AppendWrites, flush_policy: FlushPolicy) -> LogConfig {
-    LogConfig {
-        segment_bytes: 48 * 1024,
-        segment_index_bytes: 4096,
-        allocation_step_bytes: 8192,
-        append_writes: writes,
-        flush_policy,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(48 * 1024)
+        .segment_index_bytes(4096)
+        .allocation_step_bytes(8192)
+        .append_writes(writes)
+        .flush_policy(flush_policy)
+        .build()
+        .unwrap()
 }
 
 /// Reads every batch from `from` to the log end, checking each CRC; returns (base, last,
@@ -168,13 +168,14 @@ fn writes_through_the_file_into_recycled_segment_files_read_back_as_written() {
     // Retention's files reused as new segments' files, their old pages out of the way of the
     // new batches: every batch reads back as written, before and after an unclean reopen.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        recycled_segments: 2,
-        retention_bytes: Some(0),
-        retention_ms: None,
-        file_delete_delay_ms: 0,
-        ..config(AppendWrites::File, FlushPolicy::Always)
-    };
+    let cfg = (config(AppendWrites::File, FlushPolicy::Always))
+        .into_builder()
+        .recycled_segments(2)
+        .retention_bytes(Some(0))
+        .retention_ms(None)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let mut kept = Vec::new();
     for round in 0..6 {

@@ -12,19 +12,18 @@ use oncelog::io::SimFs;
 use oncelog::{AppendOutcome, Environment, Log, LogConfig};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 << 10,
-        segment_index_bytes: 512,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 << 10)
+        .segment_index_bytes(512)
+        .prefault_bytes(0)
+        .build()
+        .unwrap()
 }
 
 fn open(fs: &SimFs, clock: &std::sync::Arc<StepClock>) -> Log {
-    let env = Environment {
-        fs: fs.as_dyn(),
-        clock: clock.clone(),
-    };
+    let env = Environment::default()
+        .with_fs(fs.as_dyn())
+        .with_clock(clock.clone());
     Log::open_in(env, Path::new(DIR), config()).unwrap()
 }
 

@@ -22,14 +22,14 @@ type Rec = (i64, Option<Vec<u8>>, Option<Vec<u8>>);
 const DAY: i64 = 24 * 60 * 60 * 1000;
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 2048,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 256,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(2048)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(256)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 fn open_with(dir: &Path, cfg: LogConfig) -> Log {
@@ -168,13 +168,11 @@ fn the_latest_value_of_each_key_stays_at_its_offset() {
 #[test]
 fn a_small_key_map_cleans_in_several_passes_to_the_same_result() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        compaction: CompactionConfig {
-            key_map_bytes: 1024,
-            ..CompactionConfig::default()
-        },
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .compaction(CompactionConfig::default().with_key_map_bytes(1024))
+        .build()
+        .unwrap();
     let log = open_with(tmp.path(), cfg);
     let mut written = Vec::new();
     for i in 0..400 {
@@ -549,10 +547,11 @@ fn a_compacted_log_refuses_keyless_records_and_a_deleting_log_refuses_compaction
     drop(log);
 
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        cleanup_policy: CleanupPolicy::Delete,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .cleanup_policy(CleanupPolicy::Delete)
+        .build()
+        .unwrap();
     let log = open_with(tmp.path(), cfg);
     append(&log, &keyed("k", Some("v"), None));
     let err = log.maintenance().compact(T0).unwrap_err();
@@ -562,13 +561,16 @@ fn a_compacted_log_refuses_keyless_records_and_a_deleting_log_refuses_compaction
     );
     assert!(!log.maintenance().cleanable(T0).due);
 
-    let bad = LogConfig {
-        compaction: CompactionConfig {
-            min_cleanable_dirty_ratio: 1.5,
-            ..CompactionConfig::default()
-        },
-        ..config()
-    };
+    let ratio = CompactionConfig::default().with_min_cleanable_dirty_ratio(1.5);
+    let refused = config()
+        .into_builder()
+        .compaction(ratio)
+        .build()
+        .unwrap_err();
+    assert_eq!(refused.field, "min_cleanable_dirty_ratio");
+    // Set directly, the same value reaches `open`, which refuses it too.
+    let mut bad = config();
+    bad.compaction = ratio;
     let e = Log::open_in(env_with(TestClock::new(T0)), tmp.path().join("x"), bad).unwrap_err();
     assert!(e.to_string().contains("min_cleanable_dirty_ratio"), "{e}");
 }
@@ -576,13 +578,11 @@ fn a_compacted_log_refuses_keyless_records_and_a_deleting_log_refuses_compaction
 #[test]
 fn the_compaction_lag_and_the_last_stable_offset_bound_the_dirty_range() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        compaction: CompactionConfig {
-            min_compaction_lag_ms: 1000,
-            ..CompactionConfig::default()
-        },
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .compaction(CompactionConfig::default().with_min_compaction_lag_ms(1000))
+        .build()
+        .unwrap();
     let log = open_with(tmp.path(), cfg);
     for i in 0..100 {
         append(

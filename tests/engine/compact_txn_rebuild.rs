@@ -30,19 +30,18 @@ const TXN_PRODUCERS: i64 = 3;
 const PRODUCERS: i64 = 4;
 
 fn config(small_map: bool) -> LogConfig {
-    LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 128,
-        prefault_bytes: 0,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        compaction: CompactionConfig {
-            key_map_bytes: if small_map { 1024 } else { 1 << 20 },
-            ..CompactionConfig::default()
-        },
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(128)
+        .prefault_bytes(0)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .compaction(
+            CompactionConfig::default().with_key_map_bytes(if small_map { 1024 } else { 1 << 20 }),
+        )
+        .build()
+        .unwrap()
 }
 
 fn open_with(dir: &Path, cfg: LogConfig) -> Log {
@@ -488,10 +487,11 @@ fn sweep_one(seed: u64, small_map: bool) -> bool {
         expect_windows(&log, &w, to, &what);
         log.close().unwrap();
         verify_clean(&dir, &what);
-        let cfg = LogConfig {
-            deep_recovery: true,
-            ..config(small_map)
-        };
+        let cfg = (config(small_map))
+            .into_builder()
+            .deep_recovery(true)
+            .build()
+            .unwrap();
         let log = open_with(&dir, cfg);
         expect_windows(&log, &w, to, &format!("{what}, then deep recovery"));
         log.close().unwrap();
@@ -514,10 +514,11 @@ fn deep_recovery_of_a_compacted_log_with_aborted_transactions_keeps_every_window
         log.close().unwrap();
         end
     };
-    let cfg = LogConfig {
-        deep_recovery: true,
-        ..config(false)
-    };
+    let cfg = (config(false))
+        .into_builder()
+        .deep_recovery(true)
+        .build()
+        .unwrap();
     let log = open_with(&dir, cfg);
     expect_windows(&log, &w, end, "deep recovery");
 }
@@ -593,11 +594,11 @@ fn kafka_partitions_compacted_with_transactions_verify_clean_and_rebuild_the_sam
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("txn-0");
     copy_dir(&kafka_fixture("txn-0"), &dir);
-    let cfg = LogConfig {
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap();
     let log = open_with(&dir, cfg.clone());
     let before = producer_states(&log);
     let r = log.maintenance().compact(T0 + 400 * DAY).unwrap();
@@ -612,10 +613,7 @@ fn kafka_partitions_compacted_with_transactions_verify_clean_and_rebuild_the_sam
     verify_clean(&dir, "txn-0 compacted by oncelog");
     let log = open_with(
         &dir,
-        LogConfig {
-            deep_recovery: true,
-            ..cfg
-        },
+        cfg.into_builder().deep_recovery(true).build().unwrap(),
     );
     assert_eq!(
         producer_states(&log),

@@ -394,11 +394,12 @@ fn a_one_gib_gzip_bomb_is_refused_as_too_large_without_being_inflated() {
     // Big enough for the bomb's ~1 MB on the wire, so it is the decompressed size that stops
     // it; the decompression limit kept at its minimum, one batch, so the test stays cheap.
     let limit = 2 << 20;
-    let config = LogConfig {
-        max_message_bytes: limit,
-        max_decompressed_bytes: limit,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .max_message_bytes(limit)
+        .max_decompressed_bytes(limit)
+        .build()
+        .unwrap();
     let (_dir, log) = log_with_data(config);
     let batch = batch_with_payload(Compression::Gzip, 1, &bomb);
     refused(&log, &batch, "1 GiB gzip bomb", "batch_too_large", |e| {
@@ -415,11 +416,12 @@ fn a_one_gib_gzip_bomb_is_refused_as_too_large_without_being_inflated() {
 
 #[test]
 fn records_beyond_the_decompression_limit_are_batch_too_large_for_every_codec() {
-    let config = LogConfig {
-        max_message_bytes: 16 << 10,
-        max_decompressed_bytes: 64 << 10,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .max_message_bytes(16 << 10)
+        .max_decompressed_bytes(64 << 10)
+        .build()
+        .unwrap();
     let (_dir, log) = log_with_data(config);
     for codec in CODECS {
         // 100 records of 1000 zero bytes: ~100 KB of records, under 16 KB compressed.

@@ -14,13 +14,13 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::{AppendOutcome, CleanupPolicy, Log, LogConfig};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 1024,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(1024)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 fn open(dir: &Path, cfg: LogConfig) -> Log {
@@ -204,18 +204,21 @@ fn run(log: &Log, rewrite: Rewrite) {
 fn config_for(rewrite: Rewrite) -> LogConfig {
     let cfg = config();
     match rewrite {
-        Rewrite::RetentionBySize => LogConfig {
-            retention_bytes: Some(40 * 1024),
-            ..cfg
-        },
-        Rewrite::RetentionByTime => LogConfig {
-            retention_ms: Some(1_000_000 - 120_000),
-            ..cfg
-        },
-        Rewrite::Compact => LogConfig {
-            cleanup_policy: CleanupPolicy::Compact,
-            ..cfg
-        },
+        Rewrite::RetentionBySize => cfg
+            .into_builder()
+            .retention_bytes(Some(40 * 1024))
+            .build()
+            .unwrap(),
+        Rewrite::RetentionByTime => cfg
+            .into_builder()
+            .retention_ms(Some(1_000_000 - 120_000))
+            .build()
+            .unwrap(),
+        Rewrite::Compact => cfg
+            .into_builder()
+            .cleanup_policy(CleanupPolicy::Compact)
+            .build()
+            .unwrap(),
         _ => cfg,
     }
 }

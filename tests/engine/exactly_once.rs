@@ -23,11 +23,11 @@ fn batch(pid: i64, epoch: i16, seq: i32, records: usize) -> Vec<u8> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 8 * 1024,
-        segment_index_bytes: 1024,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(8 * 1024)
+        .segment_index_bytes(1024)
+        .build()
+        .unwrap()
 }
 
 fn appended(outcome: AppendOutcome) -> (i64, i64) {
@@ -42,6 +42,7 @@ fn duplicate(outcome: Result<AppendOutcome, AppendError>) -> (i64, i64) {
         Ok(AppendOutcome::Duplicate(DuplicateInfo {
             first_offset,
             last_offset,
+            ..
         })) => (first_offset, last_offset),
         other => panic!("expected duplicate, got {other:?}"),
     }
@@ -208,10 +209,11 @@ fn deleting_every_snapshot_by_hand_replays_the_whole_log() {
 #[test]
 fn version_1_snapshots_keep_only_the_newest_batch_like_kafka() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        snapshot_version: SnapshotVersion::V1,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .snapshot_version(SnapshotVersion::V1)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let sent = produce(&log, 4, 10);
     log.close().unwrap();
@@ -229,14 +231,12 @@ fn version_1_snapshots_keep_only_the_newest_batch_like_kafka() {
 #[test]
 fn a_wider_window_keeps_more_batches_across_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        producer_state: ProducerStateConfig {
-            window: 1024,
-            ..Default::default()
-        },
-        segment_bytes: 1 << 20,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .producer_state(ProducerStateConfig::default().with_window(1024))
+        .segment_bytes(1 << 20)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let sent = produce(&log, 1, 1100);
     log.close().unwrap();
@@ -252,11 +252,12 @@ fn a_wider_window_keeps_more_batches_across_restart() {
 #[test]
 fn interval_snapshots_bound_the_replay_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        segment_bytes: 1 << 20,
-        snapshot_interval_bytes: 4096,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .segment_bytes(1 << 20)
+        .snapshot_interval_bytes(4096)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg.clone()).unwrap();
     let sent = produce(&log, 8, 100);
     log.flush().unwrap();
@@ -274,14 +275,15 @@ fn interval_snapshots_bound_the_replay_after_a_crash() {
 #[test]
 fn max_producers_with_reject_refuses_new_producers() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        producer_state: ProducerStateConfig {
-            max_producers: Some(2),
-            limit_policy: ProducerLimitPolicy::Reject,
-            ..Default::default()
-        },
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .producer_state(
+            ProducerStateConfig::default()
+                .with_max_producers(Some(2))
+                .with_limit_policy(ProducerLimitPolicy::Reject),
+        )
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg).unwrap();
     log.append(&batch(1, 0, 0, 1)).unwrap();
     log.append(&batch(2, 0, 0, 1)).unwrap();
@@ -296,17 +298,12 @@ fn max_producers_with_reject_refuses_new_producers() {
 fn max_producers_with_eviction_forgets_the_longest_idle() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(1_000)));
-    let env = Environment {
-        clock: clock.clone(),
-        ..Environment::default()
-    };
-    let cfg = LogConfig {
-        producer_state: ProducerStateConfig {
-            max_producers: Some(2),
-            ..Default::default()
-        },
-        ..config()
-    };
+    let env = Environment::default().with_clock(clock.clone());
+    let cfg = config()
+        .into_builder()
+        .producer_state(ProducerStateConfig::default().with_max_producers(Some(2)))
+        .build()
+        .unwrap();
     let log = Log::open_in(env, dir.path(), cfg).unwrap();
     let first = batch(1, 0, 0, 1);
     log.append(&first).unwrap();
@@ -332,17 +329,12 @@ impl Clock for TestClock {
 fn producers_expire_by_append_wall_clock_not_record_timestamps() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(AtomicI64::new(10_000_000)));
-    let env = Environment {
-        clock: clock.clone(),
-        ..Environment::default()
-    };
-    let cfg = LogConfig {
-        producer_state: ProducerStateConfig {
-            expiration_ms: 60_000,
-            ..Default::default()
-        },
-        ..config()
-    };
+    let env = Environment::default().with_clock(clock.clone());
+    let cfg = config()
+        .into_builder()
+        .producer_state(ProducerStateConfig::default().with_expiration_ms(60_000))
+        .build()
+        .unwrap();
     let log = Log::open_in(env, dir.path(), cfg).unwrap();
     // Record timestamps are from 2023: skewed far into the past, yet the producer is fresh.
     log.append(&batch(1, 0, 0, 1)).unwrap();
@@ -373,6 +365,7 @@ fn concurrent_retries_of_one_batch_are_written_once() {
         let offsets = match o {
             AppendOutcome::Appended(i) => (i.first_offset, i.last_offset),
             AppendOutcome::Duplicate(d) => (d.first_offset, d.last_offset),
+            other => panic!("unexpected outcome: {other:?}"),
         };
         assert_eq!(offsets, (0, 3));
     }

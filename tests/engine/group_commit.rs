@@ -46,12 +46,12 @@ fn run(seed: u64, policy: FlushPolicy, threads: usize, per_thread: usize, cut_at
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let cfg = LogConfig {
-        flush_policy: policy,
-        segment_bytes: (8 + rng.below(24) as usize) * 1024,
-        allocation_step_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .flush_policy(policy)
+        .segment_bytes((8 + rng.below(24) as usize) * 1024)
+        .allocation_step_bytes(4096)
+        .build()
+        .unwrap();
     let log = Arc::new(open(&fs, &clock, &cfg).expect("open"));
     if let Some(n) = cut_at {
         fs.fail_from(OpKind::Any, n, libc::EIO);

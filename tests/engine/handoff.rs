@@ -10,12 +10,12 @@ use oncelog::format::BatchBuilder;
 use oncelog::{AppendOutcome, HighWatermarkPolicy, Log, LogConfig, RewriteError};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 2 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 1024,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(2 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(1024)
+        .build()
+        .unwrap()
 }
 
 /// Batch `i` of producer `pid`: 5 records, sequence `i * 5`.
@@ -52,6 +52,7 @@ fn answer(log: &Log, batch: &[u8]) -> String {
         }
         Ok(AppendOutcome::Appended(a)) => panic!("a retry was appended at {}", a.first_offset),
         Err(e) => e.to_string(),
+        Ok(other) => panic!("unexpected outcome: {other:?}"),
     }
 }
 
@@ -199,11 +200,12 @@ fn a_bad_producer_snapshot_is_refused_and_changes_nothing() {
 #[test]
 fn retention_below_a_bound_keeps_every_segment_that_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        retention_bytes: Some(0),
-        high_watermark: HighWatermarkPolicy::SetByCaller,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .retention_bytes(Some(0))
+        .high_watermark(HighWatermarkPolicy::SetByCaller)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg).unwrap();
     for k in 0..24 {
         log.append(&leader_batch(k)).unwrap();

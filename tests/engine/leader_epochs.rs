@@ -133,11 +133,11 @@ fn truncation_and_retention_cut_the_epoch_cache() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            segment_bytes: 4096,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
+        LogConfig::builder()
+            .segment_bytes(4096)
+            .file_delete_delay_ms(0)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     for epoch in [1, 2, 3, 4] {

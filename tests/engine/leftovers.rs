@@ -9,11 +9,11 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::{Log, LogConfig};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4096,
-        segment_index_bytes: 1024,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(4096)
+        .segment_index_bytes(1024)
+        .build()
+        .unwrap()
 }
 
 fn filled(dir: &Path) -> Vec<i64> {

@@ -52,11 +52,12 @@ fn batch_error(e: &AppendError) -> Option<&BatchError> {
 #[test]
 fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 8 * 1024,
-        max_message_bytes: 4 * 1024,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .segment_bytes(8 * 1024)
+        .max_message_bytes(4 * 1024)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for i in 0..5 {
         log.append(&batch(3, T0 + i, 100)).unwrap();
@@ -200,10 +201,11 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
         let d = tempfile::tempdir().unwrap();
         let l = Log::open(
             d.path(),
-            LogConfig {
-                segment_bytes: 1024,
-                ..small_config()
-            },
+            small_config()
+                .into_builder()
+                .segment_bytes(1024)
+                .build()
+                .unwrap(),
         )
         .unwrap();
         (d, l)
@@ -233,59 +235,30 @@ fn malformed_client_batches_are_refused_with_their_error_and_nothing_is_written(
 
 #[test]
 fn invalid_config_values_are_refused_naming_the_field_before_touching_the_disk() {
-    let cases: Vec<(LogConfig, &str)> = vec![
+    // Each case sets one field of a default configuration directly, as a caller may (the
+    // fields are public), so that `Log::open` gets the value `build()` would refuse.
+    type Set = fn(&mut LogConfig);
+    let cases: Vec<(Set, &str)> = vec![
+        (|c| c.segment_bytes = 13, "segment_bytes"),
+        (|c| c.segment_bytes = 1 << 31, "segment_bytes"),
+        (|c| c.segment_index_bytes = 16, "segment_index_bytes"),
+        (|c| c.segment_ms = 0, "segment_ms"),
+        (|c| c.segment_jitter_ms = -5, "segment_jitter_ms"),
+        (|c| c.max_message_bytes = 10, "max_message_bytes"),
         (
-            LogConfig {
-                segment_bytes: 13,
-                ..LogConfig::default()
-            },
-            "segment_bytes",
-        ),
-        (
-            LogConfig {
-                segment_bytes: 1 << 31,
-                ..LogConfig::default()
-            },
-            "segment_bytes",
-        ),
-        (
-            LogConfig {
-                segment_index_bytes: 16,
-                ..LogConfig::default()
-            },
-            "segment_index_bytes",
-        ),
-        (
-            LogConfig {
-                segment_ms: 0,
-                ..LogConfig::default()
-            },
-            "segment_ms",
-        ),
-        (
-            LogConfig {
-                segment_jitter_ms: -5,
-                ..LogConfig::default()
-            },
-            "segment_jitter_ms",
-        ),
-        (
-            LogConfig {
-                max_message_bytes: 10,
-                ..LogConfig::default()
-            },
-            "max_message_bytes",
-        ),
-        (
-            LogConfig {
-                flush_policy: FlushPolicy::EveryMessages(0),
-                ..LogConfig::default()
-            },
+            |c| c.flush_policy = FlushPolicy::EveryMessages(0),
             "flush_policy",
         ),
     ];
     let tmp = tempfile::tempdir().unwrap();
-    for (config, field) in cases {
+    for (set, field) in cases {
+        let mut config = LogConfig::default();
+        set(&mut config);
+        assert_eq!(
+            config.clone().into_builder().build().map_err(|e| e.field),
+            Err(field),
+            "the builder refuses what open refuses"
+        );
         let dir = tmp.path().join(field);
         match Log::open(&dir, config) {
             Err(OpenError::Config(ConfigError { field: f, .. })) => assert_eq!(f, field),
@@ -449,10 +422,11 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
         RecoveryMode::TolerateTailCorruption,
         RecoveryMode::AbsoluteConsistency,
     ] {
-        let config = LogConfig {
-            recovery_mode: mode,
-            ..small_config()
-        };
+        let config = small_config()
+            .into_builder()
+            .recovery_mode(mode)
+            .build()
+            .unwrap();
         match Log::open(dir.path(), config) {
             Err(OpenError::Refused {
                 path: p,
@@ -473,10 +447,11 @@ fn a_flipped_byte_in_durable_data_is_refused_naming_file_and_position_and_change
     }
 
     // Kafka's behaviour, on request: cut at the bad batch, drop everything after, report it.
-    let config = LogConfig {
-        recovery_mode: RecoveryMode::TolerateAnyCorruption,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .recovery_mode(RecoveryMode::TolerateAnyCorruption)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     let report = log.recovery_report().clone();
     assert_eq!(report.truncations.len(), 1, "{report:?}");

@@ -112,10 +112,10 @@ fn rolls_flushes_and_snapshots_are_counted() {
 #[test]
 fn durable_appends_record_how_long_they_waited() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for i in 0..5 {
         log.append(&batch(1, T0 + i, 10)).unwrap();

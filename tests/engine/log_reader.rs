@@ -98,10 +98,12 @@ fn next_fetch_hands_out_whole_batches_and_moves_past_them() {
 /// nothing before the flush, and a reader waiting is woken by the flush itself.
 #[test]
 fn unflushed_records_wait_for_the_flush_that_commits_them() {
-    let (_dir, log) = open_with(LogConfig {
-        flush_policy: FlushPolicy::Manual,
-        ..LogConfig::default()
-    });
+    let (_dir, log) = open_with(
+        LogConfig::builder()
+            .flush_policy(FlushPolicy::Manual)
+            .build()
+            .unwrap(),
+    );
     log.append(&numbered(0, 2)).unwrap();
     let mut reader = log.reader(0);
     assert!(
@@ -126,10 +128,12 @@ fn unflushed_records_wait_for_the_flush_that_commits_them() {
 
 #[test]
 fn under_a_caller_set_high_watermark_the_setter_wakes_the_reader() {
-    let (_dir, log) = open_with(LogConfig {
-        high_watermark: HighWatermarkPolicy::SetByCaller,
-        ..LogConfig::default()
-    });
+    let (_dir, log) = open_with(
+        LogConfig::builder()
+            .high_watermark(HighWatermarkPolicy::SetByCaller)
+            .build()
+            .unwrap(),
+    );
     log.append(&batch(3, T0, 10)).unwrap();
     log.flush().unwrap();
     let mut reader = log.reader(0);

@@ -144,10 +144,11 @@ fn roll_on_size_keeps_segments_within_segment_bytes_and_trims_them() {
 fn roll_on_time_uses_the_batch_timestamp_against_the_first_batch() {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::new(T0);
-    let config = LogConfig {
-        segment_ms: 1000,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .segment_ms(1000)
+        .build()
+        .unwrap();
     let log = Log::open_in(env_with(clock.clone()), dir.path(), config.clone()).unwrap();
     let base_of = |outcome| appended(outcome).segment_base_offset;
     assert_eq!(base_of(log.append(&batch(2, T0, 10)).unwrap()), 0);
@@ -177,11 +178,11 @@ fn roll_on_time_uses_the_batch_timestamp_against_the_first_batch() {
 fn roll_on_a_full_index() {
     let dir = tempfile::tempdir().unwrap();
     // 3 offset-index entries, 2 time-index entries (full one slot early: after 1 entry).
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        segment_index_bytes: 24,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(1 << 20)
+        .segment_index_bytes(24)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for i in 0..10 {
         // Over 4096 bytes each: every batch after a segment's first gets an index entry.
@@ -252,10 +253,11 @@ fn roll_when_the_relative_offset_would_overflow_int32() {
 fn log_append_time_stamps_max_timestamp_and_the_attribute_with_a_valid_crc() {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::new(T0 + 777);
-    let config = LogConfig {
-        message_timestamp_type: TimestampType::LogAppendTime,
-        ..small_config()
-    };
+    let config = small_config()
+        .into_builder()
+        .message_timestamp_type(TimestampType::LogAppendTime)
+        .build()
+        .unwrap();
     let log = Log::open_in(env_with(clock.clone()), dir.path(), config).unwrap();
     log.replica().set_leader_epoch(42).unwrap();
     let sent = batch(3, T0, 10);
@@ -400,14 +402,11 @@ fn roll_seals_the_active_segment_at_the_log_end() {
 #[test]
 fn roll_lets_compaction_reach_the_newest_records() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        cleanup_policy: oncelog::CleanupPolicy::Compact,
-        compaction: oncelog::CompactionConfig {
-            min_cleanable_dirty_ratio: 0.0,
-            ..oncelog::CompactionConfig::default()
-        },
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .cleanup_policy(oncelog::CleanupPolicy::Compact)
+        .compaction(oncelog::CompactionConfig::default().with_min_cleanable_dirty_ratio(0.0))
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for v in [b"one".as_slice(), b"two", b"three"] {
         let mut b = BatchBuilder::new();

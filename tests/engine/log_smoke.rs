@@ -10,11 +10,11 @@ fn batch(n: usize, ts: i64) -> Vec<u8> {
 }
 
 fn small() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(64 * 1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap()
 }
 
 #[test]

@@ -30,23 +30,19 @@ impl Clock for HandClock {
 }
 
 fn small(config: ProcessedConfig) -> ProcessedConfig {
-    ProcessedConfig {
-        log: LogConfig {
-            segment_bytes: 4096,
-            segment_index_bytes: 1024,
-            prefault_bytes: 0,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
-        ..config
-    }
+    config.with_log(
+        LogConfig::builder()
+            .segment_bytes(4096)
+            .segment_index_bytes(1024)
+            .prefault_bytes(0)
+            .file_delete_delay_ms(0)
+            .build()
+            .unwrap(),
+    )
 }
 
 fn open(dir: &Path, clock: &Arc<HandClock>, config: ProcessedConfig) -> ProcessedStore {
-    let env = Environment {
-        clock: clock.clone(),
-        ..Environment::default()
-    };
+    let env = Environment::default().with_clock(clock.clone());
     ProcessedStore::open_in(env, dir, small(config)).expect("open the store")
 }
 
@@ -100,10 +96,7 @@ fn a_recorded_id_is_handled_once_and_survives_a_restart() {
 fn ids_are_forgotten_after_their_age_and_the_tombstones_outlive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = HandClock::new();
-    let config = ProcessedConfig {
-        forget_after_ms: Some(30_000),
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default().with_forget_after_ms(Some(30_000));
     let store = open(dir.path(), &clock, config.clone());
     store.record(b"old", at("s", 1), b"").unwrap();
     clock.advance(20_000);
@@ -130,10 +123,7 @@ fn ids_are_forgotten_after_their_age_and_the_tombstones_outlive_a_restart() {
 fn the_oldest_ids_beyond_the_count_are_forgotten_with_tombstones_in_the_same_batch() {
     let dir = tempfile::tempdir().unwrap();
     let clock = HandClock::new();
-    let config = ProcessedConfig {
-        max_ids: Some(3),
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default().with_max_ids(Some(3));
     let store = open(dir.path(), &clock, config.clone());
     let mut tombstones = 0;
     for i in 0..5 {
@@ -152,14 +142,7 @@ fn the_oldest_ids_beyond_the_count_are_forgotten_with_tombstones_in_the_same_bat
     assert_eq!(store.memory().ids, 3);
     store.close().unwrap();
     // Reopened with a lower limit: the oldest goes at once, its tombstone with the next write.
-    let store = open(
-        dir.path(),
-        &clock,
-        ProcessedConfig {
-            max_ids: Some(2),
-            ..config
-        },
-    );
+    let store = open(dir.path(), &clock, config.with_max_ids(Some(2)));
     assert_eq!(store.open_report().forgotten, 1);
     assert!(!store.is_handled(b"m-2") && store.is_handled(b"m-3"));
     assert_eq!(store.memory().pending_tombstones, 1);
@@ -172,10 +155,7 @@ fn the_oldest_ids_beyond_the_count_are_forgotten_with_tombstones_in_the_same_bat
 fn retention_deletes_forgotten_segments_and_keeps_the_positions() {
     let dir = tempfile::tempdir().unwrap();
     let clock = HandClock::new();
-    let config = ProcessedConfig {
-        forget_after_ms: Some(1_000),
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default().with_forget_after_ms(Some(1_000));
     let store = open(dir.path(), &clock, config.clone());
     // Enough records to roll 4 KiB segments several times.
     for i in 0..200 {
@@ -211,10 +191,7 @@ fn memory_is_reported_and_given_back() {
     let store = open(
         dir.path(),
         &clock,
-        ProcessedConfig {
-            max_ids: Some(100),
-            ..ProcessedConfig::default()
-        },
+        ProcessedConfig::default().with_max_ids(Some(100)),
     );
     let empty = store.memory();
     for i in 0..100 {
@@ -284,35 +261,21 @@ fn bad_settings_are_refused_by_field() {
     let dir = tempfile::tempdir().unwrap();
     for (config, field) in [
         (
-            ProcessedConfig {
-                forget_after_ms: Some(0),
-                ..ProcessedConfig::default()
-            },
+            ProcessedConfig::default().with_forget_after_ms(Some(0)),
             "forget_after_ms",
         ),
-        (
-            ProcessedConfig {
-                max_ids: Some(0),
-                ..ProcessedConfig::default()
-            },
-            "max_ids",
-        ),
+        (ProcessedConfig::default().with_max_ids(Some(0)), "max_ids"),
     ] {
         let err = ProcessedStore::open(dir.path(), config).unwrap_err();
         assert_eq!(err.kind(), "config");
         assert!(err.to_string().contains(field), "{err}");
     }
-    let err = ProcessedStore::open(
-        dir.path(),
-        ProcessedConfig {
-            log: LogConfig {
-                segment_bytes: 1,
-                ..LogConfig::default()
-            },
-            ..ProcessedConfig::default()
-        },
-    )
-    .unwrap_err();
+    // A log setting out of range, set directly (the builder would refuse it).
+    let mut log = LogConfig::default();
+    log.segment_bytes = 1;
+    assert!(log.clone().into_builder().build().is_err());
+    let err =
+        ProcessedStore::open(dir.path(), ProcessedConfig::default().with_log(log)).unwrap_err();
     assert_eq!(
         err.kind(),
         "config",
@@ -354,10 +317,7 @@ fn a_log_of_other_records_is_not_taken_for_a_store() {
 fn an_id_handled_again_after_it_was_forgotten_stays_handled_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = HandClock::new();
-    let config = ProcessedConfig {
-        forget_after_ms: Some(1_000),
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default().with_forget_after_ms(Some(1_000));
     let store = open(dir.path(), &clock, config.clone());
     store.record(b"x", at("s", 1), b"first").unwrap();
     clock.advance(2_000);
@@ -381,10 +341,7 @@ fn forgotten_ids_are_compacted_away_by_maintain() {
     let dir = tempfile::tempdir().unwrap();
     let clock = HandClock::new();
     // Forgetting by count alone: only compaction can give the disk back.
-    let config = ProcessedConfig {
-        max_ids: Some(50),
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default().with_max_ids(Some(50));
     let store = open(dir.path(), &clock, config.clone());
     let handle = |from: i64| {
         for i in from..from + 2_000 {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use common::{env_with, TestClock, T0};
 use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::{File, FileLock, FileMeta, FileSystem, OpenMode};
-use oncelog::{CleanupPolicy, Environment, Log, LogConfig, ReadError};
+use oncelog::{CleanupPolicy, Log, LogConfig, ReadError};
 
 /// A file system that reads the whole log (through `log`) after every rename.
 struct ReadingFs {
@@ -111,16 +111,16 @@ impl FileSystem for ReadingFs {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 128,
-        cleanup_policy: CleanupPolicy::CompactDelete,
-        file_delete_delay_ms: 0,
+    LogConfig::builder()
+        .segment_bytes(1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(128)
+        .cleanup_policy(CleanupPolicy::CompactDelete)
+        .file_delete_delay_ms(0)
         // Every read unmaps what it mapped: the next maps the segment by name again.
-        max_mapped_segments: 1,
-        ..LogConfig::default()
-    }
+        .max_mapped_segments(1)
+        .build()
+        .unwrap()
 }
 
 /// A log of `n` keyed records, one batch each, over many segments, closed and reopened so that
@@ -131,10 +131,7 @@ fn reopened_log(dir: &Path, n: i64) -> (Arc<Log>, Arc<ReadingFs>) {
         log: Mutex::new(Weak::new()),
         seen: Mutex::new((Vec::new(), 0)),
     });
-    let env = || Environment {
-        fs: Arc::clone(&fs) as Arc<dyn FileSystem>,
-        ..env_with(TestClock::new(T0))
-    };
+    let env = || env_with(TestClock::new(T0)).with_fs(Arc::clone(&fs) as Arc<dyn FileSystem>);
     let log = Log::open_in(env(), dir, config()).unwrap();
     for i in 0..n {
         let mut b = BatchBuilder::new();

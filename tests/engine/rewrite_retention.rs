@@ -16,13 +16,13 @@ use oncelog::{
 /// Segments of about 4 KiB: batch `k` (of 5 records, 200-byte values) lands in segment
 /// `k / 3` or so, which is enough to retain by whole segments.
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4096,
-        segment_index_bytes: 4096,
-        retention_ms: None,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(4096)
+        .segment_index_bytes(4096)
+        .retention_ms(None)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 /// Batch `seq / 5` of producer `pid`, its records timestamped `ts..ts+5`.
@@ -141,10 +141,11 @@ fn time_retention_stops_at_the_first_segment_it_spares() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            retention_ms: Some(10_000),
-            ..config()
-        },
+        config()
+            .into_builder()
+            .retention_ms(Some(10_000))
+            .build()
+            .unwrap(),
     )
     .unwrap();
     fill(&log, 1, 0, 30);
@@ -174,11 +175,12 @@ fn retention_never_removes_what_reaches_above_the_high_watermark() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            high_watermark: HighWatermarkPolicy::SetByCaller,
-            retention_bytes: Some(0),
-            ..config()
-        },
+        config()
+            .into_builder()
+            .high_watermark(HighWatermarkPolicy::SetByCaller)
+            .retention_bytes(Some(0))
+            .build()
+            .unwrap(),
     )
     .unwrap();
     fill(&log, 1, 0, 30);
@@ -196,10 +198,11 @@ fn when_every_segment_qualifies_the_log_rolls_first_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            retention_bytes: Some(0),
-            ..config()
-        },
+        config()
+            .into_builder()
+            .retention_bytes(Some(0))
+            .build()
+            .unwrap(),
     )
     .unwrap();
     let sent = fill(&log, 1, 0, 20);
@@ -268,10 +271,11 @@ fn delete_records_above_the_high_watermark_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            high_watermark: HighWatermarkPolicy::SetByCaller,
-            ..config()
-        },
+        config()
+            .into_builder()
+            .high_watermark(HighWatermarkPolicy::SetByCaller)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     fill(&log, 1, 0, 10);
@@ -306,10 +310,11 @@ fn a_producer_whose_batches_were_all_removed_is_still_deduplicated_across_restar
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            retention_bytes: Some(0),
-            ..config()
-        },
+        config()
+            .into_builder()
+            .retention_bytes(Some(0))
+            .build()
+            .unwrap(),
     )
     .unwrap();
     // Producer 7 writes the first segments; producer 8 everything after.
@@ -376,11 +381,12 @@ fn deleted_files_stay_until_the_delay_has_passed() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            retention_bytes: Some(0),
-            file_delete_delay_ms: 60_000,
-            ..config()
-        },
+        config()
+            .into_builder()
+            .retention_bytes(Some(0))
+            .file_delete_delay_ms(60_000)
+            .build()
+            .unwrap(),
     )
     .unwrap();
     fill(&log, 1, 0, 12);
@@ -414,10 +420,11 @@ fn bytes_held_across_retention_and_close_keep_their_content() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(
         dir.path(),
-        LogConfig {
-            retention_bytes: Some(0),
-            ..config()
-        },
+        config()
+            .into_builder()
+            .retention_bytes(Some(0))
+            .build()
+            .unwrap(),
     )
     .unwrap();
     fill(&log, 1, 0, 12);

@@ -11,12 +11,12 @@ use oncelog::format::{BatchBuilder, RecordBatch};
 use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig, RewriteError};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 1024,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(1024)
+        .build()
+        .unwrap()
 }
 
 /// Batch `i` of producer `pid`: 5 records, sequence `i * 5`.
@@ -200,10 +200,11 @@ fn a_tailing_reader_never_sees_removed_data_after_the_call() {
     let log = Arc::new(
         Log::open(
             dir.path(),
-            LogConfig {
-                flush_policy: FlushPolicy::Always,
-                ..config()
-            },
+            config()
+                .into_builder()
+                .flush_policy(FlushPolicy::Always)
+                .build()
+                .unwrap(),
         )
         .unwrap(),
     );
@@ -359,12 +360,12 @@ fn readers_looking_up_indexes_during_truncations_never_fault() {
     let log = Arc::new(
         Log::open(
             dir.path(),
-            LogConfig {
-                segment_bytes: 8 << 20,
-                segment_index_bytes: 1 << 20,
-                index_interval_bytes: 1,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .segment_bytes(8 << 20)
+                .segment_index_bytes(1 << 20)
+                .index_interval_bytes(1)
+                .build()
+                .unwrap(),
         )
         .unwrap(),
     );

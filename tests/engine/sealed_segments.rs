@@ -25,12 +25,12 @@ fn batch(i: usize) -> Vec<u8> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 8 * 1024,
-        segment_index_bytes: 1024,
-        max_mapped_segments: 2,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(8 * 1024)
+        .segment_index_bytes(1024)
+        .max_mapped_segments(2)
+        .build()
+        .unwrap()
 }
 
 /// A log of many segments, closed cleanly.
@@ -109,10 +109,7 @@ fn a_log_of_many_segments_holds_one_descriptor_and_maps_only_what_is_read() {
 #[test]
 fn opening_a_cleanly_closed_log_maps_no_sealed_segment_and_reads_no_batch() {
     let fs = SimFs::new();
-    let env = || Environment {
-        fs: fs.as_dyn(),
-        ..Environment::default()
-    };
+    let env = || Environment::default().with_fs(fs.as_dyn());
     let dir = Path::new("/data/p-0");
     fill(dir, env(), 200);
     let before = fs.counters();

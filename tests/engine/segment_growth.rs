@@ -55,11 +55,11 @@ fn a_partition_with_one_record_holds_only_the_first_step_of_disk() {
             .map(|d| {
                 let log = Log::open(
                     d.path(),
-                    LogConfig {
-                        flush_policy: flush,
-                        preallocation,
-                        ..LogConfig::default()
-                    },
+                    LogConfig::builder()
+                        .flush_policy(flush)
+                        .preallocation(preallocation)
+                        .build()
+                        .unwrap(),
                 )
                 .unwrap();
                 assert!(matches!(
@@ -102,12 +102,12 @@ fn the_allocation_grows_with_the_writer_across_many_appends() {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(
             dir.path(),
-            LogConfig {
-                segment_bytes: 64 << 20,
-                allocation_step_bytes: 4 << 20,
-                preallocation,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .segment_bytes(64 << 20)
+                .allocation_step_bytes(4 << 20)
+                .preallocation(preallocation)
+                .build()
+                .unwrap(),
         )
         .unwrap();
         let log_file = dir.path().join("00000000000000000000.log");
@@ -170,17 +170,14 @@ fn a_full_disk_at_a_doubling_step_is_a_typed_error_and_appends_resume() {
     use oncelog::io::SimFs;
     use oncelog::{AppendError, Environment};
     let fs = SimFs::new();
-    let env = Environment {
-        fs: fs.as_dyn(),
-        ..Environment::default()
-    };
+    let env = Environment::default().with_fs(fs.as_dyn());
     let dir = Path::new("/sim/p-0");
-    let cfg = LogConfig {
-        segment_bytes: 64 << 20,
-        preallocation: Preallocation::Reserved,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    };
+    let cfg = LogConfig::builder()
+        .segment_bytes(64 << 20)
+        .preallocation(Preallocation::Reserved)
+        .prefault_bytes(0)
+        .build()
+        .unwrap();
     let log = Log::open_in(env.clone(), dir, cfg.clone()).unwrap();
     // Room for the first step and its indexes, not for the second.
     fs.set_capacity(Some(fs.used_bytes() + FIRST_STEP as u64 + 64 * 1024));

@@ -47,10 +47,10 @@ fn an_idle_partition_holds_one_step_of_disk_not_a_whole_segment() {
     let dir = tempfile::tempdir().unwrap();
     for preallocation in [Preallocation::Reserved, Preallocation::Zeroed] {
         let path = dir.path().join(format!("{preallocation:?}"));
-        let config = LogConfig {
-            preallocation,
-            ..LogConfig::default()
-        };
+        let config = LogConfig::builder()
+            .preallocation(preallocation)
+            .build()
+            .unwrap();
         let log = Log::open(&path, config.clone()).unwrap();
         // Opened and not written: nothing allocated.
         assert_eq!(active_log(&path, &log).blocks(), 0, "{preallocation:?}");
@@ -81,15 +81,15 @@ fn space_grows_in_steps_as_the_writer_needs_it_and_every_batch_reads_back() {
         (Preallocation::Reserved, FlushPolicy::Manual),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let config = LogConfig {
-            segment_bytes: 256 << 10,
-            allocation_step_bytes: 16 << 10,
-            segment_index_bytes: 64 << 10,
-            index_interval_bytes: 512,
-            preallocation,
-            flush_policy,
-            ..LogConfig::default()
-        };
+        let config = LogConfig::builder()
+            .segment_bytes(256 << 10)
+            .allocation_step_bytes(16 << 10)
+            .segment_index_bytes(64 << 10)
+            .index_interval_bytes(512)
+            .preallocation(preallocation)
+            .flush_policy(flush_policy)
+            .build()
+            .unwrap();
         let log = Log::open(dir.path(), config.clone()).unwrap();
         let mut records = 0;
         for i in 0..600 {
@@ -120,13 +120,13 @@ fn space_grows_in_steps_as_the_writer_needs_it_and_every_batch_reads_back() {
 #[test]
 fn an_abandoned_log_reopens_with_its_zeros_cut_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 1 << 20,
-        allocation_step_bytes: 64 << 10,
-        preallocation: Preallocation::Zeroed,
-        flush_policy: FlushPolicy::Always,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(1 << 20)
+        .allocation_step_bytes(64 << 10)
+        .preallocation(Preallocation::Zeroed)
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config.clone()).unwrap();
     for _ in 0..50 {
         log.append(&batch(3, 500)).unwrap();

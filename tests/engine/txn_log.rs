@@ -64,12 +64,12 @@ impl Producers {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 256,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(256)
+        .build()
+        .unwrap()
 }
 
 /// The log in `dir` with `cfg`, on a clock at the records' time (a wall clock years after
@@ -235,10 +235,11 @@ fn the_marker_batch_is_the_one_kafkas_coordinator_writes() {
 fn under_log_append_time_the_marker_carries_the_append_time() {
     let clock = TestClock::new(T0 + 500);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        message_timestamp_type: oncelog::format::TimestampType::LogAppendTime,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .message_timestamp_type(oncelog::format::TimestampType::LogAppendTime)
+        .build()
+        .unwrap();
     let log = Log::open_in(env_with(clock), dir.path(), cfg).unwrap();
     log.append(&produce(9, 0, 1, true)).unwrap();
     log.append_marker(&TxnMarker::abort(9, 0, 0)).unwrap();
@@ -543,10 +544,11 @@ fn a_snapshot_with_an_open_transaction_reloads_it_in_every_version() {
         SnapshotVersion::V3,
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = LogConfig {
-            snapshot_version: version,
-            ..config()
-        };
+        let cfg = config()
+            .into_builder()
+            .snapshot_version(version)
+            .build()
+            .unwrap();
         let log = open_with(dir.path(), cfg.clone());
         let mut p = Producers::new();
         p.send(&log, 1, 2, false);
@@ -643,15 +645,16 @@ fn a_damaged_txnindex_of_a_recorded_segment_is_rebuilt_on_open() {
 fn a_producer_with_an_open_transaction_is_never_expired_or_evicted() {
     let clock = TestClock::new(T0);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        producer_state: ProducerStateConfig {
-            max_producers: Some(2),
-            limit_policy: ProducerLimitPolicy::EvictLongestIdle,
-            expiration_ms: 1_000,
-            ..Default::default()
-        },
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .producer_state(
+            ProducerStateConfig::default()
+                .with_max_producers(Some(2))
+                .with_limit_policy(ProducerLimitPolicy::EvictLongestIdle)
+                .with_expiration_ms(1_000),
+        )
+        .build()
+        .unwrap();
     let log = Log::open_in(env_with(clock.clone()), dir.path(), cfg).unwrap();
     let mut p = Producers::new();
     p.send(&log, 1, 1, true);
@@ -674,10 +677,11 @@ fn a_producer_with_an_open_transaction_is_never_expired_or_evicted() {
 #[test]
 fn under_a_caller_set_high_watermark_the_lso_follows_it() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        high_watermark: HighWatermarkPolicy::SetByCaller,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .high_watermark(HighWatermarkPolicy::SetByCaller)
+        .build()
+        .unwrap();
     let log = open_with(dir.path(), cfg.clone());
     let mut p = Producers::new();
     p.send(&log, 1, 3, false); // 0..3
@@ -727,10 +731,11 @@ fn under_a_caller_set_high_watermark_the_lso_follows_it() {
 #[test]
 fn markers_roll_segments_and_are_durable_under_the_always_flush_policy() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = LogConfig {
-        flush_policy: FlushPolicy::Always,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap();
     let log = open_with(dir.path(), cfg);
     let mut p = Producers::new();
     let mut markers = 0;
@@ -793,10 +798,11 @@ fn a_stored_control_batch_that_is_no_marker_is_damage_named_by_file_and_position
     bytes.extend(bent_marker(1, 7, 6));
     let path = dir.path().join("00000000000000000000.log");
     std::fs::write(&path, &bytes).unwrap();
-    let strict = LogConfig {
-        recovery_mode: oncelog::RecoveryMode::AbsoluteConsistency,
-        ..config()
-    };
+    let strict = config()
+        .into_builder()
+        .recovery_mode(oncelog::RecoveryMode::AbsoluteConsistency)
+        .build()
+        .unwrap();
     match Log::open_in(env_with(TestClock::new(T0)), dir.path(), strict) {
         Err(oncelog::OpenError::Refused {
             path: p,

@@ -8,12 +8,12 @@ use oncelog::verify::verify_dir;
 use oncelog::{Log, LogConfig};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 512,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(512)
+        .build()
+        .unwrap()
 }
 
 fn fill(dir: &Path, batches: usize) -> Log {

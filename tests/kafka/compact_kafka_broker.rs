@@ -47,11 +47,11 @@ fn copy(name: &str) -> tempfile::TempDir {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 /// (offset, key, value) of a record.
@@ -232,10 +232,11 @@ fn the_coordinators_compacted_log_keeps_every_keys_latest_value() {
         .len() as usize;
     // One segment, the active one, which no cleaner touches: a segment size just above it
     // makes the next append roll.
-    let cfg = LogConfig {
-        segment_bytes: size + 100,
-        ..config()
-    };
+    let cfg = config()
+        .into_builder()
+        .segment_bytes(size + 100)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), cfg).unwrap();
     let mut b = oncelog::format::BatchBuilder::new();
     b.append(0, Some(b"oncelog roll"), Some(&[0u8; 120]), &[]);

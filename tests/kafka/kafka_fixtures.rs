@@ -24,11 +24,11 @@ const INDEX_REPRODUCIBLE: &[&str] = &[
 ];
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1 << 20,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(1 << 20)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap()
 }
 
 /// One partition directory of the manifest, with its files' entries keyed by file name.

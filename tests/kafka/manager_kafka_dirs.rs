@@ -17,11 +17,9 @@ use oncelog::{JobIntervals, LogManager, ManagerConfig, TopicPartition};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn config() -> ManagerConfig {
-    ManagerConfig {
-        jobs: JobIntervals::none(),
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(2)
 }
 
 fn copy_of(set: &str) -> (tempfile::TempDir, PathBuf) {

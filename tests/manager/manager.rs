@@ -18,17 +18,17 @@ use oncelog::{
 };
 
 fn config() -> ManagerConfig {
-    ManagerConfig {
-        log: LogConfig {
-            segment_bytes: 16 << 10,
-            segment_index_bytes: 4096,
-            prefault_bytes: 0,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(16 << 10)
+                .segment_index_bytes(4096)
+                .prefault_bytes(0)
+                .build()
+                .unwrap(),
+        )
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(2)
 }
 
 fn batch(i: i64) -> Vec<u8> {
@@ -218,10 +218,7 @@ fn bad_meta_properties_and_dirs_that_do_not_belong_together_are_refused() {
     std::fs::write(dir.join("meta.properties"), &meta).unwrap();
 
     // The configuration's node id, another cluster, the same directory id twice.
-    let wrong_node = ManagerConfig {
-        node_id: Some(9),
-        ..config()
-    };
+    let wrong_node = config().with_node_id(Some(9));
     let e = LogManager::open(&[&dir], wrong_node).unwrap_err();
     assert_eq!(e.kind(), "bad_meta_properties", "{e}");
     assert!(e.to_string().contains("node id 0 is not 9"), "{e}");
@@ -383,10 +380,7 @@ fn refused_names_and_numbers_are_typed_errors_that_create_nothing() {
             assert_eq!(error.kind(), rule, "{topic:?}");
         }
     }
-    let bad_config = PartitionConfig {
-        segment_bytes: Some(3),
-        ..PartitionConfig::default()
-    };
+    let bad_config = PartitionConfig::default().with_segment_bytes(3);
     let e = m.create("fine", 0, bad_config).unwrap_err();
     assert_eq!(e.kind(), "invalid_config", "{e}");
     assert_eq!(
@@ -405,17 +399,12 @@ fn a_partitions_own_settings_survive_reopening_over_the_topics_and_the_defaults(
     let mut cfg = config();
     cfg.topics.insert(
         "events".into(),
-        PartitionConfig {
-            retention_ms: Some(Some(1_000)),
-            ..PartitionConfig::default()
-        },
+        PartitionConfig::default().with_retention_ms(Some(1_000)),
     );
-    let own = PartitionConfig {
-        segment_bytes: Some(8 << 10),
-        cleanup_policy: Some(CleanupPolicy::Compact),
-        flush_messages: Some(Some(7)),
-        ..PartitionConfig::default()
-    };
+    let own = PartitionConfig::default()
+        .with_segment_bytes(8 << 10)
+        .with_cleanup_policy(CleanupPolicy::Compact)
+        .with_flush_messages(Some(7));
     let m = LogManager::open(&[&dir], cfg.clone()).unwrap();
     m.create("events", 0, own).unwrap();
     m.create("events", 1, PartitionConfig::default()).unwrap();
@@ -565,10 +554,7 @@ fn close_writes_every_checkpoint_and_the_marker_and_a_drop_writes_neither() {
 fn partitions_open_on_the_configured_threads_and_each_is_reported() {
     let (_tmp, dir) = populated();
     let seen = std::sync::Mutex::new(Vec::new());
-    let cfg = ManagerConfig {
-        recovery_threads: 3,
-        ..config()
-    };
+    let cfg = config().with_recovery_threads(3);
     let m = LogManager::open_reporting(oncelog::Environment::default(), &[&dir], cfg, &|p| {
         seen.lock().unwrap().push(p.partition.to_string())
     })

@@ -20,17 +20,17 @@ const T0: i64 = 1_700_000_000_000;
 const DAY: i64 = 24 * 60 * 60 * 1000;
 
 fn config() -> ManagerConfig {
-    ManagerConfig {
-        log: LogConfig {
-            segment_bytes: 8 << 10,
-            segment_index_bytes: 4096,
-            prefault_bytes: 0,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_log(
+            LogConfig::builder()
+                .segment_bytes(8 << 10)
+                .segment_index_bytes(4096)
+                .prefault_bytes(0)
+                .build()
+                .unwrap(),
+        )
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(2)
 }
 
 fn open(clock: &Arc<TestClock>, cfg: ManagerConfig) -> (tempfile::TempDir, PathBuf, LogManager) {
@@ -66,20 +66,14 @@ fn the_flush_job_flushes_by_message_count_and_by_age_without_the_appender_waitin
         .create(
             "c",
             0,
-            PartitionConfig {
-                flush_messages: Some(Some(10)),
-                ..Default::default()
-            },
+            PartitionConfig::default().with_flush_messages(Some(10)),
         )
         .unwrap();
     let by_age = m
         .create(
             "t",
             0,
-            PartitionConfig {
-                flush_ms: Some(Some(1_000)),
-                ..Default::default()
-            },
+            PartitionConfig::default().with_flush_ms(Some(1_000)),
         )
         .unwrap();
     let never = m.create("n", 0, PartitionConfig::default()).unwrap();
@@ -146,10 +140,7 @@ fn retention_then_deletion_remove_old_segments_and_their_files_after_the_delay()
         .create(
             "kept",
             0,
-            PartitionConfig {
-                retention_ms: Some(None),
-                ..Default::default()
-            },
+            PartitionConfig::default().with_retention_ms(None),
         )
         .unwrap();
     append(&log, 300, None);
@@ -187,19 +178,13 @@ fn retention_then_deletion_remove_old_segments_and_their_files_after_the_delay()
 #[test]
 fn producer_expiry_and_snapshots_by_replay_budget() {
     let clock = TestClock::new(T0);
-    let cfg = ManagerConfig {
-        replay_budget_bytes: 4 << 10,
-        ..config()
-    };
+    let cfg = config().with_replay_budget_bytes(4 << 10);
     let (_tmp, dir, m) = open(&clock, cfg);
     let log = m
         .create(
             "p",
             0,
-            PartitionConfig {
-                segment_bytes: Some(1 << 20),
-                ..Default::default()
-            },
+            PartitionConfig::default().with_segment_bytes(1 << 20),
         )
         .unwrap();
     append(&log, 20, Some(7));
@@ -243,20 +228,19 @@ fn job_threads() -> Vec<String> {
 #[test]
 fn every_job_runs_on_its_thread_and_close_stops_them_all() {
     let every = Some(Duration::from_millis(5));
-    let cfg = ManagerConfig {
-        jobs: JobIntervals {
-            flush: every,
-            checkpoints: every,
-            high_watermarks: every,
-            retention: every,
-            producer_expiry: every,
-            snapshots: every,
-            deletion: every,
-            cleaning: every,
-        },
-        flush_messages: Some(1),
-        ..config()
-    };
+    let cfg = config()
+        .with_jobs(
+            JobIntervals::default()
+                .with_flush(every)
+                .with_checkpoints(every)
+                .with_high_watermarks(every)
+                .with_retention(every)
+                .with_producer_expiry(every)
+                .with_snapshots(every)
+                .with_deletion(every)
+                .with_cleaning(every),
+        )
+        .with_flush_messages(Some(1));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("logs");
     let m = LogManager::open(&[&dir], cfg).unwrap();
@@ -320,15 +304,9 @@ impl Cleaner for FakeCleaner {
         assert!(request.throttle.pay(100), "the manager is not closing");
         let answer = self.answers.lock().unwrap().get(&topic).copied();
         match answer {
-            Some(Some(to)) => Ok(Cleaned {
-                clean_to: to,
-                bytes_read: 100,
-            }),
+            Some(Some(to)) => Ok(Cleaned::new(to, 100)),
             Some(None) => Err(format!("cannot clean {topic}")),
-            None => Ok(Cleaned {
-                clean_to: log.log_end_offset(),
-                bytes_read: 0,
-            }),
+            None => Ok(Cleaned::new(log.log_end_offset(), 0)),
         }
     }
 }
@@ -341,10 +319,7 @@ fn the_default_cleaner_compacts_partitions_that_are_due_and_records_how_far() {
         .create(
             "compact",
             0,
-            PartitionConfig {
-                cleanup_policy: Some(CleanupPolicy::Compact),
-                ..Default::default()
-            },
+            PartitionConfig::default().with_cleanup_policy(CleanupPolicy::Compact),
         )
         .unwrap();
     let deleted = m.create("delete", 0, PartitionConfig::default()).unwrap();
@@ -380,10 +355,7 @@ fn the_default_cleaner_compacts_partitions_that_are_due_and_records_how_far() {
 fn the_cleaning_job_runs_the_given_cleaner_on_compacted_partitions_and_moves_their_checkpoint() {
     let clock = TestClock::new(T0);
     let (_tmp, dir, m) = open(&clock, config());
-    let policy = |p| PartitionConfig {
-        cleanup_policy: Some(p),
-        ..Default::default()
-    };
+    let policy = |p| PartitionConfig::default().with_cleanup_policy(p);
     let compact = m
         .create("compact", 0, policy(CleanupPolicy::Compact))
         .unwrap();
@@ -457,10 +429,7 @@ fn a_cleaner_rate_of_zero_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let err = LogManager::open(
         &[tmp.path().join("logs")],
-        ManagerConfig {
-            cleaner_bytes_per_second: Some(0),
-            ..config()
-        },
+        config().with_cleaner_bytes_per_second(Some(0)),
     )
     .unwrap_err();
     assert_eq!(err.kind(), "zero_cleaner_rate", "{err}");

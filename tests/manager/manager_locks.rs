@@ -20,21 +20,19 @@ use oncelog::{
 };
 
 fn log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 16 << 10,
-        segment_index_bytes: 4096,
-        prefault_bytes: 0,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(16 << 10)
+        .segment_index_bytes(4096)
+        .prefault_bytes(0)
+        .build()
+        .unwrap()
 }
 
 fn config() -> ManagerConfig {
-    ManagerConfig {
-        log: log_config(),
-        jobs: JobIntervals::none(),
-        recovery_threads: 2,
-        ..ManagerConfig::default()
-    }
+    ManagerConfig::default()
+        .with_log(log_config())
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(2)
 }
 
 fn batch(i: i64) -> Vec<u8> {

@@ -64,19 +64,18 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config(small_map: bool) -> LogConfig {
-    LogConfig {
-        segment_bytes: 1024,
-        segment_index_bytes: 240,
-        index_interval_bytes: 128,
-        prefault_bytes: 0,
-        cleanup_policy: CleanupPolicy::Compact,
-        file_delete_delay_ms: 0,
-        compaction: CompactionConfig {
-            key_map_bytes: if small_map { 1024 } else { 1 << 20 },
-            ..CompactionConfig::default()
-        },
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(1024)
+        .segment_index_bytes(240)
+        .index_interval_bytes(128)
+        .prefault_bytes(0)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .file_delete_delay_ms(0)
+        .compaction(
+            CompactionConfig::default().with_key_map_bytes(if small_map { 1024 } else { 1 << 20 }),
+        )
+        .build()
+        .unwrap()
 }
 
 /// A record written: its offset, key and value.

@@ -51,12 +51,12 @@ fn build(pid: i64, epoch: i16, seq: i32, records: usize, tag: u64) -> Vec<u8> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4096,
-        segment_index_bytes: 512,
-        snapshot_interval_bytes: 2048,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(4096)
+        .segment_index_bytes(512)
+        .snapshot_interval_bytes(2048)
+        .build()
+        .unwrap()
 }
 
 proptest! {

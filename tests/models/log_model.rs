@@ -52,12 +52,12 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        segment_index_bytes: 96,
-        segment_ms: 3_600_000,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(64 * 1024)
+        .segment_index_bytes(96)
+        .segment_ms(3_600_000)
+        .build()
+        .unwrap()
 }
 
 /// One stored batch of the model: its offsets and the exact bytes the log must return.

@@ -88,10 +88,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
 /// Drives a table through `ops` with the real rules; sequences start just below i32::MAX so
 /// they wrap.
 fn build_table(window: usize, ops: &[Op]) -> ProducerStateTable {
-    let config = ProducerStateConfig {
-        window,
-        ..Default::default()
-    };
+    let config = ProducerStateConfig::default().with_window(window);
     let mut table = ProducerStateTable::new(config).unwrap_or_else(|e| panic!("{e}"));
     let mut offset = 0i64;
     let mut wall = 1_000i64;

@@ -78,18 +78,18 @@ fn op() -> impl Strategy<Value = Op> {
 /// `recycled`: `LogConfig::recycled_segments` (half the cases recycle retention's files);
 /// `writes`: how appends write (cases alternate between the map and the file).
 fn config(recycled: usize, writes: AppendWrites) -> LogConfig {
-    LogConfig {
-        recycled_segments: recycled,
-        append_writes: writes,
+    LogConfig::builder()
+        .recycled_segments(recycled)
+        .append_writes(writes)
         // Smaller segments where files are recycled: more rolls reuse the pool's files
         // before a reopen removes it.
-        segment_bytes: if recycled > 0 { 1024 } else { 2048 },
-        segment_index_bytes: 256,
+        .segment_bytes(if recycled > 0 { 1024 } else { 2048 })
+        .segment_index_bytes(256)
         // Time retention only: a batch's timestamp is its tag, in seconds.
-        retention_ms: Some(0),
-        file_delete_delay_ms: 0,
-        ..LogConfig::default()
-    }
+        .retention_ms(Some(0))
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap()
 }
 
 /// One batch the log holds, or held.

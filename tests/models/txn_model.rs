@@ -78,12 +78,12 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4 * 1024,
-        segment_index_bytes: 4096,
-        index_interval_bytes: 200,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(4 * 1024)
+        .segment_index_bytes(4096)
+        .index_interval_bytes(200)
+        .build()
+        .unwrap()
 }
 
 /// One batch of the model.

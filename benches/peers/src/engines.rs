@@ -448,10 +448,7 @@ fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mu
 fn oncelog_open(dir: &Path, policy: FlushPolicy) -> Log {
     Log::open(
         dir,
-        LogConfig {
-            flush_policy: policy,
-            ..LogConfig::default()
-        },
+        LogConfig::builder().flush_policy(policy).build().unwrap(),
     )
     .expect("oncelog open")
 }
@@ -483,27 +480,27 @@ fn oncelog_durable(dir: &Path, durable: Durable) -> Log {
     let Some(pool) = durable.steady else {
         return Log::open(
             dir,
-            LogConfig {
-                flush_policy: FlushPolicy::Always,
-                append_writes: durable.writes,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .flush_policy(FlushPolicy::Always)
+                .append_writes(durable.writes)
+                .build()
+                .unwrap(),
         )
         .expect("oncelog open");
     };
     let log = Log::open(
         dir,
-        LogConfig {
-            flush_policy: FlushPolicy::Always,
-            append_writes: durable.writes,
-            segment_bytes: STEADY_SEGMENT,
-            recycled_segments: pool,
+        LogConfig::builder()
+            .flush_policy(FlushPolicy::Always)
+            .append_writes(durable.writes)
+            .segment_bytes(STEADY_SEGMENT)
+            .recycled_segments(pool)
             // Retention removes every segment when asked, at once: only the warm-up asks.
-            retention_bytes: Some(0),
-            retention_ms: None,
-            file_delete_delay_ms: 0,
-            ..LogConfig::default()
-        },
+            .retention_bytes(Some(0))
+            .retention_ms(None)
+            .file_delete_delay_ms(0)
+            .build()
+            .unwrap(),
     )
     .expect("oncelog open");
     // 64 KiB batches: segments end within one of STEADY_SEGMENT, so a recycled file is

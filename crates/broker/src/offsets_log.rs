@@ -83,19 +83,19 @@ impl OffsetsLog {
         data_dir: &Path,
     ) -> Result<(OffsetsLog, BTreeMap<OffsetKey, Committed>), OffsetsLogError> {
         let path = data_dir.join(DIR_NAME);
-        let config = LogConfig {
-            // Small: segments are preallocated, and the records are small.
-            segment_bytes: 4 << 20,
-            segment_index_bytes: 256 << 10,
-            prefault_bytes: 0,
-            // Kafka's `__consumer_offsets` is compacted: the latest commit per key stays.
-            cleanup_policy: oncelog::CleanupPolicy::Compact,
-            ..LogConfig::default()
-        };
         let err = |source: oncelog::Error| OffsetsLogError::Log {
             path: path.clone(),
             source,
         };
+        let config = LogConfig::builder()
+            // Small: segments are preallocated, and the records are small.
+            .segment_bytes(4 << 20)
+            .segment_index_bytes(256 << 10)
+            .prefault_bytes(0)
+            // Kafka's `__consumer_offsets` is compacted: the latest commit per key stays.
+            .cleanup_policy(oncelog::CleanupPolicy::Compact)
+            .build()
+            .map_err(|e| err(oncelog::OpenError::from(e).into()))?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| OffsetsLogError::Io {
                 path: parent.to_path_buf(),

@@ -284,6 +284,12 @@ impl Partition {
                 first_offset: original.first_offset,
                 last_offset: original.last_offset,
             },
+            other => {
+                return Err(AppendRefused {
+                    kind: "unknown_append_outcome",
+                    message: format!("an append outcome this broker does not know: {other:?}"),
+                })
+            }
         })
     }
 
@@ -605,18 +611,15 @@ impl Store {
     /// recovering those that were not closed cleanly. Blocking. A partition that does not open
     /// fails the whole open, naming it.
     pub fn open(dir: &Path, settings: &LogSettings, node_id: i32) -> Result<Store, StoreError> {
-        let log_config = log_config(settings);
-        log_config.validate()?;
+        let log_config = log_config(settings)?;
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let cluster_id = load_cluster_id(dir, node_id)?;
         let manager = LogManager::open(
             &[dir],
-            ManagerConfig {
-                log: log_config,
-                cluster_id: Some(cluster_id.clone()),
-                node_id: Some(node_id),
-                ..ManagerConfig::default()
-            },
+            ManagerConfig::default()
+                .with_log(log_config)
+                .with_cluster_id(Some(cluster_id.clone()))
+                .with_node_id(Some(node_id)),
         )?;
         let mut found: HashMap<String, Vec<(i32, PathBuf)>> = HashMap::new();
         for info in manager.list() {
@@ -889,35 +892,34 @@ impl Store {
 }
 
 /// The engine's configuration for every partition.
-fn log_config(settings: &LogSettings) -> LogConfig {
-    LogConfig {
-        segment_bytes: settings.segment_bytes,
-        prefault_bytes: settings.prefault_bytes,
-        max_message_bytes: settings.max_message_bytes,
-        message_timestamp_type: match settings.message_timestamp_type {
+fn log_config(settings: &LogSettings) -> Result<LogConfig, oncelog::ConfigError> {
+    LogConfig::builder()
+        .segment_bytes(settings.segment_bytes)
+        .prefault_bytes(settings.prefault_bytes)
+        .max_message_bytes(settings.max_message_bytes)
+        .message_timestamp_type(match settings.message_timestamp_type {
             config::TimestampType::CreateTime => oncelog::format::TimestampType::CreateTime,
             config::TimestampType::LogAppendTime => oncelog::format::TimestampType::LogAppendTime,
-        },
-        flush_policy: match settings.flush {
+        })
+        .flush_policy(match settings.flush {
             config::FlushPolicy::Manual | config::FlushPolicy::Never => {
                 oncelog::FlushPolicy::Manual
             }
             config::FlushPolicy::Always => oncelog::FlushPolicy::Always,
             config::FlushPolicy::EveryMessages(n) => oncelog::FlushPolicy::EveryMessages(n),
-        },
-        recovery_mode: match settings.recovery_mode {
+        })
+        .recovery_mode(match settings.recovery_mode {
             config::RecoveryMode::TolerateTail => oncelog::RecoveryMode::TolerateTailCorruption,
             config::RecoveryMode::TolerateAny => oncelog::RecoveryMode::TolerateAnyCorruption,
             config::RecoveryMode::Absolute => oncelog::RecoveryMode::AbsoluteConsistency,
-        },
-        producer_state: ProducerStateConfig {
-            window: settings.dedup_window,
-            max_producers: settings.max_producers,
-            expiration_ms: settings.producer_expiration_ms,
-            ..ProducerStateConfig::default()
-        },
-        ..LogConfig::default()
-    }
+        })
+        .producer_state(
+            ProducerStateConfig::default()
+                .with_window(settings.dedup_window)
+                .with_max_producers(settings.max_producers)
+                .with_expiration_ms(settings.producer_expiration_ms),
+        )
+        .build()
 }
 
 /// A topic of partitions the manager opened or created: their topic id (from

@@ -184,15 +184,15 @@ impl Txns {
             path: path.clone(),
             source,
         };
-        let config = LogConfig {
+        let config = LogConfig::builder()
             // Small: segments are preallocated, and the records are small.
-            segment_bytes: 4 << 20,
-            segment_index_bytes: 256 << 10,
-            prefault_bytes: 0,
+            .segment_bytes(4 << 20)
+            .segment_index_bytes(256 << 10)
+            .prefault_bytes(0)
             // Kafka's `__transaction_state` is compacted: the latest state per transactional id.
-            cleanup_policy: oncelog::CleanupPolicy::Compact,
-            ..LogConfig::default()
-        };
+            .cleanup_policy(oncelog::CleanupPolicy::Compact)
+            .build()
+            .map_err(|e| err(oncelog::OpenError::from(e).into()))?;
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| TxnLogError::Io {
                 path: parent.to_path_buf(),

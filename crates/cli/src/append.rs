@@ -129,6 +129,11 @@ pub fn run(args: &AppendArgs) -> Result<Status, CliError> {
                 first_offset: info.first_offset,
                 last_offset: info.last_offset,
             },
+            Ok(other) => {
+                return Err(CliError(format!(
+                    "input byte {pos}: an append outcome this tool does not know: {other:?}"
+                )))
+            }
             Err(e) => {
                 all_accepted = false;
                 Line::Error {

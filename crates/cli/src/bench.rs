@@ -14,7 +14,7 @@ use std::time::Instant;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use oncelog::format::{BatchBuilder, BatchIter};
-use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig};
+use oncelog::{AppendOutcome, FlushPolicy, Log, LogConfig, LogConfigBuilder};
 use serde::Serialize;
 
 use crate::{plural, CliError, Status};
@@ -103,6 +103,7 @@ pub(crate) fn flush_name(p: FlushPolicy) -> String {
         FlushPolicy::Manual => "manual".into(),
         FlushPolicy::Always => "always".into(),
         FlushPolicy::EveryMessages(n) => format!("every:{n}"),
+        other => format!("{other:?}"),
     }
 }
 
@@ -176,6 +177,14 @@ pub(crate) fn build_batch(
     Ok(())
 }
 
+/// The benchmark's log configuration; a value out of range is refused naming the option that
+/// set it.
+pub(crate) fn build_config(builder: LogConfigBuilder) -> Result<LogConfig, CliError> {
+    builder
+        .build()
+        .map_err(|e| CliError(format!("bench: --{}: {e}", e.field.replace('_', "-"))))
+}
+
 /// Refuses options that cannot describe a benchmark, before anything is built or created.
 pub(crate) fn check_args(args: &BenchArgs, config: &LogConfig) -> Result<(), CliError> {
     let bad = |msg: String| Err(CliError(format!("bench: {msg}")));
@@ -184,9 +193,6 @@ pub(crate) fn check_args(args: &BenchArgs, config: &LogConfig) -> Result<(), Cli
     }
     if args.batch_size == 0 {
         return bad("--batch-size must be at least 1 record".into());
-    }
-    if let Err(e) = config.validate() {
-        return bad(format!("--{}: {e}", e.field.replace('_', "-")));
     }
     let records = args.batch_size.min(args.messages);
     // Before building anything that large: the values alone must fit in one batch.
@@ -290,12 +296,12 @@ pub(crate) fn progress(len: u64, message: &'static str) -> ProgressBar {
 
 pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
     let defaults = LogConfig::default();
-    let config = LogConfig {
-        segment_bytes: args.segment_bytes_or(defaults.segment_bytes),
-        segment_index_bytes: args.segment_index_bytes_or(defaults.segment_index_bytes),
-        flush_policy: args.flush,
-        ..defaults
-    };
+    let config = build_config(
+        LogConfig::builder()
+            .segment_bytes(args.segment_bytes_or(defaults.segment_bytes))
+            .segment_index_bytes(args.segment_index_bytes_or(defaults.segment_index_bytes))
+            .flush_policy(args.flush),
+    )?;
     check_args(args, &config)?;
     let (_temp, dir) = match &args.dir {
         Some(dir) => {
@@ -327,6 +333,10 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
         match log.append(batch) {
             Ok(AppendOutcome::Appended(_)) => {}
             Ok(AppendOutcome::Duplicate(_)) => duplicates += 1,
+            Ok(other) => {
+                bar.abandon();
+                return Err(CliError(format!("append: unexpected outcome {other:?}")));
+            }
             Err(e) => {
                 bar.abandon();
                 return Err(CliError(format!("append failed ({}): {e}", e.kind())));

@@ -107,21 +107,19 @@ fn build(args: &BenchArgs, partitions: usize) -> Result<(Vec<PartitionLoad>, u64
 
 pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, CliError> {
     let threads = args.threads();
-    let log = LogConfig {
-        segment_bytes: args.segment_bytes_or(4 << 20),
-        segment_index_bytes: args.segment_index_bytes_or(64 << 10),
-        flush_policy: args.flush,
-        ..LogConfig::default()
-    };
+    let log = crate::bench::build_config(
+        LogConfig::builder()
+            .segment_bytes(args.segment_bytes_or(4 << 20))
+            .segment_index_bytes(args.segment_index_bytes_or(64 << 10))
+            .flush_policy(args.flush),
+    )?;
     crate::bench::check_args(args, &log)?;
     let (loads, records) = build(args, partitions)?;
     let bytes: u64 = loads.iter().map(|l| l.data.len() as u64).sum();
-    let config = ManagerConfig {
-        log: log.clone(),
-        jobs: JobIntervals::none(),
-        recovery_threads: threads,
-        ..ManagerConfig::default()
-    };
+    let config = ManagerConfig::default()
+        .with_log(log.clone())
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(threads);
     let created = Instant::now();
     let m = LogManager::open_in(Environment::default(), &[dir], config)?;
     let logs: Vec<Arc<Log>> = (0..partitions)
@@ -150,6 +148,11 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
                                 Ok(AppendOutcome::Appended(_)) => {}
                                 Ok(AppendOutcome::Duplicate(_)) => {
                                     duplicates.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Ok(other) => {
+                                    return Err(CliError(format!(
+                                        "append to bench-{p}: unexpected outcome {other:?}"
+                                    )))
                                 }
                                 Err(e) => {
                                     return Err(CliError(format!(

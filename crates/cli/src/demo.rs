@@ -54,12 +54,11 @@ const CHILD_BATCHES: i32 = 3;
 const TS: i64 = 1_700_000_000_000;
 
 /// Small files: the demo's directory should not preallocate Kafka's 1 GiB segment.
-fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1 << 20,
-        segment_index_bytes: 64 << 10,
-        ..LogConfig::default()
-    }
+fn config() -> Result<LogConfig, CliError> {
+    Ok(LogConfig::builder()
+        .segment_bytes(1 << 20)
+        .segment_index_bytes(64 << 10)
+        .build()?)
 }
 
 /// The batch the producer sends at `seq` under `epoch`: the same bytes every time, as a
@@ -149,7 +148,7 @@ fn step1_appends(n: &mut Narrator, dir: &Path) -> Result<Vec<Acked>, CliError> {
         "step 1: idempotent producer {PRODUCER} (epoch 0) appends {FIRST_BATCHES} batches of \
          {RECORDS_PER_BATCH} records"
     ))?;
-    let log = Log::open(dir, config())?;
+    let log = Log::open(dir, config()?)?;
     let mut acked = Vec::new();
     for i in 0..FIRST_BATCHES {
         let seq = i * RECORDS_PER_BATCH;
@@ -182,7 +181,7 @@ fn step2_lost_ack(n: &mut Narrator, dir: &Path, acked: &[Acked]) -> Result<(), C
         "step 2: the acknowledgement of {} is lost; the producer sends the same batch again",
         seqs(last.seq)
     ))?;
-    let log = Log::open(dir, config())?;
+    let log = Log::open(dir, config()?)?;
     let end_before = log.log_end_offset();
     match log.append(&batch(0, last.seq)?) {
         Ok(AppendOutcome::Duplicate(d))
@@ -310,7 +309,7 @@ fn killed_by(_status: &std::process::ExitStatus) -> Option<i32> {
 
 fn step4_reopen_and_retry(n: &mut Narrator, dir: &Path, acked: &[Acked]) -> Result<Log, CliError> {
     n.say("step 4: the broker restarts and opens the log")?;
-    let log = Log::open(dir, config())?;
+    let log = Log::open(dir, config()?)?;
     let r = log.recovery_report();
     if r.clean_shutdown {
         return Err(unexpected("the log reports a clean shutdown after SIGKILL"));
@@ -485,7 +484,7 @@ fn step6_read_back(n: &mut Narrator, log: &Log, expected_records: i64) -> Result
 /// The child of step 3: append, flush, acknowledge, then wait to be killed. If the parent goes
 /// away instead (its end of stdin closes), exit without closing the log, as a crash would.
 pub fn run_child(args: &DemoChildArgs) -> Result<Status, CliError> {
-    let log = Log::open(&args.dir, config())?;
+    let log = Log::open(&args.dir, config()?)?;
     let mut acked = Vec::new();
     for i in 0..args.batches {
         let seq = args.first_seq + i * RECORDS_PER_BATCH;

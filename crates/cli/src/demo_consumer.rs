@@ -51,19 +51,15 @@ fn committed_path(dir: &Path) -> PathBuf {
     dir.join("committed-offset")
 }
 
-fn small() -> LogConfig {
-    LogConfig {
-        segment_bytes: 1 << 20,
-        segment_index_bytes: 64 << 10,
-        ..LogConfig::default()
-    }
+fn small() -> Result<LogConfig, CliError> {
+    Ok(LogConfig::builder()
+        .segment_bytes(1 << 20)
+        .segment_index_bytes(64 << 10)
+        .build()?)
 }
 
-fn store_config() -> ProcessedConfig {
-    ProcessedConfig {
-        log: small(),
-        ..ProcessedConfig::default()
-    }
+fn store_config() -> Result<ProcessedConfig, CliError> {
+    Ok(ProcessedConfig::default().with_log(small()?))
 }
 
 fn unexpected(what: impl std::fmt::Display) -> CliError {
@@ -105,8 +101,8 @@ fn consume(
     apply: Option<usize>,
     mut each: impl FnMut(&Handled) -> Result<(), CliError>,
 ) -> Result<ProcessedStore, CliError> {
-    let topic = Log::open(topic_dir(dir), small())?;
-    let store = ProcessedStore::open(store_dir(dir), store_config())?;
+    let topic = Log::open(topic_dir(dir), small()?)?;
+    let store = ProcessedStore::open(store_dir(dir), store_config()?)?;
     let mut next = committed(dir)?;
     let mut applied = 0;
     while next < topic.log_end_offset() {
@@ -126,6 +122,7 @@ fn consume(
                 Recorded::AlreadyHandled { offset: first, .. } => {
                     Handled::Skipped { id, offset, first }
                 }
+                other => return Err(unexpected(format!("{other:?}"))),
             };
             each(&handled)?;
             if let Handled::Applied { .. } = handled {
@@ -160,7 +157,7 @@ pub fn run(dir: &Path) -> Result<Status, CliError> {
     say(format!(
         "step 1: a producer writes {ORDERS} orders to partition {SOURCE}"
     ))?;
-    let topic = Log::open(topic_dir(dir), small())?;
+    let topic = Log::open(topic_dir(dir), small()?)?;
     for i in 0..ORDERS {
         let mut b = BatchBuilder::new();
         b.append(TS + i, None, Some(format!("order-{i}").as_bytes()), &[]);

@@ -569,7 +569,9 @@ impl Dumper {
                         self.error(file, position, format!("control record: {e}"))?;
                     }
                 }
-                Err(oncelog::format::BatchErrorAt { position, error }) => {
+                Err(oncelog::format::BatchErrorAt {
+                    position, error, ..
+                }) => {
                     let rest = &bytes[position..];
                     if is_zero(rest) {
                         self.preallocated(file, position, rest.len())?;

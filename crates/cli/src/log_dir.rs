@@ -398,16 +398,16 @@ pub fn recover(
     json: bool,
 ) -> Result<Status, CliError> {
     let defaults = ManagerConfig::default();
-    let config = ManagerConfig {
-        log: LogConfig {
-            recovery_mode: mode,
-            deep_recovery: deep,
-            ..LogConfig::default()
-        },
-        jobs: JobIntervals::none(),
-        recovery_threads: threads.unwrap_or(defaults.recovery_threads),
-        ..defaults
-    };
+    let recovery_threads = threads.unwrap_or(defaults.recovery_threads);
+    let config = defaults
+        .with_log(
+            LogConfig::builder()
+                .recovery_mode(mode)
+                .deep_recovery(deep)
+                .build()?,
+        )
+        .with_jobs(JobIntervals::none())
+        .with_recovery_threads(recovery_threads);
     let (parts, skipped) = partitions(dir)?;
     let bar = progress(parts.len(), "recover");
     let m = LogManager::open_reporting(

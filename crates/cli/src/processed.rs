@@ -68,11 +68,9 @@ fn serve(
     max_ids: Option<usize>,
 ) -> Result<Status, CliError> {
     let mut out = std::io::stdout().lock();
-    let config = ProcessedConfig {
-        forget_after_ms,
-        max_ids,
-        ..ProcessedConfig::default()
-    };
+    let config = ProcessedConfig::default()
+        .with_forget_after_ms(forget_after_ms)
+        .with_max_ids(max_ids);
     let store = match ProcessedStore::open(dir, config) {
         Ok(s) => s,
         Err(e) => {
@@ -119,6 +117,7 @@ fn answer(store: &ProcessedStore, req: &Value) -> Value {
             match store.record(text("id").as_bytes(), position, text("effect").as_bytes()) {
                 Ok(Recorded::New { offset, .. }) => json!({"new": true, "offset": offset}),
                 Ok(Recorded::AlreadyHandled { offset }) => json!({"new": false, "offset": offset}),
+                Ok(other) => json!({"error": "unknown_outcome", "message": format!("{other:?}")}),
                 Err(e) => error(&e),
             }
         }

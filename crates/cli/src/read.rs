@@ -125,10 +125,9 @@ struct EndLine {
 
 pub fn run(args: &ReadArgs) -> Result<Status, CliError> {
     crate::require_dir(&args.dir)?;
-    let config = LogConfig {
-        recovery_mode: RecoveryMode::AbsoluteConsistency,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .recovery_mode(RecoveryMode::AbsoluteConsistency)
+        .build()?;
     let log = match Log::open_existing(&args.dir, config) {
         Ok(log) => log,
         Err(e) if crate::is_damage(&e) => {

@@ -202,11 +202,10 @@ pub fn run(args: &RecoverArgs) -> Result<Status, CliError> {
         return crate::log_dir::recover(&args.dir, mode, args.deep, args.threads, args.json);
     }
     crate::require_partition(&args.dir)?;
-    let config = LogConfig {
-        recovery_mode: mode,
-        deep_recovery: args.deep,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .recovery_mode(mode)
+        .deep_recovery(args.deep)
+        .build()?;
     let mut out = Out::stdout();
     if args.dry_run {
         return match Log::preview_recovery(&args.dir, config) {

@@ -139,10 +139,10 @@ fn single(dir: &Path, clients: usize, per_client: usize) -> Run {
     let log = Arc::new(
         Log::open(
             dir,
-            LogConfig {
-                flush_policy: FlushPolicy::Always,
-                ..LogConfig::default()
-            },
+            LogConfig::builder()
+                .flush_policy(FlushPolicy::Always)
+                .build()
+                .unwrap(),
         )
         .expect("open the log"),
     );

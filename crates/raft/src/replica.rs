@@ -142,11 +142,13 @@ impl Replica {
                 config.log.cleanup_policy.name()
             )));
         }
-        let log_config = LogConfig {
-            high_watermark: HighWatermarkPolicy::SetByCaller,
-            flush_policy: FlushPolicy::Manual,
-            ..config.log
-        };
+        let log_config = config
+            .log
+            .into_builder()
+            .high_watermark(HighWatermarkPolicy::SetByCaller)
+            .flush_policy(FlushPolicy::Manual)
+            .build()
+            .map_err(oncelog::OpenError::from)?;
         let fs = Arc::clone(&env.fs);
         let log = Log::open_in(env, dir, log_config)?;
         let partition = Arc::new(Partition::open(log, fs).map_err(ReplicaError::Storage)?);

@@ -483,6 +483,10 @@ impl Partition {
                             first_offset: d.first_offset,
                             last_offset: d.last_offset,
                         },
+                        Ok(other) => Response::Refused {
+                            kind: "unknown_append_outcome".to_string(),
+                            message: format!("{other:?}"),
+                        },
                         Err(err) if is_refusal(&err) => Response::Refused {
                             kind: err.kind().to_string(),
                             message: err.to_string(),

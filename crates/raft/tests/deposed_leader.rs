@@ -71,10 +71,9 @@ async fn a_deposed_leaders_uncommitted_tail_is_truncated_and_never_answered() {
         // openraft 0.9 draws each one's election timeout once: two with the same draw split
         // every vote forever. Real replicas never start in the same microsecond.
         tokio::time::sleep(Duration::from_millis(7)).await;
-        let env = Environment {
-            fs: SimFs::new().as_dyn(),
-            clock: Arc::new(SystemClock),
-        };
+        let env = Environment::default()
+            .with_fs(SimFs::new().as_dyn())
+            .with_clock(Arc::new(SystemClock));
         let r = Replica::open(
             id,
             "/sim/t-0",

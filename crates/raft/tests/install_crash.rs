@@ -24,19 +24,18 @@ use openraft::{BasicNode, RaftSnapshotBuilder};
 const DIR: &str = "/sim/topic-0";
 
 fn env(fs: &SimFs) -> Environment {
-    Environment {
-        fs: fs.as_dyn(),
-        clock: Arc::new(SystemClock),
-    }
+    Environment::default()
+        .with_fs(fs.as_dyn())
+        .with_clock(Arc::new(SystemClock))
 }
 
 fn log_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4 * 1024,
-        high_watermark: HighWatermarkPolicy::SetByCaller,
-        flush_policy: FlushPolicy::Manual,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(4 * 1024)
+        .high_watermark(HighWatermarkPolicy::SetByCaller)
+        .flush_policy(FlushPolicy::Manual)
+        .build()
+        .unwrap()
 }
 
 fn batch(pid: i64, seq: i32) -> Bytes {
@@ -61,10 +60,10 @@ fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
         let leader_fs = SimFs::new();
         let router = Router::new(1);
         let config = ReplicaConfig {
-            log: LogConfig {
-                segment_bytes: 4 * 1024,
-                ..LogConfig::default()
-            },
+            log: LogConfig::builder()
+                .segment_bytes(4 * 1024)
+                .build()
+                .unwrap(),
             ..ReplicaConfig::default()
         };
         let leader = Replica::open(1, DIR, env(&leader_fs), config, router.endpoint(1))

@@ -44,13 +44,13 @@ const PRODUCERS: usize = 4;
 fn config() -> ReplicaConfig {
     let defaults = ReplicaConfig::default();
     ReplicaConfig {
-        log: LogConfig {
+        log: LogConfig::builder()
             // Small segments and a size limit: retention deletes segments, so snapshot images
             // start inside the log and carry the producer state at their start.
-            segment_bytes: 8 * 1024,
-            retention_bytes: Some(32 * 1024),
-            ..LogConfig::default()
-        },
+            .segment_bytes(8 * 1024)
+            .retention_bytes(Some(32 * 1024))
+            .build()
+            .unwrap(),
         raft: openraft::Config {
             heartbeat_interval: 50,
             election_timeout_min: 150,
@@ -153,10 +153,9 @@ impl Cluster {
 
     async fn start(&mut self, id: NodeId) {
         let fs = self.disks[&id].clone();
-        let env = Environment {
-            fs: fs.as_dyn(),
-            clock: Arc::new(SystemClock),
-        };
+        let env = Environment::default()
+            .with_fs(fs.as_dyn())
+            .with_clock(Arc::new(SystemClock));
         let replica =
             match Replica::open(id, &dir(id), env, config(), self.router.endpoint(id)).await {
                 Ok(r) => Arc::new(r),

@@ -16,12 +16,12 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Onc
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let config = LogConfig {
-            high_watermark: HighWatermarkPolicy::SetByCaller,
-            flush_policy: FlushPolicy::Manual,
-            segment_bytes: 4096,
-            ..LogConfig::default()
-        };
+        let config = LogConfig::builder()
+            .high_watermark(HighWatermarkPolicy::SetByCaller)
+            .flush_policy(FlushPolicy::Manual)
+            .segment_bytes(4096)
+            .build()
+            .unwrap();
         let env = Environment::default();
         let fs = Arc::clone(&env.fs);
         let log = Log::open_in(env, dir.path().join("p-0"), config).expect("open");

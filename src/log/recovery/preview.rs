@@ -19,6 +19,7 @@ use crate::segment::names;
 
 /// What opening the log would do, decided without changing a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecoveryPreview {
     /// The report the open would give: cuts (`truncations`), segments it would delete,
     /// indexes it would rebuild, leftovers it would remove or rename into place, and the data

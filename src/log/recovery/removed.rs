@@ -20,6 +20,7 @@ use crate::log::error::Damage;
 /// The data recovery removes from one segment file: after a cut at `position`, or the whole
 /// file (`position` 0) when the segment is deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemovedData {
     /// The `.log` (or `.log.swap`) file.
     pub path: PathBuf,
@@ -39,6 +40,7 @@ pub struct RemovedData {
 
 /// The sum of what a recovery removes ([`RecoveryReport::removed_totals`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RemovedTotals {
     /// Batches removed.
     pub batches: u64,

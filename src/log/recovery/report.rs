@@ -6,6 +6,7 @@ use crate::log::error::Damage;
 
 /// What opening the log found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecoveryReport {
     /// Whether a checkpoint written by a clean close was found.
     pub clean_shutdown: bool,
@@ -51,6 +52,7 @@ pub struct RecoveryReport {
 
 /// One cut of damaged bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Truncation {
     /// The `.log` that was cut.
     pub path: PathBuf,

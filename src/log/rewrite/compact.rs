@@ -55,6 +55,7 @@ const KEY_ENTRY_OVERHEAD: usize = 48;
 
 /// Where a log stands for the cleaner: what [`Maintenance::cleanable`](crate::Maintenance::cleanable) returns, what a scheduler looks at.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Cleanable {
     /// The cleaner offset: records below it were cleaned (reset to the log start when invalid).
     pub first_dirty_offset: i64,
@@ -76,6 +77,7 @@ pub struct Cleanable {
 
 /// What a compaction did (or, dry, would do).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactionReport {
     /// Nothing was written: what a round would keep and remove.
     pub dry_run: bool,

@@ -24,6 +24,7 @@ use crate::segment::Segment;
 
 /// Why retention deleted a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RetentionReason {
     /// It lies wholly below the log start offset (raised by DeleteRecords).
     LogStart,
@@ -46,6 +47,7 @@ impl RetentionReason {
 
 /// A segment retention deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeletedSegment {
     /// The segment's base offset.
     pub base_offset: i64,
@@ -59,6 +61,7 @@ pub struct DeletedSegment {
 
 /// What [`Maintenance::enforce_retention`](crate::Maintenance::enforce_retention) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionReport {
     /// The segments deleted, oldest first.
     pub deleted: Vec<DeletedSegment>,

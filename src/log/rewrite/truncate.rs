@@ -42,6 +42,7 @@ struct CutPlan {
 
 /// What a truncation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TruncateReport {
     /// The log end offset before.
     pub old_log_end: i64,

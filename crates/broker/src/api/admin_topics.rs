@@ -76,10 +76,7 @@ struct Effective {
 
 impl Effective {
     fn of(own: &PartitionConfig, defaults: &ManagerConfig) -> Effective {
-        let as_deleting = PartitionConfig {
-            cleanup_policy: Some(CleanupPolicy::Delete),
-            ..own.clone()
-        };
+        let as_deleting = own.clone().with_cleanup_policy(CleanupPolicy::Delete);
         Effective {
             log: as_deleting.resolve(defaults),
             cleanup_policy: own.resolve(defaults).cleanup_policy,

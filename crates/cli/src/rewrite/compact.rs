@@ -76,19 +76,17 @@ pub fn run(args: &CompactArgs) -> Result<Status, CliError> {
     let op = Op::Compact;
     let mut out = Out::stdout();
     let d = CompactionConfig::default();
-    let config = LogConfig {
-        cleanup_policy: CleanupPolicy::Compact,
-        compaction: CompactionConfig {
-            delete_retention_ms: args.delete_retention_ms.unwrap_or(d.delete_retention_ms),
-            min_compaction_lag_ms: args
-                .min_compaction_lag_ms
-                .unwrap_or(d.min_compaction_lag_ms),
-            key_map_bytes: args.key_map_bytes.map_or(d.key_map_bytes, |b| b as usize),
-            ..d
-        },
-        ..LogConfig::default()
-    };
-    config.validate()?;
+    let config = LogConfig::builder()
+        .cleanup_policy(CleanupPolicy::Compact)
+        .compaction(
+            d.with_delete_retention_ms(args.delete_retention_ms.unwrap_or(d.delete_retention_ms))
+                .with_min_compaction_lag_ms(
+                    args.min_compaction_lag_ms
+                        .unwrap_or(d.min_compaction_lag_ms),
+                )
+                .with_key_map_bytes(args.key_map_bytes.map_or(d.key_map_bytes, |b| b as usize)),
+        )
+        .build()?;
     let Some(log) = open(&args.dir, config, op, &mut out, args.json)? else {
         return Ok(Status::Failed);
     };

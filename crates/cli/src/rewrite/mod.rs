@@ -117,11 +117,11 @@ fn open(
     // A typo must not become an empty log: `open_existing` refuses a directory that holds no
     // partition (exit 2) and creates nothing.
     crate::require_dir(dir)?;
-    let config = LogConfig {
-        recovery_mode: RecoveryMode::AbsoluteConsistency,
-        file_delete_delay_ms: 0,
-        ..config
-    };
+    let config = config
+        .into_builder()
+        .recovery_mode(RecoveryMode::AbsoluteConsistency)
+        .file_delete_delay_ms(0)
+        .build()?;
     let e = match Log::open_existing(dir, config) {
         Ok(log) => return Ok(Some(log)),
         Err(OpenError::Locked { holder, .. }) => {

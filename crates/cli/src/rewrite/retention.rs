@@ -103,11 +103,10 @@ pub fn run_delete_records(args: &DeleteRecordsArgs) -> Result<Status, CliError> 
     let mut out = Out::stdout();
     // Only the log-start rule: the segments wholly below the new start go now, as a broker's
     // next retention check would remove them.
-    let config = LogConfig {
-        retention_bytes: None,
-        retention_ms: None,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .retention_bytes(None)
+        .retention_ms(None)
+        .build()?;
     let Some(log) = open(&args.dir, config, op, &mut out, args.json)? else {
         return Ok(Status::Failed);
     };
@@ -145,13 +144,13 @@ pub fn run_retention(args: &RetentionArgs) -> Result<Status, CliError> {
     let defaults = LogConfig::default();
     // Kafka's -1 is "no limit".
     let limit = |n: i64| (n >= 0).then_some(n);
-    let config = LogConfig {
-        retention_bytes: args
-            .bytes
-            .map_or(defaults.retention_bytes, |n| limit(n).map(|n| n as u64)),
-        retention_ms: args.ms.map_or(defaults.retention_ms, limit),
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .retention_bytes(
+            args.bytes
+                .map_or(defaults.retention_bytes, |n| limit(n).map(|n| n as u64)),
+        )
+        .retention_ms(args.ms.map_or(defaults.retention_ms, limit))
+        .build()?;
     let limits = Limits {
         retention_bytes: config.retention_bytes,
         retention_ms: config.retention_ms,
@@ -238,6 +237,7 @@ impl Deleted {
                 RetentionReason::LogStart => "wholly below the log start",
                 RetentionReason::Size => "over retention.bytes",
                 RetentionReason::Time => "older than retention.ms",
+                _ => "another retention rule",
             },
         }
     }

@@ -14,11 +14,11 @@ use oncelog::{CleanupPolicy, Log, LogConfig};
 const T: i64 = 1_700_000_000_000;
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 2048,
-        cleanup_policy: CleanupPolicy::Compact,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(2048)
+        .cleanup_policy(CleanupPolicy::Compact)
+        .build()
+        .unwrap()
 }
 
 /// 120 one-record batches over 6 keys, closed.

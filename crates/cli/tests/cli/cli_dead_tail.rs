@@ -12,10 +12,11 @@ use oncelog::format::BatchIter;
 use oncelog::{AppendOutcome, Log, LogConfig};
 
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 4 * 1024,
-        ..common_cli::small_config()
-    }
+    common_cli::small_config()
+        .into_builder()
+        .segment_bytes(4 * 1024)
+        .build()
+        .unwrap()
 }
 
 /// One test at a time (see cli_rewrite.rs: a child holds copies of a log's lock file).

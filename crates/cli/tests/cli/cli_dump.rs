@@ -86,12 +86,12 @@ fn dump_text_of_a_fresh_log_is_one_line_per_batch() {
 #[test]
 fn dump_of_a_directory_lists_log_then_indexes_with_absolute_offsets() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig {
-        segment_bytes: 8 * 1024,
-        index_interval_bytes: 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(8 * 1024)
+        .index_interval_bytes(1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap();
     let log = Log::open(dir.path(), config).unwrap();
     for _ in 0..40 {
         log.append(&batch(5, None)).unwrap();

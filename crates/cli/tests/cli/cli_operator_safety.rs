@@ -156,11 +156,11 @@ fn bench_with_dir_says_where_it_kept_the_log() {
 
 /// A closed log of 45 batches of 10 records in several segments: 450 records.
 fn log_of_450(dir: &Path) -> Vec<Vec<u8>> {
-    let config = LogConfig {
-        segment_bytes: 16 * 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    };
+    let config = LogConfig::builder()
+        .segment_bytes(16 * 1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap();
     let batches: Vec<Vec<u8>> = (0..45).map(|_| batch(10, None)).collect();
     let log = Log::open(dir, config).unwrap();
     for b in &batches {

@@ -40,10 +40,11 @@ fn producer_batch(n: usize) -> Vec<u8> {
 
 /// Every batch is the same size: segments sized for exactly four of them.
 fn config() -> LogConfig {
-    LogConfig {
-        segment_bytes: BATCHES_PER_SEGMENT * producer_batch(0).len() + 10,
-        ..common_cli::small_config()
-    }
+    common_cli::small_config()
+        .into_builder()
+        .segment_bytes(BATCHES_PER_SEGMENT * producer_batch(0).len() + 10)
+        .build()
+        .unwrap()
 }
 
 /// A closed log of three segments (bases 0, 20, 40) of four 5-record batches each, offsets

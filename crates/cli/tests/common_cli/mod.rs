@@ -54,11 +54,11 @@ pub fn batch(records: usize, producer: Option<(i64, i16, i32)>) -> Vec<u8> {
 }
 
 pub fn small_config() -> LogConfig {
-    LogConfig {
-        segment_bytes: 64 * 1024,
-        segment_index_bytes: 4096,
-        ..LogConfig::default()
-    }
+    LogConfig::builder()
+        .segment_bytes(64 * 1024)
+        .segment_index_bytes(4096)
+        .build()
+        .unwrap()
 }
 
 /// A closed log with three batches: 2 records of producer 7 (epoch 2, seq 0), 3 records
