@@ -12,6 +12,7 @@ mod error;
 mod fetch;
 mod flush;
 mod managed;
+pub mod metadata_file;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 mod metrics;
@@ -39,14 +40,15 @@ use crate::producer::{Decision, Logged, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
 use epochs::LeaderEpochCache;
 
-pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
+pub use checkpoint::{Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
     AppendWrites, CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
     HighWatermarkPolicy, LogConfig, Preallocation, RecoveryMode, SystemClock,
 };
-pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
+pub use epochs::{EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
 pub use fetch::FetchResult;
+pub use metadata_file::{BadMetadataFile, MetadataFile};
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use operator::{partition_evidence, NotAPartitionReason, PartitionEvidence};

@@ -30,14 +30,12 @@ use crate::log::{CleanupPolicy, Environment, Log};
 
 pub use cleaning::{CleanRequest, Cleaned, Cleaner, Compactor, Throttle};
 pub use config::{
-    BadPartitionConfig, JobIntervals, ManagerConfig, PartitionConfig,
-    ResolvedConfig, PARTITION_CONFIG_FILE,
+    JobIntervals, ManagerConfig, PartitionConfig, ResolvedConfig, PARTITION_CONFIG_FILE,
 };
 pub use error::{ManagerError, PartitionFailure};
 pub use jobs::{Job, JobReport, JobStats};
 pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
-pub use meta::{BadMetaProperties, MetaProperties};
-pub use offsets::BadOffsetCheckpoint;
+pub use meta::MetaProperties;
 pub use open::{LogDirReport, OpenReport, PartitionOpened, PartitionReport};
 pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicPartition};
 
