@@ -104,20 +104,20 @@ pub use log::{
     RemovedTotals,
 };
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, AppendWrites, BadMetadataFile, Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
-    DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
-    FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
-    LogMetrics, MetadataFile, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
+    AppendError, AppendInfo, AppendOutcome, AppendWrites, BadMetadataFile, Cleanable,
+    CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
+    DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
+    FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig, LogMetrics,
+    MetadataFile, OpenError, Preallocation, ProducerLoadReport, ReadError, RecoveryMetrics,
     RecoveryMode, RecoveryReport, Refusals, RetentionReason, RetentionReport, RewriteError,
     SystemClock, TruncateReport, Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome,
     CLEANER_OFFSET_FILE,
 };
 pub use manager::{
-    CleanRequest, Cleaned, Cleaner,
-    Compactor, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
-    LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, MetaProperties,
-    OpenReport, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened, PartitionReport,
-    ResolvedConfig, Throttle, TopicError, TopicPartition,
+    CleanRequest, Cleaned, Cleaner, Compactor, DirCheckpoints, DirEntry, FoundDir, Job,
+    JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport, LogManager, ManagerConfig,
+    ManagerError, MetaProperties, OpenReport, PartitionConfig, PartitionFailure, PartitionInfo,
+    PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TopicError, TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
@@ -131,8 +131,8 @@ pub mod log_dir {
         decode_file as decode_meta_properties, FILE_NAME as META_PROPERTIES,
     };
     pub use crate::manager::offsets::{
-        decode_file as decode_offset_checkpoint, CLEANER_OFFSETS, HIGH_WATERMARKS, LOG_START_OFFSETS,
-        RECOVERY_POINTS,
+        decode_file as decode_offset_checkpoint, CLEANER_OFFSETS, HIGH_WATERMARKS,
+        LOG_START_OFFSETS, RECOVERY_POINTS,
     };
     pub use crate::manager::topic::{
         collides, parse_dir_name, validate_topic, DELETE_SUFFIX, MAX_TOPIC_LENGTH,

@@ -511,7 +511,13 @@ fn run_case(base: &Base, seed: u64) -> (&'static str, Vec<Outcome>) {
                     Outcome::OpenedAsIs
                 });
             }
-            Err(e @ (OpenError::Refused { .. } | OpenError::BadMetadataFile(BadMetadataFile { file: MetadataFile::Checkpoint, .. }))) => {
+            Err(
+                e @ (OpenError::Refused { .. }
+                | OpenError::BadMetadataFile(BadMetadataFile {
+                    file: MetadataFile::Checkpoint,
+                    ..
+                })),
+            ) => {
                 outcomes.push(Outcome::Refused);
                 if dir_contents(copy.path()) != before {
                     panic!("{ctx}\n{mode:?}: the refusal ({e}) changed files");

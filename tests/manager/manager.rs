@@ -12,11 +12,11 @@ use std::sync::Arc;
 use common::{env_with, tree_digest, TestClock};
 use oncelog::format::BatchBuilder;
 use oncelog::manager::offsets;
-use oncelog::{BadMetadataFile, MetadataFile};
 use oncelog::{
     AppendOutcome, CleanupPolicy, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
     ManagerError, PartitionConfig, TopicPartition,
 };
+use oncelog::{BadMetadataFile, MetadataFile};
 
 fn config() -> ManagerConfig {
     ManagerConfig {
@@ -177,7 +177,12 @@ fn a_malformed_offset_checkpoint_is_refused_naming_file_and_line_and_nothing_cha
             std::fs::write(dir.join(name), text).unwrap();
             let before = digest_without_lock(&dir);
             match LogManager::open(&[&dir], config()) {
-                Err(ManagerError::BadMetadataFile(e @ BadMetadataFile { file: MetadataFile::OffsetCheckpoint, .. })) => {
+                Err(ManagerError::BadMetadataFile(
+                    e @ BadMetadataFile {
+                        file: MetadataFile::OffsetCheckpoint,
+                        ..
+                    },
+                )) => {
                     assert_eq!(e.path, dir.join(name));
                     assert_eq!(e.line, line, "{name} {text:?}: {e}");
                     assert_eq!(
@@ -211,7 +216,12 @@ fn bad_meta_properties_and_dirs_that_do_not_belong_together_are_refused() {
     )
     .unwrap();
     match LogManager::open(&[&dir], config()) {
-        Err(ManagerError::BadMetadataFile(e @ BadMetadataFile { file: MetadataFile::MetaProperties, .. })) => {
+        Err(ManagerError::BadMetadataFile(
+            e @ BadMetadataFile {
+                file: MetadataFile::MetaProperties,
+                ..
+            },
+        )) => {
             assert_eq!((e.line, e.kind()), (Some(2), "bad_meta_properties"), "{e}")
         }
         other => panic!("{other:?}"),

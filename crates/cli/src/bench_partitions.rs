@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::bench::{build_batch, progress, read_back, BenchArgs, Layout, Measured, Summary};
+use crate::{CliError, Status};
 use oncelog::{
     AppendOutcome, Environment, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
     PartitionConfig,
 };
-use crate::bench::{build_batch, progress, read_back, BenchArgs, Layout, Measured, Summary};
-use crate::{CliError, Status};
 
 /// The batches of one partition, built before the clock starts.
 struct PartitionLoad {
@@ -71,7 +71,6 @@ fn build(args: &BenchArgs, partitions: usize) -> Result<(Vec<PartitionLoad>, u64
     }
     Ok((loads, records))
 }
-
 
 pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, CliError> {
     let threads = args.threads();

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use oncelog::{
-    Log, LogConfig, MetadataFile, OpenError, ProducerLoadReport, RecoveryMode, RecoveryPreview, RecoveryReport,
-    RemovedData, Truncation,
+    Log, LogConfig, MetadataFile, OpenError, ProducerLoadReport, RecoveryMode, RecoveryPreview,
+    RecoveryReport, RemovedData, Truncation,
 };
 use serde::Serialize;
 
