@@ -6,6 +6,7 @@
 //! of one index lookup and a short scan, and get back `Bytes` that own the segment's map.
 
 pub mod checkpoint;
+mod cleaner_offset;
 mod config;
 pub mod epochs;
 mod error;

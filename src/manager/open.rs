@@ -265,7 +265,6 @@ pub(super) fn open(
                 state,
                 kept: p.kept,
                 dirty_since: Mutex::new(None),
-                cleaned: Mutex::new(p.kept.cleaner_offset),
             }),
         );
         reports.push(report);
