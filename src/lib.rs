@@ -132,21 +132,21 @@ pub use log::{
     RemovedTotals,
 };
 pub use log::{
-    AppendError, AppendInfo, AppendOutcome, AppendWrites, BadCheckpoint, BadEpochCheckpoint,
-    Cleanable, CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage,
-    DeletedSegment, DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult,
-    FlushError, FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
-    LogConfigBuilder, LogMetrics, LogReader, Maintenance, OpenError, Preallocation,
+    AppendError, AppendInfo, AppendOutcome, AppendWrites, BadMetadataFile, Cleanable,
+    CleanupPolicy, Clock, CompactionConfig, CompactionReport, ConfigError, Damage, DeletedSegment,
+    DuplicateInfo, Environment, EpochEndOffset, EpochEntry, Error, FetchResult, FlushError,
+    FlushPolicy, HighWatermarkPolicy, IsolationLevel, LatencyHistogram, Log, LogConfig,
+    LogConfigBuilder, LogMetrics, LogReader, Maintenance, MetadataFile, OpenError, Preallocation,
     ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals,
     ReplicaLog, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
     Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
-    BadMetaProperties, BadOffsetCheckpoint, BadPartitionConfig, CleanRequest, Cleaned, Cleaner,
-    Compactor, DirCheckpoints, DirEntry, FoundDir, Job, JobIntervals, JobReport, JobStats,
-    LogDirContents, LogDirReport, LogManager, ManagerConfig, ManagerError, ManagerOpenReport,
-    MetaProperties, PartitionConfig, PartitionFailure, PartitionInfo, PartitionOpened,
-    PartitionReport, ResolvedConfig, Throttle, TopicError, TopicPartition,
+    CleanRequest, Cleaned, Cleaner, Compactor, DirCheckpoints, DirEntry, FoundDir, Job,
+    JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport, LogManager, ManagerConfig,
+    ManagerError, ManagerOpenReport, MetaProperties, PartitionConfig, PartitionFailure,
+    PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TopicError,
+    TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
@@ -157,11 +157,11 @@ pub use segment::{BatchProblem, CorruptSegment};
 pub mod log_dir {
     pub use crate::manager::log_dir::{CLEAN_SHUTDOWN_FILE, LOCK_FILE};
     pub use crate::manager::meta::{
-        decode as decode_meta_properties, FILE_NAME as META_PROPERTIES,
+        decode_file as decode_meta_properties, FILE_NAME as META_PROPERTIES,
     };
     pub use crate::manager::offsets::{
-        decode as decode_offset_checkpoint, CLEANER_OFFSETS, HIGH_WATERMARKS, LOG_START_OFFSETS,
-        RECOVERY_POINTS,
+        decode_file as decode_offset_checkpoint, CLEANER_OFFSETS, HIGH_WATERMARKS,
+        LOG_START_OFFSETS, RECOVERY_POINTS,
     };
     pub use crate::manager::topic::{
         collides, parse_dir_name, validate_topic, DELETE_SUFFIX, MAX_TOPIC_LENGTH,
@@ -174,7 +174,7 @@ pub mod log_dir {
 /// [`format::BatchIter`]'s job.
 pub mod files {
     pub use crate::log::checkpoint::{
-        decode as decode_checkpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE,
+        decode_file as decode_checkpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE,
     };
     pub use crate::log::epochs::{
         decode_file as decode_leader_epochs, FILE_NAME as LEADER_EPOCH_CHECKPOINT,

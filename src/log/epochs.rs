@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::metadata_file::{self, BadMetadataFile, Invalid, MetadataFile};
 use super::text_checkpoint::{self, field};
 use crate::io::{self, FileSystem, IoError};
 
@@ -18,8 +19,6 @@ const VERSION: i32 = 0;
 /// Kafka's "no epoch" / "no offset" answers (OffsetsForLeaderEpochResponse).
 pub const UNDEFINED_EPOCH: i32 = -1;
 pub const UNDEFINED_EPOCH_OFFSET: i64 = -1;
-/// The largest file read: one line per epoch, and epochs are int32.
-const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// The first offset written in a leader epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,19 +180,6 @@ impl LeaderEpochCache {
     }
 }
 
-/// Why a `leader-epoch-checkpoint` cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {}{reason} (remove the file to rebuild the leader epochs from the log)", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
-#[non_exhaustive]
-pub struct BadEpochCheckpoint {
-    /// The file.
-    pub path: PathBuf,
-    /// The 1-based line at fault, where there is one.
-    pub line: Option<usize>,
-    /// What is wrong.
-    pub reason: String,
-}
-
 pub fn path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
 }
@@ -224,7 +210,7 @@ pub fn check(entries: &[EpochEntry]) -> Result<(), (usize, String)> {
 }
 
 /// Parses the file's text.
-pub fn decode(text: &str) -> Result<Vec<EpochEntry>, (Option<usize>, String)> {
+pub fn decode(text: &str) -> Result<Vec<EpochEntry>, Invalid> {
     let entries = text_checkpoint::parse(text, VERSION, |f| {
         if f.len() != 2 {
             return Err(format!(
@@ -236,10 +222,9 @@ pub fn decode(text: &str) -> Result<Vec<EpochEntry>, (Option<usize>, String)> {
             epoch: field(f, 0, "epoch")?,
             start_offset: field(f, 1, "start offset")?,
         })
-    })
-    .map_err(|e| (e.line, e.reason))?;
+    })?;
     // Entries are on lines 3 onwards.
-    check(&entries).map_err(|(i, reason)| (Some(i + 3), reason))?;
+    check(&entries).map_err(|(i, reason)| Invalid::at(i + 3, reason))?;
     Ok(entries)
 }
 
@@ -256,37 +241,14 @@ pub fn encode(entries: &[EpochEntry]) -> String {
 pub fn read(
     fs: &dyn FileSystem,
     dir: &Path,
-) -> Result<Result<Option<Vec<EpochEntry>>, BadEpochCheckpoint>, IoError> {
-    let p = path(dir);
-    let bad = |line, reason: String| BadEpochCheckpoint {
-        path: p.clone(),
-        line,
-        reason,
-    };
-    let bytes = match io::read_small_file(fs, &p, MAX_FILE_BYTES)? {
-        io::SmallFile::Missing => return Ok(Ok(None)),
-        io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
-        io::SmallFile::TooLarge(len) => {
-            return Ok(Err(bad(
-                None,
-                format!("{len} bytes, more than any epoch checkpoint"),
-            )))
-        }
-        io::SmallFile::Bytes(b) => b,
-    };
-    Ok(decode_file(&p, &bytes).map(Some))
+) -> Result<Result<Option<Vec<EpochEntry>>, BadMetadataFile>, IoError> {
+    metadata_file::read(fs, &path(dir), MetadataFile::LeaderEpochs, decode)
 }
 
 /// Parses the bytes of a `leader-epoch-checkpoint` read from `path` (which errors name): the
 /// entries, oldest epoch first.
-pub fn decode_file(path: &Path, bytes: &[u8]) -> Result<Vec<EpochEntry>, BadEpochCheckpoint> {
-    let bad = |line, reason: String| BadEpochCheckpoint {
-        path: path.to_path_buf(),
-        line,
-        reason,
-    };
-    let text = std::str::from_utf8(bytes).map_err(|_| bad(None, "not UTF-8 text".into()))?;
-    decode(text).map_err(|(line, reason)| bad(line, reason))
+pub fn decode_file(path: &Path, bytes: &[u8]) -> Result<Vec<EpochEntry>, BadMetadataFile> {
+    metadata_file::decode_bytes(path, bytes, MetadataFile::LeaderEpochs, decode)
 }
 
 /// Writes the checkpoint atomically (temp file, fsync, rename, directory fsync).
@@ -417,7 +379,7 @@ mod tests {
             ("0\n1\n3 10 x\n", Some(3)),
             ("0\n1\n3 ten\n", Some(3)),
         ] {
-            assert_eq!(decode(text).map_err(|e| e.0), Err(line), "{text:?}");
+            assert_eq!(decode(text).map_err(|e| e.line), Err(line), "{text:?}");
         }
     }
 

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use super::config::{ConfigError, RecoveryMode};
 use crate::format::BatchError;
 use crate::io::IoError;
-use crate::log::checkpoint::BadCheckpoint;
-use crate::log::epochs::BadEpochCheckpoint;
+use crate::log::metadata_file::BadMetadataFile;
 use crate::producer::ProducerError;
 use crate::segment::{BatchProblem, CorruptSegment, SegmentReadError};
 
@@ -153,12 +152,12 @@ pub enum OpenError {
         /// Who holds the log dir, as its `.lock` says (`process <pid>`).
         holder: String,
     },
-    /// The checkpoint is unreadable or contradicts itself.
+    /// The `oncelog.checkpoint` is unreadable or contradicts itself (kind `bad_checkpoint`, or
+    /// `damaged_checkpoint` when its bytes were damaged), or the `leader-epoch-checkpoint` is
+    /// unreadable or holds what no epoch cache can (`bad_epoch_checkpoint`): the error's
+    /// `file` says which.
     #[error(transparent)]
-    BadCheckpoint(#[from] BadCheckpoint),
-    /// The `leader-epoch-checkpoint` is unreadable or holds what no epoch cache can.
-    #[error(transparent)]
-    BadEpochCheckpoint(#[from] BadEpochCheckpoint),
+    BadMetadataFile(#[from] BadMetadataFile),
     /// [`crate::Log::open_existing`] (or a recovery preview) was given a directory that holds
     /// no partition: nothing was created in it.
     #[error("not a partition directory: {}: {reason}", dir.display())]
@@ -190,8 +189,7 @@ impl OpenError {
             OpenError::Io(_) => "io",
             OpenError::Locked { .. } => "locked",
             OpenError::LogDirLocked { .. } => "log_dir_locked",
-            OpenError::BadCheckpoint(b) => b.kind(),
-            OpenError::BadEpochCheckpoint(_) => "bad_epoch_checkpoint",
+            OpenError::BadMetadataFile(b) => b.kind(),
             OpenError::Refused { .. } => "refused",
             OpenError::NotAPartition { .. } => "not_a_partition",
         }
@@ -641,12 +639,12 @@ mod tests {
 
     #[test]
     fn the_umbrella_error_and_a_bad_checkpoint_keep_their_kind() {
-        let bad = BadCheckpoint {
-            path: PathBuf::from("/x/oncelog.checkpoint"),
-            line: Some(2),
-            reason: "not a number".into(),
-            damaged: false,
-        };
+        let bad = BadMetadataFile::new(
+            crate::log::MetadataFile::Checkpoint,
+            PathBuf::from("/x/oncelog.checkpoint"),
+            Some(2),
+            "not a number",
+        );
         assert_eq!(bad.kind(), "bad_checkpoint");
         assert_eq!(Error::from(OpenError::from(bad)).kind(), "bad_checkpoint");
         assert_eq!(Error::from(AppendError::Closed).kind(), "closed");

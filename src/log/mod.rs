@@ -6,6 +6,7 @@
 //! of one index lookup and a short scan, and get back `Bytes` that own the segment's map.
 
 pub mod checkpoint;
+mod cleaner_offset;
 mod config;
 pub mod epochs;
 mod error;
@@ -13,6 +14,7 @@ mod faces;
 mod fetch;
 mod flush;
 mod managed;
+pub mod metadata_file;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 mod metrics;
@@ -41,16 +43,17 @@ use crate::producer::{Decision, Logged, ProducerEntry};
 use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
 use epochs::LeaderEpochCache;
 
-pub use checkpoint::{BadCheckpoint, Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
+pub use checkpoint::{Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
 pub use config::{
     AppendWrites, CleanupPolicy, Clock, CompactionConfig, ConfigError, Environment, FlushPolicy,
     HighWatermarkPolicy, LogConfig, LogConfigBuilder, Preallocation, RecoveryMode, SystemClock,
 };
-pub use epochs::{BadEpochCheckpoint, EpochEndOffset, EpochEntry};
+pub use epochs::{EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
 pub use faces::{Maintenance, ReplicaLog};
 pub use fetch::FetchResult;
 pub use reader::{LogReader, DEFAULT_READER_FETCH_BYTES};
+pub use metadata_file::{BadMetadataFile, MetadataFile};
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;
 pub use operator::{partition_evidence, NotAPartitionReason, PartitionEvidence};
@@ -73,6 +76,22 @@ pub enum AppendOutcome {
     /// A retry of a batch still in its producer's dedup window: nothing was written, and these
     /// are the offsets the original got.
     Duplicate(DuplicateInfo),
+}
+
+impl AppendOutcome {
+    /// The batch's first and last offsets: where it was written, or, for a duplicate, where
+    /// the original was (what a broker answers the producer either way).
+    pub fn offsets(&self) -> (i64, i64) {
+        match self {
+            AppendOutcome::Appended(i) => (i.first_offset, i.last_offset),
+            AppendOutcome::Duplicate(d) => (d.first_offset, d.last_offset),
+        }
+    }
+
+    /// Whether nothing was written: the batch was a retry of one already in the log.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, AppendOutcome::Duplicate(_))
+    }
 }
 
 /// Where an appended batch went.

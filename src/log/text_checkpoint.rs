@@ -14,21 +14,7 @@
 //! no entries; the count must match the entries), but stricter where Kafka would go on with
 //! what it could parse: every refusal names the line.
 
-/// Why a checkpoint text cannot be used, with the 1-based line at fault where there is one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TextError {
-    pub line: Option<usize>,
-    pub reason: String,
-}
-
-impl TextError {
-    fn at(line: usize, reason: impl Into<String>) -> TextError {
-        TextError {
-            line: Some(line),
-            reason: reason.into(),
-        }
-    }
-}
+use super::metadata_file::Invalid;
 
 /// Parses `text` as a version-`version` checkpoint whose entries `entry` parses from their
 /// whitespace-separated fields.
@@ -36,7 +22,7 @@ pub fn parse<T>(
     text: &str,
     version: i32,
     mut entry: impl FnMut(&[&str]) -> Result<T, String>,
-) -> Result<Vec<T>, TextError> {
+) -> Result<Vec<T>, Invalid> {
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let Some((n, v)) = lines.next() else {
         return Ok(Vec::new());
@@ -44,12 +30,12 @@ pub fn parse<T>(
     match v.trim().parse::<i32>() {
         Ok(found) if found == version => {}
         Ok(found) => {
-            return Err(TextError::at(
+            return Err(Invalid::at(
                 n,
                 format!("unsupported version {found} (expected {version})"),
             ))
         }
-        Err(_) => return Err(TextError::at(n, format!("malformed version line {v:?}"))),
+        Err(_) => return Err(Invalid::at(n, format!("malformed version line {v:?}"))),
     }
     let Some((n, c)) = lines.next() else {
         return Ok(Vec::new());
@@ -57,24 +43,24 @@ pub fn parse<T>(
     let count = c
         .trim()
         .parse::<usize>()
-        .map_err(|_| TextError::at(n, format!("malformed entry count {c:?}")))?;
+        .map_err(|_| Invalid::at(n, format!("malformed entry count {c:?}")))?;
     let mut out = Vec::with_capacity(count.min(1 << 16));
     for (n, line) in lines {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let parsed = entry(&fields).map_err(|reason| TextError::at(n, reason))?;
+        let parsed = entry(&fields).map_err(|reason| Invalid::at(n, reason))?;
         out.push(parsed);
         if out.len() > count {
-            return Err(TextError::at(
+            return Err(Invalid::at(
                 n,
                 format!("more entries than the declared {count}"),
             ));
         }
     }
     if out.len() != count {
-        return Err(TextError {
-            line: None,
-            reason: format!("{count} entries declared, {} found", out.len()),
-        });
+        return Err(Invalid::on(
+            None,
+            format!("{count} entries declared, {} found", out.len()),
+        ));
     }
     Ok(out)
 }

@@ -16,11 +16,12 @@
 //! its topic, if any, over [`ManagerConfig::log`].
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::format::TimestampType;
 use crate::io::{self, FileSystem, IoError};
+use crate::log::metadata_file::{self, BadMetadataFile, Invalid, MetadataFile};
 use crate::log::{AppendWrites, CleanupPolicy, LogConfig};
 
 /// The file holding a partition's own settings, in its directory.
@@ -250,45 +251,16 @@ impl PartitionConfig {
     pub(crate) fn read(
         fs: &dyn FileSystem,
         dir: &Path,
-    ) -> Result<Result<Option<PartitionConfig>, BadPartitionConfig>, IoError> {
+    ) -> Result<Result<Option<PartitionConfig>, BadMetadataFile>, IoError> {
         let path = dir.join(PARTITION_CONFIG_FILE);
-        let bad = |line, reason: String| BadPartitionConfig {
-            path: path.clone(),
-            line,
-            reason,
-        };
-        let bytes = match io::read_small_file(fs, &path, 64 << 10)? {
-            io::SmallFile::Missing => return Ok(Ok(None)),
-            io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
-            io::SmallFile::TooLarge(len) => {
-                return Ok(Err(bad(None, format!("{len} bytes, more than any settings file"))))
-            }
-            io::SmallFile::Bytes(b) => b,
-        };
-        let Ok(text) = String::from_utf8(bytes) else {
-            return Ok(Err(bad(None, "not UTF-8 text".into())));
-        };
-        Ok(PartitionConfig::decode(&text)
-            .map(Some)
-            .map_err(|(line, reason)| bad(Some(line), reason)))
+        metadata_file::read(fs, &path, MetadataFile::PartitionConfig, |text| {
+            PartitionConfig::decode(text).map_err(|(line, reason)| Invalid::at(line, reason))
+        })
     }
 
     pub(crate) fn write(&self, fs: &dyn FileSystem, dir: &Path) -> Result<(), IoError> {
         io::write_file_atomically(fs, &dir.join(PARTITION_CONFIG_FILE), self.encode().as_bytes())
     }
-}
-
-/// A partition's `oncelog.properties` that cannot be used: the partition is not opened.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
-#[non_exhaustive]
-pub struct BadPartitionConfig {
-    /// The file.
-    pub path: PathBuf,
-    /// The 1-based line at fault, where there is one.
-    pub line: Option<usize>,
-    /// What is wrong.
-    pub reason: String,
 }
 
 /// How often each background job runs; `None` turns it off (it can still be run at once with

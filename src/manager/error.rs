@@ -3,12 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::config::BadPartitionConfig;
-use super::meta::BadMetaProperties;
-use super::offsets::BadOffsetCheckpoint;
 use super::topic::{TopicError, TopicPartition};
 use crate::io::IoError;
-use crate::log::{ConfigError, FlushError, OpenError};
+use crate::log::{BadMetadataFile, ConfigError, FlushError, OpenError};
 
 /// Why a partition did not open: it is reported, and left closed, while the others open.
 #[derive(Debug, thiserror::Error)]
@@ -18,9 +15,10 @@ pub enum PartitionFailure {
     /// lock held by another process, an I/O error, ...).
     #[error(transparent)]
     Open(#[from] OpenError),
-    /// Its `oncelog.properties` cannot be read.
+    /// Its `oncelog.properties` cannot be read (a [`BadMetadataFile`] of
+    /// [`MetadataFile::PartitionConfig`](crate::log::MetadataFile::PartitionConfig)).
     #[error(transparent)]
-    BadConfig(#[from] BadPartitionConfig),
+    BadConfig(#[from] BadMetadataFile),
     /// Its settings resolve to a configuration that breaks a rule.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -69,13 +67,12 @@ pub enum ManagerError {
         /// POSIX lock on it as a Kafka broker does.
         holder: String,
     },
-    /// A log dir's `meta.properties` is malformed, or does not match the others or the
-    /// configuration.
+    /// A log dir's file is unusable: its `meta.properties` is malformed, or does not match the
+    /// others or the configuration; or one of its offset checkpoint files is malformed. The
+    /// error's `file` says which, its `kind()` is `bad_meta_properties` or
+    /// `bad_offset_checkpoint`.
     #[error(transparent)]
-    BadMetaProperties(#[from] BadMetaProperties),
-    /// A log dir's offset checkpoint file is malformed.
-    #[error(transparent)]
-    BadCheckpoint(#[from] BadOffsetCheckpoint),
+    BadMetadataFile(#[from] BadMetadataFile),
     /// The same partition has a directory in two log dirs (Kafka refuses to start too).
     #[error("{partition} is in two log dirs: {} and {}", first.display(), second.display())]
     DuplicatePartition {
@@ -168,8 +165,7 @@ impl ManagerError {
             ManagerError::ZeroCleanerRate => "zero_cleaner_rate",
             ManagerError::DuplicateLogDir { .. } => "duplicate_log_dir",
             ManagerError::Locked { .. } => "locked",
-            ManagerError::BadMetaProperties(e) => e.kind(),
-            ManagerError::BadCheckpoint(e) => e.kind(),
+            ManagerError::BadMetadataFile(e) => e.kind(),
             ManagerError::DuplicatePartition { .. } => "duplicate_partition",
             ManagerError::Config(e) => e.kind(),
             ManagerError::InvalidTopic { .. } => "invalid_topic",

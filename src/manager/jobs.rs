@@ -288,7 +288,8 @@ fn deletion(inner: &Inner) -> JobReport {
 }
 
 /// Runs the manager's cleaner on every online partition whose policy includes `compact`, from
-/// its cleaner checkpoint entry, and moves the entry to what the cleaner answers.
+/// its cleaner offset, and moves the offset to what the cleaner answers (in the log's own
+/// `cleaner-offset-checkpoint`, the one source of truth: `log::cleaner_offset`).
 fn cleaning(inner: &Inner) -> JobReport {
     let mut report = JobReport::default();
     let Some(cleaner) = inner.cleaner.read().clone() else {
@@ -307,7 +308,7 @@ fn cleaning(inner: &Inner) -> JobReport {
         }
         report.visited += 1;
         let (start, end) = (log.log_start_offset(), log.log_end_offset());
-        let from = slot.cleaned.lock().map_or(start, |c| c.clamp(start, end.max(start)));
+        let from = slot.cleaner_offset(log).map_or(start, |c| c.clamp(start, end.max(start)));
         let request = CleanRequest {
             partition: &slot.tp,
             policy: config.cleanup_policy,
@@ -317,8 +318,9 @@ fn cleaning(inner: &Inner) -> JobReport {
         };
         match cleaner.clean(log, &request) {
             Ok(done) if (from..=log.log_end_offset()).contains(&done.clean_to) => {
-                *slot.cleaned.lock() = Some(done.clean_to);
-                if done.bytes_read > 0 {
+                if let Err(e) = log.store_cleaner_offset(done.clean_to) {
+                    report.failures.push(format!("{}: {e}", slot.tp));
+                } else if done.bytes_read > 0 {
                     report.acted += 1;
                 }
             }
@@ -356,7 +358,6 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
     for slot in inner.slots().into_iter().filter(|s| s.dir == i) {
         let tp = slot.tp.clone();
         let k = slot.kept;
-        let cleaned = *slot.cleaned.lock();
         match &slot.state {
             SlotState::Online { log, .. } => {
                 let (log_start, log_end) = (log.log_start_offset(), log.log_end_offset());
@@ -366,7 +367,7 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
                     start.insert(tp.clone(), log_start);
                 }
                 hw.insert(tp.clone(), log.high_watermark());
-                if let Some(c) = cleaned {
+                if let Some(c) = slot.cleaner_offset(log) {
                     cleaner.insert(tp, c.clamp(log_start, log_end.max(log_start)));
                 }
             }
@@ -379,7 +380,7 @@ pub(crate) fn write_checkpoints(inner: &Inner, i: usize, files: Files) -> Result
                 keep(&mut rp, k.recovery_point);
                 keep(&mut start, k.log_start_offset);
                 keep(&mut hw, k.high_watermark);
-                keep(&mut cleaner, cleaned);
+                keep(&mut cleaner, k.cleaner_offset);
             }
         }
     }

@@ -13,13 +13,13 @@
 //! Ids are Kafka's `Uuid`s: 16 bytes in URL-safe base64 without padding (22 characters).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::io::{self, FileSystem, IoError};
+use crate::log::metadata_file::{self, BadMetadataFile, Invalid, MetadataFile};
 
 /// The file's name in a log dir.
 pub const FILE_NAME: &str = "meta.properties";
-const MAX_FILE_BYTES: u64 = 64 << 10;
 
 /// What a log dir's `meta.properties` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,29 +34,8 @@ pub struct MetaProperties {
     pub directory_id: Option<String>,
 }
 
-/// A `meta.properties` that cannot be used, or that does not belong with the others. The
-/// manager refuses to open the log dir, changing nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
-#[non_exhaustive]
-pub struct BadMetaProperties {
-    /// The file.
-    pub path: PathBuf,
-    /// The 1-based line at fault, where there is one.
-    pub line: Option<usize>,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl BadMetaProperties {
-    /// A stable snake_case name for the kind of error.
-    pub fn kind(&self) -> &'static str {
-        "bad_meta_properties"
-    }
-}
-
 /// Parses the text; the error names the line where there is one.
-pub fn decode(text: &str) -> Result<MetaProperties, (Option<usize>, String)> {
+pub fn decode(text: &str) -> Result<MetaProperties, Invalid> {
     let mut props: BTreeMap<&str, (usize, &str)> = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let n = i + 1;
@@ -65,20 +44,20 @@ pub fn decode(text: &str) -> Result<MetaProperties, (Option<usize>, String)> {
             continue;
         }
         let Some((key, value)) = line.split_once(['=', ':']) else {
-            return Err((Some(n), format!("expected \"<key>=<value>\", found {line:?}")));
+            return Err(Invalid::at(n, format!("expected \"<key>=<value>\", found {line:?}")));
         };
         let (key, value) = (key.trim(), value.trim());
         if props.insert(key, (n, value)).is_some() {
-            return Err((Some(n), format!("{key} is set twice")));
+            return Err(Invalid::at(n, format!("{key} is set twice")));
         }
     }
     let version = match props.get("version") {
         None => 0,
         Some((_, "0")) => 0,
         Some((_, "1")) => 1,
-        Some((n, v)) => return Err((Some(*n), format!("unsupported version {v:?} (0 or 1)"))),
+        Some((n, v)) => return Err(Invalid::at(*n, format!("unsupported version {v:?} (0 or 1)"))),
     };
-    let int = |key: &str| -> Result<Option<i32>, (Option<usize>, String)> {
+    let int = |key: &str| -> Result<Option<i32>, Invalid> {
         match props.get(key) {
             None => Ok(None),
             Some((n, v)) => v
@@ -86,23 +65,23 @@ pub fn decode(text: &str) -> Result<MetaProperties, (Option<usize>, String)> {
                 .ok()
                 .filter(|id| *id >= 0)
                 .map(Some)
-                .ok_or((Some(*n), format!("{key} is not a node id: {v:?}"))),
+                .ok_or_else(|| Invalid::at(*n, format!("{key} is not a node id: {v:?}"))),
         }
     };
     let node_id = if version == 0 { int("broker.id")? } else { int("node.id")? };
     let cluster_id = props.get("cluster.id").map(|(_, v)| v.to_string());
     if version == 1 {
         if node_id.is_none() {
-            return Err((None, "node.id is missing (required in version 1)".into()));
+            return Err(Invalid::on(None, "node.id is missing (required in version 1)"));
         }
         if cluster_id.is_none() {
-            return Err((None, "cluster.id is missing (required in version 1)".into()));
+            return Err(Invalid::on(None, "cluster.id is missing (required in version 1)"));
         }
     }
     let directory_id = match props.get("directory.id") {
         None => None,
         Some((n, v)) => {
-            check_uuid(v).map_err(|reason| (Some(*n), format!("directory.id {v:?}: {reason}")))?;
+            check_uuid(v).map_err(|reason| Invalid::at(*n, format!("directory.id {v:?}: {reason}")))?;
             Some(v.to_string())
         }
     };
@@ -135,26 +114,20 @@ pub fn encode(meta: &MetaProperties) -> String {
 pub fn read(
     fs: &dyn FileSystem,
     dir: &Path,
-) -> Result<Result<Option<MetaProperties>, BadMetaProperties>, IoError> {
-    let path = dir.join(FILE_NAME);
-    let bad = |line, reason: String| BadMetaProperties {
-        path: path.clone(),
-        line,
-        reason,
-    };
-    let bytes = match io::read_small_file(fs, &path, MAX_FILE_BYTES)? {
-        io::SmallFile::Missing => return Ok(Ok(None)),
-        io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
-        io::SmallFile::TooLarge(len) => {
-            return Ok(Err(bad(None, format!("{len} bytes, more than any meta.properties"))))
-        }
-        io::SmallFile::Bytes(b) => b,
-    };
+) -> Result<Result<Option<MetaProperties>, BadMetadataFile>, IoError> {
     // Java writes properties in ISO-8859-1 with escapes; Kafka's keys and ids are ASCII.
-    let Ok(text) = String::from_utf8(bytes) else {
-        return Ok(Err(bad(None, "not text".into())));
-    };
-    Ok(decode(&text).map(Some).map_err(|(line, reason)| bad(line, reason)))
+    metadata_file::read(fs, &dir.join(FILE_NAME), MetadataFile::MetaProperties, decode)
+}
+
+/// Parses the bytes of a `meta.properties` read from `path` (which errors name).
+pub fn decode_file(path: &Path, bytes: &[u8]) -> Result<MetaProperties, BadMetadataFile> {
+    metadata_file::decode_bytes(path, bytes, MetadataFile::MetaProperties, decode)
+}
+
+/// A refusal of the `meta.properties` of the log dir `dir`: one that does not belong with the
+/// others, or with the configuration.
+pub fn mismatch(dir: &Path, reason: String) -> BadMetadataFile {
+    BadMetadataFile::new(MetadataFile::MetaProperties, dir.join(FILE_NAME), None, reason)
 }
 
 /// Writes `dir`'s `meta.properties` atomically.
@@ -260,7 +233,7 @@ mod tests {
         ] {
             match decode(text) {
                 Ok(m) => panic!("accepted {text:?} as {m:?}"),
-                Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
+                Err(e) => assert_eq!(e.line, line, "{text:?}: {}", e.reason),
             }
         }
     }

@@ -30,14 +30,12 @@ use crate::log::{CleanupPolicy, Environment, Log};
 
 pub use cleaning::{CleanRequest, Cleaned, Cleaner, Compactor, Throttle};
 pub use config::{
-    BadPartitionConfig, JobIntervals, ManagerConfig, PartitionConfig,
-    ResolvedConfig, PARTITION_CONFIG_FILE,
+    JobIntervals, ManagerConfig, PartitionConfig, ResolvedConfig, PARTITION_CONFIG_FILE,
 };
 pub use error::{ManagerError, PartitionFailure};
 pub use jobs::{Job, JobReport, JobStats};
 pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
-pub use meta::{BadMetaProperties, MetaProperties};
-pub use offsets::BadOffsetCheckpoint;
+pub use meta::MetaProperties;
 pub use open::{LogDirReport, ManagerOpenReport, PartitionOpened, PartitionReport};
 pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicPartition};
 
@@ -93,9 +91,15 @@ pub(crate) struct Slot {
     kept: Kept,
     /// When the flush job first saw it with unflushed appends (clock ms), for `flush.ms`.
     dirty_since: Mutex<Option<i64>>,
-    /// Its cleaner checkpoint entry: where the next cleaning starts (`kept`'s at open, then
-    /// what the cleaner answered).
-    cleaned: Mutex<Option<i64>>,
+}
+
+impl Slot {
+    /// Where the next cleaning of its (online) `log` starts: the cleaner offset the log keeps
+    /// in its directory, or, for a partition directory without one (a Kafka log dir, or one
+    /// an older manager wrote), the log dir's `cleaner-offset-checkpoint` entry read at open.
+    fn cleaner_offset(&self, log: &Log) -> Option<i64> {
+        log.stored_cleaner_offset().or(self.kept.cleaner_offset)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]

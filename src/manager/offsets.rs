@@ -21,10 +21,11 @@
 //! start would make records deleted by DeleteRecords readable again.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::topic::{validate_topic, TopicPartition};
 use crate::io::{self, FileSystem, IoError};
+use crate::log::metadata_file::{self, BadMetadataFile, Invalid, MetadataFile};
 use crate::log::text_checkpoint::{self, field};
 
 /// Kafka's name of the recovery points file.
@@ -37,36 +38,12 @@ pub const HIGH_WATERMARKS: &str = "replication-offset-checkpoint";
 pub const CLEANER_OFFSETS: &str = "cleaner-offset-checkpoint";
 
 const VERSION: i32 = 0;
-/// The largest file read: a million partitions of long names. Anything larger is not a
-/// checkpoint, and is refused before it is read.
-const MAX_FILE_BYTES: u64 = 256 << 20;
 
 /// One offset per partition.
 pub type Offsets = BTreeMap<TopicPartition, i64>;
 
-/// An offset checkpoint file of a log dir that cannot be used: unreadable, or a line that is
-/// not what Kafka writes. The manager refuses to open the log dir, changing nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {}{reason}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default())]
-#[non_exhaustive]
-pub struct BadOffsetCheckpoint {
-    /// The checkpoint file.
-    pub path: PathBuf,
-    /// The 1-based line at fault, where there is one.
-    pub line: Option<usize>,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl BadOffsetCheckpoint {
-    /// A stable snake_case name for the kind of error.
-    pub fn kind(&self) -> &'static str {
-        "bad_offset_checkpoint"
-    }
-}
-
 /// Parses a checkpoint's text; the error names the line.
-pub fn decode(text: &str) -> Result<Offsets, (Option<usize>, String)> {
+pub fn decode(text: &str) -> Result<Offsets, Invalid> {
     let entries = text_checkpoint::parse(text, VERSION, |f| {
         if f.len() != 3 {
             return Err(format!(
@@ -81,13 +58,12 @@ pub fn decode(text: &str) -> Result<Offsets, (Option<usize>, String)> {
             return Err(format!("negative partition or offset in {:?}", f.join(" ")));
         }
         Ok((TopicPartition::new(f[0], partition), offset))
-    })
-    .map_err(|e| (e.line, e.reason))?;
+    })?;
     let mut out = Offsets::new();
     for (i, (tp, offset)) in entries.into_iter().enumerate() {
         if out.insert(tp.clone(), offset).is_some() {
             // Entries start on line 3. Two offsets for one partition: which is right?
-            return Err((Some(i + 3), format!("{tp} is listed twice")));
+            return Err(Invalid::at(i + 3, format!("{tp} is listed twice")));
         }
     }
     Ok(out)
@@ -108,28 +84,14 @@ pub fn read(
     fs: &dyn FileSystem,
     dir: &Path,
     name: &str,
-) -> Result<Result<Offsets, BadOffsetCheckpoint>, IoError> {
-    let path = dir.join(name);
-    let bad = |line, reason: String| BadOffsetCheckpoint {
-        path: path.clone(),
-        line,
-        reason,
-    };
-    let bytes = match io::read_small_file(fs, &path, MAX_FILE_BYTES)? {
-        io::SmallFile::Missing => return Ok(Ok(Offsets::new())),
-        io::SmallFile::NotAFile(kind) => return Ok(Err(bad(None, format!("is a {kind}")))),
-        io::SmallFile::TooLarge(len) => {
-            return Ok(Err(bad(
-                None,
-                format!("{len} bytes, more than any checkpoint ({MAX_FILE_BYTES})"),
-            )))
-        }
-        io::SmallFile::Bytes(b) => b,
-    };
-    let Ok(text) = String::from_utf8(bytes) else {
-        return Ok(Err(bad(None, "not UTF-8 text".into())));
-    };
-    Ok(decode(&text).map_err(|(line, reason)| bad(line, reason)))
+) -> Result<Result<Offsets, BadMetadataFile>, IoError> {
+    let read = metadata_file::read(fs, &dir.join(name), MetadataFile::OffsetCheckpoint, decode)?;
+    Ok(read.map(Option::unwrap_or_default))
+}
+
+/// Parses the bytes of an offset checkpoint read from `path` (which errors name).
+pub fn decode_file(path: &Path, bytes: &[u8]) -> Result<Offsets, BadMetadataFile> {
+    metadata_file::decode_bytes(path, bytes, MetadataFile::OffsetCheckpoint, decode)
 }
 
 /// Replaces the checkpoint `name` of `dir` with `offsets`, atomically.
@@ -186,7 +148,7 @@ mod tests {
         ] {
             match decode(text) {
                 Ok(v) => panic!("accepted {text:?} as {v:?}"),
-                Err((l, reason)) => assert_eq!(l, line, "{text:?}: {reason}"),
+                Err(e) => assert_eq!(e.line, line, "{text:?}: {}", e.reason),
             }
         }
     }

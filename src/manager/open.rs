@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use super::config::PartitionConfig;
 use super::error::{ManagerError, PartitionFailure};
 use super::log_dir::{self, LogDirContents};
-use super::meta::{self, BadMetaProperties, MetaProperties};
+use super::meta::{self, MetaProperties};
 use super::partitions::DoomedDir;
 use super::topic::{validate_topic, DirEntry, TopicPartition};
 use super::{Dir, Inner, Kept, ManagerConfig, Slot, SlotState};
@@ -352,7 +352,6 @@ fn open_partitions(
                 state,
                 kept: p.kept,
                 dirty_since: Mutex::new(None),
-                cleaned: Mutex::new(p.kept.cleaner_offset),
             }),
         );
         reports.push(report);
@@ -411,11 +410,7 @@ fn check_meta<'a>(
     config: &ManagerConfig,
     dirs: impl Iterator<Item = &'a LogDirContents> + Clone,
 ) -> Result<Vec<MetaProperties>, ManagerError> {
-    let bad = |c: &LogDirContents, reason: String| BadMetaProperties {
-        path: c.path.join(meta::FILE_NAME),
-        line: None,
-        reason,
-    };
+    let bad = |c: &LogDirContents, reason: String| meta::mismatch(&c.path, reason);
     let mut cluster = config.cluster_id.clone().map(|id| (id, "the configuration".to_string()));
     let mut node = config.node_id.map(|id| (id, "the configuration".to_string()));
     let mut directory_ids: BTreeMap<String, PathBuf> = BTreeMap::new();

@@ -79,7 +79,6 @@ pub(super) fn create(
             },
             kept: Kept::default(),
             dirty_since: Mutex::new(None),
-            cleaned: Mutex::new(None),
         }),
     );
     Ok(log)
@@ -177,7 +176,6 @@ pub(super) fn delete(inner: &Inner, tp: &TopicPartition) -> Result<(), ManagerEr
             state: SlotState::Offline(Arc::clone(&failure)),
             kept: slot.kept,
             dirty_since: Mutex::new(None),
-            cleaned: Mutex::new(*slot.cleaned.lock()),
         };
         inner.partitions.write().insert(tp.clone(), Arc::new(offline));
         return Err(ManagerError::PartitionOffline {

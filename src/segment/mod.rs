@@ -13,6 +13,7 @@ pub mod digest;
 #[cfg(any(test, feature = "internals"))]
 pub mod fuzz;
 pub mod names;
+pub mod mapped_index;
 pub mod offset_index;
 pub mod scan;
 mod search;

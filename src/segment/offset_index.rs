@@ -10,11 +10,9 @@
 //! checksum; an untrimmed file's length is not a trustworthy entry count, which is why the log
 //! rebuilds indexes past its recovery point (docs/design.md, "Memory maps without hazards").
 
-use std::sync::Arc;
-
+use super::mapped_index::{self, IndexEntry, IndexWriter, MappedIndex};
 use super::search::largest_lower_bound;
 use crate::format::batch::be_i32;
-use crate::io::{MapWriter, Mapping};
 
 /// Bytes of one offset-index entry: relative offset and position, big-endian int32s.
 pub const ENTRY_SIZE: usize = 8;
@@ -91,20 +89,32 @@ pub fn relative_offset(base_offset: i64, offset: i64) -> Option<i32> {
         .and_then(|d| i32::try_from(d).ok())
 }
 
+impl IndexEntry for OffsetPosition {
+    const SIZE: usize = ENTRY_SIZE;
+
+    fn decode(e: &[u8], base_offset: i64) -> OffsetPosition {
+        OffsetPosition {
+            offset: base_offset + be_i32(e, 0) as i64,
+            position: be_i32(e, 4) as u32,
+        }
+    }
+
+    fn encode_into(self, base_offset: i64, out: &mut [u8]) {
+        let rel = (self.offset - base_offset) as i32;
+        out[..4].copy_from_slice(&rel.to_be_bytes());
+        out[4..].copy_from_slice(&(self.position as i32).to_be_bytes());
+    }
+}
+
 /// Decodes raw index bytes (for tools); a trailing partial entry is ignored.
 pub fn decode(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = OffsetPosition> + '_ {
-    bytes.chunks_exact(ENTRY_SIZE).map(move |e| OffsetPosition {
-        offset: base_offset + be_i32(e, 0) as i64,
-        position: be_i32(e, 4) as u32,
-    })
+    mapped_index::decode(bytes, base_offset)
 }
 
 /// Encodes one entry.
 pub fn encode(base_offset: i64, entry: OffsetPosition) -> [u8; ENTRY_SIZE] {
     let mut out = [0u8; ENTRY_SIZE];
-    let rel = (entry.offset - base_offset) as i32;
-    out[..4].copy_from_slice(&rel.to_be_bytes());
-    out[4..].copy_from_slice(&(entry.position as i32).to_be_bytes());
+    entry.encode_into(base_offset, &mut out);
     out
 }
 
@@ -146,57 +156,23 @@ pub fn check(bytes: &[u8], base_offset: i64, log_size: usize) -> Result<(), Inde
 }
 
 /// The read side of a segment's offset index: the published entries of its map.
-#[derive(Debug, Clone)]
-pub struct OffsetIndex {
-    base_offset: i64,
-    map: Arc<Mapping>,
-}
+pub type OffsetIndex = MappedIndex<OffsetPosition>;
 
-impl OffsetIndex {
-    pub fn new(base_offset: i64, map: Arc<Mapping>) -> OffsetIndex {
-        OffsetIndex { base_offset, map }
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.published() / ENTRY_SIZE
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn mapping(&self) -> &Arc<Mapping> {
-        &self.map
-    }
-
-    fn bytes(&self) -> &[u8] {
-        self.map.published_slice()
-    }
-
-    pub fn entry(&self, slot: usize) -> Option<OffsetPosition> {
-        let b = self.bytes();
-        let e = b.get(slot * ENTRY_SIZE..(slot + 1) * ENTRY_SIZE)?;
-        Some(OffsetPosition {
-            offset: self.base_offset + be_i32(e, 0) as i64,
-            position: be_i32(e, 4) as u32,
-        })
-    }
-
-    pub fn last(&self) -> Option<OffsetPosition> {
-        self.len().checked_sub(1).and_then(|slot| self.entry(slot))
-    }
-
+impl MappedIndex<OffsetPosition> {
     /// The greatest entry whose offset is ≤ `target`, or `(base offset, 0)` if there is none:
     /// where a scan for `target` starts.
     pub fn lookup(&self, target: i64) -> OffsetPosition {
         let bytes = self.bytes();
         let n = bytes.len() / ENTRY_SIZE;
-        let key = |slot: usize| self.base_offset + be_i32(bytes, slot * ENTRY_SIZE) as i64;
+        let base_offset = self.base_offset();
+        let key = |slot: usize| base_offset + be_i32(bytes, slot * ENTRY_SIZE) as i64;
         match largest_lower_bound(n, ENTRY_SIZE, key, target) {
             Some(slot) => OffsetPosition {
                 offset: key(slot),
                 position: be_i32(bytes, slot * ENTRY_SIZE + 4) as u32,
             },
             None => OffsetPosition {
-                offset: self.base_offset,
+                offset: base_offset,
                 position: 0,
             },
         }
@@ -217,62 +193,19 @@ impl OffsetIndex {
         }
         self.entry(lo)
     }
-
-    /// All published entries.
-    pub fn entries(&self) -> impl Iterator<Item = OffsetPosition> + '_ {
-        decode(self.bytes(), self.base_offset)
-    }
 }
 
 /// The one writer of an offset index.
-#[derive(Debug)]
-pub struct OffsetIndexWriter {
-    base_offset: i64,
-    writer: MapWriter,
-}
+pub type OffsetIndexWriter = IndexWriter<OffsetPosition>;
 
-impl OffsetIndexWriter {
-    pub fn new(base_offset: i64, writer: MapWriter) -> OffsetIndexWriter {
-        OffsetIndexWriter {
-            base_offset,
-            writer,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.writer.published() / ENTRY_SIZE
-    }
-    /// Allows entries below byte `end` (the file was allocated that far).
-    pub fn grant(&mut self, end: usize) {
-        self.writer.grant(end);
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn max_entries(&self) -> usize {
-        self.writer.capacity() / ENTRY_SIZE
-    }
+impl IndexWriter<OffsetPosition> {
     pub fn is_full(&self) -> bool {
         self.len() >= self.max_entries()
     }
 
-    fn last_offset(&self) -> Option<i64> {
-        let n = self.len();
-        if n == 0 {
-            return None;
-        }
-        let b = self.writer.mapping().published_slice();
-        Some(self.base_offset + be_i32(b, (n - 1) * ENTRY_SIZE) as i64)
-    }
-
     /// Position of the last entry, or 0 without one (where the append-path counter restarts).
     pub fn last_position(&self) -> u32 {
-        let n = self.len();
-        if n == 0 {
-            return 0;
-        }
-        let b = self.writer.mapping().published_slice();
-        be_i32(b, (n - 1) * ENTRY_SIZE + 4) as u32
+        self.last().map_or(0, |e| e.position)
     }
 
     pub fn append(&mut self, offset: i64, position: u32) -> Result<(), IndexError> {
@@ -281,26 +214,16 @@ impl OffsetIndexWriter {
                 max_entries: self.max_entries(),
             });
         }
-        if let Some(last) = self.last_offset().filter(|&last| offset <= last) {
+        if let Some(last) = self.last().map(|e| e.offset).filter(|&last| offset <= last) {
             return Err(IndexError::OffsetNotIncreasing { offset, last });
         }
-        if relative_offset(self.base_offset, offset).is_none() {
+        if relative_offset(self.base_offset(), offset).is_none() {
             return Err(IndexError::RelativeOffsetOverflow {
                 offset,
-                base_offset: self.base_offset,
+                base_offset: self.base_offset(),
             });
         }
-        let at = self.writer.published();
-        self.writer.write(
-            at,
-            &encode(self.base_offset, OffsetPosition { offset, position }),
-        );
-        self.writer.publish(at + ENTRY_SIZE);
+        self.push(OffsetPosition { offset, position });
         Ok(())
-    }
-
-    /// Bytes in use (entries × 8): the length the file is trimmed to.
-    pub fn size_bytes(&self) -> usize {
-        self.writer.published()
     }
 }

@@ -10,12 +10,10 @@
 //! is not written), offsets never decrease. One slot is kept free for the final entry that is
 //! always appended when the segment stops being active.
 
-use std::sync::Arc;
-
+use super::mapped_index::{self, IndexEntry, IndexWriter, MappedIndex};
 use super::offset_index::{relative_offset, IndexError, IndexProblem};
 use super::search::largest_lower_bound;
 use crate::format::batch::{be_i32, be_i64};
-use crate::io::{MapWriter, Mapping};
 
 /// Bytes of one time-index entry: timestamp (int64) and relative offset (int32), big-endian.
 pub const ENTRY_SIZE: usize = 12;
@@ -29,20 +27,30 @@ pub struct TimestampOffset {
     pub offset: i64,
 }
 
-/// Decodes raw time-index bytes (for tools); a trailing partial entry is ignored.
-pub fn decode(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = TimestampOffset> + '_ {
-    bytes
-        .chunks_exact(ENTRY_SIZE)
-        .map(move |e| TimestampOffset {
+impl IndexEntry for TimestampOffset {
+    const SIZE: usize = ENTRY_SIZE;
+
+    fn decode(e: &[u8], base_offset: i64) -> TimestampOffset {
+        TimestampOffset {
             timestamp: be_i64(e, 0),
             offset: base_offset + be_i32(e, 8) as i64,
-        })
+        }
+    }
+
+    fn encode_into(self, base_offset: i64, out: &mut [u8]) {
+        out[..8].copy_from_slice(&self.timestamp.to_be_bytes());
+        out[8..].copy_from_slice(&((self.offset - base_offset) as i32).to_be_bytes());
+    }
+}
+
+/// Decodes raw time-index bytes (for tools); a trailing partial entry is ignored.
+pub fn decode(bytes: &[u8], base_offset: i64) -> impl Iterator<Item = TimestampOffset> + '_ {
+    mapped_index::decode(bytes, base_offset)
 }
 
 pub fn encode(base_offset: i64, entry: TimestampOffset) -> [u8; ENTRY_SIZE] {
     let mut out = [0u8; ENTRY_SIZE];
-    out[..8].copy_from_slice(&entry.timestamp.to_be_bytes());
-    out[8..].copy_from_slice(&((entry.offset - base_offset) as i32).to_be_bytes());
+    entry.encode_into(base_offset, &mut out);
     out
 }
 
@@ -86,100 +94,34 @@ pub fn check(bytes: &[u8], base_offset: i64, last_offset: i64) -> Result<(), Ind
 }
 
 /// The read side of a segment's time index.
-#[derive(Debug, Clone)]
-pub struct TimeIndex {
-    base_offset: i64,
-    map: Arc<Mapping>,
-}
+pub type TimeIndex = MappedIndex<TimestampOffset>;
 
-impl TimeIndex {
-    pub fn new(base_offset: i64, map: Arc<Mapping>) -> TimeIndex {
-        TimeIndex { base_offset, map }
-    }
-
-    pub fn len(&self) -> usize {
-        self.map.published() / ENTRY_SIZE
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn mapping(&self) -> &Arc<Mapping> {
-        &self.map
-    }
-
-    pub fn entry(&self, slot: usize) -> Option<TimestampOffset> {
-        let b = self.map.published_slice();
-        let e = b.get(slot * ENTRY_SIZE..(slot + 1) * ENTRY_SIZE)?;
-        Some(TimestampOffset {
-            timestamp: be_i64(e, 0),
-            offset: self.base_offset + be_i32(e, 8) as i64,
-        })
-    }
-
-    pub fn last(&self) -> Option<TimestampOffset> {
-        self.len().checked_sub(1).and_then(|slot| self.entry(slot))
-    }
-
+impl MappedIndex<TimestampOffset> {
     /// The greatest entry whose timestamp is ≤ `target`, or `(-1, base offset)` without one.
     pub fn lookup(&self, target: i64) -> TimestampOffset {
-        let bytes = self.map.published_slice();
+        let bytes = self.bytes();
         let n = bytes.len() / ENTRY_SIZE;
         let key = |slot: usize| be_i64(bytes, slot * ENTRY_SIZE);
         match largest_lower_bound(n, ENTRY_SIZE, key, target) {
             Some(slot) => TimestampOffset {
                 timestamp: key(slot),
-                offset: self.base_offset + be_i32(bytes, slot * ENTRY_SIZE + 8) as i64,
+                offset: self.base_offset() + be_i32(bytes, slot * ENTRY_SIZE + 8) as i64,
             },
             None => TimestampOffset {
                 timestamp: -1,
-                offset: self.base_offset,
+                offset: self.base_offset(),
             },
         }
-    }
-
-    pub fn entries(&self) -> impl Iterator<Item = TimestampOffset> + '_ {
-        decode(self.map.published_slice(), self.base_offset)
     }
 }
 
 /// The one writer of a time index.
-#[derive(Debug)]
-pub struct TimeIndexWriter {
-    base_offset: i64,
-    writer: MapWriter,
-    last: Option<TimestampOffset>,
-}
+pub type TimeIndexWriter = IndexWriter<TimestampOffset>;
 
-impl TimeIndexWriter {
-    pub fn new(base_offset: i64, writer: MapWriter) -> TimeIndexWriter {
-        let index = TimeIndex::new(base_offset, Arc::clone(writer.mapping()));
-        let last = index.last();
-        TimeIndexWriter {
-            base_offset,
-            writer,
-            last,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.writer.published() / ENTRY_SIZE
-    }
-    /// Allows entries below byte `end` (the file was allocated that far).
-    pub fn grant(&mut self, end: usize) {
-        self.writer.grant(end);
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn max_entries(&self) -> usize {
-        self.writer.capacity() / ENTRY_SIZE
-    }
+impl IndexWriter<TimestampOffset> {
     /// Full one slot early: the last slot is kept for the final entry written at roll.
     pub fn is_full(&self) -> bool {
         self.len() + 1 >= self.max_entries()
-    }
-    pub fn last(&self) -> Option<TimestampOffset> {
-        self.last
     }
 
     /// Appends `(timestamp, offset)` if the timestamp is above the last entry's (Kafka's
@@ -190,7 +132,7 @@ impl TimeIndexWriter {
         offset: i64,
         final_entry: bool,
     ) -> Result<(), IndexError> {
-        if let Some(last) = self.last {
+        if let Some(last) = self.last() {
             if offset < last.offset {
                 return Err(IndexError::OffsetNotIncreasing {
                     offset,
@@ -217,21 +159,13 @@ impl TimeIndexWriter {
                 max_entries: self.max_entries(),
             });
         }
-        if relative_offset(self.base_offset, offset).is_none() {
+        if relative_offset(self.base_offset(), offset).is_none() {
             return Err(IndexError::RelativeOffsetOverflow {
                 offset,
-                base_offset: self.base_offset,
+                base_offset: self.base_offset(),
             });
         }
-        let entry = TimestampOffset { timestamp, offset };
-        let at = self.writer.published();
-        self.writer.write(at, &encode(self.base_offset, entry));
-        self.writer.publish(at + ENTRY_SIZE);
-        self.last = Some(entry);
+        self.push(TimestampOffset { timestamp, offset });
         Ok(())
-    }
-
-    pub fn size_bytes(&self) -> usize {
-        self.writer.published()
     }
 }

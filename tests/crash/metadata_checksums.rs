@@ -30,6 +30,7 @@ use oncelog::{
     AppendOutcome, CleanupPolicy, Damage, IsolationLevel, Log, LogConfig, OpenError, RecoveryMode,
     TxnMarker,
 };
+use oncelog::{BadMetadataFile, MetadataFile};
 
 fn config(mode: RecoveryMode, deep: bool) -> LogConfig {
     LogConfig::builder()
@@ -305,7 +306,13 @@ fn refused_or_exact(dir: &Path, mode: RecoveryMode, deep: bool, truth: &Content,
             // The copy is thrown away: no close (and its syncs) needed.
             log.abandon();
         }
-        Err(e @ (OpenError::Refused { .. } | OpenError::BadCheckpoint(_))) => {
+        Err(
+            e @ (OpenError::Refused { .. }
+            | OpenError::BadMetadataFile(BadMetadataFile {
+                file: MetadataFile::Checkpoint,
+                ..
+            })),
+        ) => {
             assert_eq!(
                 dir_contents(dir),
                 before,
@@ -332,7 +339,12 @@ fn a_flipped_log_start_in_the_checkpoint_hides_nothing_and_is_reported() {
     // Absolute consistency refuses any damage; nothing changes.
     let before = dir_contents(dir.path());
     match open(dir.path(), RecoveryMode::AbsoluteConsistency, false) {
-        Err(OpenError::BadCheckpoint(bad)) => {
+        Err(OpenError::BadMetadataFile(
+            bad @ BadMetadataFile {
+                file: MetadataFile::Checkpoint,
+                ..
+            },
+        )) => {
             assert!(bad.damaged, "{bad}");
             assert_eq!(bad.kind(), "damaged_checkpoint");
         }

@@ -31,6 +31,7 @@ use oncelog::io::RealFs;
 use oncelog::log::checkpoint;
 use oncelog::verify::verify_dir;
 use oncelog::{AppendOutcome, Log, LogConfig, OpenError, ReadError, RecoveryMode};
+use oncelog::{BadMetadataFile, MetadataFile};
 
 const CHILD: &str = "ONCELOG_SWEEP_CHILD_DIR";
 const BATCHES: usize = 120;
@@ -511,7 +512,13 @@ fn run_case(base: &Base, seed: u64) -> (&'static str, Vec<Outcome>) {
                     Outcome::OpenedAsIs
                 });
             }
-            Err(e @ (OpenError::Refused { .. } | OpenError::BadCheckpoint(_))) => {
+            Err(
+                e @ (OpenError::Refused { .. }
+                | OpenError::BadMetadataFile(BadMetadataFile {
+                    file: MetadataFile::Checkpoint,
+                    ..
+                })),
+            ) => {
                 outcomes.push(Outcome::Refused);
                 if dir_contents(copy.path()) != before {
                     panic!("{ctx}\n{mode:?}: the refusal ({e}) changed files");

@@ -15,6 +15,7 @@ use oncelog::io::RealFs;
 use oncelog::log::checkpoint::reseal;
 use oncelog::verify::verify_dir;
 use oncelog::{AppendError, AppendOutcome, FlushPolicy, Log, LogConfig, OpenError, RecoveryMode};
+use oncelog::{BadMetadataFile, MetadataFile};
 use oncelog::{BatchProblem, Damage, ReadError};
 
 const MODES: [RecoveryMode; 3] = [
@@ -528,7 +529,12 @@ fn a_checkpoint_that_contradicts_itself_is_refused_in_every_mode_and_deletes_not
         let before = dir_contents(f.path());
         for mode in MODES {
             match f.open(mode) {
-                Err(e @ OpenError::BadCheckpoint(_)) => {
+                Err(
+                    e @ OpenError::BadMetadataFile(BadMetadataFile {
+                        file: MetadataFile::Checkpoint,
+                        ..
+                    }),
+                ) => {
                     assert_eq!(e.kind(), "bad_checkpoint");
                     assert!(e.to_string().contains("oncelog.checkpoint"), "{e}");
                 }
@@ -626,7 +632,12 @@ fn a_malformed_checkpoint_is_refused_naming_its_line() {
     )
     .unwrap();
     match f.open(RecoveryMode::default()) {
-        Err(OpenError::BadCheckpoint(bad)) => assert_eq!(bad.line, Some(3), "{bad}"),
+        Err(OpenError::BadMetadataFile(
+            bad @ BadMetadataFile {
+                file: MetadataFile::Checkpoint,
+                ..
+            },
+        )) => assert_eq!(bad.line, Some(3), "{bad}"),
         other => panic!("{:?}", other.map(|l| l.log_end_offset())),
     }
     // The way out the error names: without the checkpoint everything is validated.
@@ -741,7 +752,12 @@ fn huge_sparse_metadata_files_are_never_read() {
                 let meta = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 assert!(meta < 1 << 30, "{name}: still {meta} bytes");
             }
-            Err(OpenError::BadCheckpoint(bad)) if name == "oncelog.checkpoint" => {
+            Err(OpenError::BadMetadataFile(
+                bad @ BadMetadataFile {
+                    file: MetadataFile::Checkpoint,
+                    ..
+                },
+            )) if name == "oncelog.checkpoint" => {
                 assert!(bad.reason.contains("more than any checkpoint"), "{bad}");
             }
             other => panic!("{name}: {:?}", other.map(|l| l.log_end_offset())),

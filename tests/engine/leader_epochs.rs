@@ -9,6 +9,7 @@ use std::path::Path;
 
 use common::{batch, copy_dir, read_all, replicated_batch, T0};
 use oncelog::format::{BatchBuilder, RecordBatch};
+use oncelog::{BadMetadataFile, MetadataFile};
 use oncelog::{EpochEndOffset, Log, LogConfig, OpenError, RewriteError};
 
 const FILE: &str = "leader-epoch-checkpoint";
@@ -249,7 +250,12 @@ fn a_malformed_epoch_file_is_refused_naming_the_line_and_changes_nothing() {
         std::fs::write(dir.path().join(FILE), bytes).unwrap();
         let before = common::dir_contents(dir.path());
         match Log::open(dir.path(), LogConfig::default()) {
-            Err(OpenError::BadEpochCheckpoint(e)) => {
+            Err(OpenError::BadMetadataFile(
+                e @ BadMetadataFile {
+                    file: MetadataFile::LeaderEpochs,
+                    ..
+                },
+            )) => {
                 assert_eq!(e.line, line, "{e}");
                 assert!(
                     e.reason.contains(what) || e.to_string().contains(what),

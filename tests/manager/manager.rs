@@ -16,6 +16,7 @@ use oncelog::{
     AppendOutcome, CleanupPolicy, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
     ManagerError, PartitionConfig, TopicPartition,
 };
+use oncelog::{BadMetadataFile, MetadataFile};
 
 fn config() -> ManagerConfig {
     ManagerConfig::default()
@@ -176,11 +177,16 @@ fn a_malformed_offset_checkpoint_is_refused_naming_file_and_line_and_nothing_cha
             std::fs::write(dir.join(name), text).unwrap();
             let before = digest_without_lock(&dir);
             match LogManager::open(&[&dir], config()) {
-                Err(ManagerError::BadCheckpoint(e)) => {
+                Err(ManagerError::BadMetadataFile(
+                    e @ BadMetadataFile {
+                        file: MetadataFile::OffsetCheckpoint,
+                        ..
+                    },
+                )) => {
                     assert_eq!(e.path, dir.join(name));
                     assert_eq!(e.line, line, "{name} {text:?}: {e}");
                     assert_eq!(
-                        ManagerError::BadCheckpoint(e).kind(),
+                        ManagerError::BadMetadataFile(e).kind(),
                         "bad_offset_checkpoint"
                     );
                 }
@@ -210,7 +216,12 @@ fn bad_meta_properties_and_dirs_that_do_not_belong_together_are_refused() {
     )
     .unwrap();
     match LogManager::open(&[&dir], config()) {
-        Err(ManagerError::BadMetaProperties(e)) => {
+        Err(ManagerError::BadMetadataFile(
+            e @ BadMetadataFile {
+                file: MetadataFile::MetaProperties,
+                ..
+            },
+        )) => {
             assert_eq!((e.line, e.kind()), (Some(2), "bad_meta_properties"), "{e}")
         }
         other => panic!("{other:?}"),

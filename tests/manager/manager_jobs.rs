@@ -425,6 +425,58 @@ fn the_cleaning_job_runs_the_given_cleaner_on_compacted_partitions_and_moves_the
 }
 
 #[test]
+fn the_cleaner_offset_is_the_logs_own_file_and_a_log_dir_entry_still_counts_without_one() {
+    let clock = TestClock::new(T0);
+    let (_tmp, dir, m) = open(&clock, config());
+    let policy = PartitionConfig::default().with_cleanup_policy(CleanupPolicy::Compact);
+    let compact = m.create("compact", 0, policy).unwrap();
+    append(&compact, 20, None);
+    let tp = TopicPartition::new("compact", 0);
+    let own = dir.join("compact-0").join(oncelog::CLEANER_OFFSET_FILE);
+    let cleaner = Arc::new(FakeCleaner::default());
+    m.set_cleaner(cleaner.clone());
+    cleaner
+        .answers
+        .lock()
+        .unwrap()
+        .insert("compact".into(), Some(12));
+    m.run_job(Job::Cleaning).unwrap();
+    // The answer is in the log's own file at once; the log dir's file is written from it.
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "0\n1\n12\n");
+    m.run_job(Job::HighWatermarks).unwrap();
+    assert_eq!(cleaner_offsets(&dir).get(&tp), Some(&12));
+    m.close().unwrap();
+
+    // A directory an older manager (or Kafka) wrote: only the log dir's entry. Cleaning starts
+    // there, the entry is written back as it was, and the next answer goes to the log's file.
+    std::fs::remove_file(&own).unwrap();
+    let m = LogManager::open_in(env_with(clock.clone()), &[&dir], config()).unwrap();
+    let cleaner = Arc::new(FakeCleaner::default());
+    m.set_cleaner(cleaner.clone());
+    m.run_job(Job::HighWatermarks).unwrap();
+    assert_eq!(cleaner_offsets(&dir).get(&tp), Some(&12));
+    cleaner
+        .answers
+        .lock()
+        .unwrap()
+        .insert("compact".into(), Some(15));
+    m.run_job(Job::Cleaning).unwrap();
+    assert_eq!(cleaner.asked.lock().unwrap()[0].2, 12);
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "0\n1\n15\n");
+    m.close().unwrap();
+    assert_eq!(cleaner_offsets(&dir).get(&tp), Some(&15));
+
+    // The log's file wins over a log dir entry that says otherwise.
+    std::fs::write(dir.join(offsets::CLEANER_OFFSETS), "0\n1\ncompact 0 3\n").unwrap();
+    let m = LogManager::open_in(env_with(clock.clone()), &[&dir], config()).unwrap();
+    let cleaner = Arc::new(FakeCleaner::default());
+    m.set_cleaner(cleaner.clone());
+    m.run_job(Job::Cleaning).unwrap();
+    assert_eq!(cleaner.asked.lock().unwrap()[0].2, 15);
+    m.close().unwrap();
+}
+
+#[test]
 fn a_cleaner_rate_of_zero_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let err = LogManager::open(

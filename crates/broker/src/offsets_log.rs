@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::{Buf, Bytes};
 use oncelog::format::BatchBuilder;
-use oncelog::{Log, LogConfig};
+use oncelog::Log;
+
+use crate::internal_log::{open_replayed, InternalLogError};
 
 /// The directory of the log under the data directory (never opened as a topic).
 pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
@@ -55,6 +57,22 @@ pub enum OffsetsLogError {
     },
 }
 
+impl InternalLogError for OffsetsLogError {
+    fn io(path: PathBuf, source: std::io::Error) -> Self {
+        OffsetsLogError::Io { path, source }
+    }
+    fn log(path: PathBuf, source: oncelog::Error) -> Self {
+        OffsetsLogError::Log { path, source }
+    }
+    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
+        OffsetsLogError::Record {
+            path,
+            offset,
+            problem,
+        }
+    }
+}
+
 /// What one stored record says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OffsetRecord {
@@ -83,58 +101,19 @@ impl OffsetsLog {
         data_dir: &Path,
     ) -> Result<(OffsetsLog, BTreeMap<OffsetKey, Committed>), OffsetsLogError> {
         let path = data_dir.join(DIR_NAME);
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: path.clone(),
-            source,
-        };
-        let config = LogConfig::builder()
-            // Small: segments are preallocated, and the records are small.
-            .segment_bytes(4 << 20)
-            .segment_index_bytes(256 << 10)
-            .prefault_bytes(0)
-            // Kafka's `__consumer_offsets` is compacted: the latest commit per key stays.
-            .cleanup_policy(oncelog::CleanupPolicy::Compact)
-            .build()
-            .map_err(|e| err(oncelog::OpenError::from(e).into()))?;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| OffsetsLogError::Io {
-                path: parent.to_path_buf(),
-                source,
-            })?;
-        }
-        let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
-        // A tail recovery kept becomes durable, so the high watermark covers it.
-        log.flush().map_err(|e| err(e.into()))?;
         let mut offsets = BTreeMap::new();
-        let mut next = log.log_start_offset();
-        loop {
-            let fetched = log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
-            if fetched.bytes.is_empty() {
-                break;
-            }
-            for r in fetched.records() {
-                let r = r.map_err(|e| OffsetsLogError::Record {
-                    path: path.clone(),
-                    offset: next,
-                    problem: e.to_string(),
-                })?;
-                let bad = |problem: String| OffsetsLogError::Record {
-                    path: path.clone(),
-                    offset: r.offset,
-                    problem,
-                };
-                match decode(r.key.as_ref(), r.value.as_ref()).map_err(bad)? {
-                    OffsetRecord::Offset(key, Some(c)) => {
-                        offsets.insert(key, c);
-                    }
-                    OffsetRecord::Offset(key, None) => {
-                        offsets.remove(&key);
-                    }
-                    OffsetRecord::GroupMetadata(_) => {}
+        let log = open_replayed(&path, |r| {
+            match decode(r.key.as_ref(), r.value.as_ref())? {
+                OffsetRecord::Offset(key, Some(c)) => {
+                    offsets.insert(key, c);
                 }
+                OffsetRecord::Offset(key, None) => {
+                    offsets.remove(&key);
+                }
+                OffsetRecord::GroupMetadata(_) => {}
             }
-            next = fetched.next_offset;
-        }
+            Ok(())
+        })?;
         Ok((OffsetsLog { log, path }, offsets))
     }
 

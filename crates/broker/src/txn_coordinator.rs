@@ -23,9 +23,10 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::ResponseError;
 use oncelog::format::BatchBuilder;
-use oncelog::{Log, LogConfig, TxnMarker};
+use oncelog::{Log, TxnMarker};
 use serde_json::{json, Value};
 
+use crate::internal_log::{open_replayed, InternalLogError};
 use crate::offsets_log::{Committed, OffsetKey};
 use crate::store::Store;
 
@@ -151,6 +152,19 @@ pub enum TxnLogError {
     Record { path: PathBuf, offset: i64 },
 }
 
+impl InternalLogError for TxnLogError {
+    fn io(path: PathBuf, source: std::io::Error) -> Self {
+        TxnLogError::Io { path, source }
+    }
+    fn log(path: PathBuf, source: oncelog::Error) -> Self {
+        TxnLogError::Log { path, source }
+    }
+    /// Whatever is wrong, the record is not a transaction state.
+    fn record(path: PathBuf, offset: i64, _problem: String) -> Self {
+        TxnLogError::Record { path, offset }
+    }
+}
+
 /// What a transactional request is refused with, or what it must wait for.
 pub type TxnResult<T> = Result<T, ResponseError>;
 
@@ -180,56 +194,20 @@ impl Txns {
     /// crash are returned to be settled ([`Txns::settle`]). Blocking.
     pub fn open(data_dir: &Path) -> Result<(Txns, Vec<Ending>), TxnLogError> {
         let path = data_dir.join(DIR_NAME);
-        let err = |source: oncelog::Error| TxnLogError::Log {
-            path: path.clone(),
-            source,
-        };
-        let config = LogConfig::builder()
-            // Small: segments are preallocated, and the records are small.
-            .segment_bytes(4 << 20)
-            .segment_index_bytes(256 << 10)
-            .prefault_bytes(0)
-            // Kafka's `__transaction_state` is compacted: the latest state per transactional id.
-            .cleanup_policy(oncelog::CleanupPolicy::Compact)
-            .build()
-            .map_err(|e| err(oncelog::OpenError::from(e).into()))?;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| TxnLogError::Io {
-                path: parent.to_path_buf(),
-                source,
-            })?;
-        }
-        let log = Log::open(&path, config).map_err(|e| err(e.into()))?;
-        log.flush().map_err(|e| err(e.into()))?;
         let mut txns = HashMap::new();
-        let mut next = log.log_start_offset();
-        loop {
-            let fetched = log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
-            if fetched.bytes.is_empty() {
-                break;
-            }
-            for r in fetched.records() {
-                let bad = |offset| TxnLogError::Record {
-                    path: path.clone(),
-                    offset,
-                };
-                let r = r.map_err(|_| bad(next))?;
-                let id = r
-                    .key
-                    .as_ref()
-                    .and_then(|k| std::str::from_utf8(k).ok())
-                    .ok_or_else(|| bad(r.offset))?
-                    .to_string();
-                let txn = r
-                    .value
-                    .as_ref()
-                    .and_then(|v| serde_json::from_slice::<Value>(v).ok())
-                    .and_then(|v| Txn::from_json(&v))
-                    .ok_or_else(|| bad(r.offset))?;
-                txns.insert(id, txn);
-            }
-            next = fetched.next_offset;
-        }
+        let log = open_replayed(&path, |r| {
+            let id = r.key.as_ref().and_then(|k| std::str::from_utf8(k).ok());
+            let txn = r
+                .value
+                .as_ref()
+                .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+                .and_then(|v| Txn::from_json(&v));
+            let (Some(id), Some(txn)) = (id, txn) else {
+                return Err("not a transaction state".into());
+            };
+            txns.insert(id.to_string(), txn);
+            Ok(())
+        })?;
         let coordinator = Txns {
             txns: Mutex::new(txns),
             log,

@@ -107,22 +107,24 @@ pub(crate) fn flush_name(p: FlushPolicy) -> String {
     }
 }
 
+/// The figures of a run, of one log or of many partitions (`bench --partitions`): one shape,
+/// so the two print and check alike.
 #[derive(Debug, Serialize)]
-struct Summary {
+pub(crate) struct Summary {
     /// Where the log was kept (`--dir`); absent when it was a temporary directory, removed.
     #[serde(skip_serializing_if = "Option::is_none")]
     kept_in: Option<String>,
+    /// What only one of the two layouts reports.
+    #[serde(flatten)]
+    layout: Layout,
     messages: u64,
     batches: u64,
     /// Bytes of whole batches appended (headers included): what goes to disk.
     bytes: u64,
     message_size: usize,
     batch_size: usize,
-    producers: u32,
     flush: String,
     segment_bytes: usize,
-    segments: usize,
-    duplicates: u64,
     /// The append calls (with the flushes the policy asks for).
     append_seconds: f64,
     append_mb_per_s: f64,
@@ -138,6 +140,166 @@ struct Summary {
     /// payload byte is touched, as a consumer would.
     read_mb_per_s: f64,
     read_crc_failures: u64,
+    /// Fresh batches answered as duplicates (a dedup bug: the run fails).
+    duplicates: u64,
+}
+
+/// What one layout of a run reports that the other has not.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(crate) enum Layout {
+    /// One log in the directory.
+    OneLog { producers: u32, segments: usize },
+    /// Partitions of one log dir, appended from threads.
+    Partitions {
+        partitions: usize,
+        threads: usize,
+        producers_per_partition: u32,
+        segment_index_bytes: usize,
+        /// Opening the empty log dir and creating the partitions.
+        create_seconds: f64,
+    },
+}
+
+/// What a run measured, before the rates are derived from it.
+pub(crate) struct Measured {
+    pub messages: u64,
+    pub batches: u64,
+    pub bytes: u64,
+    pub segment_bytes: usize,
+    pub duplicates: u64,
+    pub append_seconds: f64,
+    pub flush_seconds: f64,
+    pub read: ReadBack,
+}
+
+impl Summary {
+    pub(crate) fn new(args: &BenchArgs, layout: Layout, m: Measured) -> Summary {
+        let mb = m.bytes as f64 / 1e6;
+        let durable_seconds = m.append_seconds + m.flush_seconds;
+        Summary {
+            kept_in: args.dir.as_ref().map(|d| d.display().to_string()),
+            layout,
+            messages: m.messages,
+            batches: m.batches,
+            bytes: m.bytes,
+            message_size: args.message_size,
+            batch_size: args.batch_size,
+            flush: flush_name(args.flush),
+            segment_bytes: m.segment_bytes,
+            append_seconds: m.append_seconds,
+            append_mb_per_s: mb / m.append_seconds,
+            flush_seconds: m.flush_seconds,
+            durable_seconds,
+            durable_mb_per_s: mb / durable_seconds,
+            durable_records_per_s: m.messages as f64 / durable_seconds,
+            read_bytes: m.read.bytes,
+            read_seconds: m.read.seconds,
+            read_mb_per_s: m.read.bytes as f64 / 1e6 / m.read.seconds,
+            read_crc_failures: m.read.crc_failures,
+            duplicates: m.duplicates,
+        }
+    }
+
+    /// Prints the summary (`--json`: one object), then checks the run: every fresh batch
+    /// appended as new, and read back whole with valid CRCs.
+    pub(crate) fn report(&self, json: bool) -> Result<Status, CliError> {
+        if json {
+            println!("{}", serde_json::to_string(self)?);
+        } else {
+            self.print_text();
+        }
+        if self.duplicates > 0 {
+            // Every benchmark batch is new: a duplicate answer would be a dedup bug.
+            eprintln!(
+                "oncelog: {} fresh batches were answered as duplicates",
+                self.duplicates
+            );
+            return Ok(Status::Failed);
+        }
+        if self.read_crc_failures > 0 {
+            eprintln!(
+                "oncelog: {} batches read back failed their CRC-32C",
+                self.read_crc_failures
+            );
+            return Ok(Status::Failed);
+        }
+        if self.read_bytes != self.bytes {
+            eprintln!(
+                "oncelog: read back {} bytes, appended {}",
+                self.read_bytes, self.bytes
+            );
+            return Ok(Status::Failed);
+        }
+        Ok(Status::Ok)
+    }
+
+    fn print_text(&self) {
+        if let Some(dir) = &self.kept_in {
+            println!("log kept in {dir} (--dir: not removed)");
+        }
+        let where_from = match &self.layout {
+            Layout::OneLog { producers, .. } => format!("({}, ", producers_text(*producers)),
+            Layout::Partitions {
+                partitions,
+                threads,
+                ..
+            } => format!(
+                "across {} from {} (",
+                plural(*partitions as u64, "partition", "partitions"),
+                plural(*threads as u64, "thread", "threads"),
+            ),
+        };
+        println!(
+            "appended {} messages of {} B in {} of {} {where_from}flush {}): {:.1} MB",
+            self.messages,
+            self.message_size,
+            plural(self.batches, "batch", "batches"),
+            plural(self.batch_size as u64, "record", "records"),
+            self.flush,
+            self.bytes as f64 / 1e6,
+        );
+        println!(
+            "durable: {:.1} MB/s, {:.0} records/s (appends {:.3} s + final flush {:.3} s = {:.3} s)",
+            self.durable_mb_per_s,
+            self.durable_records_per_s,
+            self.append_seconds,
+            self.flush_seconds,
+            self.durable_seconds
+        );
+        let segments = match &self.layout {
+            Layout::OneLog { segments, .. } => {
+                format!(" ({})", plural(*segments as u64, "segment", "segments"))
+            }
+            Layout::Partitions { .. } => String::new(),
+        };
+        println!(
+            "append:  {:.1} MB/s, the append calls alone, before the final flush{segments}",
+            self.append_mb_per_s,
+        );
+        println!(
+            "read:    {:.1} MB/s ({:.1} MB in {:.3} s, every batch's CRC-32C checked)",
+            self.read_mb_per_s,
+            self.read_bytes as f64 / 1e6,
+            self.read_seconds
+        );
+        if let Layout::Partitions {
+            partitions,
+            segment_index_bytes,
+            create_seconds,
+            ..
+        } = &self.layout
+        {
+            println!(
+                "create:  {} in {:.3} s (segments of {} B, indexes of {} B)",
+                plural(*partitions as u64, "partition", "partitions"),
+                create_seconds,
+                self.segment_bytes,
+                segment_index_bytes
+            );
+        }
+        println!("MB = 10^6 bytes of whole batches, headers included");
+    }
 }
 
 /// The batches to append, built up front: one buffer and where each batch ends.
@@ -353,90 +515,60 @@ pub fn run(args: &BenchArgs) -> Result<Status, CliError> {
     let flush_start = Instant::now();
     log.flush()?;
     let flush_seconds = flush_start.elapsed().as_secs_f64();
-    let durable_seconds = append_seconds + flush_seconds;
 
-    let read = read_back(&log)?;
+    let read = read_back(&[&log])?;
     let segments = log.maintenance().segment_count();
     log.close()?;
 
-    let bytes = workload.data.len() as u64;
-    let mb = bytes as f64 / 1e6;
-    let summary = Summary {
+    let measured = Measured {
         messages: workload.records,
         batches: workload.ends.len() as u64,
-        bytes,
-        message_size: args.message_size,
-        batch_size: args.batch_size,
-        producers: args.producers,
-        flush: flush_name(args.flush),
+        bytes: workload.data.len() as u64,
         segment_bytes: config.segment_bytes,
-        segments,
         duplicates,
         append_seconds,
-        append_mb_per_s: mb / append_seconds,
         flush_seconds,
-        durable_seconds,
-        durable_mb_per_s: mb / durable_seconds,
-        durable_records_per_s: workload.records as f64 / durable_seconds,
-        read_bytes: read.bytes,
-        read_seconds: read.seconds,
-        read_mb_per_s: read.bytes as f64 / 1e6 / read.seconds,
-        read_crc_failures: read.crc_failures,
-        kept_in: args.dir.as_ref().map(|d| d.display().to_string()),
+        read,
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_text(&summary);
-    }
-    if duplicates > 0 {
-        // Every benchmark batch is new: a duplicate answer would be a dedup bug.
-        eprintln!("oncelog: {duplicates} fresh batches were answered as duplicates");
-        return Ok(Status::Failed);
-    }
-    if read.crc_failures > 0 {
-        eprintln!(
-            "oncelog: {} batches read back failed their CRC-32C",
-            read.crc_failures
-        );
-        return Ok(Status::Failed);
-    }
-    if read.bytes != bytes {
-        eprintln!("oncelog: read back {} bytes, appended {bytes}", read.bytes);
-        return Ok(Status::Failed);
-    }
-    Ok(Status::Ok)
+    let layout = Layout::OneLog {
+        producers: args.producers,
+        segments,
+    };
+    Summary::new(args, layout, measured).report(args.json)
 }
 
 /// What the read-back saw.
-struct ReadBack {
+pub(crate) struct ReadBack {
     bytes: u64,
     seconds: f64,
     crc_failures: u64,
 }
 
-/// Reads the whole log from its start in 1 MiB fetches and checks the CRC-32C of every batch
-/// over the bytes returned, so every payload byte is read, as a consumer checking CRCs does (a
-/// walk over batch headers alone would measure only the zero-copy hand-out).
-fn read_back(log: &Log) -> Result<ReadBack, CliError> {
-    let end = log.log_end_offset();
-    let bar = progress(log.size_bytes(), "read");
-    let mut offset = log.log_start_offset();
+/// Reads every log from its start in 1 MiB fetches and checks the CRC-32C of every batch over
+/// the bytes returned, so every payload byte is read, as a consumer checking CRCs does (a walk
+/// over batch headers alone would measure only the zero-copy hand-out).
+pub(crate) fn read_back(logs: &[&Log]) -> Result<ReadBack, CliError> {
+    let bar = progress(logs.iter().map(|l| l.size_bytes()).sum(), "read");
     let mut bytes_read = 0u64;
     let mut crc_failures = 0u64;
     let start = Instant::now();
-    while offset < end {
-        let fetch = log.fetch(offset, 1 << 20)?;
-        if fetch.bytes.is_empty() {
-            break;
+    for log in logs {
+        let end = log.log_end_offset();
+        let mut offset = log.log_start_offset();
+        while offset < end {
+            let fetch = log.fetch(offset, 1 << 20)?;
+            if fetch.bytes.is_empty() {
+                break;
+            }
+            for item in BatchIter::new(&fetch.bytes) {
+                let (_, batch) =
+                    item.map_err(|e| CliError(format!("read at offset {offset}: {e}")))?;
+                crc_failures += u64::from(!batch.is_crc_valid());
+            }
+            offset = fetch.next_offset;
+            bytes_read += fetch.bytes.len() as u64;
+            bar.inc(fetch.bytes.len() as u64);
         }
-        for item in BatchIter::new(&fetch.bytes) {
-            let (_, batch) = item.map_err(|e| CliError(format!("read at offset {offset}: {e}")))?;
-            crc_failures += u64::from(!batch.is_crc_valid());
-        }
-        offset = fetch.next_offset;
-        bytes_read += fetch.bytes.len() as u64;
-        bar.inc(fetch.bytes.len() as u64);
     }
     let seconds = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
@@ -453,40 +585,4 @@ fn producers_text(n: u32) -> String {
         1 => "1 idempotent producer".into(),
         n => format!("{n} idempotent producers"),
     }
-}
-
-fn print_text(s: &Summary) {
-    if let Some(dir) = &s.kept_in {
-        println!("log kept in {dir} (--dir: not removed)");
-    }
-    println!(
-        "appended {} messages of {} B in {} of {} ({}, flush {}): {:.1} MB",
-        s.messages,
-        s.message_size,
-        plural(s.batches, "batch", "batches"),
-        plural(s.batch_size as u64, "record", "records"),
-        producers_text(s.producers),
-        s.flush,
-        s.bytes as f64 / 1e6,
-    );
-    println!(
-        "durable: {:.1} MB/s, {:.0} records/s (appends {:.3} s + final flush {:.3} s = {:.3} s)",
-        s.durable_mb_per_s,
-        s.durable_records_per_s,
-        s.append_seconds,
-        s.flush_seconds,
-        s.durable_seconds
-    );
-    println!(
-        "append:  {:.1} MB/s, the append calls alone, before the final flush ({})",
-        s.append_mb_per_s,
-        plural(s.segments as u64, "segment", "segments")
-    );
-    println!(
-        "read:    {:.1} MB/s ({:.1} MB in {:.3} s, every batch's CRC-32C checked)",
-        s.read_mb_per_s,
-        s.read_bytes as f64 / 1e6,
-        s.read_seconds
-    );
-    println!("MB = 10^6 bytes of whole batches, headers included");
 }

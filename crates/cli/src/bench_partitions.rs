@@ -10,15 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use oncelog::format::BatchIter;
+use crate::bench::{build_batch, progress, read_back, BenchArgs, Layout, Measured, Summary};
+use crate::{CliError, Status};
 use oncelog::{
     AppendOutcome, Environment, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
     PartitionConfig,
 };
-use serde::Serialize;
-
-use crate::bench::{build_batch, flush_name, progress, BenchArgs};
-use crate::{plural, CliError, Status};
 
 /// The batches of one partition, built before the clock starts.
 struct PartitionLoad {
@@ -32,36 +29,6 @@ impl PartitionLoad {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         Some(&self.data[start..end])
     }
-}
-
-#[derive(Debug, Serialize)]
-struct Summary {
-    /// Where the log was kept (`--dir`); absent when it was a temporary directory, removed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kept_in: Option<String>,
-    partitions: usize,
-    threads: usize,
-    messages: u64,
-    batches: u64,
-    bytes: u64,
-    message_size: usize,
-    batch_size: usize,
-    producers_per_partition: u32,
-    flush: String,
-    segment_bytes: usize,
-    segment_index_bytes: usize,
-    /// Opening the empty log dir and creating the partitions.
-    create_seconds: f64,
-    append_seconds: f64,
-    append_mb_per_s: f64,
-    flush_seconds: f64,
-    durable_seconds: f64,
-    durable_mb_per_s: f64,
-    durable_records_per_s: f64,
-    read_bytes: u64,
-    read_seconds: f64,
-    read_mb_per_s: f64,
-    read_crc_failures: u64,
 }
 
 fn build(args: &BenchArgs, partitions: usize) -> Result<(Vec<PartitionLoad>, u64), CliError> {
@@ -202,124 +169,26 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
         })
     })?;
     let flush_seconds = flush_start.elapsed().as_secs_f64();
-    let durable_seconds = append_seconds + flush_seconds;
 
-    let read = read_back(&logs)?;
+    let read = read_back(&logs.iter().map(|l| &**l).collect::<Vec<&Log>>())?;
     drop(logs);
     m.close()?;
-    let mb = bytes as f64 / 1e6;
-    let summary = Summary {
-        partitions,
-        threads,
+    let measured = Measured {
         messages: records,
         batches: loads.iter().map(|l| l.ends.len() as u64).sum(),
         bytes,
-        message_size: args.message_size,
-        batch_size: args.batch_size,
-        producers_per_partition: args.producers,
-        flush: flush_name(args.flush),
         segment_bytes: log.segment_bytes,
+        duplicates: duplicates.into_inner(),
+        append_seconds,
+        flush_seconds,
+        read,
+    };
+    let layout = Layout::Partitions {
+        partitions,
+        threads,
+        producers_per_partition: args.producers,
         segment_index_bytes: log.segment_index_bytes,
         create_seconds,
-        append_seconds,
-        append_mb_per_s: mb / append_seconds,
-        flush_seconds,
-        durable_seconds,
-        durable_mb_per_s: mb / durable_seconds,
-        durable_records_per_s: records as f64 / durable_seconds,
-        read_bytes: read.0,
-        read_seconds: read.1,
-        read_mb_per_s: read.0 as f64 / 1e6 / read.1,
-        read_crc_failures: read.2,
-        kept_in: args.dir.as_ref().map(|d| d.display().to_string()),
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_text(&summary);
-    }
-    let duplicates = duplicates.into_inner();
-    if duplicates > 0 {
-        eprintln!("oncelog: {duplicates} fresh batches were answered as duplicates");
-        return Ok(Status::Failed);
-    }
-    if read.2 > 0 || read.0 != bytes {
-        eprintln!(
-            "oncelog: read back {} bytes ({} CRC failures), appended {bytes}",
-            read.0, read.2
-        );
-        return Ok(Status::Failed);
-    }
-    Ok(Status::Ok)
-}
-
-/// Every partition read back in 1 MiB fetches, every batch's CRC-32C checked: (bytes,
-/// seconds, CRC failures).
-fn read_back(logs: &[Arc<Log>]) -> Result<(u64, f64, u64), CliError> {
-    let total: u64 = logs.iter().map(|l| l.size_bytes()).sum();
-    let bar = progress(total, "read");
-    let (mut bytes, mut failures) = (0u64, 0u64);
-    let start = Instant::now();
-    for log in logs {
-        let mut offset = log.log_start_offset();
-        while offset < log.log_end_offset() {
-            let fetch = log.fetch(offset, 1 << 20)?;
-            if fetch.bytes.is_empty() {
-                break;
-            }
-            for item in BatchIter::new(&fetch.bytes) {
-                let (_, b) = item.map_err(|e| CliError(format!("read at offset {offset}: {e}")))?;
-                failures += u64::from(!b.is_crc_valid());
-            }
-            offset = fetch.next_offset;
-            bytes += fetch.bytes.len() as u64;
-            bar.inc(fetch.bytes.len() as u64);
-        }
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    Ok((bytes, seconds, failures))
-}
-
-fn print_text(s: &Summary) {
-    if let Some(dir) = &s.kept_in {
-        println!("log kept in {dir} (--dir: not removed)");
-    }
-    println!(
-        "appended {} messages of {} B in {} of {} across {} from {} (flush {}): {:.1} MB",
-        s.messages,
-        s.message_size,
-        plural(s.batches, "batch", "batches"),
-        plural(s.batch_size as u64, "record", "records"),
-        plural(s.partitions as u64, "partition", "partitions"),
-        plural(s.threads as u64, "thread", "threads"),
-        s.flush,
-        s.bytes as f64 / 1e6,
-    );
-    println!(
-        "durable: {:.1} MB/s, {:.0} records/s (appends {:.3} s + final flush {:.3} s = {:.3} s)",
-        s.durable_mb_per_s,
-        s.durable_records_per_s,
-        s.append_seconds,
-        s.flush_seconds,
-        s.durable_seconds
-    );
-    println!(
-        "append:  {:.1} MB/s, the append calls alone, before the final flush",
-        s.append_mb_per_s
-    );
-    println!(
-        "read:    {:.1} MB/s ({:.1} MB in {:.3} s, every batch's CRC-32C checked)",
-        s.read_mb_per_s,
-        s.read_bytes as f64 / 1e6,
-        s.read_seconds
-    );
-    println!(
-        "create:  {} in {:.3} s (segments of {} B, indexes of {} B)",
-        plural(s.partitions as u64, "partition", "partitions"),
-        s.create_seconds,
-        s.segment_bytes,
-        s.segment_index_bytes
-    );
-    println!("MB = 10^6 bytes of whole batches, headers included");
+    Summary::new(args, layout, measured).report(args.json)
 }

@@ -169,9 +169,10 @@ pub(crate) fn list_partition_dir(
             t.kind,
         )
     });
-    let record = fs::read_to_string(dir.join(files::CHECKPOINT_FILE))
+    let checkpoint = dir.join(files::CHECKPOINT_FILE);
+    let record = fs::read(&checkpoint)
         .ok()
-        .and_then(|text| files::decode_checkpoint(&text).ok())
+        .and_then(|bytes| files::decode_checkpoint(&checkpoint, &bytes).ok())
         .and_then(|c| c.segments)
         .unwrap_or_default();
     for t in targets.iter_mut().filter(|t| t.kind == FileKind::Log) {

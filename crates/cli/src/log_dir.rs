@@ -179,12 +179,12 @@ fn check_dir_files(out: &mut Out, dir: &Path, json: bool) -> Result<bool, CliErr
             continue;
         };
         let (entries, error) = if name == files::META_PROPERTIES {
-            match files::decode_meta_properties(&text) {
+            match files::decode_meta_properties(&path, text.as_bytes()) {
                 Ok(_) => (None, None),
                 Err(e) => (None, Some(e)),
             }
         } else {
-            match files::decode_offset_checkpoint(&text) {
+            match files::decode_offset_checkpoint(&path, text.as_bytes()) {
                 Ok(o) => (Some(o.len()), None),
                 Err(e) => (None, Some(e)),
             }
@@ -198,8 +198,8 @@ fn check_dir_files(out: &mut Out, dir: &Path, json: bool) -> Result<bool, CliErr
             },
             file: path.display().to_string(),
             entries,
-            line: error.as_ref().and_then(|e| e.0),
-            error: error.map(|e| e.1),
+            line: error.as_ref().and_then(|e| e.line),
+            error: error.map(|e| e.reason),
         };
         if json {
             out.json(&line)?;

@@ -246,10 +246,7 @@ pub fn require_log(path: &std::path::Path) -> Result<(), CliError> {
 /// found it) rather than a failure to run (exit 2).
 pub fn is_damage(e: &oncelog::OpenError) -> bool {
     use oncelog::OpenError;
-    matches!(
-        e,
-        OpenError::Refused { .. } | OpenError::BadCheckpoint(_) | OpenError::BadEpochCheckpoint(_)
-    )
+    matches!(e, OpenError::Refused { .. } | OpenError::BadMetadataFile(_))
 }
 
 /// An error opening a log that is not damage: exit 2, said as the library says it.

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use oncelog::{
-    Log, LogConfig, OpenError, ProducerLoadReport, RecoveryMode, RecoveryPreview, RecoveryReport,
-    RemovedData, Truncation,
+    Log, LogConfig, MetadataFile, OpenError, ProducerLoadReport, RecoveryMode, RecoveryPreview,
+    RecoveryReport, RemovedData, Truncation,
 };
 use serde::Serialize;
 
@@ -374,7 +374,8 @@ fn print_refusal(
             damage_kind: damage.kind(),
             message: e.to_string(),
         },
-        OpenError::BadCheckpoint(bad) => Refusal {
+        // The checkpoint or the leader-epoch-checkpoint.
+        OpenError::BadMetadataFile(bad) => Refusal {
             refused: true,
             mode: mode.name(),
             file: bad.path.display().to_string(),
@@ -382,16 +383,6 @@ fn print_refusal(
             line: bad.line,
             damage: bad.reason.clone(),
             damage_kind: bad.kind(),
-            message: e.to_string(),
-        },
-        OpenError::BadEpochCheckpoint(bad) => Refusal {
-            refused: true,
-            mode: mode.name(),
-            file: bad.path.display().to_string(),
-            position: None,
-            line: bad.line,
-            damage: bad.reason.clone(),
-            damage_kind: "bad_epoch_checkpoint",
             message: e.to_string(),
         },
         _ => return Ok(()),
@@ -408,21 +399,23 @@ fn print_refusal(
             "REFUSED by mode {}: {}{at}: {}",
             refusal.mode, refusal.file, refusal.damage
         ))?;
-        if matches!(e, OpenError::BadCheckpoint(b) if b.damaged) {
-            out.line(
+        // Only the checkpoint is ever damaged (its checksum): a whole file is refused in
+        // every mode.
+        let advice = match e {
+            OpenError::BadMetadataFile(b) if b.damaged => {
                 "nothing was changed; a tolerant --mode validates the whole log instead of the \
-                 damaged checkpoint",
-            )?;
-        } else if matches!(e, OpenError::BadCheckpoint(_)) {
-            out.line("nothing was changed; remove the checkpoint to validate the whole log")?;
-        } else if matches!(e, OpenError::BadEpochCheckpoint(_)) {
-            out.line(
+                 damaged checkpoint"
+            }
+            OpenError::BadMetadataFile(b) if b.file == MetadataFile::Checkpoint => {
+                "nothing was changed; remove the checkpoint to validate the whole log"
+            }
+            OpenError::BadMetadataFile(_) => {
                 "nothing was changed; remove the leader-epoch-checkpoint to rebuild it from the \
-                 batches",
-            )?;
-        } else {
-            out.line("nothing was changed; a more tolerant --mode would cut the damaged bytes")?;
-        }
+                 batches"
+            }
+            _ => "nothing was changed; a more tolerant --mode would cut the damaged bytes",
+        };
+        out.line(advice)?;
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ use oncelog::format::BatchBuilder;
 use oncelog::{Environment, FlushPolicy, Log, LogConfig};
 use oncelog_raft::client::{Client, ClientReply, ClientRequest};
 use oncelog_raft::network::mem::Router;
-use oncelog_raft::{Node, Replica, ReplicaConfig};
+use oncelog_raft::{Ack, Node, Replica, ReplicaConfig};
 
 const RECORDS: usize = 10;
 const VALUE: usize = 100;
@@ -310,7 +310,7 @@ async fn raft_tcp(dir: &Path, clients: usize, per_client: usize) -> Run {
                         .await
                         .expect("produce")
                     {
-                        ClientReply::Appended { .. } => {}
+                        ClientReply::Acked(Ack::Appended { .. }) => {}
                         other => panic!("produce answered {other:?}"),
                     }
                     lat.push(t.elapsed());

@@ -40,20 +40,9 @@ pub enum ClientRequest {
 /// What a replica answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientReply {
-    /// The batch was committed at these offsets.
-    Appended {
-        /// Its first offset.
-        first_offset: i64,
-        /// Its last offset.
-        last_offset: i64,
-    },
-    /// A retry of a committed batch: nothing written; the original's offsets.
-    Duplicate {
-        /// The original's first offset.
-        first_offset: i64,
-        /// The original's last offset.
-        last_offset: i64,
-    },
+    /// The batch was committed at these offsets, or was a retry of a committed batch (nothing
+    /// written; the original's offsets).
+    Acked(Ack),
     /// This replica is not the leader; the leader, if it knows it.
     NotLeader {
         /// The leader's id.
@@ -110,20 +99,7 @@ pub struct Status {
 impl From<Result<Ack, ReplicaError>> for ClientReply {
     fn from(r: Result<Ack, ReplicaError>) -> ClientReply {
         match r {
-            Ok(Ack::Appended {
-                first_offset,
-                last_offset,
-            }) => ClientReply::Appended {
-                first_offset,
-                last_offset,
-            },
-            Ok(Ack::Duplicate {
-                first_offset,
-                last_offset,
-            }) => ClientReply::Duplicate {
-                first_offset,
-                last_offset,
-            },
+            Ok(ack) => ClientReply::Acked(ack),
             Err(ReplicaError::NotLeader { leader }) => ClientReply::NotLeader { leader },
             Err(ReplicaError::Refused { kind, message }) => ClientReply::Refused { kind, message },
             Err(e) => ClientReply::Error(e.to_string()),

@@ -3,7 +3,7 @@
 //!
 //! A [`Replica`] is one replica of one partition: an oncelog [`oncelog::Log`] in a directory,
 //! openraft's log storage and state machine over it ([`store`]), and a network to the other
-//! replicas ([`network::mem`] in process, [`network::tcp`] between processes). A client batch
+//! replicas (`network::mem` in process, [`network::tcp`] between processes). A client batch
 //! appended on the leader gets its offsets and its producer check from the leader's log, is
 //! replicated unchanged, and is acknowledged once a majority has it durably; a retry of it is
 //! answered as a duplicate with the original offsets by every later leader, because each
@@ -47,21 +47,9 @@ pub enum Request {
 /// What applying an entry answers (openraft's `R`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    /// The client batch was written at these offsets.
-    Appended {
-        /// Its first offset.
-        first_offset: i64,
-        /// Its last offset.
-        last_offset: i64,
-    },
-    /// A retry of a batch its producer already wrote: nothing was written; the original's
-    /// offsets.
-    Duplicate {
-        /// The original's first offset.
-        first_offset: i64,
-        /// The original's last offset.
-        last_offset: i64,
-    },
+    /// The client batch was written at these offsets, or was a retry of a batch its producer
+    /// already wrote (nothing was written; the original's offsets).
+    Acked(Ack),
     /// The leader's log refused the batch (its [`oncelog::AppendError::kind`] and message).
     Refused {
         /// The error's kind.

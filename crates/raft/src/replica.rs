@@ -6,9 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use oncelog::{CleanupPolicy, Environment, FlushPolicy, HighWatermarkPolicy, Log, LogConfig};
+use oncelog::{
+    AppendOutcome, CleanupPolicy, Environment, FlushPolicy, HighWatermarkPolicy, Log, LogConfig,
+};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{RaftNetworkFactory, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
 
 use crate::store::{LogStore, Partition, StateMachine};
 use crate::{Node, NodeId, Raft, Request, Response, TypeConfig};
@@ -47,8 +50,11 @@ impl Default for ReplicaConfig {
     }
 }
 
-/// What an acknowledged append answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an acknowledged append answers: the library's [`AppendOutcome`] once a majority has
+/// the batch, reduced to its offsets. The one answer of an append at every layer: the state
+/// machine's ([`crate::Response::Acked`]), [`Replica::append`]'s, and the client protocol's
+/// ([`crate::client::ClientReply::Acked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Ack {
     /// Written and committed at these offsets.
     Appended {
@@ -64,6 +70,23 @@ pub enum Ack {
         /// Last offset.
         last_offset: i64,
     },
+}
+
+impl From<&AppendOutcome> for Ack {
+    fn from(outcome: &AppendOutcome) -> Ack {
+        let (first_offset, last_offset) = outcome.offsets();
+        if outcome.is_duplicate() {
+            Ack::Duplicate {
+                first_offset,
+                last_offset,
+            }
+        } else {
+            Ack::Appended {
+                first_offset,
+                last_offset,
+            }
+        }
+    }
 }
 
 impl Ack {
@@ -188,20 +211,7 @@ impl Replica {
     pub async fn append(&self, batch: Bytes) -> Result<Ack, ReplicaError> {
         match self.raft.client_write(Request::Produce(batch)).await {
             Ok(written) => match written.data {
-                Response::Appended {
-                    first_offset,
-                    last_offset,
-                } => Ok(Ack::Appended {
-                    first_offset,
-                    last_offset,
-                }),
-                Response::Duplicate {
-                    first_offset,
-                    last_offset,
-                } => Ok(Ack::Duplicate {
-                    first_offset,
-                    last_offset,
-                }),
+                Response::Acked(ack) => Ok(ack),
                 Response::Refused { kind, message } => Err(ReplicaError::Refused { kind, message }),
                 Response::Replicated => Err(ReplicaError::Raft(
                     "the entry was applied without the leader's answer (leadership changed)".into(),

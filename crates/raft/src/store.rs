@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use oncelog::format::BatchIter;
 use oncelog::io::FileSystem;
-use oncelog::{AppendError, AppendOutcome, Log};
+use oncelog::{AppendError, Log};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use crate::entry::{self, Entry};
 use crate::state_file;
 pub use crate::state_file::{Anchor, Purged, StateFile, StateFileError, STATE_FILE};
-use crate::{Node, NodeId, Request, Response, TypeConfig};
+use crate::{Ack, Node, NodeId, Request, Response, TypeConfig};
 
 /// A snapshot image received and not yet installed: an install cut by a crash is completed
 /// from it on open.
@@ -475,25 +475,14 @@ impl Partition {
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     }
                     let outcome = match self.log.append(batch) {
-                        Ok(AppendOutcome::Appended(i)) => Response::Appended {
-                            first_offset: i.first_offset,
-                            last_offset: i.last_offset,
-                        },
-                        Ok(AppendOutcome::Duplicate(d)) => Response::Duplicate {
-                            first_offset: d.first_offset,
-                            last_offset: d.last_offset,
-                        },
-                        Ok(other) => Response::Refused {
-                            kind: "unknown_append_outcome".to_string(),
-                            message: format!("{other:?}"),
-                        },
+                        Ok(outcome) => Response::Acked(Ack::from(&outcome)),
                         Err(err) if is_refusal(&err) => Response::Refused {
                             kind: err.kind().to_string(),
                             message: err.to_string(),
                         },
                         Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
                     };
-                    if !matches!(outcome, Response::Appended { .. }) {
+                    if !matches!(outcome, Response::Acked(Ack::Appended { .. })) {
                         // The index is taken all the same: a blank entry holds it.
                         self.append_control(offset, term, &EntryPayload::Blank)
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;

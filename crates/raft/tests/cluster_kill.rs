@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use oncelog::format::{BatchBuilder, BatchIter, ConsumerRecordIter};
 use oncelog_raft::client::{Client, ClientReply, ClientRequest, Status};
+use oncelog_raft::Ack;
 use parking_lot::Mutex;
 
 const BIN: &str = env!("CARGO_BIN_EXE_oncelog-raft-node");
@@ -258,14 +259,14 @@ async fn produce(
             }
             .await;
             match reply {
-                Some(ClientReply::Appended {
+                Some(ClientReply::Acked(Ack::Appended {
                     first_offset,
                     last_offset,
-                }) => break (first_offset, last_offset, false),
-                Some(ClientReply::Duplicate {
+                })) => break (first_offset, last_offset, false),
+                Some(ClientReply::Acked(Ack::Duplicate {
                     first_offset,
                     last_offset,
-                }) => break (first_offset, last_offset, true),
+                })) => break (first_offset, last_offset, true),
                 Some(ClientReply::NotLeader { leader: Some(l) })
                     if (l as usize) <= addrs.len() && l >= 1 =>
                 {

@@ -10,7 +10,7 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::Environment;
 use oncelog_raft::client::{self, Client, ClientReply, ClientRequest};
 use oncelog_raft::network::tcp::{self, TcpNetwork};
-use oncelog_raft::{Node, Replica, ReplicaConfig};
+use oncelog_raft::{Ack, Node, Replica, ReplicaConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -94,20 +94,20 @@ async fn the_client_protocol_over_a_tcp_cluster() {
 
     // Appended, then the retry of the same batch is a duplicate with the same offsets.
     let first = ask(&up.clients[l], ClientRequest::Produce(batch(0, "a"))).await;
-    let ClientReply::Appended {
+    let ClientReply::Acked(Ack::Appended {
         first_offset,
         last_offset,
-    } = first
+    }) = first
     else {
         panic!("{first:?}");
     };
     assert_eq!(first_offset, last_offset);
     assert_eq!(
         ask(&up.clients[l], ClientRequest::Produce(batch(0, "a"))).await,
-        ClientReply::Duplicate {
+        ClientReply::Acked(Ack::Duplicate {
             first_offset,
             last_offset
-        }
+        })
     );
     // A follower names the leader.
     assert_eq!(
@@ -131,10 +131,10 @@ async fn the_client_protocol_over_a_tcp_cluster() {
         other => panic!("{other:?}"),
     }
     let next = ask(&up.clients[l], ClientRequest::Produce(batch(1, "b"))).await;
-    let ClientReply::Appended {
+    let ClientReply::Acked(Ack::Appended {
         first_offset: b_first,
         ..
-    } = next
+    }) = next
     else {
         panic!("{next:?}");
     };

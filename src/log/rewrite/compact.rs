@@ -39,15 +39,14 @@ use crate::format::builder::{reencode_record, write_cleaned_batch};
 use crate::format::compression::compress;
 use crate::format::{BatchError, BatchIter, Compression, ControlRecordKey, ControlType, RecordBatch};
 use crate::io::{File, FileSystem, IoError, IoResultExt, OpenMode};
-use crate::log::{checkpoint, text_checkpoint, Log, RewriteError, SegmentRecord};
+use crate::log::{checkpoint, cleaner_offset, Log, RewriteError, SegmentRecord};
 use crate::segment::{
     self, names, AbortedTxn, BatchInfo, IndexSource, OpenSpec, Opened, Segment, TailInfo,
     TxnSource,
 };
 
-/// The file in the partition directory that holds the cleaner offset: Kafka's text checkpoint
-/// layout (version 0, one entry: the offset).
-pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset-checkpoint";
+/// The file in the partition directory that holds the cleaner offset (`log::cleaner_offset`).
+pub use crate::log::cleaner_offset::FILE_NAME as CLEANER_OFFSET_FILE;
 
 /// Bytes one key costs in the key map besides its own bytes (the table slot, the offset, the
 /// allocation's header), for the memory bound.
@@ -558,21 +557,6 @@ fn suffixed(dir: &Path, base: i64, ext: &str, suffix: &str) -> PathBuf {
     dir.join(format!("{}.{suffix}", names::file_name(base, ext)))
 }
 
-/// Reads the cleaner offset file, `None` when there is none or it cannot be used.
-fn read_cleaner_offset(fs: &dyn FileSystem, dir: &Path) -> Option<i64> {
-    let path = dir.join(CLEANER_OFFSET_FILE);
-    let bytes = crate::io::read_file(fs, &path).ok()?;
-    let text = std::str::from_utf8(&bytes).ok()?;
-    let entries = text_checkpoint::parse(text, 0, |f| text_checkpoint::field::<i64>(f, 0, "offset")).ok()?;
-    entries.first().copied()
-}
-
-fn write_cleaner_offset(fs: &dyn FileSystem, dir: &Path, offset: i64) -> Result<(), IoError> {
-    let text = text_checkpoint::encode(0, std::iter::once(offset.to_string()));
-    crate::io::write_file_atomically(fs, &dir.join(CLEANER_OFFSET_FILE), text.as_bytes())?;
-    fs.sync_dir(dir).ctx("fsync directory", dir)
-}
-
 impl Log {
     /// The work of [`Maintenance::cleanable`](crate::Maintenance::cleanable).
     pub(crate) fn cleanable(&self, now_ms: i64) -> Cleanable {
@@ -597,7 +581,7 @@ impl Log {
                 uncleanable = uncleanable.min(s.base_offset());
             }
         }
-        let stored = read_cleaner_offset(self.env.fs.as_ref(), &self.dir);
+        let stored = cleaner_offset::read(self.env.fs.as_ref(), &self.dir);
         let first_dirty = match stored {
             Some(o) if o >= log_start && o <= uncleanable => o,
             _ => log_start,
@@ -1035,7 +1019,7 @@ impl Log {
             }
         }
         // 7. The cleaner offset.
-        write_cleaner_offset(fs, dir, end)?;
+        cleaner_offset::write(fs, dir, end)?;
         Ok(())
     }
 

@@ -130,11 +130,7 @@ fn open(
                 dir.display()
             )))
         }
-        Err(
-            e @ (OpenError::Refused { .. }
-            | OpenError::BadCheckpoint(_)
-            | OpenError::BadEpochCheckpoint(_)),
-        ) => e,
+        Err(e @ (OpenError::Refused { .. } | OpenError::BadMetadataFile(_))) => e,
         Err(e) => return Err(crate::open_failure(dir, &e)),
     };
     let stopped = Stopped {

@@ -18,39 +18,9 @@ use parking_lot::Mutex;
 
 use crate::{Node, NodeId, Raft, TypeConfig};
 
-/// A small seeded generator (SplitMix64): the same seed, the same faults.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A value in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-
-    /// True `num` times in `den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-}
+/// The seeded generator of the faults: the library's, which drives its simulated file system
+/// too, so one seed replays a run's network and disk faults alike.
+pub type Rng = oncelog::io::sim::SplitMix64;
 
 /// The faults in force.
 #[derive(Debug, Clone, Default)]
