@@ -19,6 +19,8 @@ use bytes::{Buf, Bytes};
 use oncelog::format::BatchBuilder;
 use oncelog::{Log, LogConfig};
 
+use crate::group_metadata::{self, GroupMetadata};
+
 /// The directory of the log under the data directory (never opened as a topic).
 pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
 
@@ -194,6 +196,81 @@ impl OffsetsLog {
         self.log.append(&bytes).map_err(|e| err(e.into()))?;
         self.log.flush().map_err(|e| err(e.into()))?;
         Ok(())
+    }
+
+    /// Writes Kafka's group-metadata records (key version 2, value version 3, see
+    /// [`crate::group_metadata`]) as one batch and makes it durable. Blocking.
+    pub fn append_groups(
+        &self,
+        groups: &[(String, GroupMetadata)],
+        now_ms: i64,
+    ) -> Result<(), OffsetsLogError> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut b = BatchBuilder::new();
+        for (group, value) in groups {
+            b.append(
+                now_ms,
+                Some(&encode_group_key(group)),
+                Some(&group_metadata::encode_value(value)),
+                &[],
+            );
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// The latest group-metadata record of every group that has one and no later tombstone:
+    /// what the coordinator reloads at start. Blocking.
+    pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut groups = BTreeMap::new();
+        let mut next = self.log.log_start_offset();
+        loop {
+            let fetched = self.log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let r = r.map_err(|e| OffsetsLogError::Record {
+                    path: self.path.clone(),
+                    offset: next,
+                    problem: e.to_string(),
+                })?;
+                let Ok(OffsetRecord::GroupMetadata(group)) = decode(r.key.as_ref(), None) else {
+                    continue;
+                };
+                match r.value.as_ref() {
+                    None => {
+                        groups.remove(&group);
+                    }
+                    Some(value) => {
+                        let value = group_metadata::decode_value(value).map_err(|problem| {
+                            OffsetsLogError::Record {
+                                path: self.path.clone(),
+                                offset: r.offset,
+                                problem,
+                            }
+                        })?;
+                        groups.insert(group, value);
+                    }
+                }
+            }
+            next = fetched.next_offset;
+        }
+        Ok(groups)
     }
 
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
