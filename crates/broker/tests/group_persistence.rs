@@ -617,6 +617,63 @@ fn static_members_stay_until_their_session_ends_and_leave_by_instance_id() {
     assert_eq!(left, vec![a_id]);
 }
 
+/// A real client (librdkafka through confluent-kafka, `tests/clients/group_client.py`) in a
+/// group across a broker SIGKILL: its heartbeats after the restart are answered NONE, so it
+/// never rebalances (one assignment in its whole run, where a broker that forgot the group
+/// made it rejoin), and it reads every record once, committing as it goes.
+#[test]
+fn a_librdkafka_member_carries_on_through_a_broker_crash_without_a_rebalance() {
+    use common::clients::{group_consumer, Client, Produce};
+    const TIMEOUT: Duration = Duration::from_secs(180);
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &["--partitions", "2"]);
+    let topic = common::topic("group-persist");
+    let group_id = format!("{topic}-readers");
+    let delivered = Client::Confluent
+        .produce(
+            &broker.bootstrap(),
+            &topic,
+            300,
+            &Produce {
+                spread: true,
+                ..Produce::default()
+            },
+        )
+        .delivered(TIMEOUT);
+    assert_eq!(delivered.offsets.len(), 300);
+    // Paced (20 ms a record: 6 s for the topic), so the crash falls mid-read.
+    let mut member = group_consumer(
+        &broker.bootstrap(),
+        &topic,
+        &group_id,
+        &["--idle", "10", "--pace-ms", "20"],
+    );
+    member.wait_event("assigned", TIMEOUT);
+    member.wait_event("committed", TIMEOUT);
+    broker.crash();
+    std::thread::sleep(Duration::from_millis(500));
+    let broker = broker.restart();
+    let events = member.finish(TIMEOUT);
+    let assigned: Vec<_> = events.iter().filter(|e| e["event"] == "assigned").collect();
+    assert_eq!(
+        assigned.len(),
+        1,
+        "one assignment, no rebalance: {assigned:?}"
+    );
+    let read: std::collections::BTreeSet<(i64, i64)> = events
+        .iter()
+        .filter(|e| e["event"] == "consumed")
+        .map(|e| {
+            (
+                e["partition"].as_i64().unwrap(),
+                e["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(read.len(), 300, "every record read");
+    broker.wait_for_log("group loaded", Duration::from_secs(5));
+}
+
 /// A GroupMetadata record as Kafka 4.4.0 wrote it (`kafka.sh` with the console consumer,
 /// `group.instance.id=inst-1`, `client.id=oracle-client`, classic protocol), copied from its
 /// `__consumer_offsets-0`: key, then value.
