@@ -412,7 +412,7 @@ fn members_that_do_not_come_back_expire_with_their_session_timed_from_the_load()
     broker.wait_for_log("session expired", Duration::from_secs(5));
     std::thread::sleep(Duration::from_millis(500));
     broker.crash();
-    let broker = broker.restart();
+    let mut broker = broker.restart();
     let mut wire = Wire::connect(broker.addr);
     let g = describe(&mut wire, "g");
     assert_eq!(g.group_state.to_string(), "Empty");
@@ -423,6 +423,17 @@ fn members_that_do_not_come_back_expire_with_their_session_timed_from_the_load()
     );
     // An empty group takes commits from outside any generation.
     assert_eq!(commit(&mut wire, "g", "", None, -1, 4), NONE);
+    // Deleted (DeleteGroups' tombstones), it stays deleted across a restart.
+    let deleted: DeleteGroupsResponse = wire.call(
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![group("g")]),
+    );
+    assert_eq!(deleted.results[0].error_code, NONE);
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(describe(&mut wire, "g").group_state.to_string(), "Dead");
 }
 
 #[test]
