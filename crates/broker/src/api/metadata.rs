@@ -122,8 +122,8 @@ const OFFSETS_TOPIC_ID: Uuid = Uuid::from_u128(0x6f6e_6365_6c6f_6700_0000_636f_6
 /// [`crate::offsets_log::DIR_NAME`]) led by this broker. It is listed among all topics, as
 /// Kafka lists it, so clients that leave internal topics out of a pattern subscription (Java's
 /// `exclude.internal.topics`, franz-go's regex consumer) see it as internal. Its records are
-/// not served: Fetch and ListOffsets answer UNKNOWN_TOPIC_OR_PARTITION for it, and no admin API
-/// creates, alters or deletes it.
+/// not served: Fetch and ListOffsets answer it as unknown (UNKNOWN_TOPIC_OR_PARTITION, by id
+/// UNKNOWN_TOPIC_ID), and no admin API creates, alters or deletes it.
 fn offsets_topic(broker: &Broker) -> MetadataResponseTopic {
     let node = BrokerId(broker.endpoint.node_id);
     MetadataResponseTopic::default()
