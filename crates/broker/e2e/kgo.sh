@@ -31,7 +31,7 @@ PER_TEST="${ONCELOG_KGO_TIMEOUT:-180}"
 mkdir -p "$WORK/logs"
 
 # The test binary, built once from the module as the proxy serves it.
-if [ ! -x "$BIN" ]; then
+if [ ! -x "$BIN" ] || [ ! -d "$SRC/pkg/kgo" ]; then
     dir="$(go mod download -json "$MODULE@$VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
     [ -d "$dir/pkg/kgo" ] || { echo "kgo.sh: go mod download gave no module dir" >&2; exit 1; }
     rm -rf "$SRC"
@@ -82,10 +82,11 @@ passed=0
 for t in "${tests[@]}"; do
     start=$SECONDS
     # A test franz-go skips (a feature the broker does not advertise) counts as failed.
+    rc=0
     (cd "$SRC/pkg/kgo" && timeout -k 10 $((PER_TEST + 30)) "$BIN" -test.run "^$t\$" \
-        -test.count 1 -test.timeout "${PER_TEST}s" -test.v) >"$logs/$t.log" 2>&1 || true
+        -test.count 1 -test.timeout "${PER_TEST}s" -test.v) >"$logs/$t.log" 2>&1 || rc=$?
     status=FAIL
-    grep -q "^--- PASS: $t " "$logs/$t.log" && status=PASS
+    [ $rc -eq 0 ] && grep -q "^--- PASS: $t " "$logs/$t.log" && status=PASS
     grep -q "^--- SKIP: $t " "$logs/$t.log" && status=SKIP
     echo "$status $t $((SECONDS - start))s"
     if [ $status = PASS ]; then
