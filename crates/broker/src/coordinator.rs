@@ -5,8 +5,23 @@
 //! leader's assignment. A member silent past its session timeout is removed, and a member
 //! that does not rejoin within the rebalance timeout is dropped from the new generation.
 //!
-//! Membership is in memory, as in Kafka a restart (there: a coordinator move) makes the
-//! members rejoin; what must survive, the committed offsets, is in [`crate::offsets_log`].
+//! Membership survives a restart as in Kafka: the generation, the chosen protocol, the leader
+//! and every member with its subscription and assignment are written to `__consumer_offsets`
+//! as Kafka's group-metadata records ([`crate::group_metadata`]) when the leader's SyncGroup
+//! completes a generation (durable before any member of it is answered), when a static member
+//! replaces its old member id, and when a group empties. On start [`Groups::restore`] reloads
+//! them: a member that heartbeats or commits with its old member id and generation carries on
+//! without a rebalance, and every member's session timer starts at the load, so one that never
+//! comes back is removed as usual. The coordinator queues the records ([`Groups::take_unstored`])
+//! and whoever writes them ([`crate::api::CommittedOffsets::store_groups`]) reports back
+//! ([`Groups::stored`]), which answers the requests that waited for them.
+//!
+//! Static membership (KIP-345, `group.instance.id`): a member that joins with a known instance
+//! id and no member id takes over the old member id's place, assignment and leadership; the old
+//! member id is then fenced (FENCED_INSTANCE_ID on its requests). In a Stable group whose chosen
+//! protocol the new member's protocols do not change, there is no rebalance: the member gets the
+//! current generation back and its old assignment in its SyncGroup, as Kafka's
+//! `updateStaticMemberThenRebalanceOrCompleteJoin`.
 //!
 //! The admin APIs read and change it too ([`crate::api`]'s group admin): ListGroups and
 //! DescribeGroups see each group's state, protocol and members as Kafka reports them
@@ -21,6 +36,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
+
+use crate::group_metadata::{GroupMetadata, MemberMetadata};
 
 /// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms` defaults.
 pub const MIN_SESSION_TIMEOUT_MS: i32 = 6_000;
@@ -115,6 +132,9 @@ pub struct Joined {
     pub member_id: String,
     /// Every member with its metadata for the chosen protocol: the leader's answer only.
     pub members: Vec<(String, Option<String>, Bytes)>,
+    /// The leader must not compute an assignment (JoinGroup v9, KIP-814): a static leader that
+    /// rejoined a Stable group keeps the current one.
+    pub skip_assignment: bool,
 }
 
 /// What a SyncGroup is answered.
@@ -140,6 +160,33 @@ struct Member {
     assignment: Bytes,
 }
 
+impl Member {
+    /// The member's metadata for `protocol` (empty if it has none).
+    fn metadata(&self, protocol: Option<&str>) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| Some(n.as_str()) == protocol)
+            .map(|(_, meta)| meta.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(-1, |d| d.as_millis() as i64)
+}
+
+/// A request answered once its group's record is durable.
+#[derive(Debug)]
+enum Waiter {
+    /// The leader's assignment for this generation: the group becomes Stable and the members'
+    /// SyncGroups are answered.
+    Assignment(i32),
+    /// A static member that replaced its old member id in a Stable group.
+    Join(oneshot::Sender<Joined>, Joined),
+}
+
 #[derive(Debug)]
 struct Group {
     state: State,
@@ -157,6 +204,10 @@ struct Group {
     /// The first rebalance of an empty group waits its whole delay.
     initial: bool,
     syncs: Vec<(String, oneshot::Sender<Synced>)>,
+    /// Records to write, with what waits for each.
+    unstored: Vec<(GroupMetadata, Option<Waiter>)>,
+    /// What waits for a queued record, by its sequence number ([`Outbox`]).
+    waiters: Vec<(u64, Waiter)>,
 }
 
 impl Group {
@@ -172,6 +223,140 @@ impl Group {
             deadline: Instant::now(),
             initial: false,
             syncs: Vec::new(),
+            unstored: Vec::new(),
+            waiters: Vec::new(),
+        }
+    }
+
+    /// The group as Kafka's group-metadata record stores it: each member with its metadata
+    /// for the chosen protocol and its assignment.
+    fn record(&self) -> GroupMetadata {
+        let members = self
+            .members
+            .iter()
+            .map(|(id, m)| MemberMetadata {
+                member_id: id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                session_timeout_ms: m.session_timeout.as_millis() as i32,
+                subscription: m.metadata(self.protocol.as_deref()),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        GroupMetadata {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation,
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            current_state_timestamp: now_ms(),
+            members,
+        }
+    }
+
+    /// The member id a static member (`group.instance.id`) has now.
+    fn static_member(&self, instance_id: &str) -> Option<String> {
+        self.members
+            .iter()
+            .find(|(_, m)| m.instance_id.as_deref() == Some(instance_id))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Kafka's `ClassicGroup.validateMember`: a request naming an instance id must come from
+    /// the member id that instance has now (FENCED_INSTANCE_ID otherwise, UNKNOWN_MEMBER_ID
+    /// for an unknown instance); one without must name a member.
+    fn validate_member(
+        &self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<(), ResponseError> {
+        match instance_id {
+            Some(instance) => match self.static_member(instance) {
+                None => Err(ResponseError::UnknownMemberId),
+                Some(current) if current != member_id => {
+                    tracing::info!(
+                        member = member_id,
+                        instance,
+                        current = %current,
+                        "static member fenced"
+                    );
+                    Err(ResponseError::FencedInstanceId)
+                }
+                Some(_) => Ok(()),
+            },
+            None if self.members.contains_key(member_id) => Ok(()),
+            None => Err(ResponseError::UnknownMemberId),
+        }
+    }
+
+    /// The protocol the group would choose now: the first of the leader's preference that
+    /// every member supports (there is one: a join without a common protocol is refused).
+    fn select_protocol(&self) -> Option<String> {
+        let leader = self.members.get(self.leader.as_ref()?)?;
+        leader
+            .protocols
+            .iter()
+            .map(|(name, _)| name.clone())
+            .find(|name| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+            })
+    }
+
+    /// Every member with its metadata for `protocol`, as the leader's JoinGroup answer lists
+    /// them.
+    fn everyone(&self, protocol: Option<&str>) -> Vec<(String, Option<String>, Bytes)> {
+        self.members
+            .iter()
+            .map(|(id, m)| (id.clone(), m.instance_id.clone(), m.metadata(protocol)))
+            .collect()
+    }
+
+    /// What a queued record's write means for what waited for it.
+    fn on_stored(&mut self, waiter: Waiter, error: Option<ResponseError>, now: Instant) {
+        match waiter {
+            Waiter::Assignment(generation) => {
+                // A rebalance that started meanwhile answered the SyncGroups already.
+                if self.state != State::Completing || self.generation != generation {
+                    return;
+                }
+                if let Some(e) = error {
+                    // Kafka's `resetAndPropagateAssignmentWithError`: nobody gets the
+                    // assignment that could not be stored; the members rejoin.
+                    for (_, tx) in self.syncs.drain(..) {
+                        let _ = tx.send(Synced {
+                            error: Some(e),
+                            ..Synced::default()
+                        });
+                    }
+                    for m in self.members.values_mut() {
+                        m.assignment = Bytes::new();
+                    }
+                    self.prepare_rebalance(now);
+                    return;
+                }
+                self.state = State::Stable;
+                for (id, tx) in self.syncs.drain(..) {
+                    let _ = tx.send(Synced {
+                        error: None,
+                        protocol_type: self.protocol_type.clone(),
+                        protocol_name: self.protocol.clone(),
+                        assignment: self.members[&id].assignment.clone(),
+                    });
+                }
+            }
+            Waiter::Join(tx, joined) => {
+                let _ = tx.send(match error {
+                    None => joined,
+                    Some(e) => Joined {
+                        error: Some(e),
+                        generation: -1,
+                        ..Joined::default()
+                    },
+                });
+            }
         }
     }
 
@@ -216,6 +401,9 @@ impl Group {
             self.protocol = None;
             self.subscribed = self.compute_subscribed();
             self.leader = None;
+            // Kafka stores the empty generation too, so a restart does not bring back the
+            // members that left.
+            self.unstored.push((self.record(), None));
             return;
         }
         if !self
@@ -226,32 +414,10 @@ impl Group {
             self.leader = self.members.keys().next().cloned();
         }
         let leader = self.leader.clone().expect("a member leads");
-        // The first protocol of the leader's preference that every member supports (there is
-        // one: a join without a common protocol is refused).
-        let protocol = self.members[&leader]
-            .protocols
-            .iter()
-            .map(|(name, _)| name.clone())
-            .find(|name| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(n, _)| n == name))
-            });
+        let protocol = self.select_protocol();
         self.protocol = protocol.clone();
         self.subscribed = self.compute_subscribed();
-        let everyone: Vec<(String, Option<String>, Bytes)> = self
-            .members
-            .iter()
-            .map(|(id, m)| {
-                let meta = m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| Some(n) == protocol.as_ref())
-                    .map(|(_, meta)| meta.clone())
-                    .unwrap_or_default();
-                (id.clone(), m.instance_id.clone(), meta)
-            })
-            .collect();
+        let everyone = self.everyone(protocol.as_deref());
         for (id, m) in self.members.iter_mut() {
             m.last_seen = now;
             m.assignment = Bytes::new();
@@ -268,6 +434,7 @@ impl Group {
                 } else {
                     Vec::new()
                 },
+                skip_assignment: false,
             });
         }
         self.state = State::Completing;
@@ -347,20 +514,100 @@ pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
     Some(topics)
 }
 
-/// The error a member's request gets for its identity and generation, if any.
+/// The error a member's request gets for its identity (with its instance id, if static) and
+/// generation, if any.
 fn check_member(
     group: Option<&Group>,
     member_id: &str,
+    instance_id: Option<&str>,
     generation: i32,
 ) -> Result<(), ResponseError> {
     let group = group.ok_or(ResponseError::UnknownMemberId)?;
-    if !group.members.contains_key(member_id) {
-        return Err(ResponseError::UnknownMemberId);
-    }
+    group.validate_member(member_id, instance_id)?;
     if generation != group.generation {
         return Err(ResponseError::IllegalGeneration);
     }
     Ok(())
+}
+
+/// A static member rejoined without its member id (a restarted client): the new member id
+/// takes the old one's place, assignment and leadership, and the old one's requests in flight
+/// are fenced (Kafka's `updateStaticMemberThenRebalanceOrCompleteJoin`). In a Stable group
+/// whose chosen protocol stays the same nothing rebalances: the record with the new member id
+/// is stored, then the member gets the current generation back (a v9+ leader is told to skip
+/// the assignment; an older one is answered as a follower, with the old leader id, as Kafka
+/// does), and its SyncGroup answers its old assignment. Otherwise the group rebalances.
+fn replace_static_member(
+    group: &mut Group,
+    old_id: &str,
+    new_id: String,
+    req: JoinRequest,
+    tx: oneshot::Sender<Joined>,
+    now: Instant,
+) {
+    let mut member = group.members.remove(old_id).expect("a static member");
+    tracing::info!(
+        instance = req.instance_id.as_deref().unwrap_or_default(),
+        old = old_id,
+        new = %new_id,
+        "static member replaced"
+    );
+    if let Some(old) = member.join.take() {
+        let _ = old.send(Joined {
+            error: Some(ResponseError::FencedInstanceId),
+            generation: -1,
+            member_id: old_id.to_string(),
+            ..Joined::default()
+        });
+    }
+    let (fenced, kept): (Vec<_>, Vec<_>) = group.syncs.drain(..).partition(|(id, _)| id == old_id);
+    group.syncs = kept;
+    for (_, old) in fenced {
+        let _ = old.send(Synced {
+            error: Some(ResponseError::FencedInstanceId),
+            ..Synced::default()
+        });
+    }
+    let old_leader = group.leader.clone();
+    if group.leader.as_deref() == Some(old_id) {
+        group.leader = Some(new_id.clone());
+    }
+    member.session_timeout = Duration::from_millis(req.session_timeout_ms as u64);
+    member.rebalance_timeout = Duration::from_millis(req.rebalance_timeout_ms.max(0) as u64);
+    member.protocols = req.protocols;
+    member.last_seen = now;
+    group.members.insert(new_id.clone(), member);
+    if group.state == State::Stable && group.select_protocol() == group.protocol {
+        let is_leader = group.leader.as_deref() == Some(new_id.as_str());
+        let skip = req.supports_skip_assignment && is_leader;
+        let joined = Joined {
+            error: None,
+            generation: group.generation,
+            protocol_type: group.protocol_type.clone(),
+            protocol_name: group.protocol.clone(),
+            leader: if req.supports_skip_assignment {
+                group.leader.clone()
+            } else {
+                old_leader
+            }
+            .unwrap_or_default(),
+            member_id: new_id,
+            members: if skip {
+                group.everyone(group.protocol.as_deref())
+            } else {
+                Vec::new()
+            },
+            skip_assignment: skip,
+        };
+        group
+            .unstored
+            .push((group.record(), Some(Waiter::Join(tx, joined))));
+        return;
+    }
+    group.members.get_mut(&new_id).expect("inserted").join = Some(tx);
+    // In CompletingRebalance the leader may already assign to the old member id: rebalance.
+    group.prepare_rebalance(now);
+    group.try_complete_join(now);
 }
 
 /// A JoinGroup's fields that matter here.
@@ -376,17 +623,145 @@ pub struct JoinRequest {
     pub rebalance_timeout_ms: i32,
     pub protocol_type: String,
     pub protocols: Vec<(String, Bytes)>,
+    /// The request is JoinGroup v9 or later, which can tell a leader to skip the assignment.
+    pub supports_skip_assignment: bool,
 }
+
+/// Group records queued for the offsets log, in the order they were made.
+#[derive(Debug, Default)]
+struct Outbox {
+    next_seq: u64,
+    records: Vec<(u64, String, GroupMetadata)>,
+}
+
+/// A queued group record: its sequence number, the group, the value.
+pub type UnstoredRecord = (u64, String, GroupMetadata);
 
 /// Every group this broker coordinates.
 #[derive(Debug, Default)]
 pub struct Groups {
     groups: Mutex<HashMap<String, Group>>,
+    /// Taken after `groups` when both are held.
+    outbox: Mutex<Outbox>,
 }
 
 impl Groups {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
         self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The groups of the offsets log's group-metadata records, as a restarted coordinator
+    /// finds them: a group with members is Stable in its stored generation, with its leader,
+    /// protocol and assignments; every member's session timer starts `now`.
+    pub fn restore(stored: BTreeMap<String, GroupMetadata>, now: Instant) -> Groups {
+        let mut groups = HashMap::new();
+        for (id, g) in stored {
+            let mut group = Group::new();
+            group.members = g
+                .members
+                .into_iter()
+                .map(|m| {
+                    let member = Member {
+                        instance_id: m.group_instance_id,
+                        client_id: m.client_id,
+                        client_host: m.client_host,
+                        session_timeout: Duration::from_millis(m.session_timeout_ms.max(0) as u64),
+                        rebalance_timeout: Duration::from_millis(
+                            m.rebalance_timeout_ms.max(0) as u64
+                        ),
+                        // Kafka stores the metadata of the chosen protocol only.
+                        protocols: g
+                            .protocol
+                            .iter()
+                            .map(|p| (p.clone(), m.subscription.clone()))
+                            .collect(),
+                        last_seen: now,
+                        join: None,
+                        assignment: m.assignment,
+                    };
+                    (m.member_id, member)
+                })
+                .collect();
+            group.state = if group.members.is_empty() {
+                State::Empty
+            } else {
+                State::Stable
+            };
+            group.generation = g.generation;
+            group.protocol_type = Some(g.protocol_type).filter(|t| !t.is_empty());
+            group.protocol = g.protocol;
+            group.leader = g.leader;
+            group.subscribed = group.compute_subscribed();
+            tracing::info!(
+                group = %id,
+                generation = group.generation,
+                members = group.members.len(),
+                state = group.state.kafka_name(),
+                "group loaded"
+            );
+            groups.insert(id, group);
+        }
+        Groups {
+            groups: Mutex::new(groups),
+            outbox: Mutex::default(),
+        }
+    }
+
+    /// Moves the group's new records to the outbox; what waits for them waits for their
+    /// sequence numbers.
+    fn enqueue(&self, name: &str, group: &mut Group) {
+        if group.unstored.is_empty() {
+            return;
+        }
+        let mut outbox = self.outbox();
+        for (record, waiter) in group.unstored.drain(..) {
+            outbox.next_seq += 1;
+            let seq = outbox.next_seq;
+            outbox.records.push((seq, name.to_string(), record));
+            if let Some(w) = waiter {
+                group.waiters.push((seq, w));
+            }
+        }
+    }
+
+    /// Whether group records wait to be written.
+    pub fn has_unstored(&self) -> bool {
+        !self.outbox().records.is_empty()
+    }
+
+    /// The group records to write, oldest first. The writer must write them in this order
+    /// and then call [`Groups::stored`], holding one lock across both so writers do not
+    /// reorder records.
+    pub fn take_unstored(&self) -> Vec<UnstoredRecord> {
+        std::mem::take(&mut self.outbox().records)
+    }
+
+    /// The records taken are durable (`error` is `None`) or could not be written: answers
+    /// what waited for them.
+    pub fn stored(&self, records: &[UnstoredRecord], error: Option<ResponseError>) {
+        let now = Instant::now();
+        let mut last: HashMap<&str, u64> = HashMap::new();
+        for (seq, group, _) in records {
+            let at = last.entry(group.as_str()).or_default();
+            *at = (*at).max(*seq);
+        }
+        let mut groups = self.lock();
+        for (name, seq) in last {
+            let Some(group) = groups.get_mut(name) else {
+                continue;
+            };
+            let (done, waiting): (Vec<_>, Vec<_>) =
+                group.waiters.drain(..).partition(|(s, _)| *s <= seq);
+            group.waiters = waiting;
+            for (_, waiter) in done {
+                group.on_stored(waiter, error, now);
+            }
+            self.enqueue(name, group);
+        }
     }
 
     /// Joins (or rejoins) a member; the answer comes when the join phase ends.
@@ -409,8 +784,9 @@ impl Groups {
             return rx;
         }
         let now = Instant::now();
+        let name = req.group.clone();
         let mut groups = self.lock();
-        let group = groups.entry(req.group.clone()).or_insert_with(Group::new);
+        let group = groups.entry(name.clone()).or_insert_with(Group::new);
         if req.member_id.is_empty() {
             if group.state != State::Empty
                 && (group.protocol_type.as_deref() != Some(&req.protocol_type)
@@ -423,15 +799,28 @@ impl Groups {
                 fail(tx, ResponseError::InconsistentGroupProtocol, String::new());
                 return rx;
             }
-        } else if !group.members.contains_key(&req.member_id) {
-            fail(tx, ResponseError::UnknownMemberId, req.member_id);
+        } else if let Err(e) = group.validate_member(&req.member_id, req.instance_id.as_deref()) {
+            fail(tx, e, req.member_id);
             return rx;
         }
         let member_id = if req.member_id.is_empty() {
-            format!("{}-{}", req.client_id, uuid::Uuid::new_v4())
+            // Kafka's `ClassicGroup.generateMemberId`: a static member's id starts with its
+            // instance id.
+            let prefix = req.instance_id.as_deref().unwrap_or(&req.client_id);
+            format!("{prefix}-{}", uuid::Uuid::new_v4())
         } else {
             req.member_id.clone()
         };
+        let known_instance = req
+            .instance_id
+            .as_deref()
+            .filter(|_| req.member_id.is_empty())
+            .and_then(|instance| group.static_member(instance));
+        if let Some(old_id) = known_instance {
+            replace_static_member(group, &old_id, member_id, req, tx, now);
+            self.enqueue(&name, group);
+            return rx;
+        }
         if group.members.is_empty() {
             group.protocol_type = Some(req.protocol_type.clone());
         }
@@ -465,14 +854,18 @@ impl Groups {
         // rejoin (REBALANCE_IN_PROGRESS) or whose subscription changed.
         group.prepare_rebalance(now);
         group.try_complete_join(now);
+        self.enqueue(&name, group);
         rx
     }
 
-    /// A member's SyncGroup: the leader brings the assignment, every member gets its part.
+    /// A member's SyncGroup: the leader brings the assignment, every member gets its part
+    /// once the group's record with it is durable (the caller has the queued record written,
+    /// see [`Groups::take_unstored`]).
     pub fn sync(
         &self,
         group_id: &str,
         member_id: &str,
+        instance_id: Option<&str>,
         generation: i32,
         assignments: Vec<(String, Bytes)>,
     ) -> oneshot::Receiver<Synced> {
@@ -484,7 +877,7 @@ impl Groups {
             error: Some(e),
             ..Synced::default()
         };
-        if let Err(e) = check_member(group.as_deref(), member_id, generation) {
+        if let Err(e) = check_member(group.as_deref(), member_id, instance_id, generation) {
             let _ = tx.send(error(e));
             return rx;
         }
@@ -504,20 +897,22 @@ impl Groups {
             }
             State::Completing => {
                 group.syncs.push((member_id.to_string(), tx));
-                if group.leader.as_deref() == Some(member_id) {
+                let storing = group
+                    .waiters
+                    .iter()
+                    .any(|(_, w)| matches!(w, Waiter::Assignment(g) if *g == generation));
+                if group.leader.as_deref() == Some(member_id) && !storing {
                     let mut by_member: HashMap<String, Bytes> = assignments.into_iter().collect();
                     for (id, m) in group.members.iter_mut() {
                         m.assignment = by_member.remove(id).unwrap_or_default();
                     }
-                    group.state = State::Stable;
-                    for (id, tx) in group.syncs.drain(..) {
-                        let _ = tx.send(Synced {
-                            error: None,
-                            protocol_type: group.protocol_type.clone(),
-                            protocol_name: group.protocol.clone(),
-                            assignment: group.members[&id].assignment.clone(),
-                        });
-                    }
+                    // Stable, and every SyncGroup answered, once the record is durable
+                    // (`Group::on_stored`).
+                    let record = group.record();
+                    group
+                        .unstored
+                        .push((record, Some(Waiter::Assignment(generation))));
+                    self.enqueue(group_id, group);
                 }
             }
         }
@@ -529,11 +924,12 @@ impl Groups {
         &self,
         group_id: &str,
         member_id: &str,
+        instance_id: Option<&str>,
         generation: i32,
     ) -> Option<ResponseError> {
         let mut groups = self.lock();
         let group = groups.get_mut(group_id);
-        if let Err(e) = check_member(group.as_deref(), member_id, generation) {
+        if let Err(e) = check_member(group.as_deref(), member_id, instance_id, generation) {
             return Some(e);
         }
         let group = group.expect("checked");
@@ -541,17 +937,33 @@ impl Groups {
         (group.state == State::Preparing).then_some(ResponseError::RebalanceInProgress)
     }
 
-    /// A member leaves; the others rebalance. The error is per member.
-    pub fn leave(&self, group_id: &str, member_id: &str) -> Option<ResponseError> {
+    /// A member leaves; the others rebalance. The error is per member. From LeaveGroup v3 a
+    /// member is named by its member id, its instance id, or both (Kafka's
+    /// `classicGroupLeave`): an instance id alone removes whichever member id it has now (an
+    /// admin's `removeMembersFromConsumerGroup`), both must match (FENCED_INSTANCE_ID).
+    pub fn leave(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Option<ResponseError> {
         let mut groups = self.lock();
         let Some(group) = groups.get_mut(group_id) else {
             return Some(ResponseError::UnknownMemberId);
         };
-        if !group.members.contains_key(member_id) {
-            return Some(ResponseError::UnknownMemberId);
+        let member_id = match instance_id {
+            Some(instance) if member_id.is_empty() => match group.static_member(instance) {
+                Some(id) => id,
+                None => return Some(ResponseError::UnknownMemberId),
+            },
+            _ => member_id.to_string(),
+        };
+        if let Err(e) = group.validate_member(&member_id, instance_id) {
+            return Some(e);
         }
-        tracing::info!(group = group_id, member = member_id, "member left");
-        group.remove_member(member_id, Instant::now());
+        tracing::info!(group = group_id, member = %member_id, "member left");
+        group.remove_member(&member_id, Instant::now());
+        self.enqueue(group_id, group);
         None
     }
 
@@ -563,13 +975,25 @@ impl Groups {
         member_id: &str,
         generation: i32,
     ) -> Option<ResponseError> {
+        self.check_member_commit(group_id, member_id, None, generation)
+    }
+
+    /// [`Groups::check_commit`] of a member that names its instance id (OffsetCommit v7+): a
+    /// fenced static member's commit is refused (FENCED_INSTANCE_ID).
+    pub fn check_member_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Option<ResponseError> {
         let mut groups = self.lock();
         let group = groups.get_mut(group_id);
         if generation < 0 {
             let busy = group.is_some_and(|g| !g.members.is_empty());
             return busy.then_some(ResponseError::UnknownMemberId);
         }
-        if let Err(e) = check_member(group.as_deref(), member_id, generation) {
+        if let Err(e) = check_member(group.as_deref(), member_id, instance_id, generation) {
             return Some(e);
         }
         let group = group.expect("checked");
@@ -642,6 +1066,8 @@ impl Groups {
             Some(g) if g.state != State::Empty => Err(ResponseError::NonEmptyGroup),
             Some(_) => {
                 groups.remove(group_id);
+                // A queued record of the group must not outlive its tombstone.
+                self.outbox().records.retain(|(_, g, _)| g != group_id);
                 tracing::info!(group = group_id, "group deleted");
                 Ok(true)
             }
@@ -686,6 +1112,7 @@ impl Groups {
                 group.remove_member(&id, now);
             }
             group.try_complete_join(now);
+            self.enqueue(name, group);
         }
     }
 }
@@ -705,6 +1132,7 @@ mod tests {
             rebalance_timeout_ms: 60_000,
             protocol_type: CONSUMER_PROTOCOL.into(),
             protocols: vec![("range".into(), Bytes::new())],
+            supports_skip_assignment: false,
         }
     }
 
@@ -719,7 +1147,14 @@ mod tests {
             rebalance_timeout_ms: 60_000,
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Bytes::new())],
+            supports_skip_assignment: false,
         })
+    }
+
+    /// Reports every queued record as written, as the offsets log's writer does.
+    fn store(groups: &Groups) {
+        let records = groups.take_unstored();
+        groups.stored(&records, None);
     }
 
     /// Ticks the coordinator until the join phase answers (the first one waits its delay).
@@ -783,7 +1218,7 @@ mod tests {
             groups.remove_if_empty("g"),
             Err(ResponseError::NonEmptyGroup)
         );
-        assert_eq!(groups.leave("g", &a.member_id), None);
+        assert_eq!(groups.leave("g", &a.member_id, None), None);
         assert_eq!(
             groups.offset_delete_check("g"),
             OffsetDeleteCheck::Allowed {
@@ -803,9 +1238,11 @@ mod tests {
         let mut synced = groups.sync(
             "g",
             &a.member_id,
+            None,
             1,
             vec![(a.member_id.clone(), Bytes::new())],
         );
+        store(&groups);
         assert_eq!(synced.try_recv().unwrap().error, None);
         assert_eq!(groups.check_commit("g", &a.member_id, 1), None, "stable");
 
@@ -813,7 +1250,7 @@ mod tests {
         // rejoin. The first still owns its partitions and commits what it processed.
         let b = join(&groups, "");
         assert_eq!(
-            groups.heartbeat("g", &a.member_id, 1),
+            groups.heartbeat("g", &a.member_id, None, 1),
             Some(ResponseError::RebalanceInProgress)
         );
         assert_eq!(groups.check_commit("g", &a.member_id, 1), None, "preparing");
@@ -837,7 +1274,8 @@ mod tests {
             (a2.member_id.clone(), Bytes::new()),
             (b2.member_id.clone(), Bytes::new()),
         ];
-        let mut synced = groups.sync("g", &leader.member_id, 2, assignments);
+        let mut synced = groups.sync("g", &leader.member_id, None, 2, assignments);
+        store(&groups);
         assert_eq!(synced.try_recv().unwrap().error, None);
         assert_eq!(
             groups.check_commit("g", &b2.member_id, 2),

@@ -14,6 +14,7 @@ pub mod connection;
 pub mod coordinator;
 pub mod errors;
 mod files;
+pub mod group_metadata;
 mod internal_log;
 pub mod offsets_log;
 pub mod producer_ids;

@@ -21,6 +21,8 @@ use oncelog::Log;
 
 use crate::internal_log::{open_replayed, InternalLogError};
 
+use crate::group_metadata::{self, GroupMetadata};
+
 /// The directory of the log under the data directory (never opened as a topic).
 pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
 
@@ -175,6 +177,81 @@ impl OffsetsLog {
         Ok(())
     }
 
+    /// Writes Kafka's group-metadata records (key version 2, value version 3, see
+    /// [`crate::group_metadata`]) as one batch and makes it durable. Blocking.
+    pub fn append_groups(
+        &self,
+        groups: &[(String, GroupMetadata)],
+        now_ms: i64,
+    ) -> Result<(), OffsetsLogError> {
+        if groups.is_empty() {
+            return Ok(());
+        }
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut b = BatchBuilder::new();
+        for (group, value) in groups {
+            b.append(
+                now_ms,
+                Some(&encode_group_key(group)),
+                Some(&group_metadata::encode_value(value)),
+                &[],
+            );
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// The latest group-metadata record of every group that has one and no later tombstone:
+    /// what the coordinator reloads at start. Blocking.
+    pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let mut groups = BTreeMap::new();
+        let mut next = self.log.log_start_offset();
+        loop {
+            let fetched = self.log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let r = r.map_err(|e| OffsetsLogError::Record {
+                    path: self.path.clone(),
+                    offset: next,
+                    problem: e.to_string(),
+                })?;
+                let Ok(OffsetRecord::GroupMetadata(group)) = decode(r.key.as_ref(), None) else {
+                    continue;
+                };
+                match r.value.as_ref() {
+                    None => {
+                        groups.remove(&group);
+                    }
+                    Some(value) => {
+                        let value = group_metadata::decode_value(value).map_err(|problem| {
+                            OffsetsLogError::Record {
+                                path: self.path.clone(),
+                                offset: r.offset,
+                                problem,
+                            }
+                        })?;
+                        groups.insert(group, value);
+                    }
+                }
+            }
+            next = fetched.next_offset;
+        }
+        Ok(groups)
+    }
+
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
@@ -270,10 +347,42 @@ impl Reader<'_> {
         self.0 = rest;
         String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
     }
+    fn varint(&mut self, what: &str) -> Result<u32, String> {
+        let mut value = 0u32;
+        for shift in (0..35).step_by(7) {
+            self.need(1, what)?;
+            let byte = self.0.get_u8();
+            value |= u32::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(format!("{what}: a varint longer than 5 bytes"))
+    }
+    /// A compact string (length + 1 as an unsigned varint; 0 is null, read as empty).
+    fn compact_string(&mut self, what: &str) -> Result<String, String> {
+        let Some(len) = (self.varint(what)? as usize).checked_sub(1) else {
+            return Ok(String::new());
+        };
+        self.need(len, what)?;
+        let (s, rest) = self.0.split_at(len);
+        self.0 = rest;
+        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+    /// Tagged fields (Kafka 4.4 writes the topic id as tag 0): skipped.
+    fn tagged_fields(&mut self, what: &str) -> Result<(), String> {
+        for _ in 0..self.varint(what)? {
+            self.varint(what)?;
+            let size = self.varint(what)? as usize;
+            self.need(size, what)?;
+            self.0.advance(size);
+        }
+        Ok(())
+    }
 }
 
 /// Decodes one record of a `__consumer_offsets` partition (Kafka's key versions 0 to 2, offset
-/// value versions 0 to 3).
+/// value versions 0 to 4).
 pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord, String> {
     let key = key.ok_or("a record without a key")?;
     let mut k = Reader(key);
@@ -314,7 +423,22 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
                         commit_timestamp,
                     }
                 }
-                other => return Err(format!("offset value version {other}, 0 to 3 are known")),
+                4 => {
+                    // The flexible version Kafka 4.4 writes: v3's fields, compact metadata,
+                    // tagged fields after.
+                    let offset = v.i64("the offset")?;
+                    let leader_epoch = v.i32("the leader epoch")?;
+                    let metadata = v.compact_string("the metadata")?;
+                    let commit_timestamp = v.i64("the commit timestamp")?;
+                    v.tagged_fields("the tagged fields")?;
+                    Committed {
+                        offset,
+                        leader_epoch,
+                        metadata,
+                        commit_timestamp,
+                    }
+                }
+                other => return Err(format!("offset value version {other}, 0 to 4 are known")),
             };
             Ok(OffsetRecord::Offset(key, Some(committed)))
         }
@@ -481,6 +605,41 @@ mod tests {
             decode(Some(&gm), Some(&Bytes::from_static(b"x"))).unwrap(),
             OffsetRecord::GroupMetadata("g".into())
         );
+    }
+
+    #[test]
+    fn kafka_4_4s_flexible_offset_value_decodes() {
+        // An OffsetCommit record from a Kafka 4.4.0 broker's `__consumer_offsets-0` (group
+        // gp-static, topic gpt, partition 0, offset 1), with its topic id as tagged field 0.
+        let hex = |t: &str| -> Bytes {
+            (0..t.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&t[i..i + 2], 16).unwrap())
+                .collect::<Vec<u8>>()
+                .into()
+        };
+        let key = hex("0001000967702d737461746963000367707400000000");
+        let value = hex(
+            "000400000000000000010000000001000001a249d87d0e010010b6c71054d21d482e8536f8a390b83b8f",
+        );
+        assert_eq!(
+            decode(Some(&key), Some(&value)).unwrap(),
+            OffsetRecord::Offset(
+                ("gp-static".into(), "gpt".into(), 0),
+                Some(Committed {
+                    offset: 1,
+                    leader_epoch: 0,
+                    metadata: String::new(),
+                    commit_timestamp: 0x0000_01a2_49d8_7d0e,
+                })
+            )
+        );
+        for end in 2..value.len() {
+            assert!(
+                decode(Some(&key), Some(&value.slice(..end))).is_err(),
+                "cut at {end}"
+            );
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Server {
             }
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
-        let (store, producer_ids, offsets, txns) = tokio::task::spawn_blocking(move || {
+        let (store, producer_ids, offsets, txns, groups) = tokio::task::spawn_blocking(move || {
             let store = Store::open(&dir, &settings, node_id)?;
             let producer_ids = ProducerIds::open(&dir)?;
             let offsets = CommittedOffsets::open(&dir)?;
@@ -89,7 +89,9 @@ impl Server {
                 })?;
             }
             txn_coordinator::abort_orphans(&store);
-            Ok::<_, StartError>((store, producer_ids, offsets, txns))
+            // The groups as their last records left them (no rebalance after a restart).
+            let groups = Groups::restore(offsets.stored_groups()?, std::time::Instant::now());
+            Ok::<_, StartError>((store, producer_ids, offsets, txns, groups))
         })
         .await
         .map_err(|e| StartError::Task(e.to_string()))??;
@@ -112,7 +114,7 @@ impl Server {
             store: Arc::new(store),
             producer_ids: Arc::new(producer_ids),
             offsets,
-            groups: Groups::default(),
+            groups,
             txns,
             stats: Stats::default(),
             endpoint: Endpoint {
@@ -180,8 +182,10 @@ impl Server {
                     .await;
                 }
                 let b = Arc::clone(&ticking);
-                // Transactions past their timeout are aborted (markers: off the reactor).
+                // Transactions past their timeout are aborted (markers: off the reactor), and
+                // the group records the tick queued (an emptied group) are written.
                 let _ = tokio::task::spawn_blocking(move || {
+                    b.offsets.store_groups(&b.groups);
                     for ending in b.txns.expired() {
                         if let Err(e) =
                             txn_coordinator::write_ending(&b.store, &b.offsets, &b.txns, &ending)

@@ -78,7 +78,8 @@ fn create_one(wire: &mut Wire, t: CreatableTopic) -> CreatableTopicResult {
     create(wire, vec![t], false).remove(0)
 }
 
-/// Every topic Metadata lists, with its partition count and id.
+/// Every topic Metadata lists, with its partition count and id, but the internal ones
+/// (`__consumer_offsets`, which is always there).
 fn listed(wire: &mut Wire) -> Vec<(String, usize, Uuid)> {
     let response: MetadataResponse = wire.call(
         ApiKey::Metadata,
@@ -88,6 +89,7 @@ fn listed(wire: &mut Wire) -> Vec<(String, usize, Uuid)> {
     let mut topics: Vec<_> = response
         .topics
         .iter()
+        .filter(|t| !t.is_internal)
         .map(|t| {
             (
                 t.name.as_ref().unwrap().0.to_string(),

@@ -667,7 +667,9 @@ fn group_requests_outside_the_rules_get_kafkas_codes_and_change_nothing() {
     );
     assert_eq!(left.error_code, 0);
     assert_eq!(heartbeat(&mut wire, &me, 1), 25, "gone");
-    // A topic named like the offsets log is refused, and the log is not served as a topic.
+    // A topic named like the offsets log is not created: Metadata describes the broker's own
+    // log as Kafka describes `__consumer_offsets`, an internal topic; the log is not served as
+    // a topic.
     let metadata: MetadataResponse = wire.call(
         ApiKey::Metadata,
         9,
@@ -677,7 +679,24 @@ fn group_requests_outside_the_rules_get_kafkas_codes_and_change_nothing() {
             ]))
             .with_allow_auto_topic_creation(true),
     );
-    assert_ne!(metadata.topics[0].error_code, 0, "an internal name");
+    assert_eq!(metadata.topics[0].error_code, 0);
+    assert!(metadata.topics[0].is_internal, "an internal topic");
+    assert!(
+        !data.path().join("__consumer_offsets-0").exists(),
+        "no user topic made of the name"
+    );
+    let offsets: ListOffsetsResponse = wire.call(
+        ApiKey::ListOffsets,
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name("__consumer_offsets"))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(-1)
+                ])]),
+    );
+    assert_eq!(offsets.topics[0].partitions[0].error_code, 3, "not served");
     broker.crash();
     let broker = broker.restart();
     let mut wire = Wire::connect(broker.addr);

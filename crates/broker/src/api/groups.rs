@@ -1,7 +1,9 @@
 //! Consumer groups: FindCoordinator names this broker; JoinGroup, SyncGroup, Heartbeat and
 //! LeaveGroup run the classic protocol ([`crate::coordinator`]); OffsetCommit stores positions
 //! durably in the `__consumer_offsets` log ([`crate::offsets_log`]) before it answers, and
-//! OffsetFetch returns them, across restarts.
+//! OffsetFetch returns them, across restarts. The coordinator's group-metadata records
+//! (generations, members, assignments) go to the same log, written here
+//! ([`CommittedOffsets::store_groups`]) before the requests that wait for them are answered.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +30,8 @@ use kafka_protocol::ResponseError;
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::{self, Request};
-use crate::coordinator::JoinRequest;
+use crate::coordinator::{Groups, JoinRequest};
+use crate::group_metadata::GroupMetadata;
 use crate::offsets_log::{Committed, OffsetKey, OffsetsLog, OffsetsLogError};
 
 /// FindCoordinator's key types.
@@ -58,6 +61,43 @@ impl CommittedOffsets {
             log,
             writing: Mutex::new(()),
         })
+    }
+
+    /// The groups of the log's group-metadata records, for the coordinator to reload
+    /// ([`Groups::restore`]). Blocking.
+    pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
+        self.log.stored_groups()
+    }
+
+    /// Writes the group records the coordinator queued, durably and in the order they were
+    /// made, then tells the coordinator, which answers what waited for them (a failed write
+    /// is COORDINATOR_NOT_AVAILABLE to them, as Kafka maps a failed append). Blocking.
+    pub fn store_groups(&self, groups: &Groups) {
+        if !groups.has_unstored() {
+            return;
+        }
+        // One writer at a time, across the write and the report: records of one group are
+        // never reordered, and a DeleteGroups tombstone is never overtaken.
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let records = groups.take_unstored();
+        if records.is_empty() {
+            return;
+        }
+        let batch: Vec<(String, GroupMetadata)> = records
+            .iter()
+            .map(|(_, group, value)| (group.clone(), value.clone()))
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let error = match self.log.append_groups(&batch, now_ms) {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot store group metadata");
+                Some(ResponseError::CoordinatorNotAvailable)
+            }
+        };
+        groups.stored(&records, error);
     }
 
     /// Compacts the offsets log if a round is due (see [`OffsetsLog::compact_if_due`]).
@@ -156,6 +196,17 @@ fn s(v: &StrBytes) -> String {
     v.to_string()
 }
 
+/// Has the coordinator's queued group records written (off the reactor: an fsync).
+pub async fn store_group_records(broker: &Arc<Broker>) {
+    if !broker.groups.has_unstored() {
+        return;
+    }
+    let b = Arc::clone(broker);
+    if let Err(e) = tokio::task::spawn_blocking(move || b.offsets.store_groups(&b.groups)).await {
+        tracing::error!(error = %e, "group metadata task failed");
+    }
+}
+
 fn opt(v: Option<String>) -> Option<StrBytes> {
     v.map(StrBytes::from_string)
 }
@@ -187,9 +238,13 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
             .iter()
             .map(|p| (s(&p.name), p.metadata.clone()))
             .collect(),
+        supports_skip_assignment: request.version >= 9,
     });
     let (correlation_id, version) = (request.correlation_id, request.version);
+    let broker = Arc::clone(broker);
     Ok(Reply::Later(tokio::spawn(async move {
+        // A static member's replacement is answered once stored.
+        store_group_records(&broker).await;
         let joined = rx.await.unwrap_or_default();
         let members = joined
             .members
@@ -208,6 +263,7 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
             .with_protocol_name(opt(joined.protocol_name))
             .with_leader(StrBytes::from_string(joined.leader))
             .with_member_id(StrBytes::from_string(joined.member_id))
+            .with_skip_assignment(joined.skip_assignment)
             .with_members(members);
         codec::encode(correlation_id, version, &response, &[])
     })))
@@ -218,6 +274,7 @@ pub fn sync_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
     let rx = broker.groups.sync(
         &body.group_id.0,
         &body.member_id,
+        body.group_instance_id.as_deref(),
         body.generation_id,
         body.assignments
             .iter()
@@ -225,7 +282,10 @@ pub fn sync_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
             .collect(),
     );
     let (correlation_id, version) = (request.correlation_id, request.version);
+    let broker = Arc::clone(broker);
     Ok(Reply::Later(tokio::spawn(async move {
+        // The leader's assignment is answered to every member once stored.
+        store_group_records(&broker).await;
         let synced = rx.await.unwrap_or_default();
         let response = SyncGroupResponse::default()
             .with_error_code(crate::errors::code(synced.error))
@@ -238,9 +298,12 @@ pub fn sync_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
 
 pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: HeartbeatRequest = request.body()?;
-    let error = broker
-        .groups
-        .heartbeat(&body.group_id.0, &body.member_id, body.generation_id);
+    let error = broker.groups.heartbeat(
+        &body.group_id.0,
+        &body.member_id,
+        body.group_instance_id.as_deref(),
+        body.generation_id,
+    );
     let response = HeartbeatResponse::default().with_error_code(crate::errors::code(error));
     Ok(Reply::Now(respond(request, &response)?))
 }
@@ -253,7 +316,11 @@ pub fn leave_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
             .members
             .iter()
             .map(|m| {
-                let error = broker.groups.leave(&body.group_id.0, &m.member_id);
+                let error = broker.groups.leave(
+                    &body.group_id.0,
+                    &m.member_id,
+                    m.group_instance_id.as_deref(),
+                );
                 MemberResponse::default()
                     .with_member_id(m.member_id.clone())
                     .with_group_instance_id(m.group_instance_id.clone())
@@ -262,10 +329,16 @@ pub fn leave_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
             .collect();
         LeaveGroupResponse::default().with_members(members)
     } else {
-        let error = broker.groups.leave(&body.group_id.0, &body.member_id);
+        let error = broker.groups.leave(&body.group_id.0, &body.member_id, None);
         LeaveGroupResponse::default().with_error_code(crate::errors::code(error))
     };
-    Ok(Reply::Now(respond(request, &response)?))
+    // A group left empty is stored so (its empty generation) before the answer.
+    let (correlation_id, version) = (request.correlation_id, request.version);
+    let broker = Arc::clone(broker);
+    Ok(Reply::Later(tokio::spawn(async move {
+        store_group_records(&broker).await;
+        codec::encode(correlation_id, version, &response, &[])
+    })))
 }
 
 pub fn find_coordinator(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
@@ -321,10 +394,12 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
     let group = s(&body.group_id.0);
     // A member commits in its generation; a consumer outside any group (`assign()`) sends -1,
     // accepted while the group has no members.
-    let group_error =
-        broker
-            .groups
-            .check_commit(&group, &body.member_id, body.generation_id_or_member_epoch);
+    let group_error = broker.groups.check_member_commit(
+        &group,
+        &body.member_id,
+        body.group_instance_id.as_deref(),
+        body.generation_id_or_member_epoch,
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);

@@ -1,5 +1,6 @@
 //! Metadata: this one broker leads every partition; topics a client asks for are created on
-//! the spot when auto-creation is on.
+//! the spot when auto-creation is on. `__consumer_offsets` is described as Kafka describes it,
+//! an internal topic (see [`offsets_topic`]).
 
 use std::sync::Arc;
 
@@ -27,11 +28,8 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
     };
     let auto_create = broker.auto_create_topics && (version < 4 || body.allow_auto_topic_creation);
     let topics = match wanted {
-        None => broker
-            .store
-            .topics()
-            .iter()
-            .map(|t| describe(broker, t))
+        None => std::iter::once(offsets_topic(broker))
+            .chain(broker.store.topics().iter().map(|t| describe(broker, t)))
             .collect(),
         Some(wanted) => {
             let mut topics = Vec::with_capacity(wanted.len());
@@ -62,11 +60,17 @@ async fn lookup(
     auto_create: bool,
 ) -> MetadataResponseTopic {
     let Some(name) = wanted.name else {
+        if wanted.topic_id == OFFSETS_TOPIC_ID {
+            return offsets_topic(broker);
+        }
         return match broker.store.topic_by_id(wanted.topic_id) {
             Some(topic) => describe(broker, &topic),
             None => failed(None, wanted.topic_id, ResponseError::UnknownTopicId),
         };
     };
+    if name.0.as_str() == OFFSETS_TOPIC {
+        return offsets_topic(broker);
+    }
     if let Some(topic) = broker.store.topic(&name) {
         return describe(broker, &topic);
     }
@@ -103,6 +107,35 @@ async fn lookup(
             failed(Some(name), Uuid::nil(), ResponseError::KafkaStorageError)
         }
     }
+}
+
+/// The name of the topic the group coordinator writes (the broker's offsets log).
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// The topic id `__consumer_offsets` is described with. Kafka draws one at random when it
+/// creates the topic and keeps it; the broker's offsets log has no `partition.metadata` of its
+/// own, so this fixed id stands for it (ids are unique per cluster, and this broker is one).
+const OFFSETS_TOPIC_ID: Uuid = Uuid::from_u128(0x6f6e_6365_6c6f_6700_0000_636f_6e73_756d);
+
+/// `__consumer_offsets` as Kafka describes it once a group coordinator exists: an internal topic
+/// (`is_internal`), here of one partition (the broker's offsets log,
+/// [`crate::offsets_log::DIR_NAME`]) led by this broker. It is listed among all topics, as
+/// Kafka lists it, so clients that leave internal topics out of a pattern subscription (Java's
+/// `exclude.internal.topics`, franz-go's regex consumer) see it as internal. Its records are
+/// not served: Fetch and ListOffsets answer it as unknown (UNKNOWN_TOPIC_OR_PARTITION, by id
+/// UNKNOWN_TOPIC_ID), and no admin API creates, alters or deletes it.
+fn offsets_topic(broker: &Broker) -> MetadataResponseTopic {
+    let node = BrokerId(broker.endpoint.node_id);
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_static_str(OFFSETS_TOPIC))))
+        .with_topic_id(OFFSETS_TOPIC_ID)
+        .with_is_internal(true)
+        .with_partitions(vec![MetadataResponsePartition::default()
+            .with_partition_index(0)
+            .with_leader_id(node)
+            .with_leader_epoch(0)
+            .with_replica_nodes(vec![node])
+            .with_isr_nodes(vec![node])])
 }
 
 fn describe(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
