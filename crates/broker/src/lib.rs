@@ -11,6 +11,7 @@ pub mod broker;
 pub mod codec;
 pub mod config;
 pub mod connection;
+pub mod consumer_group;
 pub mod coordinator;
 pub mod errors;
 mod files;
