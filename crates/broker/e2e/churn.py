@@ -5,7 +5,10 @@ one of them is stopped (SIGTERM: it leaves the group) and a new one joins. Print
 records acknowledged, offsets consumed, and offsets consumed more than once (the issue: a
 commit refused during a rebalance hands processed offsets to the next owner).
 
-    crates/broker/e2e/churn.py BOOTSTRAP N WORKDIR [TOPIC]
+    crates/broker/e2e/churn.py BOOTSTRAP N WORKDIR [TOPIC] [--group-protocol classic|consumer]
+
+`--group-protocol consumer` runs the consumers with KIP-848's protocol (ConsumerGroupHeartbeat,
+the broker's assignor) instead of the classic one (JoinGroup/SyncGroup, the client's).
 
 Runs against any broker: oncelog-broker (start it with --partitions 6 if it lacks
 CreateTopics) or Kafka itself (`kafka.sh start`). Needs the Kafka jars of
@@ -14,6 +17,10 @@ CreateTopics) or Kafka itself (`kafka.sh start`). Needs the Kafka jars of
 import json, os, random, signal, subprocess, sys, time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
+args = sys.argv[1:]; protocol = "classic"
+if "--group-protocol" in args:
+    i = args.index("--group-protocol"); protocol = args[i + 1]; del args[i:i + 2]
+sys.argv[1:] = args
 B = sys.argv[1]; N = int(sys.argv[2]); work = sys.argv[3]; topic = sys.argv[4] if len(sys.argv) > 4 else "churn"
 os.makedirs(work, exist_ok=True)
 def run(*a, **kw): return subprocess.Popen(["bash", K, "run", *a], **kw)
@@ -23,7 +30,7 @@ consumers = []; n = 0
 def start():
     global n
     n += 1
-    p = run("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", B, "--topic", topic, "--group-id", "g", "--reset-policy", "earliest", stdout=open(f"{work}/consumer-{n}.log", "w"), stderr=subprocess.DEVNULL)
+    p = run("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", B, "--topic", topic, "--group-id", "g", "--reset-policy", "earliest", "--group-protocol", protocol, stdout=open(f"{work}/consumer-{n}.log", "w"), stderr=subprocess.DEVNULL)
     consumers.append(p)
 for _ in range(3): start()
 rng = random.Random(7)
@@ -57,4 +64,4 @@ for p in consumers: p.wait()
 seen, total = consumed()
 acked = sum(1 for l in open(f"{work}/producer.log") if '"producer_send_success"' in l)
 dups = sum(c - 1 for c in seen.values() if c > 1)
-print(json.dumps({"acked": acked, "unique_consumed": len(seen), "records_consumed": total, "offsets_consumed_twice_or_more": dups, "consumers_started": n}))
+print(json.dumps({"acked": acked, "unique_consumed": len(seen), "records_consumed": total, "offsets_consumed_twice_or_more": dups, "consumers_started": n, "group_protocol": protocol}))

@@ -20,8 +20,9 @@
 //!   revoke within its rebalance timeout is removed too (fenced), as Kafka does.
 //!
 //! Consumer groups live in memory only: a broker restart forgets them. A member of a forgotten
-//! group is answered UNKNOWN_MEMBER_ID on its next heartbeat (and FENCED_MEMBER_EPOCH /
-//! UNKNOWN_MEMBER_ID on its next commit), which makes Kafka's clients give up their
+//! group is answered UNKNOWN_MEMBER_ID on its next heartbeat and commit (Kafka answers a
+//! heartbeat to an unknown group GROUP_ID_NOT_FOUND, fatal to its consumer; its groups are
+//! never lost), which makes Kafka's clients give up their
 //! partitions and rejoin with epoch 0; the committed offsets are kept (they are in the
 //! offsets log), so nothing is read twice beyond what was not committed.
 
@@ -606,7 +607,7 @@ impl ConsumerGroups {
     }
 
     /// Kafka's `ConsumerGroup.validateOffsetCommit`: a member commits in its current epoch
-    /// (STALE_MEMBER_EPOCH for an older one, FENCED_MEMBER_EPOCH for a newer one), with
+    /// (STALE_MEMBER_EPOCH for any other), with
     /// OffsetCommit v9+ unless the commit is transactional; a commit outside the group (epoch
     /// -1) only while it has no members. `None`: the group is not a consumer group.
     pub fn check_commit(
@@ -804,13 +805,15 @@ impl ConsumerGroups {
                         format!("Instance id {instance} is unknown."),
                     )
                 }
-                Some(id) if id != req.member_id => return HeartbeatAnswer::error(
-                    ResponseError::FencedInstanceId,
-                    format!(
+                Some(id) if id != req.member_id => {
+                    return HeartbeatAnswer::error(
+                        ResponseError::FencedInstanceId,
+                        format!(
                         "Static member {} with instance id {instance} was fenced by member {id}.",
                         req.member_id
                     ),
-                ),
+                    )
+                }
                 Some(id) => id,
             },
         };
@@ -831,11 +834,14 @@ impl ConsumerGroups {
     }
 }
 
+/// A commit's or fetch's member epoch must be the member's: Kafka 4.4 answers any other, older
+/// or newer, with STALE_MEMBER_EPOCH (observed against it: a newer one is not "fenced" here,
+/// unlike in a heartbeat).
 fn epoch_check(received: i32, expected: i32) -> Result<(), ResponseError> {
-    match received.cmp(&expected) {
-        std::cmp::Ordering::Greater => Err(ResponseError::FencedMemberEpoch),
-        std::cmp::Ordering::Less => Err(ResponseError::StaleMemberEpoch),
-        std::cmp::Ordering::Equal => Ok(()),
+    if received == expected {
+        Ok(())
+    } else {
+        Err(ResponseError::StaleMemberEpoch)
     }
 }
 

@@ -402,7 +402,8 @@ fn offset_commits_and_fetches_of_a_consumer_group_check_the_member_epoch() {
     );
     assert_eq!(
         commit(&mut wire, 9, "g", "a", 2, "cp-commit"),
-        ResponseError::FencedMemberEpoch.code()
+        ResponseError::StaleMemberEpoch.code(),
+        "a newer epoch too, as Kafka 4.4 answers it"
     );
     assert_eq!(
         commit(&mut wire, 9, "g", "zz", 1, "cp-commit"),
