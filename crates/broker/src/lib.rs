@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod assignor;
 pub mod broker;
 pub mod codec;
 pub mod config;

@@ -661,3 +661,45 @@ fn the_range_assignor_gives_each_member_a_range() {
         .collect();
     assert_eq!(targets, vec![vec![0, 1], vec![2]]);
 }
+
+#[test]
+fn after_a_restart_members_are_told_to_rejoin_and_their_commits_are_kept() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = broker(data.path(), 2, &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "cp-restart");
+    let a = heartbeat(&mut wire, &join_request("g", "a", &["cp-restart"]));
+    let owned = assignment(&a).unwrap();
+    assert_eq!(commit(&mut wire, 9, "g", "a", 1, "cp-restart"), 0);
+    drop(wire);
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+
+    // Consumer groups are not persisted: the member's heartbeat and commit are answered
+    // UNKNOWN_MEMBER_ID, which makes Kafka's consumer drop its partitions and rejoin.
+    let r = heartbeat(&mut wire, &beat_request("g", "a", 1, &owned));
+    assert_eq!(r.error_code, ResponseError::UnknownMemberId.code());
+    assert_eq!(
+        commit(&mut wire, 9, "g", "a", 1, "cp-restart"),
+        ResponseError::UnknownMemberId.code()
+    );
+    let again = heartbeat(&mut wire, &join_request("g", "a", &["cp-restart"]));
+    assert_eq!((again.error_code, again.member_epoch), (0, 1));
+    assert_eq!(assignment(&again), Some(owned));
+    // What it committed before the crash is still there.
+    let fetched: OffsetFetchResponse = wire.call(
+        ApiKey::OffsetFetch,
+        9,
+        &OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(group("g"))
+            .with_member_id(Some(s("a")))
+            .with_member_epoch(1)
+            .with_topics(None)]),
+    );
+    assert_eq!(fetched.groups[0].error_code, 0);
+    assert_eq!(
+        fetched.groups[0].topics[0].partitions[0].committed_offset,
+        7
+    );
+}
