@@ -634,6 +634,25 @@ impl ConsumerGroups {
         Some(epoch_check(member_epoch, member.epoch))
     }
 
+    /// Kafka's `ConsumerGroup.validateTransactionalOffsetCommit` (TxnOffsetCommit v3+,
+    /// KIP-447): a producer that sends no group metadata (epoch -1, no member id) may commit;
+    /// otherwise the member and its epoch must be current. `None`: not a consumer group.
+    pub fn check_txn_commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        member_epoch: i32,
+    ) -> Option<Result<(), ResponseError>> {
+        let g = self.groups.get(group)?;
+        if member_epoch < 0 && member_id.is_empty() {
+            return Some(Ok(()));
+        }
+        let Some(member) = g.members.get(member_id) else {
+            return Some(Err(ResponseError::UnknownMemberId));
+        };
+        Some(epoch_check(member_epoch, member.epoch))
+    }
+
     /// Kafka's `ConsumerGroup.validateOffsetFetch`: a fetch naming no member is an admin's;
     /// otherwise the member's epoch must be current. `None`: not a consumer group.
     pub fn check_fetch(
@@ -940,6 +959,51 @@ fn rejoined(group: &mut Group, member_id: &str, now: Instant) -> Member {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commits_are_checked_against_the_member_epoch() {
+        let mut groups = ConsumerGroups::default();
+        let topics = [TopicInfo {
+            name: "t".into(),
+            id: Uuid::from_u128(1),
+            partitions: 1,
+        }];
+        let joined = groups.heartbeat(
+            Heartbeat {
+                group: "g".into(),
+                member_id: "m".into(),
+                rebalance_timeout_ms: 1_000,
+                subscribed_topic_names: Some(vec!["t".into()]),
+                owned: Some(Partitions::new()),
+                version: 1,
+                ..Heartbeat::default()
+            },
+            &topics,
+            Instant::now(),
+        );
+        assert_eq!((joined.error, joined.member_epoch), (None, 1));
+        assert_eq!(groups.check_commit("other", "m", 1, true), None);
+        assert_eq!(groups.check_commit("g", "m", 1, true), Some(Ok(())));
+        assert_eq!(
+            groups.check_commit("g", "m", 1, false),
+            Some(Err(ResponseError::UnsupportedVersion))
+        );
+        assert_eq!(
+            groups.check_commit("g", "m", 2, true),
+            Some(Err(ResponseError::StaleMemberEpoch))
+        );
+        // A transactional producer without group metadata may commit; with it, it is checked.
+        assert_eq!(groups.check_txn_commit("g", "", -1), Some(Ok(())));
+        assert_eq!(groups.check_txn_commit("g", "m", 1), Some(Ok(())));
+        assert_eq!(
+            groups.check_txn_commit("g", "m", 0),
+            Some(Err(ResponseError::StaleMemberEpoch))
+        );
+        assert_eq!(
+            groups.check_txn_commit("g", "x", 1),
+            Some(Err(ResponseError::UnknownMemberId))
+        );
+    }
 
     #[test]
     fn a_member_does_not_get_a_partition_its_owner_has_not_revoked() {

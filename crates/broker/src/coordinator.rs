@@ -1058,14 +1058,22 @@ impl Groups {
         None
     }
 
-    /// Whether a commit from this member and generation may be stored: `-1` is a consumer
-    /// outside any group (`assign()`), allowed while the group has no members.
+    /// Whether a transactional commit (TxnOffsetCommit v3+) from this member and generation may
+    /// be stored: `-1` is a consumer outside any group (`assign()`), allowed while the group has
+    /// no members. A consumer-protocol group checks the member epoch instead
+    /// ([`ConsumerGroups::check_txn_commit`]).
     pub fn check_commit(
         &self,
         group_id: &str,
         member_id: &str,
         generation: i32,
     ) -> Option<ResponseError> {
+        if let Some(result) = self
+            .consumer()
+            .check_txn_commit(group_id, member_id, generation)
+        {
+            return result.err();
+        }
         self.check_member_commit(group_id, member_id, None, generation)
     }
 
