@@ -189,8 +189,9 @@ impl Member {
     }
 
     /// Kafka's `CurrentAssignmentBuilder.build`: one step of this member towards `target` at
-    /// `target_epoch`. `owner_epoch(t, p)` is the epoch of whichever member owns a partition
-    /// (assigned or pending revocation), `None` if it is free.
+    /// `target_epoch`, given the partitions its heartbeat says it owns (`None`: not sent).
+    /// `is_owned(t, p)`: another member has the partition, assigned or pending revocation
+    /// (Kafka's `currentPartitionEpoch != -1`), so it cannot be given yet.
     fn reconcile(
         &mut self,
         target_epoch: i32,
