@@ -7,7 +7,10 @@ Prints one JSON line: records acknowledged, offsets consumed, offsets consumed m
 acknowledged offsets never consumed. Exits 1 if any offset was consumed twice or any
 acknowledged one was lost.
 
-    crates/broker/e2e/churn.py BOOTSTRAP N WORKDIR [TOPIC]
+    crates/broker/e2e/churn.py BOOTSTRAP N WORKDIR [TOPIC] [--group-protocol classic|consumer]
+
+`--group-protocol consumer` runs the consumers with KIP-848's protocol (ConsumerGroupHeartbeat,
+the broker's assignor) instead of the classic one (JoinGroup/SyncGroup, the client's).
 
 Runs against any broker: oncelog-broker or Kafka itself (`kafka.sh start`); e2e/churn.sh starts
 an oncelog-broker and runs it (CI). The Kafka jars: $KAFKA_TOOLS_LIB (a folder of jars, as
@@ -17,6 +20,10 @@ of ../shared/kafka-oracle/kafka.sh (or $KAFKA_SH).
 import json, os, random, signal, subprocess, sys, time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
+args = sys.argv[1:]; protocol = "classic"
+if "--group-protocol" in args:
+    i = args.index("--group-protocol"); protocol = args[i + 1]; del args[i:i + 2]
+sys.argv[1:] = args
 B = sys.argv[1]; N = int(sys.argv[2]); work = sys.argv[3]; topic = sys.argv[4] if len(sys.argv) > 4 else "churn"
 os.makedirs(work, exist_ok=True)
 SECONDS = float(os.environ.get("CHURN_SECONDS", "45"))
@@ -32,7 +39,7 @@ consumers = []; n = 0
 def start():
     global n
     n += 1
-    p = run("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", B, "--topic", topic, "--group-id", "g", "--reset-policy", "earliest", stdout=open(f"{work}/consumer-{n}.log", "w"), stderr=subprocess.DEVNULL)
+    p = run("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", B, "--topic", topic, "--group-id", "g", "--reset-policy", "earliest", "--group-protocol", protocol, stdout=open(f"{work}/consumer-{n}.log", "w"), stderr=subprocess.DEVNULL)
     consumers.append(p)
 for _ in range(3): start()
 rng = random.Random(7)
@@ -71,5 +78,5 @@ for line in open(f"{work}/producer.log"):
     if e.get("name") == "producer_send_success": acked.add((e["partition"], e["offset"]))
 dups = sum(c - 1 for c in seen.values() if c > 1)
 lost = len(acked - set(seen))
-print(json.dumps({"acked": len(acked), "unique_consumed": len(seen), "records_consumed": total, "offsets_consumed_twice_or_more": dups, "acked_not_consumed": lost, "consumers_started": n}))
+print(json.dumps({"acked": len(acked), "unique_consumed": len(seen), "records_consumed": total, "offsets_consumed_twice_or_more": dups, "acked_not_consumed": lost, "consumers_started": n, "group_protocol": protocol}))
 sys.exit(1 if dups or lost or len(acked) < N else 0)

@@ -153,6 +153,18 @@ pub struct Args {
     /// --queued-max-request-bytes is not counted.
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_read_timeout_ms: u64,
+
+    /// A member of a consumer-protocol group (KIP-848) silent this long is removed
+    /// (`group.consumer.session.timeout.ms`).
+    #[arg(long, default_value_t = crate::consumer_group::DEFAULT_SESSION_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub group_consumer_session_timeout_ms: u64,
+
+    /// How often members of a consumer-protocol group heartbeat
+    /// (`group.consumer.heartbeat.interval.ms`).
+    #[arg(long, default_value_t = crate::consumer_group::DEFAULT_HEARTBEAT_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    pub group_consumer_heartbeat_interval_ms: u64,
 }
 
 /// The engine's default prefault distance.
@@ -204,6 +216,7 @@ pub struct BrokerConfig {
     pub connections_max_idle: Duration,
     pub request_read_timeout: Duration,
     pub log: LogSettings,
+    pub consumer_groups: crate::consumer_group::ConsumerGroupSettings,
 }
 
 /// A flag value the broker cannot run with.
@@ -251,6 +264,12 @@ impl Args {
             queued_max_request_bytes: self.queued_max_request_bytes,
             connections_max_idle: Duration::from_millis(self.connections_max_idle_ms),
             request_read_timeout: Duration::from_millis(self.request_read_timeout_ms),
+            consumer_groups: crate::consumer_group::ConsumerGroupSettings {
+                session_timeout: Duration::from_millis(self.group_consumer_session_timeout_ms),
+                heartbeat_interval: Duration::from_millis(
+                    self.group_consumer_heartbeat_interval_ms,
+                ),
+            },
             log: LogSettings {
                 segment_bytes: self.segment_bytes,
                 flush: self.flush,

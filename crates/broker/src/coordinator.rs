@@ -37,6 +37,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 
+use crate::consumer_group::{self, ConsumerGroupSettings, ConsumerGroups};
 use crate::group_metadata::{GroupMetadata, MemberMetadata};
 
 /// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms` defaults.
@@ -81,6 +82,8 @@ pub struct ListedGroup {
     pub state: &'static str,
     /// Empty when no member ever joined (a group that only holds committed offsets).
     pub protocol_type: String,
+    /// ListGroups v5's group type: `classic`, or `consumer` for a KIP-848 group.
+    pub group_type: &'static str,
 }
 
 /// A member as DescribeGroups answers it.
@@ -643,6 +646,9 @@ pub struct Groups {
     groups: Mutex<HashMap<String, Group>>,
     /// Taken after `groups` when both are held.
     outbox: Mutex<Outbox>,
+    /// The consumer-protocol groups (KIP-848). Taken after `groups`: a group id belongs to
+    /// one protocol at a time, checked under both locks.
+    consumer: Mutex<ConsumerGroups>,
 }
 
 impl Groups {
@@ -652,6 +658,84 @@ impl Groups {
 
     fn outbox(&self) -> MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn consumer(&self) -> MutexGuard<'_, ConsumerGroups> {
+        self.consumer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets `group.consumer.session.timeout.ms` and `group.consumer.heartbeat.interval.ms`.
+    pub fn set_consumer_settings(&self, settings: ConsumerGroupSettings) {
+        self.consumer().settings = settings;
+    }
+
+    /// A ConsumerGroupHeartbeat (KIP-848). A classic group with members keeps its id: the
+    /// heartbeat is GROUP_ID_NOT_FOUND ("not a consumer group"), as Kafka answers when it
+    /// cannot convert the group; an empty classic group gives its id up to a joining member.
+    pub fn consumer_heartbeat(
+        &self,
+        req: consumer_group::Heartbeat,
+        topics: &[consumer_group::TopicInfo],
+    ) -> consumer_group::HeartbeatAnswer {
+        let mut groups = self.lock();
+        if let Some(classic) = groups.get(&req.group) {
+            if !classic.members.is_empty() || req.member_epoch != 0 {
+                return consumer_group::HeartbeatAnswer {
+                    error: Some(ResponseError::GroupIdNotFound),
+                    message: Some(format!("Group {} is not a consumer group.", req.group)),
+                    ..Default::default()
+                };
+            }
+            tracing::info!(group = %req.group, "empty classic group becomes a consumer group");
+            groups.remove(&req.group);
+        }
+        self.consumer().heartbeat(req, topics, Instant::now())
+    }
+
+    /// ConsumerGroupDescribe's view of a group: `Err(true)` if the id is a classic group's.
+    pub fn consumer_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<consumer_group::DescribedGroup, bool> {
+        let groups = self.lock();
+        match self.consumer().describe(group_id) {
+            Some(g) => Ok(g),
+            None => Err(groups.contains_key(group_id)),
+        }
+    }
+
+    /// Whether the id is a consumer-protocol group's (DescribeGroups does not describe it).
+    pub fn is_consumer_group(&self, group_id: &str) -> bool {
+        self.consumer().contains(group_id)
+    }
+
+    /// The consumer-protocol rules of an OffsetCommit (member epoch, OffsetCommit v9+):
+    /// `None` if the group is not a consumer group (the classic rules apply).
+    pub fn consumer_commit_check(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        member_epoch: i32,
+        version_ok: bool,
+    ) -> Option<Option<ResponseError>> {
+        let result = self
+            .consumer()
+            .check_commit(group_id, member_id, member_epoch, version_ok)?;
+        Some(result.err())
+    }
+
+    /// The consumer-protocol rules of an OffsetFetch v9+ naming a member: `None` if the group
+    /// is not a consumer group.
+    pub fn consumer_fetch_check(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Option<Option<ResponseError>> {
+        let result = self
+            .consumer()
+            .check_fetch(group_id, member_id, member_epoch)?;
+        Some(result.err())
     }
 
     /// The groups of the offsets log's group-metadata records, as a restarted coordinator
@@ -708,6 +792,7 @@ impl Groups {
         Groups {
             groups: Mutex::new(groups),
             outbox: Mutex::default(),
+            consumer: Mutex::default(),
         }
     }
 
@@ -786,6 +871,12 @@ impl Groups {
         let now = Instant::now();
         let name = req.group.clone();
         let mut groups = self.lock();
+        // A consumer-protocol group with members keeps its id (this broker does not mix the
+        // protocols in one group); an empty one gives it up.
+        if self.consumer().remove_if_empty(&name).is_err() {
+            fail(tx, ResponseError::InconsistentGroupProtocol, req.member_id);
+            return rx;
+        }
         let group = groups.entry(name.clone()).or_insert_with(Group::new);
         if req.member_id.is_empty() {
             if group.state != State::Empty
@@ -967,14 +1058,22 @@ impl Groups {
         None
     }
 
-    /// Whether a commit from this member and generation may be stored: `-1` is a consumer
-    /// outside any group (`assign()`), allowed while the group has no members.
+    /// Whether a transactional commit (TxnOffsetCommit v3+) from this member and generation may
+    /// be stored: `-1` is a consumer outside any group (`assign()`), allowed while the group has
+    /// no members. A consumer-protocol group checks the member epoch instead
+    /// ([`ConsumerGroups::check_txn_commit`]).
     pub fn check_commit(
         &self,
         group_id: &str,
         member_id: &str,
         generation: i32,
     ) -> Option<ResponseError> {
+        if let Some(result) = self
+            .consumer()
+            .check_txn_commit(group_id, member_id, generation)
+        {
+            return result.err();
+        }
         self.check_member_commit(group_id, member_id, None, generation)
     }
 
@@ -1018,8 +1117,20 @@ impl Groups {
                 group_id: id.clone(),
                 state: g.state.kafka_name(),
                 protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                group_type: "classic",
             })
             .collect();
+        listed.extend(
+            self.consumer()
+                .list()
+                .into_iter()
+                .map(|(group_id, state)| ListedGroup {
+                    group_id,
+                    state,
+                    protocol_type: CONSUMER_PROTOCOL.to_string(),
+                    group_type: "consumer",
+                }),
+        );
         listed.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         listed
     }
@@ -1061,6 +1172,10 @@ impl Groups {
     /// removed. Answers whether the coordinator knew the group.
     pub fn remove_if_empty(&self, group_id: &str) -> Result<bool, ResponseError> {
         let mut groups = self.lock();
+        if self.consumer().remove_if_empty(group_id)? {
+            tracing::info!(group = group_id, "consumer group deleted");
+            return Ok(true);
+        }
         match groups.get(group_id) {
             None => Ok(false),
             Some(g) if g.state != State::Empty => Err(ResponseError::NonEmptyGroup),
@@ -1079,6 +1194,13 @@ impl Groups {
     /// consumer protocol (whose subscriptions the coordinator can read).
     pub fn offset_delete_check(&self, group_id: &str) -> OffsetDeleteCheck {
         let groups = self.lock();
+        if let Some(subscribed) = self.consumer().subscribed_topics(group_id) {
+            // Kafka's `ConsumerGroup.validateOffsetDelete`: allowed, except for the offsets
+            // of subscribed topics.
+            return OffsetDeleteCheck::Allowed {
+                subscribed: Some(subscribed),
+            };
+        }
         let Some(group) = groups.get(group_id) else {
             return OffsetDeleteCheck::Unknown;
         };
@@ -1114,6 +1236,7 @@ impl Groups {
             group.try_complete_join(now);
             self.enqueue(name, group);
         }
+        self.consumer().tick(now);
     }
 }
 

@@ -7,10 +7,12 @@
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod assignor;
 pub mod broker;
 pub mod codec;
 pub mod config;
 pub mod connection;
+pub mod consumer_group;
 pub mod coordinator;
 pub mod errors;
 mod files;

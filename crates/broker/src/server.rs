@@ -77,6 +77,7 @@ impl Server {
             }
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
+        let consumer_settings = config.consumer_groups;
         let (store, producer_ids, offsets, txns, groups) = tokio::task::spawn_blocking(move || {
             let store = Store::open(&dir, &settings, node_id)?;
             let producer_ids = ProducerIds::open(&dir)?;
@@ -91,6 +92,7 @@ impl Server {
             txn_coordinator::abort_orphans(&store);
             // The groups as their last records left them (no rebalance after a restart).
             let groups = Groups::restore(offsets.stored_groups()?, std::time::Instant::now());
+            groups.set_consumer_settings(consumer_settings);
             Ok::<_, StartError>((store, producer_ids, offsets, txns, groups))
         })
         .await

@@ -554,6 +554,24 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
                     .with_name(topic("t"))
                     .with_partitions(vec![partition.clone(), partition])]))
         }
+        ApiKey::ConsumerGroupHeartbeat => {
+            use consumer_group_heartbeat_request::*;
+            let owned = TopicPartitions::default()
+                .with_topic_id(uuid::Uuid::from_u128(7))
+                .with_partitions(vec![0, 1]);
+            enc!(ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_member_id(s("m"))
+                .with_instance_id(Some(s("i")))
+                .with_rack_id(Some(s("r")))
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![topic("t"), topic("u")]))
+                .with_subscribed_topic_regex((v >= 1).then(|| s("t.*")))
+                .with_server_assignor(Some(s("uniform")))
+                .with_topic_partitions(Some(vec![owned.clone(), owned])))
+        }
+        ApiKey::ConsumerGroupDescribe => enc!(ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(s("g")), GroupId(s("h"))])),
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -673,6 +691,7 @@ const NESTED: &[ApiKey] = &[
     ApiKey::OffsetForLeaderEpoch,
     ApiKey::DescribeLogDirs,
     ApiKey::OffsetDelete,
+    ApiKey::ConsumerGroupHeartbeat,
 ];
 
 /// The APIs whose requests have no array at all.

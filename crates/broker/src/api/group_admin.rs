@@ -30,7 +30,8 @@ use crate::coordinator::{OffsetDeleteCheck, DEAD};
 use crate::errors::code;
 use crate::offsets_log::OffsetKey;
 
-/// The group type ListGroups v5 answers: every group here runs the classic protocol.
+/// The group type ListGroups v5 answers for a classic-protocol group (`consumer` for a
+/// KIP-848 one).
 const CLASSIC: &str = "classic";
 
 /// The operations a client may do on a group when the broker has no authorizer (Kafka's
@@ -62,6 +63,7 @@ fn all_groups(broker: &Broker) -> Vec<crate::coordinator::ListedGroup> {
                 group_id,
                 state: "Empty",
                 protocol_type: String::new(),
+                group_type: CLASSIC,
             });
         }
     }
@@ -78,20 +80,21 @@ pub fn list_groups(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
         .iter()
         .map(|s| s.trim().to_lowercase())
         .collect();
-    let types_match = body.types_filter.is_empty()
-        || body
-            .types_filter
-            .iter()
-            .any(|t| t.to_lowercase() == CLASSIC);
+    let types: BTreeSet<String> = body
+        .types_filter
+        .iter()
+        .map(|t| t.trim().to_lowercase())
+        .collect();
     let groups = all_groups(broker)
         .into_iter()
-        .filter(|g| types_match && (states.is_empty() || states.contains(&g.state.to_lowercase())))
+        .filter(|g| types.is_empty() || types.contains(g.group_type))
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_lowercase()))
         .map(|g| {
             ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(g.group_id)))
                 .with_protocol_type(str_bytes(g.protocol_type))
                 .with_group_state(str_bytes(g.state))
-                .with_group_type(str_bytes(CLASSIC))
+                .with_group_type(str_bytes(g.group_type))
         })
         .collect();
     let response = ListGroupsResponse::default().with_groups(groups);
@@ -112,6 +115,11 @@ pub fn describe_groups(broker: &Arc<Broker>, request: &Request) -> Result<Reply,
         .into_iter()
         .map(|group_id| {
             let id = group_id.0.to_string();
+            if broker.groups.is_consumer_group(&id) {
+                // Kafka describes only classic groups here (ConsumerGroupDescribe does the
+                // others): a consumer group is "not found", and Dead before v6.
+                return not_classic(group_id, &id, request.version, operations);
+            }
             let described = broker.groups.describe(&id).or_else(|| {
                 broker
                     .offsets
@@ -313,4 +321,20 @@ pub async fn offset_delete(broker: &Arc<Broker>, request: &Request) -> Result<Re
         .collect();
     let response = OffsetDeleteResponse::default().with_topics(topics);
     Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// DescribeGroups' answer for a consumer-protocol group: Kafka's `describeGroups` finds no
+/// classic group by that id.
+fn not_classic(group_id: GroupId, id: &str, version: i16, operations: i32) -> DescribedGroup {
+    let dead = DescribedGroup::default()
+        .with_group_id(group_id)
+        .with_group_state(str_bytes(DEAD));
+    if version >= 6 {
+        dead.with_error_code(ResponseError::GroupIdNotFound.code())
+            .with_error_message(Some(str_bytes(format!(
+                "Group {id} is not a classic group."
+            ))))
+    } else {
+        dead.with_authorized_operations(operations)
+    }
 }

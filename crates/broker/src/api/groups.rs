@@ -394,12 +394,23 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
     let group = s(&body.group_id.0);
     // A member commits in its generation; a consumer outside any group (`assign()`) sends -1,
     // accepted while the group has no members.
-    let group_error = broker.groups.check_member_commit(
-        &group,
-        &body.member_id,
-        body.group_instance_id.as_deref(),
-        body.generation_id_or_member_epoch,
-    );
+    // A consumer-protocol group (KIP-848) checks the member epoch instead, from v9.
+    let group_error = broker
+        .groups
+        .consumer_commit_check(
+            &group,
+            &body.member_id,
+            body.generation_id_or_member_epoch,
+            request.version >= 9,
+        )
+        .unwrap_or_else(|| {
+            broker.groups.check_member_commit(
+                &group,
+                &body.member_id,
+                body.group_instance_id.as_deref(),
+                body.generation_id_or_member_epoch,
+            )
+        });
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -510,9 +521,23 @@ pub fn offset_fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
                             .with_partitions(partitions)
                     })
                     .collect();
-                OffsetFetchResponseGroup::default()
-                    .with_group_id(group.group_id)
-                    .with_topics(topics)
+                // v9: a member of a consumer-protocol group fetches in its current epoch.
+                let error = broker
+                    .groups
+                    .consumer_fetch_check(
+                        &group.group_id,
+                        group.member_id.as_deref(),
+                        group.member_epoch,
+                    )
+                    .flatten();
+                match error {
+                    Some(e) => OffsetFetchResponseGroup::default()
+                        .with_group_id(group.group_id)
+                        .with_error_code(e.code()),
+                    None => OffsetFetchResponseGroup::default()
+                        .with_group_id(group.group_id)
+                        .with_topics(topics),
+                }
             })
             .collect();
         OffsetFetchResponse::default().with_groups(groups)

@@ -3,6 +3,7 @@
 
 mod admin_topics;
 mod api_versions;
+mod consumer_groups;
 mod fetch;
 mod group_admin;
 mod groups;
@@ -66,6 +67,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // The consumer group protocol (KIP-848, consumer_groups.rs); v1 adds regex subscriptions.
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -164,6 +168,8 @@ pub async fn handle(
         ApiKey::DescribeLogDirs => log_admin::describe_log_dirs(broker, &request),
         ApiKey::DeleteGroups => group_admin::delete_groups(broker, &request).await,
         ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
+        ApiKey::ConsumerGroupHeartbeat => consumer_groups::heartbeat(broker, &request),
+        ApiKey::ConsumerGroupDescribe => consumer_groups::describe(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -221,6 +227,8 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::DescribeLogDirs => body::<DescribeLogDirsRequest>(&request),
         ApiKey::DeleteGroups => body::<DeleteGroupsRequest>(&request),
         ApiKey::OffsetDelete => body::<OffsetDeleteRequest>(&request),
+        ApiKey::ConsumerGroupHeartbeat => body::<ConsumerGroupHeartbeatRequest>(&request),
+        ApiKey::ConsumerGroupDescribe => body::<ConsumerGroupDescribeRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)

@@ -1,0 +1,190 @@
+//! The consumer group protocol's APIs (KIP-848): ConsumerGroupHeartbeat runs the membership
+//! and reconciliation of [`crate::consumer_group`], ConsumerGroupDescribe shows a group's
+//! epochs, members and their current and target assignments.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member, TopicPartitions as DescribedTopic,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
+use kafka_protocol::messages::{
+    ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{respond, HandleError, Reply};
+use crate::broker::Broker;
+use crate::codec::Request;
+use crate::consumer_group::{Heartbeat, Partitions, TopicInfo};
+
+/// The operations a client may do on a group without an authorizer (READ, DELETE, DESCRIBE),
+/// as DescribeGroups answers them.
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+/// The schema's "not asked for" value of `authorized_operations`.
+const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
+/// ConsumerGroupDescribe v1's member type of a consumer-protocol member.
+const CONSUMER_MEMBER: i8 = 1;
+
+fn str_bytes(text: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(text.into())
+}
+
+/// Every topic of the broker, as the assignor sees them.
+fn topics(broker: &Broker) -> Vec<TopicInfo> {
+    broker
+        .store
+        .topics()
+        .iter()
+        .map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.id,
+            partitions: t.partitions.len() as i32,
+        })
+        .collect()
+}
+
+pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: ConsumerGroupHeartbeatRequest = request.body()?;
+    let owned = body.topic_partitions.map(|topics| {
+        let mut owned = Partitions::new();
+        for t in topics {
+            owned
+                .entry(t.topic_id)
+                .or_default()
+                .extend(t.partitions.iter().copied());
+        }
+        owned.retain(|_, p| !p.is_empty());
+        owned
+    });
+    let answer = broker.groups.consumer_heartbeat(
+        Heartbeat {
+            group: body.group_id.0.to_string(),
+            member_id: body.member_id.to_string(),
+            member_epoch: body.member_epoch,
+            instance_id: body.instance_id.map(|s| s.to_string()),
+            rack_id: body.rack_id.map(|s| s.to_string()),
+            rebalance_timeout_ms: body.rebalance_timeout_ms,
+            subscribed_topic_names: body
+                .subscribed_topic_names
+                .map(|names| names.iter().map(|n| n.0.to_string()).collect()),
+            subscribed_topic_regex: body.subscribed_topic_regex.map(|s| s.to_string()),
+            server_assignor: body.server_assignor.map(|s| s.to_string()),
+            owned,
+            client_id: request
+                .client_id
+                .as_ref()
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
+            client_host: request.client_host.clone().unwrap_or_default(),
+            version: request.version,
+        },
+        &topics(broker),
+    );
+    let assignment = answer.assignment.map(|partitions| {
+        Assignment::default().with_topic_partitions(
+            partitions
+                .into_iter()
+                .map(|(id, ps)| {
+                    TopicPartitions::default()
+                        .with_topic_id(id)
+                        .with_partitions(ps.into_iter().collect())
+                })
+                .collect(),
+        )
+    });
+    let response = ConsumerGroupHeartbeatResponse::default()
+        .with_error_code(crate::errors::code(answer.error))
+        .with_error_message(answer.message.map(str_bytes))
+        .with_member_id(answer.member_id.map(str_bytes))
+        .with_member_epoch(answer.member_epoch)
+        .with_heartbeat_interval_ms(answer.heartbeat_interval_ms)
+        .with_assignment(assignment);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// A member's partitions with their topics' names (a topic deleted since is left out).
+fn described(broker: &Broker, partitions: Partitions) -> DescribedAssignment {
+    let topics = partitions
+        .into_iter()
+        .filter_map(|(id, ps)| {
+            let topic = broker.store.topic_by_id(id)?;
+            Some(
+                DescribedTopic::default()
+                    .with_topic_id(id)
+                    .with_topic_name(TopicName(str_bytes(topic.name.clone())))
+                    .with_partitions(ps.into_iter().collect()),
+            )
+        })
+        .collect();
+    DescribedAssignment::default().with_topic_partitions(topics)
+}
+
+pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: ConsumerGroupDescribeRequest = request.body()?;
+    let operations = if body.include_authorized_operations {
+        GROUP_OPERATIONS
+    } else {
+        OPERATIONS_NOT_ASKED
+    };
+    let groups = body
+        .group_ids
+        .into_iter()
+        .map(|group_id| {
+            let id = group_id.0.to_string();
+            match broker.groups.consumer_describe(&id) {
+                Ok(g) => {
+                    let members = g
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            Member::default()
+                                .with_member_id(str_bytes(m.member_id))
+                                .with_instance_id(m.instance_id.map(str_bytes))
+                                .with_rack_id(m.rack_id.map(str_bytes))
+                                .with_member_epoch(m.member_epoch)
+                                .with_client_id(str_bytes(m.client_id))
+                                .with_client_host(str_bytes(m.client_host))
+                                .with_subscribed_topic_names(
+                                    m.subscribed_topic_names
+                                        .into_iter()
+                                        .map(|n| TopicName(str_bytes(n)))
+                                        .collect(),
+                                )
+                                .with_subscribed_topic_regex(
+                                    m.subscribed_topic_regex.map(str_bytes),
+                                )
+                                .with_assignment(described(broker, m.assignment))
+                                .with_target_assignment(described(broker, m.target_assignment))
+                                .with_member_type(CONSUMER_MEMBER)
+                        })
+                        .collect();
+                    DescribedGroup::default()
+                        .with_group_id(group_id)
+                        .with_group_state(str_bytes(g.state))
+                        .with_group_epoch(g.group_epoch)
+                        .with_assignment_epoch(g.assignment_epoch)
+                        .with_assignor_name(str_bytes(g.assignor))
+                        .with_members(members)
+                        .with_authorized_operations(operations)
+                }
+                Err(classic) => {
+                    let message = if classic {
+                        format!("Group {id} is not a consumer group.")
+                    } else {
+                        format!("Group {id} not found.")
+                    };
+                    DescribedGroup::default()
+                        .with_group_id(group_id)
+                        .with_error_code(ResponseError::GroupIdNotFound.code())
+                        .with_error_message(Some(str_bytes(message)))
+                        .with_authorized_operations(operations)
+                }
+            }
+        })
+        .collect();
+    let response = ConsumerGroupDescribeResponse::default().with_groups(groups);
+    Ok(Reply::Now(respond(request, &response)?))
+}
