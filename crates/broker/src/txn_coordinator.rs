@@ -53,6 +53,16 @@ impl TxnState {
             TxnState::PrepareAbort => "prepare_abort",
         }
     }
+    /// The state's name as Kafka's coordinator answers it in ListTransactions and
+    /// DescribeTransactions (and `kafka-transactions` prints).
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+        }
+    }
     fn parse(s: &str) -> Option<TxnState> {
         Some(match s {
             "empty" => TxnState::Empty,
@@ -131,6 +141,41 @@ impl Txn {
             offsets,
             started: Instant::now(),
         })
+    }
+}
+
+/// One transactional id as the admin APIs (ListTransactions, DescribeTransactions) show it:
+/// a copy of the coordinator's state, taken under its lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnView {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub state: TxnState,
+    pub timeout_ms: i32,
+    /// Wall-clock milliseconds at which the open transaction began (its first partition or
+    /// group added); -1 when none is open (`Empty`), as Kafka's `txnStartTimestamp`.
+    pub start_ms: i64,
+    /// The partitions of the open transaction, in order.
+    pub partitions: Vec<(String, i32)>,
+}
+
+impl TxnView {
+    fn of(id: &str, t: &Txn, now_ms: i64) -> TxnView {
+        let start_ms = match t.state {
+            TxnState::Empty => -1,
+            // `started` is a monotonic instant; its age gives the wall-clock start.
+            _ => now_ms.saturating_sub(t.started.elapsed().as_millis() as i64),
+        };
+        TxnView {
+            transactional_id: id.to_string(),
+            producer_id: t.producer_id,
+            epoch: t.epoch,
+            state: t.state,
+            timeout_ms: t.timeout_ms,
+            start_ms,
+            partitions: t.partitions.iter().cloned().collect(),
+        }
     }
 }
 
@@ -471,6 +516,22 @@ impl Txns {
             }
         }
         out
+    }
+
+    /// The state of `id`, if this coordinator has ever seen it. Read only.
+    pub fn view(&self, id: &str, now_ms: i64) -> Option<TxnView> {
+        self.lock().get(id).map(|t| TxnView::of(id, t, now_ms))
+    }
+
+    /// The state of every transactional id, ordered by id. Read only.
+    pub fn views(&self, now_ms: i64) -> Vec<TxnView> {
+        let mut all: Vec<TxnView> = self
+            .lock()
+            .iter()
+            .map(|(id, t)| TxnView::of(id, t, now_ms))
+            .collect();
+        all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        all
     }
 
     /// Compacts the state log if a round is due, keeping the latest state of every

@@ -554,6 +554,31 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
                     .with_name(topic("t"))
                     .with_partitions(vec![partition.clone(), partition])]))
         }
+        ApiKey::WriteTxnMarkers => {
+            use write_txn_markers_request::*;
+            let marker = WritableTxnMarker::default()
+                .with_producer_id(ProducerId(7))
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(topic("t"))
+                    .with_partition_indexes(vec![0, 1])]);
+            enc!(WriteTxnMarkersRequest::default().with_markers(vec![marker.clone(), marker]))
+        }
+        ApiKey::DescribeProducers => {
+            use describe_producers_request::*;
+            let t = TopicRequest::default()
+                .with_name(topic("t"))
+                .with_partition_indexes(vec![0, 1]);
+            enc!(DescribeProducersRequest::default().with_topics(vec![t.clone(), t]))
+        }
+        ApiKey::DescribeTransactions => enc!(DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("tx")), TransactionalId(s("ty"))])),
+        ApiKey::ListTransactions => enc!(fill(
+            ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing"), s("Empty")])
+                .with_producer_id_filters(vec![ProducerId(1), ProducerId(2)]),
+            v,
+            &[&|r: ListTransactionsRequest| r.with_duration_filter(60_000)],
+        )),
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -673,6 +698,8 @@ const NESTED: &[ApiKey] = &[
     ApiKey::OffsetForLeaderEpoch,
     ApiKey::DescribeLogDirs,
     ApiKey::OffsetDelete,
+    ApiKey::WriteTxnMarkers,
+    ApiKey::DescribeProducers,
 ];
 
 /// The APIs whose requests have no array at all.

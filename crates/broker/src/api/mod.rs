@@ -12,6 +12,7 @@ mod log_admin;
 mod metadata;
 mod produce;
 mod txn;
+mod txn_admin;
 
 use std::sync::Arc;
 
@@ -66,6 +67,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // Transaction tooling, KIP-664 (txn_admin.rs). ListTransactions v2 (a transactional-id
+    // regular expression) is not answered.
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -164,6 +171,10 @@ pub async fn handle(
         ApiKey::DescribeLogDirs => log_admin::describe_log_dirs(broker, &request),
         ApiKey::DeleteGroups => group_admin::delete_groups(broker, &request).await,
         ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
+        ApiKey::WriteTxnMarkers => txn_admin::write_txn_markers(broker, &request).await,
+        ApiKey::DescribeProducers => txn_admin::describe_producers(broker, &request),
+        ApiKey::DescribeTransactions => txn_admin::describe_transactions(broker, &request),
+        ApiKey::ListTransactions => txn_admin::list_transactions(broker, &request),
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -221,6 +232,10 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::DescribeLogDirs => body::<DescribeLogDirsRequest>(&request),
         ApiKey::DeleteGroups => body::<DeleteGroupsRequest>(&request),
         ApiKey::OffsetDelete => body::<OffsetDeleteRequest>(&request),
+        ApiKey::WriteTxnMarkers => body::<WriteTxnMarkersRequest>(&request),
+        ApiKey::DescribeProducers => body::<DescribeProducersRequest>(&request),
+        ApiKey::DescribeTransactions => body::<DescribeTransactionsRequest>(&request),
+        ApiKey::ListTransactions => body::<ListTransactionsRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)
