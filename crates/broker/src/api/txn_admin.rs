@@ -259,11 +259,13 @@ pub async fn write_txn_markers(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// One producer's results: per topic, in the order first seen, its partitions' results.
+type ProducerResults = (i64, Vec<(TopicName, Vec<WritableTxnMarkerPartitionResult>)>);
+
 /// The blocking body of [`write_txn_markers`].
 fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> Vec<WritableTxnMarkerResult> {
-    // Producer id -> topic -> per-partition results, in the order first seen.
-    let mut results: Vec<(i64, Vec<(TopicName, Vec<WritableTxnMarkerPartitionResult>)>)> =
-        Vec::new();
+    // Per producer id, in the order first seen.
+    let mut results: Vec<ProducerResults> = Vec::new();
     for m in body.markers {
         let producer_id = m.producer_id.0;
         let marker = if m.transaction_result {
