@@ -31,6 +31,7 @@ use common::wire::{str_bytes as s, topic_name as name};
 const NONE: i16 = 0;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const INVALID_TOPIC_EXCEPTION: i16 = 17;
+const KAFKA_STORAGE_ERROR: i16 = 56;
 const INVALID_REQUEST: i16 = 42;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
@@ -784,4 +785,78 @@ fn producer_and_transaction_state_survive_a_sigkill() {
         vec![("kt".into(), open.0, "Empty".into())]
     );
     drop(dir);
+}
+
+/// A partition taken offline (a stored batch failed its check when served): DescribeProducers
+/// answers KAFKA_STORAGE_ERROR, WriteTxnMarkers UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers
+/// for a partition in a failed log dir; the other partitions are answered as before.
+#[test]
+fn an_offline_partition_is_refused_as_kafka_refuses_one_in_a_failed_log_dir() {
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(
+        data.path(),
+        &["--segment-bytes", "4096", "--partitions", "2"],
+    );
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, "off");
+    let (pid, epoch) = idempotent_producer(&mut wire);
+    for n in 0..40 {
+        produce(&mut wire, "off", 0, batch(pid, epoch, n * 5, 5, false));
+    }
+    assert_eq!(broker.terminate().code(), Some(0), "a clean shutdown");
+    // One payload byte of the first batch of the first (sealed) segment.
+    let segment = data.path().join("off-0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let first = oncelog::format::RecordBatch::parse(&bytes).unwrap().size();
+    assert!(
+        bytes.len() > first,
+        "more than one batch in the first segment"
+    );
+    bytes[first - 3] ^= 0x01;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    // Answered until the damage is met: the producer's last sequence.
+    let p = producers(&mut wire, "off", 0);
+    assert_eq!(fields(&p[0]).2, 199);
+    let r: FetchResponse = wire.call(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(name("off"))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    assert_eq!(r.responses[0].partitions[0].error_code, KAFKA_STORAGE_ERROR);
+    broker.wait_for_log(
+        "partition taken offline",
+        std::time::Duration::from_secs(10),
+    );
+
+    let offline = describe_producers(&mut wire, "off", &[0, 1]);
+    assert_eq!(
+        offline
+            .iter()
+            .map(|p| (p.partition_index, p.error_code))
+            .collect::<Vec<_>>(),
+        vec![(0, KAFKA_STORAGE_ERROR), (1, NONE)]
+    );
+    assert!(offline[0].active_producers.is_empty());
+    let results = write_markers(
+        &mut wire,
+        vec![marker(pid, epoch, 0, false, &[("off", &[0, 1])])],
+    );
+    assert_eq!(
+        marker_errors(&results),
+        vec![
+            (pid, "off".into(), 0, UNKNOWN_TOPIC_OR_PARTITION),
+            (pid, "off".into(), 1, NONE),
+        ]
+    );
 }

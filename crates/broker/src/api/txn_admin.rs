@@ -241,7 +241,7 @@ pub fn describe_transactions(
 /// appended to each of its partitions through the engine (`Log::append_marker`, then made
 /// durable), which checks it exactly as Kafka's producer state does (an epoch older than the
 /// producer's: INVALID_PRODUCER_EPOCH; a coordinator epoch older than its last marker's:
-/// TRANSACTION_COORDINATOR_FENCED). A partition this broker does not have is
+/// TRANSACTION_COORDINATOR_FENCED). A partition this broker does not have, or has offline, is
 /// UNKNOWN_TOPIC_OR_PARTITION. The results are grouped by producer id, in request order.
 pub async fn write_txn_markers(
     broker: &Arc<Broker>,
@@ -286,7 +286,12 @@ fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> Vec<WritableT
                 .iter()
                 .map(|&index| {
                     let written = match broker.store.partition(&t.name, index) {
+                        // Kafka's `getMagic` finds no online log for an offline partition
+                        // either: UNKNOWN_TOPIC_OR_PARTITION, not a storage error.
                         None => Err(ResponseError::UnknownTopicOrPartition),
+                        Some(p) if p.offline().is_some() => {
+                            Err(ResponseError::UnknownTopicOrPartition)
+                        }
                         Some(p) => p.append_marker(&marker).map_err(|e| {
                             tracing::info!(
                                 partition = ?p, producer_id, error = %e.message,
