@@ -172,9 +172,9 @@ pub async fn handle(
         ApiKey::DeleteGroups => group_admin::delete_groups(broker, &request).await,
         ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
         ApiKey::WriteTxnMarkers => txn_admin::write_txn_markers(broker, &request).await,
-        ApiKey::DescribeProducers => txn_admin::describe_producers(broker, &request),
-        ApiKey::DescribeTransactions => txn_admin::describe_transactions(broker, &request),
-        ApiKey::ListTransactions => txn_admin::list_transactions(broker, &request),
+        ApiKey::DescribeProducers => txn_admin::describe_producers(broker, &request).await,
+        ApiKey::DescribeTransactions => txn_admin::describe_transactions(broker, &request).await,
+        ApiKey::ListTransactions => txn_admin::list_transactions(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }

@@ -29,7 +29,7 @@ use kafka_protocol::messages::{
     DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
     TopicName, TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::ResponseError;
 use oncelog::TxnMarker;
 
@@ -58,6 +58,30 @@ const KAFKA_STATES: &[&str] = &[
 /// Kafka's `ApiError(Errors.UNKNOWN_TOPIC_OR_PARTITION).message`, which DescribeProducers
 /// sends with a topic it does not know.
 const UNKNOWN_TOPIC_MESSAGE: &str = "This server does not host this topic-partition.";
+
+/// Decodes the request, answers it with `answer` on a blocking thread, and encodes the answer.
+/// Off the reactor because the locks these answers read under can be held across an fsync:
+/// a log's append lock (an append under the `always` flush policy) and the coordinator's
+/// (every state change is fsynced before it is released).
+async fn off_reactor<Req, Resp>(
+    broker: &Arc<Broker>,
+    request: &Request,
+    answer: fn(&Broker, Req) -> Resp,
+) -> Result<Reply, HandleError>
+where
+    Req: Decodable + Send + 'static,
+    Resp: Encodable + HeaderVersion + Default + Send + 'static,
+{
+    let body: Req = request.body()?;
+    let b = Arc::clone(broker);
+    let response = tokio::task::spawn_blocking(move || answer(&b, body))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(api = ?request.api_key, error = %e, "transaction admin task failed");
+            Resp::default()
+        });
+    Ok(Reply::Now(respond(request, &response)?))
+}
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -104,8 +128,17 @@ fn producer_state(entry: &oncelog::producer::ProducerEntry) -> ProducerState {
 /// the error and a message; a partition the topic does not have answers
 /// UNKNOWN_TOPIC_OR_PARTITION, an offline one KAFKA_STORAGE_ERROR (Kafka's answers for a
 /// partition it does not host and one in a failed log dir).
-pub fn describe_producers(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
-    let body: DescribeProducersRequest = request.body()?;
+pub async fn describe_producers(
+    broker: &Arc<Broker>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    off_reactor(broker, request, answer_describe_producers).await
+}
+
+fn answer_describe_producers(
+    broker: &Broker,
+    body: DescribeProducersRequest,
+) -> DescribeProducersResponse {
     let topics = body
         .topics
         .into_iter()
@@ -138,8 +171,7 @@ pub fn describe_producers(broker: &Arc<Broker>, request: &Request) -> Result<Rep
                 .with_partitions(partitions)
         })
         .collect();
-    let response = DescribeProducersResponse::default().with_topics(topics);
-    Ok(Reply::Now(respond(request, &response)?))
+    DescribeProducersResponse::default().with_topics(topics)
 }
 
 /// Whether `view` passes ListTransactions' filters, as Kafka's
@@ -161,8 +193,17 @@ fn listed(
 /// ListTransactions: every transactional id the coordinator holds that passes the filters,
 /// with its producer id and state; state filters Kafka does not know are echoed back in
 /// `unknown_state_filters`.
-pub fn list_transactions(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
-    let body: ListTransactionsRequest = request.body()?;
+pub async fn list_transactions(
+    broker: &Arc<Broker>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    off_reactor(broker, request, answer_list_transactions).await
+}
+
+fn answer_list_transactions(
+    broker: &Broker,
+    body: ListTransactionsRequest,
+) -> ListTransactionsResponse {
     let producer_ids: BTreeSet<i64> = body.producer_id_filters.iter().map(|p| p.0).collect();
     let states: BTreeSet<String> = body.state_filters.iter().map(|s| s.to_string()).collect();
     let unknown: Vec<StrBytes> = body
@@ -184,21 +225,26 @@ pub fn list_transactions(broker: &Arc<Broker>, request: &Request) -> Result<Repl
                 .with_transaction_state(text(v.state.kafka_name()))
         })
         .collect();
-    let response = ListTransactionsResponse::default()
+    ListTransactionsResponse::default()
         .with_unknown_state_filters(unknown)
-        .with_transaction_states(transaction_states);
-    Ok(Reply::Now(respond(request, &response)?))
+        .with_transaction_states(transaction_states)
 }
 
 /// DescribeTransactions: per transactional id, the coordinator's state (Kafka's
 /// `TransactionCoordinator.handleDescribeTransactions`): producer id and epoch, state, timeout,
 /// start time (-1 when no transaction is open) and the partitions of the open transaction,
 /// grouped by topic; an empty id is INVALID_REQUEST, one never seen TRANSACTIONAL_ID_NOT_FOUND.
-pub fn describe_transactions(
+pub async fn describe_transactions(
     broker: &Arc<Broker>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
-    let body: DescribeTransactionsRequest = request.body()?;
+    off_reactor(broker, request, answer_describe_transactions).await
+}
+
+fn answer_describe_transactions(
+    broker: &Broker,
+    body: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
     let now = now_ms();
     let transaction_states = body
         .transactional_ids
@@ -232,9 +278,7 @@ pub fn describe_transactions(
                 .with_topics(topics)
         })
         .collect();
-    let response =
-        DescribeTransactionsResponse::default().with_transaction_states(transaction_states);
-    Ok(Reply::Now(respond(request, &response)?))
+    DescribeTransactionsResponse::default().with_transaction_states(transaction_states)
 }
 
 /// WriteTxnMarkers, as Kafka's `KafkaApis.handleWriteTxnMarkersRequest`: each marker is
@@ -247,23 +291,14 @@ pub async fn write_txn_markers(
     broker: &Arc<Broker>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
-    let body: WriteTxnMarkersRequest = request.body()?;
-    let b = Arc::clone(broker);
-    let markers = tokio::task::spawn_blocking(move || write_markers(&b, body))
-        .await
-        .unwrap_or_else(|e| {
-            tracing::error!(error = %e, "write txn markers task failed");
-            Vec::new()
-        });
-    let response = WriteTxnMarkersResponse::default().with_markers(markers);
-    Ok(Reply::Now(respond(request, &response)?))
+    off_reactor(broker, request, write_markers).await
 }
 
 /// One producer's results: per topic, in the order first seen, its partitions' results.
 type ProducerResults = (i64, Vec<(TopicName, Vec<WritableTxnMarkerPartitionResult>)>);
 
 /// The blocking body of [`write_txn_markers`].
-fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> Vec<WritableTxnMarkerResult> {
+fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
     // Per producer id, in the order first seen.
     let mut results: Vec<ProducerResults> = Vec::new();
     for m in body.markers {
@@ -318,7 +353,7 @@ fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> Vec<WritableT
             }
         }
     }
-    results
+    let markers = results
         .into_iter()
         .map(|(producer_id, topics)| {
             WritableTxnMarkerResult::default()
@@ -334,5 +369,6 @@ fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> Vec<WritableT
                         .collect(),
                 )
         })
-        .collect()
+        .collect();
+    WriteTxnMarkersResponse::default().with_markers(markers)
 }
