@@ -49,13 +49,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    // Transactions as Kafka 2.5 to 3.x run them (transaction version 1): EndTxn v5 and
-    // AddPartitionsToTxn v4 (KIP-890's epoch bump per transaction and broker-side
-    // verification) are not answered.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // Transactions of both versions (txn.rs): version 1 as Kafka 2.5 to 3.x run them, and
+    // version 2 (KIP-890 part 2, finalized in ApiVersions): EndTxn v5 with the epoch bump,
+    // TxnOffsetCommit v5 and Produce v12+ adding to the transaction themselves, and
+    // AddPartitionsToTxn v4 (the batched, `verify_only` form). AddOffsetsToTxn v4 only adds
+    // an error code, TRANSACTION_ABORTABLE, that this coordinator never answers it.
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     // Topic and configuration admin (admin_topics.rs).
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
