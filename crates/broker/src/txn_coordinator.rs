@@ -519,7 +519,13 @@ impl Txns {
 
     /// Whether the open transaction of `id` by this producer already holds every partition:
     /// then a Produce of transaction version 2 has nothing to add. Read only.
-    pub fn holds(&self, id: &str, producer_id: i64, epoch: i16, partitions: &[(String, i32)]) -> bool {
+    pub fn holds(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> bool {
         self.lock().get(id).is_some_and(|t| {
             t.producer_id == producer_id
                 && t.epoch == epoch
@@ -622,7 +628,8 @@ impl Txns {
         let bumping = t.version >= EPOCH_BUMPING_VERSION;
         // A retry of an EndTxn whose bump is already recorded (or whose bump moved the
         // producer to a new id).
-        let retry_on_bump = bumping && t.producer_id == producer_id && t.epoch == epoch.wrapping_add(1);
+        let retry_on_bump =
+            bumping && t.producer_id == producer_id && t.epoch == epoch.wrapping_add(1);
         let retry_on_overflow = bumping
             && t.previous_producer_id == producer_id
             && epoch == i16::MAX - 1
@@ -932,7 +939,8 @@ mod tests {
             // The commit is decided (durably), then the broker dies before the markers.
             txns.end("decided", decided, e1, true, 1, || Ok(0)).unwrap();
             let ((open, e2), _) = txns.init("open", 10_000, || Ok(8)).unwrap();
-            txns.add_partitions("open", open, e2, &parts(), false).unwrap();
+            txns.add_partitions("open", open, e2, &parts(), false)
+                .unwrap();
             let ((_, _), _) = txns.init("idle", 10_000, || Ok(9)).unwrap();
         }
         let (_txns, unsettled) = Txns::open(dir.path()).unwrap();
@@ -989,7 +997,8 @@ mod tests {
             "nothing to end: the refused offsets were not kept"
         );
         assert_eq!(
-            txns.add_partitions("x", pid, epoch + 1, &parts(), false).err(),
+            txns.add_partitions("x", pid, epoch + 1, &parts(), false)
+                .err(),
             Some(ResponseError::ProducerFenced)
         );
         drop(txns);
@@ -998,5 +1007,42 @@ mod tests {
             unsettled.is_empty(),
             "nothing was opened by the refused calls"
         );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_moves_a_version_2_producer_to_a_new_id_once_its_markers_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (txns, _) = Txns::open(dir.path()).unwrap();
+        let ((pid, _), _) = txns.init("x", 1_000, || Ok(1)).unwrap();
+        let last = i16::MAX - 1;
+        txns.lock().get_mut("x").unwrap().epoch = last;
+        txns.add_partitions("x", pid, last, &parts(), true).unwrap();
+        let ended = txns.end("x", pid, last, true, 2, || Ok(77)).unwrap();
+        let ending = ended.ending.expect("markers to write");
+        assert_eq!(
+            (ending.marker.producer_id, ending.marker.producer_epoch),
+            (pid, i16::MAX),
+            "the markers take the last epoch of the old id"
+        );
+        assert_eq!(ending.marker.transaction_version, 2);
+        assert_eq!(
+            (ended.producer_id, ended.epoch),
+            (77, 0),
+            "answered the new id"
+        );
+        txns.completed("x", true).unwrap();
+        let view = txns.view("x", 0).unwrap();
+        assert_eq!(
+            (view.producer_id, view.epoch, view.state),
+            (77, 0, TxnState::CompleteCommit)
+        );
+        // The retry of that EndTxn, with the old id and epoch, is answered with the new ones.
+        let retried = txns.end("x", pid, last, true, 2, || Ok(78)).unwrap();
+        assert!(retried.ending.is_none());
+        assert_eq!((retried.producer_id, retried.epoch), (77, 0));
+        drop(txns);
+        let (txns, unsettled) = Txns::open(dir.path()).unwrap();
+        assert!(unsettled.is_empty());
+        assert_eq!(txns.view("x", 0).unwrap().producer_id, 77, "persisted");
     }
 }

@@ -465,7 +465,7 @@ fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
     assert_eq!(
         listed(&all),
         vec![
-            ("lt-done".into(), done.0, "Empty".into()),
+            ("lt-done".into(), done.0, "CompleteAbort".into()),
             ("lt-idle".into(), idle.0, "Empty".into()),
             ("lt-open".into(), open.0, "Ongoing".into()),
         ]
@@ -491,7 +491,7 @@ fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
     assert_eq!(
         listed(&by_producer),
         vec![
-            ("lt-done".into(), done.0, "Empty".into()),
+            ("lt-done".into(), done.0, "CompleteAbort".into()),
             ("lt-idle".into(), idle.0, "Empty".into()),
         ]
     );
@@ -512,7 +512,7 @@ fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
         &mut wire,
         0,
         ListTransactionsRequest::default().with_state_filters(vec![
-            s("CompleteCommit"),
+            s("PrepareEpochFence"),
             s("Running"),
             s("ongoing"),
         ]),
@@ -529,8 +529,9 @@ fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
         "names are case-sensitive, as Kafka's"
     );
 
-    // v1's duration filter: transactions running longer than it. The open one started just
-    // now; an Empty id has no start (-1), which Kafka counts as running since forever.
+    // v1's duration filter: transactions running longer than it. The open one and the
+    // aborted one (CompleteAbort keeps its start) started just now; an Empty id has no start
+    // (-1), which Kafka counts as running since forever.
     let long = list_transactions(
         &mut wire,
         1,
@@ -541,7 +542,7 @@ fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
             .iter()
             .map(|t| t.0.as_str())
             .collect::<Vec<_>>(),
-        ["lt-done", "lt-idle"]
+        ["lt-idle"]
     );
     std::thread::sleep(std::time::Duration::from_millis(300));
     let short = list_transactions(
@@ -604,13 +605,18 @@ fn describe_transactions_answers_the_coordinators_state_and_refuses_unknown_and_
         ("", INVALID_REQUEST)
     );
 
-    // Committed: Empty again, with no partitions and no start time.
+    // Committed: CompleteCommit until the next transaction, with no partitions and the start
+    // time kept, as Kafka's coordinator answers.
+    let started = describe_transactions(&mut wire, &["dt"]).remove(0);
     end_txn(&mut wire, "dt", txn, true);
     let dt = describe_transactions(&mut wire, &["dt"]).remove(0);
     assert_eq!(dt.error_code, NONE);
-    assert_eq!(dt.transaction_state.as_str(), "Empty");
+    assert_eq!(dt.transaction_state.as_str(), "CompleteCommit");
     assert_eq!((dt.producer_id.0, dt.producer_epoch), txn);
-    assert_eq!(dt.transaction_start_time_ms, -1);
+    assert_eq!(
+        dt.transaction_start_time_ms,
+        started.transaction_start_time_ms
+    );
     assert!(dt.topics.is_empty());
 }
 
@@ -764,7 +770,11 @@ fn producer_and_transaction_state_survive_a_sigkill() {
     );
     let kt = describe_transactions(&mut wire, &["kt"]).remove(0);
     assert_eq!(kt.error_code, NONE);
-    assert_eq!(kt.transaction_state.as_str(), "Empty", "aborted at restart");
+    assert_eq!(
+        kt.transaction_state.as_str(),
+        "CompleteAbort",
+        "aborted at restart"
+    );
     assert_eq!((kt.producer_id.0, kt.producer_epoch), (open.0, open.1 + 1));
     let k1 = producers(&mut wire, "k", 1);
     assert_eq!(
@@ -782,7 +792,7 @@ fn producer_and_transaction_state_survive_a_sigkill() {
             0,
             ListTransactionsRequest::default()
         )),
-        vec![("kt".into(), open.0, "Empty".into())]
+        vec![("kt".into(), open.0, "CompleteAbort".into())]
     );
     drop(dir);
 }

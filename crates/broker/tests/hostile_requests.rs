@@ -379,16 +379,29 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
             .with_transaction_timeout_ms(60_000)),
         ApiKey::AddPartitionsToTxn => {
             use add_partitions_to_txn_request::*;
-            enc!(AddPartitionsToTxnRequest::default()
-                .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
-                .with_v3_and_below_topics(vec![
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(topic("t"))
-                        .with_partitions(vec![0, 1]),
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(topic("u"))
-                        .with_partitions(vec![2]),
+            let topics = vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("t"))
+                    .with_partitions(vec![0, 1]),
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("u"))
+                    .with_partitions(vec![2]),
+            ];
+            if v >= 4 {
+                // The batched form: several transactions, each with its topics.
+                let txn = AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_verify_only(true)
+                    .with_topics(topics);
+                enc!(AddPartitionsToTxnRequest::default().with_transactions(vec![
+                    txn.clone(),
+                    txn.with_transactional_id(TransactionalId(s("ty"))),
                 ]))
+            } else {
+                enc!(AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                    .with_v3_and_below_topics(topics))
+            }
         }
         ApiKey::AddOffsetsToTxn => enc!(AddOffsetsToTxnRequest::default()
             .with_transactional_id(TransactionalId(s("tx")))

@@ -44,7 +44,10 @@ fn start() -> (tempfile::TempDir, BrokerProcess, Wire) {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start(dir.path(), &["--partitions", "2"]);
     let mut wire = Wire::connect(broker.addr);
-    assert_eq!(common::wire::auto_create_topic(&mut wire, "t").error_code, 0);
+    assert_eq!(
+        common::wire::auto_create_topic(&mut wire, "t").error_code,
+        0
+    );
     (dir, broker, wire)
 }
 
@@ -250,13 +253,7 @@ fn api_versions_finalizes_transaction_version_2_and_advertises_its_request_versi
     let finalized: Vec<_> = r
         .finalized_features
         .iter()
-        .map(|f| {
-            (
-                f.name.to_string(),
-                f.min_version_level,
-                f.max_version_level,
-            )
-        })
+        .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
         .collect();
     assert_eq!(finalized, vec![("transaction.version".to_string(), 2, 2)]);
     assert!(
@@ -270,7 +267,8 @@ fn api_versions_finalizes_transaction_version_2_and_advertises_its_request_versi
         .collect();
     assert_eq!(supported, vec![("transaction.version".to_string(), 0, 2)]);
     // Before v3 there are no features in the answer.
-    let old: ApiVersionsResponse = wire.call(ApiKey::ApiVersions, 2, &ApiVersionsRequest::default());
+    let old: ApiVersionsResponse =
+        wire.call(ApiKey::ApiVersions, 2, &ApiVersionsRequest::default());
     assert!(old.finalized_features.is_empty());
     // AddPartitionsToTxn v5 is not answered: the connection is closed.
     wire.send(
@@ -337,13 +335,22 @@ fn produce_v12_adds_its_partitions_and_end_txn_v5_bumps_the_epoch_of_the_markers
         produce(&mut wire, 12, "v2", &[(1, batch(pid, e0 + 1, 0, 1))]),
         vec![(NONE, 3)]
     );
-    assert_eq!(state(&mut wire, "v2"), ("Ongoing".into(), pid, e0 + 1, vec![1]));
+    assert_eq!(
+        state(&mut wire, "v2"),
+        ("Ongoing".into(), pid, e0 + 1, vec![1])
+    );
     assert_eq!(
         end(&mut wire, 5, "v2", (pid, e0 + 1), false),
         (NONE, pid, e0 + 2)
     );
-    assert_eq!(partition_producer(&mut wire, 1, pid), (i32::from(e0 + 2), -1));
-    assert_eq!(state(&mut wire, "v2"), ("CompleteAbort".into(), pid, e0 + 2, vec![]));
+    assert_eq!(
+        partition_producer(&mut wire, 1, pid),
+        (i32::from(e0 + 2), -1)
+    );
+    assert_eq!(
+        state(&mut wire, "v2"),
+        ("CompleteAbort".into(), pid, e0 + 2, vec![])
+    );
 }
 
 #[test]
@@ -417,7 +424,10 @@ fn end_txn_v5_retries_are_answered_as_the_first_and_other_epochs_fenced() {
         (NONE, pid, e0 + 1),
         "a retry is answered with the bumped epoch, and writes nothing"
     );
-    assert_eq!(partition_producer(&mut wire, 0, pid), (i32::from(e0 + 1), -1));
+    assert_eq!(
+        partition_producer(&mut wire, 0, pid),
+        (i32::from(e0 + 1), -1)
+    );
     // The opposite decision with the old epoch is not a retry.
     assert_eq!(
         end(&mut wire, 5, "retry", (pid, e0), false),
@@ -489,7 +499,10 @@ fn version_1_requests_keep_the_epoch_and_complete_states_last_until_the_next_tra
                 .with_name(name("t"))
                 .with_partitions(vec![0])]),
     );
-    assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, NONE);
+    assert_eq!(
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        NONE
+    );
     assert_eq!(
         produce(&mut wire, 11, "v1", &[(0, batch(pid, e0, 0, 2))]),
         vec![(NONE, 0)]
@@ -510,10 +523,16 @@ fn version_1_requests_keep_the_epoch_and_complete_states_last_until_the_next_tra
         &ListTransactionsRequest::default().with_state_filters(vec![s("CompleteCommit")]),
     );
     assert_eq!(listed.transaction_states.len(), 1);
-    assert_eq!(listed.transaction_states[0].transactional_id.0.as_str(), "v1");
+    assert_eq!(
+        listed.transaction_states[0].transactional_id.0.as_str(),
+        "v1"
+    );
     // A retried EndTxn of the same decision is answered as Kafka answers it.
     assert_eq!(end(&mut wire, 4, "v1", (pid, e0), true), (NONE, -1, -1));
-    assert_eq!(end(&mut wire, 4, "v1", (pid, e0), false).0, INVALID_TXN_STATE);
+    assert_eq!(
+        end(&mut wire, 4, "v1", (pid, e0), false).0,
+        INVALID_TXN_STATE
+    );
     // The next transaction leaves CompleteCommit.
     assert_eq!(
         produce(&mut wire, 12, "v1", &[(1, batch(pid, e0, 0, 1))]),
@@ -532,7 +551,10 @@ fn add_partitions_to_txn_v4_adds_and_verifies_with_kafkas_codes() {
         "verify_only: not in the transaction"
     );
     assert_eq!(state(&mut wire, "b").0, "Empty", "verify_only adds nothing");
-    assert_eq!(add_v4(&mut wire, "b", (pid, epoch), "t", &[0], false), vec![NONE]);
+    assert_eq!(
+        add_v4(&mut wire, "b", (pid, epoch), "t", &[0], false),
+        vec![NONE]
+    );
     assert_eq!(
         add_v4(&mut wire, "b", (pid, epoch), "t", &[0, 1], true),
         vec![NONE, TRANSACTION_ABORTABLE]
@@ -549,7 +571,10 @@ fn add_partitions_to_txn_v4_adds_and_verifies_with_kafkas_codes() {
         add_v4(&mut wire, "unknown", (pid, epoch), "t", &[1], false),
         vec![INVALID_PRODUCER_ID_MAPPING]
     );
-    assert_eq!(state(&mut wire, "b"), ("Ongoing".into(), pid, epoch, vec![0]));
+    assert_eq!(
+        state(&mut wire, "b"),
+        ("Ongoing".into(), pid, epoch, vec![0])
+    );
 }
 
 #[test]
@@ -580,7 +605,10 @@ fn txn_offset_commit_v5_adds_its_group_and_commits_with_the_transaction() {
     assert_eq!(commit(&mut wire, 4, "g"), INVALID_TXN_STATE);
     assert_eq!(commit(&mut wire, 5, "g"), NONE);
     assert_eq!(state(&mut wire, "eos").0, "Ongoing");
-    assert_eq!(end(&mut wire, 5, "eos", (pid, epoch), true), (NONE, pid, epoch + 1));
+    assert_eq!(
+        end(&mut wire, 5, "eos", (pid, epoch), true),
+        (NONE, pid, epoch + 1)
+    );
     let r: OffsetFetchResponse = wire.call(
         ApiKey::OffsetFetch,
         7,
@@ -611,14 +639,29 @@ fn a_sigkill_mid_transaction_aborts_it_at_restart_with_one_bump_and_the_producer
         ("CompleteAbort".into(), pid, e0 + 1, vec![]),
         "the open transaction was aborted at restart, with a bump"
     );
-    assert_eq!(partition_producer(&mut wire, 0, pid), (i32::from(e0 + 1), -1));
-    assert_eq!(fetch_committed(&mut wire, 0).aborted_transactions.as_ref().map(Vec::len), Some(1));
+    assert_eq!(
+        partition_producer(&mut wire, 0, pid),
+        (i32::from(e0 + 1), -1)
+    );
+    assert_eq!(
+        fetch_committed(&mut wire, 0)
+            .aborted_transactions
+            .as_ref()
+            .map(Vec::len),
+        Some(1)
+    );
     // The completed one survived as it was, start time included.
     let done_after = describe(&mut wire, "done");
     assert_eq!(done_after.transaction_state.as_str(), "CompleteCommit");
     assert_eq!(
-        (done_after.producer_epoch, done_after.transaction_start_time_ms),
-        (done_before.producer_epoch, done_before.transaction_start_time_ms)
+        (
+            done_after.producer_epoch,
+            done_after.transaction_start_time_ms
+        ),
+        (
+            done_before.producer_epoch,
+            done_before.transaction_start_time_ms
+        )
     );
     // The producer, which never learnt of the abort, aborts with the epoch it holds: the
     // bump is taken as its own, and it carries on with the epoch answered.
@@ -630,6 +673,9 @@ fn a_sigkill_mid_transaction_aborts_it_at_restart_with_one_bump_and_the_producer
         produce(&mut wire, 12, "crash", &[(0, batch(pid, e0 + 1, 0, 1))]),
         vec![(NONE, 3)]
     );
-    assert_eq!(end(&mut wire, 5, "crash", (pid, e0 + 1), true), (NONE, pid, e0 + 2));
+    assert_eq!(
+        end(&mut wire, 5, "crash", (pid, e0 + 1), true),
+        (NONE, pid, e0 + 2)
+    );
     drop(dir);
 }

@@ -217,7 +217,12 @@ async fn add_to_transaction(
         )
         .await;
         if let Err(error) = added {
-            tracing::debug!(transactional_id, ?producer, code = error.code(), "transactional batch refused by the coordinator");
+            tracing::debug!(
+                transactional_id,
+                ?producer,
+                code = error.code(),
+                "transactional batch refused by the coordinator"
+            );
             refused.extend(partitions.into_iter().map(|p| (p, error)));
         }
     }

@@ -213,7 +213,8 @@ async fn add_partitions_batched(
         } else {
             let b = Arc::clone(broker);
             let parts = wanted.clone();
-            let added = blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await;
+            let added =
+                blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await;
             vec![added.err(); wanted.len()]
         };
         results.push(
@@ -272,9 +273,12 @@ pub async fn add_partitions_implicitly(
     }
     let b = Arc::clone(broker);
     let id = transactional_id.to_string();
-    blocking(move || b.txns.add_partitions(&id, producer_id, epoch, &partitions, true))
-        .await
-        .map_err(implicit_error)
+    blocking(move || {
+        b.txns
+            .add_partitions(&id, producer_id, epoch, &partitions, true)
+    })
+    .await
+    .map_err(implicit_error)
 }
 
 /// The coordinator's refusal of an implicit add, as the producer is told it.
@@ -396,7 +400,9 @@ pub async fn end_txn(broker: &Arc<Broker>, request: &Request) -> Result<Reply, H
     };
     let b = Arc::clone(broker);
     let result = blocking(move || {
-        let ended = b.txns.end(&id, pid, epoch, commit, version, allocator(&b))?;
+        let ended = b
+            .txns
+            .end(&id, pid, epoch, commit, version, allocator(&b))?;
         if let Some(ending) = &ended.ending {
             write_ending(&b.store, &b.offsets, &b.txns, ending)?;
         }

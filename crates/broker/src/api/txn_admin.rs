@@ -42,8 +42,7 @@ use crate::txn_coordinator::TxnView;
 
 /// Every state name Kafka's coordinator knows (`TransactionState.fromName`). A ListTransactions
 /// state filter outside this list is answered in `unknown_state_filters`; one inside it that
-/// this coordinator never holds (it goes from PrepareCommit/PrepareAbort straight back to
-/// Empty) is known and matches nothing.
+/// this coordinator never holds (Dead, PrepareEpochFence) is known and matches nothing.
 const KAFKA_STATES: &[&str] = &[
     "Empty",
     "Ongoing",
