@@ -601,8 +601,10 @@ fn txn_offset_commit_v5_adds_its_group_and_commits_with_the_transaction() {
         );
         r.topics[0].partitions[0].error_code
     };
-    // Version 1 (v4) still needs AddOffsetsToTxn first.
-    assert_eq!(commit(&mut wire, 4, "g"), INVALID_TXN_STATE);
+    // Version 1 still needs AddOffsetsToTxn first: refused as Kafka refuses it, from v4
+    // with TRANSACTION_ABORTABLE.
+    assert_eq!(commit(&mut wire, 3, "g"), INVALID_TXN_STATE);
+    assert_eq!(commit(&mut wire, 4, "g"), TRANSACTION_ABORTABLE);
     assert_eq!(commit(&mut wire, 5, "g"), NONE);
     assert_eq!(state(&mut wire, "eos").0, "Ongoing");
     assert_eq!(

@@ -372,7 +372,14 @@ pub async fn txn_offset_commit(
                     let error = if unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
                         Some(ResponseError::UnknownTopicOrPartition)
                     } else {
-                        result.err().map(|e| fenced_for(request, e))
+                        result.err().map(|e| match e {
+                            // A group never added: from v4 Kafka answers TRANSACTION_ABORTABLE
+                            // (KIP-890 part 1's verification).
+                            ResponseError::InvalidTxnState if request.version >= 4 => {
+                                ResponseError::TransactionAbortable
+                            }
+                            e => fenced_for(request, e),
+                        })
                     };
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
