@@ -681,3 +681,48 @@ fn a_sigkill_mid_transaction_aborts_it_at_restart_with_one_bump_and_the_producer
     );
     drop(dir);
 }
+
+/// Kafka 4.4's Java producer reads `transaction.version=2` from ApiVersions and runs its
+/// consume-transform-produce loop under it: no AddPartitionsToTxn or AddOffsetsToTxn, and
+/// every EndTxn (v5) bumps the epoch, which the coordinator and the output partition's
+/// markers show.
+#[test]
+fn kafkas_java_producer_runs_transaction_version_2_against_the_broker() {
+    use common::clients::{java_txn_loop, txn_client};
+    const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(180);
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let input = common::topic("java-v2-in");
+    let output = common::topic("java-v2-out");
+    txn_client(&["txns", &broker.bootstrap(), &input, "4", "tx-v2-src"]).finish(TIMEOUT);
+    let group = format!("{input}-g");
+    let run = java_txn_loop(&[&broker.bootstrap(), &input, &output, &group, "tx-v2", "4"])
+        .finish(TIMEOUT);
+    let count = |name: &str| run.iter().filter(|e| e["event"] == name).count();
+    assert_eq!((count("aborted"), count("transformed")), (1, 4));
+
+    let mut wire = Wire::connect(broker.addr);
+    let d = describe(&mut wire, "tx-v2");
+    assert_eq!(d.transaction_state.as_str(), "CompleteCommit");
+    assert_eq!(
+        d.producer_epoch, 5,
+        "one abort and four commits, each bumping the epoch granted at init (0)"
+    );
+    // The output's markers carry the bumped epochs: the last one is the producer's epoch.
+    let r: DescribeProducersResponse = wire.call(
+        ApiKey::DescribeProducers,
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(name(&output))
+            .with_partition_indexes(vec![0])]),
+    );
+    let producers = &r.topics[0].partitions[0].active_producers;
+    let ours = producers
+        .iter()
+        .find(|p| p.producer_id == d.producer_id)
+        .expect("the loop's producer wrote the output");
+    assert_eq!(
+        (ours.producer_epoch, ours.current_txn_start_offset),
+        (5, -1)
+    );
+}
