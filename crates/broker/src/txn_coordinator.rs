@@ -292,6 +292,9 @@ impl std::fmt::Debug for Txns {
 /// What ending a transaction must write: the markers, and (on commit) the offsets.
 pub struct Ending {
     pub transactional_id: String,
+    /// The state once it is written: CompleteCommit or CompleteAbort, or Empty for the
+    /// abort of a transaction that an InitProducerId fenced.
+    pub complete_as: TxnState,
     /// The marker: under transaction version 2, with the bumped epoch.
     pub marker: TxnMarker,
     pub partitions: Vec<(String, i32)>,
@@ -417,17 +420,33 @@ impl Txns {
                 if t.state.is_preparing() {
                     return Err(ResponseError::ConcurrentTransactions);
                 }
-                if t.epoch >= i16::MAX - 1 {
-                    t.producer_id = allocate()?;
-                    t.epoch = 0;
-                } else {
-                    // The bump fences the producer that held the id before.
-                    t.epoch += 1;
-                }
                 if t.state == TxnState::Ongoing {
+                    // The open transaction is aborted with a bumped epoch, which fences the
+                    // producer that held the id before (Kafka's `prepareFenceProducerEpoch`).
+                    t.epoch = t.epoch.saturating_add(1);
                     t.state = TxnState::PrepareAbort;
-                    abort = Some(ending(id, &t, false));
-                } else {
+                    let mut fenced = ending(id, &t, false);
+                    // As Kafka leaves it once the client's retried InitProducerId is done.
+                    fenced.complete_as = TxnState::Empty;
+                    abort = Some(fenced);
+                }
+                // Under version 1 the fencing bump is the epoch granted, as before. Under
+                // version 2 the epoch is bumped once more, as Kafka's client gets it (its first
+                // InitProducerId is answered CONCURRENT_TRANSACTIONS while the abort is
+                // written, its retry bumps again): a zombie that retries its EndTxn with the
+                // epoch before the fence must not pass for the retry of the abort, and learn
+                // the new producer's epoch.
+                let bump =
+                    abort.is_none() || t.version >= EPOCH_BUMPING_VERSION || t.epoch == i16::MAX;
+                if bump {
+                    if t.epoch >= i16::MAX - 1 {
+                        t.producer_id = allocate()?;
+                        t.epoch = 0;
+                    } else {
+                        t.epoch += 1;
+                    }
+                }
+                if abort.is_none() {
                     // Kafka's InitProducerId leaves a completed transaction `Empty`.
                     t.state = TxnState::Empty;
                     t.partitions.clear();
@@ -717,18 +736,18 @@ impl Txns {
     }
 
     /// Records that an ending was written: the transaction is `CompleteCommit` or
-    /// `CompleteAbort` until the next one begins, and under version 2 a producer whose epoch
-    /// was exhausted moves to its next id. Blocking.
-    pub fn completed(&self, id: &str, commit: bool) -> TxnResult<()> {
+    /// `CompleteAbort` until the next one begins (`Empty` after a fencing InitProducerId),
+    /// and under version 2 a producer whose epoch was exhausted moves to its next id.
+    /// Blocking.
+    pub fn completed(&self, id: &str, state: TxnState) -> TxnResult<()> {
         let mut txns = self.lock();
         let Some(t) = txns.get_mut(id) else {
             return Ok(());
         };
-        t.state = if commit {
-            TxnState::CompleteCommit
-        } else {
-            TxnState::CompleteAbort
-        };
+        t.state = state;
+        if state == TxnState::Empty {
+            t.start_ms = -1;
+        }
         if t.next_producer_id >= 0 {
             t.previous_producer_id = t.producer_id;
             t.producer_id = t.next_producer_id;
@@ -830,6 +849,11 @@ fn ending(id: &str, t: &Txn, commit: bool) -> Ending {
     });
     Ending {
         transactional_id: id.to_string(),
+        complete_as: if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        },
         marker,
         partitions: t.partitions.iter().cloned().collect(),
         offsets: if commit {
@@ -874,8 +898,7 @@ pub fn write_ending(
         partitions = ending.partitions.len(),
         "transaction ended"
     );
-    let commit = ending.marker.result == oncelog::TxnResult::Commit;
-    txns.completed(&ending.transactional_id, commit)
+    txns.completed(&ending.transactional_id, ending.complete_as)
 }
 
 /// Aborts every transaction still open in the store's partitions once the coordinator's own
@@ -1030,7 +1053,7 @@ mod tests {
             (77, 0),
             "answered the new id"
         );
-        txns.completed("x", true).unwrap();
+        txns.completed("x", TxnState::CompleteCommit).unwrap();
         let view = txns.view("x", 0).unwrap();
         assert_eq!(
             (view.producer_id, view.epoch, view.state),

@@ -98,12 +98,16 @@ fn produce(
 }
 
 fn init(wire: &mut Wire, id: &str) -> (i64, i16) {
+    init_with_timeout(wire, id, 60_000)
+}
+
+fn init_with_timeout(wire: &mut Wire, id: &str, timeout_ms: i32) -> (i64, i16) {
     let r: InitProducerIdResponse = wire.call(
         ApiKey::InitProducerId,
         5,
         &InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(s(id))))
-            .with_transaction_timeout_ms(60_000)
+            .with_transaction_timeout_ms(timeout_ms)
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1),
     );
@@ -407,6 +411,110 @@ fn produce_v12_refusals_get_kafkas_codes_and_write_nothing() {
     );
     assert_eq!(state(&mut wire, "r"), ("Empty".into(), pid, epoch, vec![]));
     assert_eq!(fetch_committed(&mut wire, 0).high_watermark, 0);
+}
+
+/// The numbers are Kafka 4.4's for the same requests (README, Transactions).
+#[test]
+fn a_timed_out_version_2_transaction_is_aborted_with_one_bump_and_its_producer_carries_on() {
+    let (_dir, _broker, mut wire) = start();
+    let (pid, e0) = init_with_timeout(&mut wire, "slow", 300);
+    produce(&mut wire, 12, "slow", &[(0, batch(pid, e0, 0, 1))]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while state(&mut wire, "slow").0 != "CompleteAbort" {
+        assert!(std::time::Instant::now() < deadline, "never aborted");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        state(&mut wire, "slow"),
+        ("CompleteAbort".into(), pid, e0 + 1, vec![])
+    );
+    assert_eq!(
+        partition_producer(&mut wire, 0, pid),
+        (i32::from(e0 + 1), -1)
+    );
+    assert_eq!(
+        produce(&mut wire, 12, "slow", &[(0, batch(pid, e0, 1, 1))]),
+        vec![(INVALID_PRODUCER_EPOCH, -1)],
+        "its late batch is fenced"
+    );
+    // Its abort, with the epoch it holds, is taken as the retry of the coordinator's.
+    assert_eq!(
+        end(&mut wire, 5, "slow", (pid, e0), false),
+        (NONE, pid, e0 + 1)
+    );
+    assert_eq!(
+        end(&mut wire, 5, "slow", (pid, e0), true),
+        (INVALID_TXN_STATE, -1, -1),
+        "a commit it cannot have"
+    );
+    assert_eq!(
+        produce(&mut wire, 12, "slow", &[(0, batch(pid, e0 + 1, 0, 1))]),
+        vec![(NONE, 2)]
+    );
+}
+
+/// The numbers are Kafka 4.4's once its client's InitProducerId retry is done.
+#[test]
+fn an_init_producer_id_fences_an_open_version_2_transaction_and_its_zombie_learns_nothing() {
+    let (_dir, _broker, mut wire) = start();
+    let (pid, e0) = init(&mut wire, "z");
+    produce(&mut wire, 12, "z", &[(0, batch(pid, e0, 0, 1))]);
+    assert_eq!(
+        init(&mut wire, "z"),
+        (pid, e0 + 2),
+        "one bump for the fencing abort, one for the new producer"
+    );
+    assert_eq!(state(&mut wire, "z"), ("Empty".into(), pid, e0 + 2, vec![]));
+    assert_eq!(
+        partition_producer(&mut wire, 0, pid),
+        (i32::from(e0 + 1), -1),
+        "aborted with the fencing epoch"
+    );
+    // The zombie's EndTxn with its epoch is no retry of that abort: fenced, answering nothing.
+    for commit in [true, false] {
+        assert_eq!(
+            end(&mut wire, 5, "z", (pid, e0), commit),
+            (PRODUCER_FENCED, -1, -1)
+        );
+    }
+    assert_eq!(
+        produce(&mut wire, 12, "z", &[(0, batch(pid, e0, 1, 1))]),
+        vec![(INVALID_PRODUCER_EPOCH, -1)]
+    );
+    assert_eq!(state(&mut wire, "z"), ("Empty".into(), pid, e0 + 2, vec![]));
+}
+
+/// Version 1 keeps its single bump: the fencing abort's epoch is the one granted.
+#[test]
+fn an_init_producer_id_fences_an_open_version_1_transaction_with_one_bump() {
+    let (_dir, _broker, mut wire) = start();
+    let (pid, e0) = init(&mut wire, "z1");
+    let r: AddPartitionsToTxnResponse = wire.call(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s("z1")))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(e0)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name("t"))
+                .with_partitions(vec![0])]),
+    );
+    assert_eq!(
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        NONE
+    );
+    produce(&mut wire, 11, "z1", &[(0, batch(pid, e0, 0, 1))]);
+    assert_eq!(init(&mut wire, "z1"), (pid, e0 + 1));
+    assert_eq!(
+        state(&mut wire, "z1"),
+        ("Empty".into(), pid, e0 + 1, vec![])
+    );
+    assert_eq!(
+        partition_producer(&mut wire, 0, pid),
+        (i32::from(e0 + 1), -1)
+    );
+    assert_eq!(end(&mut wire, 4, "z1", (pid, e0), false).0, PRODUCER_FENCED);
 }
 
 #[test]
