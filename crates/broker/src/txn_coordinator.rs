@@ -124,8 +124,9 @@ struct Txn {
     /// Wall-clock milliseconds at which the current (or last) transaction began; -1 before
     /// the first one (Kafka's `txnStartTimestamp`).
     start_ms: i64,
-    /// The transaction version the transaction runs under: 2 once a request of KIP-890 part 2
-    /// touched it (an implicit add or EndTxn v5), else 1.
+    /// The transaction version the transaction runs under: 2 when a request of KIP-890 part 2
+    /// began it (an implicit add) or ended it (EndTxn v5), 1 when a version 1 request did.
+    /// It chooses the checks of a retried EndTxn, as Kafka's stored `clientTransactionVersion`.
     version: i8,
     /// Under version 2, the producer id that takes over once the markers of a transaction
     /// that exhausted the epoch are written; -1 otherwise.
@@ -514,19 +515,15 @@ impl Txns {
     ) -> TxnResult<()> {
         let mut txns = self.lock();
         let t = Self::checked(&mut txns, id, producer_id, epoch)?;
-        if t.state == TxnState::Ongoing
-            && partitions.iter().all(|p| t.partitions.contains(p))
-            && (!implicit || t.version >= EPOCH_BUMPING_VERSION)
-        {
-            // Already there (as Kafka, answered without a write).
+        if t.state == TxnState::Ongoing && partitions.iter().all(|p| t.partitions.contains(p)) {
+            // Already there (as Kafka, answered without a write). A version 1 client that
+            // sends Produce v12+ after its AddPartitionsToTxn lands here.
             return Ok(());
         }
         let before = t.clone();
-        let version = if implicit { EPOCH_BUMPING_VERSION } else { 1 };
         if t.state.is_idle() {
-            t.begin(version);
+            t.begin(if implicit { EPOCH_BUMPING_VERSION } else { 1 });
         }
-        t.version = t.version.max(version);
         t.partitions.extend(partitions.iter().cloned());
         let snapshot = t.clone();
         if let Err(e) = self.persist(id, &snapshot) {
@@ -549,7 +546,6 @@ impl Txns {
             t.producer_id == producer_id
                 && t.epoch == epoch
                 && t.state == TxnState::Ongoing
-                && t.version >= EPOCH_BUMPING_VERSION
                 && partitions.iter().all(|p| t.partitions.contains(p))
         })
     }
@@ -588,11 +584,9 @@ impl Txns {
             return Ok(());
         }
         let before = t.clone();
-        let version = if implicit { EPOCH_BUMPING_VERSION } else { 1 };
         if t.state.is_idle() {
-            t.begin(version);
+            t.begin(if implicit { EPOCH_BUMPING_VERSION } else { 1 });
         }
-        t.version = t.version.max(version);
         t.groups.insert(group.to_string());
         let snapshot = t.clone();
         if let Err(e) = self.persist(id, &snapshot) {
@@ -704,8 +698,10 @@ impl Txns {
         } else {
             TxnState::PrepareAbort
         };
+        // The ending's markers are of the version of the request that decides it: a version 1
+        // EndTxn bumps nothing, so its markers must not claim a bump.
+        t.version = version.clamp(1, EPOCH_BUMPING_VERSION);
         if version >= EPOCH_BUMPING_VERSION {
-            t.version = EPOCH_BUMPING_VERSION;
             if t.epoch >= i16::MAX - 1 {
                 // The epoch is exhausted: the markers take the last one, and the producer
                 // moves on to a new id once they are written.

@@ -615,6 +615,12 @@ fn version_1_requests_keep_the_epoch_and_complete_states_last_until_the_next_tra
         produce(&mut wire, 11, "v1", &[(0, batch(pid, e0, 0, 2))]),
         vec![(NONE, 0)]
     );
+    // A version 1 client may send Produce v12+ after its AddPartitionsToTxn: the partition is
+    // already there, and the transaction stays version 1.
+    assert_eq!(
+        produce(&mut wire, 12, "v1", &[(0, batch(pid, e0, 2, 1))]),
+        vec![(NONE, 2)]
+    );
     assert_eq!(end(&mut wire, 4, "v1", (pid, e0), true), (NONE, -1, -1));
     assert_eq!(
         partition_producer(&mut wire, 0, pid),
