@@ -365,20 +365,7 @@ impl Txns {
         let unsettled = coordinator
             .lock()
             .iter_mut()
-            .filter_map(|(id, t)| match t.state {
-                TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => None,
-                TxnState::PrepareCommit => Some(ending(id, t, true)),
-                // Under version 2 the decision already bumped the epoch.
-                TxnState::PrepareAbort if t.version >= EPOCH_BUMPING_VERSION => {
-                    Some(ending(id, t, false))
-                }
-                // Not decided, or decided to abort: aborted, with an epoch bump.
-                TxnState::Ongoing | TxnState::PrepareAbort => {
-                    t.epoch = t.epoch.saturating_add(1);
-                    t.state = TxnState::PrepareAbort;
-                    Some(ending(id, t, false))
-                }
-            })
+            .filter_map(|(id, t)| settle(id, t))
             .collect();
         Ok((coordinator, unsettled))
     }
@@ -391,7 +378,10 @@ impl Txns {
     fn persist(&self, id: &str, txn: &Txn) -> Result<(), ResponseError> {
         let mut b = BatchBuilder::new();
         let value = serde_json::to_vec(&txn.to_json()).expect("JSON of plain values");
-        b.append(wall_clock_ms(), Some(id.as_bytes()), Some(&value), &[]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        b.append(now, Some(id.as_bytes()), Some(&value), &[]);
         let stored = b
             .build()
             .map_err(|e| e.to_string())
@@ -819,6 +809,22 @@ impl Txns {
             path: self.path.clone(),
             source: e.into(),
         })
+    }
+}
+
+/// What a transaction found in the log at start still needs (none if it is not open): one
+/// whose commit was decided is completed; any other is aborted, with an epoch bump that
+/// fences its producer unless version 2's decision already bumped it.
+fn settle(id: &str, t: &mut Txn) -> Option<Ending> {
+    match t.state {
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => None,
+        TxnState::PrepareCommit => Some(ending(id, t, true)),
+        TxnState::PrepareAbort if t.version >= EPOCH_BUMPING_VERSION => Some(ending(id, t, false)),
+        TxnState::Ongoing | TxnState::PrepareAbort => {
+            t.epoch = t.epoch.saturating_add(1);
+            t.state = TxnState::PrepareAbort;
+            Some(ending(id, t, false))
+        }
     }
 }
 
