@@ -379,6 +379,22 @@ impl Log {
     pub fn ongoing_transactions(&self) -> Vec<(i64, i64)> {
         self.append.lock().producers.table().ongoing().collect()
     }
+    /// Every producer-state entry, ordered by producer id: what Kafka's DescribeProducers
+    /// (KIP-664) answers for a partition (epoch, last sequence, last timestamp, coordinator
+    /// epoch, open transaction's first offset). A copy taken under the append lock: one
+    /// consistent view of the table.
+    pub fn producers(&self) -> Vec<ProducerEntry> {
+        let mut entries: Vec<ProducerEntry> = self
+            .append
+            .lock()
+            .producers
+            .table()
+            .iter()
+            .cloned()
+            .collect();
+        entries.sort_by_key(ProducerEntry::producer_id);
+        entries
+    }
     /// Number of producers in the table.
     pub fn producer_count(&self) -> usize {
         self.append.lock().producers.table().len()

@@ -470,6 +470,40 @@ mod tests {
     }
 
     #[test]
+    fn the_producer_table_is_read_whole_in_producer_id_order() {
+        use crate::format::BatchBuilder;
+        use crate::producer::ProducerEntry;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = Log::open(dir.path(), crate::LogConfig::default()).expect("open");
+        assert!(log.producers().is_empty());
+        let batch = |pid: i64, epoch: i16, seq: i32, txn: bool, ts: i64| {
+            let mut b = BatchBuilder::new()
+                .producer(pid, epoch, seq)
+                .transactional(txn);
+            b.append(ts, None, Some(b"v"), &[]);
+            b.append(ts + 5, None, Some(b"v"), &[]);
+            b.build().expect("build")
+        };
+        log.append(&batch(9, 2, 0, false, 1_000)).expect("append");
+        log.append(&batch(4, 0, 0, true, 2_000)).expect("append");
+        log.append(&batch(4, 0, 2, true, 3_000)).expect("append");
+        let all = log.producers();
+        let ids: Vec<i64> = all.iter().map(ProducerEntry::producer_id).collect();
+        assert_eq!(ids, [4, 9]);
+        let (txn, plain) = (&all[0], &all[1]);
+        assert_eq!((txn.epoch(), txn.last_seq(), txn.last_timestamp()), (0, 3, 3_005));
+        assert_eq!(txn.current_txn_first_offset(), Some(2), "opened by its first batch");
+        assert_eq!(txn.coordinator_epoch(), -1, "no marker yet");
+        assert_eq!((plain.epoch(), plain.last_seq()), (2, 1));
+        assert_eq!(plain.current_txn_first_offset(), None);
+        log.append_marker(&TxnMarker::abort(4, 0, 7)).expect("marker");
+        let after = log.producers();
+        assert_eq!(after[0].current_txn_first_offset(), None, "ended by the marker");
+        assert_eq!(after[0].coordinator_epoch(), 7);
+        assert_eq!(after.len(), 2, "a marker adds no producer");
+    }
+
+    #[test]
     fn markers_with_bad_fields_are_refused_by_name() {
         let bad = |m: TxnMarker| match m.check() {
             Err(AppendError::InvalidMarker { field, .. }) => field,

@@ -413,6 +413,11 @@ impl Partition {
         self.producer_epoch(producer_id)
     }
 
+    /// Every producer the partition's log tracks, by producer id (DescribeProducers).
+    pub fn producers(&self) -> Vec<oncelog::producer::ProducerEntry> {
+        self.log.producers()
+    }
+
     /// A read_committed read: whole batches below the last stable offset, the last stable
     /// offset, and the aborted transactions (producer id, first offset) that overlap them.
     pub fn read_committed(

@@ -4,7 +4,19 @@
 //! AddOffsetsToTxn) and its offsets (TxnOffsetCommit, visible only once committed), and ends
 //! it (EndTxn): COMMIT or ABORT markers written through the engine's `append_marker` to every
 //! partition, each made durable. A transaction open longer than its timeout is aborted, with
-//! an epoch bump that fences its producer.
+//! an epoch bump that fences its producer. Once its markers are written a transaction stays
+//! `CompleteCommit` or `CompleteAbort`, with its start time, until the next one begins, as
+//! Kafka's coordinator keeps it (ListTransactions and DescribeTransactions show it).
+//!
+//! Two transaction versions are served side by side, chosen per request as Kafka does:
+//! version 1 (clients up to Kafka 3.x: AddPartitionsToTxn before the first record of each
+//! partition, EndTxn up to v4, the epoch fixed for the producer's life), and version 2
+//! (KIP-890 part 2, the feature `transaction.version=2` that ApiVersions finalizes): the
+//! first transactional Produce (v12+) to a partition adds it to the transaction, TxnOffsetCommit
+//! v5 adds the group, and every EndTxn v5 bumps the producer epoch (a new producer id once the
+//! epoch is exhausted). Its markers carry the bumped epoch, so a batch of the ended transaction
+//! that arrives late is refused by the log as a stale epoch instead of slipping into the next
+//! transaction: the defence Kafka added after the Jepsen findings on the protocol.
 //!
 //! Its state is durable in an oncelog log at
 //! `<data>/oncelog-broker-state/__transaction_state-0`: one record per
@@ -43,6 +55,10 @@ pub enum TxnState {
     Ongoing,
     PrepareCommit,
     PrepareAbort,
+    /// The markers of a commit are written; kept until the next transaction begins.
+    CompleteCommit,
+    /// The markers of an abort are written; kept until the next transaction begins.
+    CompleteAbort,
 }
 
 impl TxnState {
@@ -52,6 +68,20 @@ impl TxnState {
             TxnState::Ongoing => "ongoing",
             TxnState::PrepareCommit => "prepare_commit",
             TxnState::PrepareAbort => "prepare_abort",
+            TxnState::CompleteCommit => "complete_commit",
+            TxnState::CompleteAbort => "complete_abort",
+        }
+    }
+    /// The state's name as Kafka's coordinator answers it in ListTransactions and
+    /// DescribeTransactions (and `kafka-transactions` prints).
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
         }
     }
     fn parse(s: &str) -> Option<TxnState> {
@@ -60,10 +90,27 @@ impl TxnState {
             "ongoing" => TxnState::Ongoing,
             "prepare_commit" => TxnState::PrepareCommit,
             "prepare_abort" => TxnState::PrepareAbort,
+            "complete_commit" => TxnState::CompleteCommit,
+            "complete_abort" => TxnState::CompleteAbort,
             _ => return None,
         })
     }
+
+    /// No transaction is open: a new one may begin.
+    fn is_idle(self) -> bool {
+        matches!(
+            self,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+        )
+    }
+
+    fn is_preparing(self) -> bool {
+        matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
+    }
 }
+
+/// Kafka's `transaction.version` from which every EndTxn bumps the producer epoch.
+pub const EPOCH_BUMPING_VERSION: i8 = 2;
 
 #[derive(Debug, Clone)]
 struct Txn {
@@ -75,6 +122,18 @@ struct Txn {
     groups: BTreeSet<String>,
     offsets: BTreeMap<OffsetKey, Committed>,
     started: Instant,
+    /// Wall-clock milliseconds at which the current (or last) transaction began; -1 before
+    /// the first one (Kafka's `txnStartTimestamp`).
+    start_ms: i64,
+    /// The transaction version the transaction runs under: 2 when a request of KIP-890 part 2
+    /// began it (an implicit add) or ended it (EndTxn v5), 1 when a version 1 request did.
+    /// It chooses the checks of a retried EndTxn, as Kafka's stored `clientTransactionVersion`.
+    version: i8,
+    /// Under version 2, the producer id that takes over once the markers of a transaction
+    /// that exhausted the epoch are written; -1 otherwise.
+    next_producer_id: i64,
+    /// The producer id before the last such change, to recognise a retried EndTxn; -1 if none.
+    previous_producer_id: i64,
 }
 
 impl Txn {
@@ -89,6 +148,10 @@ impl Txn {
             "offsets": self.offsets.iter().map(|((g, t, p), c)| {
                 json!([g, t, p, c.offset, c.leader_epoch, c.metadata, c.commit_timestamp])
             }).collect::<Vec<_>>(),
+            "start_ms": self.start_ms,
+            "transaction_version": self.version,
+            "next_producer_id": self.next_producer_id,
+            "previous_producer_id": self.previous_producer_id,
         })
     }
 
@@ -131,7 +194,67 @@ impl Txn {
             groups,
             offsets,
             started: Instant::now(),
+            // Absent from the records written before transaction version 2 was served.
+            start_ms: v["start_ms"].as_i64().unwrap_or(-1),
+            version: v["transaction_version"].as_i64().map_or(1, |v| v as i8),
+            next_producer_id: v["next_producer_id"].as_i64().unwrap_or(-1),
+            previous_producer_id: v["previous_producer_id"].as_i64().unwrap_or(-1),
         })
+    }
+
+    /// A new transaction begins: the last one's partitions, groups and offsets are gone.
+    fn begin(&mut self, version: i8) {
+        self.state = TxnState::Ongoing;
+        self.partitions.clear();
+        self.groups.clear();
+        self.offsets.clear();
+        self.started = Instant::now();
+        self.start_ms = wall_clock_ms();
+        self.version = version;
+    }
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One transactional id as the admin APIs (ListTransactions, DescribeTransactions) show it:
+/// a copy of the coordinator's state, taken under its lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnView {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub state: TxnState,
+    pub timeout_ms: i32,
+    /// Wall-clock milliseconds at which the open (or last completed) transaction began (its
+    /// first partition or group added); -1 when there is none (`Empty`), as Kafka's
+    /// `txnStartTimestamp`.
+    pub start_ms: i64,
+    /// The partitions of the open transaction, in order (none once it is complete).
+    pub partitions: Vec<(String, i32)>,
+}
+
+impl TxnView {
+    fn of(id: &str, t: &Txn, now_ms: i64) -> TxnView {
+        let start_ms = match t.state {
+            TxnState::Empty => -1,
+            _ if t.start_ms >= 0 => t.start_ms,
+            // A record from before the start time was kept: `started` is a monotonic
+            // instant, and its age gives the wall-clock start.
+            _ => now_ms.saturating_sub(t.started.elapsed().as_millis() as i64),
+        };
+        TxnView {
+            transactional_id: id.to_string(),
+            producer_id: t.producer_id,
+            epoch: t.epoch,
+            state: t.state,
+            timeout_ms: t.timeout_ms,
+            start_ms,
+            partitions: t.partitions.iter().cloned().collect(),
+        }
     }
 }
 
@@ -184,6 +307,10 @@ impl std::fmt::Debug for Txns {
 /// What ending a transaction must write: the markers, and (on commit) the offsets.
 pub struct Ending {
     pub transactional_id: String,
+    /// The state once it is written: CompleteCommit or CompleteAbort, or Empty for the
+    /// abort of a transaction that an InitProducerId fenced.
+    pub complete_as: TxnState,
+    /// The marker: under transaction version 2, with the bumped epoch.
     pub marker: TxnMarker,
     pub partitions: Vec<(String, i32)>,
     pub offsets: Vec<(OffsetKey, Committed)>,
@@ -216,16 +343,7 @@ impl Txns {
         let unsettled = coordinator
             .lock()
             .iter_mut()
-            .filter_map(|(id, t)| match t.state {
-                TxnState::Empty => None,
-                TxnState::PrepareCommit => Some(ending(id, t, true)),
-                // Not decided, or decided to abort: aborted, with an epoch bump.
-                TxnState::Ongoing | TxnState::PrepareAbort => {
-                    t.epoch = t.epoch.saturating_add(1);
-                    t.state = TxnState::PrepareAbort;
-                    Some(ending(id, t, false))
-                }
-            })
+            .filter_map(|(id, t)| settle(id, t))
             .collect();
         Ok((coordinator, unsettled))
     }
@@ -268,20 +386,44 @@ impl Txns {
         let mut abort = None;
         let txn = match txns.get(id).cloned() {
             Some(mut t) => {
-                if matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+                if t.state.is_preparing() {
                     return Err(ResponseError::ConcurrentTransactions);
                 }
-                if t.epoch >= i16::MAX - 1 {
-                    t.producer_id = allocate()?;
-                    t.epoch = 0;
-                } else {
-                    // The bump fences the producer that held the id before.
-                    t.epoch += 1;
-                }
                 if t.state == TxnState::Ongoing {
+                    // The open transaction is aborted with a bumped epoch, which fences the
+                    // producer that held the id before (Kafka's `prepareFenceProducerEpoch`).
+                    t.epoch = t.epoch.saturating_add(1);
                     t.state = TxnState::PrepareAbort;
-                    abort = Some(ending(id, &t, false));
+                    let mut fenced = ending(id, &t, false);
+                    // As Kafka leaves it once the client's retried InitProducerId is done.
+                    fenced.complete_as = TxnState::Empty;
+                    abort = Some(fenced);
                 }
+                // Under version 1 the fencing bump is the epoch granted, as before. Under
+                // version 2 the epoch is bumped once more, as Kafka's client gets it (its first
+                // InitProducerId is answered CONCURRENT_TRANSACTIONS while the abort is
+                // written, its retry bumps again): a zombie that retries its EndTxn with the
+                // epoch before the fence must not pass for the retry of the abort, and learn
+                // the new producer's epoch.
+                let bump =
+                    abort.is_none() || t.version >= EPOCH_BUMPING_VERSION || t.epoch == i16::MAX;
+                if bump {
+                    if t.epoch >= i16::MAX - 1 {
+                        t.producer_id = allocate()?;
+                        t.epoch = 0;
+                    } else {
+                        t.epoch += 1;
+                    }
+                }
+                if abort.is_none() {
+                    // Kafka's InitProducerId leaves a completed transaction `Empty`.
+                    t.state = TxnState::Empty;
+                    t.partitions.clear();
+                    t.groups.clear();
+                    t.offsets.clear();
+                    t.start_ms = -1;
+                }
+                t.next_producer_id = -1;
                 t.timeout_ms = timeout_ms;
                 t
             }
@@ -294,6 +436,10 @@ impl Txns {
                 groups: BTreeSet::new(),
                 offsets: BTreeMap::new(),
                 started: Instant::now(),
+                start_ms: -1,
+                version: 1,
+                next_producer_id: -1,
+                previous_producer_id: -1,
             },
         };
         self.persist(id, &txn)?;
@@ -318,27 +464,34 @@ impl Txns {
             // An older epoch is a zombie the bump fenced.
             return Err(ResponseError::ProducerFenced);
         }
-        if matches!(t.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+        if t.state.is_preparing() {
             return Err(ResponseError::ConcurrentTransactions);
         }
         Ok(t)
     }
 
-    /// AddPartitionsToTxn: the partitions join the transaction (durably). Blocking.
+    /// AddPartitionsToTxn (`implicit`: the first transactional Produce of transaction
+    /// version 2 to these partitions): the partitions join the transaction (durably); one
+    /// begins if none is open. Blocking.
     pub fn add_partitions(
         &self,
         id: &str,
         producer_id: i64,
         epoch: i16,
         partitions: &[(String, i32)],
+        implicit: bool,
     ) -> TxnResult<()> {
         let mut txns = self.lock();
         let t = Self::checked(&mut txns, id, producer_id, epoch)?;
-        let before = t.clone();
-        if t.state == TxnState::Empty {
-            t.started = Instant::now();
+        if t.state == TxnState::Ongoing && partitions.iter().all(|p| t.partitions.contains(p)) {
+            // Already there (as Kafka, answered without a write). A version 1 client that
+            // sends Produce v12+ after its AddPartitionsToTxn lands here.
+            return Ok(());
         }
-        t.state = TxnState::Ongoing;
+        let before = t.clone();
+        if t.state.is_idle() {
+            t.begin(if implicit { EPOCH_BUMPING_VERSION } else { 1 });
+        }
         t.partitions.extend(partitions.iter().cloned());
         let snapshot = t.clone();
         if let Err(e) = self.persist(id, &snapshot) {
@@ -348,15 +501,60 @@ impl Txns {
         Ok(())
     }
 
-    /// AddOffsetsToTxn: the group's offsets will be committed with the transaction. Blocking.
-    pub fn add_group(&self, id: &str, producer_id: i64, epoch: i16, group: &str) -> TxnResult<()> {
+    /// Whether the open transaction of `id` by this producer already holds every partition:
+    /// then a Produce of transaction version 2 has nothing to add. Read only.
+    pub fn holds(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> bool {
+        self.lock().get(id).is_some_and(|t| {
+            t.producer_id == producer_id
+                && t.epoch == epoch
+                && t.state == TxnState::Ongoing
+                && partitions.iter().all(|p| t.partitions.contains(p))
+        })
+    }
+
+    /// Which of `partitions` the open transaction of `id` holds (AddPartitionsToTxn v4's
+    /// `verify_only`, KIP-890 part 1): Kafka answers the others TRANSACTION_ABORTABLE. Read
+    /// only.
+    pub fn verify_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> TxnResult<Vec<bool>> {
         let mut txns = self.lock();
         let t = Self::checked(&mut txns, id, producer_id, epoch)?;
-        let before = t.clone();
-        if t.state == TxnState::Empty {
-            t.started = Instant::now();
+        Ok(partitions
+            .iter()
+            .map(|p| t.state == TxnState::Ongoing && t.partitions.contains(p))
+            .collect())
+    }
+
+    /// AddOffsetsToTxn (`implicit`: TxnOffsetCommit v5 of transaction version 2): the group's
+    /// offsets will be committed with the transaction; one begins if none is open. Blocking.
+    pub fn add_group(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        implicit: bool,
+    ) -> TxnResult<()> {
+        let mut txns = self.lock();
+        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
+        if implicit && t.state == TxnState::Ongoing && t.groups.contains(group) {
+            return Ok(());
         }
-        t.state = TxnState::Ongoing;
+        let before = t.clone();
+        if t.state.is_idle() {
+            t.begin(if implicit { EPOCH_BUMPING_VERSION } else { 1 });
+        }
         t.groups.insert(group.to_string());
         let snapshot = t.clone();
         if let Err(e) = self.persist(id, &snapshot) {
@@ -390,33 +588,136 @@ impl Txns {
         Ok(())
     }
 
-    /// EndTxn: decides (durably) and returns what to write. Blocking.
-    pub fn end(&self, id: &str, producer_id: i64, epoch: i16, commit: bool) -> TxnResult<Ending> {
+    /// EndTxn: decides (durably) and returns what to write, if anything. `version` is the
+    /// transaction version of the request (2 from EndTxn v5): under 2 the decision bumps the
+    /// epoch, and `allocate` hands out the next producer id once the epoch is exhausted; the
+    /// id and epoch the producer holds once the ending is written are in [`Ended`]. The checks
+    /// are Kafka's `TransactionCoordinator.endTransaction`. Blocking.
+    pub fn end(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        version: i8,
+        allocate: impl FnOnce() -> Result<i64, ResponseError>,
+    ) -> TxnResult<Ended> {
         let mut txns = self.lock();
-        let t = Self::checked(&mut txns, id, producer_id, epoch)?;
-        if t.state != TxnState::Ongoing {
-            return Err(ResponseError::InvalidTxnState);
+        let t = txns
+            .get_mut(id)
+            .ok_or(ResponseError::InvalidProducerIdMapping)?;
+        let bumping = t.version >= EPOCH_BUMPING_VERSION;
+        // A retry of an EndTxn whose bump is already recorded (or whose bump moved the
+        // producer to a new id).
+        let retry_on_bump =
+            bumping && t.producer_id == producer_id && t.epoch == epoch.wrapping_add(1);
+        let retry_on_overflow = bumping
+            && t.previous_producer_id == producer_id
+            && epoch == i16::MAX - 1
+            && t.epoch == 0;
+        let retry = retry_on_bump || retry_on_overflow;
+        if t.producer_id != producer_id && !retry_on_overflow {
+            return Err(ResponseError::InvalidProducerIdMapping);
         }
+        let valid_epoch = if bumping {
+            match t.state {
+                TxnState::Ongoing | TxnState::Empty => epoch == t.epoch,
+                TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+                TxnState::CompleteCommit | TxnState::CompleteAbort => retry || epoch == t.epoch,
+            }
+        } else {
+            epoch == t.epoch
+        };
+        if !valid_epoch {
+            return Err(ResponseError::ProducerFenced);
+        }
+        let held = Ended {
+            producer_id: t.producer_id,
+            epoch: t.epoch,
+            ending: None,
+        };
+        match (t.state, commit) {
+            (TxnState::Ongoing, _) => {}
+            // A retry of the EndTxn that completed it: answered as it was.
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false)
+                if retry || !bumping =>
+            {
+                return Ok(held)
+            }
+            // Under version 2 the producer cannot know whether a Produce added a partition
+            // before it failed, so it may abort a transaction the coordinator never saw begin:
+            // the epoch is bumped all the same and there is nothing to write.
+            (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+                if version >= EPOCH_BUMPING_VERSION && !retry =>
+            {
+                t.partitions.clear();
+                t.groups.clear();
+                t.offsets.clear();
+                t.start_ms = wall_clock_ms();
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                return Err(ResponseError::ConcurrentTransactions)
+            }
+            _ => return Err(ResponseError::InvalidTxnState),
+        }
+        let before = t.clone();
         t.state = if commit {
             TxnState::PrepareCommit
         } else {
             TxnState::PrepareAbort
         };
+        // The ending's markers are of the version of the request that decides it: a version 1
+        // EndTxn bumps nothing, so its markers must not claim a bump.
+        t.version = version.clamp(1, EPOCH_BUMPING_VERSION);
+        if version >= EPOCH_BUMPING_VERSION {
+            if t.epoch >= i16::MAX - 1 {
+                // The epoch is exhausted: the markers take the last one, and the producer
+                // moves on to a new id once they are written.
+                match allocate() {
+                    Ok(next) => t.next_producer_id = next,
+                    Err(e) => {
+                        *t = before;
+                        return Err(e);
+                    }
+                }
+            }
+            t.epoch += 1;
+        }
         let snapshot = t.clone();
         if let Err(e) = self.persist(id, &snapshot) {
-            txns.get_mut(id).expect("present").state = TxnState::Ongoing;
+            txns.insert(id.to_string(), before);
             return Err(e);
         }
-        Ok(ending(id, &snapshot, commit))
+        let (producer_id, epoch) = match snapshot.next_producer_id {
+            next if next >= 0 => (next, 0),
+            _ => (snapshot.producer_id, snapshot.epoch),
+        };
+        Ok(Ended {
+            producer_id,
+            epoch,
+            ending: Some(ending(id, &snapshot, commit)),
+        })
     }
 
-    /// Records that an ending was written: the transaction is empty again. Blocking.
-    pub fn completed(&self, id: &str) -> TxnResult<()> {
+    /// Records that an ending was written: the transaction is `CompleteCommit` or
+    /// `CompleteAbort` until the next one begins (`Empty` after a fencing InitProducerId),
+    /// and under version 2 a producer whose epoch was exhausted moves to its next id.
+    /// Blocking.
+    pub fn completed(&self, id: &str, state: TxnState) -> TxnResult<()> {
         let mut txns = self.lock();
         let Some(t) = txns.get_mut(id) else {
             return Ok(());
         };
-        t.state = TxnState::Empty;
+        t.state = state;
+        if state == TxnState::Empty {
+            t.start_ms = -1;
+        }
+        if t.next_producer_id >= 0 {
+            t.previous_producer_id = t.producer_id;
+            t.producer_id = t.next_producer_id;
+            t.next_producer_id = -1;
+            t.epoch = 0;
+        }
         t.partitions.clear();
         t.groups.clear();
         t.offsets.clear();
@@ -451,6 +752,22 @@ impl Txns {
         out
     }
 
+    /// The state of `id`, if this coordinator has ever seen it. Read only.
+    pub fn view(&self, id: &str, now_ms: i64) -> Option<TxnView> {
+        self.lock().get(id).map(|t| TxnView::of(id, t, now_ms))
+    }
+
+    /// The state of every transactional id, ordered by id. Read only.
+    pub fn views(&self, now_ms: i64) -> Vec<TxnView> {
+        let mut all: Vec<TxnView> = self
+            .lock()
+            .iter()
+            .map(|(id, t)| TxnView::of(id, t, now_ms))
+            .collect();
+        all.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        all
+    }
+
     /// Compacts the state log if a round is due, keeping the latest state of every
     /// transactional id. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
@@ -477,14 +794,50 @@ impl Txns {
     }
 }
 
+/// What a transaction found in the log at start still needs (none if it is not open): one
+/// whose commit was decided is completed; any other is aborted, with an epoch bump that
+/// fences its producer unless version 2's decision already bumped it.
+fn settle(id: &str, t: &mut Txn) -> Option<Ending> {
+    match t.state {
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => None,
+        TxnState::PrepareCommit => Some(ending(id, t, true)),
+        TxnState::PrepareAbort if t.version >= EPOCH_BUMPING_VERSION => Some(ending(id, t, false)),
+        TxnState::Ongoing | TxnState::PrepareAbort => {
+            t.epoch = t.epoch.saturating_add(1);
+            t.state = TxnState::PrepareAbort;
+            Some(ending(id, t, false))
+        }
+    }
+}
+
+/// What EndTxn leaves: the producer id and epoch to use next (EndTxn v5 answers them), and the
+/// ending to write, if there is one.
+pub struct Ended {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub ending: Option<Ending>,
+}
+
 fn ending(id: &str, t: &Txn, commit: bool) -> Ending {
     let marker = if commit {
         TxnMarker::commit(t.producer_id, t.epoch, COORDINATOR_EPOCH)
     } else {
         TxnMarker::abort(t.producer_id, t.epoch, COORDINATOR_EPOCH)
     };
+    // Version 2 markers carry an epoch the coordinator bumped (at EndTxn, at a timeout, at a
+    // fencing InitProducerId), which the log checks is newer than the transaction's batches.
+    let marker = marker.with_transaction_version(if t.version >= EPOCH_BUMPING_VERSION {
+        EPOCH_BUMPING_VERSION
+    } else {
+        0
+    });
     Ending {
         transactional_id: id.to_string(),
+        complete_as: if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        },
         marker,
         partitions: t.partitions.iter().cloned().collect(),
         offsets: if commit {
@@ -529,7 +882,7 @@ pub fn write_ending(
         partitions = ending.partitions.len(),
         "transaction ended"
     );
-    txns.completed(&ending.transactional_id)
+    txns.completed(&ending.transactional_id, ending.complete_as)
 }
 
 /// Aborts every transaction still open in the store's partitions once the coordinator's own
@@ -572,9 +925,9 @@ mod tests {
             let (txns, unsettled) = Txns::open(dir.path()).unwrap();
             assert!(unsettled.is_empty());
             let ((decided, e1), _) = txns.init("decided", 10_000, || Ok(7)).unwrap();
-            txns.add_partitions("decided", decided, e1, &parts())
+            txns.add_partitions("decided", decided, e1, &parts(), false)
                 .unwrap();
-            txns.add_group("decided", decided, e1, "g").unwrap();
+            txns.add_group("decided", decided, e1, "g", false).unwrap();
             txns.add_offsets(
                 "decided",
                 decided,
@@ -591,9 +944,10 @@ mod tests {
             )
             .unwrap();
             // The commit is decided (durably), then the broker dies before the markers.
-            txns.end("decided", decided, e1, true).unwrap();
+            txns.end("decided", decided, e1, true, 1, || Ok(0)).unwrap();
             let ((open, e2), _) = txns.init("open", 10_000, || Ok(8)).unwrap();
-            txns.add_partitions("open", open, e2, &parts()).unwrap();
+            txns.add_partitions("open", open, e2, &parts(), false)
+                .unwrap();
             let ((_, _), _) = txns.init("idle", 10_000, || Ok(9)).unwrap();
         }
         let (_txns, unsettled) = Txns::open(dir.path()).unwrap();
@@ -645,12 +999,13 @@ mod tests {
             "offsets of a group never added"
         );
         assert_eq!(
-            txns.end("x", pid, epoch, true).err(),
+            txns.end("x", pid, epoch, true, 1, || Ok(0)).err(),
             Some(ResponseError::InvalidTxnState),
             "nothing to end: the refused offsets were not kept"
         );
         assert_eq!(
-            txns.add_partitions("x", pid, epoch + 1, &parts()).err(),
+            txns.add_partitions("x", pid, epoch + 1, &parts(), false)
+                .err(),
             Some(ResponseError::ProducerFenced)
         );
         drop(txns);
@@ -659,5 +1014,42 @@ mod tests {
             unsettled.is_empty(),
             "nothing was opened by the refused calls"
         );
+    }
+
+    #[test]
+    fn an_exhausted_epoch_moves_a_version_2_producer_to_a_new_id_once_its_markers_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (txns, _) = Txns::open(dir.path()).unwrap();
+        let ((pid, _), _) = txns.init("x", 1_000, || Ok(1)).unwrap();
+        let last = i16::MAX - 1;
+        txns.lock().get_mut("x").unwrap().epoch = last;
+        txns.add_partitions("x", pid, last, &parts(), true).unwrap();
+        let ended = txns.end("x", pid, last, true, 2, || Ok(77)).unwrap();
+        let ending = ended.ending.expect("markers to write");
+        assert_eq!(
+            (ending.marker.producer_id, ending.marker.producer_epoch),
+            (pid, i16::MAX),
+            "the markers take the last epoch of the old id"
+        );
+        assert_eq!(ending.marker.transaction_version, 2);
+        assert_eq!(
+            (ended.producer_id, ended.epoch),
+            (77, 0),
+            "answered the new id"
+        );
+        txns.completed("x", TxnState::CompleteCommit).unwrap();
+        let view = txns.view("x", 0).unwrap();
+        assert_eq!(
+            (view.producer_id, view.epoch, view.state),
+            (77, 0, TxnState::CompleteCommit)
+        );
+        // The retry of that EndTxn, with the old id and epoch, is answered with the new ones.
+        let retried = txns.end("x", pid, last, true, 2, || Ok(78)).unwrap();
+        assert!(retried.ending.is_none());
+        assert_eq!((retried.producer_id, retried.epoch), (77, 0));
+        drop(txns);
+        let (txns, unsettled) = Txns::open(dir.path()).unwrap();
+        assert!(unsettled.is_empty());
+        assert_eq!(txns.view("x", 0).unwrap().producer_id, 77, "persisted");
     }
 }

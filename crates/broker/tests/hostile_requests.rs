@@ -379,16 +379,29 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
             .with_transaction_timeout_ms(60_000)),
         ApiKey::AddPartitionsToTxn => {
             use add_partitions_to_txn_request::*;
-            enc!(AddPartitionsToTxnRequest::default()
-                .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
-                .with_v3_and_below_topics(vec![
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(topic("t"))
-                        .with_partitions(vec![0, 1]),
-                    AddPartitionsToTxnTopic::default()
-                        .with_name(topic("u"))
-                        .with_partitions(vec![2]),
+            let topics = vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("t"))
+                    .with_partitions(vec![0, 1]),
+                AddPartitionsToTxnTopic::default()
+                    .with_name(topic("u"))
+                    .with_partitions(vec![2]),
+            ];
+            if v >= 4 {
+                // The batched form: several transactions, each with its topics.
+                let txn = AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_verify_only(true)
+                    .with_topics(topics);
+                enc!(AddPartitionsToTxnRequest::default().with_transactions(vec![
+                    txn.clone(),
+                    txn.with_transactional_id(TransactionalId(s("ty"))),
                 ]))
+            } else {
+                enc!(AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                    .with_v3_and_below_topics(topics))
+            }
         }
         ApiKey::AddOffsetsToTxn => enc!(AddOffsetsToTxnRequest::default()
             .with_transactional_id(TransactionalId(s("tx")))
@@ -572,6 +585,31 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
         }
         ApiKey::ConsumerGroupDescribe => enc!(ConsumerGroupDescribeRequest::default()
             .with_group_ids(vec![GroupId(s("g")), GroupId(s("h"))])),
+        ApiKey::WriteTxnMarkers => {
+            use write_txn_markers_request::*;
+            let marker = WritableTxnMarker::default()
+                .with_producer_id(ProducerId(7))
+                .with_topics(vec![WritableTxnMarkerTopic::default()
+                    .with_name(topic("t"))
+                    .with_partition_indexes(vec![0, 1])]);
+            enc!(WriteTxnMarkersRequest::default().with_markers(vec![marker.clone(), marker]))
+        }
+        ApiKey::DescribeProducers => {
+            use describe_producers_request::*;
+            let t = TopicRequest::default()
+                .with_name(topic("t"))
+                .with_partition_indexes(vec![0, 1]);
+            enc!(DescribeProducersRequest::default().with_topics(vec![t.clone(), t]))
+        }
+        ApiKey::DescribeTransactions => enc!(DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("tx")), TransactionalId(s("ty"))])),
+        ApiKey::ListTransactions => enc!(fill(
+            ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing"), s("Empty")])
+                .with_producer_id_filters(vec![ProducerId(1), ProducerId(2)]),
+            v,
+            &[&|r: ListTransactionsRequest| r.with_duration_filter(60_000)],
+        )),
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -692,6 +730,8 @@ const NESTED: &[ApiKey] = &[
     ApiKey::DescribeLogDirs,
     ApiKey::OffsetDelete,
     ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::WriteTxnMarkers,
+    ApiKey::DescribeProducers,
 ];
 
 /// The APIs whose requests have no array at all.

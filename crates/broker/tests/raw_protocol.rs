@@ -157,9 +157,10 @@ fn api_versions_lists_every_api_and_a_newer_version_gets_error_35_in_a_v0_body()
     ] {
         assert!(range(key).is_some(), "{key:?} advertised");
     }
-    // Transactions as transaction version 1 runs them: no KIP-890 EndTxn v5.
-    assert_eq!(range(ApiKey::EndTxn), Some((0, 4)));
-    assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 3)));
+    // Transactions of both versions: KIP-890's EndTxn v5 and AddPartitionsToTxn v4 too
+    // (tests/txn_v2.rs).
+    assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));
+    assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 4)));
 
     // A version newer than the broker's: the body of v4 under a v5 header, as a newer client
     // would send it.

@@ -1,7 +1,12 @@
-//! ApiVersions: the APIs and versions this broker answers.
+//! ApiVersions: the APIs and versions this broker answers, and (from v3) the features it
+//! finalizes: `transaction.version=2`, which Kafka's Java producer (4.x) reads to run
+//! transactions under KIP-890 part 2 (no AddPartitionsToTxn; EndTxn v5 bumps the epoch).
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::ApiVersionsResponse;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{respond, HandleError, Reply, SUPPORTED};
@@ -11,9 +16,32 @@ pub fn handle(request: &Request) -> Result<Reply, HandleError> {
     // The request body (the client's software name and version) changes nothing here; it is
     // still decoded, so a malformed one closes the connection like any other.
     let _: kafka_protocol::messages::ApiVersionsRequest = request.body()?;
-    let response = ApiVersionsResponse::default().with_api_keys(api_keys());
+    let mut response = ApiVersionsResponse::default().with_api_keys(api_keys());
+    if request.version >= 3 {
+        response = response
+            .with_supported_features(vec![SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
+                .with_min_version(0)
+                .with_max_version(TRANSACTION_VERSION_LEVEL)])
+            // Fixed for the broker's life: the client re-reads the features only when the
+            // epoch grows, and nothing here ever changes them.
+            .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+            .with_finalized_features(vec![FinalizedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
+                .with_min_version_level(TRANSACTION_VERSION_LEVEL)
+                .with_max_version_level(TRANSACTION_VERSION_LEVEL)]);
+    }
     Ok(Reply::Now(respond(request, &response)?))
 }
+
+/// Kafka's feature naming the transaction protocol a cluster runs.
+const TRANSACTION_VERSION: &str = "transaction.version";
+/// KIP-890 part 2 (Kafka 4.0's default); levels 0 and 1 (the older protocol) are also
+/// answered, by request version.
+const TRANSACTION_VERSION_LEVEL: i16 = crate::txn_coordinator::EPOCH_BUMPING_VERSION as i16;
+/// The epoch of the finalized features (Kafka's metadata offset); any value from 0 makes a
+/// client that has seen none (-1) read them.
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
 
 /// The answer to an ApiVersions version newer than this broker knows: UNSUPPORTED_VERSION
 /// with the supported ranges, in a version-0 body the client can always parse, as Kafka

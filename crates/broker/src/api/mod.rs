@@ -13,6 +13,7 @@ mod log_admin;
 mod metadata;
 mod produce;
 mod txn;
+mod txn_admin;
 
 use std::sync::Arc;
 
@@ -49,13 +50,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    // Transactions as Kafka 2.5 to 3.x run them (transaction version 1): EndTxn v5 and
-    // AddPartitionsToTxn v4 (KIP-890's epoch bump per transaction and broker-side
-    // verification) are not answered.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // Transactions of both versions (txn.rs): version 1 as Kafka 2.5 to 3.x run them, and
+    // version 2 (KIP-890 part 2, finalized in ApiVersions): EndTxn v5 with the epoch bump,
+    // TxnOffsetCommit v5 and Produce v12+ adding to the transaction themselves, and
+    // AddPartitionsToTxn v4 (the batched, `verify_only` form). AddOffsetsToTxn v4 only adds
+    // an error code, TRANSACTION_ABORTABLE, that this coordinator never answers it.
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     // Topic and configuration admin (admin_topics.rs).
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -70,6 +73,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // The consumer group protocol (KIP-848, consumer_groups.rs); v1 adds regex subscriptions.
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transaction tooling, KIP-664 (txn_admin.rs). ListTransactions v2 (a transactional-id
+    // regular expression) is not answered.
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -170,6 +179,10 @@ pub async fn handle(
         ApiKey::OffsetDelete => group_admin::offset_delete(broker, &request).await,
         ApiKey::ConsumerGroupHeartbeat => consumer_groups::heartbeat(broker, &request),
         ApiKey::ConsumerGroupDescribe => consumer_groups::describe(broker, &request),
+        ApiKey::WriteTxnMarkers => txn_admin::write_txn_markers(broker, &request).await,
+        ApiKey::DescribeProducers => txn_admin::describe_producers(broker, &request).await,
+        ApiKey::DescribeTransactions => txn_admin::describe_transactions(broker, &request).await,
+        ApiKey::ListTransactions => txn_admin::list_transactions(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -229,6 +242,10 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::OffsetDelete => body::<OffsetDeleteRequest>(&request),
         ApiKey::ConsumerGroupHeartbeat => body::<ConsumerGroupHeartbeatRequest>(&request),
         ApiKey::ConsumerGroupDescribe => body::<ConsumerGroupDescribeRequest>(&request),
+        ApiKey::WriteTxnMarkers => body::<WriteTxnMarkersRequest>(&request),
+        ApiKey::DescribeProducers => body::<DescribeProducersRequest>(&request),
+        ApiKey::DescribeTransactions => body::<DescribeTransactionsRequest>(&request),
+        ApiKey::ListTransactions => body::<ListTransactionsRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)

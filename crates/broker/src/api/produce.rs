@@ -6,7 +6,12 @@
 //! request's appends finish before the next request is read; only the wait for the flush (and
 //! the answer) is left to run alongside later requests, which also lets the batches of several
 //! in-flight requests share one fsync.
+//!
+//! From v12 a transactional batch adds its partition to the transaction (KIP-890 part 2,
+//! transaction version 2) before it is appended: the coordinator's step is awaited here, so
+//! it too is done before the next request is read.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -58,20 +63,35 @@ pub async fn handle(
 ) -> Result<Reply, HandleError> {
     let body: ProduceRequest = request.body()?;
     let acks = body.acks;
-    // A transactional produce needs no check here: the log refuses a transactional batch of
-    // a fenced epoch, and the coordinator only lets a producer add partitions in its epoch.
+    // Before v12 a transactional produce needs no check here: the log refuses a
+    // transactional batch of a fenced epoch, and the coordinator only lets a producer add
+    // partitions in its epoch.
     let refuse_all = if !matches!(acks, 0 | 1 | ACKS_ALL) {
         Some(ResponseError::InvalidRequiredAcks)
     } else {
         None
     };
+    let topics: Vec<_> = body
+        .topic_data
+        .iter()
+        .map(|t| resolve_topic(broker, request.version, t))
+        .collect();
+    let refused = match (&body.transactional_id, refuse_all) {
+        (Some(id), None) if request.version >= 12 && !id.0.is_empty() => {
+            add_to_transaction(broker, &id.0, &topics, &body.topic_data).await
+        }
+        _ => HashMap::new(),
+    };
     let mut results = Vec::with_capacity(body.topic_data.len());
-    for mut topic_data in body.topic_data {
+    for (mut topic_data, topic) in body.topic_data.into_iter().zip(topics) {
         let partitions = std::mem::take(&mut topic_data.partition_data);
-        let topic = resolve_topic(broker, request.version, &topic_data);
         let mut appends = Vec::with_capacity(partitions.len());
         for data in partitions {
-            appends.push(start_append(&topic, refuse_all, data));
+            let refusal = refuse_all.or_else(|| {
+                let name = topic.as_ref().map(|t| t.name.clone()).unwrap_or_default();
+                refused.get(&(name, data.index)).copied()
+            });
+            appends.push(start_append(&topic, refusal, data));
         }
         let mut partitions = Vec::with_capacity(appends.len());
         for (index, append) in appends {
@@ -160,6 +180,53 @@ pub async fn handle(
             &response(request.version, results, broker.log_append_time),
         )?)),
     }
+}
+
+/// Transaction version 2: adds the partitions of the request's transactional batches to the
+/// transaction of `transactional_id`, one coordinator step per producer in the request
+/// (normally one). Answers the partitions refused, with the error their batches get.
+async fn add_to_transaction(
+    broker: &Arc<Broker>,
+    transactional_id: &str,
+    topics: &[Result<Arc<Topic>, ResponseError>],
+    topic_data: &[TopicProduceData],
+) -> HashMap<(String, i32), ResponseError> {
+    let mut by_producer: HashMap<(i64, i16), Vec<(String, i32)>> = HashMap::new();
+    for (topic, data) in topics.iter().zip(topic_data) {
+        let Ok(topic) = topic else { continue };
+        for p in &data.partition_data {
+            let Some(records) = &p.records else { continue };
+            let Ok(batch) = oncelog::format::RecordBatch::parse(records) else {
+                continue;
+            };
+            if batch.is_transactional() && topic.partition(p.index).is_some() {
+                by_producer
+                    .entry((batch.producer_id(), batch.producer_epoch()))
+                    .or_default()
+                    .push((topic.name.clone(), p.index));
+            }
+        }
+    }
+    let mut refused = HashMap::new();
+    for (producer, partitions) in by_producer {
+        let added = super::txn::add_partitions_implicitly(
+            broker,
+            transactional_id,
+            producer,
+            partitions.clone(),
+        )
+        .await;
+        if let Err(error) = added {
+            tracing::debug!(
+                transactional_id,
+                ?producer,
+                code = error.code(),
+                "transactional batch refused by the coordinator"
+            );
+            refused.extend(partitions.into_iter().map(|p| (p, error)));
+        }
+    }
+    refused
 }
 
 enum PendingAppend {

@@ -2,11 +2,19 @@
 //! AddOffsetsToTxn, TxnOffsetCommit and EndTxn, answered by [`crate::txn_coordinator`]. Each
 //! coordinator step writes its log and fsyncs, and EndTxn writes a marker to every partition:
 //! all of it runs off the reactor.
+//!
+//! Transaction version 2 (KIP-890 part 2) is chosen by the request's version, as Kafka
+//! chooses it: EndTxn v5 bumps the epoch and answers the producer id and epoch to use next,
+//! TxnOffsetCommit v5 adds its group to the transaction itself (no AddOffsetsToTxn), and the
+//! Produce handler adds partitions for Produce v12+ ([`add_partitions_implicitly`]).
+//! AddPartitionsToTxn v4 is the batched form Kafka's brokers send each other, with its
+//! `verify_only` check.
 
 use std::sync::Arc;
 
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -22,7 +30,7 @@ use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::Request;
 use crate::offsets_log::Committed;
-use crate::txn_coordinator::write_ending;
+use crate::txn_coordinator::{write_ending, EPOCH_BUMPING_VERSION};
 
 /// Runs a blocking coordinator step off the reactor.
 async fn blocking<T: Send + 'static>(
@@ -42,16 +50,7 @@ pub async fn init_producer_id(
 ) -> Result<Reply, HandleError> {
     let b = Arc::clone(broker);
     let granted = blocking(move || {
-        let ids = Arc::clone(&b.producer_ids);
-        let store = Arc::clone(&b.store);
-        let allocate = move || {
-            ids.init(None, |id| store.producer_epoch(id))
-                .map(|g| g.producer_id)
-                .map_err(|e| {
-                    tracing::error!(error = %e, "cannot allocate a producer id");
-                    ResponseError::KafkaStorageError
-                })
-        };
+        let allocate = allocator(&b);
         let (granted, abort) = b.txns.init(&transactional_id, timeout_ms, allocate)?;
         if let Some(ending) = abort {
             // The open transaction of the fenced producer is aborted first.
@@ -75,6 +74,21 @@ pub async fn init_producer_id(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// Hands out a fresh producer id (for an id's first InitProducerId, and for a producer whose
+/// epoch is exhausted). Blocking.
+fn allocator(broker: &Broker) -> impl FnOnce() -> Result<i64, ResponseError> {
+    let ids = Arc::clone(&broker.producer_ids);
+    let store = Arc::clone(&broker.store);
+    move || {
+        ids.init(None, |id| store.producer_epoch(id))
+            .map(|g| g.producer_id)
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot allocate a producer id");
+                ResponseError::KafkaStorageError
+            })
+    }
+}
+
 /// PRODUCER_FENCED exists from the versions of KIP-588; older ones get INVALID_PRODUCER_EPOCH.
 fn fenced_for(request: &Request, e: ResponseError) -> ResponseError {
     use kafka_protocol::messages::ApiKey;
@@ -94,6 +108,9 @@ fn fenced_for(request: &Request, e: ResponseError) -> ResponseError {
 }
 
 pub async fn add_partitions(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    if request.version >= 4 {
+        return add_partitions_batched(broker, request).await;
+    }
     let body: AddPartitionsToTxnRequest = request.body()?;
     let id = body.v3_and_below_transactional_id.0.to_string();
     let (pid, epoch) = (
@@ -115,7 +132,7 @@ pub async fn add_partitions(broker: &Arc<Broker>, request: &Request) -> Result<R
     } else {
         let b = Arc::clone(broker);
         let parts = wanted.clone();
-        blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts)).await
+        blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await
     };
     let topics = body
         .v3_and_below_topics
@@ -150,13 +167,135 @@ pub async fn add_partitions(broker: &Arc<Broker>, request: &Request) -> Result<R
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// AddPartitionsToTxn v4: several transactions at once, each added or (`verify_only`) checked,
+/// answered per transaction as Kafka's `handleAddPartitionsToTxnRequest` does: an unknown
+/// partition refuses the whole transaction (the others OPERATION_NOT_ATTEMPTED); a verified
+/// partition the transaction does not hold is TRANSACTION_ABORTABLE.
+async fn add_partitions_batched(
+    broker: &Arc<Broker>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    let body: AddPartitionsToTxnRequest = request.body()?;
+    let mut results = Vec::with_capacity(body.transactions.len());
+    for txn in body.transactions {
+        let id = txn.transactional_id.0.to_string();
+        let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
+        let wanted: Vec<(String, i32)> = txn
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+            .collect();
+        let known: Vec<bool> = wanted
+            .iter()
+            .map(|(t, p)| broker.store.partition(t, *p).is_some())
+            .collect();
+        let errors: Vec<Option<ResponseError>> = if known.contains(&false) {
+            known
+                .iter()
+                .map(|&k| {
+                    Some(if k {
+                        ResponseError::OperationNotAttempted
+                    } else {
+                        ResponseError::UnknownTopicOrPartition
+                    })
+                })
+                .collect()
+        } else if id.is_empty() {
+            vec![Some(ResponseError::InvalidRequest); wanted.len()]
+        } else if txn.verify_only {
+            match broker.txns.verify_partitions(&id, pid, epoch, &wanted) {
+                Ok(held) => held
+                    .into_iter()
+                    .map(|h| (!h).then_some(ResponseError::TransactionAbortable))
+                    .collect(),
+                Err(e) => vec![Some(e); wanted.len()],
+            }
+        } else {
+            let b = Arc::clone(broker);
+            let parts = wanted.clone();
+            let added =
+                blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await;
+            vec![added.err(); wanted.len()]
+        };
+        results.push(
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id)
+                .with_topic_results(topic_results(&txn.topics, &errors)),
+        );
+    }
+    let response = AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// The per-partition answer of `topics`, `errors` in the same order as their partitions.
+fn topic_results(
+    topics: &[AddPartitionsToTxnTopic],
+    errors: &[Option<ResponseError>],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut errors = errors.iter();
+    topics
+        .iter()
+        .map(|t| {
+            let results = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_partition_error_code(crate::errors::code(
+                            errors.next().copied().flatten(),
+                        ))
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(results)
+        })
+        .collect()
+}
+
+/// KIP-890 part 2: the first transactional Produce (v12+) to a partition adds it to the
+/// transaction, as Kafka's broker does through `AddPartitionsToTxnManager` (here the
+/// coordinator is local). Answers the error for the batches when it cannot be added: a stale
+/// epoch (a zombie of an ended transaction) is INVALID_PRODUCER_EPOCH, as Kafka's manager
+/// turns the coordinator's PRODUCER_FENCED into for the producer.
+pub async fn add_partitions_implicitly(
+    broker: &Arc<Broker>,
+    transactional_id: &str,
+    (producer_id, epoch): (i64, i16),
+    partitions: Vec<(String, i32)>,
+) -> Result<(), ResponseError> {
+    if broker
+        .txns
+        .holds(transactional_id, producer_id, epoch, &partitions)
+    {
+        return Ok(());
+    }
+    let b = Arc::clone(broker);
+    let id = transactional_id.to_string();
+    blocking(move || {
+        b.txns
+            .add_partitions(&id, producer_id, epoch, &partitions, true)
+    })
+    .await
+    .map_err(implicit_error)
+}
+
+/// The coordinator's refusal of an implicit add, as the producer is told it.
+fn implicit_error(e: ResponseError) -> ResponseError {
+    match e {
+        ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        e => e,
+    }
+}
+
 pub async fn add_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: AddOffsetsToTxnRequest = request.body()?;
     let id = body.transactional_id.0.to_string();
     let group = body.group_id.0.to_string();
     let (pid, epoch) = (body.producer_id.0, body.producer_epoch);
     let b = Arc::clone(broker);
-    let result = blocking(move || b.txns.add_group(&id, pid, epoch, &group)).await;
+    let result = blocking(move || b.txns.add_group(&id, pid, epoch, &group, false)).await;
     let response = AddOffsetsToTxnResponse::default().with_error_code(crate::errors::code(
         result.err().map(|e| fenced_for(request, e)),
     ));
@@ -209,7 +348,17 @@ pub async fn txn_offset_commit(
         Some(e) => Err(e),
         None => {
             let b = Arc::clone(broker);
-            blocking(move || b.txns.add_offsets(&id, pid, epoch, offsets)).await
+            // v5 (transaction version 2) adds the group itself, instead of AddOffsetsToTxn.
+            let implicit = request.version >= 5;
+            blocking(move || {
+                if implicit {
+                    b.txns
+                        .add_group(&id, pid, epoch, &group, true)
+                        .map_err(implicit_error)?;
+                }
+                b.txns.add_offsets(&id, pid, epoch, offsets)
+            })
+            .await
         }
     };
     let topics = body
@@ -223,7 +372,14 @@ pub async fn txn_offset_commit(
                     let error = if unknown.contains(&(t.name.0.to_string(), p.partition_index)) {
                         Some(ResponseError::UnknownTopicOrPartition)
                     } else {
-                        result.err().map(|e| fenced_for(request, e))
+                        result.err().map(|e| match e {
+                            // A group never added: from v4 Kafka answers TRANSACTION_ABORTABLE
+                            // (KIP-890 part 1's verification).
+                            ResponseError::InvalidTxnState if request.version >= 4 => {
+                                ResponseError::TransactionAbortable
+                            }
+                            e => fenced_for(request, e),
+                        })
                     };
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
@@ -243,14 +399,29 @@ pub async fn end_txn(broker: &Arc<Broker>, request: &Request) -> Result<Reply, H
     let body: EndTxnRequest = request.body()?;
     let id = body.transactional_id.0.to_string();
     let (pid, epoch, commit) = (body.producer_id.0, body.producer_epoch, body.committed);
+    // EndTxn v5 is transaction version 2: the epoch is bumped at every end.
+    let version = if request.version >= 5 {
+        EPOCH_BUMPING_VERSION
+    } else {
+        1
+    };
     let b = Arc::clone(broker);
     let result = blocking(move || {
-        let ending = b.txns.end(&id, pid, epoch, commit)?;
-        write_ending(&b.store, &b.offsets, &b.txns, &ending)
+        let ended = b
+            .txns
+            .end(&id, pid, epoch, commit, version, allocator(&b))?;
+        if let Some(ending) = &ended.ending {
+            write_ending(&b.store, &b.offsets, &b.txns, ending)?;
+        }
+        Ok((ended.producer_id, ended.epoch))
     })
     .await;
-    let response = EndTxnResponse::default().with_error_code(crate::errors::code(
-        result.err().map(|e| fenced_for(request, e)),
-    ));
+    let response = match result {
+        Ok((producer_id, epoch)) if request.version >= 5 => EndTxnResponse::default()
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch),
+        Ok(_) => EndTxnResponse::default(),
+        Err(e) => EndTxnResponse::default().with_error_code(fenced_for(request, e).code()),
+    };
     Ok(Reply::Now(respond(request, &response)?))
 }
