@@ -870,3 +870,77 @@ fn an_offline_partition_is_refused_as_kafka_refuses_one_in_a_failed_log_dir() {
         ]
     );
 }
+
+/// ListOffsets of `partition` at `timestamp` under an isolation level (0 read_uncommitted, 1
+/// read_committed): (offset, timestamp).
+fn list_offset(wire: &mut Wire, topic: &str, timestamp: i64, isolation_level: i8) -> (i64, i64) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let response: ListOffsetsResponse = wire.call(
+        ApiKey::ListOffsets,
+        7,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation_level)
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name(topic))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(timestamp)
+                ])]),
+    );
+    let p = &response.topics[0].partitions[0];
+    assert_eq!(p.error_code, NONE);
+    (p.offset, p.timestamp)
+}
+
+/// As Kafka's `fetchOffsetForTimestamp`: a read_committed consumer's LATEST is the last stable
+/// offset, not the end (a hanging transaction holds it), and a lookup by timestamp never
+/// answers an offset it could not fetch. Until the transaction is aborted.
+#[test]
+fn list_offsets_under_read_committed_is_bounded_by_the_last_stable_offset() {
+    let (_dir, _broker, mut wire) = start();
+    create_topic(&mut wire, "lso");
+    let (plain, plain_epoch) = idempotent_producer(&mut wire);
+    assert_eq!(
+        produce(&mut wire, "lso", 0, batch(plain, plain_epoch, 0, 2, false)),
+        0
+    );
+    let (hung, epoch) = idempotent_producer(&mut wire);
+    assert_eq!(
+        produce(&mut wire, "lso", 0, batch(hung, epoch, 0, 3, true)),
+        2
+    );
+
+    assert_eq!(
+        list_offset(&mut wire, "lso", -1, 0).0,
+        5,
+        "read_uncommitted: the end"
+    );
+    assert_eq!(
+        list_offset(&mut wire, "lso", -1, 1).0,
+        2,
+        "read_committed: the LSO"
+    );
+    // Timestamp TS + 1 is first at offset 1, below the LSO; TS + 2 only at offset 4, inside
+    // the open transaction: found under read_uncommitted, none under read_committed.
+    assert_eq!(list_offset(&mut wire, "lso", TS + 1, 1), (1, TS + 1));
+    assert_eq!(list_offset(&mut wire, "lso", TS + 2, 0), (4, TS + 2));
+    assert_eq!(
+        list_offset(&mut wire, "lso", TS + 2, 1),
+        (-1, -1),
+        "past the LSO: none"
+    );
+    // MAX_TIMESTAMP (-3): the newest record is in the open transaction.
+    assert_eq!(list_offset(&mut wire, "lso", -3, 1), (-1, -1));
+
+    let results = write_markers(
+        &mut wire,
+        vec![marker(hung, epoch, 0, false, &[("lso", &[0])])],
+    );
+    assert_eq!(marker_errors(&results), vec![(hung, "lso".into(), 0, NONE)]);
+    assert_eq!(
+        list_offset(&mut wire, "lso", -1, 1).0,
+        6,
+        "the abort moved the LSO"
+    );
+    assert_eq!(list_offset(&mut wire, "lso", TS + 2, 1), (4, TS + 2));
+}

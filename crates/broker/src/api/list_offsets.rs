@@ -17,6 +17,8 @@ use crate::store::{Partition, ReadRefused, Store, TimestampOffset};
 
 /// Kafka's special timestamps (`ListOffsetsRequest`).
 const LATEST: i64 = -1;
+/// ListOffsets' `isolation_level` of a read_committed consumer.
+const READ_COMMITTED: i8 = 1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
@@ -39,6 +41,7 @@ pub async fn handle(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
 }
 
 fn answer(store: &Store, version: i16, body: ListOffsetsRequest) -> Vec<ListOffsetsTopicResponse> {
+    let read_committed = body.isolation_level == READ_COMMITTED;
     body.topics
         .into_iter()
         .map(|topic| {
@@ -56,7 +59,7 @@ fn answer(store: &Store, version: i16, body: ListOffsetsRequest) -> Vec<ListOffs
                             .with_timestamp(-1)
                             .with_offset(-1);
                     };
-                    match lookup(partition, p.timestamp) {
+                    match lookup(partition, p.timestamp, read_committed) {
                         Ok(found) => response
                             .with_timestamp(found.timestamp)
                             .with_offset(found.offset)
@@ -77,23 +80,39 @@ fn answer(store: &Store, version: i16, body: ListOffsetsRequest) -> Vec<ListOffs
 }
 
 /// The answer for one partition. "None found" is offset -1 and timestamp -1, as Kafka answers.
-fn lookup(partition: &Partition, timestamp: i64) -> Result<TimestampOffset, ReadRefused> {
+/// As Kafka's `fetchOffsetForTimestamp`, the answers are bounded by what a consumer of the
+/// isolation level may fetch: LATEST is the high watermark (the log end on this broker), or
+/// the last stable offset under read_committed, and an offset found by timestamp at or past
+/// that bound is none.
+fn lookup(
+    partition: &Partition,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<TimestampOffset, ReadRefused> {
     let none = TimestampOffset {
         timestamp: -1,
         offset: -1,
     };
-    let at = |offset| TimestampOffset {
-        timestamp: -1,
-        offset,
+    let fetchable = if read_committed {
+        partition.last_stable_offset()
+    } else {
+        partition.log_end_offset()
     };
+    let below =
+        |found: Option<TimestampOffset>| found.filter(|f| f.offset < fetchable).unwrap_or(none);
     Ok(match timestamp {
-        // Without transactions the last stable offset is the end.
-        LATEST => at(partition.log_end_offset()),
+        LATEST => TimestampOffset {
+            timestamp: -1,
+            offset: fetchable,
+        },
         // Without tiered storage the earliest local offset is the earliest.
-        EARLIEST | EARLIEST_LOCAL => at(partition.log_start_offset()),
-        MAX_TIMESTAMP => partition.max_timestamp()?.unwrap_or(none),
+        EARLIEST | EARLIEST_LOCAL => TimestampOffset {
+            timestamp: -1,
+            offset: partition.log_start_offset(),
+        },
+        MAX_TIMESTAMP => below(partition.max_timestamp()?),
         // Nothing is tiered.
         LATEST_TIERED => none,
-        timestamp => partition.offset_for_timestamp(timestamp)?.unwrap_or(none),
+        timestamp => below(partition.offset_for_timestamp(timestamp)?),
     })
 }
