@@ -137,7 +137,9 @@ fn a_consumer_protocol_regex_is_assigned_consumer_offsets_as_kafka_assigns_it() 
                 .with_topic_partitions(Some(Vec::new())),
         );
         assert_eq!(answer.error_code, 0, "{:?}", answer.error_message);
-        let assignment = answer.assignment.expect("a join is answered with the assignment");
+        let assignment = answer
+            .assignment
+            .expect("a join is answered with the assignment");
         for t in &assignment.topic_partitions {
             assert_eq!(t.partitions, vec![0]);
         }
