@@ -2,13 +2,18 @@
 # Kafka 4.4's own command-line tools scripted against oncelog-broker, each step's output
 # checked: kafka-topics (create, list, describe, alter partitions, delete), kafka-consumer-groups
 # (list, describe with lag, reset-offsets, delete-offsets, delete), kafka-delete-records,
-# kafka-get-offsets, kafka-configs (describe, alter) and kafka-log-dirs. Fails at the end if any
-# step failed; prints PASS/FAIL per step.
+# kafka-get-offsets, kafka-configs (describe, alter), kafka-log-dirs and kafka-transactions (list,
+# describe, describe-producers, find-hanging, abort of a hanging transaction). Fails at the end if
+# any step failed; prints PASS/FAIL per step.
 #
 #   crates/broker/e2e/kafka_tools.sh                     against a fresh oncelog-broker (e2e/broker.sh)
 #   KAFKA_TOOLS_BOOTSTRAP=127.0.0.1:19092 crates/broker/e2e/kafka_tools.sh
 #                                                        against a broker already running there
-#                                                        (Kafka 4.4 from ../shared/kafka-oracle)
+#                                                        (Kafka 4.4 from ../shared/kafka-oracle,
+#                                                        started with
+#                                                        transaction.partition.verification.enable=false
+#                                                        in its extra.properties, or it refuses
+#                                                        hanging_txn.py's batch with error 19)
 #
 # The tools' jars are those crates/broker/tests/clients/setup.sh installs (DIR/tools/lib, from
 # Maven Central; run it first). Needs java 17+.
@@ -141,9 +146,46 @@ step "kafka-configs --describe --all (broker 1)" 'has "log.retention.ms=" && has
 step "kafka-log-dirs --describe" 'has "\"partition\":\"$T-4\"" && has "\"size\":[0-9]+"' -- \
     kafka org.apache.kafka.tools.LogDirsCommand --bootstrap-server "$B" --describe --topic-list $T
 
-# --- kafka-transactions (TransactionsCommand: list, describe, describe-producers,
-# find-hanging, abort) goes here once the broker answers DescribeProducers, ListTransactions,
-# DescribeTransactions and WriteTxnMarkers (transaction tooling, another branch). ---
+# kafka-transactions (TransactionsCommand) over topic txn: partition 0 holds tx-open's Ongoing
+# transaction (open_txn.py: a confluent-kafka transactional producer that exits mid-transaction);
+# partition 1 a hanging one (hanging_txn.py: a transactional batch, two hours old, from an
+# idempotent producer id no coordinator knows), which find-hanging must find and abort clear.
+TXN="org.apache.kafka.tools.TransactionsCommand --bootstrap-server $B"
+PY="$CLIENTS/venv/bin/python"
+# The command's exit status as a last line of output, for the checks.
+status() { "$@"; echo "exit $?"; }
+# The rows of $OUT whose column $1 is $2.
+rows() { awk -v col="$1" -v want="$2" '$col == want' <<<"$OUT"; }
+step "kafka-topics --create txn (2 partitions)" 'has "Created topic txn"' -- \
+    kafka $TOPICS --bootstrap-server "$B" --create --topic txn --partitions 2 --replication-factor 1
+step "a transactional producer dies mid-transaction (txn-0)" 'has "^open: tx-open\$"' -- \
+    "$PY" "$HERE/open_txn.py" "$B" txn 0 tx-open
+step "a hanging transaction (txn-1, offset 0)" 'has "^hanging: producer [0-9]+ [0-9]+ offset 0\$"' -- \
+    "$PY" "$HERE/hanging_txn.py" "$B" txn 1
+hanging="$(sed -n 's/^hanging: producer \([0-9]*\) .*/\1/p' <<<"$OUT")"
+step "kafka-transactions list (tx-open Ongoing)" '[ "$(rows 1 tx-open | awk "{print \$4}")" = Ongoing ]' -- \
+    kafka $TXN list
+step "kafka-transactions describe (Ongoing, its timeout, txn-0)" \
+    '[ "$(rows 2 tx-open | awk "{print \$5, \$6, \$9}")" = "Ongoing 600000 txn-0" ]' -- \
+    kafka $TXN describe --transactional-id tx-open
+step "kafka-transactions describe of an unknown id (not found, exit 1)" 'has "could not be found" && has "^exit 1\$"' -- \
+    status kafka $TXN describe --transactional-id nobody
+step "kafka-transactions describe-producers (the hanging producer, start offset 0)" \
+    '[ -n "$hanging" ] && [ "$(rows 1 "$hanging" | awk "{print \$4, \$6}")" = "2 0" ]' -- \
+    kafka $TXN describe-producers --topic txn --partition 1
+step "kafka-transactions find-hanging (txn-1 only)" \
+    '[ "$(rows 1 txn | awk "{print \$2, \$3, \$6}")" = "1 $hanging 0" ]' -- \
+    kafka $TXN find-hanging --topic txn
+step "kafka-transactions abort (txn-1 at offset 0)" 'has "^exit 0\$"' -- \
+    status kafka $TXN abort --topic txn --partition 1 --start-offset 0
+step "kafka-transactions find-hanging after the abort (none)" '[ -z "$(rows 1 txn)" ] && has "^exit 0\$"' -- \
+    status kafka $TXN find-hanging --topic txn
+step "kafka-transactions describe-producers after the abort (no open transaction)" \
+    '[ -n "$hanging" ] && [ "$(rows 1 "$hanging" | awk "{print \$6}")" = None ]' -- \
+    kafka $TXN describe-producers --topic txn --partition 1
+step "kafka-transactions abort again (no open transaction at 0, exit 1)" \
+    'has "Could not find any open transactions starting at offset 0" && has "^exit 1\$"' -- \
+    status kafka $TXN abort --topic txn --partition 1 --start-offset 0
 
 step "kafka-topics --delete" 'true' -- \
     kafka $TOPICS --bootstrap-server "$B" --delete --topic $T

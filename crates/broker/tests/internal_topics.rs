@@ -1,7 +1,9 @@
 //! `__consumer_offsets` in Metadata, as Kafka 4.4 answers it: an internal topic (one partition,
 //! this broker its leader), listed among all topics and found by name or id, never created by
 //! a Metadata request. franz-go's `TestConsumeRegex` (crates/broker/e2e/kgo.sh) waits for
-//! exactly this to see that a pattern subscription leaves the internal topic out.
+//! exactly this to see that a pattern subscription leaves the internal topic out. A KIP-848
+//! member's regex, resolved by the broker, does match it, as on Kafka (franz-go's
+//! `Test848RegexBrokerResolves`).
 
 mod common;
 
@@ -99,4 +101,77 @@ fn consumer_offsets_is_an_internal_topic_in_metadata() {
     assert_eq!(all.len(), 2);
     assert_eq!(all.iter().find(|t| t.is_internal).unwrap().topic_id, id);
     assert!(!dir.path().join(format!("{OFFSETS}-0")).exists());
+}
+
+/// A KIP-848 member's regex is resolved against every topic, `__consumer_offsets` included, as
+/// Kafka resolves it (franz-go's `Test848RegexBrokerResolves` checks that the broker assigns the
+/// internal topic); a regex that does not match it leaves it out.
+#[test]
+fn a_consumer_protocol_regex_is_assigned_consumer_offsets_as_kafka_assigns_it() {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest as Beat;
+    use kafka_protocol::protocol::StrBytes;
+    use std::collections::BTreeSet;
+
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(dir.path(), &["--segment-bytes", "1048576"]);
+    let mut wire = Wire::connect(broker.addr);
+    let user = common::topic("regex-orders");
+    let user_id = common::wire::auto_create_topic(&mut wire, &user).topic_id;
+    let offsets_id = metadata(&mut wire, 12, None)
+        .into_iter()
+        .find(|t| t.is_internal)
+        .unwrap()
+        .topic_id;
+
+    let join = |wire: &mut Wire, group: &str, regex: String| -> BTreeSet<uuid::Uuid> {
+        let answer: ConsumerGroupHeartbeatResponse = wire.call(
+            ApiKey::ConsumerGroupHeartbeat,
+            1,
+            &Beat::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+                .with_member_id(StrBytes::from_static_str("member-a"))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(Vec::new()))
+                .with_subscribed_topic_regex(Some(StrBytes::from_string(regex)))
+                .with_topic_partitions(Some(Vec::new())),
+        );
+        assert_eq!(answer.error_code, 0, "{:?}", answer.error_message);
+        let assignment = answer
+            .assignment
+            .expect("a join is answered with the assignment");
+        for t in &assignment.topic_partitions {
+            assert_eq!(t.partitions, vec![0]);
+        }
+        assignment
+            .topic_partitions
+            .iter()
+            .map(|t| t.topic_id)
+            .collect()
+    };
+
+    // The internal topic named in the regex (franz-go wraps each in `.*(?:...).*`).
+    let both = join(
+        &mut wire,
+        "with-internal",
+        format!("{user}|__consumer_offsets"),
+    );
+    assert_eq!(both, BTreeSet::from([user_id, offsets_id]));
+    let described: ConsumerGroupDescribeResponse = wire.call(
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(StrBytes::from_static_str("with-internal"))]),
+    );
+    let names: BTreeSet<String> = described.groups[0].members[0]
+        .assignment
+        .topic_partitions
+        .iter()
+        .map(|t| t.topic_name.0.to_string())
+        .collect();
+    assert_eq!(names, BTreeSet::from([user.clone(), OFFSETS.to_string()]));
+
+    // A regex that does not match it: the user topic only.
+    let only_user = join(&mut wire, "without-internal", "regex-.*".to_string());
+    assert_eq!(only_user, BTreeSet::from([user_id]));
 }

@@ -15,6 +15,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
+use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::Request;
@@ -32,9 +33,14 @@ fn str_bytes(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
-/// Every topic of the broker, as the assignor sees them.
+/// Every topic of the broker, as the assignor sees them: the store's topics and
+/// `__consumer_offsets` as Metadata describes it (one partition, its fixed id). Kafka resolves
+/// a member's subscription against every topic of its metadata image, internal ones included,
+/// so a regex or a name that matches `__consumer_offsets` gets its partition assigned (franz-go's
+/// `Test848RegexBrokerResolves` checks this); its records are not served here (Fetch answers
+/// it as unknown), which the member sees as an empty partition it keeps retrying.
 fn topics(broker: &Broker) -> Vec<TopicInfo> {
-    broker
+    let mut topics: Vec<TopicInfo> = broker
         .store
         .topics()
         .iter()
@@ -43,7 +49,21 @@ fn topics(broker: &Broker) -> Vec<TopicInfo> {
             id: t.id,
             partitions: t.partitions.len() as i32,
         })
-        .collect()
+        .collect();
+    topics.push(TopicInfo {
+        name: OFFSETS_TOPIC.to_string(),
+        id: OFFSETS_TOPIC_ID,
+        partitions: 1,
+    });
+    topics
+}
+
+/// The name of topic `id`: a store topic's, or `__consumer_offsets`'s.
+fn topic_name(broker: &Broker, id: uuid::Uuid) -> Option<String> {
+    if id == OFFSETS_TOPIC_ID {
+        return Some(OFFSETS_TOPIC.to_string());
+    }
+    broker.store.topic_by_id(id).map(|t| t.name.clone())
 }
 
 pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
@@ -110,11 +130,11 @@ fn described(broker: &Broker, partitions: Partitions) -> DescribedAssignment {
     let topics = partitions
         .into_iter()
         .filter_map(|(id, ps)| {
-            let topic = broker.store.topic_by_id(id)?;
+            let name = topic_name(broker, id)?;
             Some(
                 DescribedTopic::default()
                     .with_topic_id(id)
-                    .with_topic_name(TopicName(str_bytes(topic.name.clone())))
+                    .with_topic_name(TopicName(str_bytes(name)))
                     .with_partitions(ps.into_iter().collect()),
             )
         })

@@ -110,12 +110,13 @@ async fn lookup(
 }
 
 /// The name of the topic the group coordinator writes (the broker's offsets log).
-const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub(crate) const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The topic id `__consumer_offsets` is described with. Kafka draws one at random when it
 /// creates the topic and keeps it; the broker's offsets log has no `partition.metadata` of its
 /// own, so this fixed id stands for it (ids are unique per cluster, and this broker is one).
-const OFFSETS_TOPIC_ID: Uuid = Uuid::from_u128(0x6f6e_6365_6c6f_6700_0000_636f_6e73_756d);
+pub(crate) const OFFSETS_TOPIC_ID: Uuid =
+    Uuid::from_u128(0x6f6e_6365_6c6f_6700_0000_636f_6e73_756d);
 
 /// `__consumer_offsets` as Kafka describes it once a group coordinator exists: an internal topic
 /// (`is_internal`), here of one partition (the broker's offsets log,
