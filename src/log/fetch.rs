@@ -250,7 +250,7 @@ impl Log {
             .values()
             .filter(|s| s.is_unpinned() && s.is_mapped())
             .collect();
-        let limit = self.config.max_mapped_segments;
+        let limit = self.config().max_mapped_segments;
         if mapped.len() <= limit {
             return;
         }

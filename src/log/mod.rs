@@ -22,6 +22,7 @@ mod operator;
 mod prefault;
 mod producers;
 mod reader;
+mod reconfigure;
 mod recovery;
 mod rewrite;
 pub(crate) mod text_checkpoint;
@@ -122,6 +123,12 @@ pub struct DuplicateInfo {
 
 /// What only the appender touches.
 struct AppendState {
+    /// The configuration, as `Log::config` holds it: the append path reads it here, under the
+    /// lock it holds anyway; [`Log::reconfigure`] replaces both under this lock.
+    config: Arc<LogConfig>,
+    /// The jitter taken off `segment_ms` for this log (Kafka's `segment.jitter.ms`), drawn at
+    /// open and at each [`Log::reconfigure`].
+    roll_jitter_ms: i64,
     /// `None` once closed.
     active: Option<SegmentWriter>,
     /// Segments rolled away from but not yet flushed (with their indexes).
@@ -214,7 +221,9 @@ pub struct Log {
     dir: PathBuf,
     /// The directory's lock: held until the log is closed or dropped.
     lock: Mutex<Option<FileLock>>,
-    config: LogConfig,
+    /// The configuration: replaced whole by [`Log::reconfigure`] under the append lock, so
+    /// whatever holds that lock sees one configuration throughout.
+    config: RwLock<Arc<LogConfig>>,
     segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
     append: Mutex<AppendState>,
     flush: Mutex<FlushState>,
@@ -238,7 +247,6 @@ pub struct Log {
     pool: Mutex<Vec<PathBuf>>,
     closed: AtomicBool,
     abandoned: AtomicBool,
-    roll_jitter_ms: i64,
     report: RecoveryReport,
     producer_report: ProducerLoadReport,
     metrics: metrics::Metrics,
@@ -307,6 +315,7 @@ impl Log {
         let unstable = txn::Unstable::new(first_ongoing, &loaded.completed);
         let leader_epoch = leader_epoch_at_open(&loaded.epochs, loaded.clean_on_disk, &segments);
         let metrics = metrics::Metrics::new(opening.elapsed(), &loaded.report, &producer_report);
+        let config = Arc::new(config);
         Ok(Log {
             dir,
             lock: Mutex::new(lock),
@@ -321,6 +330,8 @@ impl Log {
             flushed: Condvar::new(),
             appends_in_flight: AtomicUsize::new(0),
             append: Mutex::new(AppendState {
+                config: Arc::clone(&config),
+                roll_jitter_ms,
                 active: Some(active),
                 unflushed_sealed: Vec::new(),
                 failure: None,
@@ -344,11 +355,10 @@ impl Log {
             pool: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
-            roll_jitter_ms,
             report: loaded.report,
             producer_report,
             metrics,
-            config,
+            config: RwLock::new(config),
             env,
         })
     }
@@ -357,9 +367,10 @@ impl Log {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-    /// The configuration the log was opened with.
-    pub fn config(&self) -> &LogConfig {
-        &self.config
+    /// The configuration: the one the log was opened with, or the last
+    /// [`Log::reconfigure`] set.
+    pub fn config(&self) -> Arc<LogConfig> {
+        Arc::clone(&self.config.read())
     }
     /// What opening the log found and did.
     pub fn recovery_report(&self) -> &RecoveryReport {
@@ -441,7 +452,8 @@ impl Log {
         let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = self.validate_client_batch(batch)?;
         let now = self.env.clock.now_ms();
-        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let log_append_time =
+            self.config.read().message_timestamp_type == TimestampType::LogAppendTime;
         let max_timestamp = if log_append_time {
             now
         } else {
@@ -517,18 +529,19 @@ impl Log {
     /// The checks of a client batch made before the append lock is taken: its frame, CRC and
     /// records, keys under compaction, and its size against the segment's.
     fn validate_client_batch(&self, batch: &[u8]) -> Result<format::BatchSummary, AppendError> {
+        let config = self.config.read();
         let summary = format::validate_client_batch(
             batch,
-            self.config.max_message_bytes,
-            self.config.max_decompressed_bytes,
+            config.max_message_bytes,
+            config.max_decompressed_bytes,
         )?;
-        if self.config.cleanup_policy.compacts() {
-            refuse_keyless(batch, self.config.max_decompressed_bytes)?;
+        if config.cleanup_policy.compacts() {
+            refuse_keyless(batch, config.max_decompressed_bytes)?;
         }
-        if summary.size > self.config.segment_bytes {
+        if summary.size > config.segment_bytes {
             return Err(AppendError::RecordListTooLarge {
                 size: summary.size,
-                segment_bytes: self.config.segment_bytes,
+                segment_bytes: config.segment_bytes,
             });
         }
         Ok(summary)
@@ -547,10 +560,10 @@ impl Log {
         while pos < batches.len() {
             let b = format::validate_stored_batch(&batches[pos..])?;
             pos += b.size();
-            if b.size() > self.config.segment_bytes {
+            if b.size() > self.config().segment_bytes {
                 return Err(AppendError::RecordListTooLarge {
                     size: b.size(),
-                    segment_bytes: self.config.segment_bytes,
+                    segment_bytes: self.config().segment_bytes,
                 });
             }
             parsed.push(b);
@@ -679,7 +692,7 @@ impl Log {
 
     /// Whether the flush policy wants a flush after what was just appended.
     fn flush_due(&self, st: &AppendState) -> bool {
-        match self.config.flush_policy {
+        match st.config.flush_policy {
             FlushPolicy::Manual => false,
             FlushPolicy::Always => true,
             FlushPolicy::EveryMessages(n) => st.unflushed_messages >= n,
@@ -693,7 +706,7 @@ impl Log {
         first_offset: i64,
         last_offset: i64,
     ) -> Result<AppendOutcome, AppendError> {
-        if self.config.flush_policy == FlushPolicy::Always {
+        if self.config().flush_policy == FlushPolicy::Always {
             self.flush_to(last_offset + 1)
                 .map_err(flush_to_append_error)?;
         }
@@ -741,7 +754,7 @@ impl Log {
         if let Some(target) = w.growth_wanted() {
             prefault.grow(w.space(), target);
         }
-        if self.config.writes_through_file() && !w.space().recycled() {
+        if st.config.writes_through_file() && !w.space().recycled() {
             // The writer never touches the map, and the pages it writes are in the page cache
             // already (zeros written ahead) or need no read (reserved space). A recycled
             // file's old pages may have left the cache: they are faulted in ahead, readable,
@@ -749,14 +762,14 @@ impl Log {
             // (docs/performance.md, "Writes through the file").
             return;
         }
-        let write = self.config.flush_policy != FlushPolicy::Always
-            && !self.config.zeroes_ahead()
+        let write = st.config.flush_policy != FlushPolicy::Always
+            && !st.config.zeroes_ahead()
             && !w.space().recycled();
         prefault.advance(
             w.log_mapping(),
             w.size(),
             w.space().ready(),
-            self.config.prefault_bytes,
+            st.config.prefault_bytes,
             write,
         );
     }
@@ -789,8 +802,8 @@ impl Log {
         } else {
             now - w.created_ms()
         };
-        let roll = seg_size > self.config.segment_bytes - size
-            || (seg_size > 0 && waited > self.config.segment_ms - self.roll_jitter_ms)
+        let roll = seg_size > st.config.segment_bytes - size
+            || (seg_size > 0 && waited > st.config.segment_ms - st.roll_jitter_ms)
             || w.indexes_full()
             || relative_offset(w.base_offset(), last_offset).is_none()
             || !w.fits(size);
@@ -827,7 +840,7 @@ impl Log {
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         self.metrics.snapshot_written();
-        let cfg = recovery::segment_config(&self.config, &self.env.fs);
+        let cfg = recovery::segment_config(&self.config(), &self.env.fs);
         // A recycled file when the pool has one (its old offsets are all below the log start,
         // so below `new_base`); a fresh one if there is none or it cannot be used.
         let recycled = self.take_pooled().and_then(|path| {

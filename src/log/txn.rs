@@ -333,7 +333,7 @@ impl Log {
         now: i64,
         wrote_entry: bool,
     ) -> Result<(i64, u32), AppendError> {
-        let log_append_time = self.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let log_append_time = self.config().message_timestamp_type == TimestampType::LogAppendTime;
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
         let written = writer.append(bytes, offset, now, |dst| {

@@ -8,6 +8,7 @@
 //! checkpoint writes close shares with them).
 
 mod cleaning;
+mod alter;
 mod config;
 mod error;
 mod jobs;

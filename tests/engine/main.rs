@@ -27,6 +27,7 @@ mod log_concurrency;
 mod log_fetch;
 mod log_metrics;
 mod log_reader;
+mod log_reconfigure;
 mod log_roll;
 mod log_smoke;
 mod log_wait;

@@ -130,7 +130,7 @@ fn size_retention_removes_the_oldest_segments_until_the_log_fits() {
 }
 
 fn reopen(log: Log, dir: &Path, edit: impl FnOnce(&mut LogConfig)) -> Log {
-    let mut cfg = log.config().clone();
+    let mut cfg = log.config().as_ref().clone();
     log.close().unwrap();
     edit(&mut cfg);
     Log::open(dir, cfg).unwrap()

@@ -578,3 +578,47 @@ fn partitions_open_on_the_configured_threads_and_each_is_reported() {
     m.close().unwrap();
     let _ = Arc::new(());
 }
+
+/// `LogManager::alter_config`: the partition's own file is replaced and its open log takes the
+/// settings at once; they are what a reopen finds; a refused change leaves file and log as
+/// they were; an unknown partition is refused.
+#[test]
+fn alter_config_applies_to_the_open_log_and_is_kept_across_a_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("logs");
+    let m = LogManager::open(&[&dir], config()).unwrap();
+    let log = m.create("t", 0, PartitionConfig::default()).unwrap();
+    append(&log, 3);
+    let file = dir.join("t-0").join("oncelog.properties");
+    let resolved = m
+        .alter_config(
+            "t",
+            0,
+            PartitionConfig::default().with_max_message_bytes(100),
+        )
+        .unwrap();
+    assert_eq!(resolved.log.max_message_bytes, 100);
+    assert_eq!(log.config().max_message_bytes, 100, "the open log took it");
+    let mut big = BatchBuilder::new();
+    big.append(1_700_000_000_000, None, Some(&[b'x'; 200]), &[]);
+    assert!(log.append(&big.build().unwrap()).is_err());
+    assert_eq!(m.partition_config("t", 0).unwrap(), resolved);
+    let written = std::fs::read(&file).unwrap();
+
+    // Refused by the log's validation: nothing changes, not even the file.
+    let e = m
+        .alter_config("t", 0, PartitionConfig::default().with_segment_bytes(1))
+        .unwrap_err();
+    assert!(matches!(e, ManagerError::Config(_)), "{e:?}");
+    assert_eq!(std::fs::read(&file).unwrap(), written);
+    assert_eq!(log.config().max_message_bytes, 100);
+    let e = m
+        .alter_config("nope", 0, PartitionConfig::default())
+        .unwrap_err();
+    assert!(matches!(e, ManagerError::UnknownPartition { .. }), "{e:?}");
+
+    m.close().unwrap();
+    let m = LogManager::open(&[&dir], config()).unwrap();
+    assert_eq!(m.get("t", 0).unwrap().config().max_message_bytes, 100);
+    m.close().unwrap();
+}

@@ -843,10 +843,10 @@ impl Store {
         })
     }
 
-    /// Replaces a topic's own settings in every partition's `oncelog.properties`, atomically
-    /// per file (IncrementalAlterConfigs). The manager reads them when it opens a partition:
-    /// they take effect at the broker's next start, and at once for partitions added later.
-    /// Blocking.
+    /// Replaces a topic's own settings (IncrementalAlterConfigs), live: each partition's
+    /// log takes them at once through the manager (`LogManager::alter_config`, which writes
+    /// its `oncelog.properties` first); an offline partition's file is written, and it takes
+    /// them when it next opens. Blocking.
     pub fn set_topic_settings(
         &self,
         name: &str,
@@ -856,13 +856,21 @@ impl Store {
         let topic = self
             .topic(name)
             .ok_or_else(|| StoreError::UnknownTopic(name.to_string()))?;
-        let text = config.encode();
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         for partition in &topic.partitions {
-            let path = self
-                .dir
-                .join(format!("{name}-{}", partition.index))
-                .join(PARTITION_CONFIG);
-            files::replace_atomically(&path, text.as_bytes()).map_err(io_error(&path))?;
+            match manager.alter_config(name, partition.index, config.clone()) {
+                Ok(_) => {}
+                Err(oncelog::ManagerError::PartitionOffline { .. }) => {
+                    let path = self
+                        .dir
+                        .join(format!("{name}-{}", partition.index))
+                        .join(PARTITION_CONFIG);
+                    files::replace_atomically(&path, config.encode().as_bytes())
+                        .map_err(io_error(&path))?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }

@@ -565,7 +565,7 @@ impl Log {
     }
 
     fn cleanable_of(&self, segments: &[Arc<Segment>], now_ms: i64) -> Cleanable {
-        let c = &self.config.compaction;
+        let c = &self.config().compaction;
         let log_start = segments.first().map_or(0, |s| s.base_offset()).max(self.log_start_offset());
         let active_base = segments.last().map_or(0, |s| s.base_offset());
         let mut uncleanable = self
@@ -614,7 +614,7 @@ impl Log {
             clean_bytes: clean,
             dirty_bytes: dirty,
             dirty_ratio: ratio,
-            due: self.config.cleanup_policy.compacts()
+            due: self.config().cleanup_policy.compacts()
                 && dirty > 0
                 && (ratio >= c.min_cleanable_dirty_ratio || lagging),
         }
@@ -631,9 +631,9 @@ impl Log {
     }
 
     fn compact_inner(&self, now_ms: i64, dry_run: bool) -> Result<CompactionReport, RewriteError> {
-        if !self.config.cleanup_policy.compacts() {
+        if !self.config().cleanup_policy.compacts() {
             return Err(RewriteError::NotCompacted {
-                policy: self.config.cleanup_policy.name(),
+                policy: self.config().cleanup_policy.name(),
             });
         }
         // Everything the round may read is made durable first: only durable segments are
@@ -706,10 +706,10 @@ impl Log {
         let rules = Rules {
             map: &map,
             now_ms,
-            delete_retention_ms: self.config.compaction.delete_retention_ms,
+            delete_retention_ms: self.config().compaction.delete_retention_ms,
             producers: &producers,
             round_end: uncleanable,
-            max_decompressed_bytes: self.config.max_decompressed_bytes,
+            max_decompressed_bytes: self.config().max_decompressed_bytes,
         };
         let range_end = groups
             .last()
@@ -744,8 +744,8 @@ impl Log {
         uncleanable: i64,
         mut txns: TxnTracker,
     ) -> Result<KeyMap, RewriteError> {
-        let mut map = KeyMap::new(self.config.compaction.key_map_bytes);
-        let max_dec = self.config.max_decompressed_bytes;
+        let mut map = KeyMap::new(self.config().compaction.key_map_bytes);
+        let max_dec = self.config().max_decompressed_bytes;
         let mut full = false;
         'segments: for s in segments.iter().filter(|s| s.next_offset() > first_dirty && s.base_offset() < uncleanable) {
             let view = s.view()?;
@@ -792,7 +792,7 @@ impl Log {
         if full && map.latest < first_dirty {
             // Not one batch's keys fit: the map is too small for this log.
             return Err(RewriteError::KeyMapTooSmall {
-                key_map_bytes: self.config.compaction.key_map_bytes,
+                key_map_bytes: self.config().compaction.key_map_bytes,
                 offset: first_dirty,
             });
         }
@@ -822,7 +822,7 @@ impl Log {
             })
             .cloned()
             .collect();
-        Ok(group_segments(&candidates, &self.config, uncleanable)?)
+        Ok(group_segments(&candidates, &self.config(), uncleanable)?)
     }
 
     /// Writes every group's `.cleaned` files; on an error, removes those written so far.
@@ -1037,7 +1037,7 @@ impl Log {
                 // preallocates the `.log` until it is sealed: a crash in between leaves zeros
                 // after the batches, dead bytes recovery trims.
                 let mut r = SegmentRecord::exact(n.base, n.next_offset, n.size as u64);
-                r.file_len = r.file_len.max(self.config.segment_bytes as u64);
+                r.file_len = r.file_len.max(self.config().segment_bytes as u64);
                 r.digest = Some(segment::SealDigest::new(n.headers, &n.txn));
                 record.push(r);
             }
@@ -1049,7 +1049,7 @@ impl Log {
     /// Opens the swapped-in segments, their indexes rebuilt and made durable.
     fn open_cleaned(&self, cleaned: &[Cleaned], now_ms: i64) -> Result<Vec<Arc<Segment>>, RewriteError> {
         let dir = &self.dir;
-        let cfg = crate::log::recovery::segment_config(&self.config, &self.env.fs);
+        let cfg = crate::log::recovery::segment_config(&self.config(), &self.env.fs);
         let mut opened = Vec::new();
         for n in cleaned {
             let spec = OpenSpec {

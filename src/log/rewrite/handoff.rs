@@ -61,7 +61,7 @@ impl Log {
             .into_state();
         Ok(snapshot::encode(
             state.table().iter(),
-            self.config.snapshot_version,
+            self.config().snapshot_version,
             offset,
         ))
     }

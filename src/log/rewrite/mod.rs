@@ -107,7 +107,7 @@ impl Log {
     /// [`HighWatermarkPolicy::SetByCaller`], what [`ReplicaLog::set_high_watermark`](crate::ReplicaLog::set_high_watermark) last set, never
     /// above the log end.
     pub fn high_watermark(&self) -> i64 {
-        match self.config.high_watermark {
+        match self.config().high_watermark {
             HighWatermarkPolicy::DurableEnd => self.recovery_point(),
             HighWatermarkPolicy::SetByCaller => self
                 .high_watermark
@@ -118,7 +118,7 @@ impl Log {
 
     /// The work of [`ReplicaLog::set_high_watermark`](crate::ReplicaLog::set_high_watermark).
     pub(crate) fn set_high_watermark(&self, offset: i64) -> Result<i64, RewriteError> {
-        if self.config.high_watermark != HighWatermarkPolicy::SetByCaller {
+        if self.config().high_watermark != HighWatermarkPolicy::SetByCaller {
             return Err(RewriteError::HighWatermarkNotSettable);
         }
         // The append lock keeps the log's ends still while the value is bounded by them.
@@ -236,9 +236,9 @@ impl Log {
         self.env.fs.rename(path, &to).ctx("rename", path)?;
         self.deletions.lock().push(Deletion {
             path: to,
-            due_ms: now_ms + self.config.file_delete_delay_ms,
+            due_ms: now_ms + self.config().file_delete_delay_ms,
             recyclable: recyclable
-                .filter(|_| self.config.recycled_segments > 0)
+                .filter(|_| self.config().recycled_segments > 0)
                 .cloned(),
         });
         Ok(())
@@ -258,7 +258,7 @@ impl Log {
             if failed.is_some() || (!everything && d.due_ms > now_ms) {
                 return true;
             }
-            let room = self.pool.lock().len() < self.config.recycled_segments;
+            let room = self.pool.lock().len() < self.config().recycled_segments;
             if let Some(segment) = d.recyclable.as_ref().filter(|_| !everything && room) {
                 // Its own maps go; a reader that still holds bytes of one keeps the file from
                 // being written again, so it is removed instead (its inode lives on for the

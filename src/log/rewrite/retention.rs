@@ -239,13 +239,13 @@ impl Log {
             bound: self.high_watermark().min(self.recovery_point()).min(bound),
             // Size and time apply only when the cleanup policy contains `delete`.
             retention_bytes: self
-                .config
+                .config()
                 .retention_bytes
-                .filter(|_| self.config.cleanup_policy.deletes()),
+                .filter(|_| self.config().cleanup_policy.deletes()),
             retention_ms: self
-                .config
+                .config()
                 .retention_ms
-                .filter(|_| self.config.cleanup_policy.deletes()),
+                .filter(|_| self.config().cleanup_policy.deletes()),
             now_ms,
         }
     }

@@ -153,7 +153,7 @@ impl Log {
             self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
-        let cfg = segment_config(&self.config, &self.env.fs);
+        let cfg = segment_config(&self.config(), &self.env.fs);
         let active = segment::create(&self.dir, new_end, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
@@ -410,7 +410,7 @@ impl Log {
         }
         ProducerState::plan(
             fs,
-            &self.config,
+            &self.config(),
             &snapshots,
             &replay,
             log_start,
@@ -491,7 +491,7 @@ impl Log {
             self.retire_segment_files(offset, now, None)?;
             report.segments_removed.push(offset);
         }
-        let cfg = segment_config(&self.config, &self.env.fs);
+        let cfg = segment_config(&self.config(), &self.env.fs);
         let active = segment::create(&self.dir, offset, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
@@ -505,7 +505,7 @@ impl Log {
         drop(ex.st.active.replace(active));
         ex.st.prefault = prefault::Prefault::default();
         report.snapshots_removed = snapshot_files::delete_above(fs, &self.dir, i64::MIN)?;
-        let fresh = ex.st.producers.emptied(fs, &self.config)?;
+        let fresh = ex.st.producers.emptied(fs, &self.config())?;
         ex.st.producers = fresh;
         if !ex.st.epochs.entries().is_empty() {
             epochs::write(fs, &self.dir, &[])?;

@@ -3,9 +3,8 @@
 //! `LogManager` (partitions created and deleted by the manager; a topic's settings are its
 //! partitions' `oncelog.properties`, the engine's `PartitionConfig` with Kafka's names).
 //!
-//! The engine opens a partition with its settings and has no live reconfiguration: settings
-//! altered by IncrementalAlterConfigs are written at once (and reported by DescribeConfigs),
-//! and take effect at the broker's next start; partitions added meanwhile get them at once.
+//! Settings altered by IncrementalAlterConfigs are applied live: the manager replaces each
+//! partition's `oncelog.properties` and reconfigures its open log (`LogManager::alter_config`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -986,7 +985,7 @@ async fn alter_topic(
     blocking(move || store.set_topic_settings(&topic_name, &config))
         .await
         .map_err(store_refusal)?;
-    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs); they take effect at the next start");
+    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs), applied live");
     Ok(())
 }
 
