@@ -664,6 +664,24 @@ impl Groups {
         self.consumer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The consumer-protocol groups reloaded from the offsets log ([`ConsumerGroups::restore`]).
+    pub fn set_consumer_groups(&self, mut groups: ConsumerGroups) {
+        let mut consumer = self.consumer();
+        groups.settings = consumer.settings;
+        *consumer = groups;
+    }
+
+    /// The consumer-group records to write for what changed since the last call
+    /// ([`ConsumerGroups::take_changes`]).
+    pub fn take_consumer_changes(&self) -> Vec<consumer_group::RecordChange> {
+        self.consumer().take_changes()
+    }
+
+    /// The consumer-group records taken could not be written ([`ConsumerGroups::unstore`]).
+    pub fn unstore_consumer_changes(&self, changes: &[consumer_group::RecordChange]) {
+        self.consumer().unstore(changes);
+    }
+
     /// Sets `group.consumer.session.timeout.ms` and `group.consumer.heartbeat.interval.ms`.
     pub fn set_consumer_settings(&self, settings: ConsumerGroupSettings) {
         self.consumer().settings = settings;
