@@ -436,3 +436,63 @@ fn the_records_are_kafkas_in_kafkas_order() {
     assert_eq!(member.rebalance_timeout_ms, 30_000);
     assert_eq!(records[8].1, Some(RecordValue::GroupEpoch(2)));
 }
+
+#[test]
+fn a_consumer_group_that_took_an_empty_classic_groups_id_is_still_a_consumer_group_after_a_restart()
+{
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = start(data.path(), &[]);
+    // A classic group with one generation, then emptied: its records say Empty.
+    let mut wire = Wire::connect(broker.addr);
+    let joined: JoinGroupResponse = wire.call(
+        ApiKey::JoinGroup,
+        3,
+        &JoinGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+            )
+            .with_name(s("range"))
+            .with_metadata(Bytes::new())]),
+    );
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let synced: SyncGroupResponse = wire.call(
+        ApiKey::SyncGroup,
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_member_id(joined.member_id.clone())
+            .with_generation_id(1),
+    );
+    assert_eq!(synced.error_code, 0);
+    let left: LeaveGroupResponse = wire.call(
+        ApiKey::LeaveGroup,
+        1,
+        &LeaveGroupRequest::default()
+            .with_group_id(group("g"))
+            .with_member_id(joined.member_id),
+    );
+    assert_eq!(left.error_code, 0);
+    std::thread::sleep(Duration::from_millis(500));
+    // A consumer-protocol member takes the id over.
+    let mut a = Member::join(&broker, "g", "a");
+    settle("g", std::slice::from_mut(&mut a));
+    for clean in [false, true] {
+        if clean {
+            assert!(broker.terminate().success());
+        } else {
+            broker.crash();
+        }
+        broker = broker.restart();
+        a.reconnect(&broker);
+        let r = a.beat("g");
+        assert_eq!(
+            (r.error_code, r.member_epoch),
+            (0, 1),
+            "clean: {clean}: {:?}",
+            r.error_message
+        );
+    }
+}
