@@ -19,14 +19,15 @@
 //! - A member silent for `group.consumer.session.timeout.ms` is removed; one that does not
 //!   revoke within its rebalance timeout is removed too (fenced), as Kafka does.
 //!
-//! Consumer groups live in memory only: a broker restart forgets them. A member of a forgotten
-//! group is answered UNKNOWN_MEMBER_ID on its next heartbeat and commit (Kafka answers a
-//! heartbeat to an unknown group GROUP_ID_NOT_FOUND, fatal to its consumer; its groups are
-//! never lost), which makes Kafka's clients give up their
-//! partitions and rejoin with epoch 0. The committed offsets are kept (they are in the offsets
-//! log), but the commits a member makes between the restart and its next heartbeat are refused,
-//! so it resumes from its last commit before the crash and reads again what it read since:
-//! persisting these groups (Kafka's ConsumerGroup* records) is what would remove that.
+//! Consumer groups outlive a restart: every change is written to `__consumer_offsets` as Kafka's
+//! own records ([`crate::consumer_group_records`]: the group epoch, each member's subscription,
+//! target and current assignment, the target's epoch) before the heartbeat that reveals it is
+//! answered, with tombstones for a member that leaves or expires and a group that is deleted.
+//! [`ConsumerGroups::take_changes`] gives the records since the last call (the difference
+//! between each changed group and what was last stored of it); [`ConsumerGroups::restore`]
+//! rebuilds the groups from the latest records, every member's session timer starting at the
+//! load, so a restarted broker answers its members at their epochs: no rebalance, and their
+//! commits are accepted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -35,6 +36,11 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use crate::assignor::assign;
+use crate::consumer_group_records::{CurrentAssignment, MemberRecord, RecordKey, RecordValue};
+
+/// A change of one stored record: its key, the value stored before (`None`: none) and the
+/// value to store (`None`: a tombstone).
+pub type RecordChange = (RecordKey, Option<RecordValue>, Option<RecordValue>);
 
 /// Kafka's `group.consumer.session.timeout.ms` default.
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
@@ -314,6 +320,8 @@ struct Group {
     metadata: BTreeMap<String, (Uuid, i32)>,
     /// The assignor the last target assignment used.
     assignor: String,
+    /// When the target assignment was computed (ms since the Unix epoch; 0: not known).
+    assignment_timestamp_ms: i64,
 }
 
 /// Compiles a subscription regex as Kafka matches it: the whole topic name (RE2 syntax, as
@@ -384,6 +392,130 @@ impl Group {
         self.assignor = self.preferred_assignor();
         self.target = assign(&self.assignor, &subscriptions, &self.target);
         self.assignment_epoch = self.epoch;
+        self.assignment_timestamp_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+    }
+
+    /// The records that store this group as it is now (Kafka's, one per key).
+    fn records(&self, name: &str) -> BTreeMap<RecordKey, RecordValue> {
+        let mut out = BTreeMap::new();
+        out.insert(
+            RecordKey::Group(name.to_string()),
+            RecordValue::GroupEpoch(self.epoch),
+        );
+        out.insert(
+            RecordKey::TargetAssignment(name.to_string()),
+            RecordValue::TargetAssignment {
+                epoch: self.assignment_epoch,
+                timestamp_ms: self.assignment_timestamp_ms,
+            },
+        );
+        for (id, target) in &self.target {
+            out.insert(
+                RecordKey::TargetMember(name.to_string(), id.clone()),
+                RecordValue::TargetMember(target.clone()),
+            );
+        }
+        for (id, m) in &self.members {
+            out.insert(
+                RecordKey::Member(name.to_string(), id.clone()),
+                RecordValue::Member(MemberRecord {
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.topic_names.clone(),
+                    subscribed_topic_regex: m.topic_regex.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                    server_assignor: m.server_assignor.clone(),
+                }),
+            );
+            out.insert(
+                RecordKey::CurrentAssignment(name.to_string(), id.clone()),
+                RecordValue::CurrentAssignment(CurrentAssignment {
+                    member_epoch: m.epoch,
+                    previous_member_epoch: m.previous_epoch,
+                    state: match m.state {
+                        MemberState::Stable => 0,
+                        MemberState::UnrevokedPartitions => 1,
+                        MemberState::UnreleasedPartitions => 2,
+                    },
+                    assigned: m.assigned.clone(),
+                    pending_revocation: m.pending_revocation.clone(),
+                }),
+            );
+        }
+        out
+    }
+
+    /// A group as its latest records left it (Kafka's `replay` of each, then `onLoaded`):
+    /// every member's session timer starts `now`; one revoking partitions has its rebalance
+    /// timeout from `now`. The subscribed topics' metadata is taken from `topics` (the
+    /// broker's at the load), so a restart alone bumps no epoch.
+    fn restore(
+        records: &BTreeMap<RecordKey, RecordValue>,
+        topics: &[TopicInfo],
+        now: Instant,
+    ) -> Group {
+        let mut group = Group::default();
+        for (key, value) in records {
+            match (key, value) {
+                (RecordKey::Group(_), RecordValue::GroupEpoch(e)) => group.epoch = *e,
+                (
+                    RecordKey::TargetAssignment(_),
+                    RecordValue::TargetAssignment {
+                        epoch,
+                        timestamp_ms,
+                    },
+                ) => {
+                    group.assignment_epoch = *epoch;
+                    group.assignment_timestamp_ms = *timestamp_ms;
+                }
+                (RecordKey::TargetMember(_, id), RecordValue::TargetMember(p)) => {
+                    group.target.insert(id.clone(), p.clone());
+                }
+                (RecordKey::Member(_, id), RecordValue::Member(r)) => {
+                    let m = group
+                        .members
+                        .entry(id.clone())
+                        .or_insert_with(|| Member::new(now));
+                    m.instance_id = r.instance_id.clone();
+                    m.rack_id = r.rack_id.clone();
+                    m.client_id = r.client_id.clone();
+                    m.client_host = r.client_host.clone();
+                    m.topic_names = r.subscribed_topic_names.clone();
+                    m.topic_regex = r.subscribed_topic_regex.clone();
+                    m.rebalance_timeout =
+                        Duration::from_millis(r.rebalance_timeout_ms.max(0) as u64);
+                    m.server_assignor = r.server_assignor.clone();
+                }
+                (RecordKey::CurrentAssignment(_, id), RecordValue::CurrentAssignment(c)) => {
+                    let m = group
+                        .members
+                        .entry(id.clone())
+                        .or_insert_with(|| Member::new(now));
+                    m.epoch = c.member_epoch;
+                    m.previous_epoch = c.previous_member_epoch;
+                    m.state = match c.state {
+                        1 => MemberState::UnrevokedPartitions,
+                        2 => MemberState::UnreleasedPartitions,
+                        _ => MemberState::Stable,
+                    };
+                    m.assigned = c.assigned.clone();
+                    m.pending_revocation = c.pending_revocation.clone();
+                }
+                _ => {}
+            }
+        }
+        for m in group.members.values_mut() {
+            if m.state == MemberState::UnrevokedPartitions {
+                m.revocation_deadline = Some(now + m.rebalance_timeout);
+            }
+        }
+        group.metadata = group.subscribed_metadata(topics);
+        group.assignor = group.preferred_assignor();
+        group
     }
 
     /// Removes a member; the group epoch goes up so the others share its partitions (the
@@ -539,9 +671,98 @@ pub struct DescribedGroup {
 pub struct ConsumerGroups {
     groups: HashMap<String, Group>,
     pub settings: ConsumerGroupSettings,
+    /// The records last handed out for writing, by group: what the log holds (or will hold
+    /// once the write in progress is durable).
+    stored: HashMap<String, BTreeMap<RecordKey, RecordValue>>,
+    /// The groups changed since their records were last taken.
+    dirty: BTreeSet<String>,
 }
 
 impl ConsumerGroups {
+    /// The groups of the latest consumer-group records of the offsets log (tombstones
+    /// applied), as a restarted coordinator finds them ([`Group::restore`]).
+    pub fn restore(
+        records: BTreeMap<RecordKey, RecordValue>,
+        topics: &[TopicInfo],
+        now: Instant,
+    ) -> ConsumerGroups {
+        let mut stored: HashMap<String, BTreeMap<RecordKey, RecordValue>> = HashMap::new();
+        for (key, value) in records {
+            // Kafka's pre-4.1 subscription metadata is not kept: its first change after the
+            // load leaves it in the log, where compaction keeps it harmlessly.
+            if !matches!(key, RecordKey::PartitionMetadata(_)) {
+                stored
+                    .entry(key.group().to_string())
+                    .or_default()
+                    .insert(key, value);
+            }
+        }
+        let groups = stored
+            .iter()
+            .map(|(name, records)| {
+                let g = Group::restore(records, topics, now);
+                tracing::info!(
+                    group = %name,
+                    epoch = g.epoch,
+                    members = g.members.len(),
+                    "consumer group loaded"
+                );
+                (name.clone(), g)
+            })
+            .collect();
+        ConsumerGroups {
+            groups,
+            settings: ConsumerGroupSettings::default(),
+            stored,
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// The records to write for what changed since the last call, in Kafka's order (a
+    /// member's tombstones before its group's, new values after), and takes them as stored.
+    /// If their write fails, [`ConsumerGroups::unstore`] puts them back.
+    pub fn take_changes(&mut self) -> Vec<RecordChange> {
+        let mut changes: Vec<RecordChange> = Vec::new();
+        for name in std::mem::take(&mut self.dirty) {
+            let now = self
+                .groups
+                .get(&name)
+                .map(|g| g.records(&name))
+                .unwrap_or_default();
+            let before = self.stored.remove(&name).unwrap_or_default();
+            for (key, old) in &before {
+                if !now.contains_key(key) {
+                    changes.push((key.clone(), Some(old.clone()), None));
+                }
+            }
+            for (key, new) in &now {
+                let old = before.get(key);
+                if old != Some(new) {
+                    changes.push((key.clone(), old.cloned(), Some(new.clone())));
+                }
+            }
+            if !now.is_empty() {
+                self.stored.insert(name, now);
+            }
+        }
+        changes.sort_by_key(|(key, _, new)| key.write_rank(new.is_none()));
+        changes
+    }
+
+    /// The records of [`ConsumerGroups::take_changes`] could not be written: they count as
+    /// not stored again, so the next call hands them out again.
+    pub fn unstore(&mut self, changes: &[RecordChange]) {
+        for (key, old, _) in changes {
+            let group = key.group().to_string();
+            let records = self.stored.entry(group.clone()).or_default();
+            match old {
+                Some(old) => records.insert(key.clone(), old.clone()),
+                None => records.remove(key),
+            };
+            self.dirty.insert(group);
+        }
+    }
+
     pub fn contains(&self, group: &str) -> bool {
         self.groups.contains_key(group)
     }
@@ -561,6 +782,7 @@ impl ConsumerGroups {
             Some(g) if !g.members.is_empty() => Err(ResponseError::NonEmptyGroup),
             Some(_) => {
                 self.groups.remove(group);
+                self.dirty.insert(group.to_string());
                 Ok(true)
             }
         }
@@ -692,6 +914,7 @@ impl ConsumerGroups {
             for (id, why) in gone {
                 tracing::info!(group = %name, member = %id, why, "consumer group member removed");
                 g.remove(&id);
+                self.dirty.insert(name.clone());
             }
         }
     }
@@ -706,6 +929,8 @@ impl ConsumerGroups {
         if let Err(answer) = validate(&req) {
             return answer;
         }
+        // Whatever the heartbeat changes is written before it is answered.
+        self.dirty.insert(req.group.clone());
         let interval = self.settings.heartbeat_interval.as_millis() as i32;
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == STATIC_LEAVE_EPOCH {
             return self.leave(&req, interval);
@@ -716,8 +941,8 @@ impl ConsumerGroups {
             req.member_id.clone()
         };
         if req.member_epoch != 0 && !self.groups.contains_key(&req.group) {
-            // Kafka's groups outlive a restart; these do not. UNKNOWN_MEMBER_ID makes the
-            // client rejoin (GROUP_ID_NOT_FOUND would be fatal to it).
+            // A deleted group: UNKNOWN_MEMBER_ID makes the client rejoin (Kafka's
+            // GROUP_ID_NOT_FOUND would be fatal to it).
             return HeartbeatAnswer::error(
                 ResponseError::UnknownMemberId,
                 format!("Member {member_id} is not a member of group {}.", req.group),

@@ -664,6 +664,42 @@ impl Groups {
         self.consumer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The consumer-protocol groups reloaded from the offsets log ([`ConsumerGroups::restore`]).
+    /// A group id belongs to one protocol, but the log can hold both kinds for one id: an
+    /// empty classic group's id taken by a consumer group leaves the classic group's last
+    /// record (it goes from memory only), and an empty consumer group's id taken by a classic
+    /// group is tombstoned on the next tick, after the classic join. The group that took the
+    /// id is the one with members: an empty classic group gives way; an empty consumer group
+    /// gives way to a classic one with members (its tombstones are written next).
+    pub fn set_consumer_groups(&self, mut groups: ConsumerGroups) {
+        let mut classic = self.lock();
+        classic.retain(|id, g| {
+            if !groups.contains(id) {
+                return true;
+            }
+            if g.members.is_empty() {
+                tracing::info!(group = %id, "empty classic group superseded by a consumer group");
+                return false;
+            }
+            let _ = groups.remove_if_empty(id);
+            true
+        });
+        let mut consumer = self.consumer();
+        groups.settings = consumer.settings;
+        *consumer = groups;
+    }
+
+    /// The consumer-group records to write for what changed since the last call
+    /// ([`ConsumerGroups::take_changes`]).
+    pub fn take_consumer_changes(&self) -> Vec<consumer_group::RecordChange> {
+        self.consumer().take_changes()
+    }
+
+    /// The consumer-group records taken could not be written ([`ConsumerGroups::unstore`]).
+    pub fn unstore_consumer_changes(&self, changes: &[consumer_group::RecordChange]) {
+        self.consumer().unstore(changes);
+    }
+
     /// Sets `group.consumer.session.timeout.ms` and `group.consumer.heartbeat.interval.ms`.
     pub fn set_consumer_settings(&self, settings: ConsumerGroupSettings) {
         self.consumer().settings = settings;

@@ -13,6 +13,7 @@ pub mod codec;
 pub mod config;
 pub mod connection;
 pub mod consumer_group;
+pub mod consumer_group_records;
 pub mod coordinator;
 pub mod errors;
 mod files;

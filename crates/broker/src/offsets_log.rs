@@ -4,9 +4,11 @@
 //! own `__consumer_offsets` records (key version 1: group, topic, partition; value version 3:
 //! offset, leader epoch, metadata, commit time), one batch per OffsetCommit request, fsynced
 //! before the commit is answered. On start the log is replayed into memory; a tombstone (null
-//! value) deletes an offset. Group-metadata records (key version 2), which Kafka writes to the
-//! same partitions, are read and skipped, so a Kafka `__consumer_offsets` partition replays
-//! too.
+//! value) deletes an offset. Group-metadata records (key version 2) and the consumer-protocol
+//! group records (key versions 3 to 8, [`crate::consumer_group_records`]), which Kafka writes
+//! to the same partitions, are skipped by that replay and read by their own
+//! ([`OffsetsLog::stored_groups`], [`OffsetsLog::stored_consumer_groups`]), so a Kafka
+//! `__consumer_offsets` partition replays too.
 //!
 //! The log grows by one record per committed partition: Kafka bounds it by key compaction
 //! (`cleanup.policy=compact`), which the broker does not run on it yet. The seam is the
@@ -21,6 +23,7 @@ use oncelog::Log;
 
 use crate::internal_log::{open_replayed, InternalLogError};
 
+use crate::consumer_group_records::{RecordKey, RecordValue};
 use crate::group_metadata::{self, GroupMetadata};
 
 /// The directory of the log under the data directory (never opened as a topic).
@@ -82,6 +85,8 @@ pub enum OffsetRecord {
     Offset(OffsetKey, Option<Committed>),
     /// A group-metadata record (membership, Kafka's key version 2): not used here.
     GroupMetadata(String),
+    /// A consumer-protocol group's record (key versions 3 to 8): not used here.
+    ConsumerGroup(String),
 }
 
 pub struct OffsetsLog {
@@ -112,7 +117,7 @@ impl OffsetsLog {
                 OffsetRecord::Offset(key, None) => {
                     offsets.remove(&key);
                 }
-                OffsetRecord::GroupMetadata(_) => {}
+                OffsetRecord::GroupMetadata(_) | OffsetRecord::ConsumerGroup(_) => {}
             }
             Ok(())
         })?;
@@ -208,17 +213,47 @@ impl OffsetsLog {
         Ok(())
     }
 
-    /// The latest group-metadata record of every group that has one and no later tombstone:
-    /// what the coordinator reloads at start. Blocking.
-    pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
+    /// Writes consumer-protocol group records ([`crate::consumer_group_records`]; `None`: a
+    /// tombstone) as one batch, in the order given, and makes it durable. Blocking.
+    pub fn append_consumer_records(
+        &self,
+        records: &[(RecordKey, Option<RecordValue>)],
+        now_ms: i64,
+    ) -> Result<(), OffsetsLogError> {
+        if records.is_empty() {
+            return Ok(());
+        }
         let err = |source: oncelog::Error| OffsetsLogError::Log {
             path: self.path.clone(),
             source,
         };
-        let mut groups = BTreeMap::new();
+        let mut b = BatchBuilder::new();
+        for (key, value) in records {
+            let value = value.as_ref().map(RecordValue::encode);
+            b.append(now_ms, Some(&key.encode()), value.as_deref(), &[]);
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// Calls `each` with the offset, key and value of every record, oldest first. Blocking.
+    fn scan(
+        &self,
+        mut each: impl FnMut(i64, &[u8], Option<&[u8]>) -> Result<(), String>,
+    ) -> Result<(), OffsetsLogError> {
         let mut next = self.log.log_start_offset();
         loop {
-            let fetched = self.log.fetch(next, 1 << 20).map_err(|e| err(e.into()))?;
+            let fetched = self
+                .log
+                .fetch(next, 1 << 20)
+                .map_err(|e| OffsetsLogError::Log {
+                    path: self.path.clone(),
+                    source: e.into(),
+                })?;
             if fetched.bytes.is_empty() {
                 break;
             }
@@ -228,28 +263,66 @@ impl OffsetsLog {
                     offset: next,
                     problem: e.to_string(),
                 })?;
-                let Ok(OffsetRecord::GroupMetadata(group)) = decode(r.key.as_ref(), None) else {
-                    continue;
-                };
-                match r.value.as_ref() {
-                    None => {
-                        groups.remove(&group);
+                let Some(key) = r.key.as_ref() else { continue };
+                each(r.offset, key, r.value.as_deref()).map_err(|problem| {
+                    OffsetsLogError::Record {
+                        path: self.path.clone(),
+                        offset: r.offset,
+                        problem,
                     }
-                    Some(value) => {
-                        let value = group_metadata::decode_value(value).map_err(|problem| {
-                            OffsetsLogError::Record {
-                                path: self.path.clone(),
-                                offset: r.offset,
-                                problem,
-                            }
-                        })?;
-                        groups.insert(group, value);
-                    }
-                }
+                })?;
             }
             next = fetched.next_offset;
         }
+        Ok(())
+    }
+
+    /// The latest group-metadata record of every group that has one and no later tombstone:
+    /// what the coordinator reloads at start. Blocking.
+    pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
+        let mut groups = BTreeMap::new();
+        self.scan(|_, key, value| {
+            let Ok(OffsetRecord::GroupMetadata(group)) =
+                decode(Some(&Bytes::copy_from_slice(key)), None)
+            else {
+                return Ok(());
+            };
+            match value {
+                None => {
+                    groups.remove(&group);
+                }
+                Some(value) => {
+                    groups.insert(group, group_metadata::decode_value(value)?);
+                }
+            }
+            Ok(())
+        })?;
         Ok(groups)
+    }
+
+    /// The latest consumer-protocol group record of every key that has one and no later
+    /// tombstone (key versions 3 to 8): what the coordinator reloads at start
+    /// ([`crate::consumer_group::ConsumerGroups::restore`]). Blocking.
+    pub fn stored_consumer_groups(
+        &self,
+    ) -> Result<BTreeMap<RecordKey, RecordValue>, OffsetsLogError> {
+        let mut records = BTreeMap::new();
+        self.scan(|_, key, value| {
+            let Some(key) = RecordKey::decode(key)? else {
+                return Ok(());
+            };
+            match value {
+                None => {
+                    records.remove(&key);
+                }
+                Some(value) => {
+                    let value = RecordValue::decode(&key, value)?;
+                    records.insert(key, value);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(records)
     }
 
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
@@ -381,8 +454,8 @@ impl Reader<'_> {
     }
 }
 
-/// Decodes one record of a `__consumer_offsets` partition (Kafka's key versions 0 to 2, offset
-/// value versions 0 to 4).
+/// Decodes one record of a `__consumer_offsets` partition (Kafka's key versions 0 to 8, offset
+/// value versions 0 to 4; the group records' values are read elsewhere).
 pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord, String> {
     let key = key.ok_or("a record without a key")?;
     let mut k = Reader(key);
@@ -443,7 +516,8 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
             Ok(OffsetRecord::Offset(key, Some(committed)))
         }
         2 => Ok(OffsetRecord::GroupMetadata(k.string("the group")?)),
-        other => Err(format!("key version {other}, 0 to 2 are known")),
+        3..=8 => Ok(OffsetRecord::ConsumerGroup(k.string("the group")?)),
+        other => Err(format!("key version {other}, 0 to 8 are known")),
     }
 }
 

@@ -16,6 +16,7 @@ use crate::broker::{Broker, Endpoint};
 use crate::codec::{FrameLimits, RequestMemory};
 use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
+use crate::consumer_group::ConsumerGroups;
 use crate::coordinator::Groups;
 use crate::offsets_log::OffsetsLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
@@ -91,7 +92,14 @@ impl Server {
             }
             txn_coordinator::abort_orphans(&store);
             // The groups as their last records left them (no rebalance after a restart).
-            let groups = Groups::restore(offsets.stored_groups()?, std::time::Instant::now());
+            let now = std::time::Instant::now();
+            let groups = Groups::restore(offsets.stored_groups()?, now);
+            let topics = crate::api::topic_infos(&store);
+            groups.set_consumer_groups(ConsumerGroups::restore(
+                offsets.stored_consumer_groups()?,
+                &topics,
+                now,
+            ));
             groups.set_consumer_settings(consumer_settings);
             Ok::<_, StartError>((store, producer_ids, offsets, txns, groups))
         })

@@ -41,7 +41,9 @@ fn kafkas_consumer_offsets_partitions_decode_with_the_brokers_schema() {
                             commits += 1;
                         }
                         Ok(OffsetRecord::Offset(_, None)) => deletions += 1,
-                        Ok(OffsetRecord::GroupMetadata(group)) => {
+                        Ok(
+                            OffsetRecord::GroupMetadata(group) | OffsetRecord::ConsumerGroup(group),
+                        ) => {
                             assert!(!group.is_empty());
                             group_records += 1;
                         }

@@ -238,7 +238,7 @@ fn member_epochs_are_fenced_as_kafka_fences_them() {
     // An unknown member.
     let r = heartbeat(&mut wire, &beat_request("g", "nobody", 1, &Owned::new()));
     assert_eq!(r.error_code, ResponseError::UnknownMemberId.code());
-    // A heartbeat to a group that does not exist (as after a restart): UNKNOWN_MEMBER_ID,
+    // A heartbeat to a group that does not exist (as after a DeleteGroups): UNKNOWN_MEMBER_ID,
     // which makes a client rejoin.
     let r = heartbeat(&mut wire, &beat_request("gone", "a", 3, &Owned::new()));
     assert_eq!(r.error_code, ResponseError::UnknownMemberId.code());
@@ -663,7 +663,7 @@ fn the_range_assignor_gives_each_member_a_range() {
 }
 
 #[test]
-fn after_a_restart_members_are_told_to_rejoin_and_their_commits_are_kept() {
+fn after_a_restart_members_carry_on_at_their_epochs_and_their_commits_are_kept() {
     let data = tempfile::tempdir().unwrap();
     let mut broker = broker(data.path(), 2, &[]);
     let mut wire = Wire::connect(broker.addr);
@@ -676,14 +676,13 @@ fn after_a_restart_members_are_told_to_rejoin_and_their_commits_are_kept() {
     let broker = broker.restart();
     let mut wire = Wire::connect(broker.addr);
 
-    // Consumer groups are not persisted: the member's heartbeat and commit are answered
-    // UNKNOWN_MEMBER_ID, which makes Kafka's consumer drop its partitions and rejoin.
+    // Consumer groups are persisted (tests/consumer_group_persistence.rs): the member's
+    // heartbeat is answered at its epoch, its commit accepted.
     let r = heartbeat(&mut wire, &beat_request("g", "a", 1, &owned));
-    assert_eq!(r.error_code, ResponseError::UnknownMemberId.code());
-    assert_eq!(
-        commit(&mut wire, 9, "g", "a", 1, "cp-restart"),
-        ResponseError::UnknownMemberId.code()
-    );
+    assert_eq!((r.error_code, r.member_epoch), (0, 1));
+    assert_eq!(commit(&mut wire, 9, "g", "a", 1, "cp-restart"), 0);
+    // A member that rejoins with epoch 0 anyway (a client restart keeping its id) gets its
+    // partitions back in the same group epoch.
     let again = heartbeat(&mut wire, &join_request("g", "a", &["cp-restart"]));
     assert_eq!((again.error_code, again.member_epoch), (0, 1));
     assert_eq!(assignment(&again), Some(owned));

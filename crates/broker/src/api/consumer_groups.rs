@@ -18,8 +18,9 @@ use kafka_protocol::ResponseError;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
-use crate::codec::Request;
-use crate::consumer_group::{Heartbeat, Partitions, TopicInfo};
+use crate::codec::{self, Request};
+use crate::consumer_group::{Heartbeat, HeartbeatAnswer, Partitions, TopicInfo};
+use crate::store::Store;
 
 /// The operations a client may do on a group without an authorizer (READ, DELETE, DESCRIBE),
 /// as DescribeGroups answers them.
@@ -40,8 +41,12 @@ fn str_bytes(text: impl Into<String>) -> StrBytes {
 /// `Test848RegexBrokerResolves` checks this); its records are not served here (Fetch answers
 /// it as unknown), which the member sees as an empty partition it keeps retrying.
 fn topics(broker: &Broker) -> Vec<TopicInfo> {
-    let mut topics: Vec<TopicInfo> = broker
-        .store
+    topic_infos(&broker.store)
+}
+
+/// Every topic of `store` and `__consumer_offsets`, as the assignor sees them (see `topics`).
+pub fn topic_infos(store: &Store) -> Vec<TopicInfo> {
+    let mut topics: Vec<TopicInfo> = store
         .topics()
         .iter()
         .map(|t| TopicInfo {
@@ -79,30 +84,69 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         owned.retain(|_, p| !p.is_empty());
         owned
     });
-    let answer = broker.groups.consumer_heartbeat(
-        Heartbeat {
-            group: body.group_id.0.to_string(),
-            member_id: body.member_id.to_string(),
-            member_epoch: body.member_epoch,
-            instance_id: body.instance_id.map(|s| s.to_string()),
-            rack_id: body.rack_id.map(|s| s.to_string()),
-            rebalance_timeout_ms: body.rebalance_timeout_ms,
-            subscribed_topic_names: body
-                .subscribed_topic_names
-                .map(|names| names.iter().map(|n| n.0.to_string()).collect()),
-            subscribed_topic_regex: body.subscribed_topic_regex.map(|s| s.to_string()),
-            server_assignor: body.server_assignor.map(|s| s.to_string()),
-            owned,
-            client_id: request
-                .client_id
-                .as_ref()
-                .map(|c| c.to_string())
-                .unwrap_or_default(),
-            client_host: request.client_host.clone().unwrap_or_default(),
-            version: request.version,
-        },
-        &topics(broker),
-    );
+    let heartbeat = Heartbeat {
+        group: body.group_id.0.to_string(),
+        member_id: body.member_id.to_string(),
+        member_epoch: body.member_epoch,
+        instance_id: body.instance_id.map(|s| s.to_string()),
+        rack_id: body.rack_id.map(|s| s.to_string()),
+        rebalance_timeout_ms: body.rebalance_timeout_ms,
+        subscribed_topic_names: body
+            .subscribed_topic_names
+            .map(|names| names.iter().map(|n| n.0.to_string()).collect()),
+        subscribed_topic_regex: body.subscribed_topic_regex.map(|s| s.to_string()),
+        server_assignor: body.server_assignor.map(|s| s.to_string()),
+        owned,
+        client_id: request
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: request.client_host.clone().unwrap_or_default(),
+        version: request.version,
+    };
+    let topics = topics(broker);
+    let (correlation_id, version) = (request.correlation_id, request.version);
+    let broker = Arc::clone(broker);
+    Ok(Reply::Later(tokio::spawn(async move {
+        // The records of what the heartbeat changed are durable before it is answered (an
+        // fsync: off the reactor).
+        let answer = tokio::task::spawn_blocking(move || {
+            let b = &broker;
+            let (answer, stored) = b.offsets.store_consumer_groups(&b.groups, || {
+                b.groups.consumer_heartbeat(heartbeat, &topics)
+            });
+            match stored {
+                Ok(()) => answer,
+                Err(e) => {
+                    // As Kafka maps a failed append: the client finds the coordinator again
+                    // and retries.
+                    tracing::error!(error = %e, "cannot store consumer group records");
+                    HeartbeatAnswer {
+                        error: Some(ResponseError::CoordinatorNotAvailable),
+                        message: Some("The group's records could not be stored.".into()),
+                        ..HeartbeatAnswer::default()
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "consumer group heartbeat task failed");
+            HeartbeatAnswer {
+                error: Some(ResponseError::UnknownServerError),
+                ..HeartbeatAnswer::default()
+            }
+        });
+        heartbeat_response(correlation_id, version, answer)
+    })))
+}
+
+fn heartbeat_response(
+    correlation_id: i32,
+    version: i16,
+    answer: HeartbeatAnswer,
+) -> Result<codec::ResponseFrame, codec::EncodeError> {
     let assignment = answer.assignment.map(|partitions| {
         Assignment::default().with_topic_partitions(
             partitions
@@ -122,7 +166,7 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         .with_member_epoch(answer.member_epoch)
         .with_heartbeat_interval_ms(answer.heartbeat_interval_ms)
         .with_assignment(assignment);
-    Ok(Reply::Now(respond(request, &response)?))
+    codec::encode(correlation_id, version, &response, &[])
 }
 
 /// A member's partitions with their topics' names (a topic deleted since is left out).

@@ -212,6 +212,15 @@ fn delete_group(broker: &Broker, group: &str) -> Option<ResponseError> {
     if !known && !broker.offsets.has_group(group) {
         return Some(ResponseError::GroupIdNotFound);
     }
+    // A consumer-protocol group's tombstones (its epoch, target and their metadata).
+    if let Err(e) = broker
+        .offsets
+        .store_consumer_groups(&broker.groups, || ())
+        .1
+    {
+        tracing::error!(group, error = %e, "cannot write the consumer group's tombstones");
+        return Some(ResponseError::KafkaStorageError);
+    }
     match broker.offsets.delete_group(group, now_ms()) {
         Ok(deleted) => {
             tracing::info!(

@@ -69,10 +69,28 @@ impl CommittedOffsets {
         self.log.stored_groups()
     }
 
+    /// The consumer-protocol groups' latest records, for the coordinator to reload
+    /// ([`crate::consumer_group::ConsumerGroups::restore`]). Blocking.
+    pub fn stored_consumer_groups(
+        &self,
+    ) -> Result<
+        BTreeMap<
+            crate::consumer_group_records::RecordKey,
+            crate::consumer_group_records::RecordValue,
+        >,
+        OffsetsLogError,
+    > {
+        self.log.stored_consumer_groups()
+    }
+
     /// Writes the group records the coordinator queued, durably and in the order they were
     /// made, then tells the coordinator, which answers what waited for them (a failed write
     /// is COORDINATOR_NOT_AVAILABLE to them, as Kafka maps a failed append). Blocking.
     pub fn store_groups(&self, groups: &Groups) {
+        // The consumer-protocol groups' changes made outside a heartbeat (expiries).
+        if let Err(e) = self.store_consumer_groups(groups, || ()).1 {
+            tracing::error!(error = %e, "cannot store consumer group records");
+        }
         if !groups.has_unstored() {
             return;
         }
@@ -98,6 +116,37 @@ impl CommittedOffsets {
             }
         };
         groups.stored(&records, error);
+    }
+
+    /// Runs `change` (of the consumer-protocol groups) and writes the records of every change
+    /// the groups have not stored yet, durably, before answering, so what `change` answers is
+    /// never told before it is stored (Kafka's coordinator: records, then the response). One
+    /// writer at a time across both, so records of a group are written in the order of its
+    /// changes. A failed write leaves the records to the next call
+    /// ([`Groups::unstore_consumer_changes`]). Blocking.
+    pub fn store_consumer_groups<T>(
+        &self,
+        groups: &Groups,
+        change: impl FnOnce() -> T,
+    ) -> (T, Result<(), OffsetsLogError>) {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = change();
+        let changes = groups.take_consumer_changes();
+        if changes.is_empty() {
+            return (answer, Ok(()));
+        }
+        let records: Vec<_> = changes
+            .iter()
+            .map(|(key, _, value)| (key.clone(), value.clone()))
+            .collect();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let stored = self.log.append_consumer_records(&records, now_ms);
+        if stored.is_err() {
+            groups.unstore_consumer_changes(&changes);
+        }
+        (answer, stored)
     }
 
     /// Compacts the offsets log if a round is due (see [`OffsetsLog::compact_if_due`]).

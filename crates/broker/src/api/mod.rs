@@ -26,6 +26,7 @@ use crate::broker::Broker;
 use crate::codec::{self, EncodeError, Request, RequestError, ResponseFrame};
 use crate::connection::CaughtUp;
 
+pub use consumer_groups::topic_infos;
 pub use groups::CommittedOffsets;
 
 /// The APIs and versions advertised in ApiVersions, and the only ones answered. Produce from
