@@ -88,12 +88,9 @@ impl<'a> LogReader<'a> {
     /// starts at the first of them.
     pub fn next_fetch(&mut self) -> Result<Option<FetchResult>, ReadError> {
         self.pending = None;
-        let fetched = self
-            .log
-            .fetch_isolated(self.position, self.max_bytes, self.isolation)?;
-        if fetched.bytes.is_empty() {
+        let Some(fetched) = self.fetch()? else {
             return Ok(None);
-        }
+        };
         self.position = fetched.next_offset;
         Ok(Some(fetched))
     }
@@ -127,12 +124,9 @@ impl<'a> LogReader<'a> {
                     }
                 }
             }
-            let fetched = self
-                .log
-                .fetch_isolated(self.position, self.max_bytes, self.isolation)?;
-            if fetched.bytes.is_empty() {
+            let Some(fetched) = self.fetch()? else {
                 return Ok(None);
-            }
+            };
             let bound = match self.isolation {
                 IsolationLevel::ReadUncommitted => fetched.high_watermark,
                 IsolationLevel::ReadCommitted => fetched.last_stable_offset,
@@ -143,6 +137,14 @@ impl<'a> LogReader<'a> {
                 bound,
             });
         }
+    }
+
+    /// A fetch from its position; `None` when nothing there is readable yet.
+    fn fetch(&self) -> Result<Option<FetchResult>, ReadError> {
+        let fetched = self
+            .log
+            .fetch_isolated(self.position, self.max_bytes, self.isolation)?;
+        Ok((!fetched.bytes.is_empty()).then_some(fetched))
     }
 
     /// [`LogReader::next_record`], waiting up to `timeout` for one when none is readable yet.

@@ -41,68 +41,61 @@ impl Log {
     }
 }
 
-/// Refuses a change to a setting that cannot change while the log is open. Destructured
-/// whole, so a new setting must be placed on one side or the other before this compiles.
+/// Refuses a change to a setting that cannot change while the log is open. The macro
+/// destructures the whole `LogConfig` from its two lists, so a new setting must be placed in
+/// one of them before this compiles.
 fn fixed_settings_unchanged(old: &LogConfig, new: &LogConfig) -> Result<(), ConfigError> {
-    let LogConfig {
-        // Live: read where they are used, from the configuration of the moment.
-        segment_bytes: _,
-        segment_ms: _,
-        segment_jitter_ms: _,
-        segment_index_bytes: _,
-        index_interval_bytes: _,
-        max_message_bytes: _,
-        message_timestamp_type: _,
-        retention_bytes: _,
-        retention_ms: _,
-        file_delete_delay_ms: _,
-        cleanup_policy: _,
-        compaction: _,
-        // Fixed while open.
-        allocation_step_bytes,
-        preallocation,
-        append_writes,
-        recycled_segments,
-        max_mapped_segments,
-        max_decompressed_bytes,
-        high_watermark,
-        flush_policy,
-        recovery_mode,
-        deep_recovery,
-        producer_state,
-        snapshot_version,
-        prefault_bytes,
-        snapshot_interval_bytes,
-    } = old;
-    macro_rules! fixed {
-        ($($field:ident),* $(,)?) => {$(
-            if *$field != new.$field {
-                return Err(ConfigError {
-                    field: stringify!($field),
-                    value: format!("{:?}", new.$field),
-                    rule: format!(
-                        "cannot change while the log is open (it is {:?}); reopen the log with it",
-                        $field
-                    ),
-                });
-            }
-        )*};
+    macro_rules! settings {
+        (live: [$($live:ident),* $(,)?], fixed: [$($fixed:ident),* $(,)?]) => {{
+            let LogConfig { $($live: _,)* $($fixed,)* } = old;
+            $(
+                if *$fixed != new.$fixed {
+                    return Err(ConfigError {
+                        field: stringify!($fixed),
+                        value: format!("{:?}", new.$fixed),
+                        rule: format!(
+                            "cannot change while the log is open (it is {:?}); reopen the log \
+                             with it",
+                            $fixed
+                        ),
+                    });
+                }
+            )*
+        }};
     }
-    fixed!(
-        allocation_step_bytes,
-        preallocation,
-        append_writes,
-        recycled_segments,
-        max_mapped_segments,
-        max_decompressed_bytes,
-        high_watermark,
-        flush_policy,
-        recovery_mode,
-        deep_recovery,
-        producer_state,
-        snapshot_version,
-        prefault_bytes,
-        snapshot_interval_bytes,
+    settings!(
+        // Read where they are used, from the configuration of the moment.
+        live: [
+            segment_bytes,
+            segment_ms,
+            segment_jitter_ms,
+            segment_index_bytes,
+            index_interval_bytes,
+            max_message_bytes,
+            message_timestamp_type,
+            retention_bytes,
+            retention_ms,
+            file_delete_delay_ms,
+            cleanup_policy,
+            compaction,
+        ],
+        // They shaped the open log's files, memory or recovery.
+        fixed: [
+            allocation_step_bytes,
+            preallocation,
+            append_writes,
+            recycled_segments,
+            max_mapped_segments,
+            max_decompressed_bytes,
+            high_watermark,
+            flush_policy,
+            recovery_mode,
+            deep_recovery,
+            producer_state,
+            snapshot_version,
+            prefault_bytes,
+            snapshot_interval_bytes,
+        ]
     );
     Ok(())
 }
