@@ -1,10 +1,13 @@
 //! Many partitions of one log dir appending under `FlushPolicy::Always` from several threads at
-//! once (issue 28, item 4): their syncs overlap, each appender waiting for its own partition's.
+//! once (issue 28, item 4): their syncs overlap, each appender waiting for its own partition's;
+//! in half the seeds each partition has two appenders, so its syncs are also shared (group
+//! commit: one leads, the other is covered or takes the next turn).
 //! The power is cut at a seeded point (every file operation from the Nth on fails, so appends
 //! and syncs under way fail), the crash image is taken, reopened and checked:
 //!
-//! - every acknowledged append is there, at its offset, with its value, and every record the
-//!   partition holds is one appended there (one record per batch, its value naming its offset);
+//! - every acknowledged append is there, at the offset its answer gave, with its value; the
+//!   partition's offsets are dense from 0, and every record it holds is one appended to it,
+//!   once (one record per batch, its value naming partition, thread and sequence);
 //! - no partition's recovery point passes its durable data: the recovery point its checkpoint
 //!   recorded is at most its recovered log end, and recovery found no damage below it
 //!   (`RecoveryReport::deep` stays false: it turns true when bytes the checkpoint vouched for
@@ -49,20 +52,19 @@ fn open(fs: &SimFs, clock: &Arc<StepClock>) -> Result<LogManager, oncelog::Manag
     LogManager::open_in(env, &[Path::new(DIR)], config)
 }
 
-fn value(partition: i32, offset: i64) -> String {
-    format!("p{partition}@{offset}")
+/// The value of the `k`th record thread `thread` appends to `partition`.
+fn value(partition: usize, thread: usize, k: u64) -> String {
+    format!("p{partition}/t{thread}/{k}")
 }
 
-fn record(partition: i32, offset: i64) -> Vec<u8> {
+fn record(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new();
-    b.append(
-        1_700_000_000_000,
-        None,
-        Some(value(partition, offset).as_bytes()),
-        &[],
-    );
+    b.append(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
     b.build().unwrap()
 }
+
+/// The appends of one thread to one partition that were acknowledged: offset and value.
+type Acked = (usize, Vec<(i64, String)>);
 
 /// Every record of the log, by offset.
 fn contents(log: &Log) -> Vec<(i64, String)> {
@@ -94,23 +96,25 @@ fn cut(fs: &SimFs) -> bool {
     fs.counters().injected_failures > 0
 }
 
-/// Appends `rounds` records to each of `mine`, a record per append, each append waiting for
-/// its sync (`FlushPolicy::Always`), until the power cut makes one fail. Returns how many
-/// appends of each partition were acknowledged, or what went wrong other than the cut.
+/// Thread `thread` appends `rounds` records to each of `mine`, a record per append, each
+/// append waiting for its sync (`FlushPolicy::Always`), until the power cut makes one fail.
+/// Returns the appends acknowledged, or what went wrong other than the cut.
 fn append_until_cut(
     fs: &SimFs,
     logs: &[Arc<Log>],
+    thread: usize,
     mine: &[usize],
     rounds: u64,
-) -> Result<Vec<(usize, i64)>, String> {
-    let mut acked: Vec<(usize, i64)> = mine.iter().map(|&p| (p, 0)).collect();
-    for _ in 0..rounds {
-        for (p, n) in acked.iter_mut() {
-            match logs[*p].append(&record(*p as i32, *n)) {
-                Ok(AppendOutcome::Appended(info)) if info.first_offset == *n => *n += 1,
-                Ok(other) => return Err(format!("p{p}: append {n} answered {other:?}")),
+) -> Result<Vec<Acked>, String> {
+    let mut acked: Vec<Acked> = mine.iter().map(|&p| (p, Vec::new())).collect();
+    for k in 0..rounds {
+        for (p, done) in acked.iter_mut() {
+            let v = value(*p, thread, k);
+            match logs[*p].append(&record(&v)) {
+                Ok(AppendOutcome::Appended(info)) => done.push((info.first_offset, v)),
+                Ok(other) => return Err(format!("{v}: answered {other:?}")),
                 Err(_) if cut(fs) => return Ok(acked),
-                Err(e) => return Err(format!("p{p}: append {n} failed before the cut: {e}")),
+                Err(e) => return Err(format!("{v}: failed before the cut: {e}")),
             }
         }
     }
@@ -127,6 +131,8 @@ fn one_seed(seed: u64) -> u64 {
     let partitions = 8 + rng.below(25) as usize;
     let threads = 2 + rng.below(4) as usize;
     let rounds = 1 + rng.below(12);
+    // Partition p is appended by thread p mod T, and with `shared` also by the next one.
+    let shared = rng.chance(1, 2);
     let logs: Vec<Arc<Log>> = (0..partitions)
         .map(|p| m.create("t", p as i32, PartitionConfig::default()))
         .collect::<Result<_, _>>()
@@ -134,15 +140,18 @@ fn one_seed(seed: u64) -> u64 {
     // Some seeds cut the power past the end of the appends: a crash after they all returned.
     let cut_at = 1 + rng.below(partitions as u64 * rounds * 12);
     ctx.note(format!(
-        "{partitions} partitions, {threads} threads, {rounds} rounds, power cut after {cut_at} ops"
+        "{partitions} partitions, {threads} threads (shared: {shared}), {rounds} rounds, \
+         power cut after {cut_at} ops"
     ));
     fs.fail_from(OpKind::Any, cut_at, libc::EIO);
-    let answers: Vec<Result<Vec<(usize, i64)>, String>> = std::thread::scope(|s| {
+    let answers: Vec<Result<Vec<Acked>, String>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (fs, logs) = (&fs, &logs);
-                let mine: Vec<usize> = (t..partitions).step_by(threads).collect();
-                s.spawn(move || append_until_cut(fs, logs, &mine, rounds))
+                let mine: Vec<usize> = (0..partitions)
+                    .filter(|p| p % threads == t || (shared && (p + 1) % threads == t))
+                    .collect();
+                s.spawn(move || append_until_cut(fs, logs, t, &mine, rounds))
             })
             .collect();
         workers
@@ -150,9 +159,11 @@ fn one_seed(seed: u64) -> u64 {
             .map(|w| w.join().expect("an appender panicked"))
             .collect()
     });
-    let mut acked = Vec::new();
+    let mut acked: Vec<Vec<(i64, String)>> = vec![Vec::new(); partitions];
     for answer in answers {
-        acked.extend(answer.unwrap_or_else(|e| ctx.fail(e)));
+        for (p, done) in answer.unwrap_or_else(|e| ctx.fail(e)) {
+            acked[p].extend(done);
+        }
     }
     // The power goes: the logs and the manager dropped without close are a crash as far as the
     // disk is concerned.
@@ -165,19 +176,25 @@ fn one_seed(seed: u64) -> u64 {
     if let Some((tp, f)) = m.open_report().failures().next() {
         ctx.fail(format!("{tp} did not open: {f}"));
     }
-    for (p, acknowledged) in acked {
+    for (p, acknowledged) in acked.into_iter().enumerate() {
         let log = m
             .get("t", p as i32)
             .unwrap_or_else(|e| ctx.fail(format!("p{p} is gone: {e}")));
         let end = log.log_end_offset();
-        if end < acknowledged {
-            ctx.fail(format!(
-                "p{p}: ends at {end}, {acknowledged} were acknowledged"
-            ));
-        }
-        for (expected, (offset, v)) in (0..).zip(contents(&log)) {
-            if offset != expected || v != value(p as i32, offset) {
+        let held = contents(&log);
+        let mut seen = std::collections::BTreeSet::new();
+        for (expected, (offset, v)) in (0..).zip(&held) {
+            if *offset != expected || !v.starts_with(&format!("p{p}/")) || !seen.insert(v) {
                 ctx.fail(format!("p{p}: {v:?} at {offset}, where {expected} was due"));
+            }
+        }
+        for (offset, v) in acknowledged {
+            let found = held.get(offset as usize).map(|(_, v)| v);
+            if offset >= end || found != Some(&v) {
+                ctx.fail(format!(
+                    "p{p}: {v:?} was acknowledged at {offset}; the log ends at {end} and holds \
+                     {found:?} there"
+                ));
             }
         }
         let recovery = log.recovery_report();
