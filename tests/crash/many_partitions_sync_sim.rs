@@ -37,10 +37,12 @@ fn open(fs: &SimFs, clock: &Arc<StepClock>) -> Result<LogManager, oncelog::Manag
     let env = Environment::default()
         .with_fs(fs.as_dyn())
         .with_clock(clock.clone());
+    // Segments of a few batches: rolls, so flushes write checkpoints whose recovery points
+    // the crash then tests (with 2 KiB ones no checkpoint recorded a recovery point above 0).
     let config = ManagerConfig::default()
         .with_log(
             LogConfig::builder()
-                .segment_bytes(2 << 10)
+                .segment_bytes(512)
                 .segment_index_bytes(512)
                 .prefault_bytes(0)
                 .flush_policy(FlushPolicy::Always)
