@@ -22,6 +22,7 @@ mod full_disk;
 mod kill_child;
 mod manager_crash_sim;
 mod manager_kill;
+mod many_partitions_sync_sim;
 mod metadata_checksums;
 mod mutation_sweep;
 mod processed_crash_sim;

@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// manager) instead of one log.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: Option<u32>,
-    /// With --partitions: threads appending, each to its own share of the partitions.
+    /// With --partitions: threads appending, each to its own share of the partitions (with
+    /// fewer partitions than threads, the threads share them: several appenders per log).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
     threads: u32,
     /// Idempotent producers the batches are spread over, round robin, each with its own

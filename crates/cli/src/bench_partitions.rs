@@ -1,9 +1,13 @@
 //! `oncelog bench --partitions N [--threads T]`: the same workload as `bench`, spread round
 //! robin over N partitions of one log dir opened by a [`LogManager`], appended from T threads.
-//! Each partition is appended by one thread (partition p by thread p mod T), as a broker's
-//! request handlers serve a partition's produce requests in order; within a thread the
-//! partitions take turns, a batch each. The durable figure is the appends plus the final flush
-//! of every partition (on the same threads).
+//! With at least as many partitions as threads, each partition is appended by one thread
+//! (partition p by thread p mod T), as a broker's request handlers serve a partition's produce
+//! requests in order; within a thread the partitions take turns, a batch each. With fewer
+//! partitions than threads, the threads share them (thread t appends to partition t mod N, the
+//! threads of a partition taking its batches in turn), so `--partitions 1 --threads 16` is 16
+//! appenders on one log: its group commit, the reference the many-partition figures are
+//! compared with. The durable figure is the appends plus the final flush of every partition
+//! (on the same threads).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +76,34 @@ fn build(args: &BenchArgs, partitions: usize) -> Result<(Vec<PartitionLoad>, u64
     Ok((loads, records))
 }
 
+/// What one appending thread appends: batches `first`, `first + every`, … of each of its
+/// partitions.
+struct Share {
+    partitions: Vec<usize>,
+    first: usize,
+    every: usize,
+}
+
+impl Share {
+    /// Thread `t` of `threads` over `partitions`: its own partitions, or, with fewer partitions
+    /// than threads, its turn among the threads of partition `t mod partitions`.
+    fn of(t: usize, threads: usize, partitions: usize) -> Share {
+        if partitions >= threads {
+            return Share {
+                partitions: (t..partitions).step_by(threads).collect(),
+                first: 0,
+                every: 1,
+            };
+        }
+        let p = t % partitions;
+        Share {
+            partitions: vec![p],
+            first: t / partitions,
+            every: (threads - p).div_ceil(partitions),
+        }
+    }
+}
+
 pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, CliError> {
     let threads = args.threads();
     let log = crate::bench::build_config(
@@ -81,6 +113,12 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
             .flush_policy(args.flush),
     )?;
     crate::bench::check_args(args, &log)?;
+    if partitions < threads && args.producers > 0 {
+        return Err(CliError(format!(
+            "--producers with more threads ({threads}) than partitions ({partitions}): a \
+             producer's batches must be appended in order, by one thread"
+        )));
+    }
     let (loads, records) = build(args, partitions)?;
     let bytes: u64 = loads.iter().map(|l| l.data.len() as u64).sum();
     let config = ManagerConfig::default()
@@ -102,11 +140,12 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
             .map(|t| {
                 let (logs, loads, bar, duplicates) = (&logs, &loads, &bar, &duplicates);
                 s.spawn(move || -> Result<(), CliError> {
-                    let mine: Vec<usize> = (t..partitions).step_by(threads).collect();
+                    let share = Share::of(t, threads, partitions);
+                    let mine = &share.partitions;
                     let mut pending = 0u64;
-                    for i in 0.. {
+                    for i in (share.first..).step_by(share.every) {
                         let mut any = false;
-                        for &p in &mine {
+                        for &p in mine {
                             let Some(batch) = loads[p].batch(i) else {
                                 continue;
                             };
@@ -191,4 +230,30 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
         create_seconds,
     };
     Summary::new(args, layout, measured).report(args.json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Share;
+
+    /// Every batch of every partition is appended by exactly one thread.
+    #[test]
+    fn the_shares_cover_every_batch_once() {
+        for (threads, partitions) in [(16, 1), (16, 3), (5, 5), (2, 7), (16, 1000), (3, 2)] {
+            let batches = 50;
+            let mut seen = vec![vec![0u32; batches]; partitions];
+            for t in 0..threads {
+                let share = Share::of(t, threads, partitions);
+                for &p in &share.partitions {
+                    for i in (share.first..batches).step_by(share.every) {
+                        seen[p][i] += 1;
+                    }
+                }
+            }
+            assert!(
+                seen.iter().flatten().all(|&n| n == 1),
+                "{threads} threads over {partitions} partitions: {seen:?}"
+            );
+        }
+    }
 }

@@ -197,3 +197,50 @@ fn bench_across_partitions_from_several_threads() {
     let o = run(&["bench", "--partitions", "0"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn bench_with_fewer_partitions_than_threads_shares_them() {
+    let o = run(&[
+        "bench",
+        "--partitions",
+        "1",
+        "--threads",
+        "4",
+        "--flush",
+        "always",
+        "--messages",
+        "2000",
+        "--batch-size",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s = &json_lines(&o)[0];
+    assert_eq!(
+        (s["partitions"].as_u64(), s["threads"].as_u64()),
+        (Some(1), Some(4))
+    );
+    assert_eq!(s["messages"], 2000);
+    assert_eq!(s["read_bytes"], s["bytes"]);
+    assert_eq!(s["read_crc_failures"], 0);
+    // A producer's batches must go in order: not from several threads.
+    let o = run(&[
+        "bench",
+        "--partitions",
+        "1",
+        "--threads",
+        "2",
+        "--producers",
+        "1",
+        "--messages",
+        "100",
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--producers with more threads"), "{err}");
+}
