@@ -239,21 +239,22 @@ impl Log {
     /// Records the recovery point and the segments that are wholly durable: every sealed
     /// segment already flushed (trimmed, with its indexes), in order, up to the first that is
     /// not; at a clean close (`clean`), every segment, the active one sealed by then.
+    ///
+    /// The append lock is held through the write, as every other checkpoint writer (the
+    /// rewrites, the first change after a clean open) holds it: the writers share the file's
+    /// temp name, and a checkpoint computed before a rewrite must not land after the rewrite's
+    /// own (it could vouch for a segment the rewrite removed). It is taken only when a flush
+    /// made a sealed segment durable (once a roll) and at close.
     pub(super) fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
-        let c = {
-            let st = self.append.lock();
-            let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
-            Checkpoint {
-                clean_shutdown: clean,
-                ..self.checkpoint_of(
-                    &st,
-                    &segments,
-                    self.recovery_point(),
-                    self.log_start_offset(),
-                )
-            }
+        let st = self.append.lock();
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let c = Checkpoint {
+            clean_shutdown: clean,
+            ..self.checkpoint_of(&st, &segments, self.recovery_point(), self.log_start_offset())
         };
-        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)
+        let written = checkpoint::write(self.env.fs.as_ref(), &self.dir, &c);
+        drop(st);
+        written
     }
 
     /// Records durably that the log is dense only from `offset` on (before batches after a gap

@@ -238,3 +238,57 @@ fn concurrent_appenders_get_dense_non_overlapping_offsets() {
         assert!(common::same_except_offset_and_epoch(bytes, sent));
     }
 }
+
+/// Checkpoint writers racing: flushes that make a sealed segment durable write the checkpoint
+/// while retention and rolls rewrite it. Every write is whole and in order: no flush fails on
+/// another writer's temp file, and the checkpoint on disk at the end vouches for no segment
+/// retention removed (a reopen with it validates nothing missing).
+#[test]
+fn checkpoint_writes_racing_flushes_and_retention_never_collide_or_go_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = oncelog::LogConfig::builder()
+        .segment_bytes(4096)
+        .segment_index_bytes(4096)
+        .flush_policy(oncelog::FlushPolicy::Always)
+        .retention_bytes(Some(16 << 10))
+        .file_delete_delay_ms(0)
+        .build()
+        .unwrap();
+    let log = Arc::new(Log::open(dir.path(), config.clone()).unwrap());
+    let done = Arc::new(AtomicBool::new(false));
+    let appenders: Vec<_> = (0..2)
+        .map(|_| {
+            let log = Arc::clone(&log);
+            thread::spawn(move || {
+                for _ in 0..400 {
+                    log.append(&batch(2, T0, 300)).unwrap();
+                }
+            })
+        })
+        .collect();
+    let rewriter = {
+        let log = Arc::clone(&log);
+        let done = Arc::clone(&done);
+        thread::spawn(move || {
+            let mut rounds = 0;
+            while !done.load(Ordering::Relaxed) {
+                log.maintenance().enforce_retention(T0).unwrap();
+                log.roll().unwrap();
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    for a in appenders {
+        a.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    assert!(rewriter.join().unwrap() > 0);
+    let end = log.log_end_offset();
+    log.abandon_on_drop();
+    drop(log);
+    // No close: the checkpoint on disk is the last one a flush or a rewrite wrote.
+    let reopened = Log::open(dir.path(), config).unwrap();
+    assert_eq!(reopened.log_end_offset(), end);
+    reopened.close().unwrap();
+}
