@@ -325,7 +325,7 @@ impl Log {
                 unflushed_sealed: Vec::new(),
                 failure: None,
                 unflushed_messages: 0,
-                dir_dirty: false,
+                dir_dirty: loaded.dir_dirty,
                 producers,
                 prefault: prefault::Prefault::default(),
                 epochs: loaded.epochs,
