@@ -147,6 +147,10 @@ struct AppendState {
     /// nothing it vouches for, so it was not rewritten. The first change writes the unclean
     /// checkpoint first ([`Log::mark_unclean`]).
     clean_on_disk: bool,
+    /// Opened in a directory that held none of its files, and nothing written since: no
+    /// checkpoint is on disk and the segment files' directory entries may not be durable. The
+    /// first change writes the checkpoint first, durably ([`Log::mark_unclean`]).
+    fresh: bool,
     /// The first offset of the earliest open transaction as [`Log::txn`] last heard of it.
     first_ongoing: Option<i64>,
 }
@@ -325,13 +329,14 @@ impl Log {
                 unflushed_sealed: Vec::new(),
                 failure: None,
                 unflushed_messages: 0,
-                dir_dirty: loaded.dir_dirty,
+                dir_dirty: false,
                 producers,
                 prefault: prefault::Prefault::default(),
                 epochs: loaded.epochs,
                 leader_epoch,
                 dense_from: loaded.dense_from,
                 clean_on_disk: loaded.clean_on_disk,
+                fresh: loaded.fresh,
                 first_ongoing,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),

@@ -54,11 +54,11 @@ pub(crate) struct Loaded {
     /// it vouches for, so nothing was written (the log writes the unclean one before its first
     /// change).
     pub clean_on_disk: bool,
+    /// The directory held none of the log's files: nothing was written or synced, and the log
+    /// writes its first checkpoint (syncing the directory) before its first change.
+    pub fresh: bool,
     /// The transactions completed by markers the high watermark may not have passed yet.
     pub completed: Vec<CompletedTxn>,
-    /// The directory's entries for the active segment's files are not durable yet (a fresh
-    /// log's open synced nothing): the first flush syncs the directory.
-    pub dir_dirty: bool,
 }
 
 pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> SegmentConfig {
@@ -475,11 +475,11 @@ fn apply(
         && untouched(inv, &plan, &report)
         && producers.changes_nothing();
     // A directory with no file of the log in it (a partition just created, or one whose files
-    // a crash never made durable) opens with no write to sync: there is nothing for a
-    // checkpoint to vouch for, a crash before the first flush leaves segment files the next
-    // open validates (or none), and the first flush, delete or close records what there is.
-    // This is what makes creating a partition cost no fsync (docs/design.md, "Many
-    // partitions").
+    // a crash never made durable) opens with no write to sync: until the first change it needs
+    // no recovery (a crash leaves it empty, with or without empty segment files), and the log
+    // writes its checkpoint durably (the directory synced with it) before that change
+    // (`Log::mark_unclean`), as after a clean open. This is what makes creating a partition
+    // cost no fsync (docs/design.md, "Many partitions").
     let fresh = old.is_none() && is_fresh(fs, dir, inv, &plan)?;
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let after_cut = complete_swaps(fs, dir, inv, &plan, &mut report)?;
@@ -531,7 +531,7 @@ fn apply(
         epochs: LeaderEpochCache::default(),
         clean_on_disk: untouched,
         completed,
-        dir_dirty: fresh,
+        fresh,
     })
 }
 
