@@ -95,7 +95,8 @@ fn a_power_cut_at_any_operation_of_a_batched_create_keeps_each_partition_whole_o
             let clock = StepClock::new();
             let m = open(&fs, &clock);
             let before = TopicPartition::new("old", 0);
-            m.create(&before.topic, 0, PartitionConfig::default()).unwrap();
+            m.create(&before.topic, 0, PartitionConfig::default())
+                .unwrap();
             m.get("old", 0).unwrap().append(&record()).unwrap();
             m.get("old", 0).unwrap().flush().unwrap();
 
@@ -104,7 +105,10 @@ fn a_power_cut_at_any_operation_of_a_batched_create_keeps_each_partition_whole_o
             let returned = m.create_many(&batch).map(|logs| logs.len());
             let injected = fs.counters().injected_failures > 0;
             if let Err(e) = &returned {
-                assert!(injected, "{at}: the batch failed with no fault injected: {e}");
+                assert!(
+                    injected,
+                    "{at}: the batch failed with no fault injected: {e}"
+                );
             }
             drop(m);
             fs.clear_faults();
@@ -114,7 +118,11 @@ fn a_power_cut_at_any_operation_of_a_batched_create_keeps_each_partition_whole_o
             if let Some((tp, f)) = m.open_report().failures().next() {
                 panic!("{at}: {tp} did not open: {f}");
             }
-            assert_eq!(m.get("old", 0).unwrap().log_end_offset(), 1, "{at}: old lost");
+            assert_eq!(
+                m.get("old", 0).unwrap().log_end_offset(),
+                1,
+                "{at}: old lost"
+            );
             let listed: Vec<TopicPartition> = m.list().into_iter().map(|p| p.partition).collect();
             for (tp, config) in &batch {
                 match (listed.contains(tp), returned.is_ok()) {
@@ -156,7 +164,10 @@ fn a_batch_of_creates_syncs_each_log_dir_once_and_no_file() {
     // the new segment files' entries are durable before any record is acknowledged).
     let before = fs.counters();
     logs[0].append(&record()).unwrap();
-    assert!(fs.counters().dir_syncs > before.dir_syncs, "the first append synced no directory");
+    assert!(
+        fs.counters().dir_syncs > before.dir_syncs,
+        "the first append synced no directory"
+    );
     m.close().unwrap();
 }
 
@@ -172,8 +183,11 @@ fn a_batch_with_a_partition_that_exists_or_comes_twice_creates_nothing() {
     let twice = m.create_many(&[tp(2), tp(2)]).unwrap_err();
     assert_eq!(twice.kind(), "partition_exists");
     let collides = m
-        .create_many(&[tp(3), (TopicPartition::new("a.b", 0), PartitionConfig::default()),
-            (TopicPartition::new("a_b", 0), PartitionConfig::default())])
+        .create_many(&[
+            tp(3),
+            (TopicPartition::new("a.b", 0), PartitionConfig::default()),
+            (TopicPartition::new("a_b", 0), PartitionConfig::default()),
+        ])
         .unwrap_err();
     assert_eq!(collides.kind(), "topic_collision");
     let listed: Vec<TopicPartition> = m.list().into_iter().map(|p| p.partition).collect();

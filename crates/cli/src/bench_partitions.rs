@@ -93,7 +93,12 @@ pub fn run(args: &BenchArgs, partitions: usize, dir: &Path) -> Result<Status, Cl
     let m = LogManager::open_in(Environment::default(), &[dir], config.clone())?;
     // One batch, as a broker creates a topic's partitions: one sync of the log dir for all.
     let requests: Vec<(TopicPartition, PartitionConfig)> = (0..partitions)
-        .map(|p| (TopicPartition::new("bench", p as i32), PartitionConfig::default()))
+        .map(|p| {
+            (
+                TopicPartition::new("bench", p as i32),
+                PartitionConfig::default(),
+            )
+        })
         .collect();
     let logs: Vec<Arc<Log>> = m.create_many(&requests)?;
     let create_seconds = created.elapsed().as_secs_f64();
@@ -222,7 +227,9 @@ fn reopen_after_crash(
     let seconds = opening.elapsed().as_secs_f64();
     let report = m.open_report();
     if let Some((tp, failure)) = report.failures().next() {
-        return Err(CliError(format!("{tp} did not open after the crash: {failure}")));
+        return Err(CliError(format!(
+            "{tp} did not open after the crash: {failure}"
+        )));
     }
     let found: u64 = m
         .list()
