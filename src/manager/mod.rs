@@ -244,6 +244,7 @@ impl LogManager {
         self.inner.check_open()?;
         let request = [(TopicPartition::new(topic, partition), config)];
         let mut logs = partitions::create_many(&self.inner, &request)?;
+        // One log per request: never empty (an error rather than a panic all the same).
         logs.pop().ok_or(ManagerError::Closed)
     }
 
