@@ -54,6 +54,18 @@ impl Log {
     /// decides, as it would have at this open), the change is refused, and the log is
     /// read-only until it is reopened.
     pub(super) fn mark_unclean(&self, st: &mut AppendState) -> Result<(), IoError> {
+        if st.fresh {
+            // A log born in an empty directory (a partition just created) has no checkpoint
+            // and its segment files may not be durable entries of the directory yet: both are
+            // made durable before the first change. Without a checkpoint of its own a crash
+            // would recover it by Kafka's rules, which refuse damage in a segment that is not
+            // the last; with one (recovery point 0) recovery cuts what was never flushed.
+            let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+            let c = self.checkpoint_of(st, &segments, self.recovery_point(), self.log_start_offset());
+            checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+            st.fresh = false;
+            return Ok(());
+        }
         if !st.clean_on_disk {
             return Ok(());
         }

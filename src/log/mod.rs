@@ -154,6 +154,10 @@ struct AppendState {
     /// nothing it vouches for, so it was not rewritten. The first change writes the unclean
     /// checkpoint first ([`Log::mark_unclean`]).
     clean_on_disk: bool,
+    /// Opened in a directory that held none of its files, and nothing written since: no
+    /// checkpoint is on disk and the segment files' directory entries may not be durable. The
+    /// first change writes the checkpoint first, durably ([`Log::mark_unclean`]).
+    fresh: bool,
     /// The first offset of the earliest open transaction as [`Log::txn`] last heard of it.
     first_ongoing: Option<i64>,
 }
@@ -343,6 +347,7 @@ impl Log {
                 leader_epoch,
                 dense_from: loaded.dense_from,
                 clean_on_disk: loaded.clean_on_disk,
+                fresh: loaded.fresh,
                 first_ongoing,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),

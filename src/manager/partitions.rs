@@ -7,6 +7,7 @@
 //! deletion job once `file.delete.delay.ms` is over (or at a later open, which schedules every
 //! `-delete` directory it finds).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,104 +29,202 @@ pub(crate) struct DoomedDir {
     pub due_ms: i64,
 }
 
-pub(super) fn create(
-    inner: &Inner,
-    topic: &str,
-    partition: i32,
+/// One partition of a batch, checked and resolved before anything is written.
+struct Planned {
+    tp: TopicPartition,
     config: PartitionConfig,
-) -> Result<Arc<Log>, ManagerError> {
+    resolved: ResolvedConfig,
+}
+
+/// A partition of a batch whose directory has been made.
+struct Made {
+    tp: TopicPartition,
+    dir: usize,
+    path: PathBuf,
+    resolved: ResolvedConfig,
+    log: Arc<Log>,
+}
+
+/// Creates the partitions `requests`, all or none: each directory (and config file) is made and
+/// its log opened with no sync of its own, then each log dir that received one is synced
+/// once, and only then are they listed and returned. A crash before that sync may keep any of
+/// them, each whole (an empty partition directory opens as an empty log); a crash after it
+/// keeps them all (docs/design.md, "Many partitions").
+pub(super) fn create_many(
+    inner: &Inner,
+    requests: &[(TopicPartition, PartitionConfig)],
+) -> Result<Vec<Arc<Log>>, ManagerError> {
+    let planned = requests
+        .iter()
+        .map(|(tp, config)| plan(inner, tp, config))
+        .collect::<Result<Vec<_>, _>>()?;
+    let _changes = inner.changes.lock();
+    let places = place(inner, &planned)?;
+    let fs = inner.env.fs.as_ref();
+    let mut made: Vec<Made> = Vec::with_capacity(planned.len());
+    let built = (|| -> Result<(), ManagerError> {
+        for (p, (dir, path)) in planned.into_iter().zip(places) {
+            if fs.exists(&path).ctx("stat", &path)? {
+                return Err(ManagerError::PartitionExists {
+                    partition: p.tp,
+                    dir: path,
+                });
+            }
+            let log = create_log(inner, &path, &p.tp, &p.config, &p.resolved).inspect_err(|_| {
+                // Nothing of a partition that never opened stays behind.
+                let _ = remove_tree(fs, &path);
+            })?;
+            made.push(Made {
+                tp: p.tp,
+                dir,
+                path,
+                resolved: p.resolved,
+                log: Arc::new(log),
+            });
+        }
+        // The one sync per log dir that makes every directory of the batch durable.
+        let mut touched: Vec<usize> = made.iter().map(|m| m.dir).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        for dir in touched {
+            let parent = &inner.dirs[dir].path;
+            fs.sync_dir(parent).ctx("fsync directory", parent)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = built {
+        // None of the batch was returned: none is kept (best effort; a crash may still keep
+        // any of them, each whole, as it may for a create that has not returned).
+        for m in made {
+            m.log.close_for_deletion();
+            let _ = remove_tree(fs, &m.path);
+        }
+        return Err(e);
+    }
+    let mut table = inner.partitions.write();
+    Ok(made
+        .into_iter()
+        .map(|m| {
+            table.insert(
+                m.tp.clone(),
+                Arc::new(Slot {
+                    tp: m.tp,
+                    dir: m.dir,
+                    path: m.path,
+                    state: SlotState::Online {
+                        log: Arc::clone(&m.log),
+                        config: Box::new(m.resolved),
+                    },
+                    kept: Kept::default(),
+                    dirty_since: Mutex::new(None),
+                }),
+            );
+            m.log
+        })
+        .collect())
+}
+
+/// Checks one request (Kafka's name rules, the partition number, the settings) and resolves
+/// its settings.
+fn plan(inner: &Inner, tp: &TopicPartition, config: &PartitionConfig) -> Result<Planned, ManagerError> {
+    let topic = tp.topic.as_str();
     validate_topic(topic).map_err(|error| ManagerError::InvalidTopic {
         topic: topic.to_string(),
         error,
     })?;
-    if partition < 0 {
+    if tp.partition < 0 {
         return Err(ManagerError::InvalidPartition {
             topic: topic.to_string(),
-            partition,
+            partition: tp.partition,
         });
     }
-    let tp = TopicPartition::new(topic, partition);
     let topic_config = inner.config.topics.get(topic).cloned().unwrap_or_default();
     let resolved = config.over(&topic_config).resolve(&inner.config);
     resolved.log.validate()?;
-
-    let _changes = inner.changes.lock();
-    let (dir, path) = place(inner, &tp)?;
-    let fs = inner.env.fs.as_ref();
-    if fs.exists(&path).ctx("stat", &path)? {
-        return Err(ManagerError::PartitionExists {
-            partition: tp,
-            dir: path,
-        });
-    }
-    let opened = create_log(inner, dir, &path, &tp, &config, &resolved);
-    let log = match opened {
-        Ok(log) => Arc::new(log),
-        Err(e) => {
-            // Nothing of a partition that never opened stays behind.
-            let _ = remove_tree(fs, &path);
-            return Err(e);
-        }
-    };
-    inner.partitions.write().insert(
-        tp.clone(),
-        Arc::new(Slot {
-            tp,
-            dir,
-            path,
-            state: SlotState::Online {
-                log: Arc::clone(&log),
-                config: Box::new(resolved),
-            },
-            kept: Kept::default(),
-            dirty_since: Mutex::new(None),
-        }),
-    );
-    Ok(log)
+    Ok(Planned {
+        tp: tp.clone(),
+        config: config.clone(),
+        resolved,
+    })
 }
 
-/// The log dir a new partition goes to, and its directory there; refused if the partition
-/// exists or its topic collides with another's.
-fn place(inner: &Inner, tp: &TopicPartition) -> Result<(usize, PathBuf), ManagerError> {
-    let topic = tp.topic.as_str();
+/// The log dir each new partition goes to, and its directory there; refused if a partition
+/// exists (or comes twice) or its topic collides with another's (listed or in the batch).
+fn place(inner: &Inner, planned: &[Planned]) -> Result<Vec<(usize, PathBuf)>, ManagerError> {
     let table = inner.partitions.read();
-    if let Some(existing) = table.get(tp) {
-        return Err(ManagerError::PartitionExists {
-            partition: tp.clone(),
-            dir: existing.path.clone(),
-        });
+    let mut counts = vec![0usize; inner.dirs.len()];
+    for slot in table.values() {
+        counts[slot.dir] += 1;
     }
-    if let Some(other) = table.keys().find(|o| collides(&o.topic, topic)) {
-        return Err(ManagerError::TopicCollision {
-            topic: topic.to_string(),
-            existing: other.topic.clone(),
-        });
+    // Each distinct topic is checked against the listed ones once, not once per partition.
+    let mut topics: BTreeMap<&str, ()> = BTreeMap::new();
+    let mut seen: BTreeMap<&TopicPartition, ()> = BTreeMap::new();
+    let mut out = Vec::with_capacity(planned.len());
+    for p in planned {
+        let (tp, topic) = (&p.tp, p.tp.topic.as_str());
+        if let Some(existing) = table.get(tp) {
+            return Err(ManagerError::PartitionExists {
+                partition: tp.clone(),
+                dir: existing.path.clone(),
+            });
+        }
+        if seen.insert(tp, ()).is_some() {
+            return Err(ManagerError::PartitionExists {
+                partition: tp.clone(),
+                dir: inner.dirs[0].path.join(tp.dir_name()),
+            });
+        }
+        if topics.insert(topic, ()).is_none() {
+            let listed = table.keys().map(|o| o.topic.as_str());
+            let others = listed.chain(topics.keys().copied());
+            if let Some(other) = others.into_iter().find(|o| collides(o, topic)) {
+                return Err(ManagerError::TopicCollision {
+                    topic: topic.to_string(),
+                    existing: other.to_string(),
+                });
+            }
+        }
+        // Kafka's choice: the log dir with the fewest partitions.
+        let dir = counts
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, n)| **n)
+            .map_or(0, |(i, _)| i);
+        counts[dir] += 1;
+        out.push((dir, inner.dirs[dir].path.join(tp.dir_name())));
     }
-    // Kafka's choice: the log dir with the fewest partitions.
-    let counts = (0..inner.dirs.len()).map(|i| table.values().filter(|s| s.dir == i).count());
-    let dir = counts
-        .enumerate()
-        .min_by_key(|(_, n)| *n)
-        .map_or(0, |(i, _)| i);
-    Ok((dir, inner.dirs[dir].path.join(tp.dir_name())))
+    Ok(out)
 }
 
-/// Creates the partition's directory (durably in its log dir) and its config file, and opens
-/// its log there.
+/// Creates the partition's directory and its config file, and opens its log there. Nothing
+/// is synced but the config file (and the directory holding it, before it is renamed into
+/// place): the log of an empty directory opens without a write to sync, and the caller syncs
+/// the log dir once for the batch.
 fn create_log(
     inner: &Inner,
-    dir: usize,
     path: &Path,
     tp: &TopicPartition,
     config: &PartitionConfig,
     resolved: &ResolvedConfig,
 ) -> Result<Log, ManagerError> {
     let fs = inner.env.fs.as_ref();
-    fs.create_dir_all(path).ctx("create directory", path)?;
-    let parent = &inner.dirs[dir].path;
-    fs.sync_dir(parent).ctx("fsync directory", parent)?;
-    if *config != PartitionConfig::default() {
-        config.write(fs, path)?;
+    if *config == PartitionConfig::default() {
+        fs.create_dir_all(path).ctx("create directory", path)?;
+    } else {
+        // The settings must come with the directory or not at all: a partition that a crash
+        // kept without them would open with the defaults. So the directory is made under a
+        // deleted partition's name (an open that finds it removes it), the settings written
+        // and synced there, and only then renamed into place.
+        let parent = path.parent().unwrap_or(Path::new("."));
+        let staging = parent.join(tp.delete_dir_name(&hex(&super::random_bytes())));
+        fs.create_dir_all(&staging).ctx("create directory", &staging)?;
+        let staged = config
+            .write(fs, &staging)
+            .and_then(|()| fs.rename(&staging, path).ctx("rename", &staging));
+        if let Err(e) = staged {
+            let _ = remove_tree(fs, &staging);
+            return Err(e.into());
+        }
     }
     Log::open_in_log_dir(
         inner.env.clone(),

@@ -21,6 +21,7 @@ mod fault_snapshot_checkpoint;
 mod full_disk;
 mod kill_child;
 mod manager_crash_sim;
+mod manager_create_crash;
 mod manager_kill;
 mod many_partitions_sync_sim;
 mod metadata_checksums;

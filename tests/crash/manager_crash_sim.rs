@@ -1,11 +1,13 @@
 //! Crashes of a log manager on the simulated file system: random workloads of appends,
-//! flushes, DeleteRecords, checkpoint writes, partition creation and deletion, and clean
-//! reopens, cut by a power failure at a seeded point (between calls, or in the middle of one by
-//! failing every file operation from the Nth on), then reopened and checked:
+//! flushes, DeleteRecords, checkpoint writes, partition creation (one at a time and in batches)
+//! and deletion, and clean reopens, cut by a power failure at a seeded point (between calls, or
+//! in the middle of one by failing every file operation from the Nth on), then reopened and
+//! checked:
 //!
 //! - the manager opens, and so does every partition (no torn checkpoint file, no half-deleted
 //!   partition that cannot be opened);
-//! - a partition whose deletion returned never comes back, one whose creation returned is there;
+//! - a partition whose deletion returned never comes back, one whose creation returned is there
+//!   (every partition of a batch whose creation returned);
 //! - every flushed record is there at its offset, the log start is never below a DeleteRecords
 //!   that returned, and every offset the log holds has the record appended at it.
 //!
@@ -286,6 +288,37 @@ fn step(
         if let Err(e) = m.delete(&tp.topic, tp.partition) {
             model.maybe.insert(tp.clone(), part);
             return failed(ctx, format!("delete {tp}: {e}"));
+        }
+    } else if roll < 86 {
+        // A batch, as a broker creates a topic's partitions: all returned or none.
+        let mut batch = Vec::new();
+        for _ in 0..2 + rng.below(5) {
+            model.created += 1;
+            let tp = TopicPartition::new(
+                format!("t{}", model.created % 5),
+                (model.created / 5) as i32,
+            );
+            if !model.parts.contains_key(&tp) && !model.maybe.contains_key(&tp) {
+                batch.push((tp, PartitionConfig::default()));
+            }
+        }
+        if batch.is_empty() {
+            return Next::Go;
+        }
+        ctx.note(format!("create a batch of {}", batch.len()));
+        match m.create_many(&batch) {
+            Ok(logs) => {
+                assert_eq!(logs.len(), batch.len());
+                for (tp, _) in batch {
+                    model.parts.insert(tp, Part::default());
+                }
+            }
+            Err(e) => {
+                for (tp, _) in batch {
+                    model.maybe.insert(tp, Part::default());
+                }
+                return failed(ctx, format!("create a batch: {e}"));
+            }
         }
     } else if roll < 92 {
         model.created += 1;

@@ -54,6 +54,9 @@ pub(crate) struct Loaded {
     /// it vouches for, so nothing was written (the log writes the unclean one before its first
     /// change).
     pub clean_on_disk: bool,
+    /// The directory held none of the log's files: nothing was written or synced, and the log
+    /// writes its first checkpoint (syncing the directory) before its first change.
+    pub fresh: bool,
     /// The transactions completed by markers the high watermark may not have passed yet.
     pub completed: Vec<CompletedTxn>,
 }
@@ -471,12 +474,19 @@ fn apply(
     let untouched = old.is_some_and(|c| c.clean_shutdown)
         && untouched(inv, &plan, &report)
         && producers.changes_nothing();
+    // A directory with no file of the log in it (a partition just created, or one whose files
+    // a crash never made durable) opens with no write to sync: until the first change it needs
+    // no recovery (a crash leaves it empty, with or without empty segment files), and the log
+    // writes its checkpoint durably (the directory synced with it) before that change
+    // (`Log::mark_unclean`), as after a clean open. This is what makes creating a partition
+    // cost no fsync (docs/design.md, "Many partitions").
+    let fresh = old.is_none() && is_fresh(fs, dir, inv, &plan)?;
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let after_cut = complete_swaps(fs, dir, inv, &plan, &mut report)?;
 
     // 2. The intent checkpoint.
     let intent = plan.intent_checkpoint();
-    if old != Some(&intent) && !untouched {
+    if old != Some(&intent) && !untouched && !fresh {
         checkpoint::write(fs, dir, &intent)?;
     }
 
@@ -501,7 +511,7 @@ fn apply(
             r.digest = seg.seal_digest();
         }
     }
-    if !untouched {
+    if !untouched && !fresh {
         if result != intent {
             checkpoint::write(fs, dir, &result)?;
         }
@@ -521,6 +531,7 @@ fn apply(
         epochs: LeaderEpochCache::default(),
         clean_on_disk: untouched,
         completed,
+        fresh,
     })
 }
 
@@ -590,6 +601,25 @@ fn open_segments(
         None => segment::create(dir, plan.log_start_offset, cfg, now_ms).map_err(segment_error)?,
     };
     Ok((sealed, active))
+}
+
+/// Whether the log's directory holds none of its files (no checkpoint, segment, index,
+/// snapshot or leftover) and the plan starts it at offset 0: a log being born.
+fn is_fresh(fs: &dyn FileSystem, dir: &Path, inv: &Inventory, plan: &Plan) -> Result<bool, IoError> {
+    let nothing = inv.logs.is_empty()
+        && inv.swaps.is_empty()
+        && inv.index_swaps.is_empty()
+        && inv.garbage.is_empty()
+        && inv.indexes.is_empty()
+        && inv.snapshots.is_empty()
+        && plan.segments.is_empty()
+        && plan.log_start_offset == 0;
+    if !nothing {
+        return Ok(false);
+    }
+    // A damaged checkpoint is not believed (`old` is none) but is still there: it is replaced.
+    let cp = dir.join(checkpoint::FILE_NAME);
+    Ok(!fs.exists(&cp).ctx("stat", &cp)?)
 }
 
 /// Whether applying the plan leaves every file as it is: no leftover, swap, removal, cut or

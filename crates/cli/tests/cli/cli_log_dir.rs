@@ -194,6 +194,10 @@ fn bench_across_partitions_from_several_threads() {
     assert_eq!(s["messages"], 3000);
     assert_eq!(s["read_bytes"], s["bytes"]);
     assert_eq!(s["read_crc_failures"], 0);
+    // Created in one batch; reopened after a crash with every partition and record back (the
+    // bench fails otherwise).
+    assert!(s["create_seconds"].as_f64().is_some(), "{s}");
+    assert!(s["open_after_crash_seconds"].as_f64().is_some(), "{s}");
     let o = run(&["bench", "--partitions", "0"]);
     assert_eq!(o.status.code(), Some(2));
 }
