@@ -126,28 +126,11 @@ impl OffsetsLog {
 
     /// Writes the commits as one batch and makes it durable. Blocking.
     pub fn append(&self, commits: &[(OffsetKey, Committed)]) -> Result<(), OffsetsLogError> {
-        if commits.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for (key, c) in commits {
-            b.append(
-                c.commit_timestamp,
-                Some(&encode_key(key)),
-                Some(&encode_value(c)),
-                &[],
-            );
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        self.write_batch(
+            commits
+                .iter()
+                .map(|(key, c)| (c.commit_timestamp, encode_key(key), Some(encode_value(c)))),
+        )
     }
 
     /// Writes Kafka's tombstones as one batch and makes it durable: a null value under the
@@ -160,26 +143,11 @@ impl OffsetsLog {
         groups: &[String],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if offsets.is_empty() && groups.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for key in offsets {
-            b.append(now_ms, Some(&encode_key(key)), None, &[]);
-        }
-        for group in groups {
-            b.append(now_ms, Some(&encode_group_key(group)), None, &[]);
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        let offsets = offsets.iter().map(|key| (now_ms, encode_key(key), None));
+        let groups = groups
+            .iter()
+            .map(|group| (now_ms, encode_group_key(group), None));
+        self.write_batch(offsets.chain(groups))
     }
 
     /// Writes Kafka's group-metadata records (key version 2, value version 3, see
@@ -189,28 +157,13 @@ impl OffsetsLog {
         groups: &[(String, GroupMetadata)],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for (group, value) in groups {
-            b.append(
+        self.write_batch(groups.iter().map(|(group, value)| {
+            (
                 now_ms,
-                Some(&encode_group_key(group)),
-                Some(&group_metadata::encode_value(value)),
-                &[],
-            );
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+                encode_group_key(group),
+                Some(group_metadata::encode_value(value)),
+            )
+        }))
     }
 
     /// Writes consumer-protocol group records ([`crate::consumer_group_records`]; `None`: a
@@ -220,17 +173,34 @@ impl OffsetsLog {
         records: &[(RecordKey, Option<RecordValue>)],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if records.is_empty() {
-            return Ok(());
-        }
+        self.write_batch(records.iter().map(|(key, value)| {
+            (
+                now_ms,
+                key.encode(),
+                value.as_ref().map(RecordValue::encode),
+            )
+        }))
+    }
+
+    /// Writes (timestamp, key, value; `None`: a tombstone) records as one batch, in the order
+    /// given, and makes it durable; nothing at all when there are none. What every `append*`
+    /// shares: they differ only in the records' encodings. Blocking.
+    fn write_batch(
+        &self,
+        records: impl IntoIterator<Item = (i64, Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), OffsetsLogError> {
         let err = |source: oncelog::Error| OffsetsLogError::Log {
             path: self.path.clone(),
             source,
         };
         let mut b = BatchBuilder::new();
-        for (key, value) in records {
-            let value = value.as_ref().map(RecordValue::encode);
-            b.append(now_ms, Some(&key.encode()), value.as_deref(), &[]);
+        let mut empty = true;
+        for (timestamp, key, value) in records {
+            b.append(timestamp, Some(&key), value.as_deref(), &[]);
+            empty = false;
+        }
+        if empty {
+            return Ok(());
         }
         let bytes = b
             .build()
