@@ -250,24 +250,13 @@ impl OffsetsLog {
     /// The latest group-metadata record of every group that has one and no later tombstone:
     /// what the coordinator reloads at start. Blocking.
     pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
-        let mut groups = BTreeMap::new();
-        self.scan(|_, key, value| {
-            let Ok(OffsetRecord::GroupMetadata(group)) =
-                decode(Some(&Bytes::copy_from_slice(key)), None)
-            else {
-                return Ok(());
-            };
-            match value {
-                None => {
-                    groups.remove(&group);
-                }
-                Some(value) => {
-                    groups.insert(group, group_metadata::decode_value(value)?);
-                }
-            }
-            Ok(())
-        })?;
-        Ok(groups)
+        self.latest(
+            |key| match decode(Some(&Bytes::copy_from_slice(key)), None) {
+                Ok(OffsetRecord::GroupMetadata(group)) => Ok(Some(group)),
+                _ => Ok(None),
+            },
+            |_, value| group_metadata::decode_value(value),
+        )
     }
 
     /// The latest consumer-protocol group record of every key that has one and no later
@@ -276,23 +265,34 @@ impl OffsetsLog {
     pub fn stored_consumer_groups(
         &self,
     ) -> Result<BTreeMap<RecordKey, RecordValue>, OffsetsLogError> {
-        let mut records = BTreeMap::new();
+        self.latest(RecordKey::decode, RecordValue::decode)
+    }
+
+    /// The latest value of every key `decode_key` takes (`Some`) and no later tombstone
+    /// removed, decoded by `decode_value`: the one replay both `stored_*` readers share.
+    /// Blocking.
+    fn latest<K: Ord, V>(
+        &self,
+        mut decode_key: impl FnMut(&[u8]) -> Result<Option<K>, String>,
+        mut decode_value: impl FnMut(&K, &[u8]) -> Result<V, String>,
+    ) -> Result<BTreeMap<K, V>, OffsetsLogError> {
+        let mut latest = BTreeMap::new();
         self.scan(|_, key, value| {
-            let Some(key) = RecordKey::decode(key)? else {
+            let Some(key) = decode_key(key)? else {
                 return Ok(());
             };
             match value {
                 None => {
-                    records.remove(&key);
+                    latest.remove(&key);
                 }
                 Some(value) => {
-                    let value = RecordValue::decode(&key, value)?;
-                    records.insert(key, value);
+                    let value = decode_value(&key, value)?;
+                    latest.insert(key, value);
                 }
             }
             Ok(())
         })?;
-        Ok(records)
+        Ok(latest)
     }
 
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
