@@ -21,7 +21,7 @@ use bytes::{Buf, Bytes};
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
 
-use crate::internal_log::{open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, InternalLogError};
 
 use crate::consumer_group_records::{RecordKey, RecordValue};
 use crate::group_metadata::{self, GroupMetadata};
@@ -298,18 +298,7 @@ impl OffsetsLog {
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
-        if !self.log.maintenance().cleanable(now_ms).due {
-            return Ok(0);
-        }
-        let report = self
-            .log
-            .maintenance()
-            .compact(now_ms)
-            .map_err(|e| OffsetsLogError::Log {
-                path: self.path.clone(),
-                source: e.into(),
-            })?;
-        Ok(report.records_removed)
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
     }
 
     /// Flushes and closes the log. Blocking.

@@ -38,7 +38,7 @@ use oncelog::format::BatchBuilder;
 use oncelog::{Log, TxnMarker};
 use serde_json::{json, Value};
 
-use crate::internal_log::{open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, InternalLogError};
 use crate::offsets_log::{Committed, OffsetKey};
 use crate::store::Store;
 
@@ -771,18 +771,7 @@ impl Txns {
     /// Compacts the state log if a round is due, keeping the latest state of every
     /// transactional id. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
-        if !self.log.maintenance().cleanable(now_ms).due {
-            return Ok(0);
-        }
-        let report = self
-            .log
-            .maintenance()
-            .compact(now_ms)
-            .map_err(|e| TxnLogError::Log {
-                path: self.path.clone(),
-                source: e.into(),
-            })?;
-        Ok(report.records_removed)
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
     }
 
     /// Closes the log. Blocking.
