@@ -13,15 +13,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::wire::{str_bytes as s, topic_name as name, Wire};
+use common::groups::{commit_offset, group};
+use common::wire::{str_bytes as s, Wire};
 use common::BrokerProcess;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use oncelog::format::ConsumerRecordIter;
@@ -34,10 +31,6 @@ const ILLEGAL_GENERATION: i16 = 22;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const FENCED_INSTANCE_ID: i16 = 82;
-
-fn group(text: &str) -> GroupId {
-    GroupId(s(text))
-}
 
 /// A consumer's subscription to `TOPIC` (ConsumerProtocolSubscription v0: version, topics,
 /// no user data).
@@ -132,6 +125,7 @@ fn heartbeat(
     r.error_code
 }
 
+/// An OffsetCommit v8 of `offset` for partition 0 of `TOPIC` by a member of `generation`.
 fn commit(
     wire: &mut Wire,
     group_id: &str,
@@ -140,34 +134,16 @@ fn commit(
     generation: i32,
     offset: i64,
 ) -> i16 {
-    let r: OffsetCommitResponse = wire.call(
-        ApiKey::OffsetCommit,
-        8,
-        &OffsetCommitRequest::default()
-            .with_group_id(group(group_id))
-            .with_generation_id_or_member_epoch(generation)
-            .with_member_id(s(member))
-            .with_group_instance_id(instance.map(s))
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(name(TOPIC))
-                .with_partitions(vec![OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)])]),
-    );
-    r.topics[0].partitions[0].error_code
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(group_id))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(s(member))
+        .with_group_instance_id(instance.map(s));
+    commit_offset(wire, 8, request, TOPIC, offset)
 }
 
 fn committed(wire: &mut Wire, group_id: &str) -> i64 {
-    let r: OffsetFetchResponse = wire.call(
-        ApiKey::OffsetFetch,
-        7,
-        &OffsetFetchRequest::default()
-            .with_group_id(group(group_id))
-            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-                .with_name(name(TOPIC))
-                .with_partition_indexes(vec![0])])),
-    );
-    r.topics[0].partitions[0].committed_offset
+    common::groups::committed(wire, group_id, TOPIC)
 }
 
 fn describe(wire: &mut Wire, group_id: &str) -> DescribedGroup {
@@ -202,13 +178,7 @@ fn leave(wire: &mut Wire, group_id: &str, members: &[(&str, Option<&str>)]) -> V
 
 /// A broker with `TOPIC` (two partitions).
 fn start(data: &Path) -> BrokerProcess {
-    let broker = BrokerProcess::start(data, &["--partitions", "2"]);
-    let mut wire = Wire::connect(broker.addr);
-    assert_eq!(
-        common::wire::auto_create_topic(&mut wire, TOPIC).error_code,
-        0
-    );
-    broker
+    common::start_with_topic(data, &["--partitions", "2"], TOPIC)
 }
 
 /// The assignment the leader hands member `i` (opaque to the broker).
