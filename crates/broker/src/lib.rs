@@ -21,6 +21,7 @@ pub mod group_metadata;
 mod internal_log;
 pub mod offsets_log;
 pub mod producer_ids;
+mod record_codec;
 pub mod server;
 pub mod stats;
 pub mod store;

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
 
@@ -25,6 +25,7 @@ use crate::internal_log::{self, open_replayed, InternalLogError};
 
 use crate::consumer_group_records::{RecordKey, RecordValue};
 use crate::group_metadata::{self, GroupMetadata};
+use crate::record_codec::{put_string, reader_derefs, Input};
 
 /// The directory of the log under the data directory (never opened as a topic).
 pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
@@ -310,11 +311,6 @@ impl OffsetsLog {
     }
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
 /// Kafka's `OffsetCommitKey`, version 1.
 pub fn encode_key((group, topic, partition): &OffsetKey) -> Vec<u8> {
     let mut out = Vec::with_capacity(10 + group.len() + topic.len());
@@ -344,70 +340,32 @@ pub fn encode_value(c: &Committed) -> Vec<u8> {
     out
 }
 
-struct Reader<'a>(&'a [u8]);
+struct Reader<'a>(Input<'a>);
+
+reader_derefs!(Reader, 0);
 
 impl Reader<'_> {
-    fn need(&self, n: usize, what: &str) -> Result<(), String> {
-        if self.0.remaining() < n {
-            return Err(format!(
-                "{} bytes left where {what} needs {n}",
-                self.0.remaining()
-            ));
-        }
-        Ok(())
-    }
-    fn i16(&mut self, what: &str) -> Result<i16, String> {
-        self.need(2, what)?;
-        Ok(self.0.get_i16())
-    }
-    fn i32(&mut self, what: &str) -> Result<i32, String> {
-        self.need(4, what)?;
-        Ok(self.0.get_i32())
-    }
-    fn i64(&mut self, what: &str) -> Result<i64, String> {
-        self.need(8, what)?;
-        Ok(self.0.get_i64())
-    }
-    /// A string, or a compact string in the flexible value versions.
+    /// A string (null read as empty).
     fn string(&mut self, what: &str) -> Result<String, String> {
         let len = self.i16(what)?;
         if len < 0 {
             return Ok(String::new());
         }
-        self.need(len as usize, what)?;
-        let (s, rest) = self.0.split_at(len as usize);
-        self.0 = rest;
-        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
-    }
-    fn varint(&mut self, what: &str) -> Result<u32, String> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            self.need(1, what)?;
-            let byte = self.0.get_u8();
-            value |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!("{what}: a varint longer than 5 bytes"))
+        self.utf8(len as usize, what)
     }
     /// A compact string (length + 1 as an unsigned varint; 0 is null, read as empty).
     fn compact_string(&mut self, what: &str) -> Result<String, String> {
         let Some(len) = (self.varint(what)? as usize).checked_sub(1) else {
             return Ok(String::new());
         };
-        self.need(len, what)?;
-        let (s, rest) = self.0.split_at(len);
-        self.0 = rest;
-        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+        self.utf8(len, what)
     }
     /// Tagged fields (Kafka 4.4 writes the topic id as tag 0): skipped.
     fn tagged_fields(&mut self, what: &str) -> Result<(), String> {
         for _ in 0..self.varint(what)? {
             self.varint(what)?;
             let size = self.varint(what)? as usize;
-            self.need(size, what)?;
-            self.0.advance(size);
+            self.take(size, what)?;
         }
         Ok(())
     }
@@ -417,7 +375,7 @@ impl Reader<'_> {
 /// value versions 0 to 4; the group records' values are read elsewhere).
 pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord, String> {
     let key = key.ok_or("a record without a key")?;
-    let mut k = Reader(key);
+    let mut k = Reader(Input(key));
     let version = k.i16("the key version")?;
     match version {
         0 | 1 => {
@@ -428,7 +386,7 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
             let Some(value) = value else {
                 return Ok(OffsetRecord::Offset(key, None));
             };
-            let mut v = Reader(value);
+            let mut v = Reader(Input(value));
             let vv = v.i16("the value version")?;
             let committed = match vv {
                 0..=2 => {
