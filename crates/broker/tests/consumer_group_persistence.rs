@@ -21,7 +21,6 @@ use common::wire::{str_bytes as s, Wire};
 use common::BrokerProcess;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use oncelog::format::ConsumerRecordIter;
 use oncelog_broker::consumer_group_records::{RecordKey, RecordValue};
 
 const TOPIC: &str = "cgp";
@@ -109,26 +108,13 @@ fn commit(wire: &mut Wire, g: &str, member: &str, epoch: i32, offset: i64) -> i1
 /// tombstone). Read from its files after the broker stopped.
 fn consumer_group_records(data: &Path) -> Vec<(RecordKey, Option<RecordValue>)> {
     let dir = data.join(oncelog_broker::offsets_log::DIR_NAME);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .filter(|f| f.extension().is_some_and(|e| e == "log"))
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for file in files {
-        let bytes = Bytes::from(std::fs::read(&file).unwrap());
-        for r in ConsumerRecordIter::new(bytes, 0) {
-            let r = r.unwrap();
-            let Some(key) = RecordKey::decode(r.key.as_ref().unwrap()).unwrap() else {
-                continue;
-            };
-            let value = r
-                .value
-                .as_ref()
-                .map(|v| RecordValue::decode(&key, v).unwrap());
-            out.push((key, value));
-        }
+    for (key, value) in common::groups::log_records(&dir) {
+        let Some(key) = RecordKey::decode(&key).unwrap() else {
+            continue;
+        };
+        let value = value.map(|v| RecordValue::decode(&key, &v).unwrap());
+        out.push((key, value));
     }
     out
 }

@@ -21,7 +21,6 @@ use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
-use oncelog::format::ConsumerRecordIter;
 use oncelog_broker::group_metadata::{decode_value, encode_value, GroupMetadata};
 use oncelog_broker::offsets_log::encode_group_key;
 
@@ -678,33 +677,9 @@ fn unhex(text: &str) -> Vec<u8> {
 /// Every (key, value) of a `__consumer_offsets`-style log directory's segments whose key is
 /// a group-metadata key (version 2).
 fn group_records(dir: &Path) -> Vec<(Bytes, Option<Bytes>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let bytes = std::fs::read(&file).unwrap();
-        // A preallocated segment ends in zeros: the batches stop at the first empty header.
-        let mut end = 0;
-        while end + 12 <= bytes.len() {
-            let len = i32::from_be_bytes(bytes[end + 8..end + 12].try_into().unwrap());
-            if len <= 0 {
-                break;
-            }
-            end += 12 + len as usize;
-        }
-        for r in ConsumerRecordIter::new(Bytes::from(bytes).slice(..end), 0) {
-            let r = r.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            let key = r.key.expect("a key");
-            if key[..2] == [0, 2] {
-                out.push((key, r.value));
-            }
-        }
-    }
-    out
+    let mut records = common::groups::log_records(dir);
+    records.retain(|(key, _)| key[..2] == [0, 2]);
+    records
 }
 
 #[test]

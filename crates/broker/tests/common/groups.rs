@@ -123,3 +123,34 @@ pub fn describe_consumer_group(wire: &mut Wire, g: &str) -> DescribedGroup {
     );
     response.groups.remove(0)
 }
+
+/// Every record of a `__consumer_offsets`-style log directory's segments (the broker's
+/// offsets log, or a Kafka partition's), in log order: (key, value; `None` a tombstone).
+/// Every record must have a key.
+pub fn log_records(dir: &std::path::Path) -> Vec<(bytes::Bytes, Option<bytes::Bytes>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        // A preallocated segment ends in zeros: the batches stop at the first empty header.
+        let mut end = 0;
+        while end + 12 <= bytes.len() {
+            let len = i32::from_be_bytes(bytes[end + 8..end + 12].try_into().unwrap());
+            if len <= 0 {
+                break;
+            }
+            end += 12 + len as usize;
+        }
+        let records = bytes::Bytes::from(bytes).slice(..end);
+        for r in oncelog::format::ConsumerRecordIter::new(records, 0) {
+            let r = r.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            out.push((r.key.expect("a key"), r.value));
+        }
+    }
+    out
+}
