@@ -211,11 +211,7 @@ fn offset_delete(
 fn advertised(wire: &mut Wire, api: ApiKey) -> Option<(i16, i16)> {
     let response: ApiVersionsResponse =
         wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    response
-        .api_keys
-        .iter()
-        .find(|k| k.api_key == api as i16)
-        .map(|k| (k.min_version, k.max_version))
+    common::wire::advertised(&response, api)
 }
 
 #[test]

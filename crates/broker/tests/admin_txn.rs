@@ -200,12 +200,7 @@ fn marker_errors(results: &[WritableTxnMarkerResult]) -> Vec<(i64, String, i32, 
 fn the_transaction_tools_are_advertised_at_the_versions_they_fill_and_no_newer_one_is_answered() {
     let (_dir, broker, mut wire) = start();
     let r: ApiVersionsResponse = wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    let range = |key: ApiKey| {
-        r.api_keys
-            .iter()
-            .find(|k| k.api_key == key as i16)
-            .map(|k| (k.min_version, k.max_version))
-    };
+    let range = |key: ApiKey| common::wire::advertised(&r, key);
     assert_eq!(range(ApiKey::WriteTxnMarkers), Some((1, 1)));
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
     assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));

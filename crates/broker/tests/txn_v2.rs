@@ -172,12 +172,7 @@ fn add_v4(
 fn api_versions_finalizes_transaction_version_2_and_advertises_its_request_versions() {
     let (_dir, broker, mut wire) = start();
     let r: ApiVersionsResponse = wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    let range = |key: ApiKey| {
-        r.api_keys
-            .iter()
-            .find(|k| k.api_key == key as i16)
-            .map(|k| (k.min_version, k.max_version))
-    };
+    let range = |key: ApiKey| common::wire::advertised(&r, key);
     assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));
     assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 4)));
     assert_eq!(range(ApiKey::TxnOffsetCommit), Some((0, 5)));

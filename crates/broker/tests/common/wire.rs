@@ -163,3 +163,15 @@ pub fn produce(
     );
     response.responses.remove(0).partition_responses.remove(0)
 }
+
+/// The (min, max) versions an ApiVersions answer advertises for `api`, if any.
+pub fn advertised(
+    response: &kafka_protocol::messages::ApiVersionsResponse,
+    api: ApiKey,
+) -> Option<(i16, i16)> {
+    response
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == api as i16)
+        .map(|k| (k.min_version, k.max_version))
+}
