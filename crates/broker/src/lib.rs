@@ -9,6 +9,7 @@
 pub mod api;
 pub mod assignor;
 pub mod broker;
+mod clock;
 pub mod codec;
 pub mod config;
 pub mod connection;

@@ -209,15 +209,9 @@ impl Txn {
         self.groups.clear();
         self.offsets.clear();
         self.started = Instant::now();
-        self.start_ms = wall_clock_ms();
+        self.start_ms = crate::clock::now_ms();
         self.version = version;
     }
-}
-
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// One transactional id as the admin APIs (ListTransactions, DescribeTransactions) show it:
@@ -356,9 +350,7 @@ impl Txns {
     fn persist(&self, id: &str, txn: &Txn) -> Result<(), ResponseError> {
         let mut b = BatchBuilder::new();
         let value = serde_json::to_vec(&txn.to_json()).expect("JSON of plain values");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = crate::clock::now_ms();
         b.append(now, Some(id.as_bytes()), Some(&value), &[]);
         let stored = b
             .build()
@@ -653,7 +645,7 @@ impl Txns {
                 t.partitions.clear();
                 t.groups.clear();
                 t.offsets.clear();
-                t.start_ms = wall_clock_ms();
+                t.start_ms = crate::clock::now_ms();
             }
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 return Err(ResponseError::ConcurrentTransactions)

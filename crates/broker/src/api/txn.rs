@@ -301,9 +301,7 @@ pub async fn txn_offset_commit(
                 .check_commit(&group, &body.member_id, body.generation_id)
         })
         .flatten();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = crate::clock::now_ms();
     let mut offsets = Vec::new();
     let mut unknown = Vec::new();
     for t in &body.topics {
