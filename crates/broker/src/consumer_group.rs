@@ -392,9 +392,7 @@ impl Group {
         self.assignor = self.preferred_assignor();
         self.target = assign(&self.assignor, &subscriptions, &self.target);
         self.assignment_epoch = self.epoch;
-        self.assignment_timestamp_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        self.assignment_timestamp_ms = crate::clock::now_ms();
     }
 
     /// The records that store this group as it is now (Kafka's, one per key).

@@ -26,6 +26,7 @@
 use uuid::Uuid;
 
 use crate::consumer_group::Partitions;
+use crate::record_codec::{reader_derefs, Input};
 
 /// The record types (key versions) of a consumer group.
 pub const GROUP_METADATA: i16 = 3;
@@ -157,7 +158,7 @@ impl RecordKey {
 
     /// Decodes a key: `Ok(None)` if its type is not a consumer group's (3 to 8).
     pub fn decode(key: &[u8]) -> Result<Option<RecordKey>, String> {
-        let mut r = Reader(key);
+        let mut r = Reader(Input(key));
         let record_type = r.i16("the key version")?;
         let key = match record_type {
             GROUP_METADATA => RecordKey::Group(r.string("the group")?),
@@ -238,7 +239,7 @@ impl RecordValue {
 
     /// Decodes the value of a record with `key` (value version 0).
     pub fn decode(key: &RecordKey, value: &[u8]) -> Result<RecordValue, String> {
-        let mut r = Reader(value);
+        let mut r = Reader(Input(value));
         let version = r.i16("the value version")?;
         if version != 0 {
             return Err(format!(
@@ -314,10 +315,10 @@ impl RecordValue {
                 })
             }
         };
-        if !r.0.is_empty() {
+        if !r.is_empty() {
             return Err(format!(
                 "{} bytes after a consumer group record of type {}",
-                r.0.len(),
+                r.len(),
                 key.record_type()
             ));
         }
@@ -357,56 +358,22 @@ fn put_partitions(out: &mut Vec<u8>, partitions: &Partitions) {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+struct Reader<'a>(Input<'a>);
+
+reader_derefs!(Reader, 0);
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], String> {
-        if self.0.len() < n {
-            return Err(format!(
-                "{} bytes left where {what} needs {n}",
-                self.0.len()
-            ));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn i16(&mut self, what: &str) -> Result<i16, String> {
-        Ok(i16::from_be_bytes(
-            self.take(2, what)?.try_into().expect("2 bytes"),
-        ))
-    }
-    fn i32(&mut self, what: &str) -> Result<i32, String> {
-        Ok(i32::from_be_bytes(
-            self.take(4, what)?.try_into().expect("4 bytes"),
-        ))
-    }
-    fn varint(&mut self, what: &str) -> Result<u32, String> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            let byte = self.take(1, what)?[0];
-            value |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!("{what}: a varint longer than 5 bytes"))
-    }
     /// A classic (non-flexible) string, as the keys hold.
     fn string(&mut self, what: &str) -> Result<String, String> {
         let len = self.i16(what)?;
         let len = usize::try_from(len).map_err(|_| format!("{what} is null"))?;
-        let bytes = self.take(len, what)?.to_vec();
-        String::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+        self.utf8(len, what)
     }
     fn nullable_string(&mut self, what: &str) -> Result<Option<String>, String> {
         let Some(len) = (self.varint(what)? as usize).checked_sub(1) else {
             return Ok(None);
         };
-        let bytes = self.take(len, what)?.to_vec();
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| format!("{what} is not UTF-8"))
+        self.utf8(len, what).map(Some)
     }
     fn compact_string(&mut self, what: &str) -> Result<String, String> {
         self.nullable_string(what)?

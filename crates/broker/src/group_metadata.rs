@@ -12,7 +12,9 @@
 //! - v3: a member's groupInstanceId (nullable) after its memberId;
 //! - v4: the v3 fields in compact encodings, with tagged fields.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
+
+use crate::record_codec::{put_string, reader_derefs, Input};
 
 /// The value version written, as Kafka 4.4 writes it.
 pub const VALUE_VERSION: i16 = 3;
@@ -44,11 +46,6 @@ pub struct MemberMetadata {
     /// The member's metadata for the chosen protocol (a consumer's subscription).
     pub subscription: Bytes,
     pub assignment: Bytes,
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
 }
 
 fn put_nullable(out: &mut Vec<u8>, s: Option<&str>) {
@@ -88,42 +85,13 @@ pub fn encode_value(g: &GroupMetadata) -> Vec<u8> {
 
 /// Reads a value, classic or flexible (compact) encoding.
 struct Reader<'a> {
-    input: &'a [u8],
+    input: Input<'a>,
     flexible: bool,
 }
 
+reader_derefs!(Reader, input);
+
 impl Reader<'_> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], String> {
-        if self.input.len() < n {
-            return Err(format!(
-                "{} bytes left where {what} needs {n}",
-                self.input.len()
-            ));
-        }
-        let (head, rest) = self.input.split_at(n);
-        self.input = rest;
-        Ok(head)
-    }
-    fn i16(&mut self, what: &str) -> Result<i16, String> {
-        Ok(self.take(2, what)?.get_i16())
-    }
-    fn i32(&mut self, what: &str) -> Result<i32, String> {
-        Ok(self.take(4, what)?.get_i32())
-    }
-    fn i64(&mut self, what: &str) -> Result<i64, String> {
-        Ok(self.take(8, what)?.get_i64())
-    }
-    fn varint(&mut self, what: &str) -> Result<u32, String> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            let byte = self.take(1, what)?[0];
-            value |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!("{what}: a varint longer than 5 bytes"))
-    }
     /// A length: `None` is null (-1, or 0 in the compact encoding).
     fn length(&mut self, wide: bool, what: &str) -> Result<Option<usize>, String> {
         let len = if self.flexible {
@@ -139,10 +107,7 @@ impl Reader<'_> {
         let Some(len) = self.length(false, what)? else {
             return Ok(None);
         };
-        let bytes = self.take(len, what)?.to_vec();
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| format!("{what} is not UTF-8"))
+        self.utf8(len, what).map(Some)
     }
     fn string(&mut self, what: &str) -> Result<String, String> {
         self.nullable_string(what)?
@@ -171,7 +136,7 @@ impl Reader<'_> {
 /// Decodes a record's value, versions 0 to 4.
 pub fn decode_value(value: &[u8]) -> Result<GroupMetadata, String> {
     let mut r = Reader {
-        input: value,
+        input: Input(value),
         flexible: false,
     };
     let version = r.i16("the value version")?;

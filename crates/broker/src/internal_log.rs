@@ -56,3 +56,20 @@ pub(crate) fn open_replayed<E: InternalLogError>(
     }
     Ok(log)
 }
+
+/// Compacts the broker's own log at `path` if a round is due (its dirty ratio, Kafka's
+/// rules), keeping the latest record of every key. Answers the records removed. Blocking.
+pub(crate) fn compact_if_due<E: InternalLogError>(
+    log: &Log,
+    path: &Path,
+    now_ms: i64,
+) -> Result<u64, E> {
+    if !log.maintenance().cleanable(now_ms).due {
+        return Ok(0);
+    }
+    let report = log
+        .maintenance()
+        .compact(now_ms)
+        .map_err(|e| E::log(path.to_path_buf(), e.into()))?;
+    Ok(report.records_removed)
+}

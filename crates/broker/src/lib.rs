@@ -9,6 +9,7 @@
 pub mod api;
 pub mod assignor;
 pub mod broker;
+mod clock;
 pub mod codec;
 pub mod config;
 pub mod connection;
@@ -21,6 +22,7 @@ pub mod group_metadata;
 mod internal_log;
 pub mod offsets_log;
 pub mod producer_ids;
+mod record_codec;
 pub mod server;
 pub mod stats;
 pub mod store;

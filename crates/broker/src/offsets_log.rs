@@ -17,14 +17,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
 
-use crate::internal_log::{open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, InternalLogError};
 
 use crate::consumer_group_records::{RecordKey, RecordValue};
 use crate::group_metadata::{self, GroupMetadata};
+use crate::record_codec::{put_string, reader_derefs, Input};
 
 /// The directory of the log under the data directory (never opened as a topic).
 pub const DIR_NAME: &str = "oncelog-broker-state/__consumer_offsets-0";
@@ -126,28 +127,11 @@ impl OffsetsLog {
 
     /// Writes the commits as one batch and makes it durable. Blocking.
     pub fn append(&self, commits: &[(OffsetKey, Committed)]) -> Result<(), OffsetsLogError> {
-        if commits.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for (key, c) in commits {
-            b.append(
-                c.commit_timestamp,
-                Some(&encode_key(key)),
-                Some(&encode_value(c)),
-                &[],
-            );
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        self.write_batch(
+            commits
+                .iter()
+                .map(|(key, c)| (c.commit_timestamp, encode_key(key), Some(encode_value(c)))),
+        )
     }
 
     /// Writes Kafka's tombstones as one batch and makes it durable: a null value under the
@@ -160,26 +144,11 @@ impl OffsetsLog {
         groups: &[String],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if offsets.is_empty() && groups.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for key in offsets {
-            b.append(now_ms, Some(&encode_key(key)), None, &[]);
-        }
-        for group in groups {
-            b.append(now_ms, Some(&encode_group_key(group)), None, &[]);
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        let offsets = offsets.iter().map(|key| (now_ms, encode_key(key), None));
+        let groups = groups
+            .iter()
+            .map(|group| (now_ms, encode_group_key(group), None));
+        self.write_batch(offsets.chain(groups))
     }
 
     /// Writes Kafka's group-metadata records (key version 2, value version 3, see
@@ -189,28 +158,13 @@ impl OffsetsLog {
         groups: &[(String, GroupMetadata)],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if groups.is_empty() {
-            return Ok(());
-        }
-        let err = |source: oncelog::Error| OffsetsLogError::Log {
-            path: self.path.clone(),
-            source,
-        };
-        let mut b = BatchBuilder::new();
-        for (group, value) in groups {
-            b.append(
+        self.write_batch(groups.iter().map(|(group, value)| {
+            (
                 now_ms,
-                Some(&encode_group_key(group)),
-                Some(&group_metadata::encode_value(value)),
-                &[],
-            );
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+                encode_group_key(group),
+                Some(group_metadata::encode_value(value)),
+            )
+        }))
     }
 
     /// Writes consumer-protocol group records ([`crate::consumer_group_records`]; `None`: a
@@ -220,17 +174,34 @@ impl OffsetsLog {
         records: &[(RecordKey, Option<RecordValue>)],
         now_ms: i64,
     ) -> Result<(), OffsetsLogError> {
-        if records.is_empty() {
-            return Ok(());
-        }
+        self.write_batch(records.iter().map(|(key, value)| {
+            (
+                now_ms,
+                key.encode(),
+                value.as_ref().map(RecordValue::encode),
+            )
+        }))
+    }
+
+    /// Writes (timestamp, key, value; `None`: a tombstone) records as one batch, in the order
+    /// given, and makes it durable; nothing at all when there are none. What every `append*`
+    /// shares: they differ only in the records' encodings. Blocking.
+    fn write_batch(
+        &self,
+        records: impl IntoIterator<Item = (i64, Vec<u8>, Option<Vec<u8>>)>,
+    ) -> Result<(), OffsetsLogError> {
         let err = |source: oncelog::Error| OffsetsLogError::Log {
             path: self.path.clone(),
             source,
         };
         let mut b = BatchBuilder::new();
-        for (key, value) in records {
-            let value = value.as_ref().map(RecordValue::encode);
-            b.append(now_ms, Some(&key.encode()), value.as_deref(), &[]);
+        let mut empty = true;
+        for (timestamp, key, value) in records {
+            b.append(timestamp, Some(&key), value.as_deref(), &[]);
+            empty = false;
+        }
+        if empty {
+            return Ok(());
         }
         let bytes = b
             .build()
@@ -280,24 +251,13 @@ impl OffsetsLog {
     /// The latest group-metadata record of every group that has one and no later tombstone:
     /// what the coordinator reloads at start. Blocking.
     pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
-        let mut groups = BTreeMap::new();
-        self.scan(|_, key, value| {
-            let Ok(OffsetRecord::GroupMetadata(group)) =
-                decode(Some(&Bytes::copy_from_slice(key)), None)
-            else {
-                return Ok(());
-            };
-            match value {
-                None => {
-                    groups.remove(&group);
-                }
-                Some(value) => {
-                    groups.insert(group, group_metadata::decode_value(value)?);
-                }
-            }
-            Ok(())
-        })?;
-        Ok(groups)
+        self.latest(
+            |key| match decode(Some(&Bytes::copy_from_slice(key)), None) {
+                Ok(OffsetRecord::GroupMetadata(group)) => Ok(Some(group)),
+                _ => Ok(None),
+            },
+            |_, value| group_metadata::decode_value(value),
+        )
     }
 
     /// The latest consumer-protocol group record of every key that has one and no later
@@ -306,40 +266,40 @@ impl OffsetsLog {
     pub fn stored_consumer_groups(
         &self,
     ) -> Result<BTreeMap<RecordKey, RecordValue>, OffsetsLogError> {
-        let mut records = BTreeMap::new();
+        self.latest(RecordKey::decode, RecordValue::decode)
+    }
+
+    /// The latest value of every key `decode_key` takes (`Some`) and no later tombstone
+    /// removed, decoded by `decode_value`: the one replay both `stored_*` readers share.
+    /// Blocking.
+    fn latest<K: Ord, V>(
+        &self,
+        mut decode_key: impl FnMut(&[u8]) -> Result<Option<K>, String>,
+        mut decode_value: impl FnMut(&K, &[u8]) -> Result<V, String>,
+    ) -> Result<BTreeMap<K, V>, OffsetsLogError> {
+        let mut latest = BTreeMap::new();
         self.scan(|_, key, value| {
-            let Some(key) = RecordKey::decode(key)? else {
+            let Some(key) = decode_key(key)? else {
                 return Ok(());
             };
             match value {
                 None => {
-                    records.remove(&key);
+                    latest.remove(&key);
                 }
                 Some(value) => {
-                    let value = RecordValue::decode(&key, value)?;
-                    records.insert(key, value);
+                    let value = decode_value(&key, value)?;
+                    latest.insert(key, value);
                 }
             }
             Ok(())
         })?;
-        Ok(records)
+        Ok(latest)
     }
 
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
-        if !self.log.maintenance().cleanable(now_ms).due {
-            return Ok(0);
-        }
-        let report = self
-            .log
-            .maintenance()
-            .compact(now_ms)
-            .map_err(|e| OffsetsLogError::Log {
-                path: self.path.clone(),
-                source: e.into(),
-            })?;
-        Ok(report.records_removed)
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
     }
 
     /// Flushes and closes the log. Blocking.
@@ -349,11 +309,6 @@ impl OffsetsLog {
             source: e.into(),
         })
     }
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
 }
 
 /// Kafka's `OffsetCommitKey`, version 1.
@@ -385,70 +340,32 @@ pub fn encode_value(c: &Committed) -> Vec<u8> {
     out
 }
 
-struct Reader<'a>(&'a [u8]);
+struct Reader<'a>(Input<'a>);
+
+reader_derefs!(Reader, 0);
 
 impl Reader<'_> {
-    fn need(&self, n: usize, what: &str) -> Result<(), String> {
-        if self.0.remaining() < n {
-            return Err(format!(
-                "{} bytes left where {what} needs {n}",
-                self.0.remaining()
-            ));
-        }
-        Ok(())
-    }
-    fn i16(&mut self, what: &str) -> Result<i16, String> {
-        self.need(2, what)?;
-        Ok(self.0.get_i16())
-    }
-    fn i32(&mut self, what: &str) -> Result<i32, String> {
-        self.need(4, what)?;
-        Ok(self.0.get_i32())
-    }
-    fn i64(&mut self, what: &str) -> Result<i64, String> {
-        self.need(8, what)?;
-        Ok(self.0.get_i64())
-    }
-    /// A string, or a compact string in the flexible value versions.
+    /// A string (null read as empty).
     fn string(&mut self, what: &str) -> Result<String, String> {
         let len = self.i16(what)?;
         if len < 0 {
             return Ok(String::new());
         }
-        self.need(len as usize, what)?;
-        let (s, rest) = self.0.split_at(len as usize);
-        self.0 = rest;
-        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
-    }
-    fn varint(&mut self, what: &str) -> Result<u32, String> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            self.need(1, what)?;
-            let byte = self.0.get_u8();
-            value |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!("{what}: a varint longer than 5 bytes"))
+        self.utf8(len as usize, what)
     }
     /// A compact string (length + 1 as an unsigned varint; 0 is null, read as empty).
     fn compact_string(&mut self, what: &str) -> Result<String, String> {
         let Some(len) = (self.varint(what)? as usize).checked_sub(1) else {
             return Ok(String::new());
         };
-        self.need(len, what)?;
-        let (s, rest) = self.0.split_at(len);
-        self.0 = rest;
-        String::from_utf8(s.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+        self.utf8(len, what)
     }
     /// Tagged fields (Kafka 4.4 writes the topic id as tag 0): skipped.
     fn tagged_fields(&mut self, what: &str) -> Result<(), String> {
         for _ in 0..self.varint(what)? {
             self.varint(what)?;
             let size = self.varint(what)? as usize;
-            self.need(size, what)?;
-            self.0.advance(size);
+            self.take(size, what)?;
         }
         Ok(())
     }
@@ -458,7 +375,7 @@ impl Reader<'_> {
 /// value versions 0 to 4; the group records' values are read elsewhere).
 pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord, String> {
     let key = key.ok_or("a record without a key")?;
-    let mut k = Reader(key);
+    let mut k = Reader(Input(key));
     let version = k.i16("the key version")?;
     match version {
         0 | 1 => {
@@ -469,7 +386,7 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
             let Some(value) = value else {
                 return Ok(OffsetRecord::Offset(key, None));
             };
-            let mut v = Reader(value);
+            let mut v = Reader(Input(value));
             let vv = v.i16("the value version")?;
             let committed = match vv {
                 0..=2 => {

@@ -38,7 +38,7 @@ use oncelog::format::BatchBuilder;
 use oncelog::{Log, TxnMarker};
 use serde_json::{json, Value};
 
-use crate::internal_log::{open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, InternalLogError};
 use crate::offsets_log::{Committed, OffsetKey};
 use crate::store::Store;
 
@@ -209,15 +209,9 @@ impl Txn {
         self.groups.clear();
         self.offsets.clear();
         self.started = Instant::now();
-        self.start_ms = wall_clock_ms();
+        self.start_ms = crate::clock::now_ms();
         self.version = version;
     }
-}
-
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// One transactional id as the admin APIs (ListTransactions, DescribeTransactions) show it:
@@ -356,9 +350,7 @@ impl Txns {
     fn persist(&self, id: &str, txn: &Txn) -> Result<(), ResponseError> {
         let mut b = BatchBuilder::new();
         let value = serde_json::to_vec(&txn.to_json()).expect("JSON of plain values");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = crate::clock::now_ms();
         b.append(now, Some(id.as_bytes()), Some(&value), &[]);
         let stored = b
             .build()
@@ -653,7 +645,7 @@ impl Txns {
                 t.partitions.clear();
                 t.groups.clear();
                 t.offsets.clear();
-                t.start_ms = wall_clock_ms();
+                t.start_ms = crate::clock::now_ms();
             }
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 return Err(ResponseError::ConcurrentTransactions)
@@ -771,18 +763,7 @@ impl Txns {
     /// Compacts the state log if a round is due, keeping the latest state of every
     /// transactional id. Answers the records removed. Blocking.
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
-        if !self.log.maintenance().cleanable(now_ms).due {
-            return Ok(0);
-        }
-        let report = self
-            .log
-            .maintenance()
-            .compact(now_ms)
-            .map_err(|e| TxnLogError::Log {
-                path: self.path.clone(),
-                source: e.into(),
-            })?;
-        Ok(report.records_removed)
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
     }
 
     /// Closes the log. Blocking.

@@ -6,6 +6,8 @@
 mod common;
 
 use bytes::Bytes;
+use common::groups::{commit_offset, committed, group};
+use common::wire::create_topic;
 use common::wire::Wire;
 use common::BrokerProcess;
 use kafka_protocol::messages::delete_records_request::{
@@ -15,31 +17,17 @@ use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
 use kafka_protocol::messages::offset_delete_request::{
     OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
 };
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
 
 use common::wire::{str_bytes as s, topic_name as name};
-
-fn group(text: &str) -> GroupId {
-    GroupId(s(text))
-}
-
-/// Creates `topic` (one partition) through Metadata's auto-creation.
-fn create_topic(wire: &mut Wire, topic: &str) {
-    assert_eq!(common::wire::auto_create_topic(wire, topic).error_code, 0);
-}
 
 /// Produces a batch of `n` records to partition 0 of `topic`; returns its size in bytes.
 fn produce(wire: &mut Wire, topic: &str, n: usize) -> usize {
@@ -49,19 +37,7 @@ fn produce(wire: &mut Wire, topic: &str, n: usize) -> usize {
     }
     let records = Bytes::from(builder.build().unwrap());
     let size = records.len();
-    let response: ProduceResponse = wire.call(
-        ApiKey::Produce,
-        9,
-        &ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(records))])]),
-    );
-    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    assert_eq!(common::wire::produce(wire, topic, 0, records).error_code, 0);
     size
 }
 
@@ -127,33 +103,11 @@ fn leave(wire: &mut Wire, group_id: &str, member: &str) {
 
 /// Commits `offset` for partition 0 of `topic` from outside any group (generation -1).
 fn commit(wire: &mut Wire, group_id: &str, topic: &str, offset: i64) {
-    let response: OffsetCommitResponse = wire.call(
-        ApiKey::OffsetCommit,
-        7,
-        &OffsetCommitRequest::default()
-            .with_group_id(group(group_id))
-            .with_generation_id_or_member_epoch(-1)
-            .with_member_id(s(""))
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(name(topic))
-                .with_partitions(vec![OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)])]),
-    );
-    assert_eq!(response.topics[0].partitions[0].error_code, 0);
-}
-
-fn committed(wire: &mut Wire, group_id: &str, topic: &str) -> i64 {
-    let response: OffsetFetchResponse = wire.call(
-        ApiKey::OffsetFetch,
-        7,
-        &OffsetFetchRequest::default()
-            .with_group_id(group(group_id))
-            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-                .with_name(name(topic))
-                .with_partition_indexes(vec![0])])),
-    );
-    response.topics[0].partitions[0].committed_offset
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(group_id))
+        .with_generation_id_or_member_epoch(-1)
+        .with_member_id(s(""));
+    assert_eq!(commit_offset(wire, 7, request, topic, offset), 0);
 }
 
 /// ListGroups at `version` with a states filter: (group, state, protocol type), in id order.
@@ -257,11 +211,7 @@ fn offset_delete(
 fn advertised(wire: &mut Wire, api: ApiKey) -> Option<(i16, i16)> {
     let response: ApiVersionsResponse =
         wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    response
-        .api_keys
-        .iter()
-        .find(|k| k.api_key == api as i16)
-        .map(|k| (k.min_version, k.max_version))
+    common::wire::advertised(&response, api)
 }
 
 #[test]

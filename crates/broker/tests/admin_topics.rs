@@ -35,10 +35,7 @@ const BROKER: i8 = 4;
 use common::wire::{str_bytes as s, topic_name as name};
 
 fn start() -> (tempfile::TempDir, BrokerProcess, Wire) {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start(dir.path(), FLAGS);
-    let wire = Wire::connect(broker.addr);
-    (dir, broker, wire)
+    common::start_connected(FLAGS)
 }
 
 fn topic(n: &str, partitions: i32, replication: i16, configs: &[(&str, &str)]) -> CreatableTopic {
@@ -829,23 +826,10 @@ fn what_the_admin_apis_answered_survives_a_crash_right_after() {
 
 /// Produces one batch of one `value_len`-byte record to `topic`-0 (acks=all): the error code.
 fn produce_one(wire: &mut Wire, topic: &str, value_len: usize) -> i16 {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     let mut b = oncelog::format::BatchBuilder::new();
     b.append(1_700_000_000_000, None, Some(&vec![b'v'; value_len]), &[]);
     let records = bytes::Bytes::from(b.build().unwrap());
-    let response: ProduceResponse = wire.call(
-        ApiKey::Produce,
-        9,
-        &ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
-                    .with_records(Some(records))])]),
-    );
-    response.responses[0].partition_responses[0].error_code
+    common::wire::produce(wire, topic, 0, records).error_code
 }
 
 /// Altered settings are applied live, as Kafka applies them: a lowered `max.message.bytes`

@@ -11,21 +11,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use common::wire::Wire;
 use common::BrokerProcess;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState};
 use kafka_protocol::messages::describe_transactions_response::TransactionState as Described;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::fetch_response::PartitionData;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::write_txn_markers_response::WritableTxnMarkerResult;
 use kafka_protocol::messages::*;
-use oncelog::format::BatchBuilder;
 
-use common::wire::{str_bytes as s, topic_name as name};
+use common::txn::{add_partitions, batch, fetch_committed, init_txn, TS};
+use common::wire::{create_topic, str_bytes as s, topic_name as name};
 
 // Kafka's error codes.
 const NONE: i16 = 0;
@@ -37,9 +34,6 @@ const INVALID_PRODUCER_EPOCH: i16 = 47;
 const TRANSACTION_COORDINATOR_FENCED: i16 = 52;
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
 
-/// Record timestamps of the batches these tests write.
-const TS: i64 = 1_700_000_000_000;
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -48,43 +42,12 @@ fn now_ms() -> i64 {
 }
 
 fn start() -> (tempfile::TempDir, BrokerProcess, Wire) {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start(dir.path(), &["--partitions", "2"]);
-    let wire = Wire::connect(broker.addr);
-    (dir, broker, wire)
-}
-
-fn create_topic(wire: &mut Wire, topic: &str) {
-    assert_eq!(common::wire::auto_create_topic(wire, topic).error_code, 0);
-}
-
-/// A batch of `n` records from producer (id, epoch) at `sequence`, timestamps `TS..TS + n`.
-fn batch(pid: i64, epoch: i16, sequence: i32, n: usize, transactional: bool) -> Bytes {
-    let mut builder = BatchBuilder::new()
-        .partition_leader_epoch(0)
-        .producer(pid, epoch, sequence)
-        .transactional(transactional);
-    for i in 0..n {
-        builder.append(TS + i as i64, None, Some(b"value"), &[]);
-    }
-    Bytes::from(builder.build().unwrap())
+    common::start_connected(&["--partitions", "2"])
 }
 
 /// Produces `records` to `topic`-`partition` (acks=all); returns the base offset.
 fn produce(wire: &mut Wire, topic: &str, partition: i32, records: Bytes) -> i64 {
-    let response: ProduceResponse = wire.call(
-        ApiKey::Produce,
-        9,
-        &ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(name(topic))
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])]),
-    );
-    let p = &response.responses[0].partition_responses[0];
+    let p = common::wire::produce(wire, topic, partition, records);
     assert_eq!(p.error_code, NONE);
     p.base_offset
 }
@@ -104,48 +67,9 @@ fn idempotent_producer(wire: &mut Wire) -> (i64, i16) {
     (r.producer_id.0, r.producer_epoch)
 }
 
-fn init_txn(wire: &mut Wire, id: &str, timeout_ms: i32) -> (i64, i16) {
-    let r: InitProducerIdResponse = wire.call(
-        ApiKey::InitProducerId,
-        4,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(s(id))))
-            .with_transaction_timeout_ms(timeout_ms)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1),
-    );
-    assert_eq!(r.error_code, NONE);
-    (r.producer_id.0, r.producer_epoch)
-}
-
-fn add_partitions(wire: &mut Wire, id: &str, (pid, epoch): (i64, i16), topic: &str, parts: &[i32]) {
-    let r: AddPartitionsToTxnResponse = wire.call(
-        ApiKey::AddPartitionsToTxn,
-        3,
-        &AddPartitionsToTxnRequest::default()
-            .with_v3_and_below_transactional_id(TransactionalId(s(id)))
-            .with_v3_and_below_producer_id(ProducerId(pid))
-            .with_v3_and_below_producer_epoch(epoch)
-            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(name(topic))
-                .with_partitions(parts.to_vec())]),
-    );
-    for p in &r.results_by_topic_v3_and_below[0].results_by_partition {
-        assert_eq!(p.partition_error_code, NONE);
-    }
-}
-
-fn end_txn(wire: &mut Wire, id: &str, (pid, epoch): (i64, i16), commit: bool) {
-    let r: EndTxnResponse = wire.call(
-        ApiKey::EndTxn,
-        3,
-        &EndTxnRequest::default()
-            .with_transactional_id(TransactionalId(s(id)))
-            .with_producer_id(ProducerId(pid))
-            .with_producer_epoch(epoch)
-            .with_committed(commit),
-    );
-    assert_eq!(r.error_code, NONE);
+/// EndTxn v3, which must succeed.
+fn end_txn(wire: &mut Wire, id: &str, txn: (i64, i16), commit: bool) {
+    assert_eq!(common::txn::end_txn(wire, 3, id, txn, commit).0, NONE);
 }
 
 /// DescribeProducers of `topic` and `partitions`: the per-partition answers.
@@ -272,41 +196,11 @@ fn marker_errors(results: &[WritableTxnMarkerResult]) -> Vec<(i64, String, i32, 
         .collect()
 }
 
-/// A read_committed fetch of `topic`-`partition` from offset 0: the partition's answer (its
-/// last stable offset, high watermark and aborted transactions).
-fn fetch_committed(wire: &mut Wire, topic: &str, partition: i32) -> PartitionData {
-    let mut r: FetchResponse = wire.call(
-        ApiKey::Fetch,
-        11,
-        &FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(name(topic))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(0)
-                    .with_partition_max_bytes(1 << 20)])]),
-    );
-    let p = r.responses.remove(0).partitions.remove(0);
-    assert_eq!(p.error_code, NONE);
-    p
-}
-
 #[test]
 fn the_transaction_tools_are_advertised_at_the_versions_they_fill_and_no_newer_one_is_answered() {
     let (_dir, broker, mut wire) = start();
     let r: ApiVersionsResponse = wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    let range = |key: ApiKey| {
-        r.api_keys
-            .iter()
-            .find(|k| k.api_key == key as i16)
-            .map(|k| (k.min_version, k.max_version))
-    };
+    let range = |key: ApiKey| common::wire::advertised(&r, key);
     assert_eq!(range(ApiKey::WriteTxnMarkers), Some((1, 1)));
     assert_eq!(range(ApiKey::DescribeProducers), Some((0, 0)));
     assert_eq!(range(ApiKey::DescribeTransactions), Some((0, 0)));
@@ -337,7 +231,7 @@ fn describe_producers_answers_every_producer_of_the_engines_table() {
     produce(&mut wire, "p", 0, batch(idem, idem_epoch, 0, 3, false));
     produce(&mut wire, "p", 0, batch(idem, idem_epoch, 3, 2, false));
     // A transactional producer with its coordinator: its transaction starts at offset 5.
-    let txn = init_txn(&mut wire, "dp-tx", 60_000);
+    let txn = init_txn(&mut wire, 4, "dp-tx", 60_000);
     add_partitions(&mut wire, "dp-tx", txn, "p", &[0]);
     assert_eq!(
         produce(&mut wire, "p", 0, batch(txn.0, txn.1, 0, 4, true)),
@@ -454,12 +348,12 @@ fn describe_producers_refuses_unknown_and_invalid_topics_and_partitions_with_kaf
 fn list_transactions_answers_the_coordinators_ids_through_its_filters() {
     let (_dir, _broker, mut wire) = start();
     create_topic(&mut wire, "l");
-    let open = init_txn(&mut wire, "lt-open", 60_000);
+    let open = init_txn(&mut wire, 4, "lt-open", 60_000);
     add_partitions(&mut wire, "lt-open", open, "l", &[0, 1]);
-    let done = init_txn(&mut wire, "lt-done", 60_000);
+    let done = init_txn(&mut wire, 4, "lt-done", 60_000);
     add_partitions(&mut wire, "lt-done", done, "l", &[0]);
     end_txn(&mut wire, "lt-done", done, false);
-    let idle = init_txn(&mut wire, "lt-idle", 60_000);
+    let idle = init_txn(&mut wire, 4, "lt-idle", 60_000);
 
     let all = list_transactions(&mut wire, 0, ListTransactionsRequest::default());
     assert_eq!(
@@ -569,7 +463,7 @@ fn describe_transactions_answers_the_coordinators_state_and_refuses_unknown_and_
     let (_dir, _broker, mut wire) = start();
     create_topic(&mut wire, "d");
     create_topic(&mut wire, "e");
-    let txn = init_txn(&mut wire, "dt", 45_000);
+    let txn = init_txn(&mut wire, 4, "dt", 45_000);
     let before = now_ms();
     add_partitions(&mut wire, "dt", txn, "e", &[1]);
     add_partitions(&mut wire, "dt", txn, "d", &[1, 0]);
@@ -748,7 +642,7 @@ fn producer_and_transaction_state_survive_a_sigkill() {
         vec![marker(pid, epoch, 3, false, &[("k", &[0])])],
     );
     produce(&mut wire, "k", 0, batch(pid, epoch, 2, 2, false));
-    let open = init_txn(&mut wire, "kt", 60_000);
+    let open = init_txn(&mut wire, 4, "kt", 60_000);
     add_partitions(&mut wire, "kt", open, "k", &[1]);
     produce(&mut wire, "k", 1, batch(open.0, open.1, 0, 1, true));
     let before = producers(&mut wire, "k", 0);

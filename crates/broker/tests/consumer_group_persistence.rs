@@ -13,37 +13,23 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::wire::{str_bytes as s, topic_name as name, Wire};
-use common::BrokerProcess;
-use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+use common::groups::{
+    assignment, beat_request, commit_offset, describe_consumer_group as describe, group, heartbeat,
+    join_request, Owned,
 };
+use common::wire::{str_bytes as s, Wire};
+use common::BrokerProcess;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use oncelog::format::ConsumerRecordIter;
 use oncelog_broker::consumer_group_records::{RecordKey, RecordValue};
-use uuid::Uuid;
-
-type Owned = BTreeMap<Uuid, BTreeSet<i32>>;
 
 const TOPIC: &str = "cgp";
-
-fn group(text: &str) -> GroupId {
-    GroupId(s(text))
-}
 
 /// A broker with `TOPIC` (4 partitions).
 fn start(data: &Path, extra: &[&str]) -> BrokerProcess {
     let mut args = vec!["--partitions", "4"];
     args.extend_from_slice(extra);
-    let broker = BrokerProcess::start(data, &args);
-    let mut wire = Wire::connect(broker.addr);
-    assert_eq!(
-        common::wire::auto_create_topic(&mut wire, TOPIC).error_code,
-        0
-    );
-    broker
+    common::start_with_topic(data, &args, TOPIC)
 }
 
 /// A member as its client knows itself.
@@ -57,16 +43,7 @@ struct Member {
 impl Member {
     fn join(broker: &BrokerProcess, g: &str, id: &str) -> Member {
         let mut wire = Wire::connect(broker.addr);
-        let r = heartbeat(
-            &mut wire,
-            &ConsumerGroupHeartbeatRequest::default()
-                .with_group_id(group(g))
-                .with_member_id(s(id))
-                .with_member_epoch(0)
-                .with_rebalance_timeout_ms(30_000)
-                .with_subscribed_topic_names(Some(vec![name(TOPIC)]))
-                .with_topic_partitions(Some(Vec::new())),
-        );
+        let r = heartbeat(&mut wire, &join_request(g, id, &[TOPIC]));
         assert_eq!(r.error_code, 0, "{:?}", r.error_message);
         Member {
             wire,
@@ -95,51 +72,12 @@ impl Member {
     }
 
     fn beat_request(&self, g: &str, epoch: i32) -> ConsumerGroupHeartbeatRequest {
-        ConsumerGroupHeartbeatRequest::default()
-            .with_group_id(group(g))
-            .with_member_id(s(&self.id))
-            .with_member_epoch(epoch)
-            .with_rebalance_timeout_ms(-1)
-            .with_topic_partitions(Some(
-                self.owned
-                    .iter()
-                    .map(|(id, ps)| {
-                        TopicPartitions::default()
-                            .with_topic_id(*id)
-                            .with_partitions(ps.iter().copied().collect())
-                    })
-                    .collect(),
-            ))
+        beat_request(g, &self.id, epoch, &self.owned)
     }
 
     fn reconnect(&mut self, broker: &BrokerProcess) {
         self.wire = Wire::connect(broker.addr);
     }
-}
-
-fn heartbeat(
-    wire: &mut Wire,
-    request: &ConsumerGroupHeartbeatRequest,
-) -> ConsumerGroupHeartbeatResponse {
-    wire.call(ApiKey::ConsumerGroupHeartbeat, 1, request)
-}
-
-fn assignment(response: &ConsumerGroupHeartbeatResponse) -> Option<Owned> {
-    response.assignment.as_ref().map(|a| {
-        a.topic_partitions
-            .iter()
-            .map(|t| (t.topic_id, t.partitions.iter().copied().collect()))
-            .collect()
-    })
-}
-
-fn describe(wire: &mut Wire, g: &str) -> consumer_group_describe_response::DescribedGroup {
-    let mut response: ConsumerGroupDescribeResponse = wire.call(
-        ApiKey::ConsumerGroupDescribe,
-        1,
-        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group(g)]),
-    );
-    response.groups.remove(0)
 }
 
 /// Heartbeats until the group is Stable (every member reconciled to the target).
@@ -159,46 +97,24 @@ fn settle(g: &str, members: &mut [Member]) {
 
 /// An OffsetCommit v9 of partition 0 at `offset` by a member at `epoch`.
 fn commit(wire: &mut Wire, g: &str, member: &str, epoch: i32, offset: i64) -> i16 {
-    let response: OffsetCommitResponse = wire.call(
-        ApiKey::OffsetCommit,
-        9,
-        &OffsetCommitRequest::default()
-            .with_group_id(group(g))
-            .with_member_id(s(member))
-            .with_generation_id_or_member_epoch(epoch)
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(name(TOPIC))
-                .with_partitions(vec![OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)])]),
-    );
-    response.topics[0].partitions[0].error_code
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(s(member))
+        .with_generation_id_or_member_epoch(epoch);
+    commit_offset(wire, 9, request, TOPIC, offset)
 }
 
 /// Every consumer-group record of the broker's offsets log, in log order (`None`: a
 /// tombstone). Read from its files after the broker stopped.
 fn consumer_group_records(data: &Path) -> Vec<(RecordKey, Option<RecordValue>)> {
     let dir = data.join(oncelog_broker::offsets_log::DIR_NAME);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|f| f.unwrap().path())
-        .filter(|f| f.extension().is_some_and(|e| e == "log"))
-        .collect();
-    files.sort();
     let mut out = Vec::new();
-    for file in files {
-        let bytes = Bytes::from(std::fs::read(&file).unwrap());
-        for r in ConsumerRecordIter::new(bytes, 0) {
-            let r = r.unwrap();
-            let Some(key) = RecordKey::decode(r.key.as_ref().unwrap()).unwrap() else {
-                continue;
-            };
-            let value = r
-                .value
-                .as_ref()
-                .map(|v| RecordValue::decode(&key, v).unwrap());
-            out.push((key, value));
-        }
+    for (key, value) in common::groups::log_records(&dir) {
+        let Some(key) = RecordKey::decode(&key).unwrap() else {
+            continue;
+        };
+        let value = value.map(|v| RecordValue::decode(&key, &v).unwrap());
+        out.push((key, value));
     }
     out
 }

@@ -9,25 +9,17 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::wire::{str_bytes as s, topic_name as name, Wire};
-use common::BrokerProcess;
-use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
-use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+use common::groups::{
+    assignment, beat_request, commit_offset, describe_consumer_group as describe, group, heartbeat,
+    join_request, Owned,
 };
+use common::wire::{create_topic, str_bytes as s, Wire};
+use common::BrokerProcess;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-
-/// Partitions by topic id, as the heartbeat carries them.
-type Owned = BTreeMap<Uuid, BTreeSet<i32>>;
-use uuid::Uuid;
-
-fn group(text: &str) -> GroupId {
-    GroupId(s(text))
-}
 
 /// A broker whose auto-created topics have `partitions` partitions.
 fn broker(data: &std::path::Path, partitions: i32, extra: &[&str]) -> BrokerProcess {
@@ -37,90 +29,17 @@ fn broker(data: &std::path::Path, partitions: i32, extra: &[&str]) -> BrokerProc
     BrokerProcess::start(data, &args)
 }
 
-/// Creates `topic` and answers its id.
-fn create_topic(wire: &mut Wire, topic: &str) -> Uuid {
-    let created = common::wire::auto_create_topic(wire, topic);
-    assert_eq!(created.error_code, 0);
-    created.topic_id
-}
-
-fn owned_list(owned: &Owned) -> Vec<TopicPartitions> {
-    owned
-        .iter()
-        .map(|(id, ps)| {
-            TopicPartitions::default()
-                .with_topic_id(*id)
-                .with_partitions(ps.iter().copied().collect())
-        })
-        .collect()
-}
-
-/// A first heartbeat (epoch 0) subscribing to `topics`.
-fn join_request(g: &str, member: &str, topics: &[&str]) -> ConsumerGroupHeartbeatRequest {
-    ConsumerGroupHeartbeatRequest::default()
-        .with_group_id(group(g))
-        .with_member_id(s(member))
-        .with_member_epoch(0)
-        .with_rebalance_timeout_ms(30_000)
-        .with_subscribed_topic_names(Some(topics.iter().map(|t| name(t)).collect()))
-        .with_topic_partitions(Some(Vec::new()))
-}
-
-/// A later heartbeat at `epoch` reporting `owned`.
-fn beat_request(g: &str, member: &str, epoch: i32, owned: &Owned) -> ConsumerGroupHeartbeatRequest {
-    ConsumerGroupHeartbeatRequest::default()
-        .with_group_id(group(g))
-        .with_member_id(s(member))
-        .with_member_epoch(epoch)
-        .with_rebalance_timeout_ms(-1)
-        .with_topic_partitions(Some(owned_list(owned)))
-}
-
-fn heartbeat(
-    wire: &mut Wire,
-    request: &ConsumerGroupHeartbeatRequest,
-) -> ConsumerGroupHeartbeatResponse {
-    wire.call(ApiKey::ConsumerGroupHeartbeat, 1, request)
-}
-
-/// The assignment of a heartbeat answer (`None`: not sent, unchanged).
-fn assignment(response: &ConsumerGroupHeartbeatResponse) -> Option<Owned> {
-    response.assignment.as_ref().map(|a| {
-        a.topic_partitions
-            .iter()
-            .map(|t| (t.topic_id, t.partitions.iter().copied().collect()))
-            .collect()
-    })
-}
-
 fn count(owned: &Owned) -> usize {
     owned.values().map(BTreeSet::len).sum()
 }
 
-fn describe(wire: &mut Wire, g: &str) -> consumer_group_describe_response::DescribedGroup {
-    let mut response: ConsumerGroupDescribeResponse = wire.call(
-        ApiKey::ConsumerGroupDescribe,
-        1,
-        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group(g)]),
-    );
-    response.groups.remove(0)
-}
-
+/// An OffsetCommit at `version` of offset 7 for partition 0 of `topic` by a member at `epoch`.
 fn commit(wire: &mut Wire, version: i16, g: &str, member: &str, epoch: i32, topic: &str) -> i16 {
-    let response: OffsetCommitResponse = wire.call(
-        ApiKey::OffsetCommit,
-        version,
-        &OffsetCommitRequest::default()
-            .with_group_id(group(g))
-            .with_member_id(s(member))
-            .with_generation_id_or_member_epoch(epoch)
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(name(topic))
-                .with_partitions(vec![OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(7)])]),
-    );
-    response.topics[0].partitions[0].error_code
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(g))
+        .with_member_id(s(member))
+        .with_generation_id_or_member_epoch(epoch);
+    commit_offset(wire, version, request, topic, 7)
 }
 
 #[test]

@@ -13,18 +13,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::wire::{str_bytes as s, topic_name as name, Wire};
+use common::groups::{commit_offset, group};
+use common::wire::{str_bytes as s, Wire};
 use common::BrokerProcess;
 use kafka_protocol::messages::describe_groups_response::DescribedGroup;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
-use oncelog::format::ConsumerRecordIter;
 use oncelog_broker::group_metadata::{decode_value, encode_value, GroupMetadata};
 use oncelog_broker::offsets_log::encode_group_key;
 
@@ -34,10 +30,6 @@ const ILLEGAL_GENERATION: i16 = 22;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const FENCED_INSTANCE_ID: i16 = 82;
-
-fn group(text: &str) -> GroupId {
-    GroupId(s(text))
-}
 
 /// A consumer's subscription to `TOPIC` (ConsumerProtocolSubscription v0: version, topics,
 /// no user data).
@@ -132,6 +124,7 @@ fn heartbeat(
     r.error_code
 }
 
+/// An OffsetCommit v8 of `offset` for partition 0 of `TOPIC` by a member of `generation`.
 fn commit(
     wire: &mut Wire,
     group_id: &str,
@@ -140,34 +133,16 @@ fn commit(
     generation: i32,
     offset: i64,
 ) -> i16 {
-    let r: OffsetCommitResponse = wire.call(
-        ApiKey::OffsetCommit,
-        8,
-        &OffsetCommitRequest::default()
-            .with_group_id(group(group_id))
-            .with_generation_id_or_member_epoch(generation)
-            .with_member_id(s(member))
-            .with_group_instance_id(instance.map(s))
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(name(TOPIC))
-                .with_partitions(vec![OffsetCommitRequestPartition::default()
-                    .with_partition_index(0)
-                    .with_committed_offset(offset)])]),
-    );
-    r.topics[0].partitions[0].error_code
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group(group_id))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(s(member))
+        .with_group_instance_id(instance.map(s));
+    commit_offset(wire, 8, request, TOPIC, offset)
 }
 
 fn committed(wire: &mut Wire, group_id: &str) -> i64 {
-    let r: OffsetFetchResponse = wire.call(
-        ApiKey::OffsetFetch,
-        7,
-        &OffsetFetchRequest::default()
-            .with_group_id(group(group_id))
-            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-                .with_name(name(TOPIC))
-                .with_partition_indexes(vec![0])])),
-    );
-    r.topics[0].partitions[0].committed_offset
+    common::groups::committed(wire, group_id, TOPIC)
 }
 
 fn describe(wire: &mut Wire, group_id: &str) -> DescribedGroup {
@@ -202,13 +177,7 @@ fn leave(wire: &mut Wire, group_id: &str, members: &[(&str, Option<&str>)]) -> V
 
 /// A broker with `TOPIC` (two partitions).
 fn start(data: &Path) -> BrokerProcess {
-    let broker = BrokerProcess::start(data, &["--partitions", "2"]);
-    let mut wire = Wire::connect(broker.addr);
-    assert_eq!(
-        common::wire::auto_create_topic(&mut wire, TOPIC).error_code,
-        0
-    );
-    broker
+    common::start_with_topic(data, &["--partitions", "2"], TOPIC)
 }
 
 /// The assignment the leader hands member `i` (opaque to the broker).
@@ -708,33 +677,9 @@ fn unhex(text: &str) -> Vec<u8> {
 /// Every (key, value) of a `__consumer_offsets`-style log directory's segments whose key is
 /// a group-metadata key (version 2).
 fn group_records(dir: &Path) -> Vec<(Bytes, Option<Bytes>)> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let bytes = std::fs::read(&file).unwrap();
-        // A preallocated segment ends in zeros: the batches stop at the first empty header.
-        let mut end = 0;
-        while end + 12 <= bytes.len() {
-            let len = i32::from_be_bytes(bytes[end + 8..end + 12].try_into().unwrap());
-            if len <= 0 {
-                break;
-            }
-            end += 12 + len as usize;
-        }
-        for r in ConsumerRecordIter::new(Bytes::from(bytes).slice(..end), 0) {
-            let r = r.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-            let key = r.key.expect("a key");
-            if key[..2] == [0, 2] {
-                out.push((key, r.value));
-            }
-        }
-    }
-    out
+    let mut records = common::groups::log_records(dir);
+    records.retain(|(key, _)| key[..2] == [0, 2]);
+    records
 }
 
 #[test]

@@ -135,13 +135,7 @@ fn api_versions_lists_every_api_and_a_newer_version_gets_error_35_in_a_v0_body()
             .with_client_software_version(StrBytes::from_static_str("1")),
     );
     assert_eq!(response.error_code, 0);
-    let range = |key: ApiKey| {
-        response
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == key as i16)
-            .map(|k| (k.min_version, k.max_version))
-    };
+    let range = |key: ApiKey| common::wire::advertised(&response, key);
     // Produce from v3 and Fetch from v4: clients then send and expect magic-2 batches only.
     assert_eq!(range(ApiKey::Produce).map(|r| r.0), Some(3));
     assert_eq!(range(ApiKey::Fetch).map(|r| r.0), Some(4));

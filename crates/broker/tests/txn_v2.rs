@@ -16,17 +16,15 @@ use kafka_protocol::messages::add_partitions_to_txn_request::{
 };
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::describe_transactions_response::TransactionState as Described;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::*;
-use oncelog::format::BatchBuilder;
 
-use common::wire::{str_bytes as s, topic_name as name};
+use common::txn::{add_partitions, end_txn as end, fetch_committed, init_txn};
+use common::wire::{create_topic, str_bytes as s, topic_name as name};
 
 // Kafka's error codes.
 const NONE: i16 = 0;
@@ -38,28 +36,15 @@ const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const PRODUCER_FENCED: i16 = 90;
 const TRANSACTION_ABORTABLE: i16 = 120;
 
-const TS: i64 = 1_700_000_000_000;
-
 fn start() -> (tempfile::TempDir, BrokerProcess, Wire) {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start(dir.path(), &["--partitions", "2"]);
-    let mut wire = Wire::connect(broker.addr);
-    assert_eq!(
-        common::wire::auto_create_topic(&mut wire, "t").error_code,
-        0
-    );
+    let (dir, broker, mut wire) = common::start_connected(&["--partitions", "2"]);
+    create_topic(&mut wire, "t");
     (dir, broker, wire)
 }
 
+/// A transactional batch of `n` records from producer (id, epoch) at `sequence`.
 fn batch(pid: i64, epoch: i16, sequence: i32, n: usize) -> Bytes {
-    let mut builder = BatchBuilder::new()
-        .partition_leader_epoch(0)
-        .producer(pid, epoch, sequence)
-        .transactional(true);
-    for i in 0..n {
-        builder.append(TS + i as i64, None, Some(b"value"), &[]);
-    }
-    Bytes::from(builder.build().unwrap())
+    common::txn::batch(pid, epoch, sequence, n, true)
 }
 
 /// A transactional Produce at `version` (12+: transaction version 2) of one batch to each of
@@ -98,41 +83,7 @@ fn produce(
 }
 
 fn init(wire: &mut Wire, id: &str) -> (i64, i16) {
-    init_with_timeout(wire, id, 60_000)
-}
-
-fn init_with_timeout(wire: &mut Wire, id: &str, timeout_ms: i32) -> (i64, i16) {
-    let r: InitProducerIdResponse = wire.call(
-        ApiKey::InitProducerId,
-        5,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(s(id))))
-            .with_transaction_timeout_ms(timeout_ms)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1),
-    );
-    assert_eq!(r.error_code, NONE);
-    (r.producer_id.0, r.producer_epoch)
-}
-
-/// EndTxn at `version`: (error, producer id, epoch) as answered (-1, -1 below v5).
-fn end(
-    wire: &mut Wire,
-    version: i16,
-    id: &str,
-    (pid, epoch): (i64, i16),
-    commit: bool,
-) -> (i16, i64, i16) {
-    let r: EndTxnResponse = wire.call(
-        ApiKey::EndTxn,
-        version,
-        &EndTxnRequest::default()
-            .with_transactional_id(TransactionalId(s(id)))
-            .with_producer_id(ProducerId(pid))
-            .with_producer_epoch(epoch)
-            .with_committed(commit),
-    );
-    (r.error_code, r.producer_id.0, r.producer_epoch)
+    init_txn(wire, 5, id, 60_000)
 }
 
 fn describe(wire: &mut Wire, id: &str) -> Described {
@@ -184,29 +135,6 @@ fn partition_producer(wire: &mut Wire, partition: i32, pid: i64) -> (i32, i64) {
     (s.producer_epoch, s.current_txn_start_offset)
 }
 
-fn fetch_committed(wire: &mut Wire, partition: i32) -> PartitionData {
-    let mut r: FetchResponse = wire.call(
-        ApiKey::Fetch,
-        11,
-        &FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(1 << 20)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(name("t"))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(partition)
-                    .with_fetch_offset(0)
-                    .with_partition_max_bytes(1 << 20)])]),
-    );
-    let p = r.responses.remove(0).partitions.remove(0);
-    assert_eq!(p.error_code, NONE);
-    p
-}
-
 /// AddPartitionsToTxn v4 for one transaction: the per-partition codes, in request order.
 fn add_v4(
     wire: &mut Wire,
@@ -244,12 +172,7 @@ fn add_v4(
 fn api_versions_finalizes_transaction_version_2_and_advertises_its_request_versions() {
     let (_dir, broker, mut wire) = start();
     let r: ApiVersionsResponse = wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
-    let range = |key: ApiKey| {
-        r.api_keys
-            .iter()
-            .find(|k| k.api_key == key as i16)
-            .map(|k| (k.min_version, k.max_version))
-    };
+    let range = |key: ApiKey| common::wire::advertised(&r, key);
     assert_eq!(range(ApiKey::EndTxn), Some((0, 5)));
     assert_eq!(range(ApiKey::AddPartitionsToTxn), Some((0, 4)));
     assert_eq!(range(ApiKey::TxnOffsetCommit), Some((0, 5)));
@@ -322,7 +245,7 @@ fn produce_v12_adds_its_partitions_and_end_txn_v5_bumps_the_epoch_of_the_markers
             "the COMMIT marker carries the bumped epoch and closes the transaction"
         );
     }
-    let committed = fetch_committed(&mut wire, 0);
+    let committed = fetch_committed(&mut wire, "t", 0);
     assert_eq!(committed.last_stable_offset, 5, "4 records and the marker");
     assert_eq!(
         state(&mut wire, "v2"),
@@ -366,7 +289,7 @@ fn a_late_batch_of_an_ended_transaction_is_fenced_and_not_appended() {
         vec![(NONE, 0)]
     );
     assert_eq!(end(&mut wire, 5, "late", (pid, e0), true).0, NONE);
-    let end_offset = fetch_committed(&mut wire, 0).high_watermark;
+    let end_offset = fetch_committed(&mut wire, "t", 0).high_watermark;
     // The zombie's batch, with the old epoch: refused by the coordinator under version 2 ...
     assert_eq!(
         produce(&mut wire, 12, "late", &[(0, batch(pid, e0, 1, 1))]),
@@ -377,7 +300,10 @@ fn a_late_batch_of_an_ended_transaction_is_fenced_and_not_appended() {
         produce(&mut wire, 11, "late", &[(0, batch(pid, e0, 1, 1))]),
         vec![(INVALID_PRODUCER_EPOCH, -1)]
     );
-    assert_eq!(fetch_committed(&mut wire, 0).high_watermark, end_offset);
+    assert_eq!(
+        fetch_committed(&mut wire, "t", 0).high_watermark,
+        end_offset
+    );
     assert_eq!(
         state(&mut wire, "late"),
         ("CompleteCommit".into(), pid, e0 + 1, vec![]),
@@ -410,14 +336,14 @@ fn produce_v12_refusals_get_kafkas_codes_and_write_nothing() {
         vec![(UNKNOWN_TOPIC_OR_PARTITION, -1)]
     );
     assert_eq!(state(&mut wire, "r"), ("Empty".into(), pid, epoch, vec![]));
-    assert_eq!(fetch_committed(&mut wire, 0).high_watermark, 0);
+    assert_eq!(fetch_committed(&mut wire, "t", 0).high_watermark, 0);
 }
 
 /// The numbers are Kafka 4.4's for the same requests (README, Transactions).
 #[test]
 fn a_timed_out_version_2_transaction_is_aborted_with_one_bump_and_its_producer_carries_on() {
     let (_dir, _broker, mut wire) = start();
-    let (pid, e0) = init_with_timeout(&mut wire, "slow", 300);
+    let (pid, e0) = init_txn(&mut wire, 5, "slow", 300);
     produce(&mut wire, 12, "slow", &[(0, batch(pid, e0, 0, 1))]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while state(&mut wire, "slow").0 != "CompleteAbort" {
@@ -489,21 +415,7 @@ fn an_init_producer_id_fences_an_open_version_2_transaction_and_its_zombie_learn
 fn an_init_producer_id_fences_an_open_version_1_transaction_with_one_bump() {
     let (_dir, _broker, mut wire) = start();
     let (pid, e0) = init(&mut wire, "z1");
-    let r: AddPartitionsToTxnResponse = wire.call(
-        ApiKey::AddPartitionsToTxn,
-        3,
-        &AddPartitionsToTxnRequest::default()
-            .with_v3_and_below_transactional_id(TransactionalId(s("z1")))
-            .with_v3_and_below_producer_id(ProducerId(pid))
-            .with_v3_and_below_producer_epoch(e0)
-            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(name("t"))
-                .with_partitions(vec![0])]),
-    );
-    assert_eq!(
-        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
-        NONE
-    );
+    add_partitions(&mut wire, "z1", (pid, e0), "t", &[0]);
     produce(&mut wire, 11, "z1", &[(0, batch(pid, e0, 0, 1))]);
     assert_eq!(init(&mut wire, "z1"), (pid, e0 + 1));
     assert_eq!(
@@ -584,7 +496,7 @@ fn an_abort_with_nothing_added_bumps_the_epoch_under_version_2_only() {
         state(&mut wire, "empty"),
         ("CompleteAbort".into(), pid, e0 + 1, vec![])
     );
-    assert_eq!(fetch_committed(&mut wire, 0).high_watermark, 0);
+    assert_eq!(fetch_committed(&mut wire, "t", 0).high_watermark, 0);
     // A commit of nothing stays refused.
     assert_eq!(
         end(&mut wire, 5, "empty", (pid, e0 + 1), true),
@@ -596,21 +508,7 @@ fn an_abort_with_nothing_added_bumps_the_epoch_under_version_2_only() {
 fn version_1_requests_keep_the_epoch_and_complete_states_last_until_the_next_transaction() {
     let (_dir, _broker, mut wire) = start();
     let (pid, e0) = init(&mut wire, "v1");
-    let r: AddPartitionsToTxnResponse = wire.call(
-        ApiKey::AddPartitionsToTxn,
-        3,
-        &AddPartitionsToTxnRequest::default()
-            .with_v3_and_below_transactional_id(TransactionalId(s("v1")))
-            .with_v3_and_below_producer_id(ProducerId(pid))
-            .with_v3_and_below_producer_epoch(e0)
-            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(name("t"))
-                .with_partitions(vec![0])]),
-    );
-    assert_eq!(
-        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
-        NONE
-    );
+    add_partitions(&mut wire, "v1", (pid, e0), "t", &[0]);
     assert_eq!(
         produce(&mut wire, 11, "v1", &[(0, batch(pid, e0, 0, 2))]),
         vec![(NONE, 0)]
@@ -760,7 +658,7 @@ fn a_sigkill_mid_transaction_aborts_it_at_restart_with_one_bump_and_the_producer
         (i32::from(e0 + 1), -1)
     );
     assert_eq!(
-        fetch_committed(&mut wire, 0)
+        fetch_committed(&mut wire, "t", 0)
             .aborted_transactions
             .as_ref()
             .map(Vec::len),

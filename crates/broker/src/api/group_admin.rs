@@ -25,6 +25,7 @@ use kafka_protocol::ResponseError;
 
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::codec::Request;
 use crate::coordinator::{OffsetDeleteCheck, DEAD};
 use crate::errors::code;
@@ -44,12 +45,6 @@ const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
 fn str_bytes(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Every group: the coordinator's, and the groups that only hold committed offsets (Empty, no

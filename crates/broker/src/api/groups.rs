@@ -105,9 +105,7 @@ impl CommittedOffsets {
             .iter()
             .map(|(_, group, value)| (group.clone(), value.clone()))
             .collect();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = crate::clock::now_ms();
         let error = match self.log.append_groups(&batch, now_ms) {
             Ok(()) => None,
             Err(e) => {
@@ -139,9 +137,7 @@ impl CommittedOffsets {
             .iter()
             .map(|(key, _, value)| (key.clone(), value.clone()))
             .collect();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = crate::clock::now_ms();
         let stored = self.log.append_consumer_records(&records, now_ms);
         if stored.is_err() {
             groups.unstore_consumer_changes(&changes);
@@ -460,9 +456,7 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
                 body.generation_id_or_member_epoch,
             )
         });
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = crate::clock::now_ms();
     let mut commits = Vec::new();
     let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
     for topic in body.topics {

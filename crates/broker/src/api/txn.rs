@@ -117,52 +117,19 @@ pub async fn add_partitions(broker: &Arc<Broker>, request: &Request) -> Result<R
         body.v3_and_below_producer_id.0,
         body.v3_and_below_producer_epoch,
     );
-    let mut wanted = Vec::new();
-    let mut unknown = false;
-    for t in &body.v3_and_below_topics {
-        for p in &t.partitions {
-            unknown |= broker.store.partition(&t.name, *p).is_none();
-            wanted.push((t.name.0.to_string(), *p));
+    let wanted = wanted_partitions(&body.v3_and_below_topics);
+    // Nothing is added when one partition is unknown.
+    let errors = match refused_unknown(broker, &wanted) {
+        Some(errors) => errors,
+        None => {
+            let b = Arc::clone(broker);
+            let parts = wanted.clone();
+            let added =
+                blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await;
+            vec![added.err().map(|e| fenced_for(request, e)); wanted.len()]
         }
-    }
-    let result = if unknown {
-        // Nothing is added when one partition is unknown (Kafka answers the others
-        // OPERATION_NOT_ATTEMPTED).
-        Err(ResponseError::UnknownTopicOrPartition)
-    } else {
-        let b = Arc::clone(broker);
-        let parts = wanted.clone();
-        blocking(move || b.txns.add_partitions(&id, pid, epoch, &parts, false)).await
     };
-    let topics = body
-        .v3_and_below_topics
-        .iter()
-        .map(|t| {
-            let results = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let error = match result {
-                        Ok(()) => None,
-                        Err(ResponseError::UnknownTopicOrPartition) => {
-                            if broker.store.partition(&t.name, *p).is_none() {
-                                Some(ResponseError::UnknownTopicOrPartition)
-                            } else {
-                                Some(ResponseError::OperationNotAttempted)
-                            }
-                        }
-                        Err(e) => Some(fenced_for(request, e)),
-                    };
-                    AddPartitionsToTxnPartitionResult::default()
-                        .with_partition_index(*p)
-                        .with_partition_error_code(crate::errors::code(error))
-                })
-                .collect();
-            AddPartitionsToTxnTopicResult::default()
-                .with_name(t.name.clone())
-                .with_results_by_partition(results)
-        })
-        .collect();
+    let topics = topic_results(&body.v3_and_below_topics, &errors);
     let response = AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics);
     Ok(Reply::Now(respond(request, &response)?))
 }
@@ -180,26 +147,10 @@ async fn add_partitions_batched(
     for txn in body.transactions {
         let id = txn.transactional_id.0.to_string();
         let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
-        let wanted: Vec<(String, i32)> = txn
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
-            .collect();
-        let known: Vec<bool> = wanted
-            .iter()
-            .map(|(t, p)| broker.store.partition(t, *p).is_some())
-            .collect();
-        let errors: Vec<Option<ResponseError>> = if known.contains(&false) {
-            known
-                .iter()
-                .map(|&k| {
-                    Some(if k {
-                        ResponseError::OperationNotAttempted
-                    } else {
-                        ResponseError::UnknownTopicOrPartition
-                    })
-                })
-                .collect()
+        let wanted = wanted_partitions(&txn.topics);
+        let refused = refused_unknown(broker, &wanted);
+        let errors: Vec<Option<ResponseError>> = if let Some(errors) = refused {
+            errors
         } else if id.is_empty() {
             vec![Some(ResponseError::InvalidRequest); wanted.len()]
         } else if txn.verify_only {
@@ -225,6 +176,38 @@ async fn add_partitions_batched(
     }
     let response = AddPartitionsToTxnResponse::default().with_results_by_transaction(results);
     Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// The (topic, partition) of every partition of `topics`, in request order.
+fn wanted_partitions(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
+    topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+        .collect()
+}
+
+/// When one of `wanted` is unknown, the whole request is refused as Kafka refuses it: the
+/// unknown partitions UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED (both
+/// AddPartitionsToTxn forms). `None` when every partition is known.
+fn refused_unknown(
+    broker: &Broker,
+    wanted: &[(String, i32)],
+) -> Option<Vec<Option<ResponseError>>> {
+    let known: Vec<bool> = wanted
+        .iter()
+        .map(|(t, p)| broker.store.partition(t, *p).is_some())
+        .collect();
+    if !known.contains(&false) {
+        return None;
+    }
+    let errors = known.iter().map(|&k| {
+        Some(if k {
+            ResponseError::OperationNotAttempted
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        })
+    });
+    Some(errors.collect())
 }
 
 /// The per-partition answer of `topics`, `errors` in the same order as their partitions.
@@ -318,9 +301,7 @@ pub async fn txn_offset_commit(
                 .check_commit(&group, &body.member_id, body.generation_id)
         })
         .flatten();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now = crate::clock::now_ms();
     let mut offsets = Vec::new();
     let mut unknown = Vec::new();
     for t in &body.topics {

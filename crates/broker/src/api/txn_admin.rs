@@ -35,6 +35,7 @@ use oncelog::TxnMarker;
 
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
+use crate::clock::now_ms;
 use crate::codec::Request;
 use crate::errors::{append_error, code};
 use crate::store::{validate_topic_name, RESERVED_TOPICS};
@@ -80,12 +81,6 @@ where
             Resp::default()
         });
     Ok(Reply::Now(respond(request, &response)?))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 fn text(s: impl Into<String>) -> StrBytes {

@@ -3,7 +3,9 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 pub mod clients;
+pub mod groups;
 pub mod proxy;
+pub mod txn;
 pub mod wire;
 
 use std::io::{BufRead, BufReader};
@@ -219,6 +221,22 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let start = line.find(&pattern)? + pattern.len();
     let rest = &line[start..];
     Some(rest.split(' ').next().unwrap_or(rest))
+}
+
+/// A broker over a fresh temporary directory, started with `extra`, and a connection to it.
+pub fn start_connected(extra: &[&str]) -> (tempfile::TempDir, BrokerProcess, wire::Wire) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(dir.path(), extra);
+    let wire = wire::Wire::connect(broker.addr);
+    (dir, broker, wire)
+}
+
+/// A broker over `data`, started with `extra`, with `topic` created (Metadata's
+/// auto-creation).
+pub fn start_with_topic(data: &Path, extra: &[&str], topic: &str) -> BrokerProcess {
+    let broker = BrokerProcess::start(data, extra);
+    wire::create_topic(&mut wire::Wire::connect(broker.addr), topic);
+    broker
 }
 
 /// A fresh, unique topic name for a test.

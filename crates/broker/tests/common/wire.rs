@@ -130,3 +130,48 @@ pub fn auto_create_topic(
     );
     response.topics.remove(0)
 }
+
+/// Creates `topic` through Metadata's auto-creation ([`auto_create_topic`]), which must
+/// succeed: the topic's id.
+pub fn create_topic(wire: &mut Wire, topic: &str) -> uuid::Uuid {
+    let created = auto_create_topic(wire, topic);
+    assert_eq!(created.error_code, 0);
+    created.topic_id
+}
+
+/// Produce v9 (acks=all) of `records` to `topic`-`partition`: the partition's answer (the
+/// caller asserts what it needs).
+pub fn produce(
+    wire: &mut Wire,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> kafka_protocol::messages::produce_response::PartitionProduceResponse {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+    let mut response: ProduceResponse = wire.call(
+        ApiKey::Produce,
+        9,
+        &ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(topic_name(topic))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]),
+    );
+    response.responses.remove(0).partition_responses.remove(0)
+}
+
+/// The (min, max) versions an ApiVersions answer advertises for `api`, if any.
+pub fn advertised(
+    response: &kafka_protocol::messages::ApiVersionsResponse,
+    api: ApiKey,
+) -> Option<(i16, i16)> {
+    response
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == api as i16)
+        .map(|k| (k.min_version, k.max_version))
+}

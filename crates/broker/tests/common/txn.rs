@@ -1,0 +1,115 @@
+//! Transactional requests over a raw [`Wire`], shared by the transaction tests
+//! (`admin_txn.rs`, `txn_v2.rs`): the batches, InitProducerId, AddPartitionsToTxn v3, EndTxn
+//! and the read_committed fetch they drive the coordinator with.
+
+use bytes::Bytes;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_response::PartitionData;
+use kafka_protocol::messages::*;
+use oncelog::format::BatchBuilder;
+
+use super::wire::{str_bytes as s, topic_name as name, Wire};
+
+/// Record timestamps of the batches these tests write.
+pub const TS: i64 = 1_700_000_000_000;
+
+/// A batch of `n` records from producer (id, epoch) at `sequence`, timestamps `TS..TS + n`.
+pub fn batch(pid: i64, epoch: i16, sequence: i32, n: usize, transactional: bool) -> Bytes {
+    let mut builder = BatchBuilder::new()
+        .partition_leader_epoch(0)
+        .producer(pid, epoch, sequence)
+        .transactional(transactional);
+    for i in 0..n {
+        builder.append(TS + i as i64, None, Some(b"value"), &[]);
+    }
+    Bytes::from(builder.build().unwrap())
+}
+
+/// InitProducerId at `version` for transactional id `id`, which must be granted: the
+/// (producer id, epoch).
+pub fn init_txn(wire: &mut Wire, version: i16, id: &str, timeout_ms: i32) -> (i64, i16) {
+    let r: InitProducerIdResponse = wire.call(
+        ApiKey::InitProducerId,
+        version,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s(id))))
+            .with_transaction_timeout_ms(timeout_ms)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    );
+    assert_eq!(r.error_code, 0);
+    (r.producer_id.0, r.producer_epoch)
+}
+
+/// AddPartitionsToTxn v3 of `parts` of `topic`, every one of which must be answered and added.
+pub fn add_partitions(
+    wire: &mut Wire,
+    id: &str,
+    (pid, epoch): (i64, i16),
+    topic: &str,
+    parts: &[i32],
+) {
+    let r: AddPartitionsToTxnResponse = wire.call(
+        ApiKey::AddPartitionsToTxn,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s(id)))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name(topic))
+                .with_partitions(parts.to_vec())]),
+    );
+    let results = &r.results_by_topic_v3_and_below[0].results_by_partition;
+    assert_eq!(results.len(), parts.len());
+    for p in results {
+        assert_eq!(p.partition_error_code, 0);
+    }
+}
+
+/// EndTxn at `version`: (error, producer id, epoch) as answered (-1, -1 below v5).
+pub fn end_txn(
+    wire: &mut Wire,
+    version: i16,
+    id: &str,
+    (pid, epoch): (i64, i16),
+    commit: bool,
+) -> (i16, i64, i16) {
+    let r: EndTxnResponse = wire.call(
+        ApiKey::EndTxn,
+        version,
+        &EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s(id)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_committed(commit),
+    );
+    (r.error_code, r.producer_id.0, r.producer_epoch)
+}
+
+/// A read_committed fetch of `topic`-`partition` from offset 0, which must be answered
+/// without error: the partition's answer (its last stable offset, high watermark and aborted
+/// transactions).
+pub fn fetch_committed(wire: &mut Wire, topic: &str, partition: i32) -> PartitionData {
+    let mut r: FetchResponse = wire.call(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(1)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let p = r.responses.remove(0).partitions.remove(0);
+    assert_eq!(p.error_code, 0);
+    p
+}
