@@ -457,13 +457,6 @@ impl Log {
         let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = self.validate_client_batch(batch)?;
         let now = self.env.clock.now_ms();
-        let log_append_time =
-            self.config.read().message_timestamp_type == TimestampType::LogAppendTime;
-        let max_timestamp = if log_append_time {
-            now
-        } else {
-            summary.max_timestamp
-        };
         let header_max_timestamp = batch::be_i64(batch, 35);
         let incoming = producers::incoming(&summary);
 
@@ -471,6 +464,12 @@ impl Log {
         // racing retries of one batch can never both be written.
         let mut st = self.append.lock();
         self.check_writable(&st)?;
+        let log_append_time = st.config.message_timestamp_type == TimestampType::LogAppendTime;
+        let max_timestamp = if log_append_time {
+            now
+        } else {
+            summary.max_timestamp
+        };
         if let Some(b) = &incoming {
             if let Decision::Duplicate(original) = st.producers.check(b)? {
                 self.metrics.duplicate();

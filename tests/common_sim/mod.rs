@@ -400,3 +400,28 @@ pub fn retry_window(ctx: &Ctx, log: &Log, model: &Model) {
         }
     }
 }
+
+/// Every record of the log, by offset, with its value as text.
+pub fn record_values(log: &Log) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < log.log_end_offset() {
+        let bytes = log.read(at, 1 << 16).unwrap();
+        let mut next = at;
+        for item in BatchIter::new(&bytes) {
+            let (_, b) = item.unwrap();
+            let records = b.records_buf().unwrap();
+            for r in b.iter_records(&records) {
+                let r = r.unwrap();
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                if r.offset >= at {
+                    out.push((r.offset, v));
+                }
+            }
+            next = b.last_offset() + 1;
+        }
+        assert!(next > at, "no progress at {at}");
+        at = next;
+    }
+    out
+}

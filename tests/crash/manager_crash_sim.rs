@@ -21,11 +21,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common_sim::{sweep_seeds, Ctx, StepClock};
-use oncelog::format::{BatchBuilder, BatchIter};
+use oncelog::format::BatchBuilder;
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{
-    Environment, Job, JobIntervals, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig,
+    Environment, Job, JobIntervals, LogConfig, LogManager, ManagerConfig, PartitionConfig,
     TopicPartition,
 };
 
@@ -86,31 +86,6 @@ fn record(tp: &TopicPartition, offset: usize) -> Vec<u8> {
     b.build().unwrap()
 }
 
-/// Every record of the log, by offset.
-fn contents(log: &Log) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < log.log_end_offset() {
-        let bytes = log.read(at, 1 << 16).unwrap();
-        let mut next = at;
-        for item in BatchIter::new(&bytes) {
-            let (_, b) = item.unwrap();
-            let records = b.records_buf().unwrap();
-            for r in b.iter_records(&records) {
-                let r = r.unwrap();
-                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                if r.offset >= at {
-                    out.push((r.offset, v));
-                }
-            }
-            next = b.last_offset() + 1;
-        }
-        assert!(next > at, "no progress at {at}");
-        at = next;
-    }
-    out
-}
-
 /// Removes every partition's own checkpoint, leaving the log dir's Kafka checkpoints alone to
 /// vouch for the segments, as for a partition that Kafka wrote.
 fn forget_own_checkpoints(fs: &SimFs) {
@@ -165,7 +140,7 @@ fn check(ctx: &Ctx, m: &LogManager, model: &mut Model, kafka_only: bool) {
                 part.durable_start, part.checkpointed_start
             ));
         }
-        for (expected, (offset, value)) in (start..).zip(contents(&log)) {
+        for (expected, (offset, value)) in (start..).zip(common_sim::record_values(&log)) {
             if offset != expected {
                 ctx.fail(format!("{tp}: offset {offset} where {expected} was due"));
             }

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use common_sim::{sweep_seeds, Ctx, StepClock};
-use oncelog::format::{BatchBuilder, BatchIter};
+use oncelog::format::BatchBuilder;
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{
@@ -67,31 +67,6 @@ fn record(value: &str) -> Vec<u8> {
 
 /// The appends of one thread to one partition that were acknowledged: offset and value.
 type Acked = (usize, Vec<(i64, String)>);
-
-/// Every record of the log, by offset.
-fn contents(log: &Log) -> Vec<(i64, String)> {
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < log.log_end_offset() {
-        let bytes = log.read(at, 1 << 16).unwrap();
-        let mut next = at;
-        for item in BatchIter::new(&bytes) {
-            let (_, b) = item.unwrap();
-            let records = b.records_buf().unwrap();
-            for r in b.iter_records(&records) {
-                let r = r.unwrap();
-                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                if r.offset >= at {
-                    out.push((r.offset, v));
-                }
-            }
-            next = b.last_offset() + 1;
-        }
-        assert!(next > at, "no progress at {at}");
-        at = next;
-    }
-    out
-}
 
 /// Whether a failed call failed because the power cut has started.
 fn cut(fs: &SimFs) -> bool {
@@ -183,7 +158,7 @@ fn one_seed(seed: u64) -> u64 {
             .get("t", p as i32)
             .unwrap_or_else(|e| ctx.fail(format!("p{p} is gone: {e}")));
         let end = log.log_end_offset();
-        let held = contents(&log);
+        let held = common_sim::record_values(&log);
         let mut seen = std::collections::BTreeSet::new();
         for (expected, (offset, v)) in (0..).zip(&held) {
             if *offset != expected || !v.starts_with(&format!("p{p}/")) || !seen.insert(v) {
