@@ -42,6 +42,9 @@ pub(super) struct Inventory {
     pub snapshots: Vec<(i64, PathBuf)>,
     /// The directory has a standalone log's lock file.
     pub lock_file: bool,
+    /// Every name in the directory, sorted: what recovery compares with the directory it
+    /// leaves, to tell whether the directory itself needs a sync.
+    pub names: Vec<String>,
 }
 
 impl Inventory {
@@ -98,7 +101,15 @@ impl Inventory {
                 (None, _) => {}
             }
         }
+        inv.names = names_in_dir;
         Ok(inv)
+    }
+
+    /// Whether `dir` now holds other names than when this inventory was taken.
+    pub fn names_changed(&self, fs: &dyn FileSystem, dir: &Path) -> Result<bool, IoError> {
+        let mut now = fs.list(dir).ctx("list", dir)?;
+        now.sort();
+        Ok(now != self.names)
     }
 }
 

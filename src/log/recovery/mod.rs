@@ -501,7 +501,8 @@ fn apply(
 
     // 4. The segments.
     let cfg = segment_config(config, fs_arc);
-    let (sealed, active) = open_segments(dir, &cfg, &plan, &aborted, now_ms, &mut report)?;
+    let (sealed, active, rewrote_txn) =
+        open_segments(dir, &cfg, &plan, &aborted, now_ms, &mut report)?;
 
     // 5. The result checkpoint, with what it records of each segment's bytes as opened (a
     //    `.txnindex` may have been rebuilt).
@@ -515,7 +516,12 @@ fn apply(
         if result != intent {
             checkpoint::write(fs, dir, &result)?;
         }
-        fs.sync_dir(dir).ctx("fsync directory", dir)?;
+        // The removals, creations and renames above are made durable here, unless there were
+        // none: a crash whose recovery only cut the active segment's tail (synced by the cut)
+        // changed no name, and its directory needs no sync (docs/design.md, "Many partitions").
+        if rewrote_txn || inv.names_changed(fs, dir)? {
+            fs.sync_dir(dir).ctx("fsync directory", dir)?;
+        }
     }
     let log_end = active.segment().next_offset();
     Ok(Loaded {
@@ -570,7 +576,8 @@ fn complete_swaps<'p>(
 }
 
 /// Opens the kept segments: the sealed ones, and the active one (a new one at the log start
-/// when none is kept).
+/// when none is kept). The flag says whether a `.txnindex` was rewritten in place (a rename
+/// over its old name, which only a directory sync makes durable).
 fn open_segments(
     dir: &Path,
     cfg: &SegmentConfig,
@@ -578,13 +585,15 @@ fn open_segments(
     aborted: &[AbortedTxn],
     now_ms: i64,
     report: &mut RecoveryReport,
-) -> Result<(Vec<Arc<Segment>>, SegmentWriter), OpenError> {
+) -> Result<(Vec<Arc<Segment>>, SegmentWriter, bool), OpenError> {
     let mut sealed = Vec::new();
     let mut active = None;
+    let mut rewrote_txn = false;
     let last = plan.segments.len().saturating_sub(1);
     for (i, s) in plan.segments.iter().enumerate() {
         let next_base = plan.segments.get(i + 1).map_or(i64::MAX, |n| n.base);
         let rebuilt = markers_in(aborted, s.base, next_base);
+        rewrote_txn |= s.txn == KeptTxn::Rebuild && !rebuilt.is_empty();
         let opened = open_segment(dir, cfg, s, i == last, rebuilt, now_ms, report)?;
         match opened {
             Opened::Sealed(seg) => {
@@ -600,7 +609,7 @@ fn open_segments(
         Some(w) => w,
         None => segment::create(dir, plan.log_start_offset, cfg, now_ms).map_err(segment_error)?,
     };
-    Ok((sealed, active))
+    Ok((sealed, active, rewrote_txn))
 }
 
 /// Whether the log's directory holds none of its files (no checkpoint, segment, index,
