@@ -356,6 +356,12 @@ pub struct ManagerConfig {
     /// clean partitions here, caches dropped: 2.1-2.3 s on 2 threads, 1.2 s on 8, 0.99 s on
     /// 16; warm, 0.41-0.43 s on any of them).
     pub recovery_threads: usize,
+    /// Each log dir's bound on the threads that issue its partitions' syncs together
+    /// ([`LogManager::flush_many`](super::LogManager::flush_many), the flush job); spawned as
+    /// the work needs them. Default 16: with 16 syncs in flight this machine's disk served
+    /// several times the syncs a second it serves one at a time (docs/benchmarks.md). 0 is
+    /// refused.
+    pub sync_threads: usize,
     /// The background jobs' intervals.
     pub jobs: JobIntervals,
     /// A partition's producer state is snapshotted by the snapshot job once this many bytes
@@ -379,6 +385,7 @@ with_setters!(ManagerConfig {
     with_flush_ms => flush_ms: Option<u64>,
     with_topics => topics: BTreeMap<String, PartitionConfig>,
     with_recovery_threads => recovery_threads: usize,
+    with_sync_threads => sync_threads: usize,
     with_jobs => jobs: JobIntervals,
     with_replay_budget_bytes => replay_budget_bytes: u64,
     with_cleaner_bytes_per_second => cleaner_bytes_per_second: Option<u64>,
@@ -404,6 +411,7 @@ impl Default for ManagerConfig {
             flush_ms: None,
             topics: BTreeMap::new(),
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()).max(16),
+            sync_threads: 16,
             jobs: JobIntervals::default(),
             replay_budget_bytes: 16 << 20,
             cleaner_bytes_per_second: None,

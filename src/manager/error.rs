@@ -52,6 +52,9 @@ pub enum ManagerError {
     /// a byte (`None` is no bound).
     #[error("cleaner_bytes_per_second is 0: the cleaner could never read (None for no bound)")]
     ZeroCleanerRate,
+    /// [`ManagerConfig::sync_threads`](super::ManagerConfig::sync_threads) is 0.
+    #[error("sync_threads is 0: a log dir needs at least one thread to sync its partitions")]
+    ZeroSyncThreads,
     /// The same log dir was given twice.
     #[error("log dir {} is given twice", dir.display())]
     DuplicateLogDir {
@@ -149,6 +152,15 @@ pub enum ManagerError {
         /// The partitions, with why.
         failed: Vec<(TopicPartition, FlushError)>,
     },
+    /// A partition could not be made durable ([`super::LogManager::flush_many`]): its log's
+    /// flush failed, and what it holds above its recovery point is not promised.
+    #[error("{partition}: {error}")]
+    Flush {
+        /// The partition.
+        partition: TopicPartition,
+        /// Why.
+        error: Box<FlushError>,
+    },
     /// A file operation failed.
     #[error(transparent)]
     Io(#[from] IoError),
@@ -163,6 +175,7 @@ impl ManagerError {
         match self {
             ManagerError::NoLogDirs => "no_log_dirs",
             ManagerError::ZeroCleanerRate => "zero_cleaner_rate",
+            ManagerError::ZeroSyncThreads => "zero_sync_threads",
             ManagerError::DuplicateLogDir { .. } => "duplicate_log_dir",
             ManagerError::Locked { .. } => "locked",
             ManagerError::BadMetadataFile(e) => e.kind(),
@@ -176,6 +189,7 @@ impl ManagerError {
             ManagerError::PartitionOffline { .. } => "partition_offline",
             ManagerError::Create { .. } => "create",
             ManagerError::Close { .. } => "close",
+            ManagerError::Flush { .. } => "flush",
             ManagerError::Io(e) => e.kind(),
             ManagerError::Closed => "closed",
         }

@@ -225,9 +225,11 @@ fn each_log(inner: &Inner, work: impl Fn(&Log, i64) -> Result<usize, String>) ->
     report
 }
 
-/// `flush.messages` and `flush.ms`: the appender never waits for these flushes.
+/// `flush.messages` and `flush.ms`: the appender never waits for these flushes. The partitions
+/// due are flushed together, their syncs issued in parallel ([`super::flush_many`]).
 fn flush(inner: &Inner) -> JobReport {
     let mut report = JobReport::default();
+    let mut due = Vec::new();
     for slot in inner.slots() {
         let Some((log, config)) = slot.online() else {
             continue;
@@ -251,12 +253,23 @@ fn flush(inner: &Inner) -> JobReport {
         if !(by_count || by_time) {
             continue;
         }
-        match log.flush() {
+        drop(since);
+        due.push(slot);
+    }
+    let targets: Vec<_> = due.iter().map(|s| (s.tp.clone(), i64::MAX)).collect();
+    for (slot, flushed) in due.iter().zip(super::flush_many(inner, &targets)) {
+        match flushed {
             Ok(()) => {
-                *since = None;
+                *slot.dirty_since.lock() = None;
                 report.acted += 1;
             }
-            Err(_) if log.is_closed() => {}
+            // Closed or deleted since it was seen due.
+            Err(ManagerError::UnknownPartition { .. }) => {}
+            Err(ManagerError::Flush { error, .. }) => {
+                if !slot.online().is_some_and(|(log, _)| log.is_closed()) {
+                    report.failures.push(format!("{}: {error}", slot.tp));
+                }
+            }
             Err(e) => report.failures.push(format!("{}: {e}", slot.tp)),
         }
     }

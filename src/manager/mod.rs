@@ -17,6 +17,7 @@ pub mod meta;
 pub mod offsets;
 mod open;
 mod partitions;
+mod sync;
 pub mod topic;
 
 use std::collections::BTreeMap;
@@ -79,6 +80,8 @@ pub(crate) struct Dir {
     broker_epoch: i64,
     /// Serialises the writes of its checkpoint files.
     checkpoint_writes: Mutex<()>,
+    /// Its partitions' syncs, issued in parallel ([`LogManager::flush_many`], the flush job).
+    syncs: sync::SyncPool,
 }
 
 /// One partition.
@@ -262,6 +265,21 @@ impl LogManager {
         partitions::create_many(&self.inner, partitions)
     }
 
+    /// Makes each partition of `partitions` durable below its offset (`i64::MAX`: everything
+    /// appended so far) and returns when all of them are, with one answer per entry, in the
+    /// order given: what a broker needs to answer an `acks=all` produce request that wrote to
+    /// many partitions. Each partition is its own files and gets its own sync (its
+    /// `Log::flush_to`, whose group commit other callers share), but the syncs are issued
+    /// together, from this thread and its log dir's sync threads (up to
+    /// [`ManagerConfig::sync_threads`]), so the device serves them at once instead of one after
+    /// another. A partition's recovery point moves only after its own sync, as with any flush.
+    pub fn flush_many(&self, partitions: &[(TopicPartition, i64)]) -> Vec<Result<(), ManagerError>> {
+        if self.inner.check_open().is_err() {
+            return partitions.iter().map(|_| Err(ManagerError::Closed)).collect();
+        }
+        flush_many(&self.inner, partitions)
+    }
+
     /// Deletes a partition (online or offline): its log is closed, its directory renamed to
     /// Kafka's `<topic>-<n>.<id>-delete` (durably: from then on no open brings it back) and
     /// removed by the deletion job once `file.delete.delay.ms` is over. Handles to its log
@@ -305,6 +323,9 @@ impl LogManager {
         }
         if let Some(running) = self.jobs.lock().take() {
             running.stop();
+        }
+        for d in &self.inner.dirs {
+            d.syncs.stop();
         }
         if !clean {
             // A crash, as far as the disk is concerned.
@@ -394,4 +415,54 @@ pub(crate) fn random_bytes() -> [u8; 16] {
         half.copy_from_slice(&h.finish().to_be_bytes());
     }
     out
+}
+
+/// [`LogManager::flush_many`] on an open manager; the flush job's path too.
+pub(crate) fn flush_many(
+    inner: &Inner,
+    partitions: &[(TopicPartition, i64)],
+) -> Vec<Result<(), ManagerError>> {
+    let batch = sync::Batch::new(partitions.len());
+    let mut refused: Vec<Option<ManagerError>> = partitions.iter().map(|_| None).collect();
+    let mut jobs = Vec::new();
+    {
+        let table = inner.partitions.read();
+        for (i, (tp, to)) in partitions.iter().enumerate() {
+            let found = table
+                .get(tp)
+                .ok_or_else(|| ManagerError::UnknownPartition {
+                    partition: tp.clone(),
+                })
+                .and_then(|slot| Ok((slot.dir, slot.log()?)));
+            match found {
+                Ok((dir, log)) => jobs.push((i, dir, log, *to)),
+                Err(e) => {
+                    refused[i] = Some(e);
+                    batch.answer(i, Ok(()));
+                }
+            }
+        }
+    }
+    // The first sync is issued from this thread, the others from the pools.
+    let mut jobs = jobs.into_iter();
+    let first = jobs.next();
+    for (i, dir, log, to) in jobs {
+        inner.dirs[dir].syncs.submit(log, to, i, &batch);
+    }
+    if let Some((i, _, log, to)) = first {
+        batch.answer(i, log.flush_to(to));
+    }
+    batch
+        .wait()
+        .into_iter()
+        .zip(refused)
+        .zip(partitions)
+        .map(|((flushed, refused), (tp, _))| match refused {
+            Some(e) => Err(e),
+            None => flushed.map_err(|error| ManagerError::Flush {
+                partition: tp.clone(),
+                error: Box::new(error),
+            }),
+        })
+        .collect()
 }

@@ -148,7 +148,10 @@ pub(super) fn open(
 
     // 2. From here on a crash is an unclean shutdown; new dirs get their meta.properties.
     let now = env.clock.now_ms();
-    let mut found = Found::default();
+    let mut found = Found {
+        sync_threads: config.sync_threads,
+        ..Found::default()
+    };
     for (i, ((lock, contents), meta)) in read.into_iter().zip(metas).enumerate() {
         let delete_due_ms = now + config.log.file_delete_delay_ms;
         found.add_dir(fs, i, lock, contents, &meta, delete_due_ms)?;
@@ -159,6 +162,7 @@ pub(super) fn open(
         pending,
         doomed,
         stale,
+        ..
     } = found;
 
     // 3. The partitions, in parallel.
@@ -231,6 +235,8 @@ struct Found {
     doomed: Vec<DoomedDir>,
     /// Log dirs whose checkpoint files name partitions that are gone.
     stale: Vec<usize>,
+    /// Each dir's bound on its sync threads.
+    sync_threads: usize,
 }
 
 impl Found {
@@ -306,6 +312,7 @@ impl Found {
             lock: Mutex::new(Some(lock)),
             broker_epoch: contents.broker_epoch.unwrap_or(-1),
             checkpoint_writes: Mutex::new(()),
+            syncs: super::sync::SyncPool::new(self.sync_threads),
         });
         self.dir_reports.push(report);
         Ok(())
@@ -373,6 +380,9 @@ fn check_config(config: &ManagerConfig, paths: &[PathBuf]) -> Result<(), Manager
     config.log.validate()?;
     if config.cleaner_bytes_per_second == Some(0) {
         return Err(ManagerError::ZeroCleanerRate);
+    }
+    if config.sync_threads == 0 {
+        return Err(ManagerError::ZeroSyncThreads);
     }
     for (topic, c) in &config.topics {
         validate_topic(topic).map_err(|error| ManagerError::InvalidTopic {

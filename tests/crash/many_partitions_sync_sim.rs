@@ -1,7 +1,11 @@
-//! Many partitions of one log dir appending under `FlushPolicy::Always` from several threads at
-//! once (issue 28, item 4): their syncs overlap, each appender waiting for its own partition's;
-//! in half the seeds each partition has two appenders, so its syncs are also shared (group
-//! commit: one leads, the other is covered or takes the next turn).
+//! Many partitions of one log dir appending from several threads at once (issue 28, item 4),
+//! acknowledged one of two ways, by seed: under `FlushPolicy::Always` each append waits for its
+//! own partition's sync, or under `Manual` each thread appends to all its partitions and then
+//! waits for `LogManager::flush_many` over them (a broker's acks=all over many partitions: the
+//! syncs issued together from the log dir's sync threads), each append acknowledged only when
+//! its partition's answer is `Ok`. Either way their syncs overlap; in half the seeds each
+//! partition has two appenders, so its syncs are also shared (group commit: one leads, the
+//! other is covered or takes the next turn).
 //! The power is cut at a seeded point (every file operation from the Nth on fails, so appends
 //! and syncs under way fail), the crash image is taken, reopened and checked:
 //!
@@ -28,12 +32,16 @@ use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{
     AppendOutcome, Environment, FlushPolicy, JobIntervals, Log, LogConfig, LogManager,
-    ManagerConfig, PartitionConfig,
+    ManagerConfig, PartitionConfig, TopicPartition,
 };
 
 const DIR: &str = "/data/a";
 
-fn open(fs: &SimFs, clock: &Arc<StepClock>) -> Result<LogManager, oncelog::ManagerError> {
+fn open(
+    fs: &SimFs,
+    clock: &Arc<StepClock>,
+    flush: FlushPolicy,
+) -> Result<LogManager, oncelog::ManagerError> {
     let env = Environment::default()
         .with_fs(fs.as_dyn())
         .with_clock(clock.clone());
@@ -45,12 +53,13 @@ fn open(fs: &SimFs, clock: &Arc<StepClock>) -> Result<LogManager, oncelog::Manag
                 .segment_bytes(512)
                 .segment_index_bytes(512)
                 .prefault_bytes(0)
-                .flush_policy(FlushPolicy::Always)
+                .flush_policy(flush)
                 .build()
                 .unwrap(),
         )
         .with_jobs(JobIntervals::none())
-        .with_recovery_threads(2);
+        .with_recovery_threads(2)
+        .with_sync_threads(3);
     LogManager::open_in(env, &[Path::new(DIR)], config)
 }
 
@@ -73,26 +82,49 @@ fn cut(fs: &SimFs) -> bool {
     fs.counters().injected_failures > 0
 }
 
-/// Thread `thread` appends `rounds` records to each of `mine`, a record per append, each
-/// append waiting for its sync (`FlushPolicy::Always`), until the power cut makes one fail.
+/// Thread `thread` appends `rounds` records to each of `mine`, a record per append, until the
+/// power cut makes a call fail. Without `manager`, each append waits for its sync
+/// (`FlushPolicy::Always`); with it, each round's appends are acknowledged by one
+/// `flush_many` over the round's partitions, each partition's by its own answer.
 /// Returns the appends acknowledged, or what went wrong other than the cut.
 fn append_until_cut(
     fs: &SimFs,
     logs: &[Arc<Log>],
+    manager: Option<&LogManager>,
     thread: usize,
     mine: &[usize],
     rounds: u64,
 ) -> Result<Vec<Acked>, String> {
     let mut acked: Vec<Acked> = mine.iter().map(|&p| (p, Vec::new())).collect();
     for k in 0..rounds {
-        for (p, done) in acked.iter_mut() {
+        let mut pending = Vec::new();
+        for (i, (p, done)) in acked.iter_mut().enumerate() {
             let v = value(*p, thread, k);
             match logs[*p].append(&record(&v)) {
+                Ok(AppendOutcome::Appended(info)) if manager.is_some() => {
+                    pending.push((i, info.first_offset, v))
+                }
                 Ok(AppendOutcome::Appended(info)) => done.push((info.first_offset, v)),
                 Ok(other) => return Err(format!("{v}: answered {other:?}")),
                 Err(_) if cut(fs) => return Ok(acked),
                 Err(e) => return Err(format!("{v}: failed before the cut: {e}")),
             }
+        }
+        let Some(m) = manager else { continue };
+        let targets: Vec<(TopicPartition, i64)> = pending
+            .iter()
+            .map(|(i, offset, _)| (TopicPartition::new("t", acked[*i].0 as i32), offset + 1))
+            .collect();
+        let mut failed = false;
+        for ((i, offset, v), answer) in pending.into_iter().zip(m.flush_many(&targets)) {
+            match answer {
+                Ok(()) => acked[i].1.push((offset, v)),
+                Err(_) if cut(fs) => failed = true,
+                Err(e) => return Err(format!("{v}: flush_many failed before the cut: {e}")),
+            }
+        }
+        if failed {
+            return Ok(acked);
         }
     }
     Ok(acked)
@@ -104,7 +136,12 @@ fn one_seed(seed: u64) -> u64 {
         .replayed_by("ONCELOG_SYNC_CRASH_SEED", "many_partitions_sync_sim");
     let fs = SimFs::new();
     let clock = StepClock::new();
-    let m = open(&fs, &clock).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
+    let pooled = rng.chance(1, 2);
+    let flush = match pooled {
+        true => FlushPolicy::Manual,
+        false => FlushPolicy::Always,
+    };
+    let m = open(&fs, &clock, flush).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
     let partitions = 8 + rng.below(25) as usize;
     let threads = 2 + rng.below(4) as usize;
     let rounds = 1 + rng.below(12);
@@ -117,18 +154,18 @@ fn one_seed(seed: u64) -> u64 {
     // Some seeds cut the power past the end of the appends: a crash after they all returned.
     let cut_at = 1 + rng.below(partitions as u64 * rounds * 12);
     ctx.note(format!(
-        "{partitions} partitions, {threads} threads (shared: {shared}), {rounds} rounds, \
-         power cut after {cut_at} ops"
+        "{partitions} partitions, {threads} threads (shared: {shared}, flush_many: {pooled}), \
+         {rounds} rounds, power cut after {cut_at} ops"
     ));
     fs.fail_from(OpKind::Any, cut_at, libc::EIO);
     let answers: Vec<Result<Vec<Acked>, String>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (fs, logs) = (&fs, &logs);
+                let (fs, logs, manager) = (&fs, &logs, pooled.then_some(&m));
                 let mine: Vec<usize> = (0..partitions)
                     .filter(|p| p % threads == t || (shared && (p + 1) % threads == t))
                     .collect();
-                s.spawn(move || append_until_cut(fs, logs, t, &mine, rounds))
+                s.spawn(move || append_until_cut(fs, logs, manager, t, &mine, rounds))
             })
             .collect();
         workers
@@ -149,7 +186,8 @@ fn one_seed(seed: u64) -> u64 {
     fs.clear_faults();
     let report = fs.crash(rng.next_u64());
     ctx.note(format!("crash: {report:?}"));
-    let m = open(&fs, &clock).unwrap_or_else(|e| ctx.fail(format!("open after the crash: {e}")));
+    let m =
+        open(&fs, &clock, flush).unwrap_or_else(|e| ctx.fail(format!("open after the crash: {e}")));
     if let Some((tp, f)) = m.open_report().failures().next() {
         ctx.fail(format!("{tp} did not open: {f}"));
     }

@@ -8,5 +8,6 @@
 mod common;
 
 mod manager;
+mod manager_flush_many;
 mod manager_jobs;
 mod manager_locks;
