@@ -30,6 +30,7 @@ use oncelog::format::BatchIter;
 use oncelog::producer::ProducerStateConfig;
 use oncelog::{
     AppendOutcome, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig, ReadError,
+    TopicPartition,
 };
 use uuid::Uuid;
 
@@ -208,16 +209,12 @@ pub fn batch_producer(records: &[u8]) -> Option<BatchProducer> {
 /// (producer id, first offset) among them.
 pub type CommittedRead = (Bytes, i64, Vec<(i64, i64)>);
 
-/// One partition: its log, the signal that wakes its long-polling fetchers, and the turn its
-/// acks=all producers take to flush.
+/// One partition: its log, and the signal that wakes its long-polling fetchers.
 pub struct Partition {
     topic: String,
     index: i32,
     log: Arc<Log>,
     appended: AppendSignal,
-    /// One flush at a time; the producers queued behind it usually find their batch already
-    /// covered when their turn comes, so concurrent acks=all producers share each fsync.
-    flush_turn: tokio::sync::Mutex<()>,
     /// Why the partition is offline, once a batch read from it failed its check.
     offline: OnceLock<String>,
 }
@@ -235,7 +232,6 @@ impl Partition {
             index,
             log,
             appended: AppendSignal::default(),
-            flush_turn: tokio::sync::Mutex::new(()),
             offline: OnceLock::new(),
         }
     }
@@ -293,21 +289,9 @@ impl Partition {
         })
     }
 
-    /// Returns once every offset below `end_offset` is durable, flushing if need be. The flush
-    /// runs on a blocking thread; producers waiting at the same time share it.
-    pub async fn make_durable(self: &Arc<Self>, end_offset: i64) -> Result<(), FlushRefused> {
-        if self.log.recovery_point() >= end_offset {
-            return Ok(());
-        }
-        let _turn = self.flush_turn.lock().await;
-        if self.log.recovery_point() >= end_offset {
-            return Ok(());
-        }
-        let partition = Arc::clone(self);
-        tokio::task::spawn_blocking(move || partition.log.flush())
-            .await
-            .map_err(|e| FlushRefused(format!("flush task failed: {e}")))?
-            .map_err(|e| FlushRefused(e.to_string()))
+    /// Whether every offset below `end_offset` is durable already.
+    pub fn is_durable_to(&self, end_offset: i64) -> bool {
+        self.log.recovery_point() >= end_offset
     }
 
     /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one batch,
@@ -743,14 +727,7 @@ impl Store {
         let id = new_topic_id(|id| self.topic_by_id(id).is_some());
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
-        let mut logs = Vec::new();
-        for index in 0..partitions {
-            let log = manager.create(name, index, config.clone())?;
-            let path = self.dir.join(format!("{name}-{index}"));
-            write_partition_metadata(&path, id)?;
-            logs.push((index, path, log));
-        }
-        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
+        let logs = self.create_partitions(manager, name, 0..partitions, config, id)?;
         let topic = open_topic(name, logs)?;
         self.publish(&topic);
         Ok(topic)
@@ -760,6 +737,29 @@ impl Store {
         let mut topics = self.topics.write().unwrap_or_else(|e| e.into_inner());
         topics.by_id.insert(topic.id, Arc::clone(topic));
         topics.by_name.insert(topic.name.clone(), Arc::clone(topic));
+    }
+
+    /// Makes every offset below each partition's `end_offset` durable (acks=all), one answer
+    /// per entry: the partitions' syncs are issued together by the log manager
+    /// (`LogManager::flush_many`), never one partition after another, and concurrent callers
+    /// waiting on one partition share its syncs (the log's group commit). Blocking.
+    pub fn make_durable(&self, targets: &[(Arc<Partition>, i64)]) -> Vec<Result<(), FlushRefused>> {
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let Some(manager) = manager.as_ref() else {
+            return targets
+                .iter()
+                .map(|_| Err(FlushRefused("the store is closed".to_string())))
+                .collect();
+        };
+        let asked: Vec<(TopicPartition, i64)> = targets
+            .iter()
+            .map(|(p, end)| (TopicPartition::new(p.topic(), p.index()), *end))
+            .collect();
+        manager
+            .flush_many(&asked)
+            .into_iter()
+            .map(|answer| answer.map_err(|e| FlushRefused(e.to_string())))
+            .collect()
     }
 
     /// Deletes a topic (DeleteTopics): it leaves the topic table, then the manager deletes
@@ -804,14 +804,12 @@ impl Store {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         let mut partitions = topic.partitions.clone();
-        for index in current..count {
-            let log = manager.create(name, index, config.clone())?;
-            let path = self.dir.join(format!("{name}-{index}"));
-            write_partition_metadata(&path, topic.id)?;
+        for (index, path, log) in
+            self.create_partitions(manager, name, current..count, &config, topic.id)?
+        {
             lead(&log, &path)?;
             partitions.push(Arc::new(Partition::new(name, index, log)));
         }
-        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
         let grown = Arc::new(Topic {
             name: topic.name.clone(),
             id: topic.id,
@@ -819,6 +817,57 @@ impl Store {
         });
         self.publish(&grown);
         Ok(grown)
+    }
+
+    /// Creates partitions `indexes` of topic `name` with one `LogManager::create_many` (no
+    /// sync of their own, one of the log dir), then writes each one's `partition.metadata`
+    /// with the topic's id, those writes (each synced) issued in parallel, and syncs the log
+    /// dir once more. A crash part way leaves partitions without the file, which the next
+    /// open writes (`open_topic`).
+    fn create_partitions(
+        &self,
+        manager: &LogManager,
+        name: &str,
+        indexes: std::ops::Range<i32>,
+        config: &PartitionConfig,
+        id: Uuid,
+    ) -> Result<Vec<(i32, PathBuf, Arc<Log>)>, StoreError> {
+        let requests: Vec<(TopicPartition, PartitionConfig)> = indexes
+            .clone()
+            .map(|index| (TopicPartition::new(name, index), config.clone()))
+            .collect();
+        let logs = manager.create_many(&requests)?;
+        let paths: Vec<PathBuf> = indexes
+            .clone()
+            .map(|index| self.dir.join(format!("{name}-{index}")))
+            .collect();
+        const WRITERS: usize = 16;
+        let chunk = paths.len().div_ceil(WRITERS).max(1);
+        std::thread::scope(|s| {
+            let writers: Vec<_> = paths
+                .chunks(chunk)
+                .map(|mine| {
+                    s.spawn(move || {
+                        mine.iter()
+                            .try_for_each(|path| write_partition_metadata(path, id))
+                    })
+                })
+                .collect();
+            writers.into_iter().try_for_each(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(StoreError::Layout {
+                        path: self.dir.clone(),
+                        reason: "a partition.metadata writer panicked".to_string(),
+                    })
+                })
+            })
+        })?;
+        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
+        Ok(indexes
+            .zip(paths)
+            .zip(logs)
+            .map(|((i, p), l)| (i, p, l))
+            .collect())
     }
 
     /// The broker's defaults for every partition (the manager's configuration).

@@ -841,3 +841,74 @@ fn a_batch_damaged_on_disk_is_answered_with_a_storage_error_and_its_partition_go
     );
     broker.wait_for_log("partition taken offline", Duration::from_secs(10));
 }
+
+/// Threads of process `pid` named as the log manager's sync pool names its threads.
+fn sync_threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "oncelog-sync")
+        .count()
+}
+
+#[test]
+fn an_acks_all_produce_over_many_partitions_is_answered_after_their_syncs_issued_together() {
+    const PARTITIONS: i32 = 64;
+    let data = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(data.path(), &["--partitions", "64"]);
+    let mut wire = Wire::connect(broker.addr);
+    let created = common::wire::auto_create_topic(&mut wire, "many");
+    assert_eq!(created.partitions.len(), PARTITIONS as usize);
+    assert_eq!(sync_threads(broker.pid()), 0, "nothing synced yet");
+    let partitions: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(None, 0, 1 + p as usize % 3, 100)))
+        })
+        .collect();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name("many"))
+            .with_partition_data(partitions)]);
+    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
+    let codes: Vec<(i32, i16, i64)> = answer.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(
+        codes,
+        (0..PARTITIONS).map(|p| (p, 0, 0)).collect::<Vec<_>>()
+    );
+    // The 64 syncs were issued by the log manager's pool (LogManager::flush_many), not one
+    // partition after another on the request's task.
+    let pool = sync_threads(broker.pid());
+    assert!((1..=16).contains(&pool), "{pool} sync threads");
+
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    let mut fetch = fetch_request(12, "many", created.topic_id, 0, 0);
+    fetch.topics[0].partitions = (0..PARTITIONS)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
+    let ends: Vec<i64> = fetched.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.high_watermark)
+        .collect();
+    let expected: Vec<i64> = (0..PARTITIONS).map(|p| 1 + p as i64 % 3).collect();
+    assert_eq!(
+        ends, expected,
+        "every acknowledged batch is back after the crash"
+    );
+}

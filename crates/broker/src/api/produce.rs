@@ -144,30 +144,13 @@ pub async fn handle(
         ACKS_ALL if broker.acks_all_flushes => {
             let request = request.clone();
             let log_append_time = broker.log_append_time;
+            let store = Arc::clone(&broker.store);
             let (mut caught_up, mark) = (caught_up.clone(), caught_up.now());
             Ok(Reply::Later(tokio::spawn(async move {
                 // Let the requests that arrived with this one be appended first: then the
-                // flush below covers them too, and theirs find nothing left to do.
+                // syncs below cover them too, and theirs find nothing left to do.
                 caught_up.past(mark).await;
-                for topic in &mut results {
-                    for result in &mut topic.partitions {
-                        if let Outcome::Appended {
-                            partition,
-                            appended,
-                            ..
-                        } = &result.outcome
-                        {
-                            if let Err(e) = partition.make_durable(appended.last_offset() + 1).await
-                            {
-                                tracing::error!(partition = ?partition, error = %e, "flush for acks=all failed");
-                                result.outcome = Outcome::Failed {
-                                    error: ResponseError::KafkaStorageError,
-                                    message: Some(e.to_string()),
-                                };
-                            }
-                        }
-                    }
-                }
+                make_durable(&store, &mut results).await;
                 respond(
                     &request,
                     &response(request.version, results, log_append_time),
@@ -179,6 +162,50 @@ pub async fn handle(
             request,
             &response(request.version, results, broker.log_append_time),
         )?)),
+    }
+}
+
+/// acks=all: makes every partition the request appended to durable, in one call that issues
+/// their syncs together (`Store::make_durable`, the log manager's `flush_many`); a partition
+/// whose sync failed is answered KAFKA_STORAGE_ERROR, the others are answered as appended.
+async fn make_durable(store: &Arc<crate::store::Store>, results: &mut [TopicResult]) {
+    let mut waiting = Vec::new();
+    for (t, topic) in results.iter().enumerate() {
+        for (r, result) in topic.partitions.iter().enumerate() {
+            if let Outcome::Appended {
+                partition,
+                appended,
+                ..
+            } = &result.outcome
+            {
+                let end = appended.last_offset() + 1;
+                if !partition.is_durable_to(end) {
+                    waiting.push(((t, r), (Arc::clone(partition), end)));
+                }
+            }
+        }
+    }
+    if waiting.is_empty() {
+        return;
+    }
+    let (places, targets): (Vec<_>, Vec<_>) = waiting.into_iter().unzip();
+    let store = Arc::clone(store);
+    let count = targets.len();
+    let answers = match tokio::task::spawn_blocking(move || store.make_durable(&targets)).await {
+        Ok(answers) => answers,
+        Err(e) => vec![Err(store::FlushRefused(format!("flush task failed: {e}"))); count],
+    };
+    for ((t, r), answer) in places.into_iter().zip(answers) {
+        if let Err(e) = answer {
+            let result = &mut results[t].partitions[r];
+            if let Outcome::Appended { partition, .. } = &result.outcome {
+                tracing::error!(partition = ?partition, error = %e, "flush for acks=all failed");
+            }
+            result.outcome = Outcome::Failed {
+                error: ResponseError::KafkaStorageError,
+                message: Some(e.to_string()),
+            };
+        }
     }
 }
 
