@@ -590,9 +590,17 @@ fn check_report<'a>(
         m.config().recovery_threads.clamp(1, on_disk.len().max(1)),
         "round {round}"
     );
+    assert!(
+        report
+            .partitions
+            .windows(2)
+            .all(|w| w[0].partition < w[1].partition),
+        "round {round}: the report's partitions are in order"
+    );
     let mut opened = BTreeMap::new();
     for r in &report.partitions {
         assert_eq!(r.partition.topic, TOPIC, "round {round}");
+        assert_eq!(r.dir, dir.join(r.partition.dir_name()), "round {round}");
         let o = r.outcome.as_ref().unwrap();
         let segments = common::log_files(&r.dir).len();
         assert_eq!(
