@@ -1,12 +1,14 @@
 //! Real crashes of a log manager over 1,000 partitions (issue 28, item 4): a child process,
 //! held to `ulimit -n` 1024, opens the log dir, creates the 1,000 partitions with
 //! `LogManager::create_many` (its first round; later rounds reopen the same dir, recovering all
-//! of them after the last kill), and runs 8 appender threads under `FlushPolicy::Always`, each
-//! owning an eighth of the partitions and appending an idempotent batch to each in turn, so
-//! many partitions sync at once and each append returns only once its batch is durable. The
-//! child prints a line per acknowledged batch; the parent kills it with SIGKILL at a random
-//! moment, by round: while creating the partitions (first round) or starting its appenders,
-//! in the middle of the appends, or while it opens and recovers the dir.
+//! of them after the last kill), and, with every background job running every 50 ms, runs 8
+//! appender threads under `FlushPolicy::Always`, each owning an eighth of the partitions and
+//! appending an idempotent batch to each in turn, so many partitions sync at once and each
+//! append returns only once its batch is durable (its recovery point past the batch, which the
+//! child checks: a SIGKILL keeps the page cache, synced or not). The child prints a line per
+//! acknowledged batch; the parent kills it with SIGKILL at a random moment, by round: while
+//! creating the partitions (first round) or starting its appenders, in the middle of the
+//! appends, or while it opens and recovers the dir.
 //!
 //! The parent then reopens the dir and checks every partition: it opens; its batches are dense
 //! from offset 0 and are the ones its producer sent, in order, each once (a batch's offsets are
@@ -53,7 +55,8 @@ const CHILD_START: &str = "ONCELOG_MANY_KILL_CHILD_START";
 
 fn config(jobs: bool) -> ManagerConfig {
     // Small segments, so partitions roll and their flushes write checkpoints with recovery
-    // points; in the child the checkpoint job writes the log dir's recovery points besides.
+    // points. In the child every background job runs every 50 ms over the 1,000 partitions
+    // (the checkpoint job writing the log dir's recovery points among them).
     let every = jobs.then_some(Duration::from_millis(50));
     ManagerConfig::default()
         .with_log(
@@ -67,22 +70,28 @@ fn config(jobs: bool) -> ManagerConfig {
                 .unwrap(),
         )
         .with_jobs(
-            JobIntervals::none()
+            JobIntervals::default()
+                .with_flush(every)
                 .with_checkpoints(every)
                 .with_high_watermarks(every)
-                .with_snapshots(every),
+                .with_retention(every)
+                .with_producer_expiry(every)
+                .with_snapshots(every)
+                .with_deletion(every)
+                .with_cleaning(every),
         )
         .with_recovery_threads(4)
 }
 
 /// The batch producer `partition + 1` sends at `seq` into its partition: the same bytes every
-/// time, so a retry is exact.
+/// time, so a retry is exact. Timestamped in 2096: the child's retention job (7 days by
+/// default) must find nothing to delete.
 fn batch(partition: i32, seq: i32) -> Vec<u8> {
     let mut b = BatchBuilder::new().producer(partition as i64 + 1, 0, seq);
     for i in 0..RECORDS {
         let value = format!("p{partition} s{}", seq + i);
         b.append(
-            1_700_000_000_000 + (seq + i) as i64,
+            4_000_000_000_000 + (seq + i) as i64,
             None,
             Some(value.as_bytes()),
             &[],
