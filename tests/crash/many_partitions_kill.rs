@@ -8,7 +8,9 @@
 //! child checks: a SIGKILL keeps the page cache, synced or not). The child prints a line per
 //! acknowledged batch; the parent kills it with SIGKILL at a random moment, by round: while
 //! creating the partitions (first round) or starting its appenders, in the middle of the
-//! appends, or while it opens and recovers the dir.
+//! appends, or while it opens and recovers the dir. Every other cycle of four rounds the child
+//! reserves its segments' space (`Preallocation::Reserved`) instead of having zeros written
+//! ahead of its appenders (`Zeroed`, what `FlushPolicy::Always` picks).
 //!
 //! The parent then reopens the dir and checks every partition: it opens; its batches are dense
 //! from offset 0 and are the ones its producer sent, in order, each once (a batch's offsets are
@@ -39,7 +41,7 @@ use oncelog::format::{BatchBuilder, RecordBatch};
 use oncelog::io::sim::SplitMix64;
 use oncelog::{
     AppendOutcome, FlushPolicy, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
-    ManagerOpenReport, PartitionConfig, TopicPartition,
+    ManagerOpenReport, PartitionConfig, Preallocation, TopicPartition,
 };
 
 const TOPIC: &str = "many";
@@ -52,8 +54,11 @@ const CHILD_PARTITIONS: &str = "ONCELOG_MANY_KILL_CHILD_PARTITIONS";
 /// Where each appender thread starts in its list of partitions (so rounds killed early in the
 /// appends do not always reach the same ones).
 const CHILD_START: &str = "ONCELOG_MANY_KILL_CHILD_START";
+/// `1`: the child reserves segment space (`Preallocation::Reserved`) instead of writing zeros
+/// ahead of its appenders (`Zeroed`, what `FlushPolicy::Always` picks).
+const CHILD_RESERVED: &str = "ONCELOG_MANY_KILL_CHILD_RESERVED";
 
-fn config(jobs: bool) -> ManagerConfig {
+fn config(jobs: bool, reserved: bool) -> ManagerConfig {
     // Small segments, so partitions roll and their flushes write checkpoints with recovery
     // points. In the child every background job runs every 50 ms over the 1,000 partitions
     // (the checkpoint job writing the log dir's recovery points among them).
@@ -65,6 +70,11 @@ fn config(jobs: bool) -> ManagerConfig {
                 .segment_index_bytes(1024)
                 .snapshot_interval_bytes(1 << 10)
                 .prefault_bytes(0)
+                .preallocation(if reserved {
+                    Preallocation::Reserved
+                } else {
+                    Preallocation::Auto
+                })
                 .flush_policy(FlushPolicy::Always)
                 .build()
                 .unwrap(),
@@ -145,7 +155,7 @@ fn append_forever(logs: &[Arc<Log>], mine: &[i32], start: usize) {
     }
 }
 
-fn run_child(dir: &Path, partitions: i32, start: usize) {
+fn run_child(dir: &Path, partitions: i32, start: usize, reserved: bool) {
     // A panic anywhere ends the process, so the parent sees it (the other appenders would
     // otherwise go on acknowledging until the kill).
     let report = std::panic::take_hook();
@@ -158,7 +168,7 @@ fn run_child(dir: &Path, partitions: i32, start: usize) {
         "the child runs under ulimit -n {FD_LIMIT}"
     );
     println!("STARTED");
-    let m = LogManager::open(&[dir], config(true)).expect("child opens");
+    let m = LogManager::open(&[dir], config(true, reserved)).expect("child opens");
     if let Some((tp, f)) = m.open_report().failures().next() {
         panic!("child: {tp} did not open: {f}");
     }
@@ -190,7 +200,8 @@ fn many_partitions_child_process() {
     if let Ok(dir) = std::env::var(CHILD_DIR) {
         let partitions = env_u64(CHILD_PARTITIONS).unwrap() as i32;
         let start = env_u64(CHILD_START).unwrap() as usize;
-        run_child(Path::new(&dir), partitions, start);
+        let reserved = env_u64(CHILD_RESERVED) == Some(1);
+        run_child(Path::new(&dir), partitions, start, reserved);
     }
 }
 
@@ -263,6 +274,11 @@ impl Moment {
     }
 }
 
+/// Whether the child of `round` reserves segment space: every other cycle of the moments.
+fn reserved(round: usize) -> bool {
+    (round / 4) % 2 == 1
+}
+
 /// How long the phases of the child take: where the next early kills aim.
 #[derive(Debug, Clone, Copy)]
 struct Phases {
@@ -303,7 +319,7 @@ impl Round {
     }
 }
 
-fn spawn_child(dir: &Path, partitions: i32, start: usize, stderr: &Path) -> Child {
+fn spawn_child(dir: &Path, partitions: i32, start: usize, reserved: bool, stderr: &Path) -> Child {
     let exe = std::env::current_exe().unwrap();
     // The shell lowers the soft limit and becomes the child (`exec`), so the pid killed is the
     // test binary's.
@@ -322,6 +338,7 @@ fn spawn_child(dir: &Path, partitions: i32, start: usize, stderr: &Path) -> Chil
         .env(CHILD_DIR, dir)
         .env(CHILD_PARTITIONS, partitions.to_string())
         .env(CHILD_START, start.to_string())
+        .env(CHILD_RESERVED, (reserved as u8).to_string())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(stderr).unwrap())
         .spawn()
@@ -342,7 +359,7 @@ fn run_round(
     let start = rng.below(1_000) as usize;
     let aim = *phases;
     let spawned = Instant::now();
-    let mut child = spawn_child(dir, partitions, start, stderr);
+    let mut child = spawn_child(dir, partitions, start, reserved(round), stderr);
     let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut r = Round {
         killed_at: Duration::ZERO,
@@ -434,7 +451,7 @@ fn check(
             .unwrap_or_else(|e| panic!("round {round}: {e}")),
         Err(_) => Default::default(),
     };
-    let m = LogManager::open(&[dir], config(false))
+    let m = LogManager::open(&[dir], config(false, false))
         .unwrap_or_else(|e| panic!("round {round}: reopen: {e}"));
     let started = Instant::now();
     let report = m.open_report();
@@ -665,9 +682,10 @@ fn sigkill_over_a_thousand_partitions_loses_no_acknowledged_batch() {
         let c = check(&dir, partitions, &acked, &acked_now, created, round);
         phases.open = c.open;
         eprintln!(
-            "round {round} ({moment:?}): child killed at {:.3} s (opened: {}, ready: {}), {} batches \
+            "round {round} ({moment:?}{}): child killed at {:.3} s (opened: {}, ready: {}), {} batches \
              acknowledged over {} partitions; reopen of {} partitions {:.2} s ({} clean, {} \
              bytes validated), {} records, {} retries duplicates, checks {:.2} s",
+            if reserved(round) { ", space reserved" } else { "" },
             r.killed_at.as_secs_f64(),
             r.opened.is_some(),
             r.ready,
