@@ -23,6 +23,7 @@ mod kill_child;
 mod manager_crash_sim;
 mod manager_create_crash;
 mod manager_kill;
+mod many_partitions_kill;
 mod many_partitions_sync_sim;
 mod metadata_checksums;
 mod mutation_sweep;
