@@ -812,14 +812,21 @@ pub fn open(
     let files = SegmentFiles::open(&cfg.fs, dir, base_offset, OpenMode::Create)?;
     let log_len = files.log.len().ctx("stat", &files.log_path)? as usize;
     if log_len > log_size {
-        // Bytes past the valid end (a torn tail, or preallocated zeros after a crash) are cut
-        // durably before anything new is written, so stale bytes can never resurface behind
-        // new batches after another crash.
+        // Bytes past the valid end (a torn tail, or preallocated zeros after a crash) are cut.
+        // A sealed segment's cut is synced now: the recovery point is about to cover it. The
+        // active segment's is made durable by its first sync (a ranged msync or fdatasync
+        // writes the file's length with the range), which comes before any of its new batches
+        // is acknowledged or the recovery point moves; until then a crash may bring back only
+        // what this crash left after the valid end, never acknowledged, which the next
+        // recovery validates and cuts again as it did this time (docs/design.md, "Opening
+        // after a crash").
         files
             .log
             .set_len(log_size as u64)
             .ctx("truncate", &files.log_path)?;
-        files.log.sync_data().ctx("fdatasync", &files.log_path)?;
+        if !active {
+            files.log.sync_data().ctx("fdatasync", &files.log_path)?;
+        }
     }
     let (rebuild, batches): (bool, &[BatchInfo]) = match indexes {
         IndexSource::Rebuild(batches) => (true, batches),
