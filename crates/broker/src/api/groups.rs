@@ -269,6 +269,13 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
     } else {
         body.session_timeout_ms
     };
+    if broker.shares.is_share_group(&body.group_id.0) {
+        // Kafka's `classicGroupJoin` on a group of another type: no member id, this error.
+        let response = JoinGroupResponse::default()
+            .with_error_code(ResponseError::InconsistentGroupProtocol.code())
+            .with_member_id(StrBytes::from_static_str(""));
+        return Ok(Reply::Now(respond(request, &response)?));
+    }
     let rx = broker.groups.join(JoinRequest {
         group: s(&body.group_id.0),
         member_id: s(&body.member_id),

@@ -1,0 +1,230 @@
+//! Share-partition state, durable: an oncelog log at
+//! `<data>/oncelog-broker-state/__share_group_state-0`, the broker's counterpart of Kafka's
+//! `__share_group_state` topic. Every record is the whole state of one share-partition (Kafka's
+//! `ShareSnapshot`), keyed by (group, topic id, partition), so the latest record per key is
+//! the state, and the log is compacted like `__consumer_offsets`. A null value (tombstone)
+//! removes a share-partition (DeleteGroups). A record is durable before the request that
+//! changed the state (an acknowledgement, a release) is answered; on start the log is replayed.
+//!
+//! | part  | layout (big-endian)                                                          |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 0, group (i16 length + UTF-8), topic id (16 bytes), partition i32 |
+//! | value | version i16 = 0, state epoch i32, start offset i64, count i32, then per run:   |
+//! |       | first offset i64, last offset i64, state i8 (Kafka's RecordState id), delivery count i16 |
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use oncelog::format::BatchBuilder;
+use oncelog::Log;
+use uuid::Uuid;
+
+use super::partition::{RecordState, Snapshot};
+use crate::internal_log::{self, open_replayed, InternalLogError};
+use crate::record_codec::{put_string, Input};
+
+/// The directory of the log under the data directory (never opened as a topic).
+pub const DIR_NAME: &str = "oncelog-broker-state/__share_group_state-0";
+
+/// (group, topic id, partition).
+pub type ShareKey = (String, Uuid, i32);
+
+/// Why the share state log could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareStateLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
+    Log {
+        path: PathBuf,
+        source: oncelog::Error,
+    },
+    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
+    Record {
+        path: PathBuf,
+        offset: i64,
+        problem: String,
+    },
+}
+
+impl InternalLogError for ShareStateLogError {
+    fn io(path: PathBuf, source: std::io::Error) -> Self {
+        ShareStateLogError::Io { path, source }
+    }
+    fn log(path: PathBuf, source: oncelog::Error) -> Self {
+        ShareStateLogError::Log { path, source }
+    }
+    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
+        ShareStateLogError::Record {
+            path,
+            offset,
+            problem,
+        }
+    }
+}
+
+pub struct ShareStateLog {
+    log: Log,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for ShareStateLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareStateLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ShareStateLog {
+    /// Opens (or creates) the log under `data_dir` and replays it into the latest snapshot of
+    /// every share-partition. Blocking.
+    pub fn open(
+        data_dir: &Path,
+    ) -> Result<(ShareStateLog, BTreeMap<ShareKey, Snapshot>), ShareStateLogError> {
+        let path = data_dir.join(DIR_NAME);
+        let mut states = BTreeMap::new();
+        let log = open_replayed(&path, |r| {
+            let key = decode_key(r.key.as_deref().unwrap_or_default())?;
+            match r.value.as_deref() {
+                Some(value) => {
+                    states.insert(key, decode_value(value)?);
+                }
+                None => {
+                    states.remove(&key);
+                }
+            }
+            Ok(())
+        })?;
+        Ok((ShareStateLog { log, path }, states))
+    }
+
+    /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
+    pub fn write(&self, states: &[(ShareKey, Option<Snapshot>)]) -> Result<(), ShareStateLogError> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        let err = |source: oncelog::Error| ShareStateLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let now = crate::clock::now_ms();
+        let mut b = BatchBuilder::new();
+        for (key, snapshot) in states {
+            let value = snapshot.as_ref().map(encode_value);
+            b.append(now, Some(&encode_key(key)), value.as_deref(), &[]);
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// Compacts the log if a round is due. Blocking.
+    pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, ShareStateLogError> {
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+    }
+
+    /// Flushes and closes the log. Blocking.
+    pub fn close(&self) -> Result<(), ShareStateLogError> {
+        self.log.close().map_err(|e| ShareStateLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+fn encode_key((group, topic_id, partition): &ShareKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + group.len());
+    out.extend_from_slice(&0i16.to_be_bytes());
+    put_string(&mut out, group);
+    out.extend_from_slice(topic_id.as_bytes());
+    out.extend_from_slice(&partition.to_be_bytes());
+    out
+}
+
+fn decode_key(bytes: &[u8]) -> Result<ShareKey, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("key version")?;
+    if version != 0 {
+        return Err(format!("share state key version {version}"));
+    }
+    let len = input.i16("group length")?;
+    let group = input.utf8(len.max(0) as usize, "group")?;
+    let id = Uuid::from_slice(input.take(16, "topic id")?).map_err(|e| e.to_string())?;
+    let partition = input.i32("partition")?;
+    Ok((group, id, partition))
+}
+
+fn encode_value(s: &Snapshot) -> Vec<u8> {
+    let mut out = Vec::with_capacity(22 + 19 * s.batches.len());
+    out.extend_from_slice(&0i16.to_be_bytes());
+    out.extend_from_slice(&s.state_epoch.to_be_bytes());
+    out.extend_from_slice(&s.start_offset.to_be_bytes());
+    out.extend_from_slice(&(s.batches.len() as i32).to_be_bytes());
+    for &(first, last, state, count) in &s.batches {
+        out.extend_from_slice(&first.to_be_bytes());
+        out.extend_from_slice(&last.to_be_bytes());
+        out.push(state.id() as u8);
+        out.extend_from_slice(&count.to_be_bytes());
+    }
+    out
+}
+
+fn decode_value(bytes: &[u8]) -> Result<Snapshot, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("share state value version {version}"));
+    }
+    let state_epoch = input.i32("state epoch")?;
+    let start_offset = input.i64("start offset")?;
+    let count = input.i32("batch count")?;
+    // Each run takes 19 bytes: a count the bytes cannot hold is damage, not an allocation.
+    if count < 0 || count as usize > input.len() / 19 {
+        return Err(format!("{count} state batches in {} bytes", input.len()));
+    }
+    let mut batches = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let first = input.i64("first offset")?;
+        let last = input.i64("last offset")?;
+        let id = input.take(1, "delivery state")?[0] as i8;
+        let state = RecordState::from_id(id).ok_or(format!("delivery state {id}"))?;
+        let delivery_count = input.i16("delivery count")?;
+        batches.push((first, last, state, delivery_count));
+    }
+    if !input.is_empty() {
+        return Err(format!("{} bytes after the state batches", input.len()));
+    }
+    Ok(Snapshot {
+        start_offset,
+        state_epoch,
+        batches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_and_value_round_trip() {
+        let key = ("g".to_string(), Uuid::from_u128(7), 3);
+        assert_eq!(decode_key(&encode_key(&key)).unwrap(), key);
+        let s = Snapshot {
+            start_offset: 12,
+            state_epoch: 4,
+            batches: vec![
+                (12, 14, RecordState::Archived, 5),
+                (15, 15, RecordState::Available, 1),
+            ],
+        };
+        assert_eq!(decode_value(&encode_value(&s)).unwrap(), s);
+        assert!(decode_value(&encode_value(&s)[..20]).is_err());
+    }
+}
