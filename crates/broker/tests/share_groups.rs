@@ -1,0 +1,454 @@
+//! Share groups (KIP-932) over the raw protocol: ShareGroupHeartbeat membership and the simple
+//! assignor, ShareFetch acquisition from the latest offset, share sessions and their epochs,
+//! ShareAcknowledge's ACCEPT/RELEASE/REJECT, acquisition locks that expire, the delivery count
+//! limit, the group-type checks, DeleteGroups, and a restart that keeps acknowledged state.
+//! Error codes are Kafka's (`Errors.java`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::share::{self, ACCEPT, REJECT, RELEASE};
+use common::wire::{str_bytes, Wire};
+use common::BrokerProcess;
+use kafka_protocol::messages::*;
+use uuid::Uuid;
+
+const INVALID_REQUEST: i16 = 42;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const FENCED_MEMBER_EPOCH: i16 = 110;
+const GROUP_ID_NOT_FOUND: i16 = 69;
+const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+const NON_EMPTY_GROUP: i16 = 68;
+const INVALID_RECORD_STATE: i16 = 121;
+const SHARE_SESSION_NOT_FOUND: i16 = 122;
+const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+
+/// A broker with `topic` created, a connection, and the topic's id.
+fn start(dir: &tempfile::TempDir, extra: &[&str], topic: &str) -> (BrokerProcess, Wire, Uuid) {
+    let broker = BrokerProcess::start(dir.path(), extra);
+    let mut wire = Wire::connect(broker.addr);
+    let id = common::wire::create_topic(&mut wire, topic);
+    (broker, wire, id)
+}
+
+#[test]
+fn share_apis_are_advertised_at_kafka_44_versions() {
+    let (_dir, _broker, mut wire) = common::start_connected(&[]);
+    let versions: ApiVersionsResponse =
+        wire.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    use common::wire::advertised;
+    assert_eq!(
+        advertised(&versions, ApiKey::ShareGroupHeartbeat),
+        Some((1, 1))
+    );
+    assert_eq!(
+        advertised(&versions, ApiKey::ShareGroupDescribe),
+        Some((1, 1))
+    );
+    assert_eq!(advertised(&versions, ApiKey::ShareFetch), Some((1, 2)));
+    assert_eq!(
+        advertised(&versions, ApiKey::ShareAcknowledge),
+        Some((1, 2))
+    );
+}
+
+#[test]
+fn every_member_is_assigned_every_partition_of_its_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-assign");
+    let (_broker, mut wire, id) = start(&dir, &["--partitions", "3"], &topic);
+    let a = share::heartbeat(&mut wire, "g-assign", "member-a", 0, Some(&[&topic]));
+    assert_eq!(a.error_code, 0);
+    assert_eq!(a.member_epoch, 1);
+    let b = share::heartbeat(&mut wire, "g-assign", "member-b", 0, Some(&[&topic]));
+    assert_eq!(b.member_epoch, 2);
+    for response in [&a, &b] {
+        let assignment = response
+            .assignment
+            .as_ref()
+            .expect("a joiner learns its assignment");
+        assert_eq!(assignment.topic_partitions.len(), 1);
+        assert_eq!(assignment.topic_partitions[0].topic_id, id);
+        assert_eq!(assignment.topic_partitions[0].partitions, vec![0, 1, 2]);
+    }
+    // Member a, at epoch 1, moves to the group epoch with its next heartbeat.
+    let again = share::heartbeat(&mut wire, "g-assign", "member-a", 1, None);
+    assert_eq!(again.error_code, 0);
+    assert_eq!(again.member_epoch, 2);
+    let described: ShareGroupDescribeResponse = wire.call(
+        ApiKey::ShareGroupDescribe,
+        1,
+        &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes("g-assign"))]),
+    );
+    let g = &described.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!(g.group_state.as_str(), "Stable");
+    assert_eq!(g.group_epoch, 2);
+    assert_eq!(g.assignor_name.as_str(), "simple");
+    assert_eq!(g.members.len(), 2);
+    // Leaving: epoch -1 is answered, and the group epoch moves on.
+    let left = share::heartbeat(&mut wire, "g-assign", "member-b", -1, None);
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    let after = share::heartbeat(&mut wire, "g-assign", "member-a", 2, None);
+    assert_eq!(after.member_epoch, 3);
+}
+
+#[test]
+fn heartbeat_refusals_are_kafkas() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-refuse");
+    let (_broker, mut wire, _) = start(&dir, &[], &topic);
+    let empty_member = share::heartbeat(&mut wire, "g-refuse", "", 0, Some(&[&topic]));
+    assert_eq!(empty_member.error_code, INVALID_REQUEST);
+    let no_topics = share::heartbeat(&mut wire, "g-refuse", "m", 0, None);
+    assert_eq!(no_topics.error_code, INVALID_REQUEST);
+    let bad_epoch = share::heartbeat(&mut wire, "g-refuse", "m", -2, None);
+    assert_eq!(bad_epoch.error_code, INVALID_REQUEST);
+    let unknown = share::heartbeat(&mut wire, "g-refuse", "m", 1, None);
+    assert_eq!(unknown.error_code, UNKNOWN_MEMBER_ID);
+    assert_eq!(share::join(&mut wire, "g-refuse", "m", &[&topic]), 1);
+    let fenced = share::heartbeat(&mut wire, "g-refuse", "m", 5, None);
+    assert_eq!(fenced.error_code, FENCED_MEMBER_EPOCH);
+    let unknown_leave = share::heartbeat(&mut wire, "g-refuse", "other", -1, None);
+    assert_eq!(unknown_leave.error_code, UNKNOWN_MEMBER_ID);
+}
+
+#[test]
+fn group_ids_do_not_cross_group_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-types");
+    let (_broker, mut wire, _) = start(&dir, &[], &topic);
+    // A classic group (committed offsets only) is not a share group.
+    let committed = common::groups::commit_offset(
+        &mut wire,
+        8,
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(str_bytes("classic-g")))
+            .with_generation_id_or_member_epoch(-1),
+        &topic,
+        1,
+    );
+    assert_eq!(committed, 0);
+    let refused = share::heartbeat(&mut wire, "classic-g", "m", 0, Some(&[&topic]));
+    assert_eq!(refused.error_code, GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        refused.error_message.as_deref(),
+        Some("Group classic-g is not a share group.")
+    );
+    // A share group is neither a classic group nor a consumer group.
+    share::join(&mut wire, "share-g", "m", &[&topic]);
+    let join: JoinGroupResponse = wire.call(
+        ApiKey::JoinGroup,
+        9,
+        &JoinGroupRequest::default()
+            .with_group_id(GroupId(str_bytes("share-g")))
+            .with_session_timeout_ms(30_000)
+            .with_rebalance_timeout_ms(30_000)
+            .with_protocol_type(str_bytes("consumer")),
+    );
+    assert_eq!(join.error_code, INCONSISTENT_GROUP_PROTOCOL);
+    let consumer = common::groups::heartbeat(
+        &mut wire,
+        &common::groups::join_request("share-g", "m2", &[&topic]),
+    );
+    assert_eq!(consumer.error_code, GROUP_ID_NOT_FOUND);
+    let describe: DescribeGroupsResponse = wire.call(
+        ApiKey::DescribeGroups,
+        6,
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(str_bytes("share-g"))]),
+    );
+    assert_eq!(describe.groups[0].error_code, GROUP_ID_NOT_FOUND);
+    // ListGroups v5 shows it with type and protocol type `share`, and filters by type.
+    let listed: ListGroupsResponse = wire.call(
+        ApiKey::ListGroups,
+        5,
+        &ListGroupsRequest::default().with_types_filter(vec![str_bytes("share")]),
+    );
+    assert_eq!(listed.groups.len(), 1);
+    let g = &listed.groups[0];
+    assert_eq!(g.group_id.0.as_str(), "share-g");
+    assert_eq!(g.group_type.as_str(), "share");
+    assert_eq!(g.protocol_type.as_str(), "share");
+    assert_eq!(g.group_state.as_str(), "Stable");
+    let described: ShareGroupDescribeResponse = wire.call(
+        ApiKey::ShareGroupDescribe,
+        1,
+        &ShareGroupDescribeRequest::default().with_group_ids(vec![
+            GroupId(str_bytes("classic-g")),
+            GroupId(str_bytes("nobody")),
+        ]),
+    );
+    assert_eq!(described.groups[0].error_code, GROUP_ID_NOT_FOUND);
+    assert_eq!(described.groups[1].error_code, GROUP_ID_NOT_FOUND);
+}
+
+#[test]
+fn a_new_share_group_starts_at_the_latest_offset_and_acquires_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-latest");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::produce(&mut wire, &topic, 0, 2);
+    share::join(&mut wire, "g-latest", "a", &[&topic]);
+    share::join(&mut wire, "g-latest", "b", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 3);
+    let a = share::fetch(&mut wire, "g-latest", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(a.error_code, 0);
+    assert_eq!(a.acquisition_lock_timeout_ms, 30_000);
+    // Offsets 0-1 were written before the group existed: not delivered.
+    assert_eq!(share::acquired(&a), vec![(0, 2, 4, 1)]);
+    let records = a.responses[0].partitions[0].records.clone().unwrap();
+    assert!(!records.is_empty(), "the acquired records' batch is sent");
+    // Acquired by a: b gets nothing while a holds them.
+    let b = share::fetch(&mut wire, "g-latest", "b", 0, &[(id, 0, vec![])], 0);
+    assert_eq!(b.error_code, 0);
+    assert_eq!(share::acquired(&b), vec![]);
+}
+
+#[test]
+fn share_session_epochs_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-session");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-session", "m", &[&topic]);
+    let none = share::fetch(&mut wire, "g-session", "m", 3, &[(id, 0, vec![])], 0);
+    assert_eq!(none.error_code, SHARE_SESSION_NOT_FOUND);
+    let acks_in_initial = share::fetch(
+        &mut wire,
+        "g-session",
+        "m",
+        0,
+        &[(id, 0, vec![(0, 0, vec![ACCEPT])])],
+        0,
+    );
+    assert_eq!(acks_in_initial.error_code, INVALID_REQUEST);
+    assert_eq!(
+        share::fetch(&mut wire, "g-session", "m", 0, &[(id, 0, vec![])], 0).error_code,
+        0
+    );
+    let skipped = share::fetch(&mut wire, "g-session", "m", 2, &[], 0);
+    assert_eq!(skipped.error_code, INVALID_SHARE_SESSION_EPOCH);
+    assert_eq!(
+        share::fetch(&mut wire, "g-session", "m", 1, &[], 0).error_code,
+        0
+    );
+    let ack_initial = share::acknowledge(&mut wire, "g-session", "m", 0, id, 0, &[]);
+    assert_eq!(ack_initial.error_code, INVALID_SHARE_SESSION_EPOCH);
+    let ack_stale = share::acknowledge(&mut wire, "g-session", "m", 1, id, 0, &[]);
+    assert_eq!(ack_stale.error_code, INVALID_SHARE_SESSION_EPOCH);
+    assert_eq!(
+        share::acknowledge(&mut wire, "g-session", "m", 2, id, 0, &[]).error_code,
+        0
+    );
+    // Closing (-1), then the session is gone.
+    assert_eq!(
+        share::fetch(&mut wire, "g-session", "m", -1, &[], 0).error_code,
+        0
+    );
+    let closed = share::fetch(&mut wire, "g-session", "m", 3, &[], 0);
+    assert_eq!(closed.error_code, SHARE_SESSION_NOT_FOUND);
+}
+
+#[test]
+fn acknowledgements_accept_release_and_reject() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-ack");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-ack", "a", &[&topic]);
+    share::join(&mut wire, "g-ack", "b", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 6);
+    let a = share::fetch(&mut wire, "g-ack", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&a), vec![(0, 0, 5, 1)]);
+    // b may not acknowledge what a holds: the whole batch is refused.
+    assert_eq!(
+        share::fetch(&mut wire, "g-ack", "b", 0, &[(id, 0, vec![])], 0).error_code,
+        0
+    );
+    let stolen = share::acknowledge(&mut wire, "g-ack", "b", 1, id, 0, &[(0, 1, vec![ACCEPT])]);
+    assert_eq!(
+        stolen.responses[0].partitions[0].error_code,
+        INVALID_RECORD_STATE
+    );
+    // a: accept 0-1, release 2-3, reject 4, accept 5; piggybacked on its next fetch.
+    let next = share::fetch(
+        &mut wire,
+        "g-ack",
+        "a",
+        1,
+        &[(
+            id,
+            0,
+            vec![
+                (0, 1, vec![ACCEPT]),
+                (2, 5, vec![RELEASE, RELEASE, REJECT, ACCEPT]),
+            ],
+        )],
+        0,
+    );
+    assert_eq!(next.error_code, 0);
+    assert_eq!(share::ack_error(&next, 0), 0);
+    // a's own fetch took the released 2-3 back (delivery 2); b then gets nothing.
+    assert_eq!(share::acquired(&next), vec![(0, 2, 3, 2)]);
+    let released = share::acknowledge(&mut wire, "g-ack", "a", 2, id, 0, &[(2, 3, vec![RELEASE])]);
+    assert_eq!(released.responses[0].partitions[0].error_code, 0);
+    let b = share::fetch(&mut wire, "g-ack", "b", 2, &[], 1_000);
+    assert_eq!(share::acquired(&b), vec![(0, 2, 3, 3)]);
+    // Offsets already settled cannot be acknowledged again.
+    let again = share::acknowledge(&mut wire, "g-ack", "b", 3, id, 0, &[(4, 4, vec![ACCEPT])]);
+    assert_eq!(
+        again.responses[0].partitions[0].error_code,
+        INVALID_RECORD_STATE
+    );
+    // A type count that fits neither one per batch nor one per offset is INVALID_REQUEST.
+    let malformed = share::acknowledge(
+        &mut wire,
+        "g-ack",
+        "b",
+        4,
+        id,
+        0,
+        &[(2, 3, vec![ACCEPT, ACCEPT, ACCEPT])],
+    );
+    assert_eq!(
+        malformed.responses[0].partitions[0].error_code,
+        INVALID_REQUEST
+    );
+}
+
+#[test]
+fn an_expired_acquisition_lock_redelivers_to_another_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-lock");
+    let (_broker, mut wire, id) = start(
+        &dir,
+        &["--group-share-record-lock-duration-ms", "500"],
+        &topic,
+    );
+    share::join(&mut wire, "g-lock", "a", &[&topic]);
+    share::join(&mut wire, "g-lock", "b", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 3);
+    let a = share::fetch(&mut wire, "g-lock", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(a.acquisition_lock_timeout_ms, 500);
+    assert_eq!(share::acquired(&a), vec![(0, 0, 2, 1)]);
+    // b waits; a's lock runs out, and the records come to b, delivered a second time.
+    let b = share::fetch(&mut wire, "g-lock", "b", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&b), vec![(0, 0, 2, 2)]);
+    // a's late acknowledgement is refused: it no longer holds them.
+    let late = share::acknowledge(&mut wire, "g-lock", "a", 1, id, 0, &[(0, 2, vec![ACCEPT])]);
+    assert_eq!(
+        late.responses[0].partitions[0].error_code,
+        INVALID_RECORD_STATE
+    );
+}
+
+#[test]
+fn the_delivery_count_limit_archives_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-limit");
+    let (_broker, mut wire, id) = start(&dir, &["--group-share-delivery-count-limit", "2"], &topic);
+    share::join(&mut wire, "g-limit", "a", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 1);
+    let first = share::fetch(&mut wire, "g-limit", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&first), vec![(0, 0, 0, 1)]);
+    let second = share::fetch(
+        &mut wire,
+        "g-limit",
+        "a",
+        1,
+        &[(id, 0, vec![(0, 0, vec![RELEASE])])],
+        5_000,
+    );
+    assert_eq!(share::acquired(&second), vec![(0, 0, 0, 2)]);
+    // Released after its second delivery: archived, never delivered again.
+    let third = share::fetch(
+        &mut wire,
+        "g-limit",
+        "a",
+        2,
+        &[(id, 0, vec![(0, 0, vec![RELEASE])])],
+        300,
+    );
+    assert_eq!(share::ack_error(&third, 0), 0);
+    assert_eq!(share::acquired(&third), vec![]);
+    // The next record is delivered as usual.
+    share::produce(&mut wire, &topic, 0, 1);
+    let fourth = share::fetch(&mut wire, "g-limit", "a", 3, &[], 5_000);
+    assert_eq!(share::acquired(&fourth), vec![(0, 1, 1, 1)]);
+}
+
+#[test]
+fn a_restart_keeps_acknowledged_records_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-restart");
+    let (mut broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-restart", "a", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 5);
+    let got = share::fetch(&mut wire, "g-restart", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&got), vec![(0, 0, 4, 1)]);
+    let acked = share::acknowledge(
+        &mut wire,
+        "g-restart",
+        "a",
+        1,
+        id,
+        0,
+        &[(0, 2, vec![ACCEPT])],
+    );
+    assert_eq!(acked.responses[0].partitions[0].error_code, 0);
+    // A crash: what was acknowledged was durable before the answer.
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    // The group exists again (Empty); its member rejoins.
+    let described: ShareGroupDescribeResponse = wire.call(
+        ApiKey::ShareGroupDescribe,
+        1,
+        &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes("g-restart"))]),
+    );
+    assert_eq!(described.groups[0].error_code, 0);
+    assert_eq!(described.groups[0].group_state.as_str(), "Empty");
+    share::join(&mut wire, "g-restart", "a", &[&topic]);
+    // 0-2 stay acknowledged; 3-4, acquired at the crash, come back for a second delivery.
+    let again = share::fetch(&mut wire, "g-restart", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&again), vec![(0, 3, 4, 2)]);
+}
+
+#[test]
+fn delete_groups_deletes_an_empty_share_group_and_its_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-delete");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-delete", "a", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 2);
+    assert_eq!(
+        share::acquired(&share::fetch(
+            &mut wire,
+            "g-delete",
+            "a",
+            0,
+            &[(id, 0, vec![])],
+            5_000
+        ))
+        .len(),
+        1
+    );
+    let delete = |wire: &mut Wire| -> i16 {
+        let response: DeleteGroupsResponse = wire.call(
+            ApiKey::DeleteGroups,
+            2,
+            &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(str_bytes("g-delete"))]),
+        );
+        response.results[0].error_code
+    };
+    assert_eq!(delete(&mut wire), NON_EMPTY_GROUP);
+    assert_eq!(
+        share::heartbeat(&mut wire, "g-delete", "a", -1, None).error_code,
+        0
+    );
+    assert_eq!(delete(&mut wire), 0);
+    assert_eq!(delete(&mut wire), GROUP_ID_NOT_FOUND);
+    // A new group of that id starts afresh, at the latest offset.
+    share::join(&mut wire, "g-delete", "a", &[&topic]);
+    let fresh = share::fetch(&mut wire, "g-delete", "a", 0, &[(id, 0, vec![])], 0);
+    assert_eq!(share::acquired(&fresh), vec![]);
+}
