@@ -141,7 +141,8 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
             let store = &broker.store;
             broker.shares.heartbeat(&group, hb, &topics, |id, index| {
                 let topic = store.topic_by_id(id)?;
-                Some(topic.partition(index)?.log_end_offset())
+                let partition = topic.partition(index)?;
+                Some((partition.log_start_offset(), partition.log_end_offset()))
             })
         })
         .await
@@ -245,6 +246,16 @@ pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handle
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// The acquisition lock duration of `group` in milliseconds, as ShareFetch and
+/// ShareAcknowledge answer it.
+fn lock_ms(broker: &Broker, group: Option<&str>) -> i32 {
+    let duration = match group {
+        Some(g) => broker.shares.lock_duration(g),
+        None => broker.shares.settings().lock_duration,
+    };
+    duration.as_millis().min(i32::MAX as u128) as i32
+}
+
 /// The acknowledgement batches of one partition: `(first, last, types)`.
 type AckBatches = Vec<(i64, i64, Vec<i8>)>;
 
@@ -288,7 +299,7 @@ struct Piece {
 
 pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: ShareFetchRequest = request.body()?;
-    let lock_ms = broker.shares.settings().lock_duration.as_millis() as i32;
+    let lock_ms = lock_ms(broker, body.group_id.as_ref().map(|g| g.0.as_str()));
     let refuse = |error: ResponseError| -> Result<Reply, HandleError> {
         let response = ShareFetchResponse::default()
             .with_error_code(error.code())
@@ -590,7 +601,7 @@ fn acquire_one(
 
 pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: ShareAcknowledgeRequest = request.body()?;
-    let lock_ms = broker.shares.settings().lock_duration.as_millis() as i32;
+    let lock_ms = lock_ms(broker, body.group_id.as_ref().map(|g| g.0.as_str()));
     let refuse = |error: ResponseError| -> Result<Reply, HandleError> {
         let response = ShareAcknowledgeResponse::default()
             .with_error_code(error.code())
@@ -677,4 +688,155 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
             .with_responses(topics);
         codec::encode(correlation_id, version, &response, &[])
     })))
+}
+
+// Group configurations (KIP-848/KIP-932's GROUP config resources): the share settings a
+// client may set per group with IncrementalAlterConfigs and read with DescribeConfigs.
+
+/// Kafka's `ConfigResource.Type.GROUP`.
+pub(super) const RESOURCE_GROUP: i8 = 32;
+/// Kafka's `ConfigSource` codes for a group setting: set on the group, or the default.
+const SOURCE_GROUP: i8 = 8;
+const SOURCE_DEFAULT: i8 = 5;
+/// Kafka's `group.share.min.record.lock.duration.ms` and `...max...` defaults, the bounds a
+/// group's `share.record.lock.duration.ms` must keep.
+const MIN_LOCK_DURATION_MS: u64 = 15_000;
+const MAX_LOCK_DURATION_MS: u64 = 60_000;
+
+/// The group settings this broker serves: name, config type (Kafka's `ConfigDef.Type`:
+/// STRING 2, INT 3), documentation.
+const GROUP_SETTINGS: &[(&str, i8, &str)] = &[
+    (
+        crate::share::AUTO_OFFSET_RESET,
+        2,
+        "where a share group's new share-partitions start: latest (the default) or earliest",
+    ),
+    (
+        crate::share::RECORD_LOCK_DURATION_MS,
+        3,
+        "how long a share group member holds the records it acquired",
+    ),
+];
+
+/// The group settings Kafka has that this broker does not serve.
+const UNSERVED_GROUP_SETTINGS: &[&str] = &[
+    "consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms",
+    "share.session.timeout.ms",
+    "share.heartbeat.interval.ms",
+    "share.isolation.level",
+    "share.delivery.count.limit",
+];
+
+fn group_default(broker: &Broker, name: &str) -> String {
+    if name == crate::share::RECORD_LOCK_DURATION_MS {
+        broker
+            .shares
+            .settings()
+            .lock_duration
+            .as_millis()
+            .to_string()
+    } else {
+        "latest".to_string()
+    }
+}
+
+/// DescribeConfigs of a GROUP resource: each served setting (those in `keys`, when given),
+/// the group's own value or the broker's default.
+pub(super) fn describe_group_configs(
+    broker: &Broker,
+    group: &str,
+    keys: Option<&[String]>,
+    documentation: bool,
+) -> Vec<kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult> {
+    use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
+    let own = broker.shares.configs(group);
+    GROUP_SETTINGS
+        .iter()
+        .filter(|(name, _, _)| keys.is_none_or(|k| k.iter().any(|k| k == name)))
+        .map(|&(name, kind, doc)| {
+            let (value, source) = match own.get(name) {
+                Some(v) => (v.clone(), SOURCE_GROUP),
+                None => (group_default(broker, name), SOURCE_DEFAULT),
+            };
+            DescribeConfigsResourceResult::default()
+                .with_name(str_bytes(name))
+                .with_value(Some(str_bytes(value)))
+                .with_config_source(source)
+                .with_config_type(kind)
+                .with_documentation(documentation.then(|| str_bytes(doc)))
+        })
+        .collect()
+}
+
+/// IncrementalAlterConfigs of a GROUP resource: SET (0) and DELETE (1) of the served settings,
+/// validated as Kafka's `GroupConfig.validate`; durable before it is answered. Blocking.
+pub(super) fn alter_group_configs(
+    broker: &Broker,
+    resource: &kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), (ResponseError, String)> {
+    let group = resource.resource_name.to_string();
+    if group.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            "Group name must not be empty".into(),
+        ));
+    }
+    let invalid = |message: String| (ResponseError::InvalidConfig, message);
+    let mut configs = broker.shares.configs(&group);
+    for c in &resource.configs {
+        let name = c.name.to_string();
+        if !GROUP_SETTINGS.iter().any(|(n, _, _)| *n == name) {
+            return Err(invalid(
+                if UNSERVED_GROUP_SETTINGS.contains(&name.as_str()) {
+                    format!("Group config {name} is not served by this broker")
+                } else {
+                    format!("Unknown group config name: {name}")
+                },
+            ));
+        }
+        match c.config_operation {
+            1 => {
+                configs.remove(&name);
+            }
+            0 => {
+                let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                match name.as_str() {
+                    crate::share::AUTO_OFFSET_RESET if value == "latest" || value == "earliest" => {
+                    }
+                    crate::share::AUTO_OFFSET_RESET => {
+                        return Err(invalid(format!(
+                            "Invalid value {value} for configuration {name}: latest or earliest \
+                             (by_duration is not served here)"
+                        )))
+                    }
+                    _ => match value.parse::<u64>() {
+                        Ok(ms) if (MIN_LOCK_DURATION_MS..=MAX_LOCK_DURATION_MS).contains(&ms) => {}
+                        _ => {
+                            return Err(invalid(format!(
+                                "Invalid value {value} for configuration {name}: an integer in \
+                                 [{MIN_LOCK_DURATION_MS}, {MAX_LOCK_DURATION_MS}]"
+                            )))
+                        }
+                    },
+                }
+                configs.insert(name, value);
+            }
+            op => {
+                return Err(invalid(format!(
+                    "Config operation {op} is not allowed on {name}, which is not a list"
+                )))
+            }
+        }
+    }
+    if validate_only {
+        return Ok(());
+    }
+    broker.shares.set_configs(&group, configs).map_err(|e| {
+        (
+            e,
+            "The group configuration could not be stored.".to_string(),
+        )
+    })
 }

@@ -28,7 +28,7 @@ use uuid::Uuid;
 use crate::consumer_group::TopicInfo;
 use group::{ShareGroup, ShareHeartbeat, ShareHeartbeatAnswer};
 use partition::{AckType, Acquired, FetchedBatch, Limits, SharePartition, Snapshot};
-use state_log::{ShareKey, ShareStateLog, ShareStateLogError};
+use state_log::{GroupConfigs, ShareKey, ShareStateLog, ShareStateLogError};
 
 /// Kafka's `group.share.record.lock.duration.ms` default.
 pub const DEFAULT_LOCK_DURATION_MS: u64 = 30_000;
@@ -117,7 +117,14 @@ struct Inner {
     groups: BTreeMap<String, ShareGroup>,
     partitions: BTreeMap<ShareKey, SharePartition>,
     sessions: HashMap<(String, String), ShareSession>,
+    /// Group configurations set with IncrementalAlterConfigs (GROUP resources).
+    configs: BTreeMap<String, GroupConfigs>,
 }
+
+/// A group's `share.auto.offset.reset`.
+pub const AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
+/// A group's `share.record.lock.duration.ms`.
+pub const RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
 
 /// Every share group of the broker, their share-partitions and sessions, and the state log.
 #[derive(Debug)]
@@ -135,8 +142,11 @@ impl ShareGroups {
         settings: ShareSettings,
     ) -> Result<ShareGroups, ShareStateLogError> {
         let (log, stored) = ShareStateLog::open(data_dir)?;
-        let mut inner = Inner::default();
-        for (key, snapshot) in stored {
+        let mut inner = Inner {
+            configs: stored.configs,
+            ..Inner::default()
+        };
+        for (key, snapshot) in stored.states {
             inner.groups.entry(key.0.clone()).or_default();
             inner
                 .partitions
@@ -151,6 +161,62 @@ impl ShareGroups {
 
     pub fn settings(&self) -> ShareSettings {
         self.settings
+    }
+
+    /// The limits of `group`'s share-partitions: the broker's, with the group's
+    /// `share.record.lock.duration.ms` if it has one.
+    fn limits(&self, inner: &Inner, group: &str) -> Limits {
+        let mut limits = self.settings.limits();
+        if let Some(ms) = inner
+            .configs
+            .get(group)
+            .and_then(|c| c.get(RECORD_LOCK_DURATION_MS))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            limits.lock_duration = Duration::from_millis(ms);
+        }
+        limits
+    }
+
+    /// Where a new share-partition of `group` starts: the log end (`latest`, Kafka's
+    /// default), or the log start for `share.auto.offset.reset=earliest`.
+    fn start_offset(inner: &Inner, group: &str, log_start: i64, log_end: i64) -> i64 {
+        match inner
+            .configs
+            .get(group)
+            .and_then(|c| c.get(AUTO_OFFSET_RESET))
+        {
+            Some(reset) if reset == "earliest" => log_start,
+            _ => log_end,
+        }
+    }
+
+    /// The acquisition lock duration of `group`'s records (ShareFetch answers it).
+    pub fn lock_duration(&self, group: &str) -> Duration {
+        let inner = self.lock();
+        self.limits(&inner, group).lock_duration
+    }
+
+    /// The configuration set on `group`.
+    pub fn configs(&self, group: &str) -> GroupConfigs {
+        self.lock().configs.get(group).cloned().unwrap_or_default()
+    }
+
+    /// Replaces `group`'s configuration (already validated), durable before it returns.
+    /// Blocking.
+    pub fn set_configs(&self, group: &str, configs: GroupConfigs) -> Result<(), ResponseError> {
+        let mut inner = self.lock();
+        let stored = (!configs.is_empty()).then_some(&configs);
+        self.log.write_configs(group, stored).map_err(|e| {
+            tracing::error!(error = %e, "cannot write the group configuration");
+            ResponseError::KafkaStorageError
+        })?;
+        if configs.is_empty() {
+            inner.configs.remove(group);
+        } else {
+            inner.configs.insert(group.to_string(), configs);
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -201,7 +267,7 @@ impl ShareGroups {
         group_id: &str,
         hb: ShareHeartbeat,
         topics: &[TopicInfo],
-        log_end: impl Fn(Uuid, i32) -> Option<i64>,
+        log_range: impl Fn(Uuid, i32) -> Option<(i64, i64)>,
     ) -> Result<ShareHeartbeatAnswer, ResponseError> {
         let now = Instant::now();
         let mut inner = self.lock();
@@ -222,10 +288,11 @@ impl ShareGroups {
         for &(topic_id, index) in &answer.assigned {
             let key = (group_id.to_string(), topic_id, index);
             if !inner.partitions.contains_key(&key) {
-                if let Some(end) = log_end(topic_id, index) {
+                if let Some((log_start, log_end)) = log_range(topic_id, index) {
+                    let start = Self::start_offset(&inner, group_id, log_start, log_end);
                     inner
                         .partitions
-                        .insert(key.clone(), SharePartition::new(end));
+                        .insert(key.clone(), SharePartition::new(start));
                     new.push(key);
                 }
             }
@@ -239,7 +306,7 @@ impl ShareGroups {
         inner
             .sessions
             .remove(&(group.to_string(), member.to_string()));
-        let limits = self.settings.limits();
+        let limits = self.limits(inner, group);
         let released: Vec<ShareKey> = inner
             .partitions
             .iter_mut()
@@ -360,8 +427,8 @@ impl ShareGroups {
         batches: &[(i64, i64, Vec<i8>)],
     ) -> Result<(), ResponseError> {
         let now = Instant::now();
-        let limits = self.settings.limits();
         let mut inner = self.lock();
+        let limits = self.limits(&inner, &key.0);
         let Some(p) = inner.partitions.get_mut(key) else {
             return Err(ResponseError::InvalidRecordState);
         };
@@ -387,9 +454,10 @@ impl ShareGroups {
     pub fn fetch_offset(&self, key: &ShareKey, log_start: i64, log_end: i64) -> Option<i64> {
         let mut inner = self.lock();
         if !inner.partitions.contains_key(key) {
+            let start = Self::start_offset(&inner, &key.0, log_start, log_end);
             inner
                 .partitions
-                .insert(key.clone(), SharePartition::new(log_end));
+                .insert(key.clone(), SharePartition::new(start));
             let _ = self.persist(&mut inner, std::slice::from_ref(key));
         }
         let p = inner.partitions.get_mut(key)?;
@@ -406,14 +474,9 @@ impl ShareGroups {
         max_records: usize,
     ) -> Acquired {
         let mut inner = self.lock();
+        let limits = self.limits(&inner, &key.0);
         match inner.partitions.get_mut(key) {
-            Some(p) => p.acquire(
-                member,
-                batches,
-                max_records,
-                self.settings.limits(),
-                Instant::now(),
-            ),
+            Some(p) => p.acquire(member, batches, max_records, limits, Instant::now()),
             None => Vec::new(),
         }
     }
@@ -452,12 +515,20 @@ impl ShareGroups {
     /// releases are written).
     pub fn tick(&self, topics: &[TopicInfo]) {
         let now = Instant::now();
-        let limits = self.settings.limits();
         let mut inner = self.lock();
+        let limits: BTreeMap<String, Limits> = inner
+            .groups
+            .keys()
+            .map(|g| (g.clone(), self.limits(&inner, g)))
+            .collect();
+        let default = self.settings.limits();
         let expired: Vec<ShareKey> = inner
             .partitions
             .iter_mut()
-            .filter_map(|(k, p)| p.expire_locks(limits, now).then(|| k.clone()))
+            .filter_map(|(k, p)| {
+                let limits = limits.get(&k.0).copied().unwrap_or(default);
+                p.expire_locks(limits, now).then(|| k.clone())
+            })
             .collect();
         let _ = self.persist(&mut inner, &expired);
         let timeout = self.settings.session_timeout;

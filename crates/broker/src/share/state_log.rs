@@ -11,6 +11,14 @@
 //! | key   | version i16 = 0, group (i16 length + UTF-8), topic id (16 bytes), partition i32 |
 //! | value | version i16 = 0, state epoch i32, start offset i64, count i32, then per run:   |
 //! |       | first offset i64, last offset i64, state i8 (Kafka's RecordState id), delivery count i16 |
+//!
+//! A share group's dynamic configuration (IncrementalAlterConfigs on its GROUP resource, which
+//! Kafka keeps in its metadata log) is kept here too, under its own key version:
+//!
+//! | part  | layout (big-endian)                                                          |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 1, group (i16 length + UTF-8)                                  |
+//! | value | version i16 = 0, count i32, then per setting: name, value (i16 length + UTF-8 each) |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +36,16 @@ pub const DIR_NAME: &str = "oncelog-broker-state/__share_group_state-0";
 
 /// (group, topic id, partition).
 pub type ShareKey = (String, Uuid, i32);
+
+/// A share group's configuration: setting name to value.
+pub type GroupConfigs = BTreeMap<String, String>;
+
+/// What the log holds: share-partition snapshots and group configurations.
+#[derive(Debug, Default)]
+pub struct Stored {
+    pub states: BTreeMap<ShareKey, Snapshot>,
+    pub configs: BTreeMap<String, GroupConfigs>,
+}
 
 /// Why the share state log could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -82,24 +100,55 @@ impl std::fmt::Debug for ShareStateLog {
 impl ShareStateLog {
     /// Opens (or creates) the log under `data_dir` and replays it into the latest snapshot of
     /// every share-partition. Blocking.
-    pub fn open(
-        data_dir: &Path,
-    ) -> Result<(ShareStateLog, BTreeMap<ShareKey, Snapshot>), ShareStateLogError> {
+    pub fn open(data_dir: &Path) -> Result<(ShareStateLog, Stored), ShareStateLogError> {
         let path = data_dir.join(DIR_NAME);
-        let mut states = BTreeMap::new();
+        let mut stored = Stored::default();
         let log = open_replayed(&path, |r| {
-            let key = decode_key(r.key.as_deref().unwrap_or_default())?;
+            let key = r.key.as_deref().unwrap_or_default();
+            if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
+                let group = decode_config_key(key)?;
+                match r.value.as_deref() {
+                    Some(value) => {
+                        stored.configs.insert(group, decode_configs(value)?);
+                    }
+                    None => {
+                        stored.configs.remove(&group);
+                    }
+                }
+                return Ok(());
+            }
+            let key = decode_key(key)?;
             match r.value.as_deref() {
                 Some(value) => {
-                    states.insert(key, decode_value(value)?);
+                    stored.states.insert(key, decode_value(value)?);
                 }
                 None => {
-                    states.remove(&key);
+                    stored.states.remove(&key);
                 }
             }
             Ok(())
         })?;
-        Ok((ShareStateLog { log, path }, states))
+        Ok((ShareStateLog { log, path }, stored))
+    }
+
+    /// Writes a group's configuration (`None`: a tombstone) and makes it durable. Blocking.
+    pub fn write_configs(
+        &self,
+        group: &str,
+        configs: Option<&GroupConfigs>,
+    ) -> Result<(), ShareStateLogError> {
+        let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
+        put_string(&mut key, group);
+        let value = configs.map(|c| {
+            let mut out = 0i16.to_be_bytes().to_vec();
+            out.extend_from_slice(&(c.len() as i32).to_be_bytes());
+            for (name, value) in c {
+                put_string(&mut out, name);
+                put_string(&mut out, value);
+            }
+            out
+        });
+        self.append(&[(key, value)])
     }
 
     /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
@@ -107,15 +156,23 @@ impl ShareStateLog {
         if states.is_empty() {
             return Ok(());
         }
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = states
+            .iter()
+            .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
+            .collect();
+        self.append(&records)
+    }
+
+    /// Appends the records as one batch and makes it durable. Blocking.
+    fn append(&self, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), ShareStateLogError> {
         let err = |source: oncelog::Error| ShareStateLogError::Log {
             path: self.path.clone(),
             source,
         };
         let now = crate::clock::now_ms();
         let mut b = BatchBuilder::new();
-        for (key, snapshot) in states {
-            let value = snapshot.as_ref().map(encode_value);
-            b.append(now, Some(&encode_key(key)), value.as_deref(), &[]);
+        for (key, value) in records {
+            b.append(now, Some(key), value.as_deref(), &[]);
         }
         let bytes = b
             .build()
@@ -137,6 +194,34 @@ impl ShareStateLog {
             source: e.into(),
         })
     }
+}
+
+/// The key version of a group configuration record.
+const CONFIG_KEY_VERSION: i16 = 1;
+
+fn decode_config_key(bytes: &[u8]) -> Result<String, String> {
+    let mut input = Input(bytes);
+    input.i16("key version")?;
+    let len = input.i16("group length")?;
+    input.utf8(len.max(0) as usize, "group")
+}
+
+fn decode_configs(bytes: &[u8]) -> Result<GroupConfigs, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("group config value version {version}"));
+    }
+    let count = input.i32("config count")?;
+    let mut configs = GroupConfigs::new();
+    for _ in 0..count.max(0) {
+        let len = input.i16("name length")?;
+        let name = input.utf8(len.max(0) as usize, "name")?;
+        let len = input.i16("value length")?;
+        let value = input.utf8(len.max(0) as usize, "value")?;
+        configs.insert(name, value);
+    }
+    Ok(configs)
 }
 
 fn encode_key((group, topic_id, partition): &ShareKey) -> Vec<u8> {
