@@ -653,6 +653,37 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
                     .with_topic_id(id)
                     .with_partitions(vec![partition.clone(), partition])]))
         }
+        ApiKey::DescribeShareGroupOffsets => {
+            use describe_share_group_offsets_request::*;
+            let t = DescribeShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(topic("t"))
+                .with_partitions(vec![0, 1]);
+            let g = DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(Some(vec![t.clone(), t]));
+            enc!(DescribeShareGroupOffsetsRequest::default().with_groups(vec![g.clone(), g]))
+        }
+        ApiKey::AlterShareGroupOffsets => {
+            use alter_share_group_offsets_request::*;
+            let p = AlterShareGroupOffsetsRequestPartition::default()
+                .with_partition_index(0)
+                .with_start_offset(5);
+            let t = AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(topic("t"))
+                .with_partitions(vec![p.clone(), p]);
+            enc!(AlterShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(vec![t.clone(), t.with_topic_name(topic("u"))]))
+        }
+        ApiKey::DeleteShareGroupOffsets => {
+            use delete_share_group_offsets_request::*;
+            enc!(DeleteShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(vec![
+                    DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic("t")),
+                    DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic("u")),
+                ]))
+        }
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -777,6 +808,8 @@ const NESTED: &[ApiKey] = &[
     ApiKey::DescribeProducers,
     ApiKey::ShareFetch,
     ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
 ];
 
 /// The APIs whose requests have no array at all.

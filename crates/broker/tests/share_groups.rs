@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::share::{self, ACCEPT, REJECT, RELEASE};
 use common::wire::{str_bytes, Wire};
 use common::BrokerProcess;
@@ -451,4 +449,182 @@ fn delete_groups_deletes_an_empty_share_group_and_its_state() {
     share::join(&mut wire, "g-delete", "a", &[&topic]);
     let fresh = share::fetch(&mut wire, "g-delete", "a", 0, &[(id, 0, vec![])], 0);
     assert_eq!(share::acquired(&fresh), vec![]);
+}
+
+/// IncrementalAlterConfigs on a GROUP resource (type 32), as franz-go's share tests set it.
+fn alter_group_configs(wire: &mut Wire, group: &str, configs: &[(&str, Option<&str>)]) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let response: IncrementalAlterConfigsResponse = wire.call(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(str_bytes(group))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(name, value)| {
+                            AlterableConfig::default()
+                                .with_name(str_bytes(name))
+                                .with_config_operation(if value.is_some() { 0 } else { 1 })
+                                .with_value(value.map(str_bytes))
+                        })
+                        .collect(),
+                ),
+        ]),
+    );
+    response.responses[0].error_code
+}
+
+#[test]
+fn group_configs_set_earliest_and_the_lock_duration() {
+    const INVALID_CONFIG: i16 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-config");
+    let (broker, mut wire, id) = start(&dir, &[], &topic);
+    share::produce(&mut wire, &topic, 0, 3);
+    let set = [
+        ("share.auto.offset.reset", Some("earliest")),
+        ("share.record.lock.duration.ms", Some("15000")),
+    ];
+    assert_eq!(alter_group_configs(&mut wire, "g-config", &set), 0);
+    // Kafka's rules: only latest/earliest here, the lock within [15000, 60000], known names.
+    let bad_reset = [("share.auto.offset.reset", Some("middle"))];
+    assert_eq!(
+        alter_group_configs(&mut wire, "g-config", &bad_reset),
+        INVALID_CONFIG
+    );
+    let bad_lock = [("share.record.lock.duration.ms", Some("1000"))];
+    assert_eq!(
+        alter_group_configs(&mut wire, "g-config", &bad_lock),
+        INVALID_CONFIG
+    );
+    let unknown = [("share.no.such.setting", Some("1"))];
+    assert_eq!(
+        alter_group_configs(&mut wire, "g-config", &unknown),
+        INVALID_CONFIG
+    );
+    let described: DescribeConfigsResponse = wire.call(
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![
+            kafka_protocol::messages::describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(str_bytes("g-config"))
+                .with_configuration_keys(None),
+        ]),
+    );
+    let configs: Vec<(String, Option<String>)> = described.results[0]
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+        .collect();
+    assert!(configs.contains(&("share.auto.offset.reset".into(), Some("earliest".into()))));
+    assert!(configs.contains(&("share.record.lock.duration.ms".into(), Some("15000".into()))));
+    // The group starts at the log start, and its lock is its own; both outlive a restart.
+    drop(wire);
+    let mut broker = broker;
+    broker.terminate();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    share::join(&mut wire, "g-config", "a", &[&topic]);
+    let got = share::fetch(&mut wire, "g-config", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(got.acquisition_lock_timeout_ms, 15_000);
+    assert_eq!(share::acquired(&got), vec![(0, 0, 2, 1)]);
+}
+
+#[test]
+fn share_group_offsets_are_altered_described_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-offsets");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::produce(&mut wire, &topic, 0, 10);
+    let alter = |wire: &mut Wire, group: &str, topic: &str, offset: i64| {
+        use kafka_protocol::messages::alter_share_group_offsets_request::*;
+        let response: AlterShareGroupOffsetsResponse = wire.call(
+            ApiKey::AlterShareGroupOffsets,
+            0,
+            &AlterShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(str_bytes(group)))
+                .with_topics(vec![AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(common::wire::topic_name(topic))
+                    .with_partitions(vec![
+                        AlterShareGroupOffsetsRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_start_offset(offset),
+                    ])]),
+        );
+        response
+    };
+    let describe = |wire: &mut Wire, group: &str| -> DescribeShareGroupOffsetsResponse {
+        use kafka_protocol::messages::describe_share_group_offsets_request::*;
+        wire.call(
+            ApiKey::DescribeShareGroupOffsets,
+            1,
+            &DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(GroupId(str_bytes(group)))
+                    .with_topics(None),
+            ]),
+        )
+    };
+    // The group is created, Empty, at offset 4 of 10.
+    let altered = alter(&mut wire, "g-offsets", &topic, 4);
+    assert_eq!(altered.error_code, 0);
+    assert_eq!(altered.responses[0].topic_id, id);
+    assert_eq!(altered.responses[0].partitions[0].error_code, 0);
+    let unknown = alter(&mut wire, "g-offsets", "no-such-topic", 0);
+    assert_eq!(unknown.responses[0].partitions[0].error_code, 3);
+    let d = describe(&mut wire, "g-offsets");
+    let p = &d.groups[0].topics[0].partitions[0];
+    assert_eq!((p.start_offset, p.lag), (4, 6));
+    assert_eq!(
+        describe(&mut wire, "nobody").groups[0].error_code,
+        GROUP_ID_NOT_FOUND
+    );
+    // A member takes 4-9 and accepts 4-5: the start offset moves, the lag falls.
+    share::join(&mut wire, "g-offsets", "a", &[&topic]);
+    let got = share::fetch(&mut wire, "g-offsets", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&got), vec![(0, 4, 9, 1)]);
+    share::acknowledge(
+        &mut wire,
+        "g-offsets",
+        "a",
+        1,
+        id,
+        0,
+        &[(4, 5, vec![ACCEPT])],
+    );
+    let p = describe(&mut wire, "g-offsets").groups[0].topics[0].partitions[0].clone();
+    assert_eq!((p.start_offset, p.lag), (6, 4));
+    // With a member, altering and deleting are refused.
+    assert_eq!(
+        alter(&mut wire, "g-offsets", &topic, 0).error_code,
+        NON_EMPTY_GROUP
+    );
+    let delete = |wire: &mut Wire| -> DeleteShareGroupOffsetsResponse {
+        use kafka_protocol::messages::delete_share_group_offsets_request::*;
+        wire.call(
+            ApiKey::DeleteShareGroupOffsets,
+            0,
+            &DeleteShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(str_bytes("g-offsets")))
+                .with_topics(vec![DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(common::wire::topic_name(&topic))]),
+        )
+    };
+    assert_eq!(delete(&mut wire).error_code, NON_EMPTY_GROUP);
+    assert_eq!(
+        share::heartbeat(&mut wire, "g-offsets", "a", -1, None).error_code,
+        0
+    );
+    let deleted = delete(&mut wire);
+    assert_eq!(
+        (deleted.error_code, deleted.responses[0].error_code),
+        (0, 0)
+    );
+    assert!(describe(&mut wire, "g-offsets").groups[0].topics.is_empty());
 }

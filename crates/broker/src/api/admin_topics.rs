@@ -630,8 +630,8 @@ pub async fn describe_configs(
                 body.include_synonyms,
                 body.include_documentation,
             ),
-            // Share group settings (share_groups.rs).
-            super::share_groups::RESOURCE_GROUP => Ok(super::share_groups::describe_group_configs(
+            // Share group settings (share_admin.rs).
+            super::share_admin::RESOURCE_GROUP => Ok(super::share_admin::describe_group_configs(
                 broker,
                 &resource.resource_name,
                 keys.as_deref(),
@@ -865,11 +865,11 @@ pub async fn incremental_alter_configs(
     for resource in body.resources {
         let outcome = match resource.resource_type {
             RESOURCE_TOPIC => alter_topic(broker, &resource, body.validate_only).await,
-            // Share group settings (share_groups.rs); their write is an fsync.
-            super::share_groups::RESOURCE_GROUP => {
+            // Share group settings (share_admin.rs); their write is an fsync.
+            super::share_admin::RESOURCE_GROUP => {
                 let (b, r, v) = (Arc::clone(broker), resource.clone(), body.validate_only);
                 tokio::task::spawn_blocking(move || {
-                    super::share_groups::alter_group_configs(&b, &r, v)
+                    super::share_admin::alter_group_configs(&b, &r, v)
                 })
                 .await
                 .unwrap_or_else(|e| Err((ResponseError::UnknownServerError, e.to_string())))

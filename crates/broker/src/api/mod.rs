@@ -12,6 +12,7 @@ mod list_offsets;
 mod log_admin;
 mod metadata;
 mod produce;
+mod share_admin;
 mod share_groups;
 mod txn;
 mod txn_admin;
@@ -87,6 +88,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 2),
     (ApiKey::ShareAcknowledge, 1, 2),
+    // Share group offsets admin (share_admin.rs); DescribeShareGroupOffsets v1 adds the lag.
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -195,6 +200,9 @@ pub async fn handle(
         ApiKey::ShareGroupDescribe => share_groups::describe(broker, &request),
         ApiKey::ShareFetch => share_groups::fetch(broker, &request),
         ApiKey::ShareAcknowledge => share_groups::acknowledge(broker, &request),
+        ApiKey::DescribeShareGroupOffsets => share_admin::describe_offsets(broker, &request),
+        ApiKey::AlterShareGroupOffsets => share_admin::alter_offsets(broker, &request).await,
+        ApiKey::DeleteShareGroupOffsets => share_admin::delete_offsets(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -262,6 +270,9 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::ShareGroupDescribe => body::<ShareGroupDescribeRequest>(&request),
         ApiKey::ShareFetch => body::<ShareFetchRequest>(&request),
         ApiKey::ShareAcknowledge => body::<ShareAcknowledgeRequest>(&request),
+        ApiKey::DescribeShareGroupOffsets => body::<DescribeShareGroupOffsetsRequest>(&request),
+        ApiKey::AlterShareGroupOffsets => body::<AlterShareGroupOffsetsRequest>(&request),
+        ApiKey::DeleteShareGroupOffsets => body::<DeleteShareGroupOffsetsRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)

@@ -511,6 +511,70 @@ impl ShareGroups {
         Ok(true)
     }
 
+    /// AlterShareGroupOffsets: each share-partition of `offsets` starts over at its offset
+    /// (nothing in flight), durable before it returns; an unknown group is created, Empty. A
+    /// group with members is NON_EMPTY_GROUP. Blocking.
+    pub fn alter_offsets(
+        &self,
+        group: &str,
+        offsets: &[(ShareKey, i64)],
+    ) -> Result<(), ResponseError> {
+        let mut inner = self.lock();
+        if inner
+            .groups
+            .get(group)
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        inner.groups.entry(group.to_string()).or_default();
+        for (key, offset) in offsets {
+            inner
+                .partitions
+                .insert(key.clone(), SharePartition::new(*offset));
+        }
+        let keys: Vec<ShareKey> = offsets.iter().map(|(k, _)| k.clone()).collect();
+        self.persist(&mut inner, &keys)
+    }
+
+    /// DescribeShareGroupOffsets: every share-partition of `group` with its start offset and
+    /// the records done with above it; `None` for no such share group.
+    pub fn describe_offsets(&self, group: &str) -> Option<BTreeMap<(Uuid, i32), (i64, i64)>> {
+        let inner = self.lock();
+        inner.groups.get(group)?;
+        Some(
+            inner
+                .partitions
+                .iter()
+                .filter(|(k, _)| k.0 == group)
+                .map(|(k, p)| ((k.1, k.2), (p.start_offset(), p.delivery_complete_count())))
+                .collect(),
+        )
+    }
+
+    /// DeleteShareGroupOffsets: the share-partitions of `topics` go (tombstones, durable
+    /// before it returns). `Ok(false)`: no such share group; a group with members is
+    /// NON_EMPTY_GROUP. Blocking.
+    pub fn delete_offsets(&self, group: &str, topics: &[Uuid]) -> Result<bool, ResponseError> {
+        let mut inner = self.lock();
+        match inner.groups.get(group) {
+            None => return Ok(false),
+            Some(g) if !g.members.is_empty() => return Err(ResponseError::NonEmptyGroup),
+            Some(_) => {}
+        }
+        let keys: Vec<ShareKey> = inner
+            .partitions
+            .keys()
+            .filter(|k| k.0 == group && topics.contains(&k.1))
+            .cloned()
+            .collect();
+        for k in &keys {
+            inner.partitions.remove(k);
+        }
+        self.persist(&mut inner, &keys)?;
+        Ok(true)
+    }
+
     /// Expires acquisition locks and members past their session timeout. Blocking (their
     /// releases are written).
     pub fn tick(&self, topics: &[TopicInfo]) {

@@ -224,6 +224,16 @@ impl SharePartition {
         available.or((self.next_fetch < log_end).then_some(self.next_fetch))
     }
 
+    /// In-flight records done with (Acknowledged or Archived) above the start offset: the
+    /// share-partition's lag is the records from the start offset to the log end less these
+    /// (KIP-1226's `deliveryCompleteCount`).
+    pub fn delivery_complete_count(&self) -> i64 {
+        self.in_flight
+            .values()
+            .filter(|r| matches!(r.state, RecordState::Acknowledged | RecordState::Archived))
+            .count() as i64
+    }
+
     /// The state and delivery count of `offset`, while in flight (for tests and describes).
     pub fn record(&self, offset: i64) -> Option<(RecordState, i16)> {
         self.in_flight
