@@ -667,7 +667,7 @@ pub async fn describe_configs(
 fn unsupported_resource(resource_type: i8) -> Refusal {
     (
         ResponseError::InvalidRequest,
-        format!("resource type {resource_type} is not served: this broker has topic (2) and broker (4) configurations"),
+        format!("resource type {resource_type} is not served: this broker has topic (2), broker (4) and group (32) configurations"),
     )
 }
 
