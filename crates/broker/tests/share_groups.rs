@@ -628,3 +628,91 @@ fn share_group_offsets_are_altered_described_and_deleted() {
     );
     assert!(describe(&mut wire, "g-offsets").groups[0].topics.is_empty());
 }
+
+#[test]
+fn renew_restarts_the_lock_and_needs_is_renew_ack() {
+    use kafka_protocol::messages::share_acknowledge_request::{
+        AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch,
+    };
+    const RENEW: i8 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-renew");
+    let (_broker, mut wire, id) = start(
+        &dir,
+        &["--group-share-record-lock-duration-ms", "1000"],
+        &topic,
+    );
+    share::join(&mut wire, "g-renew", "a", &[&topic]);
+    share::join(&mut wire, "g-renew", "b", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 1);
+    let got = share::fetch(&mut wire, "g-renew", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&got), vec![(0, 0, 0, 1)]);
+    let renew = |wire: &mut Wire, epoch: i32, is_renew_ack: bool| -> ShareAcknowledgeResponse {
+        wire.call(
+            ApiKey::ShareAcknowledge,
+            share::V2,
+            &ShareAcknowledgeRequest::default()
+                .with_group_id(Some(GroupId(str_bytes("g-renew"))))
+                .with_member_id(Some(str_bytes("a")))
+                .with_share_session_epoch(epoch)
+                .with_is_renew_ack(is_renew_ack)
+                .with_topics(vec![AcknowledgeTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![AcknowledgePartition::default()
+                        .with_partition_index(0)
+                        .with_acknowledgement_batches(vec![
+                            AcknowledgementBatch::default()
+                                .with_first_offset(0)
+                                .with_last_offset(0)
+                                .with_acknowledge_types(vec![RENEW]),
+                        ])])]),
+        )
+    };
+    // RENEW without `IsRenewAck` is malformed.
+    assert_eq!(renew(&mut wire, 1, false).error_code, INVALID_REQUEST);
+    // Renewed every 600 ms, a's 1 s lock outlives 1.8 s: b never gets the record.
+    for epoch in 1..=3 {
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        let renewed = renew(&mut wire, epoch, true);
+        assert_eq!(renewed.error_code, 0);
+        assert_eq!(renewed.responses[0].partitions[0].error_code, 0);
+    }
+    let b = share::fetch(&mut wire, "g-renew", "b", 0, &[(id, 0, vec![])], 0);
+    assert_eq!(share::acquired(&b), vec![]);
+    // Without renewal it expires and goes to b.
+    let b = share::fetch(&mut wire, "g-renew", "b", 1, &[], 5_000);
+    assert_eq!(share::acquired(&b), vec![(0, 0, 0, 2)]);
+}
+
+#[test]
+fn a_leaving_member_and_a_closed_session_release_what_they_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-leave");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-leave", "a", &[&topic]);
+    share::join(&mut wire, "g-leave", "b", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 2);
+    let a = share::fetch(&mut wire, "g-leave", "a", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&a), vec![(0, 0, 1, 1)]);
+    // a closes its session (ShareAcknowledge -1) accepting offset 0: offset 1 is released at
+    // once, not at its lock's expiry (30 s).
+    let closed = share::acknowledge(
+        &mut wire,
+        "g-leave",
+        "a",
+        -1,
+        id,
+        0,
+        &[(0, 0, vec![ACCEPT])],
+    );
+    assert_eq!(closed.error_code, 0);
+    let b = share::fetch(&mut wire, "g-leave", "b", 0, &[(id, 0, vec![])], 1_000);
+    assert_eq!(share::acquired(&b), vec![(0, 1, 1, 2)]);
+    // b leaves the group: what it holds is released for the others.
+    assert_eq!(
+        share::heartbeat(&mut wire, "g-leave", "b", -1, None).error_code,
+        0
+    );
+    let a = share::fetch(&mut wire, "g-leave", "a", 0, &[(id, 0, vec![])], 1_000);
+    assert_eq!(share::acquired(&a), vec![(0, 1, 1, 3)]);
+}
