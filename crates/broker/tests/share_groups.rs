@@ -151,6 +151,12 @@ fn group_ids_do_not_cross_group_types() {
         &common::groups::join_request("share-g", "m2", &[&topic]),
     );
     assert_eq!(consumer.error_code, GROUP_ID_NOT_FOUND);
+    let consumer_describe = common::groups::describe_consumer_group(&mut wire, "share-g");
+    assert_eq!(consumer_describe.error_code, GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        consumer_describe.error_message.as_deref(),
+        Some("Group share-g is not a consumer group.")
+    );
     let describe: DescribeGroupsResponse = wire.call(
         ApiKey::DescribeGroups,
         6,

@@ -245,7 +245,7 @@ pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handle
                         .with_authorized_operations(operations)
                 }
                 Err(classic) => {
-                    let message = if classic {
+                    let message = if classic || broker.shares.is_share_group(&id) {
                         format!("Group {id} is not a consumer group.")
                     } else {
                         format!("Group {id} not found.")
