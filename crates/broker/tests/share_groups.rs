@@ -722,3 +722,41 @@ fn a_leaving_member_and_a_closed_session_release_what_they_hold() {
     let a = share::fetch(&mut wire, "g-leave", "a", 0, &[(id, 0, vec![])], 1_000);
     assert_eq!(share::acquired(&a), vec![(0, 1, 1, 3)]);
 }
+
+#[test]
+fn share_fetch_parameters_are_checked_and_record_limit_mode_splits_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-params");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    share::join(&mut wire, "g-params", "a", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 5);
+    let request = |mode: i8, renew: bool, max_records: i32| {
+        use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+        ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(str_bytes("g-params"))))
+            .with_member_id(Some(str_bytes("a")))
+            .with_share_session_epoch(0)
+            .with_max_wait_ms(1_000)
+            .with_max_bytes(1 << 20)
+            .with_max_records(max_records)
+            .with_batch_size(max_records)
+            .with_share_acquire_mode(mode)
+            .with_is_renew_ack(renew)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![
+                    FetchPartition::default().with_partition_index(0)
+                ])])
+    };
+    // An unknown acquire mode, and a renewal that also asks to fetch: INVALID_REQUEST.
+    let bad_mode: ShareFetchResponse = wire.call(ApiKey::ShareFetch, 2, &request(2, false, 10));
+    assert_eq!(bad_mode.error_code, INVALID_REQUEST);
+    let renew_fetch: ShareFetchResponse = wire.call(ApiKey::ShareFetch, 2, &request(0, true, 10));
+    assert_eq!(renew_fetch.error_code, INVALID_REQUEST);
+    // The record-limit mode (1) acquires 2 of the batch's 5 records; the rest stay for later.
+    let limited: ShareFetchResponse = wire.call(ApiKey::ShareFetch, 2, &request(1, false, 2));
+    assert_eq!(limited.error_code, 0);
+    assert_eq!(share::acquired(&limited), vec![(0, 0, 1, 1)]);
+    let next = share::fetch(&mut wire, "g-params", "a", 1, &[], 1_000);
+    assert_eq!(share::acquired(&next), vec![(0, 2, 4, 1)]);
+}

@@ -322,6 +322,21 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
     if member.is_empty() {
         return refuse(ResponseError::UnknownMemberId);
     }
+    // KIP-1206's acquire modes: 0 batch-optimized, 1 record-limit.
+    if !(0..=1).contains(&body.share_acquire_mode) {
+        return refuse(ResponseError::InvalidRequest);
+    }
+    // KIP-1222: a ShareFetch that carries RENEW acknowledgements fetches nothing, and says so
+    // with every fetch parameter 0.
+    if body.is_renew_ack
+        && (body.max_wait_ms != 0
+            || body.min_bytes != 0
+            || body.max_bytes != 0
+            || body.max_records != 0
+            || body.batch_size != 0)
+    {
+        return refuse(ResponseError::InvalidRequest);
+    }
     let mut parts = Vec::new();
     let mut fetch_keys = Vec::new();
     let mut has_acks = false;
@@ -426,14 +441,21 @@ async fn share_fetch(
             member.clone(),
             Arc::clone(&parts),
         );
-        let closing = session.closing;
+        // A closing request and a renewal acquire nothing.
+        let acquiring = !session.closing && !body.is_renew_ack;
+        let strict = body.share_acquire_mode == 1;
         pieces = tokio::task::spawn_blocking(move || {
+            // `MaxRecords` is the whole request's: each partition gets what is left of it.
+            let mut left = max_records;
             ps.iter()
                 .map(|p| {
-                    if closing {
+                    if !acquiring {
                         return Piece::default();
                     }
-                    acquire_one(&b.shares, &g, &m, p, max_records, max_bytes)
+                    let piece = acquire_one(&b.shares, &g, &m, p, left, strict, max_bytes);
+                    let taken: i64 = piece.acquired.iter().map(|(f, l, _)| l - f + 1).sum();
+                    left = left.saturating_sub(taken as usize);
+                    piece
                 })
                 .collect()
         })
@@ -443,7 +465,7 @@ async fn share_fetch(
             .iter()
             .any(|p| !p.acquired.is_empty() || p.error.is_some());
         let now = Instant::now();
-        if got || session.closing || now >= deadline {
+        if got || !acquiring || now >= deadline {
             break;
         }
         let poll = deadline.min(now + Duration::from_millis(100));
@@ -534,6 +556,7 @@ fn acquire_one(
     member: &str,
     part: &SharePart,
     max_records: usize,
+    strict: bool,
     max_bytes: usize,
 ) -> Piece {
     let partition = match &part.partition {
@@ -546,6 +569,9 @@ fn acquire_one(
         }
     };
     let key: ShareKey = (group.to_string(), part.topic_id, part.index);
+    if max_records == 0 {
+        return Piece::default();
+    }
     let Some(offset) = shares.fetch_offset(
         &key,
         partition.log_start_offset(),
@@ -578,7 +604,7 @@ fn acquire_one(
         spans.push((at, at + batch.size()));
         at += batch.size();
     }
-    let acquired = shares.acquire(&key, member, &batches, max_records);
+    let acquired = shares.acquire(&key, member, &batches, max_records, strict);
     // The batches from the first to the last holding an acquired record; the client keeps
     // only the acquired offsets of them.
     let holds = |b: &FetchedBatch| {

@@ -472,11 +472,12 @@ impl ShareGroups {
         member: &str,
         batches: &[FetchedBatch],
         max_records: usize,
+        strict: bool,
     ) -> Acquired {
         let mut inner = self.lock();
         let limits = self.limits(&inner, &key.0);
         match inner.partitions.get_mut(key) {
-            Some(p) => p.acquire(member, batches, max_records, limits, Instant::now()),
+            Some(p) => p.acquire(member, batches, max_records, strict, limits, Instant::now()),
             None => Vec::new(),
         }
     }

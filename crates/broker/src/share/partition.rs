@@ -242,25 +242,34 @@ impl SharePartition {
     }
 
     /// Acquires for `member`, from the `batches` a log read returned (in offset order), every
-    /// Available in-flight record and every record past the end offset, whole batches at a
-    /// time until at least `max_records` are acquired. Control batches are archived as they
-    /// pass. Answers the acquired runs; the batches that hold none of them need not be sent.
+    /// Available in-flight record and every record past the end offset, until `max_records`
+    /// are acquired: whole batches at a time (ShareFetch's batch-optimized mode, which may pass
+    /// the limit to end at a batch boundary), or, `strict` (the record-limit mode of KIP-1206),
+    /// never more than `max_records`. Control batches are archived as they pass. Answers the
+    /// acquired runs; the batches that hold none of them need not be sent.
     pub fn acquire(
         &mut self,
         member: &str,
         batches: &[FetchedBatch],
         max_records: usize,
+        strict: bool,
         limits: Limits,
         now: Instant,
     ) -> Acquired {
         let deadline = now + limits.lock_duration;
         let mut acquired: Acquired = Vec::new();
         let mut count = 0usize;
+        if max_records == 0 {
+            return acquired;
+        }
         for batch in batches {
-            if count >= max_records.max(1) {
+            if count >= max_records {
                 break;
             }
             for offset in batch.first.max(self.start_offset)..=batch.last {
+                if strict && count >= max_records {
+                    break;
+                }
                 if offset >= self.next_fetch {
                     // A record no member has seen.
                     let state = if batch.control {
@@ -451,10 +460,13 @@ mod tests {
         let mut p = SharePartition::new(0);
         let now = Instant::now();
         assert_eq!(
-            p.acquire("a", &[batch(0, 4)], 100, LIMITS, now),
+            p.acquire("a", &[batch(0, 4)], 100, false, LIMITS, now),
             vec![(0, 4, 1)]
         );
-        assert_eq!(p.acquire("b", &[batch(0, 4)], 100, LIMITS, now), vec![]);
+        assert_eq!(
+            p.acquire("b", &[batch(0, 4)], 100, false, LIMITS, now),
+            vec![]
+        );
         assert_eq!(p.fetch_offset(5), None);
     }
 
@@ -462,7 +474,7 @@ mod tests {
     fn accepted_records_move_the_start_offset() {
         let mut p = SharePartition::new(10);
         let now = Instant::now();
-        p.acquire("a", &[batch(10, 14)], 100, LIMITS, now);
+        p.acquire("a", &[batch(10, 14)], 100, false, LIMITS, now);
         p.acknowledge("a", 10, 11, &[AckType::Accept], LIMITS, now)
             .unwrap();
         assert_eq!(p.start_offset(), 12);
@@ -479,7 +491,7 @@ mod tests {
     fn another_members_records_cannot_be_acknowledged() {
         let mut p = SharePartition::new(0);
         let now = Instant::now();
-        p.acquire("a", &[batch(0, 1)], 100, LIMITS, now);
+        p.acquire("a", &[batch(0, 1)], 100, false, LIMITS, now);
         assert_eq!(
             p.acknowledge("b", 0, 1, &[AckType::Accept], LIMITS, now),
             Err(ResponseError::InvalidRecordState)
@@ -495,12 +507,12 @@ mod tests {
     fn released_records_are_redelivered_until_the_delivery_limit() {
         let mut p = SharePartition::new(0);
         let now = Instant::now();
-        p.acquire("a", &[batch(0, 0)], 100, LIMITS, now);
+        p.acquire("a", &[batch(0, 0)], 100, false, LIMITS, now);
         p.acknowledge("a", 0, 0, &[AckType::Release], LIMITS, now)
             .unwrap();
         assert_eq!(p.fetch_offset(1), Some(0));
         assert_eq!(
-            p.acquire("b", &[batch(0, 0)], 100, LIMITS, now),
+            p.acquire("b", &[batch(0, 0)], 100, false, LIMITS, now),
             vec![(0, 0, 2)]
         );
         p.acknowledge("b", 0, 0, &[AckType::Release], LIMITS, now)
@@ -514,7 +526,7 @@ mod tests {
     fn expired_locks_make_records_available() {
         let mut p = SharePartition::new(0);
         let now = Instant::now();
-        p.acquire("a", &[batch(0, 2)], 100, LIMITS, now);
+        p.acquire("a", &[batch(0, 2)], 100, false, LIMITS, now);
         assert!(!p.expire_locks(LIMITS, now + Duration::from_secs(29)));
         assert!(p.expire_locks(LIMITS, now + Duration::from_secs(30)));
         assert_eq!(p.record(1), Some((RecordState::Available, 1)));
@@ -527,9 +539,28 @@ mod tests {
     #[test]
     fn max_records_stops_at_a_batch_boundary() {
         let mut p = SharePartition::new(0);
-        let got = p.acquire("a", &[batch(0, 2), batch(3, 5)], 2, LIMITS, Instant::now());
+        let got = p.acquire(
+            "a",
+            &[batch(0, 2), batch(3, 5)],
+            2,
+            false,
+            LIMITS,
+            Instant::now(),
+        );
         assert_eq!(got, vec![(0, 2, 1)]);
         assert_eq!(p.end_offset(), 3);
+    }
+
+    #[test]
+    fn the_record_limit_mode_splits_a_batch() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        let got = p.acquire("a", &[batch(0, 4)], 2, true, LIMITS, now);
+        assert_eq!(got, vec![(0, 1, 1)]);
+        assert_eq!(p.end_offset(), 2);
+        assert_eq!(p.fetch_offset(5), Some(2));
+        let rest = p.acquire("b", &[batch(0, 4)], 10, true, LIMITS, now);
+        assert_eq!(rest, vec![(2, 4, 1)]);
     }
 
     #[test]
@@ -540,7 +571,14 @@ mod tests {
             last: 2,
             control: true,
         };
-        let got = p.acquire("a", &[batch(0, 1), control], 100, LIMITS, Instant::now());
+        let got = p.acquire(
+            "a",
+            &[batch(0, 1), control],
+            100,
+            false,
+            LIMITS,
+            Instant::now(),
+        );
         assert_eq!(got, vec![(0, 1, 1)]);
         assert_eq!(p.record(2), Some((RecordState::Archived, 0)));
     }
@@ -549,7 +587,7 @@ mod tests {
     fn a_snapshot_restores_acquired_records_as_available() {
         let mut p = SharePartition::new(0);
         let now = Instant::now();
-        p.acquire("a", &[batch(0, 3)], 100, LIMITS, now);
+        p.acquire("a", &[batch(0, 3)], 100, false, LIMITS, now);
         p.acknowledge("a", 0, 1, &[AckType::Accept], LIMITS, now)
             .unwrap();
         let snapshot = p.snapshot();
