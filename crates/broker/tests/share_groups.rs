@@ -151,6 +151,17 @@ fn group_ids_do_not_cross_group_types() {
         &common::groups::join_request("share-g", "m2", &[&topic]),
     );
     assert_eq!(consumer.error_code, GROUP_ID_NOT_FOUND);
+    // A share group commits no offsets (Kafka: GROUP_ID_NOT_FOUND, "not a consumer group").
+    let commit = common::groups::commit_offset(
+        &mut wire,
+        8,
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(str_bytes("share-g")))
+            .with_generation_id_or_member_epoch(-1),
+        &topic,
+        1,
+    );
+    assert_eq!(commit, GROUP_ID_NOT_FOUND);
     let consumer_describe = common::groups::describe_consumer_group(&mut wire, "share-g");
     assert_eq!(consumer_describe.error_code, GROUP_ID_NOT_FOUND);
     assert_eq!(

@@ -463,6 +463,12 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
                 body.generation_id_or_member_epoch,
             )
         });
+    // A share group holds no committed offsets (Kafka's `ShareGroup.validateOffsetCommit`).
+    let group_error = if broker.shares.is_share_group(&group) {
+        Some(ResponseError::GroupIdNotFound)
+    } else {
+        group_error
+    };
     let now = crate::clock::now_ms();
     let mut commits = Vec::new();
     let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
@@ -579,7 +585,14 @@ pub fn offset_fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
                         group.member_id.as_deref(),
                         group.member_epoch,
                     )
-                    .flatten();
+                    .flatten()
+                    // Nor does a share group answer for offsets (`validateOffsetFetch`).
+                    .or_else(|| {
+                        broker
+                            .shares
+                            .is_share_group(&group.group_id)
+                            .then_some(ResponseError::GroupIdNotFound)
+                    });
                 match error {
                     Some(e) => OffsetFetchResponseGroup::default()
                         .with_group_id(group.group_id)
