@@ -414,15 +414,26 @@ fn a_restart_keeps_acknowledged_records_acknowledged() {
     broker.crash();
     let broker = broker.restart();
     let mut wire = Wire::connect(broker.addr);
-    // The group exists again (Empty); its member rejoins.
+    // The group and its member are as they were: the member carries on at its epoch.
     let described: ShareGroupDescribeResponse = wire.call(
         ApiKey::ShareGroupDescribe,
         1,
         &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(str_bytes("g-restart"))]),
     );
-    assert_eq!(described.groups[0].error_code, 0);
-    assert_eq!(described.groups[0].group_state.as_str(), "Empty");
-    share::join(&mut wire, "g-restart", "a", &[&topic]);
+    let g = &described.groups[0];
+    assert_eq!(g.error_code, 0);
+    assert_eq!((g.group_state.as_str(), g.group_epoch), ("Stable", 1));
+    assert_eq!(g.members[0].member_id.as_str(), "a");
+    assert_eq!(
+        g.members[0].assignment.topic_partitions[0].partitions,
+        vec![0]
+    );
+    let beat = share::heartbeat(&mut wire, "g-restart", "a", 1, None);
+    assert_eq!((beat.error_code, beat.member_epoch), (0, 1));
+    // Share sessions do not outlive the broker (Kafka's cache is in memory): the member
+    // opens a new one.
+    let stale = share::fetch(&mut wire, "g-restart", "a", 2, &[], 0);
+    assert_eq!(stale.error_code, SHARE_SESSION_NOT_FOUND);
     // 0-2 stay acknowledged; 3-4, acquired at the crash, come back for a second delivery.
     let again = share::fetch(&mut wire, "g-restart", "a", 0, &[(id, 0, vec![])], 5_000);
     assert_eq!(share::acquired(&again), vec![(0, 3, 4, 2)]);

@@ -202,6 +202,14 @@ impl ShareGroup {
     /// topic it subscribes to that exists.
     fn reassign(&mut self, topics: &[TopicInfo]) {
         self.subscribed_partitions = current(&self.subscribed_topics(), topics);
+        self.assign_members();
+        self.assignment_epoch = self.group_epoch;
+    }
+
+    /// Every member's assignment from its subscription and the partition counts the group
+    /// last saw (`subscribed_partitions`): what a restored group's members hold at their
+    /// epochs.
+    pub fn assign_members(&mut self) {
         for m in self.members.values_mut() {
             m.assignment = m
                 .subscribed
@@ -211,7 +219,6 @@ impl ShareGroup {
                 .map(|&(id, n)| (id, (0..n).collect()))
                 .collect();
         }
-        self.assignment_epoch = self.group_epoch;
     }
 }
 

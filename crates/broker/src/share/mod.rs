@@ -4,9 +4,11 @@
 //! ([`state_log`], the broker's `__share_group_state`).
 //!
 //! [`ShareGroups`] holds all of it behind one lock. A change that must outlive a restart (an
-//! acknowledgement, a release, an expired lock, a new share-partition) is written to the state
-//! log under that lock, so two snapshots of one share-partition are never written out of
-//! order; callers run these operations off the reactor.
+//! acknowledgement, a release, an expired lock, a new share-partition, a membership change, a
+//! group setting) is written to the state log under that lock, so two records of one key are
+//! never written out of order; callers run these operations off the reactor. A restart keeps
+//! every group with its members at their epochs (their session timers start at the load) and
+//! every share-partition's state; share sessions, like Kafka's, live in memory only.
 //!
 //! Share sessions, as Kafka's `ShareSessionCache`: keyed by (group, member id); a ShareFetch with
 //! epoch 0 opens one (replacing any), with -1 closes it (releasing the member's records), and
@@ -135,8 +137,8 @@ pub struct ShareGroups {
 }
 
 impl ShareGroups {
-    /// Opens the state log under `data_dir` and restores every share-partition from it; a
-    /// group with stored state exists again (Empty: members rejoin). Blocking.
+    /// Opens the state log under `data_dir` and restores every group, its members and its
+    /// share-partitions from it. Blocking.
     pub fn open(
         data_dir: &Path,
         settings: ShareSettings,
@@ -144,6 +146,7 @@ impl ShareGroups {
         let (log, stored) = ShareStateLog::open(data_dir)?;
         let mut inner = Inner {
             configs: stored.configs,
+            groups: stored.groups,
             ..Inner::default()
         };
         for (key, snapshot) in stored.states {
@@ -237,6 +240,16 @@ impl ShareGroups {
         })
     }
 
+    /// Writes `group`'s membership (a tombstone once it is gone). Failures as [`Self::persist`].
+    fn persist_group(&self, inner: &Inner, group: &str) -> Result<(), ResponseError> {
+        self.log
+            .write_group(group, inner.groups.get(group))
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot write the share group's membership");
+                ResponseError::KafkaStorageError
+            })
+    }
+
     pub fn is_share_group(&self, group: &str) -> bool {
         self.lock().groups.contains_key(group)
     }
@@ -275,11 +288,17 @@ impl ShareGroups {
         let member = hb.member_id.clone();
         let existed = inner.groups.contains_key(group_id);
         let group = inner.groups.entry(group_id.to_string()).or_default();
+        let before = existed.then(|| state_log::encode_group(group));
         let answer = group.heartbeat(hb, topics, now);
         if !existed && answer.is_err() {
             inner.groups.remove(group_id);
         }
         let answer = answer?;
+        // The membership is durable before the member learns of it, as Kafka's records are.
+        let after = inner.groups.get(group_id).map(state_log::encode_group);
+        if before != after {
+            self.persist_group(&inner, group_id)?;
+        }
         if leaving {
             self.member_gone(&mut inner, group_id, &member);
             return Ok(answer);
@@ -509,6 +528,7 @@ impl ShareGroups {
         inner.sessions.retain(|(g, _), _| g != group);
         self.persist(&mut inner, &keys)?;
         inner.groups.remove(group);
+        self.persist_group(&inner, group)?;
         Ok(true)
     }
 
@@ -528,7 +548,12 @@ impl ShareGroups {
         {
             return Err(ResponseError::NonEmptyGroup);
         }
-        inner.groups.entry(group.to_string()).or_default();
+        if !inner.groups.contains_key(group) {
+            inner
+                .groups
+                .insert(group.to_string(), ShareGroup::default());
+            self.persist_group(&inner, group)?;
+        }
         for (key, offset) in offsets {
             inner
                 .partitions
@@ -604,8 +629,12 @@ impl ShareGroups {
                 gone.push((id.clone(), member));
             }
         }
+        let changed: BTreeSet<String> = gone.iter().map(|(g, _)| g.clone()).collect();
         for (group, member) in gone {
             self.member_gone(&mut inner, &group, &member);
+        }
+        for group in changed {
+            let _ = self.persist_group(&inner, &group);
         }
     }
 

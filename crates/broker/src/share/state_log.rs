@@ -19,14 +19,27 @@
 //! |-------|------------------------------------------------------------------------------|
 //! | key   | version i16 = 1, group (i16 length + UTF-8)                                  |
 //! | value | version i16 = 0, count i32, then per setting: name, value (i16 length + UTF-8 each) |
+//!
+//! A share group's membership (Kafka keeps it in `__consumer_offsets` as its
+//! `ShareGroupMetadata` and `ShareGroupMemberMetadata` records), so a restart keeps the members
+//! at their epochs; the assignment is recomputed from it:
+//!
+//! | part  | layout (big-endian; strings: i16 length + UTF-8, -1 for null)               |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 2, group                                                       |
+//! | value | version i16 = 0, group epoch i32, assignment epoch i32; topics i32, per topic: |
+//! |       | name, id (16 bytes), partitions i32; members i32, per member: member id, epoch i32, |
+//! |       | rack id (nullable), client id, client host, subscribed names i32, then each name |
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
 use uuid::Uuid;
 
+use super::group::{ShareGroup, ShareMember};
 use super::partition::{RecordState, Snapshot};
 use crate::internal_log::{self, open_replayed, InternalLogError};
 use crate::record_codec::{put_string, Input};
@@ -40,11 +53,12 @@ pub type ShareKey = (String, Uuid, i32);
 /// A share group's configuration: setting name to value.
 pub type GroupConfigs = BTreeMap<String, String>;
 
-/// What the log holds: share-partition snapshots and group configurations.
+/// What the log holds: share-partition snapshots, group configurations and memberships.
 #[derive(Debug, Default)]
 pub struct Stored {
     pub states: BTreeMap<ShareKey, Snapshot>,
     pub configs: BTreeMap<String, GroupConfigs>,
+    pub groups: BTreeMap<String, ShareGroup>,
 }
 
 /// Why the share state log could not be opened, read or written.
@@ -103,8 +117,22 @@ impl ShareStateLog {
     pub fn open(data_dir: &Path) -> Result<(ShareStateLog, Stored), ShareStateLogError> {
         let path = data_dir.join(DIR_NAME);
         let mut stored = Stored::default();
+        // A restored member's session starts at the load, as Kafka's coordinator does.
+        let now = Instant::now();
         let log = open_replayed(&path, |r| {
             let key = r.key.as_deref().unwrap_or_default();
+            if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
+                let group = decode_config_key(key)?;
+                match r.value.as_deref() {
+                    Some(value) => {
+                        stored.groups.insert(group, decode_group(value, now)?);
+                    }
+                    None => {
+                        stored.groups.remove(&group);
+                    }
+                }
+                return Ok(());
+            }
             if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
                 let group = decode_config_key(key)?;
                 match r.value.as_deref() {
@@ -149,6 +177,17 @@ impl ShareStateLog {
             out
         });
         self.append(&[(key, value)])
+    }
+
+    /// Writes a group's membership (`None`: a tombstone) and makes it durable. Blocking.
+    pub fn write_group(
+        &self,
+        group: &str,
+        value: Option<&ShareGroup>,
+    ) -> Result<(), ShareStateLogError> {
+        let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
+        put_string(&mut key, group);
+        self.append(&[(key, value.map(encode_group))])
     }
 
     /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
@@ -198,6 +237,98 @@ impl ShareStateLog {
 
 /// The key version of a group configuration record.
 const CONFIG_KEY_VERSION: i16 = 1;
+/// The key version of a group membership record.
+const GROUP_KEY_VERSION: i16 = 2;
+
+fn put_nullable(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => put_string(out, s),
+        None => out.extend_from_slice(&(-1i16).to_be_bytes()),
+    }
+}
+
+fn take_string(input: &mut Input<'_>, what: &str) -> Result<Option<String>, String> {
+    let len = input.i16(what)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    input.utf8(len as usize, what).map(Some)
+}
+
+/// A group's membership, as the value of its key-version-2 record (the members' last-seen
+/// times and assignments are not stored).
+pub fn encode_group(g: &ShareGroup) -> Vec<u8> {
+    let mut out = 0i16.to_be_bytes().to_vec();
+    out.extend_from_slice(&g.group_epoch.to_be_bytes());
+    out.extend_from_slice(&g.assignment_epoch.to_be_bytes());
+    out.extend_from_slice(&(g.subscribed_partitions.len() as i32).to_be_bytes());
+    for (name, (id, partitions)) in &g.subscribed_partitions {
+        put_string(&mut out, name);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(&partitions.to_be_bytes());
+    }
+    out.extend_from_slice(&(g.members.len() as i32).to_be_bytes());
+    for m in g.members.values() {
+        put_string(&mut out, &m.member_id);
+        out.extend_from_slice(&m.member_epoch.to_be_bytes());
+        put_nullable(&mut out, m.rack_id.as_deref());
+        put_string(&mut out, &m.client_id);
+        put_string(&mut out, &m.client_host);
+        out.extend_from_slice(&(m.subscribed.len() as i32).to_be_bytes());
+        for name in &m.subscribed {
+            put_string(&mut out, name);
+        }
+    }
+    out
+}
+
+fn decode_group(bytes: &[u8], now: Instant) -> Result<ShareGroup, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("share group value version {version}"));
+    }
+    let mut g = ShareGroup {
+        group_epoch: input.i32("group epoch")?,
+        assignment_epoch: input.i32("assignment epoch")?,
+        ..ShareGroup::default()
+    };
+    for _ in 0..input.i32("topic count")?.max(0) {
+        let name = take_string(&mut input, "topic name")?.unwrap_or_default();
+        let id = Uuid::from_slice(input.take(16, "topic id")?).map_err(|e| e.to_string())?;
+        let partitions = input.i32("partition count")?;
+        g.subscribed_partitions.insert(name, (id, partitions));
+    }
+    for _ in 0..input.i32("member count")?.max(0) {
+        let member_id = take_string(&mut input, "member id")?.unwrap_or_default();
+        let member_epoch = input.i32("member epoch")?;
+        let rack_id = take_string(&mut input, "rack id")?;
+        let client_id = take_string(&mut input, "client id")?.unwrap_or_default();
+        let client_host = take_string(&mut input, "client host")?.unwrap_or_default();
+        let mut subscribed = std::collections::BTreeSet::new();
+        for _ in 0..input.i32("subscription count")?.max(0) {
+            subscribed.insert(take_string(&mut input, "subscribed topic")?.unwrap_or_default());
+        }
+        g.members.insert(
+            member_id.clone(),
+            ShareMember {
+                member_id,
+                member_epoch,
+                rack_id,
+                client_id,
+                client_host,
+                subscribed,
+                assignment: Default::default(),
+                last_seen: now,
+            },
+        );
+    }
+    if !input.is_empty() {
+        return Err(format!("{} bytes after the members", input.len()));
+    }
+    g.assign_members();
+    Ok(g)
+}
 
 fn decode_config_key(bytes: &[u8]) -> Result<String, String> {
     let mut input = Input(bytes);
@@ -311,5 +442,30 @@ mod tests {
         };
         assert_eq!(decode_value(&encode_value(&s)).unwrap(), s);
         assert!(decode_value(&encode_value(&s)[..20]).is_err());
+    }
+
+    #[test]
+    fn a_group_round_trips_with_its_assignment_recomputed() {
+        use crate::consumer_group::TopicInfo;
+        use crate::share::group::ShareHeartbeat;
+        let topics = [TopicInfo {
+            name: "t".into(),
+            id: Uuid::from_u128(9),
+            partitions: 2,
+        }];
+        let mut g = ShareGroup::default();
+        let now = Instant::now();
+        let join = ShareHeartbeat {
+            member_id: "m".into(),
+            member_epoch: 0,
+            rack_id: Some("r".into()),
+            subscribed_topic_names: Some(vec!["t".into()]),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+        };
+        g.heartbeat(join, &topics, now).unwrap();
+        let back = decode_group(&encode_group(&g), now).unwrap();
+        assert_eq!(back, g);
+        assert!(decode_group(&encode_group(&g)[..30], now).is_err());
     }
 }
