@@ -97,17 +97,47 @@ fn heartbeat_refusals_are_kafkas() {
     let dir = tempfile::tempdir().unwrap();
     let topic = common::topic("share-refuse");
     let (_broker, mut wire, _) = start(&dir, &[], &topic);
+    // Kafka's checks and messages (compared against Kafka 4.4, 2026-12-06).
     let empty_member = share::heartbeat(&mut wire, "g-refuse", "", 0, Some(&[&topic]));
-    assert_eq!(empty_member.error_code, INVALID_REQUEST);
+    assert_eq!(
+        (empty_member.error_code, empty_member.error_message),
+        (INVALID_REQUEST, None)
+    );
     let no_topics = share::heartbeat(&mut wire, "g-refuse", "m", 0, None);
     assert_eq!(no_topics.error_code, INVALID_REQUEST);
+    assert_eq!(
+        no_topics.error_message.as_deref(),
+        Some("SubscribedTopicNames must be set in first request.")
+    );
     let bad_epoch = share::heartbeat(&mut wire, "g-refuse", "m", -2, None);
     assert_eq!(bad_epoch.error_code, INVALID_REQUEST);
-    let unknown = share::heartbeat(&mut wire, "g-refuse", "m", 1, None);
-    assert_eq!(unknown.error_code, UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        bad_epoch.error_message.as_deref(),
+        Some("MemberEpoch is invalid.")
+    );
+    // Only a join creates the group.
+    let no_group = share::heartbeat(&mut wire, "g-refuse", "m", 1, None);
+    assert_eq!(no_group.error_code, GROUP_ID_NOT_FOUND);
+    assert_eq!(
+        no_group.error_message.as_deref(),
+        Some("Share group g-refuse not found.")
+    );
     assert_eq!(share::join(&mut wire, "g-refuse", "m", &[&topic]), 1);
+    let unknown = share::heartbeat(&mut wire, "g-refuse", "other", 1, None);
+    assert_eq!(unknown.error_code, UNKNOWN_MEMBER_ID);
+    assert_eq!(
+        unknown.error_message.as_deref(),
+        Some("Member other is not a member of group g-refuse.")
+    );
     let fenced = share::heartbeat(&mut wire, "g-refuse", "m", 5, None);
     assert_eq!(fenced.error_code, FENCED_MEMBER_EPOCH);
+    assert_eq!(
+        fenced.error_message.as_deref(),
+        Some(
+            "The share group member has a greater member epoch (5) than the one known by the \
+             group coordinator (1). The member must abandon all its partitions and rejoin."
+        )
+    );
     let unknown_leave = share::heartbeat(&mut wire, "g-refuse", "other", -1, None);
     assert_eq!(unknown_leave.error_code, UNKNOWN_MEMBER_ID);
 }
@@ -228,6 +258,8 @@ fn share_session_epochs_are_checked() {
     share::join(&mut wire, "g-session", "m", &[&topic]);
     let none = share::fetch(&mut wire, "g-session", "m", 3, &[(id, 0, vec![])], 0);
     assert_eq!(none.error_code, SHARE_SESSION_NOT_FOUND);
+    let no_member = share::fetch(&mut wire, "g-session", "", 0, &[(id, 0, vec![])], 0);
+    assert_eq!(no_member.error_code, INVALID_REQUEST);
     let acks_in_initial = share::fetch(
         &mut wire,
         "g-session",
@@ -255,11 +287,11 @@ fn share_session_epochs_are_checked() {
         share::acknowledge(&mut wire, "g-session", "m", 2, id, 0, &[]).error_code,
         0
     );
-    // Closing (-1), then the session is gone.
-    assert_eq!(
-        share::fetch(&mut wire, "g-session", "m", -1, &[], 0).error_code,
-        0
-    );
+    // Closing (-1; a partition listed carries acknowledgements only, and is answered as Kafka
+    // 4.4 does, without fetching), then the session is gone.
+    let closing = share::fetch(&mut wire, "g-session", "m", -1, &[(id, 0, vec![])], 0);
+    assert_eq!(closing.error_code, 0);
+    assert_eq!(share::acquired(&closing), vec![]);
     let closed = share::fetch(&mut wire, "g-session", "m", 3, &[], 0);
     assert_eq!(closed.error_code, SHARE_SESSION_NOT_FOUND);
 }
@@ -283,6 +315,10 @@ fn acknowledgements_accept_release_and_reject() {
     assert_eq!(
         stolen.responses[0].partitions[0].error_code,
         INVALID_RECORD_STATE
+    );
+    assert_eq!(
+        stolen.responses[0].partitions[0].error_message.as_deref(),
+        Some("Member is not the owner of batch record")
     );
     // a: accept 0-1, release 2-3, reject 4, accept 5; piggybacked on its next fetch.
     let next = share::fetch(
@@ -308,8 +344,11 @@ fn acknowledgements_accept_release_and_reject() {
     assert_eq!(released.responses[0].partitions[0].error_code, 0);
     let b = share::fetch(&mut wire, "g-ack", "b", 2, &[], 1_000);
     assert_eq!(share::acquired(&b), vec![(0, 2, 3, 3)]);
-    // Offsets already settled cannot be acknowledged again.
-    let again = share::acknowledge(&mut wire, "g-ack", "b", 3, id, 0, &[(4, 4, vec![ACCEPT])]);
+    // Below the start offset (0-1, accepted) an acknowledgement passes and changes nothing, as
+    // in Kafka; a settled record above it (4, rejected) cannot be acknowledged again.
+    let late = share::acknowledge(&mut wire, "g-ack", "b", 3, id, 0, &[(0, 1, vec![ACCEPT])]);
+    assert_eq!(late.responses[0].partitions[0].error_code, 0);
+    let again = share::acknowledge(&mut wire, "g-ack", "b", 4, id, 0, &[(4, 4, vec![ACCEPT])]);
     assert_eq!(
         again.responses[0].partitions[0].error_code,
         INVALID_RECORD_STATE
@@ -319,7 +358,7 @@ fn acknowledgements_accept_release_and_reject() {
         &mut wire,
         "g-ack",
         "b",
-        4,
+        5,
         id,
         0,
         &[(2, 3, vec![ACCEPT, ACCEPT, ACCEPT])],
@@ -696,10 +735,15 @@ fn renew_restarts_the_lock_and_needs_is_renew_ack() {
                         ])])]),
         )
     };
-    // RENEW without `IsRenewAck` is malformed.
-    assert_eq!(renew(&mut wire, 1, false).error_code, INVALID_REQUEST);
+    // RENEW without `IsRenewAck` is malformed: the partition's acknowledgements are refused.
+    let malformed = renew(&mut wire, 1, false);
+    assert_eq!(malformed.error_code, 0);
+    assert_eq!(
+        malformed.responses[0].partitions[0].error_code,
+        INVALID_REQUEST
+    );
     // Renewed every 600 ms, a's 1 s lock outlives 1.8 s: b never gets the record.
-    for epoch in 1..=3 {
+    for epoch in 2..=4 {
         std::thread::sleep(std::time::Duration::from_millis(600));
         let renewed = renew(&mut wire, epoch, true);
         assert_eq!(renewed.error_code, 0);

@@ -89,7 +89,7 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         let response = ConsumerGroupHeartbeatResponse::default()
             .with_error_code(ResponseError::GroupIdNotFound.code())
             .with_error_message(Some(str_bytes(format!(
-                "Group {} is not a consumer group",
+                "Group {} is not a consumer group.",
                 body.group_id.0
             ))));
         return Ok(Reply::Now(respond(request, &response)?));

@@ -86,10 +86,10 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         );
     }
     if body.member_id.is_empty() {
-        return refuse(
-            ResponseError::InvalidRequest,
-            "MemberId can't be empty.".into(),
-        );
+        // Kafka refuses it before its coordinator sees it: no message.
+        let response = ShareGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::InvalidRequest.code());
+        return Ok(Reply::Now(respond(request, &response)?));
     }
     match body.member_epoch {
         0 if body
@@ -146,15 +146,16 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
             })
         })
         .await
-        .unwrap_or(Err(ResponseError::UnknownServerError));
+        .unwrap_or(Err((ResponseError::UnknownServerError, None)));
         let response = match answer {
             Ok(answer) => ShareGroupHeartbeatResponse::default()
                 .with_member_id(Some(str_bytes(member_id)))
                 .with_member_epoch(answer.member_epoch)
                 .with_heartbeat_interval_ms(interval)
                 .with_assignment(answer.assignment.map(assignment)),
-            Err(error) => ShareGroupHeartbeatResponse::default()
+            Err((error, message)) => ShareGroupHeartbeatResponse::default()
                 .with_error_code(error.code())
+                .with_error_message(message.map(str_bytes))
                 .with_member_id(Some(str_bytes(member_id))),
         };
         codec::encode(correlation_id, version, &response, &[])
@@ -259,13 +260,21 @@ fn lock_ms(broker: &Broker, group: Option<&str>) -> i32 {
 /// The acknowledgement batches of one partition: `(first, last, types)`.
 type AckBatches = Vec<(i64, i64, Vec<i8>)>;
 
-/// Checks a request's acknowledgement types: RENEW (4) only with `is_renew_ack` (v2), as
-/// Kafka's `validateAcknowledgementBatches`.
-fn valid_types(batches: &AckBatches, renew_allowed: bool) -> bool {
-    batches.iter().all(|(_, _, types)| {
-        types
+/// Checks one partition's acknowledgement batches as Kafka's `validateAcknowledgementBatches`:
+/// each batch's range is ordered and after the one before, its types are one for the whole
+/// range or one per offset, and each type is known (RENEW, 4, only with `is_renew_ack`). A
+/// partition that fails has none of its acknowledgements applied and answers INVALID_REQUEST.
+fn valid_acks(batches: &AckBatches, renew_allowed: bool) -> bool {
+    let mut after = i64::MIN;
+    batches.iter().all(|(first, last, types)| {
+        let ordered = first <= last && *first > after;
+        after = *last;
+        let len = last.saturating_sub(*first).saturating_add(1);
+        let counted = types.len() == 1 || types.len() as i64 == len;
+        let known = types
             .iter()
-            .all(|&t| (0..=3).contains(&t) || (t == 4 && renew_allowed))
+            .all(|&t| (0..=3).contains(&t) || (t == 4 && renew_allowed));
+        ordered && counted && known
     })
 }
 
@@ -275,6 +284,8 @@ struct SharePart {
     index: i32,
     partition: Result<Arc<Partition>, ResponseError>,
     acks: AckBatches,
+    /// Whether `acks` passed [`valid_acks`].
+    acks_valid: bool,
 }
 
 fn resolve(broker: &Broker, topic_id: Uuid, index: i32) -> Result<Arc<Partition>, ResponseError> {
@@ -320,7 +331,7 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
         return refuse(ResponseError::InvalidGroupId);
     }
     if member.is_empty() {
-        return refuse(ResponseError::UnknownMemberId);
+        return refuse(ResponseError::InvalidRequest);
     }
     // KIP-1206's acquire modes: 0 batch-optimized, 1 record-limit.
     if !(0..=1).contains(&body.share_acquire_mode) {
@@ -348,9 +359,7 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
                 .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
                 .collect();
             has_acks |= !acks.is_empty();
-            if !valid_types(&acks, body.is_renew_ack) {
-                return refuse(ResponseError::InvalidRequest);
-            }
+            let acks_valid = valid_acks(&acks, body.is_renew_ack);
             // From v1 every listed partition is fetched (`PartitionMaxBytes` is v0's).
             fetch_keys.push((t.topic_id, p.partition_index));
             parts.push(SharePart {
@@ -358,6 +367,7 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
                 index: p.partition_index,
                 partition: resolve(broker, t.topic_id, p.partition_index),
                 acks,
+                acks_valid,
             });
         }
     }
@@ -406,6 +416,7 @@ async fn share_fetch(
                 index,
                 partition: resolve(&broker, topic_id, index),
                 acks: Vec::new(),
+                acks_valid: true,
             });
         }
     }
@@ -428,7 +439,7 @@ async fn share_fetch(
     );
     let ack_errors = tokio::task::spawn_blocking(move || acknowledge_all(&b.shares, &g, &m, &ps))
         .await
-        .unwrap_or_else(|_| vec![Some(ResponseError::UnknownServerError); parts.len()]);
+        .unwrap_or_else(|_| vec![Some((ResponseError::UnknownServerError, None)); parts.len()]);
     let mut pieces: Vec<Piece>;
     loop {
         let mut listeners: Vec<_> = parts
@@ -485,7 +496,10 @@ async fn share_fetch(
         )
         .enumerate()
     {
-        let ack_error = ack_errors.get(i).copied().flatten().or(piece.ack_error);
+        let (ack_error, ack_message) = match ack_errors.get(i).copied().flatten() {
+            Some((error, message)) => (Some(error), message),
+            None => (piece.ack_error, None),
+        };
         // An unlisted session partition is answered only when it has something to say.
         if i >= listed_count && piece.acquired.is_empty() && piece.error.is_none() {
             continue;
@@ -494,6 +508,7 @@ async fn share_fetch(
             .with_partition_index(part.index)
             .with_error_code(errors::code(piece.error))
             .with_acknowledge_error_code(errors::code(ack_error))
+            .with_acknowledge_error_message(ack_message.map(str_bytes))
             .with_current_leader(
                 kafka_protocol::messages::share_fetch_response::LeaderIdAndEpoch::default()
                     .with_leader_id(broker.endpoint.node_id)
@@ -526,21 +541,27 @@ async fn share_fetch(
         .with_responses(topics)
 }
 
+/// A partition's acknowledgement error, with its message if Kafka gives one.
+type AckError = (ResponseError, Option<&'static str>);
+
 /// Applies every partition's acknowledgements. Blocking.
 fn acknowledge_all(
     shares: &ShareGroups,
     group: &str,
     member: &str,
     parts: &[SharePart],
-) -> Vec<Option<ResponseError>> {
+) -> Vec<Option<AckError>> {
     parts
         .iter()
         .map(|p| {
             if p.acks.is_empty() {
                 return None;
             }
+            if !p.acks_valid {
+                return Some((ResponseError::InvalidRequest, None));
+            }
             if let Err(e) = &p.partition {
-                return Some(*e);
+                return Some((*e, None));
             }
             let key: ShareKey = (group.to_string(), p.topic_id, p.index);
             shares.acknowledge(&key, member, &p.acks).err()
@@ -648,7 +669,7 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
         return refuse(ResponseError::InvalidGroupId);
     }
     if member.is_empty() {
-        return refuse(ResponseError::UnknownMemberId);
+        return refuse(ResponseError::InvalidRequest);
     }
     let mut parts = Vec::new();
     for t in &body.topics {
@@ -658,14 +679,13 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
                 .iter()
                 .map(|b| (b.first_offset, b.last_offset, b.acknowledge_types.clone()))
                 .collect();
-            if !valid_types(&acks, body.is_renew_ack) {
-                return refuse(ResponseError::InvalidRequest);
-            }
+            let acks_valid = valid_acks(&acks, body.is_renew_ack);
             parts.push(SharePart {
                 topic_id: t.topic_id,
                 index: p.partition_index,
                 partition: resolve(broker, t.topic_id, p.partition_index),
                 acks,
+                acks_valid,
             });
         }
     }
@@ -694,7 +714,8 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
         for (part, error) in parts.iter().zip(errors) {
             let data = AckPartitionData::default()
                 .with_partition_index(part.index)
-                .with_error_code(errors::code(error))
+                .with_error_code(errors::code(error.map(|e| e.0)))
+                .with_error_message(error.and_then(|e| e.1).map(str_bytes))
                 .with_current_leader(
                     kafka_protocol::messages::share_acknowledge_response::LeaderIdAndEpoch::default()
                         .with_leader_id(broker.endpoint.node_id)

@@ -52,6 +52,39 @@ pub struct ShareHeartbeat {
     pub client_host: String,
 }
 
+/// Why a heartbeat is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// UNKNOWN_MEMBER_ID.
+    UnknownMember,
+    /// FENCED_MEMBER_EPOCH: the member sent `received`, the group knows it at `current`.
+    Fenced { received: i32, current: i32 },
+}
+
+impl Refusal {
+    pub fn error(self) -> ResponseError {
+        match self {
+            Refusal::UnknownMember => ResponseError::UnknownMemberId,
+            Refusal::Fenced { .. } => ResponseError::FencedMemberEpoch,
+        }
+    }
+
+    /// Kafka's message for it (`GroupMetadataManager`'s).
+    pub fn message(self, group: &str, member: &str) -> String {
+        match self {
+            Refusal::UnknownMember => format!("Member {member} is not a member of group {group}."),
+            Refusal::Fenced { received, current } => {
+                format!(
+                "The share group member has a {} member epoch ({received}) than the one known by \
+                 the group coordinator ({current}). The member must abandon all its partitions \
+                 and rejoin.",
+                if received > current { "greater" } else { "smaller" }
+            )
+            }
+        }
+    }
+}
+
 /// What a heartbeat changed and answers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShareHeartbeatAnswer {
@@ -80,10 +113,10 @@ impl ShareGroup {
         hb: ShareHeartbeat,
         topics: &[TopicInfo],
         now: Instant,
-    ) -> Result<ShareHeartbeatAnswer, ResponseError> {
+    ) -> Result<ShareHeartbeatAnswer, Refusal> {
         if hb.member_epoch == LEAVE_EPOCH {
             if self.members.remove(&hb.member_id).is_none() {
-                return Err(ResponseError::UnknownMemberId);
+                return Err(Refusal::UnknownMember);
             }
             self.group_epoch += 1;
             self.reassign(topics);
@@ -99,7 +132,10 @@ impl ShareGroup {
                 // A rejoin (epoch 0) of a known member is accepted, as Kafka's
                 // `getOrMaybeSubscribeShareGroupMember`.
                 if !joining && hb.member_epoch != m.member_epoch {
-                    return Err(ResponseError::FencedMemberEpoch);
+                    return Err(Refusal::Fenced {
+                        received: hb.member_epoch,
+                        current: m.member_epoch,
+                    });
                 }
                 m
             }
@@ -118,7 +154,7 @@ impl ShareGroup {
                         last_seen: now,
                     })
             }
-            None => return Err(ResponseError::UnknownMemberId),
+            None => return Err(Refusal::UnknownMember),
         };
         member.last_seen = now;
         if let Some(rack) = hb.rack_id {
@@ -278,7 +314,10 @@ mod tests {
         };
         assert_eq!(
             g.heartbeat(stale, &topics, now),
-            Err(ResponseError::FencedMemberEpoch)
+            Err(Refusal::Fenced {
+                received: 7,
+                current: 1
+            })
         );
         let unknown = ShareHeartbeat {
             member_id: "x".into(),
@@ -287,7 +326,7 @@ mod tests {
         };
         assert_eq!(
             g.heartbeat(unknown, &topics, now),
-            Err(ResponseError::UnknownMemberId)
+            Err(Refusal::UnknownMember)
         );
     }
 }

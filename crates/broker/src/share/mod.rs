@@ -41,6 +41,9 @@ pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 45_000;
 /// Kafka's `group.share.heartbeat.interval.ms` default.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 
+/// Kafka's message for an acknowledgement of another member's records.
+pub const NOT_OWNER: &str = "Member is not the owner of batch record";
+
 /// The ShareFetch and ShareAcknowledge epoch that opens a share session.
 pub const INITIAL_EPOCH: i32 = 0;
 /// The epoch that closes it.
@@ -281,23 +284,31 @@ impl ShareGroups {
         hb: ShareHeartbeat,
         topics: &[TopicInfo],
         log_range: impl Fn(Uuid, i32) -> Option<(i64, i64)>,
-    ) -> Result<ShareHeartbeatAnswer, ResponseError> {
+    ) -> Result<ShareHeartbeatAnswer, (ResponseError, Option<String>)> {
         let now = Instant::now();
         let mut inner = self.lock();
         let leaving = hb.member_epoch == group::LEAVE_EPOCH;
         let member = hb.member_id.clone();
         let existed = inner.groups.contains_key(group_id);
+        // Only a join creates a group (Kafka's `getOrMaybeCreatePersistedShareGroup`).
+        if !existed && hb.member_epoch != 0 {
+            return Err((
+                ResponseError::GroupIdNotFound,
+                Some(format!("Share group {group_id} not found.")),
+            ));
+        }
         let group = inner.groups.entry(group_id.to_string()).or_default();
         let before = existed.then(|| state_log::encode_group(group));
         let answer = group.heartbeat(hb, topics, now);
         if !existed && answer.is_err() {
             inner.groups.remove(group_id);
         }
-        let answer = answer?;
+        let answer = answer.map_err(|r| (r.error(), Some(r.message(group_id, &member))))?;
         // The membership is durable before the member learns of it, as Kafka's records are.
         let after = inner.groups.get(group_id).map(state_log::encode_group);
         if before != after {
-            self.persist_group(&inner, group_id)?;
+            self.persist_group(&inner, group_id)
+                .map_err(|e| (e, None))?;
         }
         if leaving {
             self.member_gone(&mut inner, group_id, &member);
@@ -316,7 +327,7 @@ impl ShareGroups {
                 }
             }
         }
-        self.persist(&mut inner, &new)?;
+        self.persist(&mut inner, &new).map_err(|e| (e, None))?;
         Ok(answer)
     }
 
@@ -349,9 +360,8 @@ impl ShareGroups {
         let key = (group.to_string(), member.to_string());
         match epoch {
             FINAL_EPOCH => {
-                if !fetch.is_empty() {
-                    return Err(ResponseError::InvalidRequest);
-                }
+                // Partitions listed in a closing request carry acknowledgements only; Kafka
+                // 4.4 answers them and fetches nothing.
                 let Some(session) = inner.sessions.get(&key) else {
                     return Err(ResponseError::ShareSessionNotFound);
                 };
@@ -437,33 +447,38 @@ impl ShareGroups {
     }
 
     /// Applies one partition's acknowledgement batches for `member`, `(first, last, types)`;
-    /// the state is durable before this returns. The first refused batch's error is answered
-    /// (the batches before it stay applied, as Kafka applies each batch on its own). Blocking.
+    /// the state is durable before this returns. The first refused batch's error is answered,
+    /// with Kafka's message when another member holds its records (the batches before it stay
+    /// applied, as Kafka applies each batch on its own). Blocking.
     pub fn acknowledge(
         &self,
         key: &ShareKey,
         member: &str,
         batches: &[(i64, i64, Vec<i8>)],
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), (ResponseError, Option<&'static str>)> {
         let now = Instant::now();
         let mut inner = self.lock();
         let limits = self.limits(&inner, &key.0);
         let Some(p) = inner.partitions.get_mut(key) else {
-            return Err(ResponseError::InvalidRecordState);
+            return Err((ResponseError::InvalidRecordState, None));
         };
         let mut result = Ok(());
         for (first, last, types) in batches {
             let types: Option<Vec<AckType>> = types.iter().map(|&t| AckType::from_id(t)).collect();
             let Some(types) = types else {
-                result = Err(ResponseError::InvalidRequest);
+                result = Err((ResponseError::InvalidRequest, None));
                 break;
             };
             if let Err(e) = p.acknowledge(member, *first, *last, &types, limits, now) {
-                result = Err(e);
+                let message = (e == ResponseError::InvalidRecordState
+                    && p.held_by_another(member, *first, *last))
+                .then_some(NOT_OWNER);
+                result = Err((e, message));
                 break;
             }
         }
-        self.persist(&mut inner, std::slice::from_ref(key))?;
+        self.persist(&mut inner, std::slice::from_ref(key))
+            .map_err(|e| (e, None))?;
         result
     }
 

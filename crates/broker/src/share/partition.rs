@@ -318,7 +318,8 @@ impl SharePartition {
     /// Applies one acknowledgement batch of `member`: `types` holds one type for the whole
     /// range or one per offset. All or nothing: any offset of the range the member does not
     /// hold (not in flight, not Acquired, or acquired by another member) refuses the whole
-    /// batch with INVALID_RECORD_STATE, as Kafka's `SharePartition.acknowledge`.
+    /// batch with INVALID_RECORD_STATE, as Kafka's `SharePartition.acknowledge`; offsets below
+    /// the start offset are skipped.
     pub fn acknowledge(
         &mut self,
         member: &str,
@@ -343,6 +344,11 @@ impl SharePartition {
             }
         };
         for offset in first..=last {
+            // Below the start offset every record is done with: Kafka lets an acknowledgement
+            // of them pass (a late duplicate changes nothing).
+            if offset < self.start_offset {
+                continue;
+            }
             // A gap is a offset the member saw no record at; it need not be held.
             if type_of(offset) == AckType::Gap && offset < self.next_fetch {
                 continue;
@@ -366,6 +372,14 @@ impl SharePartition {
         }
         self.advance_start();
         Ok(())
+    }
+
+    /// Whether a record in `first..=last` is acquired by a member other than `member` (why
+    /// an acknowledgement was refused, for its message).
+    pub fn held_by_another(&self, member: &str, first: i64, last: i64) -> bool {
+        self.in_flight
+            .range(first..=last)
+            .any(|(_, r)| r.state == RecordState::Acquired && r.owner.as_deref() != Some(member))
     }
 
     /// Releases every record `member` holds (it left the group, or closed its share session).
