@@ -31,6 +31,15 @@ fn str_bytes(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
+/// Kafka's default message of the errors these APIs answer with one (`Errors.message()`).
+fn default_message(error: ResponseError) -> StrBytes {
+    str_bytes(match error {
+        ResponseError::UnknownTopicOrPartition => "This server does not host this topic-partition.",
+        ResponseError::NonEmptyGroup => "The group is not empty.",
+        _ => "",
+    })
+}
+
 // Group configurations (KIP-848/KIP-932's GROUP config resources): the share settings a
 // client may set per group with IncrementalAlterConfigs and read with DescribeConfigs.
 
@@ -41,8 +50,8 @@ const SOURCE_GROUP: i8 = 8;
 const SOURCE_DEFAULT: i8 = 5;
 /// Kafka's `group.share.min.record.lock.duration.ms` and `...max...` defaults, the bounds a
 /// group's `share.record.lock.duration.ms` must keep.
-const MIN_LOCK_DURATION_MS: u64 = 15_000;
-const MAX_LOCK_DURATION_MS: u64 = 60_000;
+const MIN_LOCK_DURATION_MS: i64 = 15_000;
+const MAX_LOCK_DURATION_MS: i64 = 60_000;
 
 /// The group settings this broker serves: name, config type (Kafka's `ConfigDef.Type`:
 /// STRING 2, INT 3), documentation.
@@ -146,18 +155,34 @@ pub(super) fn alter_group_configs(
                 match name.as_str() {
                     crate::share::AUTO_OFFSET_RESET if value == "latest" || value == "earliest" => {
                     }
-                    crate::share::AUTO_OFFSET_RESET => {
+                    crate::share::AUTO_OFFSET_RESET if value.starts_with("by_duration:") => {
                         return Err(invalid(format!(
-                            "Invalid value {value} for configuration {name}: latest or earliest \
-                             (by_duration is not served here)"
+                            "Invalid value {value} for configuration {name}: by_duration is not \
+                             served by this broker (latest or earliest)"
                         )))
                     }
-                    _ => match value.parse::<u64>() {
-                        Ok(ms) if (MIN_LOCK_DURATION_MS..=MAX_LOCK_DURATION_MS).contains(&ms) => {}
-                        _ => {
+                    // Kafka's messages (`GroupConfig.validate`).
+                    crate::share::AUTO_OFFSET_RESET => {
+                        return Err(invalid(format!(
+                            "Invalid value {value} for configuration {name}: Invalid value \
+                             `{value}` for configuration {name}. The value must be either \
+                             'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
+                        )))
+                    }
+                    _ => match value.trim().parse::<i32>() {
+                        Ok(ms)
+                            if (MIN_LOCK_DURATION_MS..=MAX_LOCK_DURATION_MS)
+                                .contains(&(ms as i64)) => {}
+                        Ok(_) => {
                             return Err(invalid(format!(
-                                "Invalid value {value} for configuration {name}: an integer in \
-                                 [{MIN_LOCK_DURATION_MS}, {MAX_LOCK_DURATION_MS}]"
+                                "{name} must be in the range {MIN_LOCK_DURATION_MS} to \
+                                 {MAX_LOCK_DURATION_MS} inclusive."
+                            )))
+                        }
+                        Err(_) => {
+                            return Err(invalid(format!(
+                                "Invalid value {value} for configuration {name}: Not a number of \
+                                 type INT"
                             )))
                         }
                     },
@@ -237,7 +262,8 @@ pub async fn alter_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Re
         .await
         .unwrap_or(Err(ResponseError::UnknownServerError));
     if let Err(e) = stored {
-        return refuse(e, None);
+        let message = (e == ResponseError::NonEmptyGroup).then(|| default_message(e).to_string());
+        return refuse(e, message);
     }
     let topics = answers
         .into_iter()
@@ -252,6 +278,7 @@ pub async fn alter_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Re
                             AlterShareGroupOffsetsResponsePartition::default()
                                 .with_partition_index(index)
                                 .with_error_code(errors::code(error))
+                                .with_error_message(error.map(default_message))
                         })
                         .collect(),
                 )
@@ -263,8 +290,8 @@ pub async fn alter_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Re
 
 /// DescribeShareGroupOffsets: each group's share-partitions (the named ones, or every one it
 /// has when the topics are null) with their start offset and (v1) lag; a partition the group
-/// never started has start offset and lag -1; an unknown topic or partition is
-/// UNKNOWN_TOPIC_OR_PARTITION, an unknown group GROUP_ID_NOT_FOUND.
+/// never started, of an unknown topic or an unknown group included, has start offset and lag
+/// -1 and no error, as Kafka 4.4 answers.
 pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: DescribeShareGroupOffsetsRequest = request.body()?;
     let groups = body
@@ -272,12 +299,7 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
         .into_iter()
         .map(|g| {
             let id = g.group_id.0.to_string();
-            let Some(states) = broker.shares.describe_offsets(&id) else {
-                return DescribeShareGroupOffsetsResponseGroup::default()
-                    .with_group_id(g.group_id)
-                    .with_error_code(ResponseError::GroupIdNotFound.code())
-                    .with_error_message(Some(str_bytes(format!("Group {id} not found."))));
-            };
+            let states = broker.shares.describe_offsets(&id).unwrap_or_default();
             let partition = |topic_id: uuid::Uuid, index: i32| {
                 let log_end = broker
                     .store
@@ -287,11 +309,7 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
                     .with_partition_index(index)
                     .with_leader_epoch(0);
                 match (log_end, states.get(&(topic_id, index))) {
-                    (None, _) => answer
-                        .with_start_offset(-1)
-                        .with_lag(-1)
-                        .with_error_code(ResponseError::UnknownTopicOrPartition.code()),
-                    (Some(_), None) => answer.with_start_offset(-1).with_lag(-1),
+                    (None, _) | (Some(_), None) => answer.with_start_offset(-1).with_lag(-1),
                     (Some(end), Some(&(start, complete))) => answer
                         .with_start_offset(start)
                         .with_lag((end - start - complete).max(0)),
@@ -386,7 +404,11 @@ pub async fn delete_offsets(broker: &Arc<Broker>, request: &Request) -> Result<R
                 Some(format!("Group {group} not found.")),
             )
         }
-        Err(e) => return refuse(e, None),
+        Err(e) => {
+            let message =
+                (e == ResponseError::NonEmptyGroup).then(|| default_message(e).to_string());
+            return refuse(e, message);
+        }
     }
     let topics = named
         .into_iter()
@@ -396,7 +418,11 @@ pub async fn delete_offsets(broker: &Arc<Broker>, request: &Request) -> Result<R
                 .with_topic_id(id.unwrap_or_default());
             match id {
                 Some(_) => answer,
-                None => answer.with_error_code(ResponseError::UnknownTopicOrPartition.code()),
+                None => answer
+                    .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                    .with_error_message(Some(default_message(
+                        ResponseError::UnknownTopicOrPartition,
+                    ))),
             }
         })
         .collect();
