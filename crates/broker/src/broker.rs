@@ -7,6 +7,7 @@ use crate::api::CommittedOffsets;
 use crate::codec::RequestMemory;
 use crate::coordinator::Groups;
 use crate::producer_ids::ProducerIds;
+use crate::share::ShareGroups;
 use crate::stats::Stats;
 use crate::store::Store;
 use crate::txn_coordinator::Txns;
@@ -27,6 +28,8 @@ pub struct Broker {
     pub offsets: CommittedOffsets,
     pub groups: Groups,
     pub txns: Txns,
+    /// Share groups (KIP-932) and their share-partitions.
+    pub shares: ShareGroups,
     pub stats: Stats,
     pub endpoint: Endpoint,
     /// Partitions of a topic created by Metadata.

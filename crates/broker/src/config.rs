@@ -165,6 +165,23 @@ pub struct Args {
     #[arg(long, default_value_t = crate::consumer_group::DEFAULT_HEARTBEAT_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
     pub group_consumer_heartbeat_interval_ms: u64,
+
+    /// How long a share group member holds the records a ShareFetch acquired for it before
+    /// they are delivered again (`group.share.record.lock.duration.ms`).
+    #[arg(long, default_value_t = crate::share::DEFAULT_LOCK_DURATION_MS,
+          value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64))]
+    pub group_share_record_lock_duration_ms: u64,
+
+    /// How many times a share group delivers a record before archiving it
+    /// (`group.share.delivery.count.limit`).
+    #[arg(long, default_value_t = crate::share::DEFAULT_DELIVERY_COUNT_LIMIT,
+          value_parser = clap::value_parser!(i16).range(1..))]
+    pub group_share_delivery_count_limit: i16,
+
+    /// A share group member silent this long is removed (`group.share.session.timeout.ms`).
+    #[arg(long, default_value_t = crate::share::DEFAULT_SESSION_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub group_share_session_timeout_ms: u64,
 }
 
 /// The engine's default prefault distance.
@@ -217,6 +234,7 @@ pub struct BrokerConfig {
     pub request_read_timeout: Duration,
     pub log: LogSettings,
     pub consumer_groups: crate::consumer_group::ConsumerGroupSettings,
+    pub share_groups: crate::share::ShareSettings,
 }
 
 /// A flag value the broker cannot run with.
@@ -269,6 +287,12 @@ impl Args {
                 heartbeat_interval: Duration::from_millis(
                     self.group_consumer_heartbeat_interval_ms,
                 ),
+            },
+            share_groups: crate::share::ShareSettings {
+                lock_duration: Duration::from_millis(self.group_share_record_lock_duration_ms),
+                delivery_count_limit: self.group_share_delivery_count_limit,
+                session_timeout: Duration::from_millis(self.group_share_session_timeout_ms),
+                ..crate::share::ShareSettings::default()
             },
             log: LogSettings {
                 segment_bytes: self.segment_bytes,

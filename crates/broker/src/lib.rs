@@ -24,6 +24,7 @@ pub mod offsets_log;
 pub mod producer_ids;
 mod record_codec;
 pub mod server;
+pub mod share;
 pub mod stats;
 pub mod store;
 pub mod txn_coordinator;

@@ -20,6 +20,8 @@ use crate::consumer_group::ConsumerGroups;
 use crate::coordinator::Groups;
 use crate::offsets_log::OffsetsLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
+use crate::share::state_log::ShareStateLogError;
+use crate::share::ShareGroups;
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
 use crate::txn_coordinator::{self, TxnLogError, Txns};
@@ -40,6 +42,8 @@ pub enum StartError {
     Offsets(#[from] OffsetsLogError),
     #[error(transparent)]
     Txns(#[from] TxnLogError),
+    #[error(transparent)]
+    ShareState(#[from] ShareStateLogError),
     #[error("cannot settle the transaction of {0}")]
     Settle(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -79,32 +83,35 @@ impl Server {
         };
         let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
         let consumer_settings = config.consumer_groups;
-        let (store, producer_ids, offsets, txns, groups) = tokio::task::spawn_blocking(move || {
-            let store = Store::open(&dir, &settings, node_id)?;
-            let producer_ids = ProducerIds::open(&dir)?;
-            let offsets = CommittedOffsets::open(&dir)?;
-            let (txns, unsettled) = Txns::open(&dir)?;
-            // Transactions a crash left: a decided commit is completed, the rest aborted.
-            for ending in &unsettled {
-                txn_coordinator::write_ending(&store, &offsets, &txns, ending).map_err(|e| {
-                    StartError::Settle(format!("{}: {e:?}", ending.transactional_id))
-                })?;
-            }
-            txn_coordinator::abort_orphans(&store);
-            // The groups as their last records left them (no rebalance after a restart).
-            let now = std::time::Instant::now();
-            let groups = Groups::restore(offsets.stored_groups()?, now);
-            let topics = crate::api::topic_infos(&store);
-            groups.set_consumer_groups(ConsumerGroups::restore(
-                offsets.stored_consumer_groups()?,
-                &topics,
-                now,
-            ));
-            groups.set_consumer_settings(consumer_settings);
-            Ok::<_, StartError>((store, producer_ids, offsets, txns, groups))
-        })
-        .await
-        .map_err(|e| StartError::Task(e.to_string()))??;
+        let share_settings = config.share_groups;
+        let (store, producer_ids, offsets, txns, groups, shares) =
+            tokio::task::spawn_blocking(move || {
+                let store = Store::open(&dir, &settings, node_id)?;
+                let producer_ids = ProducerIds::open(&dir)?;
+                let offsets = CommittedOffsets::open(&dir)?;
+                let (txns, unsettled) = Txns::open(&dir)?;
+                // Transactions a crash left: a decided commit is completed, the rest aborted.
+                for ending in &unsettled {
+                    txn_coordinator::write_ending(&store, &offsets, &txns, ending).map_err(
+                        |e| StartError::Settle(format!("{}: {e:?}", ending.transactional_id)),
+                    )?;
+                }
+                txn_coordinator::abort_orphans(&store);
+                // The groups as their last records left them (no rebalance after a restart).
+                let now = std::time::Instant::now();
+                let groups = Groups::restore(offsets.stored_groups()?, now);
+                let topics = crate::api::topic_infos(&store);
+                groups.set_consumer_groups(ConsumerGroups::restore(
+                    offsets.stored_consumer_groups()?,
+                    &topics,
+                    now,
+                ));
+                groups.set_consumer_settings(consumer_settings);
+                let shares = ShareGroups::open(&dir, share_settings)?;
+                Ok::<_, StartError>((store, producer_ids, offsets, txns, groups, shares))
+            })
+            .await
+            .map_err(|e| StartError::Task(e.to_string()))??;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -126,6 +133,7 @@ impl Server {
             offsets,
             groups,
             txns,
+            shares,
             stats: Stats::default(),
             endpoint: Endpoint {
                 node_id: config.node_id,
@@ -188,6 +196,9 @@ impl Server {
                         if let Err(e) = b.txns.compact_if_due(now) {
                             tracing::error!(error = %e, "cannot compact the transaction log");
                         }
+                        if let Err(e) = b.shares.compact_if_due(now) {
+                            tracing::error!(error = %e, "cannot compact the share state log");
+                        }
                     })
                     .await;
                 }
@@ -196,6 +207,8 @@ impl Server {
                 // the group records the tick queued (an emptied group) are written.
                 let _ = tokio::task::spawn_blocking(move || {
                     b.offsets.store_groups(&b.groups);
+                    // Share groups: expired acquisition locks and member sessions.
+                    b.shares.tick(&crate::api::topic_infos(&b.store));
                     for ending in b.txns.expired() {
                         if let Err(e) =
                             txn_coordinator::write_ending(&b.store, &b.offsets, &b.txns, &ending)
@@ -257,6 +270,9 @@ impl Server {
             }
             if let Err(e) = broker.txns.close() {
                 failed.push(("__transaction_state".to_string(), e.to_string()));
+            }
+            if let Err(e) = broker.shares.close() {
+                failed.push(("__share_group_state".to_string(), e.to_string()));
             }
             failed
         })

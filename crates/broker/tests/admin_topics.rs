@@ -555,10 +555,12 @@ fn describe_configs_reports_values_and_their_sources() {
         "another broker"
     );
     assert_eq!(
-        describe(&mut wire, 32, "group", None).error_code,
+        describe(&mut wire, 16, "metrics", None).error_code,
         42,
-        "a group resource"
+        "a client-metrics resource"
     );
+    // A group resource holds the share group settings (share_groups.rs tests them).
+    assert_eq!(describe(&mut wire, 32, "group", None).error_code, 0);
 }
 
 #[test]
@@ -706,8 +708,13 @@ fn incremental_alter_configs_refusals_change_nothing() {
         42
     );
     assert_eq!(
-        alter(&mut wire, 32, "g", &[("x", 0, Some("5"))], false).0,
+        alter(&mut wire, 16, "m", &[("x", 0, Some("5"))], false).0,
         42
+    );
+    // An unknown group setting: INVALID_CONFIG, as Kafka's `GroupConfig.validateNames`.
+    assert_eq!(
+        alter(&mut wire, 32, "g", &[("x", 0, Some("5"))], false).0,
+        40
     );
     assert_eq!(describe(&mut wire, TOPIC, "t", None).configs, before);
 }

@@ -610,6 +610,80 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
             v,
             &[&|r: ListTransactionsRequest| r.with_duration_filter(60_000)],
         )),
+        ApiKey::ShareGroupHeartbeat => enc!(ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s("g")))
+            .with_member_id(s("m"))
+            .with_rack_id(Some(s("r")))
+            .with_subscribed_topic_names(Some(vec![topic("t"), topic("u")]))),
+        ApiKey::ShareGroupDescribe => enc!(ShareGroupDescribeRequest::default()
+            .with_group_ids(vec![GroupId(s("g")), GroupId(s("h"))])),
+        ApiKey::ShareFetch => {
+            use share_fetch_request::*;
+            let ack = AcknowledgementBatch::default()
+                .with_first_offset(0)
+                .with_last_offset(1)
+                .with_acknowledge_types(vec![1, 2]);
+            let partition = FetchPartition::default()
+                .with_partition_index(0)
+                .with_acknowledgement_batches(vec![ack.clone(), ack]);
+            let forgotten = ForgottenTopic::default()
+                .with_topic_id(id)
+                .with_partitions(vec![0, 1]);
+            enc!(ShareFetchRequest::default()
+                .with_group_id(Some(GroupId(s("g"))))
+                .with_member_id(Some(s("m")))
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![partition.clone(), partition])])
+                .with_forgotten_topics_data(vec![forgotten.clone(), forgotten]))
+        }
+        ApiKey::ShareAcknowledge => {
+            use share_acknowledge_request::*;
+            let ack = AcknowledgementBatch::default()
+                .with_first_offset(0)
+                .with_last_offset(1)
+                .with_acknowledge_types(vec![1, 3]);
+            let partition = AcknowledgePartition::default()
+                .with_partition_index(0)
+                .with_acknowledgement_batches(vec![ack.clone(), ack]);
+            enc!(ShareAcknowledgeRequest::default()
+                .with_group_id(Some(GroupId(s("g"))))
+                .with_member_id(Some(s("m")))
+                .with_topics(vec![AcknowledgeTopic::default()
+                    .with_topic_id(id)
+                    .with_partitions(vec![partition.clone(), partition])]))
+        }
+        ApiKey::DescribeShareGroupOffsets => {
+            use describe_share_group_offsets_request::*;
+            let t = DescribeShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(topic("t"))
+                .with_partitions(vec![0, 1]);
+            let g = DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(Some(vec![t.clone(), t]));
+            enc!(DescribeShareGroupOffsetsRequest::default().with_groups(vec![g.clone(), g]))
+        }
+        ApiKey::AlterShareGroupOffsets => {
+            use alter_share_group_offsets_request::*;
+            let p = AlterShareGroupOffsetsRequestPartition::default()
+                .with_partition_index(0)
+                .with_start_offset(5);
+            let t = AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(topic("t"))
+                .with_partitions(vec![p.clone(), p]);
+            enc!(AlterShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(vec![t.clone(), t.with_topic_name(topic("u"))]))
+        }
+        ApiKey::DeleteShareGroupOffsets => {
+            use delete_share_group_offsets_request::*;
+            enc!(DeleteShareGroupOffsetsRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_topics(vec![
+                    DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic("t")),
+                    DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(topic("u")),
+                ]))
+        }
         other => panic!("{other:?} is advertised but has no request here"),
     }
     buf
@@ -732,6 +806,10 @@ const NESTED: &[ApiKey] = &[
     ApiKey::ConsumerGroupHeartbeat,
     ApiKey::WriteTxnMarkers,
     ApiKey::DescribeProducers,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
 ];
 
 /// The APIs whose requests have no array at all.

@@ -630,6 +630,13 @@ pub async fn describe_configs(
                 body.include_synonyms,
                 body.include_documentation,
             ),
+            // Share group settings (share_admin.rs).
+            super::share_admin::RESOURCE_GROUP => Ok(super::share_admin::describe_group_configs(
+                broker,
+                &resource.resource_name,
+                keys.as_deref(),
+                body.include_documentation,
+            )),
             RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
                 describe_broker(
                     broker,
@@ -660,7 +667,7 @@ pub async fn describe_configs(
 fn unsupported_resource(resource_type: i8) -> Refusal {
     (
         ResponseError::InvalidRequest,
-        format!("resource type {resource_type} is not served: this broker has topic (2) and broker (4) configurations"),
+        format!("resource type {resource_type} is not served: this broker has topic (2), broker (4) and group (32) configurations"),
     )
 }
 
@@ -858,6 +865,15 @@ pub async fn incremental_alter_configs(
     for resource in body.resources {
         let outcome = match resource.resource_type {
             RESOURCE_TOPIC => alter_topic(broker, &resource, body.validate_only).await,
+            // Share group settings (share_admin.rs); their write is an fsync.
+            super::share_admin::RESOURCE_GROUP => {
+                let (b, r, v) = (Arc::clone(broker), resource.clone(), body.validate_only);
+                tokio::task::spawn_blocking(move || {
+                    super::share_admin::alter_group_configs(&b, &r, v)
+                })
+                .await
+                .unwrap_or_else(|e| Err((ResponseError::UnknownServerError, e.to_string())))
+            }
             // Kafka's answer for a setting that is not dynamic: the broker's settings are its
             // command-line flags, and none is dynamic.
             RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {

@@ -84,6 +84,16 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         owned.retain(|_, p| !p.is_empty());
         owned
     });
+    if broker.shares.is_share_group(&body.group_id.0) {
+        // Kafka's `consumerGroup` lookup: a share group is not a consumer group.
+        let response = ConsumerGroupHeartbeatResponse::default()
+            .with_error_code(ResponseError::GroupIdNotFound.code())
+            .with_error_message(Some(str_bytes(format!(
+                "Group {} is not a consumer group.",
+                body.group_id.0
+            ))));
+        return Ok(Reply::Now(respond(request, &response)?));
+    }
     let heartbeat = Heartbeat {
         group: body.group_id.0.to_string(),
         member_id: body.member_id.to_string(),
@@ -235,7 +245,7 @@ pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handle
                         .with_authorized_operations(operations)
                 }
                 Err(classic) => {
-                    let message = if classic {
+                    let message = if classic || broker.shares.is_share_group(&id) {
                         format!("Group {id} is not a consumer group.")
                     } else {
                         format!("Group {id} not found.")

@@ -35,6 +35,9 @@ use crate::offsets_log::OffsetKey;
 /// KIP-848 one).
 const CLASSIC: &str = "classic";
 
+/// The group type and protocol type ListGroups answers for a share group.
+const SHARE: &str = "share";
+
 /// The operations a client may do on a group when the broker has no authorizer (Kafka's
 /// `AclEntry.supportedOperations(GROUP)`: READ 3, DELETE 6, DESCRIBE 8, as a bit field),
 /// answered to a DescribeGroups that asks for them.
@@ -62,12 +65,21 @@ fn all_groups(broker: &Broker) -> Vec<crate::coordinator::ListedGroup> {
             });
         }
     }
+    // Share groups (KIP-932): type and protocol type `share`, as Kafka lists them.
+    for (group_id, state) in broker.shares.list() {
+        groups.push(crate::coordinator::ListedGroup {
+            group_id,
+            state,
+            protocol_type: SHARE.to_string(),
+            group_type: SHARE,
+        });
+    }
     groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
     groups
 }
 
 /// ListGroups: every group, filtered by state (v4+, case-insensitive, as Kafka) and by type
-/// (v5+: only `classic` groups exist here).
+/// (v5+: `classic`, `consumer` or `share`).
 pub fn list_groups(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: ListGroupsRequest = request.body()?;
     let states: BTreeSet<String> = body
@@ -110,7 +122,7 @@ pub fn describe_groups(broker: &Arc<Broker>, request: &Request) -> Result<Reply,
         .into_iter()
         .map(|group_id| {
             let id = group_id.0.to_string();
-            if broker.groups.is_consumer_group(&id) {
+            if broker.groups.is_consumer_group(&id) || broker.shares.is_share_group(&id) {
                 // Kafka describes only classic groups here (ConsumerGroupDescribe does the
                 // others): a consumer group is "not found", and Dead before v6.
                 return not_classic(group_id, &id, request.version, operations);
@@ -200,6 +212,15 @@ pub async fn delete_groups(broker: &Arc<Broker>, request: &Request) -> Result<Re
 
 /// Deletes one group. Blocking (the tombstones' fsync).
 fn delete_group(broker: &Broker, group: &str) -> Option<ResponseError> {
+    // A share group goes with its share-partitions' state (Kafka's DeleteShareGroupState).
+    match broker.shares.delete(group) {
+        Ok(true) => {
+            tracing::info!(group, "share group and its state deleted");
+            return None;
+        }
+        Ok(false) => {}
+        Err(e) => return Some(e),
+    }
     let known = match broker.groups.remove_if_empty(group) {
         Ok(known) => known,
         Err(e) => return Some(e),

@@ -269,6 +269,13 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
     } else {
         body.session_timeout_ms
     };
+    if broker.shares.is_share_group(&body.group_id.0) {
+        // Kafka's `classicGroupJoin` on a group of another type: no member id, this error.
+        let response = JoinGroupResponse::default()
+            .with_error_code(ResponseError::InconsistentGroupProtocol.code())
+            .with_member_id(StrBytes::from_static_str(""));
+        return Ok(Reply::Now(respond(request, &response)?));
+    }
     let rx = broker.groups.join(JoinRequest {
         group: s(&body.group_id.0),
         member_id: s(&body.member_id),
@@ -456,6 +463,12 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
                 body.generation_id_or_member_epoch,
             )
         });
+    // A share group holds no committed offsets (Kafka's `ShareGroup.validateOffsetCommit`).
+    let group_error = if broker.shares.is_share_group(&group) {
+        Some(ResponseError::GroupIdNotFound)
+    } else {
+        group_error
+    };
     let now = crate::clock::now_ms();
     let mut commits = Vec::new();
     let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
@@ -572,7 +585,14 @@ pub fn offset_fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Ha
                         group.member_id.as_deref(),
                         group.member_epoch,
                     )
-                    .flatten();
+                    .flatten()
+                    // Nor does a share group answer for offsets (`validateOffsetFetch`).
+                    .or_else(|| {
+                        broker
+                            .shares
+                            .is_share_group(&group.group_id)
+                            .then_some(ResponseError::GroupIdNotFound)
+                    });
                 match error {
                     Some(e) => OffsetFetchResponseGroup::default()
                         .with_group_id(group.group_id)

@@ -12,6 +12,8 @@ mod list_offsets;
 mod log_admin;
 mod metadata;
 mod produce;
+mod share_admin;
+mod share_groups;
 mod txn;
 mod txn_admin;
 
@@ -80,6 +82,16 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    // Share groups, KIP-932 (share_groups.rs), at Kafka 4.4's versions: ShareFetch and
+    // ShareAcknowledge v2 (renew acknowledgements, KIP-1222) are the stable ones clients wait for.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
+    // Share group offsets admin (share_admin.rs); DescribeShareGroupOffsets v1 adds the lag.
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
 ];
 
 /// The versions of `api_key` this broker answers, if any.
@@ -184,6 +196,13 @@ pub async fn handle(
         ApiKey::DescribeProducers => txn_admin::describe_producers(broker, &request).await,
         ApiKey::DescribeTransactions => txn_admin::describe_transactions(broker, &request).await,
         ApiKey::ListTransactions => txn_admin::list_transactions(broker, &request).await,
+        ApiKey::ShareGroupHeartbeat => share_groups::heartbeat(broker, &request),
+        ApiKey::ShareGroupDescribe => share_groups::describe(broker, &request),
+        ApiKey::ShareFetch => share_groups::fetch(broker, &request),
+        ApiKey::ShareAcknowledge => share_groups::acknowledge(broker, &request),
+        ApiKey::DescribeShareGroupOffsets => share_admin::describe_offsets(broker, &request),
+        ApiKey::AlterShareGroupOffsets => share_admin::alter_offsets(broker, &request).await,
+        ApiKey::DeleteShareGroupOffsets => share_admin::delete_offsets(broker, &request).await,
         other => Err(HandleError::UnsupportedApi(other)),
     }
 }
@@ -247,6 +266,13 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::DescribeProducers => body::<DescribeProducersRequest>(&request),
         ApiKey::DescribeTransactions => body::<DescribeTransactionsRequest>(&request),
         ApiKey::ListTransactions => body::<ListTransactionsRequest>(&request),
+        ApiKey::ShareGroupHeartbeat => body::<ShareGroupHeartbeatRequest>(&request),
+        ApiKey::ShareGroupDescribe => body::<ShareGroupDescribeRequest>(&request),
+        ApiKey::ShareFetch => body::<ShareFetchRequest>(&request),
+        ApiKey::ShareAcknowledge => body::<ShareAcknowledgeRequest>(&request),
+        ApiKey::DescribeShareGroupOffsets => body::<DescribeShareGroupOffsetsRequest>(&request),
+        ApiKey::AlterShareGroupOffsets => body::<AlterShareGroupOffsetsRequest>(&request),
+        ApiKey::DeleteShareGroupOffsets => body::<DeleteShareGroupOffsetsRequest>(&request),
         other => Err(HandleError::UnsupportedApi(other)),
     }?;
     Ok(request)

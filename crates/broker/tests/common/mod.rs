@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod groups;
 pub mod proxy;
+pub mod share;
 pub mod txn;
 pub mod wire;
 

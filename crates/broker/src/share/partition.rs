@@ -1,0 +1,615 @@
+//! One share-partition (KIP-932): the state a share group keeps for one topic partition, as
+//! Kafka's `SharePartition` keeps it.
+//!
+//! - The **share-partition start offset** (SPSO): every record below it is done with
+//!   (acknowledged or archived). The **end offset** (SPEO, `next_fetch`): the first record not
+//!   yet handed to any member. The records between them are **in flight**, each in one of
+//!   [`RecordState`]'s states with its **delivery count**.
+//! - A fetch **acquires** records for one member: Available in-flight records first (lowest
+//!   offset first), then new records from the end offset; each acquisition adds one to the
+//!   record's delivery count and locks it for `group.share.record.lock.duration.ms`.
+//! - The member **acknowledges** what it acquired: ACCEPT (Acknowledged), RELEASE (Available
+//!   again, for any member), REJECT (Archived, never delivered again), or GAP for offsets the
+//!   batches did not hold (Archived). An acknowledgement of a record the member does not hold
+//!   is INVALID_RECORD_STATE, and nothing of that acknowledgement is applied.
+//! - A lock that expires, or a member that leaves, makes its records Available again; a record
+//!   whose delivery count reached `group.share.delivery.count.limit` is Archived instead (a
+//!   poison record stops being redelivered).
+//! - The start offset moves past every leading record that is Acknowledged or Archived.
+//!
+//! What outlives a restart ([`SharePartition::snapshot`], [`SharePartition::restore`]) is what
+//! Kafka writes to `__share_group_state`: the start offset and the in-flight records' states and
+//! delivery counts, an acquired record as Available (its lock dies with the broker).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+
+/// The state of one in-flight record (Kafka's `RecordState`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    Available,
+    Acquired,
+    Acknowledged,
+    Archived,
+}
+
+impl RecordState {
+    /// Kafka's `RecordState.id`, as `__share_group_state`'s `DeliveryState` stores it.
+    pub fn id(self) -> i8 {
+        match self {
+            RecordState::Available => 0,
+            RecordState::Acquired => 1,
+            RecordState::Acknowledged => 2,
+            RecordState::Archived => 4,
+        }
+    }
+    pub fn from_id(id: i8) -> Option<RecordState> {
+        Some(match id {
+            0 => RecordState::Available,
+            1 => RecordState::Acquired,
+            2 => RecordState::Acknowledged,
+            4 => RecordState::Archived,
+            _ => return None,
+        })
+    }
+}
+
+/// An acknowledgement type of ShareFetch and ShareAcknowledge (`AcknowledgeTypes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckType {
+    /// 0: the offset is not a record (a gap in the batches); archived.
+    Gap,
+    /// 1: processed.
+    Accept,
+    /// 2: give it back, for another delivery.
+    Release,
+    /// 3: unprocessable; never delivered again.
+    Reject,
+    /// 4 (v2, KIP-1222): keep it, and restart its lock.
+    Renew,
+}
+
+impl AckType {
+    pub fn from_id(id: i8) -> Option<AckType> {
+        Some(match id {
+            0 => AckType::Gap,
+            1 => AckType::Accept,
+            2 => AckType::Release,
+            3 => AckType::Reject,
+            4 => AckType::Renew,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InFlight {
+    state: RecordState,
+    delivery_count: i16,
+    /// The member holding it, while Acquired.
+    owner: Option<String>,
+    /// When its acquisition lock expires, while Acquired.
+    deadline: Option<Instant>,
+}
+
+/// Records acquired by one fetch: `(first offset, last offset, delivery count)`, consecutive
+/// offsets of one delivery count merged, as ShareFetch's `AcquiredRecords` answers them.
+pub type Acquired = Vec<(i64, i64, i16)>;
+
+/// A batch of the log as a fetch found it: its first and last offset, and whether it is a
+/// control batch (a transaction marker, never delivered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchedBatch {
+    pub first: i64,
+    pub last: i64,
+    pub control: bool,
+}
+
+/// What persists of a share-partition (Kafka's `ShareSnapshot`): the start offset, the state
+/// epoch, and the in-flight records as `(first, last, state, delivery count)` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub start_offset: i64,
+    pub state_epoch: i32,
+    pub batches: Vec<(i64, i64, RecordState, i16)>,
+}
+
+/// The limits a share-partition runs under (the group's configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `group.share.record.lock.duration.ms`.
+    pub lock_duration: Duration,
+    /// `group.share.delivery.count.limit`.
+    pub delivery_count_limit: i16,
+}
+
+/// One share group's state of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartition {
+    start_offset: i64,
+    next_fetch: i64,
+    /// Bumped by every snapshot written (Kafka's state epoch).
+    state_epoch: i32,
+    in_flight: BTreeMap<i64, InFlight>,
+}
+
+impl SharePartition {
+    /// A share-partition that starts at `start_offset` (the log end for
+    /// `share.auto.offset.reset=latest`, Kafka's default).
+    pub fn new(start_offset: i64) -> SharePartition {
+        SharePartition {
+            start_offset,
+            next_fetch: start_offset,
+            state_epoch: 0,
+            in_flight: BTreeMap::new(),
+        }
+    }
+
+    /// The share-partition as its last snapshot left it: an acquired record is Available.
+    pub fn restore(snapshot: &Snapshot) -> SharePartition {
+        let mut in_flight = BTreeMap::new();
+        let mut next_fetch = snapshot.start_offset;
+        for &(first, last, state, delivery_count) in &snapshot.batches {
+            let state = match state {
+                RecordState::Acquired => RecordState::Available,
+                s => s,
+            };
+            for offset in first.max(snapshot.start_offset)..=last {
+                in_flight.insert(
+                    offset,
+                    InFlight {
+                        state,
+                        delivery_count,
+                        owner: None,
+                        deadline: None,
+                    },
+                );
+            }
+            next_fetch = next_fetch.max(last + 1);
+        }
+        let mut p = SharePartition {
+            start_offset: snapshot.start_offset,
+            next_fetch,
+            state_epoch: snapshot.state_epoch,
+            in_flight,
+        };
+        p.advance_start();
+        p
+    }
+
+    /// What persists now; bumps the state epoch.
+    pub fn snapshot(&mut self) -> Snapshot {
+        self.state_epoch += 1;
+        let mut batches: Vec<(i64, i64, RecordState, i16)> = Vec::new();
+        for (&offset, r) in &self.in_flight {
+            let state = match r.state {
+                RecordState::Acquired => RecordState::Available,
+                s => s,
+            };
+            match batches.last_mut() {
+                Some(last)
+                    if last.1 + 1 == offset && last.2 == state && last.3 == r.delivery_count =>
+                {
+                    last.1 = offset;
+                }
+                _ => batches.push((offset, offset, state, r.delivery_count)),
+            }
+        }
+        Snapshot {
+            start_offset: self.start_offset,
+            state_epoch: self.state_epoch,
+            batches,
+        }
+    }
+
+    pub fn start_offset(&self) -> i64 {
+        self.start_offset
+    }
+
+    /// The first offset not yet handed to any member.
+    pub fn end_offset(&self) -> i64 {
+        self.next_fetch
+    }
+
+    /// Where the next fetch reads the log from: the first Available in-flight record, else the
+    /// end offset. `None`: nothing in flight is available and `log_end` holds nothing new.
+    pub fn fetch_offset(&self, log_end: i64) -> Option<i64> {
+        let available = self
+            .in_flight
+            .iter()
+            .find(|(_, r)| r.state == RecordState::Available)
+            .map(|(&o, _)| o);
+        available.or((self.next_fetch < log_end).then_some(self.next_fetch))
+    }
+
+    /// In-flight records done with (Acknowledged or Archived) above the start offset: the
+    /// share-partition's lag is the records from the start offset to the log end less these
+    /// (KIP-1226's `deliveryCompleteCount`).
+    pub fn delivery_complete_count(&self) -> i64 {
+        self.in_flight
+            .values()
+            .filter(|r| matches!(r.state, RecordState::Acknowledged | RecordState::Archived))
+            .count() as i64
+    }
+
+    /// The state and delivery count of `offset`, while in flight (for tests and describes).
+    pub fn record(&self, offset: i64) -> Option<(RecordState, i16)> {
+        self.in_flight
+            .get(&offset)
+            .map(|r| (r.state, r.delivery_count))
+    }
+
+    /// Acquires for `member`, from the `batches` a log read returned (in offset order), every
+    /// Available in-flight record and every record past the end offset, until `max_records`
+    /// are acquired: whole batches at a time (ShareFetch's batch-optimized mode, which may pass
+    /// the limit to end at a batch boundary), or, `strict` (the record-limit mode of KIP-1206),
+    /// never more than `max_records`. Control batches are archived as they pass. Answers the
+    /// acquired runs; the batches that hold none of them need not be sent.
+    pub fn acquire(
+        &mut self,
+        member: &str,
+        batches: &[FetchedBatch],
+        max_records: usize,
+        strict: bool,
+        limits: Limits,
+        now: Instant,
+    ) -> Acquired {
+        let deadline = now + limits.lock_duration;
+        let mut acquired: Acquired = Vec::new();
+        let mut count = 0usize;
+        if max_records == 0 {
+            return acquired;
+        }
+        for batch in batches {
+            if count >= max_records {
+                break;
+            }
+            for offset in batch.first.max(self.start_offset)..=batch.last {
+                if strict && count >= max_records {
+                    break;
+                }
+                if offset >= self.next_fetch {
+                    // A record no member has seen.
+                    let state = if batch.control {
+                        RecordState::Archived
+                    } else {
+                        RecordState::Available
+                    };
+                    self.in_flight.insert(
+                        offset,
+                        InFlight {
+                            state,
+                            delivery_count: 0,
+                            owner: None,
+                            deadline: None,
+                        },
+                    );
+                    self.next_fetch = offset + 1;
+                }
+                let Some(r) = self.in_flight.get_mut(&offset) else {
+                    continue;
+                };
+                if r.state != RecordState::Available {
+                    continue;
+                }
+                if batch.control {
+                    r.state = RecordState::Archived;
+                    continue;
+                }
+                r.state = RecordState::Acquired;
+                r.delivery_count = r.delivery_count.saturating_add(1);
+                r.owner = Some(member.to_string());
+                r.deadline = Some(deadline);
+                count += 1;
+                match acquired.last_mut() {
+                    Some(last) if last.1 + 1 == offset && last.2 == r.delivery_count => {
+                        last.1 = offset
+                    }
+                    _ => acquired.push((offset, offset, r.delivery_count)),
+                }
+            }
+        }
+        self.advance_start();
+        acquired
+    }
+
+    /// Applies one acknowledgement batch of `member`: `types` holds one type for the whole
+    /// range or one per offset. All or nothing: any offset of the range the member does not
+    /// hold (not in flight, not Acquired, or acquired by another member) refuses the whole
+    /// batch with INVALID_RECORD_STATE, as Kafka's `SharePartition.acknowledge`; offsets below
+    /// the start offset are skipped.
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        first: i64,
+        last: i64,
+        types: &[AckType],
+        limits: Limits,
+        now: Instant,
+    ) -> Result<(), ResponseError> {
+        if first > last || types.is_empty() {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let len = (last - first + 1) as usize;
+        if types.len() != 1 && types.len() != len {
+            return Err(ResponseError::InvalidRequest);
+        }
+        let type_of = |offset: i64| {
+            if types.len() == 1 {
+                types[0]
+            } else {
+                types[(offset - first) as usize]
+            }
+        };
+        for offset in first..=last {
+            // Below the start offset every record is done with: Kafka lets an acknowledgement
+            // of them pass (a late duplicate changes nothing).
+            if offset < self.start_offset {
+                continue;
+            }
+            // A gap is a offset the member saw no record at; it need not be held.
+            if type_of(offset) == AckType::Gap && offset < self.next_fetch {
+                continue;
+            }
+            match self.in_flight.get(&offset) {
+                Some(r)
+                    if r.state == RecordState::Acquired && r.owner.as_deref() == Some(member) => {}
+                _ => return Err(ResponseError::InvalidRecordState),
+            }
+        }
+        for offset in first..=last {
+            let Some(r) = self.in_flight.get_mut(&offset) else {
+                continue;
+            };
+            match type_of(offset) {
+                AckType::Accept => settle(r, RecordState::Acknowledged),
+                AckType::Reject | AckType::Gap => settle(r, RecordState::Archived),
+                AckType::Release => release(r, limits.delivery_count_limit),
+                AckType::Renew => r.deadline = Some(now + limits.lock_duration),
+            }
+        }
+        self.advance_start();
+        Ok(())
+    }
+
+    /// Whether a record in `first..=last` is acquired by a member other than `member` (why
+    /// an acknowledgement was refused, for its message).
+    pub fn held_by_another(&self, member: &str, first: i64, last: i64) -> bool {
+        self.in_flight
+            .range(first..=last)
+            .any(|(_, r)| r.state == RecordState::Acquired && r.owner.as_deref() != Some(member))
+    }
+
+    /// Releases every record `member` holds (it left the group, or closed its share session).
+    /// Answers whether any was.
+    pub fn release_member(&mut self, member: &str, limits: Limits) -> bool {
+        let mut any = false;
+        for r in self.in_flight.values_mut() {
+            if r.state == RecordState::Acquired && r.owner.as_deref() == Some(member) {
+                release(r, limits.delivery_count_limit);
+                any = true;
+            }
+        }
+        self.advance_start();
+        any
+    }
+
+    /// Ends every acquisition lock past its deadline. Answers whether any was.
+    pub fn expire_locks(&mut self, limits: Limits, now: Instant) -> bool {
+        let mut any = false;
+        for r in self.in_flight.values_mut() {
+            if r.state == RecordState::Acquired && r.deadline.is_some_and(|d| d <= now) {
+                release(r, limits.delivery_count_limit);
+                any = true;
+            }
+        }
+        self.advance_start();
+        any
+    }
+
+    /// Moves the start offset past the log start (records removed by retention are done
+    /// with), as Kafka does when the log start moves.
+    pub fn truncate_to(&mut self, log_start: i64) {
+        if log_start > self.start_offset {
+            self.in_flight.retain(|&o, _| o >= log_start);
+            self.start_offset = log_start;
+            self.next_fetch = self.next_fetch.max(log_start);
+        }
+    }
+
+    fn advance_start(&mut self) {
+        while let Some((&offset, r)) = self.in_flight.first_key_value() {
+            if offset != self.start_offset
+                || !matches!(r.state, RecordState::Acknowledged | RecordState::Archived)
+            {
+                break;
+            }
+            self.in_flight.remove(&offset);
+            self.start_offset += 1;
+        }
+        if self.in_flight.is_empty() {
+            self.start_offset = self.start_offset.max(self.next_fetch);
+        }
+    }
+}
+
+fn settle(r: &mut InFlight, state: RecordState) {
+    r.state = state;
+    r.owner = None;
+    r.deadline = None;
+}
+
+/// An acquired record given back: Available for another delivery, or Archived once it was
+/// delivered `limit` times.
+fn release(r: &mut InFlight, limit: i16) {
+    let state = if r.delivery_count >= limit {
+        RecordState::Archived
+    } else {
+        RecordState::Available
+    };
+    settle(r, state);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        lock_duration: Duration::from_secs(30),
+        delivery_count_limit: 2,
+    };
+
+    fn batch(first: i64, last: i64) -> FetchedBatch {
+        FetchedBatch {
+            first,
+            last,
+            control: false,
+        }
+    }
+
+    #[test]
+    fn acquired_records_are_not_acquired_twice() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        assert_eq!(
+            p.acquire("a", &[batch(0, 4)], 100, false, LIMITS, now),
+            vec![(0, 4, 1)]
+        );
+        assert_eq!(
+            p.acquire("b", &[batch(0, 4)], 100, false, LIMITS, now),
+            vec![]
+        );
+        assert_eq!(p.fetch_offset(5), None);
+    }
+
+    #[test]
+    fn accepted_records_move_the_start_offset() {
+        let mut p = SharePartition::new(10);
+        let now = Instant::now();
+        p.acquire("a", &[batch(10, 14)], 100, false, LIMITS, now);
+        p.acknowledge("a", 10, 11, &[AckType::Accept], LIMITS, now)
+            .unwrap();
+        assert_eq!(p.start_offset(), 12);
+        p.acknowledge("a", 13, 14, &[AckType::Reject], LIMITS, now)
+            .unwrap();
+        assert_eq!(p.start_offset(), 12);
+        assert_eq!(p.record(13), Some((RecordState::Archived, 1)));
+        p.acknowledge("a", 12, 12, &[AckType::Accept], LIMITS, now)
+            .unwrap();
+        assert_eq!(p.start_offset(), 15);
+    }
+
+    #[test]
+    fn another_members_records_cannot_be_acknowledged() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        p.acquire("a", &[batch(0, 1)], 100, false, LIMITS, now);
+        assert_eq!(
+            p.acknowledge("b", 0, 1, &[AckType::Accept], LIMITS, now),
+            Err(ResponseError::InvalidRecordState)
+        );
+        assert_eq!(
+            p.acknowledge("a", 0, 2, &[AckType::Accept], LIMITS, now),
+            Err(ResponseError::InvalidRecordState)
+        );
+        assert_eq!(p.record(0), Some((RecordState::Acquired, 1)));
+    }
+
+    #[test]
+    fn released_records_are_redelivered_until_the_delivery_limit() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        p.acquire("a", &[batch(0, 0)], 100, false, LIMITS, now);
+        p.acknowledge("a", 0, 0, &[AckType::Release], LIMITS, now)
+            .unwrap();
+        assert_eq!(p.fetch_offset(1), Some(0));
+        assert_eq!(
+            p.acquire("b", &[batch(0, 0)], 100, false, LIMITS, now),
+            vec![(0, 0, 2)]
+        );
+        p.acknowledge("b", 0, 0, &[AckType::Release], LIMITS, now)
+            .unwrap();
+        // Delivered twice, the limit: archived, and the start offset moves past it.
+        assert_eq!(p.start_offset(), 1);
+        assert_eq!(p.fetch_offset(1), None);
+    }
+
+    #[test]
+    fn expired_locks_make_records_available() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        p.acquire("a", &[batch(0, 2)], 100, false, LIMITS, now);
+        assert!(!p.expire_locks(LIMITS, now + Duration::from_secs(29)));
+        assert!(p.expire_locks(LIMITS, now + Duration::from_secs(30)));
+        assert_eq!(p.record(1), Some((RecordState::Available, 1)));
+        assert_eq!(
+            p.acknowledge("a", 0, 2, &[AckType::Accept], LIMITS, now),
+            Err(ResponseError::InvalidRecordState)
+        );
+    }
+
+    #[test]
+    fn max_records_stops_at_a_batch_boundary() {
+        let mut p = SharePartition::new(0);
+        let got = p.acquire(
+            "a",
+            &[batch(0, 2), batch(3, 5)],
+            2,
+            false,
+            LIMITS,
+            Instant::now(),
+        );
+        assert_eq!(got, vec![(0, 2, 1)]);
+        assert_eq!(p.end_offset(), 3);
+    }
+
+    #[test]
+    fn the_record_limit_mode_splits_a_batch() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        let got = p.acquire("a", &[batch(0, 4)], 2, true, LIMITS, now);
+        assert_eq!(got, vec![(0, 1, 1)]);
+        assert_eq!(p.end_offset(), 2);
+        assert_eq!(p.fetch_offset(5), Some(2));
+        let rest = p.acquire("b", &[batch(0, 4)], 10, true, LIMITS, now);
+        assert_eq!(rest, vec![(2, 4, 1)]);
+    }
+
+    #[test]
+    fn control_batches_are_archived_not_delivered() {
+        let mut p = SharePartition::new(0);
+        let control = FetchedBatch {
+            first: 2,
+            last: 2,
+            control: true,
+        };
+        let got = p.acquire(
+            "a",
+            &[batch(0, 1), control],
+            100,
+            false,
+            LIMITS,
+            Instant::now(),
+        );
+        assert_eq!(got, vec![(0, 1, 1)]);
+        assert_eq!(p.record(2), Some((RecordState::Archived, 0)));
+    }
+
+    #[test]
+    fn a_snapshot_restores_acquired_records_as_available() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        p.acquire("a", &[batch(0, 3)], 100, false, LIMITS, now);
+        p.acknowledge("a", 0, 1, &[AckType::Accept], LIMITS, now)
+            .unwrap();
+        let snapshot = p.snapshot();
+        assert_eq!(snapshot.start_offset, 2);
+        assert_eq!(snapshot.batches, vec![(2, 3, RecordState::Available, 1)]);
+        let q = SharePartition::restore(&snapshot);
+        assert_eq!(q.start_offset(), 2);
+        assert_eq!(q.end_offset(), 4);
+        assert_eq!(q.record(3), Some((RecordState::Available, 1)));
+    }
+}

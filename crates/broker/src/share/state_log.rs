@@ -1,0 +1,471 @@
+//! Share-partition state, durable: an oncelog log at
+//! `<data>/oncelog-broker-state/__share_group_state-0`, the broker's counterpart of Kafka's
+//! `__share_group_state` topic. Every record is the whole state of one share-partition (Kafka's
+//! `ShareSnapshot`), keyed by (group, topic id, partition), so the latest record per key is
+//! the state, and the log is compacted like `__consumer_offsets`. A null value (tombstone)
+//! removes a share-partition (DeleteGroups). A record is durable before the request that
+//! changed the state (an acknowledgement, a release) is answered; on start the log is replayed.
+//!
+//! | part  | layout (big-endian)                                                          |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 0, group (i16 length + UTF-8), topic id (16 bytes), partition i32 |
+//! | value | version i16 = 0, state epoch i32, start offset i64, count i32, then per run:   |
+//! |       | first offset i64, last offset i64, state i8 (Kafka's RecordState id), delivery count i16 |
+//!
+//! A share group's dynamic configuration (IncrementalAlterConfigs on its GROUP resource, which
+//! Kafka keeps in its metadata log) is kept here too, under its own key version:
+//!
+//! | part  | layout (big-endian)                                                          |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 1, group (i16 length + UTF-8)                                  |
+//! | value | version i16 = 0, count i32, then per setting: name, value (i16 length + UTF-8 each) |
+//!
+//! A share group's membership (Kafka keeps it in `__consumer_offsets` as its
+//! `ShareGroupMetadata` and `ShareGroupMemberMetadata` records), so a restart keeps the members
+//! at their epochs; the assignment is recomputed from it:
+//!
+//! | part  | layout (big-endian; strings: i16 length + UTF-8, -1 for null)               |
+//! |-------|------------------------------------------------------------------------------|
+//! | key   | version i16 = 2, group                                                       |
+//! | value | version i16 = 0, group epoch i32, assignment epoch i32; topics i32, per topic: |
+//! |       | name, id (16 bytes), partitions i32; members i32, per member: member id, epoch i32, |
+//! |       | rack id (nullable), client id, client host, subscribed names i32, then each name |
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use oncelog::format::BatchBuilder;
+use oncelog::Log;
+use uuid::Uuid;
+
+use super::group::{ShareGroup, ShareMember};
+use super::partition::{RecordState, Snapshot};
+use crate::internal_log::{self, open_replayed, InternalLogError};
+use crate::record_codec::{put_string, Input};
+
+/// The directory of the log under the data directory (never opened as a topic).
+pub const DIR_NAME: &str = "oncelog-broker-state/__share_group_state-0";
+
+/// (group, topic id, partition).
+pub type ShareKey = (String, Uuid, i32);
+
+/// A share group's configuration: setting name to value.
+pub type GroupConfigs = BTreeMap<String, String>;
+
+/// What the log holds: share-partition snapshots, group configurations and memberships.
+#[derive(Debug, Default)]
+pub struct Stored {
+    pub states: BTreeMap<ShareKey, Snapshot>,
+    pub configs: BTreeMap<String, GroupConfigs>,
+    pub groups: BTreeMap<String, ShareGroup>,
+}
+
+/// Why the share state log could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareStateLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
+    Log {
+        path: PathBuf,
+        source: oncelog::Error,
+    },
+    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
+    Record {
+        path: PathBuf,
+        offset: i64,
+        problem: String,
+    },
+}
+
+impl InternalLogError for ShareStateLogError {
+    fn io(path: PathBuf, source: std::io::Error) -> Self {
+        ShareStateLogError::Io { path, source }
+    }
+    fn log(path: PathBuf, source: oncelog::Error) -> Self {
+        ShareStateLogError::Log { path, source }
+    }
+    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
+        ShareStateLogError::Record {
+            path,
+            offset,
+            problem,
+        }
+    }
+}
+
+pub struct ShareStateLog {
+    log: Log,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for ShareStateLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShareStateLog")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl ShareStateLog {
+    /// Opens (or creates) the log under `data_dir` and replays it into the latest snapshot of
+    /// every share-partition. Blocking.
+    pub fn open(data_dir: &Path) -> Result<(ShareStateLog, Stored), ShareStateLogError> {
+        let path = data_dir.join(DIR_NAME);
+        let mut stored = Stored::default();
+        // A restored member's session starts at the load, as Kafka's coordinator does.
+        let now = Instant::now();
+        let log = open_replayed(&path, |r| {
+            let key = r.key.as_deref().unwrap_or_default();
+            if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
+                let group = decode_config_key(key)?;
+                match r.value.as_deref() {
+                    Some(value) => {
+                        stored.groups.insert(group, decode_group(value, now)?);
+                    }
+                    None => {
+                        stored.groups.remove(&group);
+                    }
+                }
+                return Ok(());
+            }
+            if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
+                let group = decode_config_key(key)?;
+                match r.value.as_deref() {
+                    Some(value) => {
+                        stored.configs.insert(group, decode_configs(value)?);
+                    }
+                    None => {
+                        stored.configs.remove(&group);
+                    }
+                }
+                return Ok(());
+            }
+            let key = decode_key(key)?;
+            match r.value.as_deref() {
+                Some(value) => {
+                    stored.states.insert(key, decode_value(value)?);
+                }
+                None => {
+                    stored.states.remove(&key);
+                }
+            }
+            Ok(())
+        })?;
+        Ok((ShareStateLog { log, path }, stored))
+    }
+
+    /// Writes a group's configuration (`None`: a tombstone) and makes it durable. Blocking.
+    pub fn write_configs(
+        &self,
+        group: &str,
+        configs: Option<&GroupConfigs>,
+    ) -> Result<(), ShareStateLogError> {
+        let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
+        put_string(&mut key, group);
+        let value = configs.map(|c| {
+            let mut out = 0i16.to_be_bytes().to_vec();
+            out.extend_from_slice(&(c.len() as i32).to_be_bytes());
+            for (name, value) in c {
+                put_string(&mut out, name);
+                put_string(&mut out, value);
+            }
+            out
+        });
+        self.append(&[(key, value)])
+    }
+
+    /// Writes a group's membership (`None`: a tombstone) and makes it durable. Blocking.
+    pub fn write_group(
+        &self,
+        group: &str,
+        value: Option<&ShareGroup>,
+    ) -> Result<(), ShareStateLogError> {
+        let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
+        put_string(&mut key, group);
+        self.append(&[(key, value.map(encode_group))])
+    }
+
+    /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
+    pub fn write(&self, states: &[(ShareKey, Option<Snapshot>)]) -> Result<(), ShareStateLogError> {
+        if states.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = states
+            .iter()
+            .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
+            .collect();
+        self.append(&records)
+    }
+
+    /// Appends the records as one batch and makes it durable. Blocking.
+    fn append(&self, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), ShareStateLogError> {
+        let err = |source: oncelog::Error| ShareStateLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        let now = crate::clock::now_ms();
+        let mut b = BatchBuilder::new();
+        for (key, value) in records {
+            b.append(now, Some(key), value.as_deref(), &[]);
+        }
+        let bytes = b
+            .build()
+            .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
+        self.log.append(&bytes).map_err(|e| err(e.into()))?;
+        self.log.flush().map_err(|e| err(e.into()))?;
+        Ok(())
+    }
+
+    /// Compacts the log if a round is due. Blocking.
+    pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, ShareStateLogError> {
+        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+    }
+
+    /// Flushes and closes the log. Blocking.
+    pub fn close(&self) -> Result<(), ShareStateLogError> {
+        self.log.close().map_err(|e| ShareStateLogError::Log {
+            path: self.path.clone(),
+            source: e.into(),
+        })
+    }
+}
+
+/// The key version of a group configuration record.
+const CONFIG_KEY_VERSION: i16 = 1;
+/// The key version of a group membership record.
+const GROUP_KEY_VERSION: i16 = 2;
+
+fn put_nullable(out: &mut Vec<u8>, s: Option<&str>) {
+    match s {
+        Some(s) => put_string(out, s),
+        None => out.extend_from_slice(&(-1i16).to_be_bytes()),
+    }
+}
+
+fn take_string(input: &mut Input<'_>, what: &str) -> Result<Option<String>, String> {
+    let len = input.i16(what)?;
+    if len < 0 {
+        return Ok(None);
+    }
+    input.utf8(len as usize, what).map(Some)
+}
+
+/// A group's membership, as the value of its key-version-2 record (the members' last-seen
+/// times and assignments are not stored).
+pub fn encode_group(g: &ShareGroup) -> Vec<u8> {
+    let mut out = 0i16.to_be_bytes().to_vec();
+    out.extend_from_slice(&g.group_epoch.to_be_bytes());
+    out.extend_from_slice(&g.assignment_epoch.to_be_bytes());
+    out.extend_from_slice(&(g.subscribed_partitions.len() as i32).to_be_bytes());
+    for (name, (id, partitions)) in &g.subscribed_partitions {
+        put_string(&mut out, name);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(&partitions.to_be_bytes());
+    }
+    out.extend_from_slice(&(g.members.len() as i32).to_be_bytes());
+    for m in g.members.values() {
+        put_string(&mut out, &m.member_id);
+        out.extend_from_slice(&m.member_epoch.to_be_bytes());
+        put_nullable(&mut out, m.rack_id.as_deref());
+        put_string(&mut out, &m.client_id);
+        put_string(&mut out, &m.client_host);
+        out.extend_from_slice(&(m.subscribed.len() as i32).to_be_bytes());
+        for name in &m.subscribed {
+            put_string(&mut out, name);
+        }
+    }
+    out
+}
+
+fn decode_group(bytes: &[u8], now: Instant) -> Result<ShareGroup, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("share group value version {version}"));
+    }
+    let mut g = ShareGroup {
+        group_epoch: input.i32("group epoch")?,
+        assignment_epoch: input.i32("assignment epoch")?,
+        ..ShareGroup::default()
+    };
+    for _ in 0..input.i32("topic count")?.max(0) {
+        let name = take_string(&mut input, "topic name")?.unwrap_or_default();
+        let id = Uuid::from_slice(input.take(16, "topic id")?).map_err(|e| e.to_string())?;
+        let partitions = input.i32("partition count")?;
+        g.subscribed_partitions.insert(name, (id, partitions));
+    }
+    for _ in 0..input.i32("member count")?.max(0) {
+        let member_id = take_string(&mut input, "member id")?.unwrap_or_default();
+        let member_epoch = input.i32("member epoch")?;
+        let rack_id = take_string(&mut input, "rack id")?;
+        let client_id = take_string(&mut input, "client id")?.unwrap_or_default();
+        let client_host = take_string(&mut input, "client host")?.unwrap_or_default();
+        let mut subscribed = std::collections::BTreeSet::new();
+        for _ in 0..input.i32("subscription count")?.max(0) {
+            subscribed.insert(take_string(&mut input, "subscribed topic")?.unwrap_or_default());
+        }
+        g.members.insert(
+            member_id.clone(),
+            ShareMember {
+                member_id,
+                member_epoch,
+                rack_id,
+                client_id,
+                client_host,
+                subscribed,
+                assignment: Default::default(),
+                last_seen: now,
+            },
+        );
+    }
+    if !input.is_empty() {
+        return Err(format!("{} bytes after the members", input.len()));
+    }
+    g.assign_members();
+    Ok(g)
+}
+
+fn decode_config_key(bytes: &[u8]) -> Result<String, String> {
+    let mut input = Input(bytes);
+    input.i16("key version")?;
+    let len = input.i16("group length")?;
+    input.utf8(len.max(0) as usize, "group")
+}
+
+fn decode_configs(bytes: &[u8]) -> Result<GroupConfigs, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("group config value version {version}"));
+    }
+    let count = input.i32("config count")?;
+    let mut configs = GroupConfigs::new();
+    for _ in 0..count.max(0) {
+        let len = input.i16("name length")?;
+        let name = input.utf8(len.max(0) as usize, "name")?;
+        let len = input.i16("value length")?;
+        let value = input.utf8(len.max(0) as usize, "value")?;
+        configs.insert(name, value);
+    }
+    Ok(configs)
+}
+
+fn encode_key((group, topic_id, partition): &ShareKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24 + group.len());
+    out.extend_from_slice(&0i16.to_be_bytes());
+    put_string(&mut out, group);
+    out.extend_from_slice(topic_id.as_bytes());
+    out.extend_from_slice(&partition.to_be_bytes());
+    out
+}
+
+fn decode_key(bytes: &[u8]) -> Result<ShareKey, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("key version")?;
+    if version != 0 {
+        return Err(format!("share state key version {version}"));
+    }
+    let len = input.i16("group length")?;
+    let group = input.utf8(len.max(0) as usize, "group")?;
+    let id = Uuid::from_slice(input.take(16, "topic id")?).map_err(|e| e.to_string())?;
+    let partition = input.i32("partition")?;
+    Ok((group, id, partition))
+}
+
+fn encode_value(s: &Snapshot) -> Vec<u8> {
+    let mut out = Vec::with_capacity(22 + 19 * s.batches.len());
+    out.extend_from_slice(&0i16.to_be_bytes());
+    out.extend_from_slice(&s.state_epoch.to_be_bytes());
+    out.extend_from_slice(&s.start_offset.to_be_bytes());
+    out.extend_from_slice(&(s.batches.len() as i32).to_be_bytes());
+    for &(first, last, state, count) in &s.batches {
+        out.extend_from_slice(&first.to_be_bytes());
+        out.extend_from_slice(&last.to_be_bytes());
+        out.push(state.id() as u8);
+        out.extend_from_slice(&count.to_be_bytes());
+    }
+    out
+}
+
+fn decode_value(bytes: &[u8]) -> Result<Snapshot, String> {
+    let mut input = Input(bytes);
+    let version = input.i16("value version")?;
+    if version != 0 {
+        return Err(format!("share state value version {version}"));
+    }
+    let state_epoch = input.i32("state epoch")?;
+    let start_offset = input.i64("start offset")?;
+    let count = input.i32("batch count")?;
+    // Each run takes 19 bytes: a count the bytes cannot hold is damage, not an allocation.
+    if count < 0 || count as usize > input.len() / 19 {
+        return Err(format!("{count} state batches in {} bytes", input.len()));
+    }
+    let mut batches = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let first = input.i64("first offset")?;
+        let last = input.i64("last offset")?;
+        let id = input.take(1, "delivery state")?[0] as i8;
+        let state = RecordState::from_id(id).ok_or(format!("delivery state {id}"))?;
+        let delivery_count = input.i16("delivery count")?;
+        batches.push((first, last, state, delivery_count));
+    }
+    if !input.is_empty() {
+        return Err(format!("{} bytes after the state batches", input.len()));
+    }
+    Ok(Snapshot {
+        start_offset,
+        state_epoch,
+        batches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_and_value_round_trip() {
+        let key = ("g".to_string(), Uuid::from_u128(7), 3);
+        assert_eq!(decode_key(&encode_key(&key)).unwrap(), key);
+        let s = Snapshot {
+            start_offset: 12,
+            state_epoch: 4,
+            batches: vec![
+                (12, 14, RecordState::Archived, 5),
+                (15, 15, RecordState::Available, 1),
+            ],
+        };
+        assert_eq!(decode_value(&encode_value(&s)).unwrap(), s);
+        assert!(decode_value(&encode_value(&s)[..20]).is_err());
+    }
+
+    #[test]
+    fn a_group_round_trips_with_its_assignment_recomputed() {
+        use crate::consumer_group::TopicInfo;
+        use crate::share::group::ShareHeartbeat;
+        let topics = [TopicInfo {
+            name: "t".into(),
+            id: Uuid::from_u128(9),
+            partitions: 2,
+        }];
+        let mut g = ShareGroup::default();
+        let now = Instant::now();
+        let join = ShareHeartbeat {
+            member_id: "m".into(),
+            member_epoch: 0,
+            rack_id: Some("r".into()),
+            subscribed_topic_names: Some(vec!["t".into()]),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+        };
+        g.heartbeat(join, &topics, now).unwrap();
+        let back = decode_group(&encode_group(&g), now).unwrap();
+        assert_eq!(back, g);
+        assert!(decode_group(&encode_group(&g)[..30], now).is_err());
+    }
+}
