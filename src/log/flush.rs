@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::checkpoint::{self, Checkpoint, SegmentRecord};
+use super::checkpoint::{Checkpoint, SegmentRecord};
 use super::{AppendState, FlushError, FlushState, Log};
 use crate::io::{IoError, IoResultExt};
 use crate::producer::snapshot_files;
@@ -246,13 +246,13 @@ impl Log {
     /// own (it could vouch for a segment the rewrite removed). It is taken only when a flush
     /// made a sealed segment durable (once a roll) and at close.
     pub(super) fn write_checkpoint(&self, clean: bool) -> Result<(), IoError> {
-        let st = self.append.lock();
+        let mut st = self.append.lock();
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let c = Checkpoint {
             clean_shutdown: clean,
             ..self.checkpoint_of(&st, &segments, self.recovery_point(), self.log_start_offset())
         };
-        let written = checkpoint::write(self.env.fs.as_ref(), &self.dir, &c);
+        let written = self.store_checkpoint(&mut st, &c);
         drop(st);
         written
     }
@@ -272,7 +272,7 @@ impl Log {
             self.log_start_offset(),
         );
         c.dense_from = Some(offset.max(st.dense_from));
-        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+        self.store_checkpoint(st, &c)?;
         st.dense_from = offset.max(st.dense_from);
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use std::sync::Arc;
 
-use super::{checkpoint, AppendState, FlushError, Log};
+use super::{AppendState, FlushError, Log};
 use crate::io::IoError;
 use crate::segment::Segment;
 
@@ -62,7 +62,7 @@ impl Log {
             // the last; with one (recovery point 0) recovery cuts what was never flushed.
             let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
             let c = self.checkpoint_of(st, &segments, self.recovery_point(), self.log_start_offset());
-            checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+            self.store_checkpoint(st, &c)?;
             st.fresh = false;
             return Ok(());
         }
@@ -72,7 +72,7 @@ impl Log {
         let damage = self.tail_damage(st)?;
         let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let c = self.checkpoint_of(st, &segments, self.recovery_point(), self.log_start_offset());
-        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+        self.store_checkpoint(st, &c)?;
         st.clean_on_disk = false;
         if let Some((path, position, damage)) = damage {
             let reason = format!(

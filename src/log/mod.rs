@@ -145,6 +145,10 @@ struct AppendState {
     prefault: prefault::Prefault,
     /// Which leader epoch wrote which offsets (`leader-epoch-checkpoint`).
     epochs: LeaderEpochCache,
+    /// `epochs` holds entries the file does not: noted from the batches appended, each at or
+    /// above the recovery point the checkpoint on disk records. The file is written before the
+    /// next checkpoint (see [`Log::store_checkpoint`]).
+    epochs_unwritten: bool,
     /// The epoch stamped on client batches: the latest set by [`ReplicaLog::set_leader_epoch`] (or
     /// found in the log), 0 for a log that never had one.
     leader_epoch: i32,
@@ -344,6 +348,7 @@ impl Log {
                 producers,
                 prefault: prefault::Prefault::default(),
                 epochs: loaded.epochs,
+                epochs_unwritten: false,
                 leader_epoch,
                 dense_from: loaded.dense_from,
                 clean_on_disk: loaded.clean_on_disk,
@@ -485,7 +490,7 @@ impl Log {
         self.make_room(&mut st, summary.size)?;
         self.maybe_snapshot(&mut st, first_offset)?;
         let leader_epoch = st.leader_epoch;
-        self.note_epoch(&mut st, leader_epoch, first_offset)?;
+        self.note_batch_epoch(&mut st, leader_epoch, first_offset);
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
         let position = writer
@@ -651,7 +656,7 @@ impl Log {
         // A follower's cache follows the leader's epochs as its batches carry them (§2.2).
         let epoch = b.partition_leader_epoch();
         if epoch >= 0 && st.epochs.latest_epoch().is_none_or(|l| epoch > l) {
-            self.note_epoch(st, epoch, first)?;
+            self.note_batch_epoch(st, epoch, first);
         }
         // Producer state follows the leader's batches without checks (Kafka's REPLICATION
         // origin); a marker that aborts a transaction gets its index entry before it is written.

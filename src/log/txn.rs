@@ -283,7 +283,7 @@ impl Log {
         self.make_room(&mut st, size)?;
         self.maybe_snapshot(&mut st, offset)?;
         let leader_epoch = st.leader_epoch;
-        self.note_epoch(&mut st, leader_epoch, offset)?;
+        self.note_batch_epoch(&mut st, leader_epoch, offset);
         let bytes = format::end_txn_marker(
             offset,
             leader_epoch,

@@ -198,7 +198,8 @@ enum Fsync {
     /// The flush had fewer fsyncs than `nth`.
     NotReached,
     ReadOnly,
-    /// The checkpoint's temp file failed its fsync after the data was durable.
+    /// The checkpoint's (or the leader epochs') temp file failed its fsync after the data was
+    /// durable.
     CheckpointOnly,
 }
 
@@ -252,9 +253,14 @@ fn failed_fsync(seed: u64, nth: u64, crash: bool) -> Fsync {
             }
             Fsync::ReadOnly
         }
-        // The checkpoint is written after the data and indexes are durable; its temp file
-        // failing to sync loses nothing (it is rewritten whole next time), so the log goes on.
-        Err(FlushError::Io(e)) if e.path.ends_with("oncelog.checkpoint.tmp") => {
+        // The checkpoint is written after the data and indexes are durable, the leader epochs
+        // the appends brought just before it; either temp file failing to sync loses nothing
+        // (each is rewritten whole next time, and the recovery point on disk did not move), so
+        // the log goes on.
+        Err(FlushError::Io(e))
+            if e.path.ends_with("oncelog.checkpoint.tmp")
+                || e.path.ends_with("leader-epoch-checkpoint.tmp") =>
+        {
             model.durable_end = model.end();
             append_ok(&ctx, &log, &mut model, &mut rng);
             Fsync::CheckpointOnly

@@ -284,3 +284,86 @@ fn a_malformed_epoch_file_is_refused_naming_the_line_and_changes_nothing() {
     let e = Log::open(dir.path(), LogConfig::default()).err().unwrap();
     assert_eq!(e.kind(), "bad_epoch_checkpoint", "{e}");
 }
+
+/// A replicated batch of `n` records at `base` written by leader epoch `epoch`.
+fn at_epoch(base: i64, n: usize, epoch: i32) -> Vec<u8> {
+    let mut b = BatchBuilder::new()
+        .base_offset(base)
+        .partition_leader_epoch(epoch);
+    for i in 0..n {
+        b.append(T0 + i as i64, None, Some(b"v"), &[]);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn an_epoch_a_batch_brings_is_written_to_the_file_before_the_checkpoint_that_covers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    log.replica().append(&at_epoch(0, 3, 5)).unwrap();
+    log.replica().append(&at_epoch(3, 2, 7)).unwrap();
+    assert_eq!(epochs(&log), vec![(5, 0), (7, 3)]);
+    // Not written on the append path (Kafka's KAFKA-15046): each entry is at or above the
+    // recovery point on disk, which recovery rebuilds from the batches.
+    assert!(!dir.path().join(FILE).exists());
+    log.flush().unwrap();
+    assert!(
+        !dir.path().join(FILE).exists(),
+        "a flush without a checkpoint"
+    );
+    // A roll and a flush: the checkpoint now records a recovery point past both entries, so
+    // the file holds them first.
+    log.roll().unwrap();
+    log.flush().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(FILE)).unwrap(),
+        "0\n2\n5 0\n7 3\n"
+    );
+    log.close().unwrap();
+}
+
+#[test]
+fn epochs_not_yet_in_the_file_come_back_from_the_batches_after_a_crash() {
+    use crate::common_sim::StepClock;
+    use oncelog::io::SimFs;
+    use oncelog::Environment;
+    for crash_seed in 0..16u64 {
+        let fs = SimFs::new();
+        let env = || {
+            Environment::default()
+                .with_fs(fs.as_dyn())
+                .with_clock(StepClock::new())
+        };
+        let config = LogConfig::builder()
+            .segment_bytes(1024)
+            .segment_index_bytes(1024)
+            .prefault_bytes(0)
+            .build()
+            .unwrap();
+        let log = Log::open_in(env(), "/p", config.clone()).unwrap();
+        log.replica().append(&at_epoch(0, 3, 5)).unwrap();
+        log.replica().append(&at_epoch(3, 2, 7)).unwrap();
+        // Sealed and flushed: a checkpoint with a recovery point past epoch 7's start.
+        log.roll().unwrap();
+        log.flush().unwrap();
+        log.replica().append(&at_epoch(5, 4, 9)).unwrap();
+        let durable_end = log.recovery_point();
+        assert_eq!(durable_end, 5);
+        log.flush().unwrap();
+        assert_eq!(epochs(&log), vec![(5, 0), (7, 3), (9, 5)]);
+        // The power goes: nothing more is written.
+        log.abandon();
+        fs.crash(crash_seed);
+        let log = Log::open_in(env(), "/p", config).unwrap();
+        assert_eq!(
+            log.log_end_offset(),
+            9,
+            "seed {crash_seed}: every flushed batch is back"
+        );
+        assert_eq!(
+            epochs(&log),
+            vec![(5, 0), (7, 3), (9, 5)],
+            "seed {crash_seed}: the file's entries and the one rebuilt from its batch"
+        );
+    }
+}

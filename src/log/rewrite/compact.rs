@@ -973,7 +973,7 @@ impl Log {
         let all: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         ex.st.dense_from = ex.st.dense_from.max(end);
         let intent = self.checkpoint_of(&ex.st, &all, self.recovery_point(), self.log_start_offset());
-        checkpoint::write(fs, dir, &intent)?;
+        self.store_checkpoint(&mut ex.st, &intent)?;
         // 3. `.cleaned` → `.swap`, highest base first.
         cleaned.sort_by_key(|c| std::cmp::Reverse(c.base));
         for c in &cleaned {
@@ -987,7 +987,7 @@ impl Log {
         cleaned.reverse();
         // 4. The checkpoint records the new segments in place of the old.
         let c = self.swapped_checkpoint(intent, &cleaned);
-        checkpoint::write(fs, dir, &c)?;
+        self.store_checkpoint(&mut ex.st, &c)?;
         // 5. The old segments' files go, durably before any `.swap` takes a final name: a
         //    segment of the old log left next to the new ones would not be in the record.
         for n in &cleaned {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
+use super::checkpoint;
 use super::epochs::{self, EpochEndOffset, EpochEntry};
 use super::{AppendState, HighWatermarkPolicy, Log, RewriteError};
 use crate::io::{IoError, IoResultExt};
@@ -161,8 +162,10 @@ impl Log {
         self.append.lock().epochs.entries().to_vec()
     }
 
-    /// Records that `epoch` wrote from `start_offset` on, writing the checkpoint file when the
-    /// cache changes (rarely: once per epoch). On a failure nothing changes.
+    /// Records that `epoch` wrote from `start_offset` on: the work of
+    /// [`ReplicaLog::set_leader_epoch`](crate::ReplicaLog::set_leader_epoch), which writes the
+    /// checkpoint file at once when the cache changes (rarely: once per epoch), since no batch
+    /// may carry the epoch yet. On a failure nothing changes.
     pub(super) fn note_epoch(
         &self,
         st: &mut AppendState,
@@ -173,8 +176,42 @@ impl Log {
         if next.assign(epoch, start_offset) {
             epochs::write(self.env.fs.as_ref(), &self.dir, next.entries())?;
             st.epochs = next;
+            st.epochs_unwritten = false;
         }
         Ok(())
+    }
+
+    /// Records that the batch about to be written at `start_offset` carries `epoch`, on the
+    /// append path. A new entry is kept in memory and written to `leader-epoch-checkpoint`
+    /// before the next checkpoint ([`Log::store_checkpoint`]), not now (Kafka does the same
+    /// since KAFKA-15046): it starts at or above the recovery point on disk, and recovery
+    /// rebuilds every entry at or above that point from the batches it validates, which carry
+    /// their epochs. So a partition's first append costs no write of the file and its syncs.
+    pub(super) fn note_batch_epoch(&self, st: &mut AppendState, epoch: i32, start_offset: i64) {
+        if st.epochs.assign(epoch, start_offset) {
+            st.epochs_unwritten = true;
+        }
+    }
+
+    /// Writes `leader-epoch-checkpoint` if the cache holds entries the file does not.
+    pub(super) fn write_unwritten_epochs(&self, st: &mut AppendState) -> Result<(), IoError> {
+        if st.epochs_unwritten {
+            epochs::write(self.env.fs.as_ref(), &self.dir, st.epochs.entries())?;
+            st.epochs_unwritten = false;
+        }
+        Ok(())
+    }
+
+    /// Writes `c` as the log's checkpoint, after the leader epochs its recovery point may
+    /// cover: every checkpoint the running log writes goes through here, so the file never
+    /// lacks an entry below the recovery point a checkpoint on disk records.
+    pub(super) fn store_checkpoint(
+        &self,
+        st: &mut AppendState,
+        c: &checkpoint::Checkpoint,
+    ) -> Result<(), IoError> {
+        self.write_unwritten_epochs(st)?;
+        checkpoint::write(self.env.fs.as_ref(), &self.dir, c)
     }
 
     /// Renames a removed segment's files to `.deleted` (Kafka's protocol: the rename is the

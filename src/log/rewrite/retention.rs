@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::Exclusive;
-use crate::log::checkpoint;
 use crate::log::producers::ReplayWants;
 use crate::log::{epochs, AppendError, Log, RewriteError};
 use crate::producer::snapshot_files;
@@ -350,6 +349,7 @@ impl Log {
         if cache.truncate_from_start(new_start) {
             epochs::write(fs, &self.dir, cache.entries())?;
             ex.st.epochs = cache;
+            ex.st.epochs_unwritten = false;
         }
         // Snapshots below the first kept segment need batches that are gone: they go the way of
         // the segments, by `.deleted` (Kafka's `removeAndMarkSnapshotForDeletion`); the newest is
@@ -368,12 +368,12 @@ impl Log {
 
     fn write_log_start_checkpoint(
         &self,
-        ex: &Exclusive<'_>,
+        ex: &mut Exclusive<'_>,
         kept: &[Arc<Segment>],
         log_start: i64,
     ) -> Result<(), RewriteError> {
         let c = self.checkpoint_of(&ex.st, kept, self.recovery_point(), log_start);
-        checkpoint::write(self.env.fs.as_ref(), &self.dir, &c)?;
+        self.store_checkpoint(&mut ex.st, &c)?;
         Ok(())
     }
 }

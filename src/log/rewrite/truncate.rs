@@ -179,6 +179,7 @@ impl Log {
         if epochs_now.truncate_from_end(new_end) {
             epochs::write(fs, &self.dir, epochs_now.entries())?;
             ex.st.epochs = epochs_now;
+            ex.st.epochs_unwritten = false;
         }
         self.publish_cut(ex, segments, &plan, &completed)?;
         // Everything kept was made durable before the commit point.
@@ -197,14 +198,12 @@ impl Log {
         segments: &[Arc<Segment>],
         plan: &CutPlan,
     ) -> Result<(), RewriteError> {
-        let fs = self.env.fs.as_ref();
         let (new_end, log_start, high_watermark) = (plan.new_end, plan.log_start, plan.high_watermark);
         let record = self.truncation_record(segments, plan)?;
         let recovery_point = new_end;
         let dense_from = ex.st.dense_from.min(new_end);
-        checkpoint::write(
-            fs,
-            &self.dir,
+        self.store_checkpoint(
+            &mut ex.st,
             &Checkpoint {
                 clean_shutdown: false,
                 recovery_point,
@@ -511,10 +510,10 @@ impl Log {
             epochs::write(fs, &self.dir, &[])?;
         }
         ex.st.epochs = epochs::LeaderEpochCache::default();
+        ex.st.epochs_unwritten = false;
         // Done: the files are those of the empty log, which the checkpoint now describes.
-        checkpoint::write(
-            fs,
-            &self.dir,
+        self.store_checkpoint(
+            &mut ex.st,
             &Checkpoint {
                 start_over_at: None,
                 ..empty
