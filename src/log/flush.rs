@@ -353,6 +353,11 @@ impl Log {
         {
             self.metrics.snapshot_written();
         }
+        // Epochs an open rebuilt from the batches (a missing file) reach the file even when
+        // nothing else changed; otherwise the checkpoint below writes them first.
+        if untouched {
+            self.write_unwritten_epochs(&mut st)?;
+        }
         drop(st);
         // The pool of recycled files goes with the open log (the next open would remove it).
         self.remove_pool()?;

@@ -348,7 +348,7 @@ impl Log {
                 producers,
                 prefault: prefault::Prefault::default(),
                 epochs: loaded.epochs,
-                epochs_unwritten: false,
+                epochs_unwritten: loaded.epochs_unwritten,
                 leader_epoch,
                 dense_from: loaded.dense_from,
                 clean_on_disk: loaded.clean_on_disk,

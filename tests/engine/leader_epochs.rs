@@ -365,5 +365,17 @@ fn epochs_not_yet_in_the_file_come_back_from_the_batches_after_a_crash() {
             vec![(5, 0), (7, 3), (9, 5)],
             "seed {crash_seed}: the file's entries and the one rebuilt from its batch"
         );
+        // The open adds the rebuilt entry to the file no sooner than the appends would: the
+        // file is as the crash left it until the log's next checkpoint (here, its close).
+        let file = |fs: &SimFs| {
+            String::from_utf8(
+                fs.read_live(Path::new("/p/leader-epoch-checkpoint"))
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(file(&fs), "0\n2\n5 0\n7 3\n", "seed {crash_seed}");
+        log.close().unwrap();
+        assert_eq!(file(&fs), "0\n3\n5 0\n7 3\n9 5\n", "seed {crash_seed}");
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct Loaded {
     pub high_watermark: i64,
     pub dense_from: i64,
     pub epochs: LeaderEpochCache,
+    /// `epochs` holds entries the file does not, all after its last (see `EpochPlan::added`).
+    pub epochs_unwritten: bool,
     /// The clean checkpoint the log was opened with is still on disk: opening changed nothing
     /// it vouches for, so nothing was written (the log writes the unclean one before its first
     /// change).
@@ -113,6 +115,7 @@ pub(crate) fn open(
     if let Some(changed) = epochs.changed {
         epochs::write(fs, dir, changed.entries())?;
     }
+    loaded.epochs_unwritten = epochs.added;
     loaded.epochs = epochs.cache;
     Ok(loaded)
 }
@@ -343,7 +346,13 @@ fn finish_start_over(
 /// The leader-epoch cache recovery opens with, and the file to write if it changed.
 struct EpochPlan {
     cache: LeaderEpochCache,
+    /// The file to write now: the cache differs from it other than by entries added after its
+    /// last (a cut, a start moved up, a damaged order).
     changed: Option<LeaderEpochCache>,
+    /// The cache only adds entries after the file's last, rebuilt from batches at or above the
+    /// recovery point: they reach the file before the log's next checkpoint, as the appends'
+    /// epochs do (a crash before that rebuilds them again), so the open writes nothing for them.
+    added: bool,
 }
 
 /// Kafka's rebuild of the leader-epoch cache on load: the checkpoint's entries, then every
@@ -384,12 +393,15 @@ fn plan_epochs(fs: &dyn FileSystem, dir: &Path, plan: &Plan) -> Result<EpochPlan
     // The start first, so an epoch moved up to a log start at the log end goes too.
     cache.truncate_from_start(plan.log_start_offset);
     cache.truncate_from_end(plan.log_end());
-    let changed = match &stored {
-        Some(entries) => entries.as_slice() != cache.entries(),
-        None => !cache.entries().is_empty(),
+    let (changed, added) = match &stored {
+        Some(entries) if entries.as_slice() == cache.entries() => (false, false),
+        Some(entries) if cache.entries().starts_with(entries) => (false, true),
+        Some(_) => (true, false),
+        None => (false, !cache.entries().is_empty()),
     };
     Ok(EpochPlan {
         changed: changed.then(|| cache.clone()),
+        added,
         cache,
     })
 }
@@ -535,6 +547,7 @@ fn apply(
         high_watermark: plan.high_watermark,
         dense_from: plan.dense_from,
         epochs: LeaderEpochCache::default(),
+        epochs_unwritten: false,
         clean_on_disk: untouched,
         completed,
         fresh,
