@@ -1,6 +1,7 @@
 //! The logs the broker keeps for itself under `<data>/oncelog-broker-state/`: the committed
-//! offsets ([`crate::offsets_log`]) and the transaction states ([`crate::txn_coordinator`]).
-//! Both are opened, recovered and replayed the same way, here.
+//! offsets ([`crate::offsets_log`]), the transaction states ([`crate::txn_coordinator`]) and
+//! the share groups' state ([`crate::share::state_log`]). All are opened, recovered and
+//! replayed the same way, here.
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +16,44 @@ pub(crate) trait InternalLogError {
     fn log(path: PathBuf, source: oncelog::Error) -> Self;
     /// The record at `offset` of the log at `path` is not what the broker writes there.
     fn record(path: PathBuf, offset: i64, problem: String) -> Self;
+}
+
+/// Why one of the broker's own logs (the offsets log, the share state log) could not be opened,
+/// read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateLogError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}", path = .path.display())]
+    Log {
+        path: PathBuf,
+        source: oncelog::Error,
+    },
+    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
+    Record {
+        path: PathBuf,
+        offset: i64,
+        problem: String,
+    },
+}
+
+impl InternalLogError for StateLogError {
+    fn io(path: PathBuf, source: std::io::Error) -> Self {
+        StateLogError::Io { path, source }
+    }
+    fn log(path: PathBuf, source: oncelog::Error) -> Self {
+        StateLogError::Log { path, source }
+    }
+    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
+        StateLogError::Record {
+            path,
+            offset,
+            problem,
+        }
+    }
 }
 
 /// Opens (or creates) the broker's own log at `path`, its parent created first, makes durable

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
 
-use crate::internal_log::{self, open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, StateLogError};
 
 use crate::consumer_group_records::{RecordKey, RecordValue};
 use crate::group_metadata::{self, GroupMetadata};
@@ -43,41 +43,7 @@ pub struct Committed {
 pub type OffsetKey = (String, String, i32);
 
 /// Why the offsets log could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum OffsetsLogError {
-    #[error("{path}: {source}", path = .path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}", path = .path.display())]
-    Log {
-        path: PathBuf,
-        source: oncelog::Error,
-    },
-    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
-    Record {
-        path: PathBuf,
-        offset: i64,
-        problem: String,
-    },
-}
-
-impl InternalLogError for OffsetsLogError {
-    fn io(path: PathBuf, source: std::io::Error) -> Self {
-        OffsetsLogError::Io { path, source }
-    }
-    fn log(path: PathBuf, source: oncelog::Error) -> Self {
-        OffsetsLogError::Log { path, source }
-    }
-    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
-        OffsetsLogError::Record {
-            path,
-            offset,
-            problem,
-        }
-    }
-}
+pub type OffsetsLogError = StateLogError;
 
 /// What one stored record says.
 #[derive(Debug, Clone, PartialEq, Eq)]

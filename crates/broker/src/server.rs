@@ -18,9 +18,8 @@ use crate::config::{BrokerConfig, FlushPolicy, TimestampType};
 use crate::connection;
 use crate::consumer_group::ConsumerGroups;
 use crate::coordinator::Groups;
-use crate::offsets_log::OffsetsLogError;
+use crate::internal_log::StateLogError;
 use crate::producer_ids::{ProducerIdError, ProducerIds};
-use crate::share::state_log::ShareStateLogError;
 use crate::share::ShareGroups;
 use crate::stats::Stats;
 use crate::store::{Store, StoreError};
@@ -38,12 +37,11 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error(transparent)]
     ProducerIds(#[from] ProducerIdError),
+    /// The offsets log or the share state log (each error names its file).
     #[error(transparent)]
-    Offsets(#[from] OffsetsLogError),
+    StateLog(#[from] StateLogError),
     #[error(transparent)]
     Txns(#[from] TxnLogError),
-    #[error(transparent)]
-    ShareState(#[from] ShareStateLogError),
     #[error("cannot settle the transaction of {0}")]
     Settle(String),
     #[error("cannot listen on {addr}: {source}")]

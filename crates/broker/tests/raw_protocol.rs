@@ -482,6 +482,54 @@ fn topic_ids_and_producer_ids_survive_a_crash() {
     );
 }
 
+/// One acks=all Produce v9 with a batch of `records(p)` records for each partition `0..count`
+/// of `topic`: each partition's (index, error code, base offset).
+fn produce_to_partitions(
+    wire: &mut Wire,
+    topic: &str,
+    count: i32,
+    records: impl Fn(i32) -> usize,
+) -> Vec<(i32, i16, i64)> {
+    let partitions: Vec<_> = (0..count)
+        .map(|p| {
+            PartitionProduceData::default()
+                .with_index(p)
+                .with_records(Some(batch(None, 0, records(p), 100)))
+        })
+        .collect();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(partitions)]);
+    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
+    answer.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect()
+}
+
+/// One Fetch v12 of partitions `0..count` of `topic` from offset 0: each one's high watermark.
+fn high_watermarks(wire: &mut Wire, topic: &str, id: Uuid, count: i32) -> Vec<i64> {
+    let mut fetch = fetch_request(12, topic, id, 0, 0);
+    fetch.topics[0].partitions = (0..count)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
+    fetched.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.high_watermark)
+        .collect()
+}
+
 #[test]
 fn one_produce_request_appends_to_several_partitions_and_one_fetch_reads_them() {
     let data = tempfile::tempdir().unwrap();
@@ -499,42 +547,10 @@ fn one_produce_request_appends_to_several_partitions_and_one_fetch_reads_them() 
     assert_eq!(response.topics[0].partitions.len(), 3, "--partitions 3");
     let id = response.topics[0].topic_id;
 
-    let partitions: Vec<_> = (0..4)
-        .map(|p| {
-            PartitionProduceData::default()
-                .with_index(p)
-                .with_records(Some(batch(None, 0, p as usize + 1, 100)))
-        })
-        .collect();
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name("t"))
-            .with_partition_data(partitions)]);
-    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
-    let codes: Vec<(i32, i16, i64)> = answer.responses[0]
-        .partition_responses
-        .iter()
-        .map(|p| (p.index, p.error_code, p.base_offset))
-        .collect();
+    let codes = produce_to_partitions(&mut wire, "t", 4, |p| p as usize + 1);
     assert_eq!(codes, vec![(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 3, -1)]);
 
-    let mut fetch = fetch_request(12, "t", id, 0, 0);
-    fetch.topics[0].partitions = (0..3)
-        .map(|p| {
-            FetchPartition::default()
-                .with_partition(p)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)
-        })
-        .collect();
-    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
-    let ends: Vec<i64> = fetched.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.high_watermark)
-        .collect();
+    let ends = high_watermarks(&mut wire, "t", id, 3);
     assert_eq!(ends, vec![1, 2, 3], "each partition got its own batch");
 }
 
@@ -860,25 +876,7 @@ fn an_acks_all_produce_over_many_partitions_is_answered_after_their_syncs_issued
     let created = common::wire::auto_create_topic(&mut wire, "many");
     assert_eq!(created.partitions.len(), PARTITIONS as usize);
     assert_eq!(sync_threads(broker.pid()), 0, "nothing synced yet");
-    let partitions: Vec<_> = (0..PARTITIONS)
-        .map(|p| {
-            PartitionProduceData::default()
-                .with_index(p)
-                .with_records(Some(batch(None, 0, 1 + p as usize % 3, 100)))
-        })
-        .collect();
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(30_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name("many"))
-            .with_partition_data(partitions)]);
-    let answer: ProduceResponse = wire.call(ApiKey::Produce, 9, &request);
-    let codes: Vec<(i32, i16, i64)> = answer.responses[0]
-        .partition_responses
-        .iter()
-        .map(|p| (p.index, p.error_code, p.base_offset))
-        .collect();
+    let codes = produce_to_partitions(&mut wire, "many", PARTITIONS, |p| 1 + p as usize % 3);
     assert_eq!(
         codes,
         (0..PARTITIONS).map(|p| (p, 0, 0)).collect::<Vec<_>>()
@@ -891,21 +889,7 @@ fn an_acks_all_produce_over_many_partitions_is_answered_after_their_syncs_issued
     broker.crash();
     let broker = broker.restart();
     let mut wire = Wire::connect(broker.addr);
-    let mut fetch = fetch_request(12, "many", created.topic_id, 0, 0);
-    fetch.topics[0].partitions = (0..PARTITIONS)
-        .map(|p| {
-            FetchPartition::default()
-                .with_partition(p)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)
-        })
-        .collect();
-    let fetched: FetchResponse = wire.call(ApiKey::Fetch, 12, &fetch);
-    let ends: Vec<i64> = fetched.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.high_watermark)
-        .collect();
+    let ends = high_watermarks(&mut wire, "many", created.topic_id, PARTITIONS);
     let expected: Vec<i64> = (0..PARTITIONS).map(|p| 1 + p as i64 % 3).collect();
     assert_eq!(
         ends, expected,

@@ -21,9 +21,9 @@ use kafka_protocol::messages::share_group_describe_response::{
 };
 use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{
-    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
-    ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse, TopicName,
+    GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
+    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -299,6 +299,23 @@ fn resolve(broker: &Broker, topic_id: Uuid, index: i32) -> Result<Arc<Partition>
         .ok_or(ResponseError::UnknownTopicOrPartition)
 }
 
+/// The group and member a ShareFetch or ShareAcknowledge names: an empty group is
+/// INVALID_GROUP_ID, an empty member INVALID_REQUEST, as Kafka answers them.
+fn session_owner(
+    group: &Option<GroupId>,
+    member: &Option<StrBytes>,
+) -> Result<(String, String), ResponseError> {
+    let group = group.as_ref().map(|g| g.0.to_string()).unwrap_or_default();
+    let member = member.as_ref().map(|m| m.to_string()).unwrap_or_default();
+    if group.is_empty() {
+        return Err(ResponseError::InvalidGroupId);
+    }
+    if member.is_empty() {
+        return Err(ResponseError::InvalidRequest);
+    }
+    Ok((group, member))
+}
+
 /// What one partition answers in a ShareFetch.
 #[derive(Default)]
 struct Piece {
@@ -317,22 +334,10 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
             .with_acquisition_lock_timeout_ms(lock_ms);
         Ok(Reply::Now(respond(request, &response)?))
     };
-    let group = body
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = body
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() {
-        return refuse(ResponseError::InvalidGroupId);
-    }
-    if member.is_empty() {
-        return refuse(ResponseError::InvalidRequest);
-    }
+    let (group, member) = match session_owner(&body.group_id, &body.member_id) {
+        Ok(owner) => owner,
+        Err(error) => return refuse(error),
+    };
     // KIP-1206's acquire modes: 0 batch-optimized, 1 record-limit.
     if !(0..=1).contains(&body.share_acquire_mode) {
         return refuse(ResponseError::InvalidRequest);
@@ -655,22 +660,10 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
             .with_acquisition_lock_timeout_ms(lock_ms);
         Ok(Reply::Now(respond(request, &response)?))
     };
-    let group = body
-        .group_id
-        .as_ref()
-        .map(|g| g.0.to_string())
-        .unwrap_or_default();
-    let member = body
-        .member_id
-        .as_ref()
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    if group.is_empty() {
-        return refuse(ResponseError::InvalidGroupId);
-    }
-    if member.is_empty() {
-        return refuse(ResponseError::InvalidRequest);
-    }
+    let (group, member) = match session_owner(&body.group_id, &body.member_id) {
+        Ok(owner) => owner,
+        Err(error) => return refuse(error),
+    };
     let mut parts = Vec::new();
     for t in &body.topics {
         for p in &t.partitions {

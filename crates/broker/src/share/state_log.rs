@@ -41,7 +41,7 @@ use uuid::Uuid;
 
 use super::group::{ShareGroup, ShareMember};
 use super::partition::{RecordState, Snapshot};
-use crate::internal_log::{self, open_replayed, InternalLogError};
+use crate::internal_log::{self, open_replayed, StateLogError};
 use crate::record_codec::{put_string, Input};
 
 /// The directory of the log under the data directory (never opened as a topic).
@@ -62,41 +62,7 @@ pub struct Stored {
 }
 
 /// Why the share state log could not be opened, read or written.
-#[derive(Debug, thiserror::Error)]
-pub enum ShareStateLogError {
-    #[error("{path}: {source}", path = .path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}", path = .path.display())]
-    Log {
-        path: PathBuf,
-        source: oncelog::Error,
-    },
-    #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
-    Record {
-        path: PathBuf,
-        offset: i64,
-        problem: String,
-    },
-}
-
-impl InternalLogError for ShareStateLogError {
-    fn io(path: PathBuf, source: std::io::Error) -> Self {
-        ShareStateLogError::Io { path, source }
-    }
-    fn log(path: PathBuf, source: oncelog::Error) -> Self {
-        ShareStateLogError::Log { path, source }
-    }
-    fn record(path: PathBuf, offset: i64, problem: String) -> Self {
-        ShareStateLogError::Record {
-            path,
-            offset,
-            problem,
-        }
-    }
-}
+pub type ShareStateLogError = StateLogError;
 
 pub struct ShareStateLog {
     log: Log,
