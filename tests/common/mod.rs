@@ -221,3 +221,33 @@ pub fn descriptors_under(dir: &Path) -> usize {
         .filter(|target| target.starts_with(&dir))
         .count()
 }
+
+/// Every background job of a log manager at the same interval (`None`: off).
+pub fn every_job(every: Option<std::time::Duration>) -> oncelog::JobIntervals {
+    oncelog::JobIntervals::default()
+        .with_flush(every)
+        .with_checkpoints(every)
+        .with_high_watermarks(every)
+        .with_retention(every)
+        .with_producer_expiry(every)
+        .with_snapshots(every)
+        .with_deletion(every)
+        .with_cleaning(every)
+}
+
+/// The batch of `records` records producer `partition + 1` (epoch 0) sends at `seq` into
+/// partition `partition`: the same bytes every time, so a retry is exact. Timestamped in 2096,
+/// so a retention job (7 days by default) running beside it finds nothing to delete.
+pub fn producer_batch_in_2096(partition: i32, seq: i32, records: i32) -> Vec<u8> {
+    let mut b = BatchBuilder::new().producer(partition as i64 + 1, 0, seq);
+    for i in 0..records {
+        let value = format!("p{partition} s{}", seq + i);
+        b.append(
+            4_000_000_000_000 + (seq + i) as i64,
+            None,
+            Some(value.as_bytes()),
+            &[],
+        );
+    }
+    b.build().expect("valid batch")
+}

@@ -10,14 +10,16 @@
 //! prints `SENT`: nothing durable is promised, but nothing wrong may appear).
 //! `ONCELOG_MANAGER_KILL_ROUNDS` sets the rounds (default 12).
 
+use crate::common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use oncelog::format::{BatchBuilder, BatchIter};
-use oncelog::{AppendOutcome, JobIntervals, LogConfig, LogManager, ManagerConfig, PartitionConfig};
+use oncelog::format::BatchIter;
+use oncelog::{AppendOutcome, LogConfig, LogManager, ManagerConfig, PartitionConfig};
 
 const PARTITIONS: i32 = 16;
 const RECORDS: i32 = 2;
@@ -36,17 +38,7 @@ fn config(jobs: bool) -> ManagerConfig {
                 .unwrap(),
         )
         .with_flush_messages(Some(6))
-        .with_jobs(
-            JobIntervals::default()
-                .with_flush(every)
-                .with_checkpoints(every)
-                .with_high_watermarks(every)
-                .with_retention(every)
-                .with_producer_expiry(every)
-                .with_snapshots(every)
-                .with_deletion(every)
-                .with_cleaning(every),
-        )
+        .with_jobs(common::every_job(every))
         .with_replay_budget_bytes(2 << 10)
         .with_recovery_threads(2)
 }
@@ -56,21 +48,10 @@ fn durable(partition: i32) -> bool {
     partition < PARTITIONS / 2
 }
 
-/// The batch producer `partition + 1` sends at `seq` into its partition: the same bytes every
-/// time, so a retry is exact. Timestamped in 2096: the retention job running in the child
-/// (7 days by default) must find nothing to delete.
+/// The batch producer `partition + 1` sends at `seq` into its partition (the same bytes every
+/// time, so a retry is exact; in 2096, so the child's retention job deletes nothing).
 fn batch(partition: i32, seq: i32) -> Vec<u8> {
-    let mut b = BatchBuilder::new().producer(partition as i64 + 1, 0, seq);
-    for i in 0..RECORDS {
-        let value = format!("p{partition} s{}", seq + i);
-        b.append(
-            4_000_000_000_000 + (seq + i) as i64,
-            None,
-            Some(value.as_bytes()),
-            &[],
-        );
-    }
-    b.build().expect("valid batch")
+    common::producer_batch_in_2096(partition, seq, RECORDS)
 }
 
 fn run_child(dir: &str) {

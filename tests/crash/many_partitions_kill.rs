@@ -37,11 +37,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use oncelog::format::{BatchBuilder, RecordBatch};
+use oncelog::format::RecordBatch;
 use oncelog::io::sim::SplitMix64;
 use oncelog::{
-    AppendOutcome, FlushPolicy, JobIntervals, Log, LogConfig, LogManager, ManagerConfig,
-    ManagerOpenReport, PartitionConfig, Preallocation, TopicPartition,
+    AppendOutcome, FlushPolicy, Log, LogConfig, LogManager, ManagerConfig, ManagerOpenReport,
+    PartitionConfig, Preallocation, TopicPartition,
 };
 
 const TOPIC: &str = "many";
@@ -79,35 +79,14 @@ fn config(jobs: bool, reserved: bool) -> ManagerConfig {
                 .build()
                 .unwrap(),
         )
-        .with_jobs(
-            JobIntervals::default()
-                .with_flush(every)
-                .with_checkpoints(every)
-                .with_high_watermarks(every)
-                .with_retention(every)
-                .with_producer_expiry(every)
-                .with_snapshots(every)
-                .with_deletion(every)
-                .with_cleaning(every),
-        )
+        .with_jobs(common::every_job(every))
         .with_recovery_threads(4)
 }
 
-/// The batch producer `partition + 1` sends at `seq` into its partition: the same bytes every
-/// time, so a retry is exact. Timestamped in 2096: the child's retention job (7 days by
-/// default) must find nothing to delete.
+/// The batch producer `partition + 1` sends at `seq` into its partition (the same bytes every
+/// time, so a retry is exact; in 2096, so the child's retention job deletes nothing).
 fn batch(partition: i32, seq: i32) -> Vec<u8> {
-    let mut b = BatchBuilder::new().producer(partition as i64 + 1, 0, seq);
-    for i in 0..RECORDS {
-        let value = format!("p{partition} s{}", seq + i);
-        b.append(
-            4_000_000_000_000 + (seq + i) as i64,
-            None,
-            Some(value.as_bytes()),
-            &[],
-        );
-    }
-    b.build().expect("valid batch")
+    common::producer_batch_in_2096(partition, seq, RECORDS)
 }
 
 /// The child's soft limit on open files, from `/proc/self/limits`.

@@ -229,17 +229,7 @@ fn job_threads() -> Vec<String> {
 fn every_job_runs_on_its_thread_and_close_stops_them_all() {
     let every = Some(Duration::from_millis(5));
     let cfg = config()
-        .with_jobs(
-            JobIntervals::default()
-                .with_flush(every)
-                .with_checkpoints(every)
-                .with_high_watermarks(every)
-                .with_retention(every)
-                .with_producer_expiry(every)
-                .with_snapshots(every)
-                .with_deletion(every)
-                .with_cleaning(every),
-        )
+        .with_jobs(common::every_job(every))
         .with_flush_messages(Some(1));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("logs");

@@ -821,9 +821,9 @@ impl Store {
     /// Creates partitions `indexes` of topic `name` with one `LogManager::create_many` (no
     /// sync of their own, one of the log dir), then writes each one's `partition.metadata`
     /// with the topic's id and records the leader epoch it is led in (`lead`), those writes
-    /// (each synced) issued in parallel, and syncs the log dir once more. A crash part way
-    /// leaves partitions without the file or the epoch, which the next open writes
-    /// (`open_topic`).
+    /// (each synced with its directory) issued in parallel; `create_many` made the partitions'
+    /// directories durable. A crash part way leaves partitions without the file or the epoch,
+    /// which the next open writes (`open_topic`).
     fn create_partitions(
         &self,
         manager: &LogManager,
@@ -868,7 +868,6 @@ impl Store {
                 })
             })
         })?;
-        files::sync_dir(&self.dir).map_err(io_error(&self.dir))?;
         Ok(indexes
             .zip(paths)
             .zip(logs)
