@@ -46,6 +46,18 @@ pub trait MapBacking: Send + Sync + 'static {
     fn write_through(&self, _offset: usize, _bytes: &[u8]) -> Option<io::Result<()>> {
         None
     }
+    /// Writes through the file again from now on ([`Self::write_through`] answers), with
+    /// `file`'s descriptor where the backing needs one (a real map). False, and `file` closed,
+    /// if the map was not made to be written through its file ([`super::MapMode::WriteThrough`])
+    /// or the descriptor it needs is missing.
+    fn attach_writes(&self, _file: Option<std::fs::File>) -> bool {
+        false
+    }
+    /// Stops writing through the file and closes the descriptor that did: the writer copies
+    /// into the map until [`Self::attach_writes`]. Whether it was writing through the file.
+    fn release_writes(&self) -> bool {
+        false
+    }
 }
 
 /// A mapped region of a file: `len` bytes at a stable address for the mapping's whole life.
@@ -116,7 +128,11 @@ impl Mapping {
                 len,
                 published.min(len),
                 writable,
-                Box::new(RealMap { raw, file }),
+                Box::new(RealMap {
+                    raw,
+                    through: file.is_some(),
+                    file: parking_lot::Mutex::new(file),
+                }),
             )
         };
         map.writable_end = writable_end.clamp(map.published(), map.len);
@@ -254,8 +270,12 @@ impl fmt::Debug for Mapping {
 
 struct RealMap {
     raw: memmap2::MmapRaw,
-    /// The mapped file, for a writable map's writes through the file.
-    file: Option<std::fs::File>,
+    /// Made to be written through its file ([`super::MapMode::WriteThrough`]).
+    through: bool,
+    /// The mapped file's descriptor, while its writer writes through it: from the map's
+    /// creation (a standalone log's active segment), or lent by a managed partition's writer
+    /// while it appends ([`MapBacking::attach_writes`]); closed when the writer is dropped.
+    file: parking_lot::Mutex<Option<std::fs::File>>,
 }
 
 impl RealMap {
@@ -322,7 +342,7 @@ impl MapBacking for RealMap {
         if end <= start {
             return;
         }
-        if self.file.is_some() {
+        if self.through {
             // Written through its file, the map needs the pages in the page cache, not in its
             // page tables, where each sync would have to write-protect them again.
             self.populate_missing(start, end);
@@ -348,9 +368,43 @@ impl MapBacking for RealMap {
         // The kernel changes the mapped memory under no Rust reference: the range is above the
         // watermark (no reader holds it) and the unique writer holds no slice of it while it
         // asks for the write (`MapWriter::write_through` takes it by `&mut`).
-        let file = self.file.as_ref()?;
-        Some(file.write_all_at(bytes, offset as u64))
+        // Held across the write: the descriptor is not closed under it.
+        let file = self.file.lock();
+        Some(file.as_ref()?.write_all_at(bytes, offset as u64))
     }
+
+    fn attach_writes(&self, file: Option<std::fs::File>) -> bool {
+        let mut held = self.file.lock();
+        match file {
+            Some(f) if self.through && held.is_none() => {
+                *held = Some(f);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release_writes(&self) -> bool {
+        self.file.lock().take().is_some()
+    }
+
+    /// A sealed segment's map holds no descriptor.
+    fn writer_dropped(&self) {
+        self.release_writes();
+    }
+}
+
+/// The process's limit on open files (`RLIMIT_NOFILE`'s soft limit), if it can be read.
+pub(crate) fn open_files_limit() -> Option<usize> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the struct it is given, which lives here.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some(usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX))
 }
 
 /// Allocates real blocks for `[0, len)` of `file`, growing it if needed. fallocate mode 0;
@@ -523,6 +577,9 @@ struct SharedBacking {
     buffer: Arc<SharedBuffer>,
     /// Counted as the buffer's writable mapping until its writer is dropped.
     writable: std::sync::atomic::AtomicBool,
+    /// Its writer writes through the file (a simulated file needs no descriptor for it, but
+    /// the writer that released its real one copies into the map until it attaches again).
+    through: AtomicBool,
     sink: Box<dyn SharedFlush>,
 }
 
@@ -555,6 +612,9 @@ impl MapBacking for SharedBacking {
     }
 
     fn write_through(&self, offset: usize, bytes: &[u8]) -> Option<io::Result<()>> {
+        if !self.through.load(Ordering::Acquire) {
+            return None;
+        }
         if let Err(e) = self.sink.write() {
             return Some(Err(e));
         }
@@ -579,6 +639,14 @@ impl MapBacking for SharedBacking {
             );
         }
         Some(Ok(()))
+    }
+
+    fn attach_writes(&self, _file: Option<std::fs::File>) -> bool {
+        !self.through.swap(true, Ordering::AcqRel)
+    }
+
+    fn release_writes(&self) -> bool {
+        self.through.swap(false, Ordering::AcqRel)
     }
 
     fn writer_dropped(&self) {
@@ -638,6 +706,7 @@ impl Mapping {
         let backing = SharedBacking {
             buffer: Arc::clone(buffer),
             writable: AtomicBool::new(writable),
+            through: AtomicBool::new(true),
             sink,
         };
         // SAFETY: `[0, len)` lies inside the buffer's allocation, which the backing keeps alive
@@ -713,6 +782,19 @@ impl MapWriter {
         // holds a slice of it (readers only get published bytes); `&mut self` on the unique
         // writer makes this the only mutable access.
         unsafe { std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(start), end - start) }
+    }
+
+    /// Lends the writer `file`'s descriptor (a real file's; `None` for a simulated one) to
+    /// write through (see [`Self::write_through`]). False, and `file` closed, if the map is not
+    /// written through its file or already holds a descriptor.
+    pub fn attach_writes(&mut self, file: Option<std::fs::File>) -> bool {
+        self.map.backing.attach_writes(file)
+    }
+
+    /// Closes the descriptor the writer writes through: it copies into the map until
+    /// [`Self::attach_writes`]. Whether it held one.
+    pub fn release_writes(&mut self) -> bool {
+        self.map.backing.release_writes()
     }
 
     /// Writes `src` to `at` (unpublished) through the file where the mapping has one (a real

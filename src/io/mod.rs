@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::IoError;
+pub(crate) use map::open_files_limit;
 pub use map::Mapping;
 pub use real::RealFs;
 
@@ -209,6 +210,12 @@ pub trait File: Send + Sync + Debug {
     /// below the limit it is granted (`MapWriter::grant`), which the engine raises only
     /// after growing the file.
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping>;
+    /// The open descriptor of a real file, for a map of it to write through
+    /// (`MapWriter::attach_writes`); `None` for a file that needs none (the simulated file
+    /// system's maps write through their file without one).
+    fn into_descriptor(self: Box<Self>) -> Option<std::fs::File> {
+        None
+    }
 }
 
 /// What [`read_small_file`] found.

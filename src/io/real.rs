@@ -230,6 +230,10 @@ impl File for RealFile {
         self.file.sync_data()
     }
 
+    fn into_descriptor(self: Box<Self>) -> Option<fs::File> {
+        Some(self.file)
+    }
+
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
         if len == 0 {
             return Ok(Mapping::empty());

@@ -46,9 +46,8 @@ pub enum Preallocation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum AppendWrites {
-    /// [`AppendWrites::File`] under [`FlushPolicy::Always`], [`AppendWrites::Map`] otherwise,
-    /// and always the map for a partition of a [`crate::LogManager`] (whose partitions hold no
-    /// file descriptor). The default.
+    /// [`AppendWrites::File`] under [`FlushPolicy::Always`], [`AppendWrites::Map`] otherwise.
+    /// The default.
     #[default]
     Auto,
     /// Copied into the segment's memory map: the fastest append, and the choice when syncs are
@@ -61,7 +60,9 @@ pub enum AppendWrites {
     /// commit from 16 threads 1.4x to 1.9x the records a second). The choice when appends are
     /// made durable one by one or in small groups, as `acks=all` needs, whether by
     /// [`FlushPolicy::Always`] or by the caller's [`super::Log::flush_to`]. The active
-    /// segment's file stays open: one file descriptor per log.
+    /// segment's file stays open: one file descriptor per log; for a partition of a
+    /// [`crate::LogManager`] only while it appends, within
+    /// [`crate::ManagerConfig::write_descriptors`] (past it, batches are copied into the map).
     File,
 }
 

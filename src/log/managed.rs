@@ -8,9 +8,31 @@ use std::sync::Arc;
 
 use super::{AppendState, FlushError, Log};
 use crate::io::IoError;
-use crate::segment::Segment;
+use crate::segment::{Segment, SegmentConfig, SegmentWriter};
 
 impl Log {
+    /// How its segments are made now: its configuration's, and a managed log's bound on the
+    /// descriptors written through.
+    pub(super) fn segment_config(&self) -> SegmentConfig {
+        let mut cfg = super::recovery::segment_config(&self.config(), &self.env.fs);
+        cfg.write_descriptors = self.write_descriptors.clone();
+        cfg
+    }
+
+    /// Closes the descriptor the active segment's writer writes through if it appended
+    /// nothing since the last call (a managed log's; the manager's flush job calls it).
+    /// Whether it closed one.
+    pub(crate) fn release_idle_descriptor(&self) -> bool {
+        if self.write_descriptors.is_none() {
+            return false;
+        }
+        self.append
+            .lock()
+            .active
+            .as_mut()
+            .is_some_and(SegmentWriter::release_if_idle)
+    }
+
     /// The work of [`Maintenance::remove_deleted_files`].
     pub(crate) fn remove_deleted_files(&self, now_ms: i64) -> Result<(), IoError> {
         self.remove_due_deletions(now_ms, false)?;

@@ -41,7 +41,9 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::format::{self, batch, TimestampType};
 use crate::io::{FileLock, IoError, IoResultExt};
 use crate::producer::{Decision, Logged, ProducerEntry};
-use crate::segment::{self, offset_index::relative_offset, Segment, SegmentWriter};
+use crate::segment::{
+    self, offset_index::relative_offset, Segment, SegmentWriter, WriteDescriptors,
+};
 use epochs::LeaderEpochCache;
 
 pub use checkpoint::{Checkpoint, SegmentRecord, FILE_NAME as CHECKPOINT_FILE_NAME};
@@ -229,6 +231,9 @@ pub struct Log {
     dir: PathBuf,
     /// The directory's lock: held until the log is closed or dropped.
     lock: Mutex<Option<FileLock>>,
+    /// A managed log's bound on the descriptors its writers write through
+    /// ([`WriteDescriptors`]); `None` for a standalone log.
+    write_descriptors: Option<Arc<WriteDescriptors>>,
     /// The configuration: replaced whole by [`Log::reconfigure`] under the append lock, so
     /// whatever holds that lock sees one configuration throughout.
     config: RwLock<Arc<LogConfig>>,
@@ -287,18 +292,20 @@ impl Log {
         // A refused configuration creates nothing.
         config.validate()?;
         env.fs.create_dir_all(dir).ctx("create directory", dir)?;
-        Log::open_in_log_dir(env, dir, config, None, Exclusion::Own)
+        Log::open_in_log_dir(env, dir, config, None, Exclusion::Own, None)
     }
 
     /// Opens the log of a partition: `log_dir` is what the log dir's Kafka checkpoints say of
     /// it, which vouches for its segments when it has no checkpoint of its own (the log
-    /// manager's open); `exclusion` says how other writers are kept out. The directory exists.
+    /// manager's open); `exclusion` says how other writers are kept out; `descriptors` is a
+    /// managed log's bound on the descriptors its writers write through. The directory exists.
     pub(crate) fn open_in_log_dir(
         env: Environment,
         dir: impl AsRef<Path>,
         config: LogConfig,
         log_dir: Option<&LogDirOffsets>,
         exclusion: Exclusion,
+        descriptors: Option<Arc<WriteDescriptors>>,
     ) -> Result<Log, OpenError> {
         let opening = Instant::now();
         config.validate()?;
@@ -314,7 +321,8 @@ impl Log {
         for s in loaded.sealed {
             segments.insert(s.base_offset(), s);
         }
-        let active = loaded.active;
+        let mut active = loaded.active;
+        active.set_descriptors(descriptors.clone());
         segments.insert(active.base_offset(), Arc::clone(active.segment()));
         let log_end_offset = active.segment().next_offset();
         let roll_jitter_ms = jitter(config.segment_jitter_ms.min(config.segment_ms), now);
@@ -327,6 +335,7 @@ impl Log {
         Ok(Log {
             dir,
             lock: Mutex::new(lock),
+            write_descriptors: descriptors,
             segments: RwLock::new(segments),
             flush: Mutex::new(FlushState {
                 segment_base: active.base_offset(),
@@ -849,7 +858,7 @@ impl Log {
         st.producers
             .prepare_snapshot(self.env.fs.as_ref(), &self.dir, new_base, true)?;
         self.metrics.snapshot_written();
-        let cfg = recovery::segment_config(&self.config(), &self.env.fs);
+        let cfg = self.segment_config();
         // A recycled file when the pool has one (its old offsets are all below the log start,
         // so below `new_base`); a fresh one if there is none or it cannot be used.
         let recycled = self.take_pooled().and_then(|path| {

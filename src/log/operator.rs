@@ -109,7 +109,7 @@ impl Log {
         let dir = dir.as_ref();
         config.validate()?;
         require_partition(env.fs.as_ref(), dir)?;
-        Log::open_in_log_dir(env, dir, config, None, super::Exclusion::Own)
+        Log::open_in_log_dir(env, dir, config, None, super::Exclusion::Own, None)
     }
 
     /// What [`Log::open_existing`] with `config` would do to recover the log in `dir`, decided

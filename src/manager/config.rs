@@ -22,7 +22,7 @@ use std::time::Duration;
 use crate::format::TimestampType;
 use crate::io::{self, FileSystem, IoError};
 use crate::log::metadata_file::{self, BadMetadataFile, Invalid, MetadataFile};
-use crate::log::{AppendWrites, CleanupPolicy, LogConfig};
+use crate::log::{AppendWrites, CleanupPolicy, FlushPolicy, LogConfig};
 
 /// The file holding a partition's own settings, in its directory.
 pub const PARTITION_CONFIG_FILE: &str = "oncelog.properties";
@@ -142,9 +142,14 @@ impl PartitionConfig {
             log.retention_ms = None;
         }
         if log.append_writes == AppendWrites::Auto {
-            // Writing through the file holds a descriptor per partition, which a managed
-            // partition never does unasked (docs/design.md, "Sealed segments").
-            log.append_writes = AppendWrites::Map;
+            // As for a standalone log: through the file when every append is synced. The
+            // descriptor that takes is held only while the partition appends, within
+            // `ManagerConfig::write_descriptors` (docs/design.md, "Append writes").
+            log.append_writes = if log.flush_policy == FlushPolicy::Always {
+                AppendWrites::File
+            } else {
+                AppendWrites::Map
+            };
         }
         ResolvedConfig {
             log,
@@ -362,6 +367,15 @@ pub struct ManagerConfig {
     /// several times the syncs a second it serves one at a time (docs/benchmarks.md). 0 is
     /// refused.
     pub sync_threads: usize,
+    /// How many file descriptors the partitions' active segments may hold open to write
+    /// their appends through the file (`pwrite`, [`AppendWrites::File`]: what a partition under
+    /// [`FlushPolicy::Always`](crate::FlushPolicy::Always) uses, as a standalone log does).
+    /// A partition takes one at its first append and gives it back when the flush job finds
+    /// it has appended nothing for a whole interval, so an idle partition holds none; at the
+    /// bound, appends are copied into the map instead (correct, and a sync then costs more).
+    /// Default: half the process's limit on open files (`RLIMIT_NOFILE`'s soft limit), or
+    /// 512 if it cannot be read. 0: every partition copies into its map.
+    pub write_descriptors: usize,
     /// The background jobs' intervals.
     pub jobs: JobIntervals,
     /// A partition's producer state is snapshotted by the snapshot job once this many bytes
@@ -386,6 +400,7 @@ with_setters!(ManagerConfig {
     with_topics => topics: BTreeMap<String, PartitionConfig>,
     with_recovery_threads => recovery_threads: usize,
     with_sync_threads => sync_threads: usize,
+    with_write_descriptors => write_descriptors: usize,
     with_jobs => jobs: JobIntervals,
     with_replay_budget_bytes => replay_budget_bytes: u64,
     with_cleaner_bytes_per_second => cleaner_bytes_per_second: Option<u64>,
@@ -412,6 +427,7 @@ impl Default for ManagerConfig {
             topics: BTreeMap::new(),
             recovery_threads: std::thread::available_parallelism().map_or(1, |n| n.get()).max(16),
             sync_threads: 16,
+            write_descriptors: crate::io::open_files_limit().map_or(512, |n| n / 2),
             jobs: JobIntervals::default(),
             replay_budget_bytes: 16 << 20,
             cleaner_bytes_per_second: None,

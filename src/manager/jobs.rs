@@ -226,8 +226,10 @@ fn each_log(inner: &Inner, work: impl Fn(&Log, i64) -> Result<usize, String>) ->
 }
 
 /// `flush.messages` and `flush.ms`: the appender never waits for these flushes. The partitions
-/// due are flushed together, their syncs issued in parallel ([`super::flush_many`]).
+/// due are flushed together, their syncs issued in parallel ([`super::flush_many`]). Also
+/// closes the write descriptors of partitions that appended nothing since the last run.
 fn flush(inner: &Inner) -> JobReport {
+    release_idle_descriptors(inner);
     let mut report = JobReport::default();
     let mut due = Vec::new();
     for slot in inner.slots() {
@@ -274,6 +276,19 @@ fn flush(inner: &Inner) -> JobReport {
         }
     }
     report
+}
+
+/// Closes the descriptor of every partition whose writer holds one and appended nothing
+/// since the last call ([`ManagerConfig::write_descriptors`](super::ManagerConfig)).
+fn release_idle_descriptors(inner: &Inner) {
+    if inner.descriptors.held() == 0 {
+        return;
+    }
+    for slot in inner.slots() {
+        if let Some((log, _)) = slot.online() {
+            log.release_idle_descriptor();
+        }
+    }
 }
 
 fn checkpoints(inner: &Inner, files: Files) -> JobReport {

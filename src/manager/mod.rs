@@ -29,6 +29,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::io::FileLock;
 use crate::log::{CleanupPolicy, Environment, Log};
+use crate::segment::WriteDescriptors;
 
 pub use cleaning::{CleanRequest, Cleaned, Cleaner, Compactor, Throttle};
 pub use config::{
@@ -58,6 +59,8 @@ pub struct LogManager {
 pub(crate) struct Inner {
     env: Environment,
     config: ManagerConfig,
+    /// The descriptors the partitions' writers may hold ([`ManagerConfig::write_descriptors`]).
+    descriptors: Arc<WriteDescriptors>,
     dirs: Vec<Dir>,
     partitions: RwLock<BTreeMap<TopicPartition, Arc<Slot>>>,
     /// Serialises creations and deletions with each other (reads go on).

@@ -19,6 +19,7 @@ use super::partitions::DoomedDir;
 use super::topic::{validate_topic, DirEntry, TopicPartition};
 use super::{Dir, Inner, Kept, ManagerConfig, Slot, SlotState};
 use crate::io::FileLock;
+use crate::segment::WriteDescriptors;
 use crate::io::IoResultExt;
 use crate::log::{
     Environment, Exclusion, Log, LogDirOffsets, ProducerLoadReport, RecoveryReport,
@@ -167,10 +168,13 @@ pub(super) fn open(
 
     // 3. The partitions, in parallel.
     let threads = config.recovery_threads.clamp(1, pending.len().max(1));
-    let (table, reports) = open_partitions(&env, &config, pending, threads, on_partition);
+    let descriptors = WriteDescriptors::new(config.write_descriptors);
+    let (table, reports) =
+        open_partitions(&env, &config, &descriptors, pending, threads, on_partition);
     let inner = Inner {
         env,
         config,
+        descriptors,
         dirs,
         partitions: RwLock::new(table),
         changes: Mutex::new(()),
@@ -324,13 +328,14 @@ impl Found {
 fn open_partitions(
     env: &Environment,
     config: &ManagerConfig,
+    descriptors: &Arc<WriteDescriptors>,
     pending: Vec<Pending>,
     threads: usize,
     on_partition: &(dyn Fn(&PartitionReport) + Sync),
 ) -> (BTreeMap<TopicPartition, Arc<Slot>>, Vec<PartitionReport>) {
     let results = parallel(threads, &pending, |p| {
         let began = Instant::now();
-        let opened = open_partition(env, config, p);
+        let opened = open_partition(env, config, descriptors, p);
         let report = PartitionReport {
             partition: p.tp.clone(),
             dir: p.path.clone(),
@@ -472,6 +477,7 @@ fn check_meta<'a>(
 fn open_partition(
     env: &Environment,
     config: &ManagerConfig,
+    descriptors: &Arc<WriteDescriptors>,
     p: &Pending,
 ) -> Result<(Arc<Log>, super::ResolvedConfig), Arc<PartitionFailure>> {
     let fs = env.fs.as_ref();
@@ -488,6 +494,7 @@ fn open_partition(
         resolved.log.clone(),
         Some(&p.offsets),
         Exclusion::LogDir,
+        Some(Arc::clone(descriptors)),
     )
     .map_err(|e| fail(e.into()))?;
     Ok((Arc::new(log), resolved))

@@ -232,6 +232,7 @@ fn create_log(
         resolved.log.clone(),
         None,
         Exclusion::LogDir,
+        Some(Arc::clone(&inner.descriptors)),
     )
     .map_err(|error| ManagerError::Create {
         partition: tp.clone(),

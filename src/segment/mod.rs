@@ -41,7 +41,7 @@ pub use space::{Preallocation, SegmentSpace};
 pub use time_index::{TimeIndex, TimestampOffset};
 pub use txn_index::{AbortedTxn, TxnIndex};
 pub use view::SegmentView;
-pub use writer::{SegmentWriter, WriteError};
+pub use writer::{SegmentWriter, WriteDescriptors, WriteError};
 
 /// The sizes a segment is created with, and the file system it lives on.
 #[derive(Debug, Clone)]
@@ -62,6 +62,9 @@ pub struct SegmentConfig {
     /// Whether the active segment's writer writes batches through the file (`pwrite`) rather
     /// than copying them into the map.
     pub write_through: bool,
+    /// A managed partition's bound on the descriptors written through
+    /// ([`writer::WriteDescriptors`]); `None` for a standalone log.
+    pub write_descriptors: Option<Arc<WriteDescriptors>>,
 }
 
 /// The read side of a segment.

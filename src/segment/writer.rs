@@ -1,6 +1,7 @@
 //! The active segment's writer: puts batches into the `.log` (copied into the map, or written
 //! through the file) and keeps the indexes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::offset_index::{IndexError, OffsetIndexWriter};
@@ -23,6 +24,52 @@ pub enum WriteError {
     /// Writing through the file failed: nothing was published.
     #[error("pwrite: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// How many descriptors the active segments' writers of a [`crate::LogManager`] may hold to
+/// write through their files ([`crate::ManagerConfig::write_descriptors`]). A managed
+/// partition's writer takes one at its first append after being idle and gives it back when
+/// the manager finds it idle ([`SegmentWriter::release_if_idle`]); at the bound, it copies
+/// into the map instead. So idle partitions hold no descriptor, however many there are, and
+/// the busy ones no more than the bound.
+#[derive(Debug)]
+pub struct WriteDescriptors {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+impl WriteDescriptors {
+    pub fn new(limit: usize) -> Arc<WriteDescriptors> {
+        Arc::new(WriteDescriptors {
+            limit,
+            held: AtomicUsize::new(0),
+        })
+    }
+
+    /// Descriptors held now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// One more, unless all are held.
+    fn take(self: &Arc<Self>) -> Option<DescriptorPermit> {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| DescriptorPermit(Arc::clone(self)))
+    }
+}
+
+/// One descriptor of a [`WriteDescriptors`], given back when dropped.
+#[derive(Debug)]
+struct DescriptorPermit(Arc<WriteDescriptors>);
+
+impl Drop for DescriptorPermit {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Appends to one segment. There is exactly one per active segment, owned by the log's append
@@ -49,6 +96,13 @@ pub struct SegmentWriter {
     last_offset: Option<i64>,
     /// Batches go through the file (`pwrite`) instead of being copied into the map.
     write_through: bool,
+    /// A managed partition's: the bound its descriptor counts against. `None` (a standalone
+    /// log): the map holds the descriptor it was made with for as long as the writer lives.
+    descriptors: Option<Arc<WriteDescriptors>>,
+    /// The descriptor this writer writes through, while it holds one of `descriptors`.
+    permit: Option<DescriptorPermit>,
+    /// Appended since the last [`Self::release_if_idle`].
+    busy: bool,
     /// Where a batch written through the file is patched.
     scratch: Vec<u8>,
 }
@@ -78,10 +132,54 @@ impl SegmentWriter {
             created_ms,
             last_offset: None,
             write_through: cfg.write_through,
+            descriptors: None,
+            permit: None,
+            busy: false,
             scratch: Vec::new(),
         };
         writer.grant_ready();
+        writer.set_descriptors(cfg.write_descriptors.clone());
         writer
+    }
+
+    /// Counts this writer's descriptor against `descriptors` (a managed partition's): the
+    /// descriptor its map was made with is closed now, and one is opened when it appends.
+    pub fn set_descriptors(&mut self, descriptors: Option<Arc<WriteDescriptors>>) {
+        if self.write_through && descriptors.is_some() {
+            self.log.release_writes();
+            self.permit = None;
+            self.descriptors = descriptors;
+        }
+    }
+
+    /// Before a write through the file: a managed writer without a descriptor opens one, if
+    /// the bound allows; without one (at the bound, or the open failed) the batch is copied
+    /// into the map, which is as correct and only makes the next sync dearer.
+    fn hold_descriptor(&mut self) {
+        self.busy = true;
+        if self.permit.is_some() {
+            return;
+        }
+        let Some(permit) = self.descriptors.as_ref().and_then(WriteDescriptors::take) else {
+            return;
+        };
+        let s = &self.segment;
+        if let Ok(file) = s.fs.open(&s.log_path, OpenMode::ReadWrite) {
+            if self.log.attach_writes(file.into_descriptor()) {
+                self.permit = Some(permit);
+            }
+        }
+    }
+
+    /// Closes a managed writer's descriptor if it wrote nothing since the last call: the
+    /// manager calls it on every partition once per flush-job interval. Whether it closed one.
+    pub fn release_if_idle(&mut self) -> bool {
+        if std::mem::take(&mut self.busy) || self.permit.is_none() {
+            return false;
+        }
+        self.log.release_writes();
+        self.permit = None;
+        true
     }
 
     /// Lets the writers use what the space has allocated.
@@ -184,6 +282,7 @@ impl SegmentWriter {
         let position = self.log.published();
         let end = position + batch.len();
         if self.write_through {
+            self.hold_descriptor();
             self.scratch.clear();
             self.scratch.extend_from_slice(batch);
             patch(&mut self.scratch);
@@ -278,5 +377,7 @@ impl Drop for SegmentWriter {
     /// fails): its files must not grow behind whoever handles them next.
     fn drop(&mut self) {
         self.space.close();
+        // The map closes the descriptor when its writer goes (before the permit is given back:
+        // the fields drop after this).
     }
 }

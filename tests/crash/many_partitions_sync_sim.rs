@@ -5,7 +5,10 @@
 //! syncs issued together from the log dir's sync threads), each append acknowledged only when
 //! its partition's answer is `Ok`. Either way their syncs overlap; in half the seeds each
 //! partition has two appenders, so its syncs are also shared (group commit: one leads, the
-//! other is covered or takes the next turn).
+//! other is covered or takes the next turn). Under `Always` the appends are written through
+//! the file on descriptors the partitions take within a seeded bound (none to plenty) and the
+//! flush job, run in a loop beside the appenders, releases from idle partitions, so appends
+//! move between the file and the map while syncs are under way.
 //! The power is cut at a seeded point (every file operation from the Nth on fails, so appends
 //! and syncs under way fail), the crash image is taken, reopened and checked:
 //!
@@ -24,6 +27,7 @@
 use crate::common_sim;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common_sim::{sweep_seeds, Ctx, StepClock};
@@ -31,7 +35,7 @@ use oncelog::format::BatchBuilder;
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{
-    AppendOutcome, Environment, FlushPolicy, JobIntervals, Log, LogConfig, LogManager,
+    AppendOutcome, Environment, FlushPolicy, Job, JobIntervals, Log, LogConfig, LogManager,
     ManagerConfig, PartitionConfig, TopicPartition,
 };
 
@@ -41,6 +45,7 @@ fn open(
     fs: &SimFs,
     clock: &Arc<StepClock>,
     flush: FlushPolicy,
+    descriptors: usize,
 ) -> Result<LogManager, oncelog::ManagerError> {
     let env = Environment::default()
         .with_fs(fs.as_dyn())
@@ -59,7 +64,8 @@ fn open(
         )
         .with_jobs(JobIntervals::none())
         .with_recovery_threads(2)
-        .with_sync_threads(3);
+        .with_sync_threads(3)
+        .with_write_descriptors(descriptors);
     LogManager::open_in(env, &[Path::new(DIR)], config)
 }
 
@@ -141,7 +147,13 @@ fn one_seed(seed: u64) -> u64 {
         true => FlushPolicy::Manual,
         false => FlushPolicy::Always,
     };
-    let m = open(&fs, &clock, flush).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
+    // Under `Always` appends are written through the file, each partition's descriptor taken
+    // at its append, within this bound, and released by the flush job when it finds the
+    // partition idle (run by a thread of its own below): none, one, a few, or as many as
+    // there are partitions.
+    let descriptors = [0, 1, 3, 64][rng.below(4) as usize];
+    let m = open(&fs, &clock, flush, descriptors)
+        .unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
     let partitions = 8 + rng.below(25) as usize;
     let threads = 2 + rng.below(4) as usize;
     let rounds = 1 + rng.below(12);
@@ -155,23 +167,34 @@ fn one_seed(seed: u64) -> u64 {
     let cut_at = 1 + rng.below(partitions as u64 * rounds * 12);
     ctx.note(format!(
         "{partitions} partitions, {threads} threads (shared: {shared}, flush_many: {pooled}), \
-         {rounds} rounds, power cut after {cut_at} ops"
+         {rounds} rounds, {descriptors} write descriptors, power cut after {cut_at} ops"
     ));
     fs.fail_from(OpKind::Any, cut_at, libc::EIO);
+    let appending = AtomicBool::new(true);
     let answers: Vec<Result<Vec<Acked>, String>> = std::thread::scope(|s| {
+        // The flush job's release of idle partitions' descriptors, while they append.
+        let (m, appending) = (&m, &appending);
+        s.spawn(move || {
+            while appending.load(Ordering::Acquire) {
+                let _ = m.run_job(Job::Flush);
+                std::thread::yield_now();
+            }
+        });
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (fs, logs, manager) = (&fs, &logs, pooled.then_some(&m));
+                let (fs, logs, manager) = (&fs, &logs, pooled.then_some(m));
                 let mine: Vec<usize> = (0..partitions)
                     .filter(|p| p % threads == t || (shared && (p + 1) % threads == t))
                     .collect();
                 s.spawn(move || append_until_cut(fs, logs, manager, t, &mine, rounds))
             })
             .collect();
-        workers
+        let answers = workers
             .into_iter()
             .map(|w| w.join().expect("an appender panicked"))
-            .collect()
+            .collect();
+        appending.store(false, Ordering::Release);
+        answers
     });
     let mut acked: Vec<Vec<(i64, String)>> = vec![Vec::new(); partitions];
     for answer in answers {
@@ -186,8 +209,8 @@ fn one_seed(seed: u64) -> u64 {
     fs.clear_faults();
     let report = fs.crash(rng.next_u64());
     ctx.note(format!("crash: {report:?}"));
-    let m =
-        open(&fs, &clock, flush).unwrap_or_else(|e| ctx.fail(format!("open after the crash: {e}")));
+    let m = open(&fs, &clock, flush, descriptors)
+        .unwrap_or_else(|e| ctx.fail(format!("open after the crash: {e}")));
     if let Some((tp, f)) = m.open_report().failures().next() {
         ctx.fail(format!("{tp} did not open: {f}"));
     }

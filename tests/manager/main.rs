@@ -11,3 +11,4 @@ mod manager;
 mod manager_flush_many;
 mod manager_jobs;
 mod manager_locks;
+mod manager_write_descriptors;

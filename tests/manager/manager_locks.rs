@@ -76,8 +76,9 @@ fn open_fds() -> usize {
 
 #[test]
 fn a_managed_partition_holds_no_descriptor_and_creates_no_lock_file() {
-    // Under `FlushPolicy::Always` too, where a standalone log's `AppendWrites::Auto` writes
-    // through the file and keeps its active segment's open.
+    // Under `FlushPolicy::Always` too, where appends are written through the file: the
+    // descriptor that takes is held only while the partition appends, and released by the
+    // flush job once it is idle (manager_write_descriptors.rs).
     for flush_policy in [FlushPolicy::Manual, FlushPolicy::Always] {
         let (_tmp, dir) = populated();
         let mut config = config();
@@ -97,10 +98,18 @@ fn a_managed_partition_holds_no_descriptor_and_creates_no_lock_file() {
             assert!(!path.join(oncelog::log::LOCK_FILE_NAME).exists());
         }
         append(&m.get("a", 0).unwrap(), 5);
+        let writing = usize::from(flush_policy == FlushPolicy::Always);
+        assert_eq!(
+            common::descriptors_under(&dir),
+            before + 1 + writing,
+            "after appends ({flush_policy:?})"
+        );
+        m.run_job(oncelog::Job::Flush).unwrap();
+        m.run_job(oncelog::Job::Flush).unwrap();
         assert_eq!(
             common::descriptors_under(&dir),
             before + 1,
-            "after appends ({flush_policy:?})"
+            "idle again ({flush_policy:?})"
         );
         m.close().unwrap();
         assert_eq!(common::descriptors_under(&dir), before);
@@ -223,6 +232,23 @@ fn fd_limit_child() {
         }
     }
     println!("CREATED {} fds {}", m.list().len(), open_fds());
+    // Under flush always every partition appended writes through the file on a descriptor of
+    // its own, within half the limit by default: more partitions than the limit appending at
+    // once still take their appends (those past the bound copy into the map).
+    let mut always = config();
+    always.log.flush_policy = FlushPolicy::Always;
+    let m2 = LogManager::open(&[dir.with_extension("always")], always).unwrap();
+    for p in 0..n {
+        append(
+            &m2.create("many", p, PartitionConfig::default()).unwrap(),
+            1,
+        );
+    }
+    println!("ALWAYS {} writing {}", m2.list().len(), open_fds());
+    m2.run_job(oncelog::Job::Flush).unwrap();
+    m2.run_job(oncelog::Job::Flush).unwrap();
+    println!("ALWAYS {} idle fds {}", m2.list().len(), open_fds());
+    m2.close().unwrap();
     m.close().unwrap();
     let m = LogManager::open(&[dir], config()).unwrap();
     let r = m.open_report();
@@ -260,6 +286,14 @@ fn more_partitions_than_descriptors_open_and_take_appends_under_a_limit_of_1024(
         out.status.success() && said.contains("DONE"),
         "the child failed: {said}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let writing = said
+        .lines()
+        .find_map(|l| l.strip_prefix("ALWAYS ")?.split_once(" writing "))
+        .map(|(_, fds)| fds.trim().parse::<usize>().unwrap());
+    assert!(
+        writing.is_some_and(|fds| (500..1000).contains(&fds)),
+        "under flush always, up to half the limit writes through the file: {said}"
     );
     for line in said.lines().filter(|l| l.contains(" fds ")) {
         let fds: usize = line.rsplit(' ').next().unwrap().trim().parse().unwrap();

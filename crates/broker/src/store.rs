@@ -975,6 +975,14 @@ fn log_config(settings: &LogSettings) -> Result<LogConfig, oncelog::ConfigError>
             config::FlushPolicy::Always => oncelog::FlushPolicy::Always,
             config::FlushPolicy::EveryMessages(n) => oncelog::FlushPolicy::EveryMessages(n),
         })
+        // acks=all (what clients send by default) syncs the partition before its answer
+        // unless `--flush never`: written through the file, a sync has no page tables to
+        // write-protect (docs/design.md, "Append writes"). A partition holds the descriptor
+        // only while it takes produce requests.
+        .append_writes(match settings.flush {
+            config::FlushPolicy::Never => oncelog::AppendWrites::Auto,
+            _ => oncelog::AppendWrites::File,
+        })
         .recovery_mode(match settings.recovery_mode {
             config::RecoveryMode::TolerateTail => oncelog::RecoveryMode::TolerateTailCorruption,
             config::RecoveryMode::TolerateAny => oncelog::RecoveryMode::TolerateAnyCorruption,

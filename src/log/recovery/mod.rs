@@ -76,6 +76,8 @@ pub(crate) fn segment_config(config: &LogConfig, fs: &Arc<dyn FileSystem>) -> Se
             segment::Preallocation::Reserved
         },
         write_through: config.writes_through_file(),
+        // A managed log's: set by the log over what recovery made (`Log::segment_config`).
+        write_descriptors: None,
     }
 }
 

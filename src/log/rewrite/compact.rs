@@ -1049,7 +1049,7 @@ impl Log {
     /// Opens the swapped-in segments, their indexes rebuilt and made durable.
     fn open_cleaned(&self, cleaned: &[Cleaned], now_ms: i64) -> Result<Vec<Arc<Segment>>, RewriteError> {
         let dir = &self.dir;
-        let cfg = crate::log::recovery::segment_config(&self.config(), &self.env.fs);
+        let cfg = self.segment_config();
         let mut opened = Vec::new();
         for n in cleaned {
             let spec = OpenSpec {

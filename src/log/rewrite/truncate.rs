@@ -22,7 +22,6 @@ use crate::format::{BatchIter, RecordBatch};
 use crate::io::IoError;
 use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
 use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
-use crate::log::recovery::segment_config;
 use crate::log::txn::Unstable;
 use crate::log::{epochs, prefault, AppendState, Log, RewriteError};
 use crate::producer::snapshot_files;
@@ -153,7 +152,7 @@ impl Log {
             self.retire_segment_files(s.base_offset(), now, None)?;
             report.segments_removed.push(s.base_offset());
         }
-        let cfg = segment_config(&self.config(), &self.env.fs);
+        let cfg = self.segment_config();
         let active = segment::create(&self.dir, new_end, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
@@ -490,7 +489,7 @@ impl Log {
             self.retire_segment_files(offset, now, None)?;
             report.segments_removed.push(offset);
         }
-        let cfg = segment_config(&self.config(), &self.env.fs);
+        let cfg = self.segment_config();
         let active = segment::create(&self.dir, offset, &cfg, now).map_err(segment_io)?;
         fs.sync_dir(&self.dir)
             .map_err(|e| IoError::new("fsync directory", &self.dir, e))?;
