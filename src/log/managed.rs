@@ -114,6 +114,24 @@ impl Log {
         Ok(())
     }
 
+    /// Before a client's append: [`Self::mark_unclean`], except that a fresh log keeps
+    /// appending to its one segment without a checkpoint. Its first flush syncs the directory
+    /// instead (the segment files' entries durable before any record is acknowledged): a
+    /// crash then leaves one segment and no checkpoint, which recovery reads from its start
+    /// and cuts at the first damage, as it would from a checkpoint with recovery point 0. The
+    /// checkpoint is written before anything that would leave more than that: a roll, a
+    /// snapshot, any change other than an append (each calls [`Self::mark_unclean`]).
+    pub(super) fn mark_unclean_for_append(&self, st: &mut AppendState) -> Result<(), IoError> {
+        if !st.fresh {
+            return self.mark_unclean(st);
+        }
+        if !st.fresh_appended {
+            st.fresh_appended = true;
+            st.dir_dirty = true;
+        }
+        Ok(())
+    }
+
     /// The active segment's tail against what the clean checkpoint recorded of it (see
     /// [`Self::mark_unclean`]): its path, and where and what is wrong, if anything is.
     fn tail_damage(

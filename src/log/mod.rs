@@ -162,8 +162,12 @@ struct AppendState {
     clean_on_disk: bool,
     /// Opened in a directory that held none of its files, and nothing written since: no
     /// checkpoint is on disk and the segment files' directory entries may not be durable. The
-    /// first change writes the checkpoint first, durably ([`Log::mark_unclean`]).
+    /// first change writes the checkpoint first, durably ([`Log::mark_unclean`]); a client's
+    /// append only marks the directory for the next flush ([`Log::mark_unclean_for_append`]).
     fresh: bool,
+    /// A fresh log took an append without its checkpoint, and marked its directory for the
+    /// next flush's sync.
+    fresh_appended: bool,
     /// The first offset of the earliest open transaction as [`Log::txn`] last heard of it.
     first_ongoing: Option<i64>,
 }
@@ -362,6 +366,7 @@ impl Log {
                 dense_from: loaded.dense_from,
                 clean_on_disk: loaded.clean_on_disk,
                 fresh: loaded.fresh,
+                fresh_appended: false,
                 first_ongoing,
             }),
             log_end_offset: AtomicI64::new(log_end_offset),
@@ -492,7 +497,7 @@ impl Log {
                 return self.answer_duplicate(original.first_offset(), original.last_offset);
             }
         }
-        self.mark_unclean(&mut st)?;
+        self.mark_unclean_for_append(&mut st)?;
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
         self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
@@ -738,6 +743,8 @@ impl Log {
     /// last one. A failure (a full disk) refuses the append with nothing written.
     fn maybe_snapshot(&self, st: &mut AppendState, log_end: i64) -> Result<(), AppendError> {
         if st.producers.snapshot_due() {
+            // A fresh log's checkpoint comes before any file besides its segment's.
+            self.mark_unclean(st)?;
             st.producers
                 .prepare_snapshot(self.env.fs.as_ref(), &self.dir, log_end, false)?;
             self.metrics.snapshot_written();
@@ -853,6 +860,8 @@ impl Log {
         size: usize,
         now: i64,
     ) -> Result<(), AppendError> {
+        // A fresh log's checkpoint comes before its second segment (a no-op for any other).
+        self.mark_unclean(st)?;
         // The snapshot at the new base offset comes first: if it cannot be written (a full
         // disk) nothing has changed yet.
         st.producers

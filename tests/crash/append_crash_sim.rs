@@ -248,3 +248,88 @@ fn crash_points_dedup_retries_of_durable_batches_return_original_offsets() {
     });
     assert!(points > 0);
 }
+
+/// A fresh log writes no checkpoint for its appends to its one segment (docs/design.md, "Many
+/// partitions"): its first flush syncs its directory instead. Every flushed append survives a
+/// power cut taken before any checkpoint was written (each crash image drawn by a seed keeps
+/// or drops what was not synced), comes back at its offsets, and its retry is a duplicate; an
+/// append not flushed is kept whole or not at all. The open after the crash writes no
+/// checkpoint either; the first roll writes it.
+#[test]
+fn a_fresh_logs_flushed_appends_survive_a_crash_before_its_first_checkpoint() {
+    let checkpoint = std::path::Path::new(common_sim::DIR).join("oncelog.checkpoint");
+    for seed in 0..32u64 {
+        let ctx = Ctx::new(seed, "fresh_log_without_checkpoint");
+        let fs = SimFs::new();
+        let clock = StepClock::new();
+        let config = LogConfig::builder()
+            .segment_bytes(64 << 10)
+            .prefault_bytes(0)
+            .build()
+            .unwrap();
+        let log = open(&fs, &clock, &config).unwrap_or_else(|e| ctx.fail(format!("open: {e}")));
+        let mut acked = Vec::new();
+        // At most five batches in all: every one stays in the producer's window (Kafka's five).
+        for i in 0..(1 + seed % 4) as i32 {
+            let p = common_sim::ProducerSeq {
+                producer_id: 7,
+                epoch: 0,
+                base_sequence: i * 3,
+            };
+            let client = client_batch(3, 50, 1_700_000_000_000, Some(p), i as u8);
+            let AppendOutcome::Appended(info) = log.append(&client).unwrap() else {
+                ctx.fail("not appended")
+            };
+            log.flush().unwrap();
+            acked.push((client, info.first_offset, info.last_offset));
+        }
+        if seed % 2 == 0 {
+            // One more, never flushed.
+            let p = common_sim::ProducerSeq {
+                producer_id: 7,
+                epoch: 0,
+                base_sequence: acked.len() as i32 * 3,
+            };
+            log.append(&client_batch(3, 50, 1_700_000_000_000, Some(p), 99))
+                .unwrap();
+        }
+        if fs.as_dyn().exists(&checkpoint).unwrap() {
+            ctx.fail("a fresh log's appends wrote a checkpoint");
+        }
+        // The process dies: no close, no clean checkpoint.
+        log.abandon();
+        fs.crash(seed);
+        let log = open(&fs, &clock, &config)
+            .unwrap_or_else(|e| ctx.fail(format!("open after the crash: {e}")));
+        let end = log.log_end_offset();
+        let flushed = acked.last().map_or(0, |a| a.2 + 1);
+        if end != flushed && end != flushed + 3 {
+            ctx.fail(format!(
+                "log end {end}: {flushed} were flushed, 3 more appended"
+            ));
+        }
+        for (client, first, last) in &acked {
+            expect_duplicate(&ctx, &log, client, *first, *last);
+        }
+        // Recovered as found: still no checkpoint.
+        if fs.as_dyn().exists(&checkpoint).unwrap() {
+            ctx.fail("the open after the crash wrote a checkpoint");
+        }
+        // Appends until the first roll: the checkpoint is written before the second segment.
+        let mut seq = (end / 3) as i32 * 3;
+        while log.maintenance().segment_count() < 2 {
+            let p = common_sim::ProducerSeq {
+                producer_id: 7,
+                epoch: 0,
+                base_sequence: seq,
+            };
+            log.append(&client_batch(3, 2000, 1_700_000_000_000, Some(p), 1))
+                .unwrap_or_else(|e| ctx.fail(format!("append: {e}")));
+            seq += 3;
+        }
+        if !fs.as_dyn().exists(&checkpoint).unwrap() {
+            ctx.fail("the first roll wrote no checkpoint");
+        }
+        log.close().unwrap();
+    }
+}

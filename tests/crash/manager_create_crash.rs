@@ -160,13 +160,29 @@ fn a_batch_of_creates_syncs_each_log_dir_once_and_no_file() {
     // Kafka's placement: spread evenly over the log dirs.
     let per_dir = |d: &str| m.list().iter().filter(|p| p.dir.starts_with(d)).count();
     assert_eq!((per_dir(DIRS[0]), per_dir(DIRS[1])), (50, 50));
-    // The first change writes the log's checkpoint durably, its directory synced with it (so
-    // the new segment files' entries are durable before any record is acknowledged).
+    // A fresh log's appends write no checkpoint; its first flush syncs its directory (so the
+    // new segment files' entries are durable before any record is acknowledged), and only
+    // the first.
     let before = fs.counters();
     logs[0].append(&record()).unwrap();
-    assert!(
-        fs.counters().dir_syncs > before.dir_syncs,
-        "the first append synced no directory"
+    let appended = fs.counters();
+    assert_eq!(
+        appended.dir_syncs, before.dir_syncs,
+        "the append synced a directory"
+    );
+    assert_eq!(
+        appended.data_syncs, before.data_syncs,
+        "the append synced a file"
+    );
+    logs[0].flush().unwrap();
+    let flushed = fs.counters();
+    assert_eq!(flushed.dir_syncs, appended.dir_syncs + 1, "the first flush");
+    logs[0].append(&record()).unwrap();
+    logs[0].flush().unwrap();
+    assert_eq!(
+        fs.counters().dir_syncs,
+        flushed.dir_syncs,
+        "the second flush"
     );
     m.close().unwrap();
 }

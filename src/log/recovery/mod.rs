@@ -494,7 +494,12 @@ fn apply(
     // writes its checkpoint durably (the directory synced with it) before that change
     // (`Log::mark_unclean`), as after a clean open. This is what makes creating a partition
     // cost no fsync (docs/design.md, "Many partitions").
-    let fresh = old.is_none() && is_fresh(fs, dir, inv, &plan)?;
+    // So does a log that a crash took before its first checkpoint: a fresh log's appends to
+    // its one segment write none (`Log::mark_unclean_for_append`). Its one segment is read
+    // from its start, cut at the first damage, and left without a checkpoint as it was found;
+    // writing one here would cost two syncs a partition for nothing a later crash could use.
+    let fresh = old.is_none()
+        && (is_fresh(fs, dir, inv, &plan)? || one_segment_born_unflushed(fs, dir, inv, &plan)?);
     // 1. Swaps first (§8.2 step 4): they decide which segment files exist.
     let after_cut = complete_swaps(fs, dir, inv, &plan, &mut report)?;
 
@@ -642,6 +647,31 @@ fn is_fresh(fs: &dyn FileSystem, dir: &Path, inv: &Inventory, plan: &Plan) -> Re
         return Ok(false);
     }
     // A damaged checkpoint is not believed (`old` is none) but is still there: it is replaced.
+    let cp = dir.join(checkpoint::FILE_NAME);
+    Ok(!fs.exists(&cp).ctx("stat", &cp)?)
+}
+
+/// Whether the log's directory holds one segment at offset 0 with its indexes and nothing
+/// else (no checkpoint, snapshot, swap or leftover): a fresh log that took appends and no
+/// checkpoint before a crash, recovered as it is found.
+fn one_segment_born_unflushed(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    inv: &Inventory,
+    plan: &Plan,
+) -> Result<bool, IoError> {
+    let alone = inv.logs.len() == 1
+        && inv.swaps.is_empty()
+        && inv.index_swaps.is_empty()
+        && inv.garbage.is_empty()
+        && inv.snapshots.is_empty()
+        && plan.doomed.is_empty()
+        && plan.segments.len() == 1
+        && plan.segments.iter().all(|s| s.base == 0)
+        && plan.log_start_offset == 0;
+    if !alone {
+        return Ok(false);
+    }
     let cp = dir.join(checkpoint::FILE_NAME);
     Ok(!fs.exists(&cp).ctx("stat", &cp)?)
 }
