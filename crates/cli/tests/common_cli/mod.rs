@@ -109,6 +109,13 @@ pub fn crashed_log(dir: &Path, flushed: usize, more: usize) -> Vec<Vec<u8>> {
     let batches: Vec<Vec<u8>> = (0..flushed + more)
         .map(|i| batch(5, Some((9, 0, 5 * i as i32))))
         .collect();
+    // Opened and closed once first, as a log that ran before: its appends then replace a
+    // clean checkpoint with an unclean one (a fresh log's appends to its first segment write
+    // none, and a crash leaves it with no checkpoint at all).
+    Log::open(dir, small_config())
+        .expect("open")
+        .close()
+        .expect("close");
     let log = Log::open(dir, small_config()).expect("open");
     for (i, b) in batches.iter().enumerate() {
         assert!(matches!(
