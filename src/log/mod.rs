@@ -776,7 +776,20 @@ impl Log {
         if !self.env.fs.allows_background_io() {
             return;
         }
-        if let Some(target) = w.growth_wanted() {
+        // Reserved space is grown a step at a time, and for a writer whose lookahead grew
+        // past the first also twice the lookahead past it (at most a step): pages are faulted
+        // in only up to the allocated end, so a fast writer would otherwise catch the faulting
+        // up at every growth (docs/performance.md, "Pages faulted in ahead of the writer").
+        let lookahead = prefault.lookahead(w.size(), st.config.prefault_bytes);
+        let for_pages = (2 * lookahead)
+            .min(st.config.allocation_step_bytes)
+            .saturating_add(w.size())
+            .min(w.capacity());
+        let for_pages = (!st.config.zeroes_ahead()
+            && prefault::past_first_lookahead(lookahead)
+            && w.space().ready() < for_pages)
+            .then_some(for_pages);
+        if let Some(target) = w.growth_wanted().max(for_pages) {
             prefault.grow(w.space(), target);
         }
         if st.config.writes_through_file() && !w.space().recycled() {
@@ -796,6 +809,7 @@ impl Log {
             w.space().ready(),
             st.config.prefault_bytes,
             write,
+            !st.config.writes_through_file(),
         );
     }
 
@@ -902,7 +916,7 @@ impl Log {
             })?;
         let new_segment = Arc::clone(new.segment());
         let old = st.active.replace(new).ok_or(AppendError::Closed)?;
-        st.prefault = prefault::Prefault::default();
+        st.prefault = st.prefault.for_next_segment();
         // The background thread starts on the new segment's space before its next append.
         self.prefault_ahead(st);
         self.segments.write().insert(new_base, new_segment);
