@@ -41,6 +41,7 @@ pub const BARE_MMAP: &str = "bare: mmap copy+CRC";
 pub const BARE_WRITE_FSYNC: &str = "bare: write(2)+CRC+fdatasync";
 pub const BARE_FALLOCATED_FSYNC: &str = "bare: pwrite+fdatasync, fallocated file";
 pub const BARE_ZEROED_FSYNC: &str = "bare: pwrite+fdatasync, zeroed file";
+pub const BARE_DIRECT_FSYNC: &str = "bare: O_DIRECT|O_DSYNC pwrite, zeroed file";
 
 /// The log-shaped peers the targets compare against; fjall and redb are context.
 pub const PEERS: [&str; 2] = [COMMITLOG, RAFT];
@@ -78,6 +79,13 @@ fn cleanup(dir: &Path) {
 }
 
 fn push(results: &mut Results, w: Workload, engine: &'static str, s: Sample) {
+    if std::env::var_os("PEERS_SAMPLES").is_some() {
+        eprintln!(
+            "sample {} | {engine} | {:.0} MB/s",
+            w.title(),
+            s.messages as f64 * crate::MESSAGE_BYTES as f64 / s.secs / 1e6
+        );
+    }
     results.entry((w, engine)).or_default().push(s);
 }
 
@@ -229,6 +237,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
         bare_write_fsync(data, scratch, ns, r);
         bare_pwrite_fsync(data, scratch, ns, false, r);
         bare_pwrite_fsync(data, scratch, ns, true, r);
+        bare_direct_fsync(data, scratch, ns, r);
         oncelog_fsync(data, scratch, ns, durable, r);
         commitlog_fsync(data, scratch, ns, r);
         raft_fsync(data, scratch, ns, durable, r);
@@ -435,10 +444,69 @@ fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mu
     } else {
         BARE_FALLOCATED_FSYNC
     };
+    push(r, Workload::FsyncPerBatch, name, latency_sample(s, lat));
+}
+
+/// The other floor of (b): each batch written with `O_DIRECT|O_DSYNC` into a zeroed file,
+/// bypassing the page cache (whole 4 KiB blocks: the block holding the previous batch's end
+/// is written again with the new bytes after it, as a database's WAL does). What a durable
+/// append could gain by leaving the page cache, which oncelog's mapped readers rely on.
+fn bare_direct_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    const BLOCK: usize = 4096;
+    let dir = fresh(scratch, "bare-direct-fsync");
+    let path = dir.join("data");
+    let total = data.kafka_bytes(n) + BLOCK;
+    {
+        let f = File::create(&path).expect("create");
+        let zeros = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < total {
+            f.write_all_at(&zeros, at as u64).expect("zeros");
+            at += zeros.len();
+        }
+        f.sync_all().expect("fsync");
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(&path)
+        .expect("open O_DIRECT");
+    let largest = data.kafka[..n].iter().map(Vec::len).max().unwrap_or(0);
+    let len = (largest + 2 * BLOCK).next_multiple_of(BLOCK);
+    let layout = std::alloc::Layout::from_size_align(len, BLOCK).expect("layout");
+    // SAFETY: the layout has a non-zero size; the buffer is freed below with the same layout.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!ptr.is_null(), "allocation");
+    // SAFETY: `ptr` is a fresh allocation of `len` bytes, used only through this slice.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+    let mut lat = Vec::with_capacity(n);
+    let s = timed(data.messages(n), || {
+        let mut pos = 0usize;
+        for b in &data.kafka[..n] {
+            let t = Instant::now();
+            // `buf` starts with the block that holds `pos`, its bytes before `pos` kept.
+            let start = pos - pos % BLOCK;
+            let head = pos - start;
+            buf[head..head + b.len()].copy_from_slice(b);
+            let end = (pos + b.len()).next_multiple_of(BLOCK);
+            f.write_all_at(&buf[..end - start], start as u64)
+                .expect("O_DIRECT write");
+            pos += b.len();
+            let next = pos - pos % BLOCK;
+            buf.copy_within(next - start..next - start + BLOCK, 0);
+            lat.push(t.elapsed().as_secs_f64());
+        }
+    });
+    // SAFETY: allocated above with this layout, and `buf` is not used again.
+    unsafe { std::alloc::dealloc(ptr, layout) };
+    drop(f);
+    cleanup(&dir);
     push(
         r,
         Workload::FsyncPerBatch,
-        name,
+        BARE_DIRECT_FSYNC,
         latency_sample(s, lat),
     );
 }
@@ -591,12 +659,7 @@ fn oncelog_fsync(data: &Data, scratch: &Path, n: usize, durable: Durable, r: &mu
     log.close().expect("close");
     drop(log);
     cleanup(&dir);
-    push(
-        r,
-        Workload::FsyncPerBatch,
-        ONCELOG,
-        latency_sample(s, lat),
-    );
+    push(r, Workload::FsyncPerBatch, ONCELOG, latency_sample(s, lat));
 }
 
 /// `threads` appenders sharing one log under `FlushPolicy::Always`: each append returns once
@@ -1072,12 +1135,7 @@ fn raft_fsync(data: &Data, scratch: &Path, n: usize, durable: Durable, r: &mut R
     });
     drop(engine);
     cleanup(&dir);
-    push(
-        r,
-        Workload::FsyncPerBatch,
-        RAFT,
-        latency_sample(s, lat),
-    );
+    push(r, Workload::FsyncPerBatch, RAFT, latency_sample(s, lat));
 }
 
 /// `threads` writers sharing one engine, each `write(.., true)`: raft-engine's write group
@@ -1239,12 +1297,7 @@ fn fjall_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     drop(ks);
     drop(db);
     cleanup(&dir);
-    push(
-        r,
-        Workload::FsyncPerBatch,
-        FJALL,
-        latency_sample(s, lat),
-    );
+    push(r, Workload::FsyncPerBatch, FJALL, latency_sample(s, lat));
 }
 
 // ---------------------------------------------------------------- redb
@@ -1305,10 +1358,5 @@ fn redb_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     });
     drop(db);
     cleanup(&dir);
-    push(
-        r,
-        Workload::FsyncPerBatch,
-        REDB,
-        latency_sample(s, lat),
-    );
+    push(r, Workload::FsyncPerBatch, REDB, latency_sample(s, lat));
 }

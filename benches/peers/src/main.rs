@@ -4,6 +4,9 @@
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml -- --rounds N
 //!  [--quick] [--fresh] [--oncelog-recycled N] [--oncelog-writes auto|map|file] [--cold-steady] [--only GROUPS] [--dir SCRATCH] [--out docs/benchmarks.md]`
+//!
+//! `PEERS_SAMPLES=1` also prints every sample (workload, engine, MB/s) to stderr as it is
+//! taken: the medians hide how far the rounds of one engine spread.
 
 mod engines;
 mod raft_entry;
@@ -320,11 +323,22 @@ fn main() {
 
     let mut results = Results::new();
     let started = Instant::now();
+    let mut loads = Vec::with_capacity(args.rounds);
     for round in 1..=args.rounds {
+        // What else shares the machine moves the durable figures: recorded with the report.
+        loads.push(load_average());
         let t = Instant::now();
         engines::round(&args, &data, scratch.path(), &mut results);
         eprintln!("round {round}/{} took {:.1?}", args.rounds, t.elapsed());
     }
     eprintln!("total {:.1?}", started.elapsed());
-    report::report(&args, &data, &results, drop_caches);
+    report::report(&args, &data, &results, drop_caches, &loads);
+}
+
+/// The 1-minute load average (`/proc/loadavg`), NaN where it cannot be read.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
 }

@@ -98,7 +98,7 @@ pub const NOTES_MARKER: &str = "<!-- notes: kept by the generator -->";
 /// Where `crates/broker/e2e/run.sh` writes its section.
 pub const BROKER_MARKER: &str = "<!-- broker-e2e:begin -->";
 
-pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
+pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool, loads: &[f64]) {
     let medians: Vec<((Workload, &'static str), Sample)> =
         results.iter().map(|(k, v)| (*k, median(v))).collect();
     let get = |w: Workload, e: &str| -> Option<f64> {
@@ -156,7 +156,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         |w: Workload, name: &str| json_num(ratio(extra(w, RAFT, name), extra(w, ONCELOG, name)));
     let append = get(Workload::Append, ONCELOG);
     let json = format!(
-        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{},\"fsync_vs_raft_engine\":{},\"fsync_p50_raft_over_oncelog\":{},\"fsync_p99_raft_over_oncelog\":{},\"group_commit_vs_raft_engine\":{},\"group_commit_16_vs_raft_engine\":{},\"acks_all_vs_raft_engine\":{}}}",
+        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{},\"fsync_vs_raft_engine\":{},\"fsync_p50_raft_over_oncelog\":{},\"fsync_p99_raft_over_oncelog\":{},\"group_commit_vs_raft_engine\":{},\"group_commit_16_vs_raft_engine\":{},\"acks_all_vs_raft_engine\":{},\"durable_16_vs_no_fsync\":{},\"durable_16_ack_p99_us\":{},\"device_fdatasync_p50_us\":{}}}",
         json_num(ratio(append, best_peer(Workload::Append).map(|b| b.0))),
         json_num(ratio(append, get(Workload::Append, BARE_MMAP))),
         json_num(ratio(
@@ -181,6 +181,12 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
         vs_raft(Workload::GroupCommit),
         vs_raft(Workload::GroupCommit16),
         vs_raft(Workload::AcksAll),
+        // Durability without a cliff: 16 appenders each waiting for fdatasync, against
+        // oncelog's own append without fsync in the same run.
+        json_num(ratio(get(Workload::GroupCommit16, ONCELOG), append)),
+        json_num(extra(Workload::GroupCommit16, ONCELOG, "p99 µs/batch")),
+        // The device's median fdatasync: one batch written into written blocks and synced.
+        json_num(extra(Workload::FsyncPerBatch, engines::BARE_ZEROED_FSYNC, "p50 µs/batch")),
     );
 
     let read_warm = json_num(ratio(
@@ -206,9 +212,10 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - CPU: {cpu} ({cores} logical CPUs)\n\
          - commit: {commit}{dirty}\n\
          - rounds: {rounds}, interleaved (each round runs every engine × workload once); every number is the median of the rounds\n\
+         - load average (1 min) at the start of each round: {loads}\n\
          - page cache: {caches}\n\n\
          ## Results\n\n{table}\n\
-         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte; the durable workloads against raft-engine in throughput (`fsync_vs_raft_engine`, `group_commit_vs_raft_engine` with {threads} threads, `group_commit_16_vs_raft_engine`, `acks_all_vs_raft_engine`) and, for one fsync per batch, in latency as raft-engine's p50 and p99 over oncelog's (above 1: oncelog's is lower)):\n\n\
+         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte; the durable workloads against raft-engine in throughput (`fsync_vs_raft_engine`, `group_commit_vs_raft_engine` with {threads} threads, `group_commit_16_vs_raft_engine`, `acks_all_vs_raft_engine`) and, for one fsync per batch, in latency as raft-engine's p50 and p99 over oncelog's (above 1: oncelog's is lower); `durable_16_vs_no_fsync` is oncelog's group commit with {many} threads over its own append without fsync (durability without a cliff), with that workload's acknowledgement p99 (`durable_16_ack_p99_us`) and the device's median `fdatasync` of one batch (`device_fdatasync_p50_us`, the bare `pwrite` + `fdatasync` row of a zeroed file)):\n\n\
          ```json\n{json}\n```\n\n\
          ## Method\n\n\
          - Data: {msgs} messages of {mb} B (incompressible) in batches of {pb}: {n} batches, {kb} B as Kafka RecordBatch v2 (records without key). \
@@ -244,6 +251,11 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool) {
          - (f) oncelog only: one appender (as in (a)) with 1, 2 and 4 threads tailing it (`read` from their next offset, yielding when at the end); \
          MB/s is the appender's; lag is log end offset minus the reader's next offset at each poll; catch-up is how long after the last append the slowest reader was done.\n",
         rounds = args.rounds,
+        loads = loads
+            .iter()
+            .map(|l| format!("{l:.2}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         quick = if args.quick { " --quick" } else { "" },
         date = shell("date", &["-u", "+%Y-%m-%d %H:%M:%S UTC"]),
         uname = shell("uname", &["-a"]),
