@@ -4,8 +4,10 @@
 //! thread than the whole harness (docs/performance.md, "Pages faulted in ahead of the writer").
 //!
 //! `cargo run --release --manifest-path benches/peers/Cargo.toml --bin append_ab -- [ROUNDS]
-//!  [--drop-caches]`; `--drop-caches` drops the page cache before each sample, as the
-//! harness's cold reads do between its append rounds.
+//!  [--drop-caches] [--pause-ms N]`; `--drop-caches` drops the page cache before each sample,
+//! as the harness's cold reads do between its append rounds; `--pause-ms N` waits N ms
+//! between freeing the previous sample's pages and the next sample (time for a VM's free
+//! page reporting to hand them back to its host).
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -90,14 +92,17 @@ fn sync() {
 fn main() {
     let mut rounds = 9;
     let mut drop_caches = false;
-    for a in std::env::args().skip(1) {
+    let mut pause = std::time::Duration::ZERO;
+    let usage = "usage: append_ab [ROUNDS] [--drop-caches] [--pause-ms N]";
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
         match a.as_str() {
             "--drop-caches" => drop_caches = true,
-            n => {
-                rounds = n
-                    .parse()
-                    .expect("usage: append_ab [ROUNDS] [--drop-caches]")
+            "--pause-ms" => {
+                let ms = args.next().and_then(|v| v.parse().ok()).expect(usage);
+                pause = std::time::Duration::from_millis(ms);
             }
+            n => rounds = n.parse().expect(usage),
         }
     }
     let batches = batches();
@@ -117,6 +122,8 @@ fn main() {
             let dir = scratch.path().join("run");
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).expect("run dir");
+            sync();
+            std::thread::sleep(pause);
             if drop_caches {
                 sync();
                 let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
