@@ -171,13 +171,22 @@ impl std::fmt::Debug for Prefault {
     }
 }
 
+impl Drop for Prefault {
+    /// The segment stopped being active (a roll, a truncation, a close): work still queued for
+    /// its map finds nothing wanted.
+    fn drop(&mut self) {
+        if let Some(ahead) = &self.ahead {
+            ahead.want.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Prefault {
     /// A fresh start for the next segment, keeping what was learned of the writer's rate.
     pub fn for_next_segment(&self) -> Prefault {
-        Prefault {
-            rate: self.rate,
-            ..Prefault::default()
-        }
+        let mut next = Prefault::default();
+        next.rate = self.rate;
+        next
     }
 
     /// How far ahead of a writer at `written` pages are wanted, at most `max`
