@@ -226,9 +226,10 @@ pub struct LogConfig {
     /// offset it was taken at; the default), 2 (the same without the offset) or 1 (Kafka's, only
     /// the newest batch per producer). All are always readable.
     pub snapshot_version: SnapshotVersion,
-    /// Bytes of the active segment kept faulted in ahead of the writer by a background
-    /// thread, so appends copy into resident pages (docs/design.md, "Memory maps without hazards").
-    /// 0 turns it off. Default 8 MiB.
+    /// At most this many bytes of the active segment are kept faulted in ahead of the writer
+    /// by a background thread, so appends copy into resident pages: the lookahead is what the
+    /// writer appends in 4 ms or has written, from 128 KiB up to this (docs/design.md,
+    /// "Append", step 5). 0 turns it off. Default 8 MiB.
     pub prefault_bytes: usize,
     /// A producer snapshot is also taken once this many bytes were appended since the last
     /// one, so a restart replays at most this much of the log. Default 64 MiB.
