@@ -42,6 +42,9 @@ pub const BARE_WRITE_FSYNC: &str = "bare: write(2)+CRC+fdatasync";
 pub const BARE_FALLOCATED_FSYNC: &str = "bare: pwrite+fdatasync, fallocated file";
 pub const BARE_ZEROED_FSYNC: &str = "bare: pwrite+fdatasync, zeroed file";
 pub const BARE_DIRECT_FSYNC: &str = "bare: O_DIRECT|O_DSYNC pwrite, zeroed file";
+/// The ceiling of (c): one thread writes each group of as many batches as there are
+/// appenders in one `pwritev` and syncs it once (`bare_group_fsync`).
+pub const BARE_GROUP_FSYNC: &str = "bare: one pwritev+fdatasync per group, zeroed file";
 
 /// The log-shaped peers the targets compare against; fjall and redb are context.
 pub const PEERS: [&str; 2] = [COMMITLOG, RAFT];
@@ -252,6 +255,7 @@ pub fn round(args: &Args, data: &Data, scratch: &Path, r: &mut Results) {
             (MANY_THREADS, Workload::GroupCommit16),
         ] {
             let batches = &data.kafka[..ns];
+            bare_group_fsync(batches, PER_BATCH, threads, w, scratch, r);
             oncelog_group(batches, PER_BATCH, threads, w, scratch, durable, r);
             raft_group(&data.payloads[..ns], threads, w, scratch, durable, r);
         }
@@ -445,6 +449,58 @@ fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mu
         BARE_FALLOCATED_FSYNC
     };
     push(r, Workload::FsyncPerBatch, name, latency_sample(s, lat));
+}
+
+/// The ceiling of group commit with `threads` appenders: each has one batch waiting at a
+/// time, so no sync can cover more than `threads` batches; here every sync covers exactly
+/// that many, with no thread to wake and nothing between one sync and the next but one
+/// `pwritev` of the group, into a zeroed file (written blocks, as a recycled file's are). A
+/// batch is acknowledged when its group's sync returns. What any engine's coordination could
+/// reach on this device with this many appenders.
+fn bare_group_fsync(
+    batches: &[Vec<u8>],
+    per_batch: usize,
+    threads: usize,
+    w: Workload,
+    scratch: &Path,
+    r: &mut Results,
+) {
+    use std::os::unix::fs::FileExt;
+    let dir = fresh(scratch, "bare-group-fsync");
+    let f = File::create(dir.join("data")).expect("create");
+    let total: usize = batches.iter().map(Vec::len).sum();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < total {
+        f.write_all_at(&zeros, at as u64).expect("zeros");
+        at += zeros.len();
+    }
+    f.sync_all().expect("fsync");
+    let mut lat = Vec::with_capacity(batches.len());
+    let s = timed((batches.len() * per_batch) as u64, || {
+        let mut at = 0usize;
+        for group in batches.chunks(threads) {
+            let t = Instant::now();
+            let iov: Vec<libc::iovec> = group
+                .iter()
+                .map(|b| libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                })
+                .collect();
+            let len: usize = group.iter().map(Vec::len).sum();
+            // SAFETY: each iovec points at a live batch of its stated length, read only.
+            let n = unsafe { libc::pwritev(f.as_raw_fd(), iov.as_ptr(), iov.len() as i32, at as libc::off_t) };
+            assert_eq!(n, len as isize, "pwritev: {}", std::io::Error::last_os_error());
+            f.sync_data().expect("fdatasync");
+            at += len;
+            let took = t.elapsed().as_secs_f64();
+            lat.extend(std::iter::repeat_n(took, group.len()));
+        }
+    });
+    drop(f);
+    cleanup(&dir);
+    push(r, w, BARE_GROUP_FSYNC, latency_sample(s, lat));
 }
 
 /// The other floor of (b): each batch written with `O_DIRECT|O_DSYNC` into a zeroed file,

@@ -156,7 +156,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool, lo
         |w: Workload, name: &str| json_num(ratio(extra(w, RAFT, name), extra(w, ONCELOG, name)));
     let append = get(Workload::Append, ONCELOG);
     let json = format!(
-        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{},\"fsync_vs_raft_engine\":{},\"fsync_p50_raft_over_oncelog\":{},\"fsync_p99_raft_over_oncelog\":{},\"group_commit_vs_raft_engine\":{},\"group_commit_16_vs_raft_engine\":{},\"acks_all_vs_raft_engine\":{},\"durable_16_vs_no_fsync\":{},\"durable_16_ack_p99_us\":{},\"device_fdatasync_p50_us\":{}}}",
+        "{{\"append_vs_best_peer\":{},\"append_vs_bare_mmap\":{},\"read_vs_best_peer\":{},\"recovery_vs_raft_engine\":{},\"group_commit_speedup\":{},\"recovery_cold_vs_raft_engine\":{},\"fsync_vs_raft_engine\":{},\"fsync_p50_raft_over_oncelog\":{},\"fsync_p99_raft_over_oncelog\":{},\"group_commit_vs_raft_engine\":{},\"group_commit_16_vs_raft_engine\":{},\"acks_all_vs_raft_engine\":{},\"durable_16_vs_no_fsync\":{},\"durable_16_ack_p99_us\":{},\"device_fdatasync_p50_us\":{},\"durable_16_ceiling_vs_no_fsync\":{},\"group_commit_16_ceiling_vs_raft_engine\":{}}}",
         json_num(ratio(append, best_peer(Workload::Append).map(|b| b.0))),
         json_num(ratio(append, get(Workload::Append, BARE_MMAP))),
         json_num(ratio(
@@ -187,6 +187,13 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool, lo
         json_num(extra(Workload::GroupCommit16, ONCELOG, "p99 µs/batch")),
         // The device's median fdatasync: one batch written into written blocks and synced.
         json_num(extra(Workload::FsyncPerBatch, engines::BARE_ZEROED_FSYNC, "p50 µs/batch")),
+        // The ceiling of both 16-thread figures: 16 batches per sync and nothing else (the
+        // bare group row), over the same denominators.
+        json_num(ratio(get(Workload::GroupCommit16, engines::BARE_GROUP_FSYNC), append)),
+        json_num(ratio(
+            get(Workload::GroupCommit16, engines::BARE_GROUP_FSYNC),
+            get(Workload::GroupCommit16, RAFT)
+        )),
     );
 
     let read_warm = json_num(ratio(
@@ -215,7 +222,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool, lo
          - load average (1 min) at the start of each round: {loads}\n\
          - page cache: {caches}\n\n\
          ## Results\n\n{table}\n\
-         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte; the durable workloads against raft-engine in throughput (`fsync_vs_raft_engine`, `group_commit_vs_raft_engine` with {threads} threads, `group_commit_16_vs_raft_engine`, `acks_all_vs_raft_engine`) and, for one fsync per batch, in latency as raft-engine's p50 and p99 over oncelog's (above 1: oncelog's is lower); `durable_16_vs_no_fsync` is oncelog's group commit with {many} threads over its own append without fsync (durability without a cliff), with that workload's acknowledgement p99 (`durable_16_ack_p99_us`) and the device's median `fdatasync` of one batch (`device_fdatasync_p50_us`, the bare `pwrite` + `fdatasync` row of a zeroed file)):\n\n\
+         Ratios (oncelog over: best log peer for append and read, the bare mmap loop, raft-engine for recovery (`recovery_vs_raft_engine` is warm: the tail in the page cache, as after a process crash, so it measures validation; `recovery_cold_vs_raft_engine` reads the tail from the disk and is bounded by the device); group commit over one fsync per batch; `read_vs_best_peer` is the cold-cache read, where every engine must bring the bytes in; warm it is {read_warm}; both read ratios are a consumer's speed, since every reader checks a CRC-32C over every payload byte; the durable workloads against raft-engine in throughput (`fsync_vs_raft_engine`, `group_commit_vs_raft_engine` with {threads} threads, `group_commit_16_vs_raft_engine`, `acks_all_vs_raft_engine`) and, for one fsync per batch, in latency as raft-engine's p50 and p99 over oncelog's (above 1: oncelog's is lower); `durable_16_vs_no_fsync` is oncelog's group commit with {many} threads over its own append without fsync (durability without a cliff), with that workload's acknowledgement p99 (`durable_16_ack_p99_us`) and the device's median `fdatasync` of one batch (`device_fdatasync_p50_us`, the bare `pwrite` + `fdatasync` row of a zeroed file); the two `ceiling` keys put the bare group row of (c) (one thread writing each group of {many} batches in one `pwritev` and syncing it once: the most that many appenders, each waiting for its one batch, can get from the device) over the same denominators):\n\n\
          ```json\n{json}\n```\n\n\
          ## Method\n\n\
          - Data: {msgs} messages of {mb} B (incompressible) in batches of {pb}: {n} batches, {kb} B as Kafka RecordBatch v2 (records without key). \
@@ -238,6 +245,7 @@ pub fn report(args: &Args, data: &Data, results: &Results, drop_caches: bool, lo
          raft-engine one shared engine, `write(.., true)`, one region per thread (its write group shares the sync). \
          Each thread waits for its own batch's durability before it sends the next. Each store takes one durable write before the timed region (the first sync of a fresh store makes its new files durable, a one-off per store, for both engines). \
          oncelog's notes give the batches each sync covered and the median sync (its `LogMetrics`). \
+         The bare row is the ceiling: one thread writes the same batches in groups of as many as there are threads, each group in one `pwritev` into a zeroed file and one `fdatasync`, every batch of a group acknowledged when its sync returns; no thread is woken, nothing runs between syncs but the write. \
          The notes of every per-batch-latency row of (b), (c) and (g) also give the process's CPU time per batch over the timed region (user + system, `getrusage`: the engine's threads and its background threads) and the bytes the machine's disks were written per batch (`/proc/diskstats`). \
          oncelog's durable logs use `LogConfig::append_writes` `Auto`, which under `FlushPolicy::Always` writes batches through the file (`pwrite`); `--oncelog-writes map` measures them copied into the map.\n\
          - Stores of (b), (c) and (g): {stores}\n\
