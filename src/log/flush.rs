@@ -31,14 +31,22 @@ impl Log {
     /// anything but the disk. `FlushPolicy::Always` is this, called by every append.
     pub fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
         let entered = Instant::now();
-        let result = self.flush_to_inner(offset);
+        let result = self.flush_to_inner(offset, offset != i64::MAX);
         if offset != i64::MAX {
             self.metrics.durable_wait(entered.elapsed());
         }
         result
     }
 
-    fn flush_to_inner(&self, offset: i64) -> Result<(), FlushError> {
+    /// [`Log::flush_to`] for the leader of a write group, which let the appends under way join
+    /// its group before it wrote them: its sync starts at once. (The group records each
+    /// appender's wait.)
+    pub(super) fn flush_group(&self, offset: i64) -> Result<(), FlushError> {
+        self.flush_to_inner(offset, false)
+    }
+
+    /// `delay`: whether a new leader first lets the appends under way finish writing.
+    fn flush_to_inner(&self, offset: i64, delay: bool) -> Result<(), FlushError> {
         // One thread syncs (without holding the lock) while the others wait, each parked on its
         // own wake-up. When the sync is done the leader wakes those it covered directly, and
         // hands the lead to the first one it did not (it appended while the sync ran): that
@@ -74,16 +82,8 @@ impl Log {
         }
         let (from_base, from_position) = (fst.segment_base, fst.position);
         drop(fst);
-        if offset != i64::MAX {
-            // An appender about to lead a sync first lets the appends already under way finish
-            // writing, for at most a small fraction of an fsync, so one fdatasync covers them too
-            // (Postgres's `commit_delay`, but only while someone is actually appending).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_micros(100);
-            while self.appends_in_flight.load(Ordering::Acquire) > 0
-                && std::time::Instant::now() < deadline
-            {
-                std::thread::yield_now();
-            }
+        if delay {
+            self.await_appends_in_flight();
         }
         let syncing = Instant::now();
         let result = self.sync_once(from_base, from_position);
@@ -107,6 +107,19 @@ impl Log {
             self.write_checkpoint(false)?;
         }
         Ok(())
+    }
+
+    /// What an appender about to lead a sync (or a write group) does first: lets the appends
+    /// already under way finish writing (or join the group), for at most a small fraction of an
+    /// fsync, so one fdatasync covers them too (Postgres's `commit_delay`, but only while
+    /// someone is actually appending).
+    pub(super) fn await_appends_in_flight(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_micros(100);
+        while self.appends_in_flight.load(Ordering::Acquire) > 0
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::yield_now();
+        }
     }
 
     /// At the end of a sync: wakes the waiters it covered, and hands the next sync to the first
@@ -378,8 +391,8 @@ pub(super) struct Waiter {
 }
 
 /// One waiter's wake-up: parked until the leader sets it, woken directly (no lock to take on
-/// the way out).
-struct Wake {
+/// the way out). Also the wake-up of an appender waiting in the write group (`group.rs`).
+pub(super) struct Wake {
     state: AtomicU8,
     thread: std::thread::Thread,
 }
@@ -388,27 +401,32 @@ impl Wake {
     const WAITING: u8 = 0;
     /// Look again: covered, or the turn is free.
     const RECHECK: u8 = 1;
-    /// Lead the next sync: the turn was handed over.
-    const LEAD: u8 = 2;
+    /// Lead the next sync (in the write group: the next group): the turn was handed over.
+    pub(super) const LEAD: u8 = 2;
 
-    fn new() -> Wake {
+    pub(super) fn new() -> Wake {
         Wake {
             state: AtomicU8::new(Wake::WAITING),
             thread: std::thread::current(),
         }
     }
 
-    fn set(&self, state: u8) {
+    pub(super) fn set(&self, state: u8) {
         self.state.store(state, Ordering::Release);
         self.thread.unpark();
     }
 
     /// Parks until set; whether the lead was handed over.
     fn wait(&self) -> bool {
+        self.wait_state() == Wake::LEAD
+    }
+
+    /// Parks until set; the state it was set to.
+    pub(super) fn wait_state(&self) -> u8 {
         loop {
             match self.state.load(Ordering::Acquire) {
                 Wake::WAITING => std::thread::park(),
-                state => return state == Wake::LEAD,
+                state => return state,
             }
         }
     }

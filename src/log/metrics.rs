@@ -300,7 +300,8 @@ pub struct LogMetrics {
     pub flush_latency: LatencyHistogram,
     /// Time an append that had to be durable before returning (`FlushPolicy::Always`, or the
     /// one that reached `EveryMessages`) spent in the flush, waiting included: the
-    /// acknowledgement latency a producer with `acks=all` sees, less the copy.
+    /// acknowledgement latency a producer with `acks=all` sees, less its validation. Under
+    /// `Always`, from joining the write group to the answer, the group's write included.
     pub durable_append_wait: LatencyHistogram,
     /// Producer snapshot files written (at roll, by the replay budget, at close).
     pub snapshot_writes: u64,

@@ -13,6 +13,7 @@ mod error;
 mod faces;
 mod fetch;
 mod flush;
+mod group;
 mod managed;
 pub mod metadata_file;
 #[cfg(any(test, feature = "internals"))]
@@ -246,8 +247,11 @@ pub struct Log {
     flush: Mutex<FlushState>,
     /// Signalled when the flush turn is free (a rewrite waits for it).
     flushed: Condvar,
-    /// Client appends between entry and the end of their write (group commit waits for them).
+    /// Client appends between entry and the end of their write, or their joining the write
+    /// group (group commit and a group's leader wait for them).
     appends_in_flight: AtomicUsize,
+    /// Appenders under `FlushPolicy::Always` waiting to be written by the group's leader.
+    group: Mutex<group::WriteGroup>,
     log_end_offset: AtomicI64,
     /// Readers waiting for the log end to move ([`Log::wait_for`]).
     end_signal: wait::EndSignal,
@@ -350,6 +354,7 @@ impl Log {
             }),
             flushed: Condvar::new(),
             appends_in_flight: AtomicUsize::new(0),
+            group: Mutex::new(group::WriteGroup::default()),
             append: Mutex::new(AppendState {
                 config: Arc::clone(&config),
                 roll_jitter_ms,
@@ -476,13 +481,42 @@ impl Log {
         let in_flight = InFlight::enter(&self.appends_in_flight);
         let summary = self.validate_client_batch(batch)?;
         let now = self.env.clock.now_ms();
-        let header_max_timestamp = batch::be_i64(batch, 35);
-        let incoming = producers::incoming(&summary);
-
-        // The producer check, the write and the state update happen under one lock, so two
-        // racing retries of one batch can never both be written.
+        if self.config.read().flush_policy == FlushPolicy::Always {
+            // Appenders that each wait for durability append in groups (docs/design.md,
+            // "The write group").
+            return self.append_in_group(batch, summary, now, in_flight);
+        }
         let mut st = self.append.lock();
-        self.check_writable(&st)?;
+        let outcome = self.append_locked(&mut st, batch, &summary, now)?;
+        let flush = self.flush_due(&st);
+        drop(st);
+        drop(in_flight);
+        match outcome {
+            AppendOutcome::Duplicate(d) => self.answer_duplicate(d.first_offset, d.last_offset),
+            AppendOutcome::Appended(info) => {
+                if flush {
+                    self.flush_to(info.last_offset + 1)
+                        .map_err(flush_to_append_error)?;
+                }
+                Ok(AppendOutcome::Appended(info))
+            }
+        }
+    }
+
+    /// The part of a client append made under the append lock: the producer check, the
+    /// offsets, the write and the state update, so two racing retries of one batch can never
+    /// both be written. A duplicate is answered with its original's offsets, nothing written;
+    /// neither is durable yet.
+    fn append_locked(
+        &self,
+        st: &mut AppendState,
+        batch: &[u8],
+        summary: &format::BatchSummary,
+        now: i64,
+    ) -> Result<AppendOutcome, AppendError> {
+        let header_max_timestamp = batch::be_i64(batch, 35);
+        let incoming = producers::incoming(summary);
+        self.check_writable(st)?;
         let log_append_time = st.config.message_timestamp_type == TimestampType::LogAppendTime;
         let max_timestamp = if log_append_time {
             now
@@ -492,19 +526,20 @@ impl Log {
         if let Some(b) = &incoming {
             if let Decision::Duplicate(original) = st.producers.check(b)? {
                 self.metrics.duplicate();
-                drop(st);
-                drop(in_flight);
-                return self.answer_duplicate(original.first_offset(), original.last_offset);
+                return Ok(AppendOutcome::Duplicate(DuplicateInfo {
+                    first_offset: original.first_offset(),
+                    last_offset: original.last_offset,
+                }));
             }
         }
-        self.mark_unclean_for_append(&mut st)?;
+        self.mark_unclean_for_append(st)?;
         let first_offset = self.log_end_offset.load(Ordering::Relaxed);
         let last_offset = first_offset + summary.last_offset_delta as i64;
-        self.maybe_roll(&mut st, summary.size, max_timestamp, last_offset, now)?;
-        self.make_room(&mut st, summary.size)?;
-        self.maybe_snapshot(&mut st, first_offset)?;
+        self.maybe_roll(st, summary.size, max_timestamp, last_offset, now)?;
+        self.make_room(st, summary.size)?;
+        self.maybe_snapshot(st, first_offset)?;
         let leader_epoch = st.leader_epoch;
-        self.note_batch_epoch(&mut st, leader_epoch, first_offset);
+        self.note_batch_epoch(st, leader_epoch, first_offset);
         let writer = st.active.as_mut().ok_or(AppendError::Closed)?;
         let segment_base_offset = writer.base_offset();
         let position = writer
@@ -526,20 +561,13 @@ impl Log {
         st.producers
             .record(incoming.as_ref(), first_offset, summary.size, now);
         if summary.is_transactional {
-            self.note_transactions(&mut st, None);
+            self.note_transactions(st, None);
         }
         self.publish_log_end(last_offset + 1);
         self.metrics
             .appended(summary.records_count as u64, summary.size);
-        self.prefault_ahead(&mut st);
+        self.prefault_ahead(st);
         st.unflushed_messages += summary.records_count as u64;
-        let flush = self.flush_due(&st);
-        drop(st);
-        drop(in_flight);
-        if flush {
-            self.flush_to(last_offset + 1)
-                .map_err(flush_to_append_error)?;
-        }
         Ok(AppendOutcome::Appended(AppendInfo {
             first_offset,
             last_offset,

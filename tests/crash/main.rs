@@ -30,3 +30,4 @@ mod mutation_sweep;
 mod processed_crash_sim;
 mod recovery_hostile;
 mod txn_crash_sim;
+mod write_group_sim;
