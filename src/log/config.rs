@@ -15,7 +15,8 @@ pub enum FlushPolicy {
     /// Only on `flush` and `close` (Kafka's default: `flush.messages` = Long.MAX).
     Manual,
     /// Every append is durable before it returns. Concurrent appenders share one `fdatasync`
-    /// (group commit).
+    /// (group commit): the first of them to find no leader writes every queued batch, in queue
+    /// order, syncs once and answers the others (the write group, docs/design.md).
     Always,
     /// After this many appended messages (records) since the last flush (`flush.messages`).
     EveryMessages(u64),
