@@ -24,8 +24,9 @@ const COLLECT: Duration = Duration::from_micros(100);
 #[derive(Default)]
 pub(super) struct WriteGroup {
     queue: Vec<Arc<Queued>>,
-    /// How the queued appenders but the first are answered: all at once, by one wake-up
-    /// (on two cores, waking each in turn cost the leader about 8 µs an appender).
+    /// How the appenders of the group being formed are answered (all but one that waits to
+    /// lead the next): all at once, by one wake-up (on two cores, waking each in turn cost the
+    /// leader about 8 µs an appender).
     answered: Arc<Answered>,
     /// A leader leads a group: newcomers queue for the next one, unless it is `collecting`.
     leading: bool,
