@@ -103,20 +103,6 @@ impl Log {
         now: i64,
         in_flight: InFlight<'_>,
     ) -> Result<AppendOutcome, AppendError> {
-        let joined = Instant::now();
-        let outcome = self.join_group(batch, summary, now, in_flight);
-        // The acknowledgement latency: from joining the group to the answer.
-        self.metrics.durable_wait(joined.elapsed());
-        outcome
-    }
-
-    fn join_group(
-        &self,
-        batch: &[u8],
-        summary: BatchSummary,
-        now: i64,
-        in_flight: InFlight<'_>,
-    ) -> Result<AppendOutcome, AppendError> {
         let me = Arc::new(Queued {
             batch: batch.to_vec(),
             summary,

@@ -484,7 +484,11 @@ impl Log {
         if self.config.read().flush_policy == FlushPolicy::Always {
             // Appenders that each wait for durability append in groups (docs/design.md,
             // "The write group").
-            return self.append_in_group(batch, summary, now, in_flight);
+            let joined = Instant::now();
+            let outcome = self.append_in_group(batch, summary, now, in_flight);
+            // The acknowledgement latency: from joining the group to the answer.
+            self.metrics.durable_wait(joined.elapsed());
+            return outcome;
         }
         let mut st = self.append.lock();
         let outcome = self.append_locked(&mut st, batch, &summary, now)?;

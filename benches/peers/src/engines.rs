@@ -451,6 +451,21 @@ fn bare_pwrite_fsync(data: &Data, scratch: &Path, n: usize, zeroed: bool, r: &mu
     push(r, Workload::FsyncPerBatch, name, latency_sample(s, lat));
 }
 
+/// A new file of at least `len` bytes of zeros, written and synced: blocks a durable write
+/// overwrites, as a recycled file's are.
+fn zeroed_file(path: &Path, len: usize) -> File {
+    use std::os::unix::fs::FileExt;
+    let f = File::create(path).expect("create");
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        f.write_all_at(&zeros, at as u64).expect("zeros");
+        at += zeros.len();
+    }
+    f.sync_all().expect("fsync");
+    f
+}
+
 /// The ceiling of group commit with `threads` appenders: each has one batch waiting at a
 /// time, so no sync can cover more than `threads` batches; here every sync covers exactly
 /// that many, with no thread to wake and nothing between one sync and the next but one
@@ -465,17 +480,9 @@ fn bare_group_fsync(
     scratch: &Path,
     r: &mut Results,
 ) {
-    use std::os::unix::fs::FileExt;
     let dir = fresh(scratch, "bare-group-fsync");
-    let f = File::create(dir.join("data")).expect("create");
     let total: usize = batches.iter().map(Vec::len).sum();
-    let zeros = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < total {
-        f.write_all_at(&zeros, at as u64).expect("zeros");
-        at += zeros.len();
-    }
-    f.sync_all().expect("fsync");
+    let f = zeroed_file(&dir.join("data"), total);
     let mut lat = Vec::with_capacity(batches.len());
     let s = timed((batches.len() * per_batch) as u64, || {
         let mut at = 0usize;
@@ -512,17 +519,7 @@ fn bare_direct_fsync(data: &Data, scratch: &Path, n: usize, r: &mut Results) {
     const BLOCK: usize = 4096;
     let dir = fresh(scratch, "bare-direct-fsync");
     let path = dir.join("data");
-    let total = data.kafka_bytes(n) + BLOCK;
-    {
-        let f = File::create(&path).expect("create");
-        let zeros = vec![0u8; 1 << 20];
-        let mut at = 0;
-        while at < total {
-            f.write_all_at(&zeros, at as u64).expect("zeros");
-            at += zeros.len();
-        }
-        f.sync_all().expect("fsync");
-    }
+    drop(zeroed_file(&path, data.kafka_bytes(n) + BLOCK));
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
