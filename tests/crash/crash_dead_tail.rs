@@ -88,6 +88,24 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     }
     log.flush()
         .unwrap_or_else(|e| ctx.fail(format!("flush: {e}")));
+    // Half the logs are truncated after a crash and a reopen: recovery may leave the active
+    // segment's trimmed length not durable, and the truncation must not vouch for it unsynced.
+    let reopened = rng.chance(1, 2);
+    let log = if reopened {
+        let flushed = log.log_end_offset();
+        log.abandon();
+        let report = fs.crash(rng.next_u64());
+        match open(&fs, &clock, &cfg) {
+            Ok(l) if l.log_end_offset() == flushed => l,
+            Ok(l) => ctx.fail(format!(
+                "reopen after {report:?}: end {}, flushed to {flushed}",
+                l.log_end_offset()
+            )),
+            Err(e) => ctx.fail(format!("reopen after {report:?}: {e}")),
+        }
+    } else {
+        log
+    };
     let end = log.log_end_offset();
     let to = rng.below(end as u64) as i64;
     // A reader of the batch holding the cut point: the cut segment cannot shrink under it.
@@ -100,7 +118,8 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     drop(held);
     let by_close = rng.chance(1, 2);
     ctx.note(format!(
-        "{cfg:?}\n{batches} batches, end {end}, truncated to {to}, trim by close: {by_close}\n{}",
+        "{cfg:?}\n{batches} batches, end {end}, reopened after a crash: {reopened}, truncated to \
+         {to}, trim by close: {by_close}\n{}",
         describe_dir(&fs)
     ));
     Built {

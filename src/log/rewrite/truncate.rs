@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use super::Exclusive;
 use crate::format::{BatchIter, RecordBatch};
-use crate::io::IoError;
+use crate::io::{IoError, OpenMode};
 use crate::log::checkpoint::{self, Checkpoint, SegmentRecord};
 use crate::log::producers::{ProducerLoadReport, ProducerState, ReplaySegment, ReplayWants};
 use crate::log::txn::Unstable;
@@ -361,9 +361,17 @@ impl Log {
             cut
         };
         // Always synced when cut: the checkpoint records the file's length too, and that
-        // length (a preallocated active segment's, say) may not be durable yet.
+        // length may not be durable yet (a preallocated active segment's, or one recovery
+        // trimmed on an open after a crash), even when its bytes up to the cut all are: so the
+        // file is synced whole, not only the range not yet flushed.
         if cut > 0 {
             cut_segment.flush_log(flushed_from.min(cut), cut)?;
+            let path = cut_segment.log_path();
+            self.env
+                .fs
+                .open(path, OpenMode::ReadWrite)
+                .and_then(|f| f.sync_data())
+                .map_err(|e| IoError::new("fdatasync", path, e))?;
         }
         if st.dir_dirty {
             self.env
