@@ -121,6 +121,7 @@ pub mod format;
 pub mod io;
 pub mod processed;
 pub mod producer;
+pub mod tier;
 pub mod verify;
 
 internal_mod!(log);

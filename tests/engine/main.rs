@@ -9,6 +9,8 @@
 mod common;
 #[path = "../common_sim/mod.rs"]
 mod common_sim;
+#[path = "../common_tier/mod.rs"]
+mod common_tier;
 
 mod append_writes;
 mod batch_roundtrip;
@@ -38,5 +40,6 @@ mod rewrite_truncate;
 mod sealed_segments;
 mod segment_growth;
 mod segment_space;
+mod tier_upload;
 mod txn_log;
 mod verify;
