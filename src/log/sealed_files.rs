@@ -66,6 +66,20 @@ impl Log {
             .collect()
     }
 
+    /// Every sealed segment as `(base, end, .log size)`, oldest first: `end` is the next
+    /// segment's base.
+    pub(crate) fn sealed_extents(&self) -> Vec<(i64, i64, u64)> {
+        let segments = self.segments.read();
+        let bases: Vec<(i64, u64)> = segments
+            .iter()
+            .map(|(b, s)| (*b, s.size() as u64))
+            .collect();
+        bases
+            .windows(2)
+            .map(|w| (w[0].0, w[1].0, w[0].1))
+            .collect()
+    }
+
     /// Why the segment `seg`, followed by a segment at `end`, may not be uploaded now.
     fn why_not_uploadable(&self, seg: &Segment, end: i64) -> Option<NotUploadable> {
         if self.is_closed() {

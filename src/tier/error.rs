@@ -2,7 +2,7 @@
 
 use super::store::RemoteError;
 use crate::io::IoError;
-use crate::log::RewriteError;
+use crate::log::{ReadError, RewriteError};
 use crate::verify::Problem;
 
 /// Why a segment cannot be uploaded now (docs/design.md, "Tiered storage": what is uploaded,
@@ -160,6 +160,45 @@ pub enum TierError {
         /// What is wrong.
         reason: String,
     },
+    /// Local retention could not delete what it meant to (the log's retention rewrite failed).
+    #[error("local retention: {error}")]
+    LocalRetention {
+        /// The rewrite's error.
+        error: RewriteError,
+    },
+    /// A read at or above the local log start failed.
+    #[error("read at offset {offset}: {error}")]
+    LocalRead {
+        /// The offset asked for.
+        offset: i64,
+        /// The log's error.
+        error: ReadError,
+    },
+    /// A read below the local log start asked for an offset no remote segment holds.
+    #[error(
+        "offset {offset} is below the local log start {log_start_offset} and in no remote \
+         segment (remote offsets: {})",
+        remote.map_or("none".to_string(), |(a, b)| format!("[{a}, {b})"))
+    )]
+    NotRemote {
+        /// The offset asked for.
+        offset: i64,
+        /// The log's (local) start offset.
+        log_start_offset: i64,
+        /// The offsets the manifest's segments cover, if it names any.
+        remote: Option<(i64, i64)>,
+    },
+    /// An object read back is not what the manifest says was uploaded, or does not hold
+    /// batches where it must.
+    #[error("{key}{}: {reason}", position.map(|p| format!(" at byte {p}")).unwrap_or_default())]
+    RemoteCorrupt {
+        /// The object.
+        key: String,
+        /// The byte position in it, where one applies.
+        position: Option<u64>,
+        /// What is wrong.
+        reason: String,
+    },
     /// Another writer wrote the manifest generation this upload meant to write (or a higher
     /// one): this upload is not confirmed, and its objects were deleted (`orphans_left` says
     /// how many could not be).
@@ -214,6 +253,10 @@ impl TierError {
             TierError::Remote { .. } => "remote",
             TierError::BadManifest { .. } => "bad_manifest",
             TierError::ManifestConflict { .. } => "manifest_conflict",
+            TierError::LocalRetention { .. } => "local_retention",
+            TierError::LocalRead { .. } => "local_read",
+            TierError::NotRemote { .. } => "not_remote",
+            TierError::RemoteCorrupt { .. } => "remote_corrupt",
         }
     }
 }

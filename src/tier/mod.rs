@@ -10,8 +10,11 @@
 //! its `.index`, `.timeindex`, `.txnindex`, the producer snapshot at its end and the
 //! leader-epoch entries it covers, after the engine's own checks of every byte; then it creates
 //! the next generation of the partition's [`Manifest`] with a put-if-absent, so of two writers
-//! exactly one wins. No local file is changed. Local retention of uploaded segments and reads
-//! below the local log start are designed, not built.
+//! exactly one wins. No local file is changed. [`enforce_local_retention`] then deletes local
+//! copies past `local_retention_ms` / `local_retention_bytes`, only those the manifest read back
+//! from the store names, and [`read`] serves offsets below the local log start from the store.
+//! Not built yet: the manager's upload job, total retention of remote segments, a read cache,
+//! read_committed below the local start, recovery from the manifest.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -53,12 +56,16 @@
 
 mod error;
 pub mod keys;
+mod local;
 mod manifest;
+mod read;
 mod store;
 mod upload;
 
 pub use error::{NotUploadable, TierError};
 pub use keys::{SegmentObject, UploadId};
+pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
+pub use read::{read, read_remote};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};
 pub use upload::{read_manifest, upload_segment, uploadable_segments, Uploaded};

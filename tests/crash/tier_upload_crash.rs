@@ -1,14 +1,18 @@
 //! Crashes at every file operation of a segment's upload to an object store kept on the same
-//! simulated file system as the log (docs/design.md, "Tiered storage": the crash rule). A
-//! seeded log of several flushed segments, some of them uploaded already; then the upload of
-//! the next one whose Nth file operation fails and every one after it, as a power cut would
-//! (the log's reads and the store's writes alike); then a crash that keeps a seeded choice of
-//! what was not synced, and a reopen.
+//! simulated file system as the log, and of local retention after uploads (docs/design.md,
+//! "Tiered storage": the crash rule). A seeded log of several flushed segments, some of them
+//! uploaded already; then the upload of the next one (or local retention of everything the
+//! manifest names) whose Nth file operation fails and every one after it, as a power cut would
+//! (the log's reads and writes and the store's alike); then a crash that keeps a seeded choice
+//! of what was not synced, and a reopen.
 //!
-//! After each crash the segment is local, or local and remote, never neither: the log reopens
-//! with every batch it held, the current manifest always reads (never torn), every segment it
-//! names has all six objects with the recorded sizes and CRCs and its `.log` object holds the
-//! log's batches of those offsets byte for byte; an upload that answered `Ok` is in it.
+//! After each crash every segment is local, or local and remote, or remote where the manifest
+//! confirms it, never neither. After an upload: the log reopens with every batch it held, the
+//! current manifest always reads (never torn), every segment it names has all six objects with
+//! the recorded sizes and CRCs and its `.log` object holds the log's batches of those offsets
+//! byte for byte; an upload that answered `Ok` is in it. After local retention: every batch
+//! of the log reads back, from the log at and above its start and from the store below it,
+//! byte for byte.
 //!
 //! Environment:
 //! * `ONCELOG_TIER_CRASH_POINTS=<n>`: crash points (default 600).
@@ -78,7 +82,7 @@ fn batches_in(batches: &[Vec<u8>], base: i64, end: i64) -> Vec<u8> {
     out
 }
 
-fn build(seed: u64, ctx: &mut Ctx) -> Built {
+fn build(seed: u64, ctx: &mut Ctx, uploaded_first: bool) -> Built {
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
@@ -88,6 +92,7 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
         .index_interval_bytes(rng.below(1024) as usize)
         // No background thread: the file operations are the same on every replay.
         .prefault_bytes(0)
+        .file_delete_delay_ms(0)
         .build()
         .unwrap();
     let log = open(&fs, &clock, &cfg).unwrap_or_else(|e| ctx.fail(format!("first open: {e}")));
@@ -115,12 +120,12 @@ fn build(seed: u64, ctx: &mut Ctx) -> Built {
     if segments.is_empty() {
         ctx.fail(format!("no segment to upload\n{}", describe_dir(&fs)));
     }
-    let before = rng.below(segments.len() as u64) as usize;
+    let before = rng.below(segments.len() as u64) as usize + usize::from(uploaded_first);
     for &(base, _) in &segments[..before] {
         tier::upload_segment(&log, &store, P, base)
             .unwrap_or_else(|e| ctx.fail(format!("upload of {base} without faults: {e}")));
     }
-    let base = segments[before].0;
+    let base = segments.get(before).map_or(-1, |s| s.0);
     ctx.note(format!(
         "{cfg:?}\n{batches} batches, segments {segments:?}, {before} uploaded, uploading {base}\n{}",
         describe_dir(&fs)
@@ -198,7 +203,7 @@ fn tier_object(ctx: &Ctx, store: &FsStore, key: &str) -> Vec<u8> {
 
 fn crash_every_op(seed: u64) -> u64 {
     let mut ctx = Ctx::in_file(seed, "tier_upload_crash", TEST);
-    let b = build(seed, &mut ctx);
+    let b = build(seed, &mut ctx, false);
     let want = content(&ctx, &b.log);
     let ops_before = b.fs.counters().ops;
     match tier::upload_segment(&b.log, &b.store, P, b.base) {
@@ -209,7 +214,7 @@ fn crash_every_op(seed: u64) -> u64 {
     b.log.abandon();
     for n in 1..=ops + 1 {
         let mut ctx = Ctx::in_file(seed, "tier_upload_crash", TEST);
-        let mut b = build(seed, &mut ctx);
+        let mut b = build(seed, &mut ctx, false);
         ctx.note(format!("power cut at file operation {n} of {ops}"));
         b.fs.fail_from(OpKind::Any, n, libc::EIO);
         let result = tier::upload_segment(&b.log, &b.store, P, b.base);
@@ -247,6 +252,107 @@ fn a_crash_at_any_file_operation_of_an_upload_leaves_the_segment_local_or_remote
         0,
         "tier upload crash points",
         crash_every_op,
+    );
+    assert!(points > 0);
+}
+
+const RETENTION_TEST: &str =
+    "a_crash_at_any_file_operation_of_local_retention_keeps_every_batch_local_or_remote";
+
+/// Every batch from offset 0 to the log end, through `tier::read`: from the store below the
+/// log start, from the log above it.
+fn content_through_tier(ctx: &Ctx, log: &Log, store: &FsStore) -> Vec<Vec<u8>> {
+    let end = log.log_end_offset();
+    let mut next = 0;
+    let mut out = Vec::new();
+    while next < end {
+        let bytes = tier::read(log, store, P, next, 1 << 20).unwrap_or_else(|e| {
+            ctx.fail(format!(
+                "read at {next} (log start {}): {e}",
+                log.log_start_offset()
+            ))
+        });
+        if bytes.is_empty() {
+            ctx.fail(format!("empty read at {next} below the end {end}"));
+        }
+        for item in BatchIter::new(&bytes) {
+            let (_, b) = item.unwrap_or_else(|e| ctx.fail(format!("read at {next}: {e}")));
+            next = b.last_offset() + 1;
+            out.push(b.as_bytes().to_vec());
+        }
+    }
+    out
+}
+
+fn retain(b: &Built) -> Result<usize, TierError> {
+    let all = tier::LocalRetention::new(None, Some(0));
+    tier::enforce_local_retention(&b.log, &b.store, P, all, T0).map(|r| r.deleted.len())
+}
+
+fn crash_every_retention_op(seed: u64) -> u64 {
+    let mut ctx = Ctx::in_file(seed, "tier_upload_crash", RETENTION_TEST);
+    let b = build(seed, &mut ctx, true);
+    let want = content(&ctx, &b.log);
+    let ops_before = b.fs.counters().ops;
+    match retain(&b) {
+        Ok(n) if n == b.before => {}
+        other => ctx.fail(format!(
+            "retention without faults, {} uploaded: {other:?}",
+            b.before
+        )),
+    }
+    let ops = b.fs.counters().ops - ops_before;
+    if content_through_tier(&ctx, &b.log, &b.store) != want {
+        ctx.fail("the batches read through tier::read differ, without a crash");
+    }
+    b.log.abandon();
+    for n in 1..=ops + 1 {
+        let mut ctx = Ctx::in_file(seed, "tier_upload_crash", RETENTION_TEST);
+        let mut b = build(seed, &mut ctx, true);
+        ctx.note(format!("power cut at file operation {n} of {ops}"));
+        b.fs.fail_from(OpKind::Any, n, libc::EIO);
+        let result = retain(&b);
+        ctx.note(format!("local retention: {result:?}"));
+        if n > ops && result.is_err() {
+            ctx.fail(format!(
+                "local retention failed with no fault in it: {result:?}"
+            ));
+        }
+        b.log.abandon();
+        b.fs.clear_faults();
+        let report = b.fs.crash(b.rng.next_u64());
+        ctx.note(format!("crash: {report:?}\n{}", describe_dir(&b.fs)));
+        let log = open(&b.fs, &b.clock, &b.cfg).unwrap_or_else(|e| {
+            ctx.fail(format!(
+                "open after the crash: {e}\n{}",
+                describe_dir(&b.fs)
+            ))
+        });
+        let seen = content_through_tier(&ctx, &log, &b.store);
+        if seen != want {
+            ctx.fail(format!(
+                "batches lost or changed: {} read back (want {}), log start {}\n{}",
+                seen.len(),
+                want.len(),
+                log.log_start_offset(),
+                describe_dir(&b.fs)
+            ));
+        }
+        log.close()
+            .unwrap_or_else(|e| ctx.fail(format!("close after the reopen: {e}")));
+    }
+    ops + 1
+}
+
+#[test]
+fn a_crash_at_any_file_operation_of_local_retention_keeps_every_batch_local_or_remote() {
+    let points = sweep_seeds(
+        "ONCELOG_CRASH_SEED",
+        "ONCELOG_TIER_CRASH_POINTS",
+        DEFAULT_POINTS,
+        0,
+        "tier local retention crash points",
+        crash_every_retention_op,
     );
     assert!(points > 0);
 }

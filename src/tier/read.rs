@@ -1,0 +1,183 @@
+//! Reads below the local log start (docs/design.md, "Tiered storage"): the segment that holds
+//! the offset is found in the manifest, its offset index (one `get`, checked against the
+//! manifest) gives the byte position, and the `.log` is read by range from there: whole
+//! batches, each CRC-checked, as a local read returns them.
+
+use bytes::Bytes;
+
+use super::error::TierError;
+use super::keys::SegmentObject;
+use super::manifest::{ObjectDigest, RemoteSegment};
+use super::store::RemoteStore;
+use super::upload::read_manifest;
+use crate::format;
+use crate::log::Log;
+use crate::segment::offset_index;
+
+/// Bytes fetched per range request at least (and at most, unless one batch is larger).
+const MIN_WINDOW: u64 = 64 << 10;
+const MAX_WINDOW: u64 = 8 << 20;
+
+/// Whole batches from the one holding `offset`, up to `max_bytes` (at least one whole batch),
+/// as [`Log::read`] returns them: from the log when `offset` is at or above its log start,
+/// else from the object store's segment that holds it (within that one segment).
+pub fn read(
+    log: &Log,
+    store: &dyn RemoteStore,
+    partition: &str,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<Bytes, TierError> {
+    let log_start_offset = log.log_start_offset();
+    if offset >= log_start_offset {
+        return log
+            .read(offset, max_bytes)
+            .map_err(|error| TierError::LocalRead { offset, error });
+    }
+    let manifest = read_manifest(store, partition)?;
+    let segments = manifest.as_ref().map_or(&[][..], |m| &m.segments[..]);
+    let Some(segment) = segments
+        .iter()
+        .find(|s| s.base_offset <= offset && offset < s.end_offset)
+    else {
+        return Err(TierError::NotRemote {
+            offset,
+            log_start_offset,
+            remote: segments
+                .first()
+                .zip(segments.last())
+                .map(|(a, b)| (a.base_offset, b.end_offset)),
+        });
+    };
+    read_remote(store, partition, segment, offset, max_bytes)
+}
+
+/// Whole batches of the remote `segment` from the one holding `offset`, up to `max_bytes` (at
+/// least one whole batch).
+pub fn read_remote(
+    store: &dyn RemoteStore,
+    partition: &str,
+    segment: &RemoteSegment,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<Bytes, TierError> {
+    let base = segment.base_offset;
+    let key = |o: SegmentObject| o.key(partition, base, segment.end_offset, segment.upload_id);
+    let index_key = key(SegmentObject::OffsetIndex);
+    let index = store.get(&index_key).map_err(|error| TierError::Remote {
+        step: format!("get .index of segment {base}"),
+        error,
+    })?;
+    let found = ObjectDigest::of(&index);
+    let want = segment.object(SegmentObject::OffsetIndex);
+    if found != want {
+        return Err(TierError::RemoteCorrupt {
+            key: index_key,
+            position: None,
+            reason: format!(
+                "{} bytes with CRC-32C {:08x}, but the manifest names {} bytes with {:08x}",
+                found.size, found.crc32c, want.size, want.crc32c
+            ),
+        });
+    }
+    let log_size = segment.object(SegmentObject::Log).size;
+    // The last entry at or below the offset: its batch ends at or before it.
+    let start = offset_index::decode(&index, base)
+        .take_while(|e| e.offset <= offset)
+        .last()
+        .map_or(0, |e| u64::from(e.position));
+    let mut reader = RangeReader {
+        store,
+        key: key(SegmentObject::Log),
+        size: log_size,
+        window: (max_bytes as u64).clamp(MIN_WINDOW, MAX_WINDOW),
+        buf: Vec::new(),
+        buf_start: 0,
+    };
+    let log_key = reader.key.clone();
+    let corrupt = |at: u64, reason: String| TierError::RemoteCorrupt {
+        key: log_key.clone(),
+        position: Some(at),
+        reason,
+    };
+    let mut out: Vec<u8> = Vec::new();
+    let mut at = start;
+    while at < log_size {
+        let header = reader.bytes(at, format::HEADER_SIZE as u64)?;
+        let length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+        let size = 12 + u64::try_from(length).unwrap_or(0);
+        if size < format::HEADER_SIZE as u64 {
+            return Err(corrupt(at, format!("batchLength {length}: not a batch")));
+        }
+        let bytes = reader.bytes(at, size)?;
+        let batch = format::validate_stored_batch(bytes).map_err(|e| corrupt(at, e.to_string()))?;
+        let last = batch.last_offset();
+        if !(base..segment.end_offset).contains(&last) {
+            let reason = format!(
+                "a batch ending at offset {last} in a segment of offsets [{base}, {})",
+                segment.end_offset
+            );
+            return Err(corrupt(at, reason));
+        }
+        if last >= offset {
+            if !out.is_empty() && out.len() as u64 + size > max_bytes as u64 {
+                break;
+            }
+            out.extend_from_slice(bytes);
+            if out.len() >= max_bytes {
+                break;
+            }
+        }
+        at += size;
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Ranges of one object, fetched a window at a time.
+struct RangeReader<'a> {
+    store: &'a dyn RemoteStore,
+    key: String,
+    size: u64,
+    window: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl RangeReader<'_> {
+    fn corrupt(&self, at: u64, reason: String) -> TierError {
+        TierError::RemoteCorrupt {
+            key: self.key.clone(),
+            position: Some(at),
+            reason,
+        }
+    }
+
+    /// Bytes `[at, at + len)` of the object.
+    fn bytes(&mut self, at: u64, len: u64) -> Result<&[u8], TierError> {
+        if at + len > self.size {
+            let reason = format!(
+                "{len} bytes needed at byte {at}, past the object's {} bytes",
+                self.size
+            );
+            return Err(self.corrupt(at, reason));
+        }
+        let held = self.buf_start + self.buf.len() as u64;
+        if at < self.buf_start || at + len > held {
+            let end = (at + len.max(self.window)).min(self.size);
+            self.buf =
+                self.store
+                    .get_range(&self.key, at..end)
+                    .map_err(|error| TierError::Remote {
+                        step: format!("get_range {at}..{end} of {}", self.key),
+                        error,
+                    })?;
+            self.buf_start = at;
+            if self.buf.len() as u64 != end - at {
+                let reason = format!("asked {} bytes, got {}", end - at, self.buf.len());
+                return Err(self.corrupt(at, reason));
+            }
+        }
+        let from = (at - self.buf_start) as usize;
+        Ok(&self.buf[from..from + len as usize])
+    }
+}
