@@ -146,8 +146,8 @@ pub use manager::{
     CleanRequest, Cleaned, Cleaner, Compactor, DirCheckpoints, DirEntry, FoundDir, Job,
     JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport, LogManager, ManagerConfig,
     ManagerError, ManagerOpenReport, MetaProperties, PartitionConfig, PartitionFailure,
-    PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TopicError,
-    TopicPartition,
+    PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TierStatus, Tiering,
+    TopicError, TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 
