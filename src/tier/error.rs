@@ -199,6 +199,29 @@ pub enum TierError {
         /// What is wrong.
         reason: String,
     },
+    /// A restore was asked of a log that holds something: only an empty log is restored.
+    #[error(
+        "restore: the log is not empty (offsets [{log_start_offset}, {log_end_offset})); only a \
+         partition recreated empty is restored from the store"
+    )]
+    RestoreNotEmpty {
+        /// Its log start.
+        log_start_offset: i64,
+        /// Its log end.
+        log_end_offset: i64,
+    },
+    /// A restore found no remote segment of the partition.
+    #[error("restore: {partition} has no remote segment to restore from")]
+    NothingRemote {
+        /// The partition prefix.
+        partition: String,
+    },
+    /// The restored log could not start over with the remote state.
+    #[error("restore: {error}")]
+    Restore {
+        /// The log's error.
+        error: RewriteError,
+    },
     /// Another writer wrote the manifest generation this upload meant to write (or a higher
     /// one): this upload is not confirmed, and its objects were deleted (`orphans_left` says
     /// how many could not be).
@@ -257,6 +280,9 @@ impl TierError {
             TierError::LocalRead { .. } => "local_read",
             TierError::NotRemote { .. } => "not_remote",
             TierError::RemoteCorrupt { .. } => "remote_corrupt",
+            TierError::RestoreNotEmpty { .. } => "restore_not_empty",
+            TierError::NothingRemote { .. } => "nothing_remote",
+            TierError::Restore { .. } => "restore",
         }
     }
 }

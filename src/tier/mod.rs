@@ -12,9 +12,10 @@
 //! the next generation of the partition's [`Manifest`] with a put-if-absent, so of two writers
 //! exactly one wins. No local file is changed. [`enforce_local_retention`] then deletes local
 //! copies past `local_retention_ms` / `local_retention_bytes`, only those the manifest read back
-//! from the store names, and [`read`] serves offsets below the local log start from the store.
-//! Not built yet: the manager's upload job, total retention of remote segments, a read cache,
-//! read_committed below the local start, recovery from the manifest.
+//! from the store names, [`read`] serves offsets below the local log start from the store, and
+//! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
+//! windows. A `LogManager` runs uploads and local retention as its tiering job. Not built yet:
+//! total retention of remote segments, a read cache, read_committed below the local start.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -59,6 +60,7 @@ pub mod keys;
 mod local;
 mod manifest;
 mod read;
+mod restore;
 mod store;
 mod upload;
 
@@ -67,5 +69,6 @@ pub use keys::{SegmentObject, UploadId};
 pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
 pub use read::{read, read_remote};
+pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};
 pub use upload::{read_manifest, upload_segment, uploadable_segments, Uploaded};
