@@ -1,6 +1,7 @@
 //! Where tiered storage plugs into the manager (docs/design.md, "Tiered storage", "In the
 //! manager"): the tiering job uploads each online partition's uploadable segments oldest first
-//! under one byte rate shared by the run, then applies local retention; a partition whose run
+//! under one byte rate shared by the run, then applies local retention, then the partition's
+//! retention to its remote segments; a partition whose run
 //! failed is retried after a backoff that doubles with each failure in a row, up to a bound.
 //! Every failure is in the job's report and statistics and in the partition's
 //! [`TierStatus`].
@@ -73,6 +74,9 @@ pub struct TierStatus {
     pub bytes_uploaded: u64,
     /// Local copies local retention deleted since the manager opened.
     pub local_segments_deleted: u64,
+    /// Remote segments total retention (`retention_ms`, `retention_bytes`) removed from the
+    /// store since the manager opened.
+    pub remote_segments_removed: u64,
     /// Runs in a row that failed (0 after a run that did not).
     pub consecutive_failures: u32,
     /// The last failure: the error's kind and message.
@@ -95,6 +99,7 @@ struct Done {
     uploaded: u64,
     bytes: u64,
     deleted: u64,
+    removed: u64,
     remote_end: Option<i64>,
 }
 
@@ -136,9 +141,10 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
                 status.segments_uploaded += done.uploaded;
                 status.bytes_uploaded += done.bytes;
                 status.local_segments_deleted += done.deleted;
+                status.remote_segments_removed += done.removed;
                 status.consecutive_failures = 0;
                 status.retry_at_ms = None;
-                report.acted += (done.uploaded + done.deleted) as usize;
+                report.acted += (done.uploaded + done.deleted + done.removed) as usize;
             }
             Err(_) if log.is_closed() => {}
             Err(e) => {
@@ -154,7 +160,7 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
 }
 
 /// Uploads the partition's uploadable segments from where its remote segments end, then
-/// applies local retention.
+/// applies local retention, then the partition's own retention to its remote segments.
 fn tier_partition(
     log: &Log,
     t: &Tiering,
@@ -190,6 +196,9 @@ fn tier_partition(
         let r = tier::enforce_local_retention(log, store, prefix, limits, now_ms)?;
         done.deleted = r.deleted.len() as u64;
     }
+    done.removed = tier::enforce_remote_retention(log, store, prefix, now_ms)?
+        .removed
+        .len() as u64;
     Ok(done)
 }
 

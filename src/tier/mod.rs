@@ -14,8 +14,9 @@
 //! copies past `local_retention_ms` / `local_retention_bytes`, only those the manifest read back
 //! from the store names, [`read`] serves offsets below the local log start from the store, and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
-//! windows. A `LogManager` runs uploads and local retention as its tiering job. Not built yet:
-//! total retention of remote segments, a read cache, read_committed below the local start.
+//! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
+//! segments. A `LogManager` runs uploads and both retentions as its tiering job. Not built yet:
+//! DeleteRecords over remote segments, a read cache, read_committed below the local start.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -60,6 +61,7 @@ pub mod keys;
 mod local;
 mod manifest;
 mod read;
+mod remote_retention;
 mod restore;
 mod store;
 mod upload;
@@ -69,6 +71,7 @@ pub use keys::{SegmentObject, UploadId};
 pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
 pub use read::{read, read_remote};
+pub use remote_retention::{enforce_remote_retention, RemoteRetentionReport};
 pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};
 pub use upload::{read_manifest, upload_segment, uploadable_segments, Uploaded};

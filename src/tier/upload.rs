@@ -222,7 +222,7 @@ fn delete_all(store: &dyn RemoteStore, keys: &[String]) -> usize {
 
 /// Deletes manifest generations more than [`GENERATIONS_KEPT_BELOW`] below `newest`; a failure
 /// leaves them for the next write.
-fn prune(store: &dyn RemoteStore, partition: &str, newest: u64) {
+pub(super) fn prune(store: &dyn RemoteStore, partition: &str, newest: u64) {
     let Ok(objects) = store.list(&keys::manifest_folder(partition)) else {
         return;
     };
@@ -247,7 +247,10 @@ fn check_prefix(partition: &str) -> Result<(), TierError> {
 
 /// The highest manifest generation stored, `None` without one. A key in the manifest folder
 /// that names no generation is refused: the folder holds manifests only.
-fn newest_generation(store: &dyn RemoteStore, partition: &str) -> Result<Option<u64>, TierError> {
+pub(super) fn newest_generation(
+    store: &dyn RemoteStore,
+    partition: &str,
+) -> Result<Option<u64>, TierError> {
     let folder = keys::manifest_folder(partition);
     let objects = store.list(&folder).map_err(|error| TierError::Remote {
         step: "list manifests".into(),

@@ -220,3 +220,44 @@ fn the_byte_rate_bounds_a_run() {
     );
     m.close().unwrap();
 }
+
+#[test]
+fn the_job_applies_the_partitions_retention_to_its_remote_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = TestClock::new(T0);
+    let m = open(tmp.path(), &clock);
+    let log = m
+        .create(
+            "t",
+            0,
+            PartitionConfig::default().with_retention_ms(Some(60_000)),
+        )
+        .unwrap();
+    fill(&log, 80);
+    let store = Arc::new(MemStore::new());
+    m.set_tiering(
+        Tiering::new(store.clone(), "r").with_local_retention(LocalRetention::new(None, Some(0))),
+    )
+    .unwrap();
+    // Uploaded and gone locally; the records (T0 + i ms) are not a minute old yet.
+    m.run_job(Job::Tiering).unwrap();
+    let s = m.tier_status("t", 0).unwrap();
+    let uploaded = s.segments_uploaded;
+    assert!(
+        uploaded >= 3 && s.local_segments_deleted == uploaded,
+        "{s:?}"
+    );
+    assert_eq!(s.remote_segments_removed, 0);
+    // A minute later every remote segment has expired.
+    clock.set(T0 + 120_000);
+    let r = m.run_job(Job::Tiering).unwrap();
+    assert!(r.failures.is_empty(), "{r:?}");
+    let s = m.tier_status("t", 0).unwrap();
+    assert_eq!(s.remote_segments_removed, uploaded);
+    let manifest = tier::read_manifest(store.as_ref(), "r/t-0")
+        .unwrap()
+        .unwrap();
+    assert!(manifest.segments.is_empty());
+    assert!(store.keys().iter().all(|k| k.contains("/manifest/")));
+    m.close().unwrap();
+}

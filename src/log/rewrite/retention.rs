@@ -224,6 +224,45 @@ impl Log {
         self.enforce_limits(now_ms, limits, local)
     }
 
+    /// Tiered storage's total retention of the segments only an object store holds (docs/
+    /// design.md, "Tiered storage"): Kafka's size and time rules with this log's
+    /// `retention_bytes` and `retention_ms`, over `remote_only` (`(base, end, bytes, largest
+    /// timestamp)`, oldest first, all below the log start) followed by the log's own segments,
+    /// the size counting both. Answers the reasons for the leading remote-only segments to go;
+    /// the log's own segments are its retention's. Changes nothing.
+    pub(crate) fn remote_retention(
+        &self,
+        remote_only: &[(i64, i64, u64, i64)],
+        now_ms: i64,
+    ) -> Vec<RetentionReason> {
+        let start = self.log_start_offset();
+        let mut summaries: Vec<Retainable> = remote_only
+            .iter()
+            .map(|&(base_offset, upper_bound, bytes, largest_timestamp)| Retainable {
+                base_offset,
+                upper_bound,
+                bytes,
+                largest_timestamp,
+            })
+            .collect();
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let end = self.log_end_offset();
+        summaries.extend(segments.iter().enumerate().map(|(i, s)| Retainable {
+            base_offset: s.base_offset(),
+            upper_bound: segments.get(i + 1).map_or(end, |n| n.base_offset()),
+            bytes: s.size() as u64,
+            largest_timestamp: s.max_timestamp(),
+        }));
+        let limits = Limits {
+            // No DeleteRecords over remote segments yet: the log-start rule removes none.
+            log_start_offset: remote_only.first().map_or(start, |r| r.0),
+            ..self.retention_limits(now_ms, start)
+        };
+        let mut reasons = deletable(&summaries, &limits);
+        reasons.truncate(remote_only.len());
+        reasons
+    }
+
     /// Deletes the leading segments [`deletable`] finds under the limits `limits` makes (under
     /// the exclusive turn), each reported with its reason as `reason` maps it.
     fn enforce_limits(
