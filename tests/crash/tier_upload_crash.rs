@@ -12,7 +12,9 @@
 //! the recorded sizes and CRCs and its `.log` object holds the log's batches of those offsets
 //! byte for byte; an upload that answered `Ok` is in it. After local retention: every batch
 //! of the log reads back, from the log at and above its start and from the store below it,
-//! byte for byte.
+//! byte for byte. After total retention over the remote segments: the current manifest names
+//! no missing or different object, and every batch from the first offset the store or the log
+//! holds reads back as written.
 //!
 //! Environment:
 //! * `ONCELOG_TIER_CRASH_POINTS=<n>`: crash points (default 600).
@@ -353,6 +355,123 @@ fn a_crash_at_any_file_operation_of_local_retention_keeps_every_batch_local_or_r
         0,
         "tier local retention crash points",
         crash_every_retention_op,
+    );
+    assert!(points > 0);
+}
+
+const REMOTE_RETENTION_TEST: &str =
+    "a_crash_at_any_file_operation_of_remote_retention_leaves_no_manifest_naming_a_missing_object";
+
+/// Every remote segment the current manifest names has its six objects as recorded, and every
+/// batch from the first offset the store or the log holds reads back as it was written.
+fn check_remote_consistent(ctx: &Ctx, log: &Log, store: &FsStore, want: &[Vec<u8>]) {
+    let manifest = tier::read_manifest(store, P)
+        .unwrap_or_else(|e| ctx.fail(format!("the manifest after the crash: {e}")));
+    for s in manifest.iter().flat_map(|m| &m.segments) {
+        for o in SegmentObject::ALL {
+            let key = o.key(P, s.base_offset, s.end_offset, s.upload_id);
+            let bytes = tier_object(ctx, store, &key);
+            if oncelog::tier::ObjectDigest::of(&bytes) != s.object(o) {
+                ctx.fail(format!("{key}: not the object the manifest names"));
+            }
+        }
+    }
+    let first = manifest
+        .as_ref()
+        .and_then(|m| m.segments.first())
+        .map_or(log.log_start_offset(), |s| s.base_offset);
+    let end = log.log_end_offset();
+    let mut next = first;
+    let mut seen = Vec::new();
+    while next < end {
+        let bytes = tier::read(log, store, P, next, 1 << 20)
+            .unwrap_or_else(|e| ctx.fail(format!("read at {next}: {e}")));
+        for item in BatchIter::new(&bytes) {
+            let (_, b) = item.unwrap_or_else(|e| ctx.fail(format!("read at {next}: {e}")));
+            next = b.last_offset() + 1;
+            seen.push(b.as_bytes().to_vec());
+        }
+    }
+    let tail: Vec<Vec<u8>> = want
+        .iter()
+        .filter(|b| {
+            oncelog::format::RecordBatch::parse(b)
+                .unwrap()
+                .base_offset()
+                >= first
+        })
+        .cloned()
+        .collect();
+    if seen != tail {
+        ctx.fail(format!(
+            "from offset {first}: {} batches read back, {} written",
+            seen.len(),
+            tail.len()
+        ));
+    }
+}
+
+/// Local retention of everything uploaded, then total retention a week and a day later (every
+/// remote-only segment expired under the default seven days).
+fn crash_every_remote_retention_op(seed: u64) -> u64 {
+    let later = T0 + 8 * 24 * 3_600_000;
+    let setup = |ctx: &mut Ctx| {
+        let b = build(seed, ctx, true);
+        retain(&b).unwrap_or_else(|e| ctx.fail(format!("local retention: {e}")));
+        b
+    };
+    let mut ctx = Ctx::in_file(seed, "tier_upload_crash", REMOTE_RETENTION_TEST);
+    let b = setup(&mut ctx);
+    let ops_before = b.fs.counters().ops;
+    match tier::enforce_remote_retention(&b.log, &b.store, P, later) {
+        Ok(r) if r.removed.len() == b.before => {}
+        other => ctx.fail(format!("remote retention without faults: {other:?}")),
+    }
+    let ops = b.fs.counters().ops - ops_before;
+    b.log.abandon();
+    // The batches as written: what the log held before any retention.
+    let mut ctx0 = Ctx::in_file(seed, "tier_upload_crash", REMOTE_RETENTION_TEST);
+    let b0 = build(seed, &mut ctx0, true);
+    let written = content(&ctx0, &b0.log);
+    b0.log.abandon();
+    for n in 1..=ops + 1 {
+        let mut ctx = Ctx::in_file(seed, "tier_upload_crash", REMOTE_RETENTION_TEST);
+        let mut b = setup(&mut ctx);
+        ctx.note(format!("power cut at file operation {n} of {ops}"));
+        b.fs.fail_from(OpKind::Any, n, libc::EIO);
+        let result = tier::enforce_remote_retention(&b.log, &b.store, P, later);
+        ctx.note(format!("remote retention: {result:?}"));
+        if n > ops && result.is_err() {
+            ctx.fail(format!(
+                "remote retention failed with no fault in it: {result:?}"
+            ));
+        }
+        b.log.abandon();
+        b.fs.clear_faults();
+        let report = b.fs.crash(b.rng.next_u64());
+        ctx.note(format!("crash: {report:?}\n{}", describe_dir(&b.fs)));
+        let log = open(&b.fs, &b.clock, &b.cfg).unwrap_or_else(|e| {
+            ctx.fail(format!(
+                "open after the crash: {e}\n{}",
+                describe_dir(&b.fs)
+            ))
+        });
+        check_remote_consistent(&ctx, &log, &b.store, &written);
+        log.close()
+            .unwrap_or_else(|e| ctx.fail(format!("close after the reopen: {e}")));
+    }
+    ops + 1
+}
+
+#[test]
+fn a_crash_at_any_file_operation_of_remote_retention_leaves_no_manifest_naming_a_missing_object() {
+    let points = sweep_seeds(
+        "ONCELOG_CRASH_SEED",
+        "ONCELOG_TIER_CRASH_POINTS",
+        DEFAULT_POINTS,
+        0,
+        "tier remote retention crash points",
+        crash_every_remote_retention_op,
     );
     assert!(points > 0);
 }
