@@ -80,6 +80,22 @@ impl Log {
             .collect()
     }
 
+    /// Adds the aborted transactions of the log's segments, oldest first, that overlap a fetch
+    /// from `fetch_offset` bounded by `upper_bound`, until an entry says no later one can (a
+    /// read_committed fetch below the log start continues here after the remote segments).
+    pub(crate) fn collect_aborted_from_start(
+        &self,
+        fetch_offset: i64,
+        upper_bound: i64,
+        out: &mut Vec<crate::segment::AbortedTxn>,
+    ) {
+        for s in self.segments.read().values() {
+            if s.txn_index().collect(fetch_offset, upper_bound, out) {
+                return;
+            }
+        }
+    }
+
     /// Why the segment `seg`, followed by a segment at `end`, may not be uploaded now.
     fn why_not_uploadable(&self, seg: &Segment, end: i64) -> Option<NotUploadable> {
         if self.is_closed() {

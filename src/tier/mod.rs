@@ -12,11 +12,12 @@
 //! the next generation of the partition's [`Manifest`] with a put-if-absent, so of two writers
 //! exactly one wins. No local file is changed. [`enforce_local_retention`] then deletes local
 //! copies past `local_retention_ms` / `local_retention_bytes`, only those the manifest read back
-//! from the store names, [`read`] serves offsets below the local log start from the store, and
+//! from the store names, [`read`] serves offsets below the local log start from the store
+//! ([`fetch_committed`] under read_committed, with the aborted transactions), and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
 //! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
 //! segments. A `LogManager` runs uploads and both retentions as its tiering job. Not built yet:
-//! DeleteRecords over remote segments, a read cache, read_committed below the local start.
+//! DeleteRecords over remote segments, a read cache, time lookups below the local start.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -56,6 +57,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod committed;
 mod error;
 pub mod keys;
 mod local;
@@ -66,6 +68,7 @@ mod restore;
 mod store;
 mod upload;
 
+pub use committed::fetch_committed;
 pub use error::{NotUploadable, TierError};
 pub use keys::{SegmentObject, UploadId};
 pub use local::{enforce_local_retention, LocalRetention};

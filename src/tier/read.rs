@@ -61,6 +61,27 @@ pub fn read_remote(
     offset: i64,
     max_bytes: usize,
 ) -> Result<Bytes, TierError> {
+    read_segment(store, partition, segment, offset, max_bytes).map(|r| r.bytes)
+}
+
+/// What a read of one remote segment returned, and where from.
+pub(crate) struct RemoteRead {
+    pub bytes: Bytes,
+    /// The byte position of the first batch returned in the segment's `.log`.
+    pub position: u64,
+    /// One past the last offset returned (`offset` when nothing was).
+    pub next_offset: i64,
+    /// The segment's offset index, as fetched and checked.
+    pub index: Vec<u8>,
+}
+
+pub(crate) fn read_segment(
+    store: &dyn RemoteStore,
+    partition: &str,
+    segment: &RemoteSegment,
+    offset: i64,
+    max_bytes: usize,
+) -> Result<RemoteRead, TierError> {
     let base = segment.base_offset;
     let key = |o: SegmentObject| o.key(partition, base, segment.end_offset, segment.upload_id);
     let index_key = key(SegmentObject::OffsetIndex);
@@ -101,6 +122,7 @@ pub fn read_remote(
         reason,
     };
     let mut out: Vec<u8> = Vec::new();
+    let (mut first_at, mut next_offset) = (None, offset);
     let mut at = start;
     while at < log_size {
         let header = reader.bytes(at, format::HEADER_SIZE as u64)?;
@@ -124,13 +146,20 @@ pub fn read_remote(
                 break;
             }
             out.extend_from_slice(bytes);
+            first_at.get_or_insert(at);
+            next_offset = last + 1;
             if out.len() >= max_bytes {
                 break;
             }
         }
         at += size;
     }
-    Ok(Bytes::from(out))
+    Ok(RemoteRead {
+        bytes: Bytes::from(out),
+        position: first_at.unwrap_or(start),
+        next_offset,
+        index,
+    })
 }
 
 /// Ranges of one object, fetched a window at a time.
