@@ -147,7 +147,7 @@ enum Command {
     /// ask whether one was handled); `dump DIR` prints its ids, effects and positions. See
     /// docs/exactly-once.md.
     Processed(processed::ProcessedArgs),
-    /// Tiered storage: where a partition's segments are (local, remote in an object store)
+    /// Tiered storage: where each segment of a partition is, local or remote
     ///
     /// `status DIR --store ROOT --prefix PREFIX` lists each segment of DIR against the
     /// manifest under PREFIX in the object store kept in the directory ROOT. See
