@@ -6,8 +6,8 @@
 
 use super::error::TierError;
 use super::keys::SegmentObject;
-use super::manifest::{ObjectDigest, RemoteSegment};
-use super::read::read_segment;
+use super::manifest::RemoteSegment;
+use super::read::{get_checked, read_segment};
 use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::format::AbortedTransaction;
@@ -99,23 +99,13 @@ fn collect_remote(
     if want.size == 0 {
         return Ok(false);
     }
+    let bytes = get_checked(store, partition, s, SegmentObject::TxnIndex)?;
     let key = SegmentObject::TxnIndex.key(partition, s.base_offset, s.end_offset, s.upload_id);
-    let bytes = store.get(&key).map_err(|error| TierError::Remote {
-        step: format!("get .txnindex of segment {}", s.base_offset),
-        error,
-    })?;
     let corrupt = |reason: String| TierError::RemoteCorrupt {
         key: key.clone(),
         position: None,
         reason,
     };
-    let found = ObjectDigest::of(&bytes);
-    if found != want {
-        return Err(corrupt(format!(
-            "{} bytes with CRC-32C {:08x}, but the manifest names {} bytes with {:08x}",
-            found.size, found.crc32c, want.size, want.crc32c
-        )));
-    }
     let entries: Vec<AbortedTxn> = txn_index::decode(&bytes)
         .collect::<Result<_, _>>()
         .map_err(|p| corrupt(p.to_string()))?;

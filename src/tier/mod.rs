@@ -13,11 +13,12 @@
 //! exactly one wins. No local file is changed. [`enforce_local_retention`] then deletes local
 //! copies past `local_retention_ms` / `local_retention_bytes`, only those the manifest read back
 //! from the store names, [`read`] serves offsets below the local log start from the store
-//! ([`fetch_committed`] under read_committed, with the aborted transactions), and
+//! ([`fetch_committed`] under read_committed, with the aborted transactions;
+//! [`offset_for_timestamp`] by time), and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
 //! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
 //! segments. A `LogManager` runs uploads and both retentions as its tiering job. Not built yet:
-//! DeleteRecords over remote segments, a read cache, time lookups below the local start.
+//! DeleteRecords over remote segments, a read cache.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -66,6 +67,7 @@ mod read;
 mod remote_retention;
 mod restore;
 mod store;
+mod timestamp;
 mod upload;
 
 pub use committed::fetch_committed;
@@ -77,4 +79,5 @@ pub use read::{read, read_remote};
 pub use remote_retention::{enforce_remote_retention, RemoteRetentionReport};
 pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};
+pub use timestamp::offset_for_timestamp;
 pub use upload::{read_manifest, upload_segment, uploadable_segments, Uploaded};

@@ -84,63 +84,20 @@ pub(crate) fn read_segment(
 ) -> Result<RemoteRead, TierError> {
     let base = segment.base_offset;
     let key = |o: SegmentObject| o.key(partition, base, segment.end_offset, segment.upload_id);
-    let index_key = key(SegmentObject::OffsetIndex);
-    let index = store.get(&index_key).map_err(|error| TierError::Remote {
-        step: format!("get .index of segment {base}"),
-        error,
-    })?;
-    let found = ObjectDigest::of(&index);
-    let want = segment.object(SegmentObject::OffsetIndex);
-    if found != want {
-        return Err(TierError::RemoteCorrupt {
-            key: index_key,
-            position: None,
-            reason: format!(
-                "{} bytes with CRC-32C {:08x}, but the manifest names {} bytes with {:08x}",
-                found.size, found.crc32c, want.size, want.crc32c
-            ),
-        });
-    }
+    let index = get_checked(store, partition, segment, SegmentObject::OffsetIndex)?;
     let log_size = segment.object(SegmentObject::Log).size;
     // The last entry at or below the offset: its batch ends at or before it.
     let start = offset_index::decode(&index, base)
         .take_while(|e| e.offset <= offset)
         .last()
         .map_or(0, |e| u64::from(e.position));
-    let mut reader = RangeReader {
-        store,
-        key: key(SegmentObject::Log),
-        size: log_size,
-        window: (max_bytes as u64).clamp(MIN_WINDOW, MAX_WINDOW),
-        buf: Vec::new(),
-        buf_start: 0,
-    };
-    let log_key = reader.key.clone();
-    let corrupt = |at: u64, reason: String| TierError::RemoteCorrupt {
-        key: log_key.clone(),
-        position: Some(at),
-        reason,
-    };
+    let mut reader = RangeReader::new(store, key(SegmentObject::Log), log_size, max_bytes);
     let mut out: Vec<u8> = Vec::new();
     let (mut first_at, mut next_offset) = (None, offset);
     let mut at = start;
     while at < log_size {
-        let header = reader.bytes(at, format::HEADER_SIZE as u64)?;
-        let length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
-        let size = 12 + u64::try_from(length).unwrap_or(0);
-        if size < format::HEADER_SIZE as u64 {
-            return Err(corrupt(at, format!("batchLength {length}: not a batch")));
-        }
-        let bytes = reader.bytes(at, size)?;
-        let batch = format::validate_stored_batch(bytes).map_err(|e| corrupt(at, e.to_string()))?;
-        let last = batch.last_offset();
-        if !(base..segment.end_offset).contains(&last) {
-            let reason = format!(
-                "a batch ending at offset {last} in a segment of offsets [{base}, {})",
-                segment.end_offset
-            );
-            return Err(corrupt(at, reason));
-        }
+        let (bytes, last) = reader.batch(at, base, segment.end_offset)?;
+        let size = bytes.len() as u64;
         if last >= offset {
             if !out.is_empty() && out.len() as u64 + size > max_bytes as u64 {
                 break;
@@ -162,8 +119,35 @@ pub(crate) fn read_segment(
     })
 }
 
+/// The object `which` of the remote segment `s`, held to the size and CRC-32C the manifest
+/// records: anything else is [`TierError::RemoteCorrupt`].
+pub(super) fn get_checked(
+    store: &dyn RemoteStore,
+    partition: &str,
+    s: &RemoteSegment,
+    which: SegmentObject,
+) -> Result<Vec<u8>, TierError> {
+    let key = which.key(partition, s.base_offset, s.end_offset, s.upload_id);
+    let bytes = store.get(&key).map_err(|error| TierError::Remote {
+        step: format!("get {} of segment {}", which.name(), s.base_offset),
+        error,
+    })?;
+    let (found, want) = (ObjectDigest::of(&bytes), s.object(which));
+    if found != want {
+        return Err(TierError::RemoteCorrupt {
+            key,
+            position: None,
+            reason: format!(
+                "{} bytes with CRC-32C {:08x}, but the manifest names {} bytes with {:08x}",
+                found.size, found.crc32c, want.size, want.crc32c
+            ),
+        });
+    }
+    Ok(bytes)
+}
+
 /// Ranges of one object, fetched a window at a time.
-struct RangeReader<'a> {
+pub(super) struct RangeReader<'a> {
     store: &'a dyn RemoteStore,
     key: String,
     size: u64,
@@ -172,7 +156,58 @@ struct RangeReader<'a> {
     buf_start: u64,
 }
 
-impl RangeReader<'_> {
+impl<'a> RangeReader<'a> {
+    /// A reader of the object `key` of `size` bytes, fetching at least `wanted` bytes (within
+    /// 64 KiB to 8 MiB) per request.
+    pub(super) fn new(
+        store: &'a dyn RemoteStore,
+        key: String,
+        size: u64,
+        wanted: usize,
+    ) -> RangeReader<'a> {
+        RangeReader {
+            store,
+            key,
+            size,
+            window: (wanted as u64).clamp(MIN_WINDOW, MAX_WINDOW),
+            buf: Vec::new(),
+            buf_start: 0,
+        }
+    }
+
+    /// The whole batch at byte `at`, its CRC checked and its last offset (returned with it)
+    /// inside `[base, end)`.
+    pub(super) fn batch(
+        &mut self,
+        at: u64,
+        base: i64,
+        end: i64,
+    ) -> Result<(&[u8], i64), TierError> {
+        let header = self.bytes(at, format::HEADER_SIZE as u64)?;
+        let length = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+        let size = 12 + u64::try_from(length).unwrap_or(0);
+        if size < format::HEADER_SIZE as u64 {
+            return Err(self.corrupt(at, format!("batchLength {length}: not a batch")));
+        }
+        let key = self.key.clone();
+        let corrupt = |reason: String| TierError::RemoteCorrupt {
+            key,
+            position: Some(at),
+            reason,
+        };
+        let bytes = self.bytes(at, size)?;
+        let last = match format::validate_stored_batch(bytes) {
+            Ok(batch) => batch.last_offset(),
+            Err(e) => return Err(corrupt(e.to_string())),
+        };
+        if !(base..end).contains(&last) {
+            return Err(corrupt(format!(
+                "a batch ending at offset {last} in a segment of offsets [{base}, {end})"
+            )));
+        }
+        Ok((bytes, last))
+    }
+
     fn corrupt(&self, at: u64, reason: String) -> TierError {
         TierError::RemoteCorrupt {
             key: self.key.clone(),

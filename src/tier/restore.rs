@@ -5,7 +5,8 @@
 
 use super::error::TierError;
 use super::keys::SegmentObject;
-use super::manifest::{ObjectDigest, RemoteSegment};
+use super::manifest::RemoteSegment;
+use super::read::get_checked;
 use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::log::epochs;
@@ -49,9 +50,9 @@ pub fn restore(log: &Log, store: &dyn RemoteStore, partition: &str) -> Result<Re
         });
     };
     let end = last.end_offset;
-    let snapshot = checked_object(store, partition, last, SegmentObject::ProducerSnapshot)?;
+    let snapshot = get_checked(store, partition, last, SegmentObject::ProducerSnapshot)?;
     let epochs_key = object_key(partition, last, SegmentObject::LeaderEpochs);
-    let epoch_bytes = checked_object(store, partition, last, SegmentObject::LeaderEpochs)?;
+    let epoch_bytes = get_checked(store, partition, last, SegmentObject::LeaderEpochs)?;
     let entries =
         epochs::decode_file(std::path::Path::new(&epochs_key), &epoch_bytes).map_err(|e| {
             TierError::RemoteCorrupt {
@@ -80,30 +81,4 @@ pub fn restore(log: &Log, store: &dyn RemoteStore, partition: &str) -> Result<Re
 
 fn object_key(partition: &str, s: &RemoteSegment, which: SegmentObject) -> String {
     which.key(partition, s.base_offset, s.end_offset, s.upload_id)
-}
-
-/// The object `which` of `s`, held to the size and CRC the manifest records.
-fn checked_object(
-    store: &dyn RemoteStore,
-    partition: &str,
-    s: &RemoteSegment,
-    which: SegmentObject,
-) -> Result<Vec<u8>, TierError> {
-    let key = object_key(partition, s, which);
-    let bytes = store.get(&key).map_err(|error| TierError::Remote {
-        step: format!("get {} of segment {}", which.name(), s.base_offset),
-        error,
-    })?;
-    let (found, want) = (ObjectDigest::of(&bytes), s.object(which));
-    if found != want {
-        return Err(TierError::RemoteCorrupt {
-            key,
-            position: None,
-            reason: format!(
-                "{} bytes with CRC-32C {:08x}, but the manifest names {} bytes with {:08x}",
-                found.size, found.crc32c, want.size, want.crc32c
-            ),
-        });
-    }
-    Ok(bytes)
 }

@@ -342,3 +342,45 @@ fn read_committed_below_the_local_start_answers_as_the_local_fetch_did() {
     assert!(aborted_seen > 0);
     log.close().unwrap();
 }
+
+#[test]
+fn a_lookup_by_time_below_the_local_start_answers_as_the_log_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), config()).unwrap();
+    // Timestamps mostly rising, some late (CreateTime out of order), as producers send them.
+    for i in 0..48i64 {
+        let ts = T0 + i * 10 - if i % 7 == 3 { 25 } else { 0 };
+        log.append(&producer_batch(7, 4 * i as i32, false, ts))
+            .unwrap();
+    }
+    log.flush().unwrap();
+    let store = MemStore::new();
+    upload(&log, &store, usize::MAX);
+    let targets: Vec<i64> = (T0 - 30..T0 + 520).step_by(3).collect();
+    let before: Vec<_> = targets
+        .iter()
+        .map(|&ts| log.offset_for_timestamp(ts).unwrap())
+        .collect();
+    let r = tier::enforce_local_retention(&log, &store, P, ALL_OF_IT, T0).unwrap();
+    assert!(r.deleted.len() >= 4, "{r:?}");
+    let mut remote_answers = 0;
+    for (&ts, want) in targets.iter().zip(&before) {
+        let got = tier::offset_for_timestamp(&log, &store, P, ts).unwrap();
+        assert_eq!(got, *want, "timestamp {ts}");
+        remote_answers += usize::from(got.is_some_and(|g| g.offset < log.log_start_offset()));
+    }
+    assert!(remote_answers > 20, "{remote_answers}");
+    assert!(before.last().unwrap().is_none());
+    // A time index that is not the one uploaded is refused, naming it.
+    let s = tier::read_manifest(&store, P).unwrap().unwrap().segments[0].clone();
+    let key = SegmentObject::TimeIndex.key(P, s.base_offset, s.end_offset, s.upload_id);
+    let mut bytes = store.object(&key).unwrap();
+    bytes[3] ^= 1;
+    store.insert(&key, &bytes);
+    let e = tier::offset_for_timestamp(&log, &store, P, T0).unwrap_err();
+    assert!(
+        matches!(&e, TierError::RemoteCorrupt { key: k, .. } if *k == key),
+        "{e}"
+    );
+    log.close().unwrap();
+}
