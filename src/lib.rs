@@ -121,6 +121,7 @@ pub mod format;
 pub mod io;
 pub mod processed;
 pub mod producer;
+pub mod tier;
 pub mod verify;
 
 internal_mod!(log);
@@ -145,8 +146,8 @@ pub use manager::{
     CleanRequest, Cleaned, Cleaner, Compactor, DirCheckpoints, DirEntry, FoundDir, Job,
     JobIntervals, JobReport, JobStats, LogDirContents, LogDirReport, LogManager, ManagerConfig,
     ManagerError, ManagerOpenReport, MetaProperties, PartitionConfig, PartitionFailure,
-    PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TopicError,
-    TopicPartition,
+    PartitionInfo, PartitionOpened, PartitionReport, ResolvedConfig, Throttle, TierStatus, Tiering,
+    TopicError, TopicPartition,
 };
 pub use segment::{BatchProblem, CorruptSegment};
 

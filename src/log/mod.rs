@@ -26,6 +26,7 @@ mod reader;
 mod reconfigure;
 mod recovery;
 mod rewrite;
+mod sealed_files;
 pub(crate) mod text_checkpoint;
 mod txn;
 mod wait;
@@ -57,6 +58,7 @@ pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, Re
 pub use faces::{Maintenance, ReplicaLog};
 pub use fetch::FetchResult;
 pub use reader::{LogReader, DEFAULT_READER_FETCH_BYTES};
+pub use sealed_files::SealedSegmentFiles;
 pub use metadata_file::{BadMetadataFile, MetadataFile};
 pub use metrics::{LatencyHistogram, LogMetrics, RecoveryMetrics, Refusals};
 pub use producers::ProducerLoadReport;

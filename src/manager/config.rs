@@ -297,6 +297,10 @@ pub struct JobIntervals {
     /// manager's cleaner (Kafka's `log.cleaner.backoff.ms`).
     /// Default 15 s.
     pub cleaning: Option<Duration>,
+    /// Uploads sealed segments to the object store and applies local retention, once
+    /// [`super::LogManager::set_tiering`] gave one (Kafka's
+    /// `remote.log.manager.task.interval.ms`). Default 30 s.
+    pub tiering: Option<Duration>,
 }
 
 with_setters!(JobIntervals {
@@ -308,6 +312,7 @@ with_setters!(JobIntervals {
     with_snapshots => snapshots: Option<Duration>,
     with_deletion => deletion: Option<Duration>,
     with_cleaning => cleaning: Option<Duration>,
+    with_tiering => tiering: Option<Duration>,
 });
 
 impl Default for JobIntervals {
@@ -321,6 +326,7 @@ impl Default for JobIntervals {
             snapshots: Some(Duration::from_secs(30)),
             deletion: Some(Duration::from_secs(1)),
             cleaning: Some(Duration::from_secs(15)),
+            tiering: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -337,6 +343,7 @@ impl JobIntervals {
             snapshots: None,
             deletion: None,
             cleaning: None,
+            tiering: None,
         }
     }
 }

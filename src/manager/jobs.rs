@@ -39,11 +39,14 @@ pub enum Job {
     Deletion,
     /// Cleans compacted partitions with the manager's [`super::Cleaner`], if it has one.
     Cleaning,
+    /// Uploads sealed segments to the manager's object store and applies local retention, if
+    /// it has one ([`super::LogManager::set_tiering`]).
+    Tiering,
 }
 
 impl Job {
     /// Every job.
-    pub const ALL: [Job; 8] = [
+    pub const ALL: [Job; 9] = [
         Job::Flush,
         Job::Checkpoints,
         Job::HighWatermarks,
@@ -52,10 +55,11 @@ impl Job {
         Job::Snapshots,
         Job::Deletion,
         Job::Cleaning,
+        Job::Tiering,
     ];
 
     /// Its name: `flush`, `checkpoints`, `high_watermarks`, `retention`, `producer_expiry`,
-    /// `snapshots`, `deletion`, `cleaning`.
+    /// `snapshots`, `deletion`, `cleaning`, `tiering`.
     pub fn name(self) -> &'static str {
         match self {
             Job::Flush => "flush",
@@ -66,6 +70,7 @@ impl Job {
             Job::Snapshots => "snapshots",
             Job::Deletion => "deletion",
             Job::Cleaning => "cleaning",
+            Job::Tiering => "tiering",
         }
     }
 
@@ -80,6 +85,7 @@ impl Job {
             Job::Snapshots => i.snapshots,
             Job::Deletion => i.deletion,
             Job::Cleaning => i.cleaning,
+            Job::Tiering => i.tiering,
         }
     }
 }
@@ -203,6 +209,7 @@ pub(crate) fn run(inner: &Inner, job: Job) -> JobReport {
         }
         Job::Deletion => deletion(inner),
         Job::Cleaning => cleaning(inner),
+        Job::Tiering => super::tiering::run(inner),
     };
     record(&inner.stats, job, &report);
     report

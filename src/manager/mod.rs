@@ -18,6 +18,7 @@ pub mod offsets;
 mod open;
 mod partitions;
 mod sync;
+mod tiering;
 pub mod topic;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,7 @@ pub use jobs::{Job, JobReport, JobStats};
 pub use log_dir::{DirCheckpoints, FoundDir, LogDirContents};
 pub use meta::MetaProperties;
 pub use open::{LogDirReport, ManagerOpenReport, PartitionOpened, PartitionReport};
+pub use tiering::{TierStatus, Tiering};
 pub use topic::{parse_dir_name, validate_topic, DirEntry, TopicError, TopicPartition};
 
 /// The partitions of one or more Kafka log dirs, opened together, with background flush,
@@ -71,6 +73,10 @@ pub(crate) struct Inner {
     stats: Mutex<BTreeMap<Job, JobStats>>,
     /// What the cleaning job runs: [`Compactor`] or what [`LogManager::set_cleaner`] gave.
     cleaner: RwLock<Option<Arc<dyn Cleaner>>>,
+    /// Where the tiering job uploads: what [`LogManager::set_tiering`] gave.
+    tiering: RwLock<Option<Arc<Tiering>>>,
+    /// Each partition's tiering, as the tiering job last left it.
+    tier_status: Mutex<BTreeMap<TopicPartition, TierStatus>>,
 }
 
 /// An open log dir.
@@ -304,6 +310,32 @@ impl LogManager {
     /// compaction.
     pub fn set_cleaner(&self, cleaner: Arc<dyn Cleaner>) {
         *self.inner.cleaner.write() = Some(cleaner);
+    }
+
+    /// Gives the tiering job ([`Job::Tiering`]) its object store and settings, replacing any
+    /// earlier ones: from the next run on, each online partition whose `cleanup.policy` does
+    /// not compact has its uploadable segments uploaded under `<root>/<topic>-<n>`, then its
+    /// local retention applied (docs/design.md, "Tiered storage"). A root that keys cannot
+    /// hold is refused.
+    pub fn set_tiering(&self, tiering: Tiering) -> Result<(), crate::tier::TierError> {
+        if let Some(reason) = tiering::check_root(&tiering.root) {
+            return Err(crate::tier::TierError::BadPartitionPrefix {
+                prefix: tiering.root,
+                reason,
+            });
+        }
+        *self.inner.tiering.write() = Some(Arc::new(tiering));
+        Ok(())
+    }
+
+    /// A partition's tiering as the tiering job last left it (`None` before its first run
+    /// over the partition).
+    pub fn tier_status(&self, topic: &str, partition: i32) -> Option<TierStatus> {
+        self.inner
+            .tier_status
+            .lock()
+            .get(&TopicPartition::new(topic, partition))
+            .cloned()
     }
 
     /// How each background job has done so far.

@@ -182,6 +182,8 @@ pub(super) fn open(
         closed: AtomicBool::new(false),
         stats: Mutex::new(BTreeMap::new()),
         cleaner: RwLock::new(Some(Arc::new(super::cleaning::Compactor))),
+        tiering: RwLock::new(None),
+        tier_status: Mutex::new(BTreeMap::new()),
     };
     // Entries of partitions that are gone (a deletion a crash interrupted before the files
     // were rewritten) must not vouch for a partition created under the same name later.

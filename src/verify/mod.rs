@@ -21,7 +21,10 @@ use crate::segment::{
 };
 
 mod metadata;
+mod sealed;
 mod txn;
+
+pub use sealed::{check_sealed_segment, SealedSegmentBytes};
 
 /// One thing wrong with a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -755,68 +758,93 @@ fn verify_indexes(
     final_timestamp: Option<Option<i64>>,
     report: &mut VerifyReport,
 ) -> Result<(), io::IoError> {
-    let in_checked = |p: usize| checked.iter().any(|&(a, b)| p >= a && p < b);
     let index_path = names::file_path(dir, base, names::INDEX_EXT);
-    match map_index(fs, &index_path, offset_index::ENTRY_SIZE, log_len, report)? {
-        None => {}
-        Some(map) => {
-            let bytes = untrimmed_tail(
-                &index_path,
-                map.published_slice(),
-                offset_index::ENTRY_SIZE,
-                report,
-            );
-            report.index_entries += (bytes.len() / offset_index::ENTRY_SIZE) as u64;
-            if let Err(e) = offset_index::check(bytes, base, log_len.max(1)) {
-                report.problem(&index_path, None, "bad_index", e.to_string());
-            } else if let Some((i, e)) = offset_index::decode(bytes, base)
-                .enumerate()
-                // Entries pointing into bytes that could not be checked are not judged.
-                .filter(|(_, e)| in_checked(e.position as usize))
-                .find(|(_, e)| starts.get(&(e.position as usize)) != Some(&e.offset))
-            {
-                report.problem(
-                    &index_path,
-                    Some(i * offset_index::ENTRY_SIZE),
-                    "bad_index",
-                    format!(
-                        "entry ({}, {}) does not point at the start of the batch ending at that \
-                         offset (recovery rebuilds this index)",
-                        e.offset, e.position
-                    ),
-                );
-            }
-        }
+    if let Some(map) = map_index(fs, &index_path, offset_index::ENTRY_SIZE, log_len, report)? {
+        let bytes = map.published_slice();
+        check_offset_index(&index_path, bytes, base, log_len, starts, checked, report);
     }
     let time_path = names::file_path(dir, base, names::TIME_INDEX_EXT);
     if let Some(map) = map_index(fs, &time_path, time_index::ENTRY_SIZE, log_len, report)? {
-        let bytes = untrimmed_tail(
+        let bytes = map.published_slice();
+        check_time_index(
             &time_path,
-            map.published_slice(),
-            time_index::ENTRY_SIZE,
+            bytes,
+            base,
+            last_offset,
+            final_timestamp,
             report,
         );
-        report.time_index_entries += (bytes.len() / time_index::ENTRY_SIZE) as u64;
-        let last_entry = time_index::decode(bytes, base).last().map(|e| e.timestamp);
-        if let Err(e) = time_index::check(bytes, base, last_offset.unwrap_or(base)) {
-            report.problem(&time_path, None, "bad_index", e.to_string());
-        } else if let Some(Some(max)) = final_timestamp.filter(|&m| m != last_entry) {
-            // Sealing appends the segment's largest timestamp (Kafka's final `maybeAppend` at
-            // roll and close): a last entry that names another lost entries or was altered, and
-            // time-based retention and lookups would misjudge the segment.
-            report.problem(
-                &time_path,
-                Some(bytes.len().saturating_sub(time_index::ENTRY_SIZE)),
-                "bad_index",
-                format!(
-                    "the last entry's timestamp is {}, but the segment's largest is {max} \
-                     (`recover --deep` rebuilds this index)",
-                    last_entry.map_or("absent".to_string(), |t| t.to_string())
-                ),
-            );
-        }
     }
     Ok(())
+}
+
+/// Checks the whole entries of an offset index (`bytes`) against its segment: well formed
+/// (offsets increasing, positions inside the `log_len`-byte log), and every entry that points
+/// into the `checked` regions naming the start of the batch ending at its offset (`starts`).
+fn check_offset_index(
+    path: &Path,
+    bytes: &[u8],
+    base: i64,
+    log_len: usize,
+    starts: &BTreeMap<usize, i64>,
+    checked: &[(usize, usize)],
+    report: &mut VerifyReport,
+) {
+    let in_checked = |p: usize| checked.iter().any(|&(a, b)| p >= a && p < b);
+    let bytes = untrimmed_tail(path, bytes, offset_index::ENTRY_SIZE, report);
+    report.index_entries += (bytes.len() / offset_index::ENTRY_SIZE) as u64;
+    if let Err(e) = offset_index::check(bytes, base, log_len.max(1)) {
+        report.problem(path, None, "bad_index", e.to_string());
+    } else if let Some((i, e)) = offset_index::decode(bytes, base)
+        .enumerate()
+        // Entries pointing into bytes that could not be checked are not judged.
+        .filter(|(_, e)| in_checked(e.position as usize))
+        .find(|(_, e)| starts.get(&(e.position as usize)) != Some(&e.offset))
+    {
+        report.problem(
+            path,
+            Some(i * offset_index::ENTRY_SIZE),
+            "bad_index",
+            format!(
+                "entry ({}, {}) does not point at the start of the batch ending at that \
+                 offset (recovery rebuilds this index)",
+                e.offset, e.position
+            ),
+        );
+    }
+}
+
+/// Checks the whole entries of a time index (`bytes`): well formed for a segment whose last
+/// offset is `last_offset`, and, for a sealed segment whose every byte was checked
+/// (`final_timestamp`: its largest batch timestamp), ending with that timestamp.
+fn check_time_index(
+    path: &Path,
+    bytes: &[u8],
+    base: i64,
+    last_offset: Option<i64>,
+    final_timestamp: Option<Option<i64>>,
+    report: &mut VerifyReport,
+) {
+    let bytes = untrimmed_tail(path, bytes, time_index::ENTRY_SIZE, report);
+    report.time_index_entries += (bytes.len() / time_index::ENTRY_SIZE) as u64;
+    let last_entry = time_index::decode(bytes, base).last().map(|e| e.timestamp);
+    if let Err(e) = time_index::check(bytes, base, last_offset.unwrap_or(base)) {
+        report.problem(path, None, "bad_index", e.to_string());
+    } else if let Some(Some(max)) = final_timestamp.filter(|&m| m != last_entry) {
+        // Sealing appends the segment's largest timestamp (Kafka's final `maybeAppend` at
+        // roll and close): a last entry that names another lost entries or was altered, and
+        // time-based retention and lookups would misjudge the segment.
+        report.problem(
+            path,
+            Some(bytes.len().saturating_sub(time_index::ENTRY_SIZE)),
+            "bad_index",
+            format!(
+                "the last entry's timestamp is {}, but the segment's largest is {max} \
+                 (`recover --deep` rebuilds this index)",
+                last_entry.map_or("absent".to_string(), |t| t.to_string())
+            ),
+        );
+    }
 }
 
 /// Maps an index for checking, or reports why it cannot be: missing (the offset index only;

@@ -233,6 +233,7 @@ pub fn every_job(every: Option<std::time::Duration>) -> oncelog::JobIntervals {
         .with_snapshots(every)
         .with_deletion(every)
         .with_cleaning(every)
+        .with_tiering(every)
 }
 
 /// The batch of `records` records producer `partition + 1` (epoch 0) sends at `seq` into

@@ -9,6 +9,8 @@
 mod common;
 #[path = "../common_sim/mod.rs"]
 mod common_sim;
+#[path = "../common_tier/mod.rs"]
+mod common_tier;
 
 mod append_crash_sim;
 mod crash_compact;
@@ -29,5 +31,6 @@ mod metadata_checksums;
 mod mutation_sweep;
 mod processed_crash_sim;
 mod recovery_hostile;
+mod tier_upload_crash;
 mod txn_crash_sim;
 mod write_group_sim;

@@ -9,6 +9,8 @@
 mod common;
 #[path = "../common_sim/mod.rs"]
 mod common_sim;
+#[path = "../common_tier/mod.rs"]
+mod common_tier;
 
 mod append_writes;
 mod batch_roundtrip;
@@ -38,5 +40,9 @@ mod rewrite_truncate;
 mod sealed_segments;
 mod segment_growth;
 mod segment_space;
+mod tier_local;
+mod tier_remote_retention;
+mod tier_restore;
+mod tier_upload;
 mod txn_log;
 mod verify;

@@ -6,9 +6,12 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common_tier/mod.rs"]
+mod common_tier;
 
 mod manager;
 mod manager_flush_many;
 mod manager_jobs;
 mod manager_locks;
+mod manager_tiering;
 mod manager_write_descriptors;

@@ -217,8 +217,10 @@ fn job_threads() -> Vec<String> {
             .unwrap_or_default()
             .trim()
             .to_string();
-        // The prefault thread serves every log of the process and outlives managers.
-        if name.starts_with("oncelog-") && !name.starts_with("oncelog-prefau") {
+        // The prefault thread serves every log of the process and outlives managers; sync
+        // threads serve flushes (any manager's of the tests running beside this one), not jobs.
+        let not_a_job = name.starts_with("oncelog-prefau") || name.starts_with("oncelog-sync");
+        if name.starts_with("oncelog-") && !not_a_job {
             names.push(name);
         }
     }

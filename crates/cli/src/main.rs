@@ -22,6 +22,7 @@ mod processed;
 mod read;
 mod recover;
 mod rewrite;
+mod tier;
 mod verify;
 
 use std::process::ExitCode;
@@ -146,6 +147,12 @@ enum Command {
     /// ask whether one was handled); `dump DIR` prints its ids, effects and positions. See
     /// docs/exactly-once.md.
     Processed(processed::ProcessedArgs),
+    /// Tiered storage: where each segment of a partition is, local or remote
+    ///
+    /// `status DIR --store ROOT --prefix PREFIX` lists each segment of DIR against the
+    /// manifest under PREFIX in the object store kept in the directory ROOT. See
+    /// docs/design.md, "Tiered storage".
+    Tier(tier::TierArgs),
 }
 
 /// What a command reports back to `main`.
@@ -187,6 +194,7 @@ fn main() -> ExitCode {
         Command::DemoChild(args) => demo::run_child(&args),
         Command::DemoConsumerChild(args) => demo_consumer::run_child(&args),
         Command::Processed(args) => processed::run(&args),
+        Command::Tier(args) => tier::run(&args),
     };
     match result {
         Ok(Status::Ok) => ExitCode::SUCCESS,

@@ -31,6 +31,12 @@ pub enum RetentionReason {
     Size,
     /// Its newest timestamp is older than `retention_ms`.
     Time,
+    /// Tiered storage's local retention: the local copies were larger than
+    /// `local_retention_bytes`, and the object store holds this segment (its manifest names it).
+    LocalSize,
+    /// Tiered storage's local retention: its newest timestamp is older than
+    /// `local_retention_ms`, and the object store holds this segment.
+    LocalTime,
 }
 
 impl RetentionReason {
@@ -40,6 +46,8 @@ impl RetentionReason {
             RetentionReason::LogStart => "log_start",
             RetentionReason::Size => "size",
             RetentionReason::Time => "time",
+            RetentionReason::LocalSize => "local_size",
+            RetentionReason::LocalTime => "local_time",
         }
     }
 }
@@ -184,6 +192,85 @@ impl Log {
         now_ms: i64,
         bound: i64,
     ) -> Result<RetentionReport, RewriteError> {
+        self.enforce_limits(now_ms, |log| log.retention_limits(now_ms, bound), |r| r)
+    }
+
+    /// Tiered storage's local retention (docs/design.md, "Tiered storage"): Kafka's size and
+    /// time rules with `local_retention_bytes` and `local_retention_ms` for limits, deleting
+    /// only segments that end at or below `confirmed_end`, the end of the leading segments an
+    /// object store's manifest names. The log start moves up to the first segment kept, as
+    /// retention moves it; the object store keeps what went.
+    pub(crate) fn enforce_local_retention(
+        &self,
+        now_ms: i64,
+        local_retention_bytes: Option<u64>,
+        local_retention_ms: Option<i64>,
+        confirmed_end: i64,
+    ) -> Result<RetentionReport, RewriteError> {
+        // As the size and time rules, only when the cleanup policy contains `delete`.
+        let limits = |log: &Log| {
+            let deletes = log.config().cleanup_policy.deletes();
+            Limits {
+                retention_bytes: local_retention_bytes.filter(|_| deletes),
+                retention_ms: local_retention_ms.filter(|_| deletes),
+                ..log.retention_limits(now_ms, confirmed_end)
+            }
+        };
+        let local = |r| match r {
+            RetentionReason::Size => RetentionReason::LocalSize,
+            RetentionReason::Time => RetentionReason::LocalTime,
+            other => other,
+        };
+        self.enforce_limits(now_ms, limits, local)
+    }
+
+    /// Tiered storage's total retention of the segments only an object store holds (docs/
+    /// design.md, "Tiered storage"): Kafka's size and time rules with this log's
+    /// `retention_bytes` and `retention_ms`, over `remote_only` (`(base, end, bytes, largest
+    /// timestamp)`, oldest first, all below the log start) followed by the log's own segments,
+    /// the size counting both. Answers the reasons for the leading remote-only segments to go;
+    /// the log's own segments are its retention's. Changes nothing.
+    pub(crate) fn remote_retention(
+        &self,
+        remote_only: &[(i64, i64, u64, i64)],
+        now_ms: i64,
+    ) -> Vec<RetentionReason> {
+        let start = self.log_start_offset();
+        let mut summaries: Vec<Retainable> = remote_only
+            .iter()
+            .map(|&(base_offset, upper_bound, bytes, largest_timestamp)| Retainable {
+                base_offset,
+                upper_bound,
+                bytes,
+                largest_timestamp,
+            })
+            .collect();
+        let segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
+        let end = self.log_end_offset();
+        summaries.extend(segments.iter().enumerate().map(|(i, s)| Retainable {
+            base_offset: s.base_offset(),
+            upper_bound: segments.get(i + 1).map_or(end, |n| n.base_offset()),
+            bytes: s.size() as u64,
+            largest_timestamp: s.max_timestamp(),
+        }));
+        let limits = Limits {
+            // No DeleteRecords over remote segments yet: the log-start rule removes none.
+            log_start_offset: remote_only.first().map_or(start, |r| r.0),
+            ..self.retention_limits(now_ms, start)
+        };
+        let mut reasons = deletable(&summaries, &limits);
+        reasons.truncate(remote_only.len());
+        reasons
+    }
+
+    /// Deletes the leading segments [`deletable`] finds under the limits `limits` makes (under
+    /// the exclusive turn), each reported with its reason as `reason` maps it.
+    fn enforce_limits(
+        &self,
+        now_ms: i64,
+        limits: impl FnOnce(&Log) -> Limits,
+        reason: impl Fn(RetentionReason) -> RetentionReason,
+    ) -> Result<RetentionReport, RewriteError> {
         let mut ex = self.exclusive()?;
         let mut segments: Vec<Arc<Segment>> = self.segments.read().values().cloned().collect();
         let end = self.log_end_offset();
@@ -197,8 +284,9 @@ impl Log {
                 largest_timestamp: s.max_timestamp(),
             })
             .collect();
-        let limits = self.retention_limits(now_ms, bound);
-        let reasons = deletable(&summaries, &limits);
+        let limits = limits(self);
+        let reasons: Vec<RetentionReason> =
+            deletable(&summaries, &limits).into_iter().map(reason).collect();
         let mut report = RetentionReport {
             log_start_offset: self.log_start_offset(),
             ..RetentionReport::default()

@@ -5,7 +5,7 @@ use crate::common_cli;
 
 use common_cli::{fresh_log, run, run_path, stdout};
 
-const COMMANDS: [&str; 10] = [
+const COMMANDS: [&str; 11] = [
     "dump",
     "bench",
     "append",
@@ -16,6 +16,7 @@ const COMMANDS: [&str; 10] = [
     "delete-records",
     "retention",
     "demo",
+    "tier",
 ];
 
 #[test]

@@ -20,5 +20,6 @@ mod cli_log_dir_skipped;
 mod cli_operator_safety;
 mod cli_rewrite;
 mod cli_text;
+mod cli_tier;
 mod cli_txn;
 mod cli_verify_recover;
