@@ -57,6 +57,10 @@ struct Args {
     /// Where the logs go (a temporary directory under it; default the system's).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// `raft-mem` only: entries of client batches proposed and not yet answered
+    /// (`ReplicaConfig::max_entries_in_flight`; the default's when not given).
+    #[arg(long)]
+    entries_in_flight: Option<usize>,
 }
 
 fn batch(producer: i64, n: i32) -> Bytes {
@@ -77,10 +81,20 @@ struct Run {
 }
 
 impl Run {
+    fn records_per_sec(&self) -> f64 {
+        (self.latencies.len() * RECORDS) as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The latency at quantile `p` (the latencies sorted by [`Run::print`]).
+    fn quantile(&self, p: f64) -> Duration {
+        let n = self.latencies.len();
+        self.latencies[((n as f64 * p) as usize).min(n - 1)]
+    }
+
     fn print(&mut self) {
         self.latencies.sort();
         let n = self.latencies.len();
-        let q = |p: f64| self.latencies[((n as f64 * p) as usize).min(n - 1)];
+        let q = |p: f64| self.quantile(p);
         let secs = self.elapsed.as_secs_f64();
         println!(
             "{:<9} {:>3} clients  {:>9.0} records/s  {:>6.1} MB/s  {:>7.0} batches/s  p50 {:>7.2} ms  p99 {:>7.2} ms",
@@ -186,15 +200,19 @@ fn single(dir: &Path, clients: usize, per_client: usize) -> Run {
     }
 }
 
-async fn raft_mem(dir: &Path, clients: usize, per_client: usize) -> Run {
+async fn raft_mem(dir: &Path, clients: usize, per_client: usize, in_flight: Option<usize>) -> Run {
     let router = Router::new(1);
+    let mut config = ReplicaConfig::default();
+    if let Some(n) = in_flight {
+        config.max_entries_in_flight = n;
+    }
     let mut replicas = Vec::new();
     for id in 1..=3u64 {
         let r = Replica::open(
             id,
             dir.join(format!("replica-{id}")),
             Environment::default(),
-            ReplicaConfig::default(),
+            config.clone(),
             router.endpoint(id),
         )
         .await
@@ -356,18 +374,60 @@ async fn run(args: Args) {
         args.batches,
         batch(1, 0).len()
     );
+    // The runs at the largest client count, for the summary line.
+    let most = args.clients.iter().copied().max().unwrap_or(0);
+    let mut last: BTreeMap<&'static str, Run> = BTreeMap::new();
     for (k, &clients) in args.clients.iter().enumerate() {
         let per_client = args.batches.div_ceil(clients);
         let d = tmp.path().join(format!("run-{k}"));
         let on = |m: &str| args.modes.is_empty() || args.modes.iter().any(|x| x == m);
+        let mut runs = Vec::new();
         if on("single") {
-            single(&d.join("single"), clients, per_client).print();
+            runs.push(single(&d.join("single"), clients, per_client));
         }
         if on("raft-mem") {
-            raft_mem(&d.join("mem"), clients, per_client).await.print();
+            runs.push(raft_mem(&d.join("mem"), clients, per_client, args.entries_in_flight).await);
         }
         if (args.tcp && args.modes.is_empty()) || args.modes.iter().any(|x| x == "raft-tcp") {
-            raft_tcp(&d.join("tcp"), clients, per_client).await.print();
+            runs.push(raft_tcp(&d.join("tcp"), clients, per_client).await);
+        }
+        for mut run in runs {
+            run.print();
+            if clients == most {
+                last.insert(run.mode, run);
+            }
         }
     }
+    println!("{}", summary(most, &last));
+}
+
+/// The last line: one JSON object with, at the largest client count, each mode's records/s
+/// and p99 commit latency, and the replicated modes against the single log of the same run
+/// (`replicated_vs_single` is raft over TCP, the figure; `replicated_mem_vs_single`
+/// the replicas in this process).
+fn summary(clients: usize, runs: &BTreeMap<&'static str, Run>) -> String {
+    let mut fields = vec![format!("\"clients\":{clients}")];
+    for (mode, run) in runs {
+        let key = mode.replace('-', "_");
+        fields.push(format!(
+            "\"{key}_records_per_s\":{:.0},\"{key}_p99_ms\":{:.3}",
+            run.records_per_sec(),
+            run.quantile(0.99).as_secs_f64() * 1e3
+        ));
+    }
+    if let Some(single) = runs.get("single") {
+        for (mode, key) in [
+            ("raft-tcp", "replicated_vs_single"),
+            ("raft-mem", "replicated_mem_vs_single"),
+        ] {
+            if let Some(run) = runs.get(mode) {
+                fields.push(format!(
+                    "\"{key}\":{:.3},\"{key}_p99\":{:.2}",
+                    run.records_per_sec() / single.records_per_sec(),
+                    run.quantile(0.99).as_secs_f64() / single.quantile(0.99).as_secs_f64()
+                ));
+            }
+        }
+    }
+    format!("{{{}}}", fields.join(","))
 }

@@ -37,29 +37,40 @@ pub type Node = openraft::BasicNode;
 /// What a raft entry carries (openraft's `D`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
-    /// A client's batch, as the client sent it: the leader's log assigns its offsets and checks
-    /// its producer. Only in the leader's hands: every entry read back from a log is `Stored`.
-    Produce(Bytes),
-    /// A batch as the log stores it (offsets and leader epoch assigned): what followers get.
+    /// Client batches, as the clients sent them, in the order the leader took them: one entry
+    /// for all (docs/design.md, "Entries are runs of batches"). The leader's log assigns each
+    /// its offsets and checks its producer. Only in the leader's hands: every entry read back
+    /// from a log is `Stored`.
+    Produce(Vec<Bytes>),
+    /// An entry's batches as the log stores them (offsets and leader epoch assigned, its head
+    /// first): what followers get.
     Stored(Bytes),
 }
 
 /// What applying an entry answers (openraft's `R`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    /// The client batch was written at these offsets, or was a retry of a batch its producer
-    /// already wrote (nothing was written; the original's offsets).
+    /// The answer to each client batch of the entry, in the entry's order.
+    Answers(Vec<Answer>),
+    /// An entry this replica did not take from clients (a follower's, a blank or membership
+    /// entry).
+    Replicated,
+}
+
+/// What the leader's log answered one client batch of an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// The batch was written at these offsets, or was a retry of a batch its producer already
+    /// wrote (nothing was written; the original's offsets).
     Acked(Ack),
-    /// The leader's log refused the batch (its [`oncelog::AppendError::kind`] and message).
+    /// The leader's log refused the batch (its [`oncelog::AppendError::kind`] and message);
+    /// nothing was written for it.
     Refused {
         /// The error's kind.
         kind: String,
         /// What it says.
         message: String,
     },
-    /// An entry this replica did not take from a client (a follower's, a blank or membership
-    /// entry).
-    Replicated,
 }
 
 openraft::declare_raft_types!(

@@ -1,10 +1,11 @@
 //! openraft's log storage and state machine over one oncelog partition (docs/design.md,
-//! "Replication on openraft"). The partition log is the raft log: entry `i` is the `i`-th
-//! batch after the purge point, its term the batch's partitionLeaderEpoch. What raft needs
+//! "Replication on openraft"). The partition log is the raft log: entry `i` is the `i`-th run
+//! of batches after the purge point, each run starting with a head (a control batch of this
+//! crate, [`entry`]), its term the batches' partitionLeaderEpoch. What raft needs
 //! beside the batches lives in `raft-state.json` in the partition directory: the vote and the
 //! purge point (its log id, the offset after it, the membership at it).
 //!
-//! The index of each live entry (its base offset and term, 16 bytes) is kept in memory,
+//! The index of each live entry (its head's offset and term, 16 bytes) is kept in memory,
 //! rebuilt on open by reading the batch headers after the purge point; openraft purges after
 //! each snapshot, so it covers a bounded number of entries (`Config::snapshot_policy` plus
 //! `max_in_snapshot_log_to_keep`). Purging is raft's: it forgets entries, the batches stay for
@@ -26,6 +27,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use oncelog::format::BatchIter;
 use oncelog::io::FileSystem;
 use oncelog::{AppendError, Log};
@@ -39,7 +41,7 @@ use parking_lot::Mutex;
 use crate::entry::{self, Entry};
 use crate::state_file;
 pub use crate::state_file::{Anchor, Purged, StateFile, StateFileError, STATE_FILE};
-use crate::{Ack, Node, NodeId, Request, Response, TypeConfig};
+use crate::{Ack, Answer, Node, NodeId, Request, Response, TypeConfig};
 
 /// A snapshot image received and not yet installed: an install cut by a crash is completed
 /// from it on open.
@@ -151,6 +153,49 @@ impl Inner {
                 .map(|p| p.membership.clone())
                 .unwrap_or_default(),
         }
+    }
+}
+
+/// An entry [`Partition::read_wanted`] reads: its index and the offsets it spans.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    index: u64,
+    start: i64,
+    end: i64,
+}
+
+/// The bytes of one entry as they are read, batch by batch: ranges of the chunks read from the
+/// log (a chunk's batches of one entry are one range), joined only when an entry spans reads.
+#[derive(Default)]
+struct EntryBytes {
+    /// Each range: the number of the read, its chunk, and the range in it.
+    parts: Vec<(u64, Bytes, usize, usize)>,
+}
+
+impl EntryBytes {
+    fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// Adds `chunk[lo..hi]` of read number `read`, which follows what is there.
+    fn push(&mut self, read: u64, chunk: &Bytes, lo: usize, hi: usize) {
+        match self.parts.last_mut() {
+            Some((r, _, _, end)) if *r == read && *end == lo => *end = hi,
+            _ => self.parts.push((read, chunk.clone(), lo, hi)),
+        }
+    }
+
+    /// The entry's bytes, and empty for the next.
+    fn take(&mut self) -> Bytes {
+        let parts = std::mem::take(&mut self.parts);
+        if let [(_, chunk, lo, hi)] = &parts[..] {
+            return chunk.slice(*lo..*hi);
+        }
+        let mut joined = Vec::with_capacity(parts.iter().map(|(_, _, lo, hi)| hi - lo).sum());
+        for (_, chunk, lo, hi) in &parts {
+            joined.extend_from_slice(&chunk[*lo..*hi]);
+        }
+        Bytes::from(joined)
     }
 }
 
@@ -278,6 +323,8 @@ impl Partition {
         inner.view.clear();
         inner.memberships.clear();
         let mut offset = anchor;
+        // The term of the run whose client batches are being read, if the last head was one.
+        let mut run = None;
         while offset < end {
             let bytes = self
                 .log
@@ -308,14 +355,30 @@ impl Partition {
                         self.dir.display()
                     )
                 })?;
-                let index = anchors.get(&offset).copied().unwrap_or(next);
-                next = index + 1;
-                if let Some(m) = entry::membership_of(&batch)
-                    .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?
-                {
-                    inner.memberships.push((entry::log_id(term, index), m));
+                let kind = entry::head_kind(&batch)
+                    .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?;
+                match kind {
+                    Some(kind) => {
+                        let index = anchors.get(&offset).copied().unwrap_or(next);
+                        next = index + 1;
+                        if let Some(m) = entry::membership_of(&batch)
+                            .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?
+                        {
+                            inner.memberships.push((entry::log_id(term, index), m));
+                        }
+                        inner.view.insert(index, (offset, term));
+                        run = (kind == entry::RAFT_RUN).then_some(term);
+                    }
+                    // A client batch: it belongs to the entry whose head is the last one.
+                    None if run == Some(term) => {}
+                    None => {
+                        return Err(format!(
+                            "{}: the batch at offset {offset} (leader epoch {term}) follows no \
+                             head of a run of that term: not a raft entry",
+                            self.dir.display()
+                        ))
+                    }
                 }
-                inner.view.insert(index, (offset, term));
                 offset = batch.last_offset() + 1;
             }
         }
@@ -366,17 +429,24 @@ impl Partition {
     /// sends follows the entry before `lo` in the log it started on.
     fn read_entries(&self, lo: u64, hi: u64, stream: Option<u64>) -> StoreResult<Vec<Entry>> {
         let rewritten = |inner: &Inner| stream.is_some_and(|r| r != inner.rewrites);
-        let wanted: Vec<(u64, i64)> = {
+        let wanted: Vec<Wanted> = {
             let inner = self.inner.lock();
             if lo >= hi || rewritten(&inner) {
                 return Ok(Vec::new());
             }
-            let range = inner.view.range(lo..hi).map(|(&i, &(o, _))| (i, o));
+            let range = inner
+                .view
+                .range(lo..hi)
+                .map(|(&index, &(start, _))| Wanted {
+                    index,
+                    start,
+                    end: inner.end_of(index),
+                });
             if stream.is_some() {
                 range
                     .zip(lo..)
-                    .take_while(|&((i, _), want)| i == want)
-                    .map(|(e, _)| e)
+                    .take_while(|&(w, want)| w.index == want)
+                    .map(|(w, _)| w)
                     .collect()
             } else {
                 range.collect()
@@ -390,15 +460,19 @@ impl Partition {
         Ok(out)
     }
 
-    /// The entries at these indexes and offsets, read back from the log; fewer if the log
-    /// moved under the read.
-    fn read_wanted(&self, wanted: &[(u64, i64)]) -> StoreResult<Vec<Entry>> {
-        let Some(&(_, start)) = wanted.first() else {
+    /// The entries wanted, read back from the log (each its head and the batches up to the
+    /// next entry's); fewer if the log moved under the read.
+    fn read_wanted(&self, wanted: &[Wanted]) -> StoreResult<Vec<Entry>> {
+        let Some(first) = wanted.first() else {
             return Ok(Vec::new());
         };
         let mut out = Vec::with_capacity(wanted.len());
-        let mut offset = start;
-        while out.len() < wanted.len() {
+        // The batches read so far of the entry `out.len()`.
+        let mut parts = EntryBytes::default();
+        let mut offset = first.start;
+        let mut reads = 0;
+        'read: while out.len() < wanted.len() {
+            reads += 1;
             let bytes = self
                 .log
                 .read(offset, READ_CHUNK)
@@ -412,17 +486,23 @@ impl Partition {
                 if batch.last_offset() < offset {
                     continue;
                 }
-                let Some(&(index, expected)) = wanted.get(out.len()) else {
-                    return Ok(out);
+                let Some(w) = wanted.get(out.len()) else {
+                    break 'read;
                 };
-                if batch.base_offset() != offset || offset != expected {
+                let moved = batch.base_offset() != offset
+                    || (parts.is_empty() && offset != w.start)
+                    || batch.last_offset() >= w.end;
+                if moved {
                     // The log moved under the read (a truncation): what was read stands.
-                    return Ok(out);
+                    break 'read;
                 }
-                let e = entry::from_batch(index, bytes.slice(at..at + batch.size()))
-                    .map_err(|e| logs_error(ErrorVerb::Read, e))?;
+                parts.push(reads, &bytes, at, at + batch.size());
                 offset = batch.last_offset() + 1;
-                out.push(e);
+                if offset == w.end {
+                    let e = entry::from_bytes(w.index, parts.take())
+                        .map_err(|e| logs_error(ErrorVerb::Read, e))?;
+                    out.push(e);
+                }
             }
         }
         Ok(out)
@@ -467,43 +547,61 @@ impl Partition {
             let epoch =
                 entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
             match &e.payload {
-                EntryPayload::Normal(Request::Produce(batch)) => {
+                EntryPayload::Normal(Request::Produce(batches)) => {
                     if self.log.replica().leader_epoch() < epoch {
                         self.log
                             .replica()
                             .set_leader_epoch(epoch)
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     }
-                    let outcome = match self.log.append(batch) {
-                        Ok(outcome) => Response::Acked(Ack::from(&outcome)),
-                        Err(err) if is_refusal(&err) => Response::Refused {
-                            kind: err.kind().to_string(),
-                            message: err.to_string(),
-                        },
-                        Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
-                    };
-                    if !matches!(outcome, Response::Acked(Ack::Appended { .. })) {
-                        // The index is taken all the same: a blank entry holds it.
-                        self.append_control(offset, term, &EntryPayload::Blank)
-                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    // The head first: the client batches after it are the entry's.
+                    self.append_head(offset, term, &e.payload)
+                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    let mut answers = Vec::with_capacity(batches.len());
+                    for batch in batches {
+                        answers.push(match self.log.append(batch) {
+                            Ok(outcome) => Answer::Acked(Ack::from(&outcome)),
+                            Err(err) if is_refusal(&err) => Answer::Refused {
+                                kind: err.kind().to_string(),
+                                message: err.to_string(),
+                            },
+                            Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
+                        });
                     }
-                    inner.outcomes.insert(index, outcome);
+                    inner.outcomes.insert(index, Response::Answers(answers));
                 }
                 EntryPayload::Normal(Request::Stored(bytes)) => {
-                    let b = oncelog::format::RecordBatch::parse(bytes)
+                    let head = oncelog::format::RecordBatch::parse(bytes)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    if b.base_offset() != offset
-                        || i64::from(b.partition_leader_epoch()) != i64::from(epoch)
+                    if head.base_offset() != offset
+                        || entry::head_kind(&head) != Ok(Some(entry::RAFT_RUN))
                     {
                         return Err(io_error(
                             subject(),
                             ErrorVerb::Write,
                             format!(
-                                "replicated batch at offset {} epoch {} for entry at offset {offset} term {term}",
-                                b.base_offset(),
-                                b.partition_leader_epoch()
+                                "replicated entry starting with a batch at offset {} for an entry \
+                                 at offset {offset}, or not with the head of a run",
+                                head.base_offset()
                             ),
                         ));
+                    }
+                    for item in BatchIter::new(bytes) {
+                        let (_, b) = item.map_err(|err| {
+                            io_error(subject(), ErrorVerb::Write, format!("{err:?}"))
+                        })?;
+                        if i64::from(b.partition_leader_epoch()) != i64::from(epoch) {
+                            return Err(io_error(
+                                subject(),
+                                ErrorVerb::Write,
+                                format!(
+                                    "replicated batch at offset {} epoch {} for an entry of term \
+                                     {term}",
+                                    b.base_offset(),
+                                    b.partition_leader_epoch()
+                                ),
+                            ));
+                        }
                     }
                     self.log
                         .replica()
@@ -511,7 +609,7 @@ impl Partition {
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                 }
                 payload => {
-                    self.append_control(offset, term, payload)
+                    self.append_head(offset, term, payload)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     if let EntryPayload::Membership(m) = payload {
                         inner.memberships.push((e.log_id, m.clone()));
@@ -524,13 +622,14 @@ impl Partition {
         Ok(())
     }
 
-    fn append_control(
+    /// Writes the head of an entry at `offset` (the whole entry, unless it is client batches).
+    fn append_head(
         &self,
         offset: i64,
         term: u64,
         payload: &EntryPayload<TypeConfig>,
     ) -> Result<(), String> {
-        let bytes = entry::control_batch(offset, term, payload)?;
+        let bytes = entry::head_batch(offset, term, payload)?;
         self.log
             .replica()
             .append(&bytes)

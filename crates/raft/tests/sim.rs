@@ -64,6 +64,10 @@ fn config() -> ReplicaConfig {
             max_payload_entries: 16,
             ..defaults.raft
         },
+        // Small entries, two in flight: the producers' batches are split between entries as
+        // well as joined, and entries are proposed while others are replicated.
+        max_entry_bytes: 2 * 1024,
+        max_entries_in_flight: 2,
     }
 }
 
