@@ -1,0 +1,295 @@
+//! Tiered storage in the broker (`--tier-dir`): a topic whose early segments exist only in the
+//! object store is still served from offset 0, by Fetch (read_uncommitted and read_committed)
+//! and ListOffsets (EARLIEST answers the remote log start, as Kafka does with tiered storage;
+//! by timestamp through the remote indexes); and a bad tiering flag stops the broker with a
+//! message that names it.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::wire::{create_topic, produce, topic_name, Wire};
+use common::{broker_bin, BrokerProcess};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+};
+use oncelog::format::{BatchBuilder, BatchIter};
+
+const TOPIC: &str = "tiered";
+const BATCHES: i64 = 60;
+const RECORDS_PER_BATCH: i64 = 5;
+
+/// The first record's timestamp: now, so that the default retention (7 days) keeps every
+/// record, locally and remotely.
+fn base_timestamp() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// One record as a consumer sees it: offset, timestamp, key, value.
+type Seen = (i64, i64, Vec<u8>, Vec<u8>);
+
+/// The records produced: record `o` (its offset) has timestamp `base + o`.
+fn expected(base: i64) -> Vec<Seen> {
+    (0..BATCHES * RECORDS_PER_BATCH)
+        .map(|o| {
+            (
+                o,
+                base + o,
+                format!("key-{o}").into_bytes(),
+                format!("value-{o}-{}", "x".repeat(60)).into_bytes(),
+            )
+        })
+        .collect()
+}
+
+fn batch(records: &[Seen]) -> Bytes {
+    let mut builder = BatchBuilder::new();
+    for (_, timestamp, key, value) in records {
+        builder.append(*timestamp, Some(key), Some(value), &[]);
+    }
+    Bytes::from(builder.build().unwrap())
+}
+
+/// ListOffsets v9 for partition 0 of [`TOPIC`] at the special or real `timestamp`: (offset,
+/// error code).
+fn list_offset(wire: &mut Wire, timestamp: i64) -> (i64, i16) {
+    let response: ListOffsetsResponse = wire.call(
+        ApiKey::ListOffsets,
+        9,
+        &ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(TOPIC))
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(timestamp)
+                ])]),
+    );
+    let p = &response.topics[0].partitions[0];
+    (p.offset, p.error_code)
+}
+
+/// One Fetch v11 of partition 0 of [`TOPIC`] at `offset`: (error code, records, aborted
+/// transactions answered).
+fn fetch(wire: &mut Wire, offset: i64, isolation_level: i8) -> (i16, Bytes, Option<usize>) {
+    let mut response: FetchResponse = wire.call(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_isolation_level(isolation_level)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(TOPIC))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1500)])]),
+    );
+    let p = response.responses.remove(0).partitions.remove(0);
+    (
+        p.error_code,
+        p.records.unwrap_or_default(),
+        p.aborted_transactions.map(|a| a.len()),
+    )
+}
+
+/// Every record a consumer gets fetching from offset 0 to `end`, as a consumer walks: each
+/// batch CRC-checked, the next fetch at the offset after the last batch.
+fn consume_from_zero(wire: &mut Wire, end: i64, isolation_level: i8) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        let (error, records, aborted) = fetch(wire, offset, isolation_level);
+        assert_eq!(error, 0, "fetch at {offset}");
+        assert!(!records.is_empty(), "fetch at {offset} returned nothing");
+        if isolation_level == 1 {
+            assert_eq!(aborted, Some(0), "no aborted transactions at {offset}");
+        }
+        for item in BatchIter::new(&records) {
+            let (_, batch) = item.unwrap();
+            batch.verify_crc().unwrap();
+            let buf = batch.records_buf().unwrap();
+            for record in batch.iter_records(&buf) {
+                let r = record.unwrap();
+                // A fetch returns whole batches: records before the offset asked are skipped,
+                // as a consumer skips them.
+                if r.offset >= offset {
+                    seen.push((
+                        r.offset,
+                        r.timestamp,
+                        r.key.unwrap().to_vec(),
+                        r.value.unwrap().to_vec(),
+                    ));
+                }
+            }
+            offset = batch.last_offset() + 1;
+        }
+    }
+    seen
+}
+
+/// The acceptance test of issue 32's broker part: small segments, local retention 0 bytes, a
+/// tiering job every 100 ms. Once the early segments exist only remotely (the local log start
+/// moved, the store has them), a consumer from offset 0 gets every record in order exactly as
+/// written, under both isolation levels, and ListOffsets EARLIEST answers 0.
+#[test]
+fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(
+        data.path(),
+        &[
+            "--segment-bytes",
+            "4096",
+            "--tier-dir",
+            remote.path().to_str().unwrap(),
+            "--tier-interval-ms",
+            "100",
+            "--local-retention-bytes",
+            "0",
+        ],
+    );
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, TOPIC);
+    let base = base_timestamp();
+    let records = expected(base);
+    for chunk in records.chunks(RECORDS_PER_BATCH as usize) {
+        let answer = produce(&mut wire, TOPIC, 0, batch(chunk));
+        assert_eq!(answer.error_code, 0);
+        assert_eq!(answer.base_offset, chunk[0].0);
+    }
+    let end = BATCHES * RECORDS_PER_BATCH;
+    assert_eq!(list_offset(&mut wire, -1), (end, 0), "LATEST");
+
+    // Wait for the tiering job to upload the sealed segments and drop their local copies.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let local_start = loop {
+        let (local_start, error) = list_offset(&mut wire, -4);
+        assert_eq!(error, 0);
+        if local_start > end / 2 {
+            break local_start;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "local retention never moved the local log start past {} (it is {local_start})",
+            end / 2
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let first_segment = data
+        .path()
+        .join(format!("{TOPIC}-0/00000000000000000000.log"));
+    assert!(
+        !first_segment.exists(),
+        "the first segment's local copy is gone"
+    );
+    assert!(
+        remote
+            .path()
+            .join(format!("oncelog/{TOPIC}-0/manifest"))
+            .is_dir(),
+        "the manifest is in the store under --tier-prefix"
+    );
+    let (last_tiered, error) = list_offset(&mut wire, -5);
+    assert_eq!(error, 0);
+    assert!(
+        last_tiered >= local_start - 1 && last_tiered < end,
+        "LATEST_TIERED {last_tiered} with local start {local_start}"
+    );
+
+    assert_eq!(
+        list_offset(&mut wire, -2),
+        (0, 0),
+        "EARLIEST: the remote start"
+    );
+    assert_eq!(
+        consume_from_zero(&mut wire, end, 0),
+        records,
+        "read_uncommitted"
+    );
+    assert_eq!(
+        consume_from_zero(&mut wire, end, 1),
+        records,
+        "read_committed"
+    );
+
+    // A fetch in the middle of a remote segment starts at the batch holding the offset.
+    let (error, bytes, _) = fetch(&mut wire, 7, 0);
+    assert_eq!(error, 0);
+    let (_, first) = BatchIter::new(&bytes).next().unwrap().unwrap();
+    assert_eq!(first.base_offset(), 5);
+
+    // By timestamp: the first record at or after it, found in a remote segment.
+    assert_eq!(list_offset(&mut wire, base + 12), (12, 0));
+    assert_eq!(list_offset(&mut wire, base), (0, 0));
+    assert_eq!(
+        list_offset(&mut wire, base + end - 1),
+        (end - 1, 0),
+        "the last record is local"
+    );
+    // Past the end: none.
+    assert_eq!(list_offset(&mut wire, base + end), (-1, 0));
+}
+
+/// Without --tier-dir nothing is tiered: LATEST_TIERED is -1 and EARLIEST the local start.
+#[test]
+fn an_untiered_broker_answers_no_tiered_offset() {
+    let data = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(data.path(), &[]);
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, TOPIC);
+    let records = expected(base_timestamp());
+    assert_eq!(
+        produce(&mut wire, TOPIC, 0, batch(&records[..5])).error_code,
+        0
+    );
+    assert_eq!(list_offset(&mut wire, -5), (-1, 0));
+    assert_eq!(list_offset(&mut wire, -2), (0, 0));
+    assert_eq!(list_offset(&mut wire, -4), (0, 0));
+}
+
+/// A bad tiering flag stops the broker before it starts: exit code 2 and a message naming the
+/// flag, its value and the rule.
+#[test]
+fn a_bad_tiering_setting_is_refused_naming_the_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let remote = remote.path().to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--tier-dir", remote, "--local-retention-ms", "-7"],
+            "invalid --local-retention-ms \"-7\": must be -1 (no limit) or at least 0",
+        ),
+        (
+            &["--local-retention-bytes", "100"],
+            "invalid --local-retention-bytes \"100\": needs --tier-dir",
+        ),
+        (
+            &["--tier-dir", remote, "--tier-prefix", "a//b"],
+            "invalid --tier-prefix \"a//b\": an empty part",
+        ),
+        (
+            &["--tier-dir", remote, "--tier-bytes-per-second", "0"],
+            "invalid --tier-bytes-per-second \"0\": must be at least 1",
+        ),
+    ];
+    for (flags, message) in cases {
+        let out = Command::new(broker_bin())
+            .arg("--data")
+            .arg(data.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(message), "{flags:?}: {stderr}");
+    }
+}
