@@ -1,6 +1,6 @@
 //! Tiered storage in the broker (`--tier-dir`): a topic whose early segments exist only in the
-//! object store is still served from offset 0, by Fetch (read_uncommitted and read_committed)
-//! and ListOffsets (EARLIEST answers the remote log start, as Kafka does with tiered storage;
+//! object store is still served from offset 0, by Fetch (read_uncommitted and read_committed,
+//! over the wire and to the real clients of `common::clients`) and ListOffsets (EARLIEST answers the remote log start, as Kafka does with tiered storage;
 //! by timestamp through the remote indexes); and a bad tiering flag stops the broker with a
 //! message that names it.
 
@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::clients::Client;
 use common::wire::{create_topic, produce, topic_name, Wire};
 use common::{broker_bin, BrokerProcess};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -236,6 +237,54 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
     );
     // Past the end: none.
     assert_eq!(list_offset(&mut wire, base + end), (-1, 0));
+
+    // Consumers no one here wrote, from the beginning: librdkafka, kafka-python, Java.
+    for client in Client::ALL {
+        let consumed = client.consume(&broker.bootstrap(), TOPIC, records.len());
+        let got: Vec<(i64, String)> = consumed
+            .records
+            .iter()
+            .map(|r| (r.offset, r.value.clone()))
+            .collect();
+        let want: Vec<(i64, String)> = records
+            .iter()
+            .map(|(o, _, _, v)| (*o, String::from_utf8(v.clone()).unwrap()))
+            .collect();
+        assert_eq!(got, want, "{client:?} from the beginning");
+    }
+
+    // A remote object damaged in the store: the read that meets it is KAFKA_STORAGE_ERROR
+    // (56), never the damaged bytes, and the partition stays online (its local log is intact).
+    let segments = remote.path().join(format!("oncelog/{TOPIC}-0/segments"));
+    let first = std::fs::read_dir(&segments)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("00000000000000000000-")
+        })
+        .expect("the first segment's upload folder");
+    let object = first.join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&object, &bytes).unwrap();
+    assert_eq!(fetch(&mut wire, 0, 0).0, 56, "read_uncommitted of damage");
+    assert_eq!(fetch(&mut wire, 0, 1).0, 56, "read_committed of damage");
+    let (error, records, _) = fetch(&mut wire, local_start, 0);
+    assert_eq!(
+        (error, records.is_empty()),
+        (0, false),
+        "the local log is served"
+    );
+    let more = batch(&[(end, base + end, b"k".to_vec(), b"v".to_vec())]);
+    assert_eq!(
+        produce(&mut wire, TOPIC, 0, more).error_code,
+        0,
+        "and takes appends"
+    );
 }
 
 /// Without --tier-dir nothing is tiered: LATEST_TIERED is -1 and EARLIEST the local start.
