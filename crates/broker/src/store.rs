@@ -227,6 +227,8 @@ pub struct Remote {
 struct TierStore {
     store: Arc<dyn RemoteStore>,
     root: String,
+    /// The broker's local retention (topics may set their own).
+    local_retention: tier::LocalRetention,
 }
 
 impl TierStore {
@@ -751,6 +753,10 @@ impl Store {
             Some(t) => Some(TierStore {
                 store: Arc::new(oncelog_tier::ObjectStoreRemote::local(&t.dir)?),
                 root: t.prefix.clone(),
+                local_retention: tier::LocalRetention::new(
+                    t.local_retention_ms,
+                    t.local_retention_bytes,
+                ),
             }),
         };
         let jobs = oncelog::JobIntervals::default()
@@ -770,10 +776,7 @@ impl Store {
             manager.set_tiering(
                 oncelog::Tiering::new(Arc::clone(&store.store), t.prefix.clone())
                     .with_bytes_per_second(t.bytes_per_second)
-                    .with_local_retention(tier::LocalRetention::new(
-                        t.local_retention_ms,
-                        t.local_retention_bytes,
-                    )),
+                    .with_local_retention(store.local_retention),
             )?;
         }
         let mut found: HashMap<String, Vec<(i32, PathBuf)>> = HashMap::new();
@@ -1048,6 +1051,19 @@ impl Store {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         Ok(manager.config().clone())
+    }
+
+    /// Whether `--tier-dir` turned tiered storage on.
+    pub fn tiering(&self) -> bool {
+        self.tier.is_some()
+    }
+
+    /// The broker's tiered-storage local retention, which topics' `local.retention.ms` /
+    /// `.bytes` override (no limit without `--tier-dir`).
+    pub fn local_retention_defaults(&self) -> tier::LocalRetention {
+        self.tier
+            .as_ref()
+            .map_or_else(tier::LocalRetention::default, |t| t.local_retention)
     }
 
     /// A topic's own settings over the broker's defaults: partition 0's `oncelog.properties`

@@ -11,12 +11,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::clients::Client;
-use common::wire::{create_topic, produce, topic_name, Wire};
+use common::wire::{create_topic, produce, str_bytes, topic_name, Wire};
 use common::{broker_bin, BrokerProcess};
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ApiKey, BrokerId, CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, FetchRequest, FetchResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, ListOffsetsRequest, ListOffsetsResponse,
 };
 use oncelog::format::{BatchBuilder, BatchIter};
 
@@ -61,13 +68,17 @@ fn batch(records: &[Seen]) -> Bytes {
 /// ListOffsets v9 for partition 0 of [`TOPIC`] at the special or real `timestamp`: (offset,
 /// error code).
 fn list_offset(wire: &mut Wire, timestamp: i64) -> (i64, i16) {
+    list_offset_of(wire, TOPIC, timestamp)
+}
+
+fn list_offset_of(wire: &mut Wire, topic: &str, timestamp: i64) -> (i64, i16) {
     let response: ListOffsetsResponse = wire.call(
         ApiKey::ListOffsets,
         9,
         &ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
             .with_topics(vec![ListOffsetsTopic::default()
-                .with_name(topic_name(TOPIC))
+                .with_name(topic_name(topic))
                 .with_partitions(vec![
                     ListOffsetsPartition::default().with_timestamp(timestamp)
                 ])]),
@@ -284,6 +295,179 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
         produce(&mut wire, TOPIC, 0, more).error_code,
         0,
         "and takes appends"
+    );
+}
+
+/// CreateTopics v7 of one topic of one partition with `configs`: its error code.
+fn create_with(wire: &mut Wire, topic: &str, configs: &[(&str, &str)]) -> i16 {
+    let response: CreateTopicsResponse = wire.call(
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(topic_name(topic))
+                .with_num_partitions(1)
+                .with_replication_factor(1)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            CreatableTopicConfig::default()
+                                .with_name(str_bytes(k))
+                                .with_value(Some(str_bytes(v)))
+                        })
+                        .collect(),
+                )]),
+    );
+    response.topics[0].error_code
+}
+
+/// DescribeConfigs v4 of one topic setting: (value, source).
+fn topic_config(wire: &mut Wire, topic: &str, key: &str) -> (String, i8) {
+    let response: DescribeConfigsResponse = wire.call(
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(str_bytes(topic))
+            .with_configuration_keys(Some(vec![str_bytes(key)]))]),
+    );
+    let c = &response.results[0].configs[0];
+    (c.value.as_ref().unwrap().to_string(), c.config_source)
+}
+
+/// IncrementalAlterConfigs v1 SET of one topic setting: the error code.
+fn set_topic_config(wire: &mut Wire, topic: &str, key: &str, value: &str) -> i16 {
+    let response: IncrementalAlterConfigsResponse = wire.call(
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(str_bytes(topic))
+                .with_configs(vec![AlterableConfig::default()
+                    .with_name(str_bytes(key))
+                    .with_config_operation(0)
+                    .with_value(Some(str_bytes(value)))]),
+        ]),
+    );
+    response.responses[0].error_code
+}
+
+/// Polls `done` every 100 ms for up to a minute.
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Kafka's per-topic settings of tiered storage: `remote.storage.enable=false` keeps a topic
+/// out of the store, `local.retention.bytes` of a topic wins over the broker's (none here), and
+/// an altered one applies at the next job run; DescribeConfigs answers each with its source,
+/// and a bad value is INVALID_CONFIG.
+#[test]
+fn topics_set_their_own_tiering_with_kafkas_names() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(
+        data.path(),
+        &[
+            "--segment-bytes",
+            "4096",
+            "--tier-dir",
+            remote.path().to_str().unwrap(),
+            "--tier-interval-ms",
+            "100",
+        ],
+    );
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(
+        create_with(
+            &mut wire,
+            "local-only",
+            &[("remote.storage.enable", "false")]
+        ),
+        0
+    );
+    assert_eq!(
+        create_with(&mut wire, "trimmed", &[("local.retention.bytes", "0")]),
+        0
+    );
+    assert_eq!(create_with(&mut wire, "kept", &[]), 0);
+    assert_eq!(
+        create_with(&mut wire, "bad", &[("local.retention.ms", "-5")]),
+        40,
+        "INVALID_CONFIG"
+    );
+    assert_eq!(
+        create_with(&mut wire, "bad", &[("remote.storage.enable", "maybe")]),
+        40,
+        "INVALID_CONFIG"
+    );
+    let records = expected(base_timestamp());
+    let end = records.len() as i64;
+    for topic in ["local-only", "trimmed", "kept"] {
+        for chunk in records.chunks(RECORDS_PER_BATCH as usize) {
+            assert_eq!(produce(&mut wire, topic, 0, batch(chunk)).error_code, 0);
+        }
+    }
+    wait_for("the trimmed topic's local start to move", || {
+        list_offset_of(&mut wire, "trimmed", -4).0 > end / 2
+    });
+    wait_for("the kept topic's upload", || {
+        list_offset_of(&mut wire, "kept", -5).0 > end / 2
+    });
+    assert_eq!(list_offset_of(&mut wire, "trimmed", -2), (0, 0), "EARLIEST");
+    assert_eq!(
+        list_offset_of(&mut wire, "kept", -4),
+        (0, 0),
+        "no local retention"
+    );
+    assert_eq!(
+        list_offset_of(&mut wire, "local-only", -5),
+        (-1, 0),
+        "never uploaded"
+    );
+    assert_eq!(list_offset_of(&mut wire, "local-only", -4), (0, 0));
+    assert!(!remote.path().join("oncelog/local-only-0").exists());
+
+    assert_eq!(
+        topic_config(&mut wire, "trimmed", "local.retention.bytes"),
+        ("0".into(), 1)
+    );
+    assert_eq!(
+        topic_config(&mut wire, "kept", "local.retention.bytes"),
+        ("-1".into(), 4)
+    );
+    assert_eq!(
+        topic_config(&mut wire, "local-only", "remote.storage.enable"),
+        ("false".into(), 1)
+    );
+    assert_eq!(
+        topic_config(&mut wire, "kept", "remote.storage.enable"),
+        ("true".into(), 4)
+    );
+
+    // Altered live: the kept topic's local copies go at the next runs.
+    assert_eq!(
+        set_topic_config(&mut wire, "kept", "local.retention.ms", "0"),
+        0
+    );
+    assert_eq!(
+        topic_config(&mut wire, "kept", "local.retention.ms"),
+        ("0".into(), 1)
+    );
+    wait_for("the kept topic's local start to move", || {
+        list_offset_of(&mut wire, "kept", -4).0 > end / 2
+    });
+    assert_eq!(list_offset_of(&mut wire, "kept", -2), (0, 0), "EARLIEST");
+    assert_eq!(
+        set_topic_config(&mut wire, "kept", "local.retention.bytes", "-3"),
+        40,
+        "INVALID_CONFIG"
     );
 }
 
