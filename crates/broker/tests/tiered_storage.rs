@@ -525,4 +525,19 @@ fn a_bad_tiering_setting_is_refused_naming_the_flag() {
         assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(message), "{flags:?}: {stderr}");
     }
+    // A store directory that cannot be one (a regular file): the broker does not start, and
+    // says which directory and why.
+    let file = data.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let out = Command::new(broker_bin())
+        .arg("--data")
+        .arg(data.path().join("data"))
+        .args(["--listen", "127.0.0.1:0", "--tier-dir"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let named = format!("tiered storage: object store root {}", file.display());
+    assert!(stderr.contains(&named), "{stderr}");
 }
