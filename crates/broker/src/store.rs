@@ -8,6 +8,10 @@
 //! Everything the protocol layer needs comes out of here as the broker's own types:
 //! [`Appended`], [`AppendRefused`] (with the engine's stable error kind), [`ReadRefused`].
 //!
+//! With tiered storage (`--tier-dir`) the manager's tiering job uploads sealed segments to an
+//! `oncelog_tier::ObjectStoreRemote` and applies local retention, and each [`Partition`]
+//! serves reads below its local log start from the store ([`Remote`]).
+//!
 //! Files of the data directory besides the partitions:
 //!
 //! | file | content |
