@@ -60,6 +60,15 @@ pub struct PartitionConfig {
     pub flush_ms: Option<Option<u64>>,
     /// `cleanup.policy`.
     pub cleanup_policy: Option<CleanupPolicy>,
+    /// `remote.storage.enable`: `Some(false)` keeps the tiering job away from the partition
+    /// (docs/design.md, "Tiered storage"); unset, a manager with a store tiers it.
+    pub remote_storage_enable: Option<bool>,
+    /// `local.retention.ms`, over the manager's [`super::Tiering::local_retention`]:
+    /// `Some(None)` is Kafka's -1, no limit.
+    pub local_retention_ms: Option<Option<i64>>,
+    /// `local.retention.bytes`, over the manager's [`super::Tiering::local_retention`]:
+    /// `Some(None)` is Kafka's -1, no limit.
+    pub local_retention_bytes: Option<Option<u64>>,
 }
 
 with_setters!(PartitionConfig {
@@ -76,6 +85,9 @@ with_setters!(PartitionConfig {
     with_flush_messages => Some(flush_messages): Option<u64>,
     with_flush_ms => Some(flush_ms): Option<u64>,
     with_cleanup_policy => Some(cleanup_policy): CleanupPolicy,
+    with_remote_storage_enable => Some(remote_storage_enable): bool,
+    with_local_retention_ms => Some(local_retention_ms): Option<i64>,
+    with_local_retention_bytes => Some(local_retention_bytes): Option<u64>,
 });
 
 /// A partition's settings resolved over the defaults: its log's configuration and what the
@@ -91,6 +103,13 @@ pub struct ResolvedConfig {
     pub flush_ms: Option<u64>,
     /// `cleanup.policy`.
     pub cleanup_policy: CleanupPolicy,
+    /// `remote.storage.enable`: whether the tiering job tiers the partition (yes unless the
+    /// partition says no).
+    pub remote_storage_enable: bool,
+    /// `local.retention.ms` of its own; `None` takes the manager's tiering default.
+    pub local_retention_ms: Option<Option<i64>>,
+    /// `local.retention.bytes` of its own; `None` takes the manager's tiering default.
+    pub local_retention_bytes: Option<Option<u64>>,
 }
 
 impl PartitionConfig {
@@ -112,7 +131,10 @@ impl PartitionConfig {
             file_delete_delay_ms,
             flush_messages,
             flush_ms,
-            cleanup_policy
+            cleanup_policy,
+            remote_storage_enable,
+            local_retention_ms,
+            local_retention_bytes
         )
     }
 
@@ -156,6 +178,9 @@ impl PartitionConfig {
             flush_messages: self.flush_messages.unwrap_or(defaults.flush_messages),
             flush_ms: self.flush_ms.unwrap_or(defaults.flush_ms),
             cleanup_policy,
+            remote_storage_enable: self.remote_storage_enable.unwrap_or(true),
+            local_retention_ms: self.local_retention_ms,
+            local_retention_bytes: self.local_retention_bytes,
         }
     }
 
@@ -191,6 +216,13 @@ impl PartitionConfig {
         put("flush.messages", limit(self.flush_messages));
         put("flush.ms", limit(self.flush_ms));
         put("cleanup.policy", self.cleanup_policy.map(|p| p.name().to_string()));
+        put("remote.storage.enable", self.remote_storage_enable.map(|v| v.to_string()));
+        put(
+            "local.retention.ms",
+            self.local_retention_ms
+                .map(|l| l.map_or("-1".to_string(), |n| n.to_string())),
+        );
+        put("local.retention.bytes", limit(self.local_retention_bytes));
         out
     }
 
@@ -240,6 +272,17 @@ impl PartitionConfig {
                 "file.delete.delay.ms" => c.file_delete_delay_ms = Some(number(value)?),
                 "flush.messages" => c.flush_messages = Some(limit(value)?),
                 "flush.ms" => c.flush_ms = Some(limit(value)?),
+                "remote.storage.enable" => {
+                    c.remote_storage_enable = Some(match value {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("true or false")),
+                    })
+                }
+                "local.retention.ms" => {
+                    c.local_retention_ms = Some(limit(value)?.map(|v| v as i64))
+                }
+                "local.retention.bytes" => c.local_retention_bytes = Some(limit(value)?),
                 "cleanup.policy" => {
                     c.cleanup_policy = Some(
                         parse_cleanup_policy(value)
@@ -470,10 +513,16 @@ mod tests {
             message_timestamp_type: Some(TimestampType::LogAppendTime),
             flush_messages: Some(Some(100)),
             cleanup_policy: Some(CleanupPolicy::CompactDelete),
+            remote_storage_enable: Some(false),
+            local_retention_ms: Some(Some(60_000)),
+            local_retention_bytes: Some(None),
             ..PartitionConfig::default()
         };
         let text = c.encode();
-        assert!(text.contains("retention.ms=-1\n"), "{text}");
+        assert!(text.contains("\nretention.ms=-1\n"), "{text}");
+        assert!(text.contains("remote.storage.enable=false\n"), "{text}");
+        assert!(text.contains("local.retention.ms=60000\n"), "{text}");
+        assert!(text.contains("local.retention.bytes=-1\n"), "{text}");
         assert!(text.contains("cleanup.policy=compact,delete\n"), "{text}");
         assert_eq!(PartitionConfig::decode(&text), Ok(c));
         assert_eq!(
@@ -492,6 +541,9 @@ mod tests {
             ("retention.ms=-2\n", 1),
             ("message.timestamp.type=Now\n", 1),
             ("cleanup.policy=keep\n", 1),
+            ("remote.storage.enable=yes\n", 1),
+            ("local.retention.ms=-2\n", 1),
+            ("local.retention.bytes=x\n", 1),
             ("no.such.setting=1\n", 1),
             ("flush.ms=1\nflush.ms=2\n", 2),
         ] {
@@ -526,6 +578,16 @@ mod tests {
         };
         let r = compact.resolve(&defaults);
         assert_eq!((r.log.retention_ms, r.log.retention_bytes), (None, None));
+        // Tiering's: a partition is tiered unless it says no; local retention of its own or
+        // none (the manager's tiering default then).
+        assert!(r.remote_storage_enable);
+        assert_eq!((r.local_retention_ms, r.local_retention_bytes), (None, None));
+        let own = PartitionConfig::default()
+            .with_remote_storage_enable(false)
+            .with_local_retention_bytes(Some(0));
+        let r = own.over(&topic).resolve(&defaults);
+        assert!(!r.remote_storage_enable);
+        assert_eq!(r.local_retention_bytes, Some(Some(0)));
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cleaning::Throttle;
-use super::{Inner, JobReport, TopicPartition};
+use super::{Inner, JobReport, ResolvedConfig, TopicPartition};
 use crate::log::Log;
 use crate::tier::{self, keys, LocalRetention, RemoteStore, TierError, Uploaded};
 
@@ -114,8 +114,9 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
         let Some((log, config)) = slot.online() else {
             continue;
         };
-        // Compacted partitions are never tiered (their segments are rewritten).
-        if config.cleanup_policy.compacts() {
+        // Compacted partitions are never tiered (their segments are rewritten), nor those
+        // whose `remote.storage.enable` is false.
+        if config.cleanup_policy.compacts() || !config.remote_storage_enable {
             continue;
         }
         if inner.closed.load(std::sync::atomic::Ordering::Acquire) {
@@ -132,7 +133,8 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
             continue;
         }
         report.visited += 1;
-        let outcome = tier_partition(log, &t, &t.partition_prefix(&slot.tp), &throttle, now);
+        let limits = local_retention(&t, config);
+        let outcome = tier_partition(log, &t, limits, &t.partition_prefix(&slot.tp), &throttle, now);
         let mut statuses = inner.tier_status.lock();
         let status = statuses.entry(slot.tp.clone()).or_default();
         match outcome {
@@ -164,6 +166,7 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
 fn tier_partition(
     log: &Log,
     t: &Tiering,
+    limits: LocalRetention,
     prefix: &str,
     throttle: &Throttle<'_>,
     now_ms: i64,
@@ -191,7 +194,6 @@ fn tier_partition(
             done.remote_end = Some(segment.end_offset);
         }
     }
-    let limits = t.local_retention;
     if limits.local_retention_bytes.is_some() || limits.local_retention_ms.is_some() {
         let r = tier::enforce_local_retention(log, store, prefix, limits, now_ms)?;
         done.deleted = r.deleted.len() as u64;
@@ -200,6 +202,16 @@ fn tier_partition(
         .removed
         .len() as u64;
     Ok(done)
+}
+
+/// A partition's local retention: its own `local.retention.ms` / `.bytes` where it sets them,
+/// else the manager's [`Tiering::local_retention`].
+fn local_retention(t: &Tiering, config: &ResolvedConfig) -> LocalRetention {
+    let d = t.local_retention;
+    LocalRetention::new(
+        config.local_retention_ms.unwrap_or(d.local_retention_ms),
+        config.local_retention_bytes.unwrap_or(d.local_retention_bytes),
+    )
 }
 
 /// Why a tiering root cannot be used, or `None`.

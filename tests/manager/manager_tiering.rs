@@ -1,7 +1,8 @@
 //! The tiering job (docs/design.md, "Tiered storage", "In the manager"): a manager with an
 //! object store uploads its partitions' sealed segments and applies local retention; a failing
 //! store is a failure in the job's report, its statistics and the partition's status, retried
-//! after a backoff that doubles; the byte rate bounds a run; compacted partitions stay local.
+//! after a backoff that doubles; the byte rate bounds a run; compacted partitions stay local;
+//! a partition's own `remote.storage.enable` and `local.retention.*` win over the manager's.
 
 use crate::common;
 use crate::common_tier::{MemStore, Strike};
@@ -189,6 +190,71 @@ fn compacted_partitions_stay_local() {
     assert_eq!((r.visited, r.acted, r.failures.len()), (0, 0, 0));
     assert!(store.keys().is_empty());
     assert!(m.tier_status("c", 0).is_none());
+    m.close().unwrap();
+}
+
+/// Kafka's per-topic settings: `remote.storage.enable=false` keeps a partition out of the
+/// store; a partition's own `local.retention.*` wins over the manager's, in both directions
+/// (a limit where the manager has none, none where it has one), and an altered one applies at
+/// the next run.
+#[test]
+fn a_partitions_own_tiering_settings_win_over_the_managers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = TestClock::new(T0);
+    let m = open(tmp.path(), &clock);
+    let off = m
+        .create(
+            "t",
+            0,
+            PartitionConfig::default().with_remote_storage_enable(false),
+        )
+        .unwrap();
+    let trimmed = m
+        .create(
+            "t",
+            1,
+            PartitionConfig::default().with_local_retention_bytes(Some(0)),
+        )
+        .unwrap();
+    let kept = m
+        .create(
+            "t",
+            2,
+            PartitionConfig::default().with_local_retention_bytes(None),
+        )
+        .unwrap();
+    let plain = m.create("t", 3, PartitionConfig::default()).unwrap();
+    for log in [&off, &trimmed, &kept, &plain] {
+        fill(log, 60);
+    }
+    // Where each partition's sealed segments end: its local start once local retention took
+    // them all.
+    let end = |log: &Log| tier::uploadable_segments(log).last().unwrap().1;
+    let (trimmed_end, kept_end, plain_end) = (end(&trimmed), end(&kept), end(&plain));
+    let store = Arc::new(MemStore::new());
+    // The manager's own default: no limit.
+    m.set_tiering(Tiering::new(store.clone(), "r")).unwrap();
+    let r = m.run_job(Job::Tiering).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.visited, 3, "remote.storage.enable=false is not visited");
+    assert!(store.keys().iter().all(|k| !k.starts_with("r/t-0/")));
+    assert!(m.tier_status("t", 0).is_none());
+    assert_eq!(off.log_start_offset(), 0);
+    assert_eq!(trimmed.log_start_offset(), trimmed_end, "its own limit");
+    assert_eq!((kept.log_start_offset(), plain.log_start_offset()), (0, 0));
+    // The manager's default becomes 0 bytes: the partition that says "no limit" keeps its
+    // copies; the one without a setting of its own follows the manager.
+    m.set_tiering(
+        Tiering::new(store.clone(), "r").with_local_retention(LocalRetention::new(None, Some(0))),
+    )
+    .unwrap();
+    m.run_job(Job::Tiering).unwrap();
+    assert_eq!(kept.log_start_offset(), 0);
+    assert_eq!(plain.log_start_offset(), plain_end);
+    // Altered: the kept partition's limit goes, the manager's applies from the next run.
+    m.alter_config("t", 2, PartitionConfig::default()).unwrap();
+    m.run_job(Job::Tiering).unwrap();
+    assert_eq!(kept.log_start_offset(), kept_end);
     m.close().unwrap();
 }
 

@@ -182,10 +182,59 @@ pub struct Args {
     #[arg(long, default_value_t = crate::share::DEFAULT_SESSION_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub group_share_session_timeout_ms: u64,
+
+    /// Turns tiered storage on (Kafka's `remote.log.storage.system.enable`): sealed segments
+    /// of every partition whose `cleanup.policy` does not compact are uploaded to an object
+    /// store kept in this directory (object_store's local file system), and fetches below a
+    /// partition's local log start are served from it.
+    #[arg(long, value_name = "DIR")]
+    pub tier_dir: Option<PathBuf>,
+
+    /// The key prefix of the broker's objects in the store: partition `<topic>-<n>` lives
+    /// under `<prefix>/<topic>-<n>` (what `oncelog tier status --prefix` takes).
+    #[arg(long, value_name = "PREFIX", default_value = "oncelog")]
+    pub tier_prefix: String,
+
+    /// How often the tiering job uploads and applies local retention
+    /// (`remote.log.manager.task.interval.ms`).
+    #[arg(long, default_value_t = 30_000, allow_negative_numbers = true)]
+    pub tier_interval_ms: i64,
+
+    /// The most bytes the tiering job uploads per second, over all partitions
+    /// (`remote.log.manager.copy.max.bytes.per.second`); unbounded when absent.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub tier_bytes_per_second: Option<i64>,
+
+    /// Local copies of uploaded segments older than this go (`log.local.retention.ms`; -1: no
+    /// limit, the default). Only segments the object store's manifest names are deleted.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub local_retention_ms: i64,
+
+    /// Local copies of uploaded segments go, oldest first, while a partition's local segments
+    /// hold more than this (`log.local.retention.bytes`; -1: no limit, the default).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub local_retention_bytes: i64,
 }
 
 /// The engine's default prefault distance.
 pub const PREFAULT_BYTES: usize = 8 << 20;
+
+/// Tiered storage (`--tier-dir` and its settings), checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierSettings {
+    /// The object store's directory on the local file system.
+    pub dir: PathBuf,
+    /// The key prefix; a good one (`oncelog::tier::keys::check_partition_prefix`).
+    pub prefix: String,
+    /// How often the tiering job runs.
+    pub interval: Duration,
+    /// The job's upload bound; `None`: unbounded.
+    pub bytes_per_second: Option<u64>,
+    /// `local.retention.ms`; `None`: no limit.
+    pub local_retention_ms: Option<i64>,
+    /// `local.retention.bytes`; `None`: no limit.
+    pub local_retention_bytes: Option<u64>,
+}
 
 /// The settings of every partition log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +248,8 @@ pub struct LogSettings {
     pub max_message_bytes: usize,
     pub message_timestamp_type: TimestampType,
     pub recovery_mode: RecoveryMode,
+    /// Tiered storage; `None`: off.
+    pub tier: Option<TierSettings>,
 }
 
 impl Default for LogSettings {
@@ -213,6 +264,7 @@ impl Default for LogSettings {
             max_message_bytes: 1_048_588,
             message_timestamp_type: TimestampType::CreateTime,
             recovery_mode: RecoveryMode::TolerateTail,
+            tier: None,
         }
     }
 }
@@ -249,6 +301,7 @@ pub struct ConfigError {
 impl Args {
     /// Checks the flags that clap cannot and returns the configuration.
     pub fn into_config(self) -> Result<BrokerConfig, ConfigError> {
+        let tier = self.tier_settings()?;
         let advertised_listener = match self.advertised_listener {
             None => None,
             Some(value) => Some(parse_host_port(&value).ok_or(ConfigError {
@@ -304,8 +357,82 @@ impl Args {
                 max_message_bytes: self.max_message_bytes,
                 message_timestamp_type: self.message_timestamp_type,
                 recovery_mode: self.recovery_mode,
+                tier,
             },
         })
+    }
+
+    /// The tiered-storage flags, checked: each refusal names its flag. A tiering setting
+    /// without `--tier-dir` is refused rather than ignored.
+    fn tier_settings(&self) -> Result<Option<TierSettings>, ConfigError> {
+        let bad = |flag: &'static str, value: String, rule: &'static str| ConfigError {
+            flag,
+            value,
+            rule,
+        };
+        // Kafka's -1 is no limit; any other negative number is a mistake.
+        let limit = |flag: &'static str, value: i64| match value {
+            -1 => Ok(None),
+            v if v >= 0 => Ok(Some(v)),
+            v => Err(bad(
+                flag,
+                v.to_string(),
+                "must be -1 (no limit) or at least 0",
+            )),
+        };
+        let local_retention_ms = limit("local-retention-ms", self.local_retention_ms)?;
+        let local_retention_bytes =
+            limit("local-retention-bytes", self.local_retention_bytes)?.map(|v| v as u64);
+        let bytes_per_second = match self.tier_bytes_per_second {
+            None => None,
+            Some(v) if v > 0 => Some(v as u64),
+            Some(v) => {
+                return Err(bad(
+                    "tier-bytes-per-second",
+                    v.to_string(),
+                    "must be at least 1",
+                ))
+            }
+        };
+        if self.tier_interval_ms < 1 {
+            return Err(bad(
+                "tier-interval-ms",
+                self.tier_interval_ms.to_string(),
+                "must be at least 1",
+            ));
+        }
+        if let Some(rule) = oncelog::tier::keys::check_partition_prefix(&self.tier_prefix) {
+            return Err(bad("tier-prefix", self.tier_prefix.clone(), rule));
+        }
+        let Some(dir) = self.tier_dir.clone() else {
+            // Which tiering flag was given without the store it needs.
+            let given = [
+                (
+                    "local-retention-ms",
+                    local_retention_ms.map(|v| v.to_string()),
+                ),
+                (
+                    "local-retention-bytes",
+                    local_retention_bytes.map(|v| v.to_string()),
+                ),
+                (
+                    "tier-bytes-per-second",
+                    bytes_per_second.map(|v| v.to_string()),
+                ),
+            ];
+            return match given.into_iter().find_map(|(f, v)| v.map(|v| (f, v))) {
+                Some((flag, value)) => Err(bad(flag, value, "needs --tier-dir (tiered storage)")),
+                None => Ok(None),
+            };
+        };
+        Ok(Some(TierSettings {
+            dir,
+            prefix: self.tier_prefix.clone(),
+            interval: Duration::from_millis(self.tier_interval_ms as u64),
+            bytes_per_second,
+            local_retention_ms,
+            local_retention_bytes,
+        }))
     }
 }
 
@@ -331,6 +458,81 @@ mod tests {
         assert!("every:0".parse::<FlushPolicy>().is_err());
         assert!("every:".parse::<FlushPolicy>().is_err());
         assert!("sometimes".parse::<FlushPolicy>().is_err());
+    }
+
+    fn config(flags: &[&str]) -> Result<BrokerConfig, ConfigError> {
+        let args = ["oncelog-broker"].iter().chain(flags);
+        Args::try_parse_from(args).unwrap().into_config()
+    }
+
+    #[test]
+    fn tiering_flags_become_tier_settings() {
+        assert_eq!(config(&[]).unwrap().log.tier, None);
+        let tier = config(&[
+            "--tier-dir",
+            "/r",
+            "--tier-interval-ms",
+            "250",
+            "--tier-bytes-per-second",
+            "1000",
+            "--local-retention-ms",
+            "60000",
+        ])
+        .unwrap()
+        .log
+        .tier
+        .unwrap();
+        assert_eq!(
+            tier,
+            TierSettings {
+                dir: PathBuf::from("/r"),
+                prefix: "oncelog".to_string(),
+                interval: Duration::from_millis(250),
+                bytes_per_second: Some(1000),
+                local_retention_ms: Some(60_000),
+                local_retention_bytes: None,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_tiering_flags_are_refused_by_name() {
+        let refused = |flags: &[&str]| {
+            let e = config(flags).unwrap_err();
+            (e.flag, e.value)
+        };
+        let tiered = |extra: &[&'static str]| [&["--tier-dir", "/r"][..], extra].concat();
+        let cases: [(Vec<&str>, &str, &str); 6] = [
+            (
+                tiered(&["--local-retention-ms", "-2"]),
+                "local-retention-ms",
+                "-2",
+            ),
+            (
+                tiered(&["--local-retention-bytes", "-5"]),
+                "local-retention-bytes",
+                "-5",
+            ),
+            (
+                tiered(&["--tier-interval-ms", "0"]),
+                "tier-interval-ms",
+                "0",
+            ),
+            (
+                tiered(&["--tier-bytes-per-second", "-1"]),
+                "tier-bytes-per-second",
+                "-1",
+            ),
+            (tiered(&["--tier-prefix", "a b"]), "tier-prefix", "a b"),
+            (vec!["--local-retention-ms", "5"], "local-retention-ms", "5"),
+        ];
+        for (flags, flag, value) in cases {
+            assert_eq!(refused(&flags), (flag, value.to_string()), "{flags:?}");
+        }
+        assert!(
+            config(&["--local-retention-ms", "-1"]).is_ok(),
+            "-1 is no limit"
+        );
     }
 
     #[test]

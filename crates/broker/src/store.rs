@@ -8,6 +8,10 @@
 //! Everything the protocol layer needs comes out of here as the broker's own types:
 //! [`Appended`], [`AppendRefused`] (with the engine's stable error kind), [`ReadRefused`].
 //!
+//! With tiered storage (`--tier-dir`) the manager's tiering job uploads sealed segments to an
+//! `oncelog_tier::ObjectStoreRemote` and applies local retention, and each [`Partition`]
+//! serves reads below its local log start from the store ([`Remote`]).
+//!
 //! Files of the data directory besides the partitions:
 //!
 //! | file | content |
@@ -28,6 +32,7 @@ use base64::Engine;
 use bytes::Bytes;
 use oncelog::format::BatchIter;
 use oncelog::producer::ProducerStateConfig;
+use oncelog::tier::{self, RemoteStore, TierError};
 use oncelog::{
     AppendOutcome, Log, LogConfig, LogManager, ManagerConfig, PartitionConfig, ReadError,
     TopicPartition,
@@ -68,6 +73,10 @@ pub enum StoreError {
     TopicExists(String),
     #[error("topic {0} does not exist")]
     UnknownTopic(String),
+    #[error("tiered storage: {0}")]
+    TierSetup(#[from] oncelog_tier::SetupError),
+    #[error("tiered storage: {0}")]
+    Tier(#[from] oncelog::tier::TierError),
     #[error("topic {topic} has {current} partitions; a new count must be higher, not {requested}")]
     PartitionCount {
         topic: String,
@@ -209,11 +218,43 @@ pub fn batch_producer(records: &[u8]) -> Option<BatchProducer> {
 /// (producer id, first offset) among them.
 pub type CommittedRead = (Bytes, i64, Vec<(i64, i64)>);
 
+/// Where a tiered partition's remote segments are: the broker's object store and the
+/// partition's key prefix in it (`<--tier-prefix>/<topic>-<n>`, as the tiering job uploads).
+#[derive(Debug, Clone)]
+pub struct Remote {
+    store: Arc<dyn RemoteStore>,
+    prefix: String,
+}
+
+/// The broker's object store, when `--tier-dir` turned tiered storage on.
+#[derive(Debug, Clone)]
+struct TierStore {
+    store: Arc<dyn RemoteStore>,
+    root: String,
+    /// The broker's local retention (topics may set their own).
+    local_retention: tier::LocalRetention,
+}
+
+impl TierStore {
+    fn remote(&self, topic: &str, index: i32) -> Remote {
+        Remote {
+            store: Arc::clone(&self.store),
+            prefix: format!(
+                "{}/{}",
+                self.root,
+                TopicPartition::new(topic, index).dir_name()
+            ),
+        }
+    }
+}
+
 /// One partition: its log, and the signal that wakes its long-polling fetchers.
 pub struct Partition {
     topic: String,
     index: i32,
     log: Arc<Log>,
+    /// The remote segments, when the broker tiers (reads below the local log start).
+    remote: Option<Remote>,
     appended: AppendSignal,
     /// Why the partition is offline, once a batch read from it failed its check.
     offline: OnceLock<String>,
@@ -226,11 +267,12 @@ impl std::fmt::Debug for Partition {
 }
 
 impl Partition {
-    fn new(topic: &str, index: i32, log: Arc<Log>) -> Partition {
+    fn new(topic: &str, index: i32, log: Arc<Log>, remote: Option<Remote>) -> Partition {
         Partition {
             topic: topic.to_string(),
             index,
             log,
+            remote,
             appended: AppendSignal::default(),
             offline: OnceLock::new(),
         }
@@ -297,14 +339,62 @@ impl Partition {
     /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one batch,
     /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end. Every batch
     /// is checked before it is handed out ([`Partition::check_served`]).
+    ///
+    /// Below the local log start of a tiered partition the batches come from the remote
+    /// segment that holds `offset` (`oncelog::tier::read`: whole batches of that one segment,
+    /// each CRC-checked, the bytes the local read returned before local retention).
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Bytes, ReadRefused> {
         self.read_if_online()?;
+        if let Some(remote) = self.below_local(offset) {
+            return tier::read(
+                &self.log,
+                remote.store.as_ref(),
+                &remote.prefix,
+                offset,
+                max_bytes,
+            )
+            .map_err(|e| self.remote_read_failed(e));
+        }
         let bytes = self
             .log
             .read(offset, max_bytes)
             .map_err(|e| self.read_failed(e))?;
         self.check_served(offset, &bytes)?;
         Ok(bytes)
+    }
+
+    /// The remote segments, if the partition is tiered and `offset` is below its local log
+    /// start.
+    pub fn below_local(&self, offset: i64) -> Option<&Remote> {
+        self.remote
+            .as_ref()
+            .filter(|_| offset < self.log.log_start_offset())
+    }
+
+    /// A failed read through tiered storage. An offset no remote segment holds is out of
+    /// range, as below the log start of an untiered log. Damage found in the store is a
+    /// storage error of this read only: the local log is intact, so the partition stays
+    /// online.
+    fn remote_read_failed(&self, error: TierError) -> ReadRefused {
+        match error {
+            TierError::NotRemote {
+                offset,
+                log_start_offset,
+                remote,
+            } => ReadRefused::OutOfRange {
+                offset,
+                log_start_offset: remote
+                    .filter(|&(_, end)| end >= log_start_offset)
+                    .map_or(log_start_offset, |(start, _)| start),
+                log_end_offset: self.log.log_end_offset(),
+            },
+            // The local log start moved up between the check and the read.
+            TierError::LocalRead { error, .. } => self.read_failed(error),
+            other => {
+                tracing::warn!(partition = ?self, error = %other, "remote read failed");
+                ReadRefused::Storage(format!("{}: {other}", other.kind()))
+            }
+        }
     }
 
     /// A failed read; one that found damage (the engine's own checks of what it reads) takes
@@ -419,11 +509,25 @@ impl Partition {
                 ReadRefused::Storage(format!("flush before a read_committed read: {e}"))
             })?;
         }
-        let f = self
-            .log
-            .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)
-            .map_err(|e| self.read_failed(e))?;
-        self.check_served(offset, &f.bytes)?;
+        let f = match self.below_local(offset) {
+            // Every batch of a remote segment is CRC-checked as it is read.
+            Some(remote) => tier::fetch_committed(
+                &self.log,
+                remote.store.as_ref(),
+                &remote.prefix,
+                offset,
+                max_bytes,
+            )
+            .map_err(|e| self.remote_read_failed(e))?,
+            None => {
+                let f = self
+                    .log
+                    .fetch_isolated(offset, max_bytes, oncelog::IsolationLevel::ReadCommitted)
+                    .map_err(|e| self.read_failed(e))?;
+                self.check_served(offset, &f.bytes)?;
+                f
+            }
+        };
         let aborted = f
             .aborted_transactions
             .unwrap_or_default()
@@ -449,13 +553,56 @@ impl Partition {
         timestamp: i64,
     ) -> Result<Option<TimestampOffset>, ReadRefused> {
         self.read_if_online()?;
+        let found = match &self.remote {
+            // The remote segments below the local log start first, then the log.
+            Some(remote) => tier::offset_for_timestamp(
+                &self.log,
+                remote.store.as_ref(),
+                &remote.prefix,
+                timestamp,
+            )
+            .map_err(|e| self.remote_read_failed(e))?,
+            None => self.log.offset_for_timestamp(timestamp)?,
+        };
+        Ok(found.map(|t| TimestampOffset {
+            timestamp: t.timestamp,
+            offset: t.offset,
+        }))
+    }
+
+    /// Kafka's log start offset of the partition (ListOffsets EARLIEST): with tiered storage,
+    /// where the remote segments start when they reach the local log start (Kafka's
+    /// `logStartOffset` against its `localLogStartOffset`), else the local log start. Reads the
+    /// manifest from the store.
+    pub fn earliest_offset(&self) -> Result<i64, ReadRefused> {
+        let local = self.log.log_start_offset();
+        let Some(manifest) = self.manifest()? else {
+            return Ok(local);
+        };
+        Ok(match (manifest.segments.first(), manifest.remote_end()) {
+            (Some(first), Some(end)) if first.base_offset < local && end >= local => {
+                first.base_offset
+            }
+            _ => local,
+        })
+    }
+
+    /// The last offset the remote segments hold (ListOffsets LATEST_TIERED), `None` when the
+    /// partition is not tiered or nothing is uploaded yet.
+    pub fn last_tiered_offset(&self) -> Result<Option<i64>, ReadRefused> {
         Ok(self
-            .log
-            .offset_for_timestamp(timestamp)?
-            .map(|t| TimestampOffset {
-                timestamp: t.timestamp,
-                offset: t.offset,
-            }))
+            .manifest()?
+            .and_then(|m| m.remote_end())
+            .map(|end| end - 1))
+    }
+
+    /// The partition's current manifest, read from the store; `None` when it is not tiered.
+    fn manifest(&self) -> Result<Option<oncelog::tier::Manifest>, ReadRefused> {
+        match &self.remote {
+            None => Ok(None),
+            Some(remote) => tier::read_manifest(remote.store.as_ref(), &remote.prefix)
+                .map_err(|e| self.remote_read_failed(e)),
+        }
     }
 
     /// The first record with the largest timestamp in the log (ListOffsets' MAX_TIMESTAMP).
@@ -584,6 +731,8 @@ pub struct Store {
     /// Serialises topic creation, so two Metadata requests for a new topic create it once.
     creating: Mutex<()>,
     cluster_id: String,
+    /// The object store of tiered storage, if on.
+    tier: Option<TierStore>,
 }
 
 impl std::fmt::Debug for Store {
@@ -603,13 +752,37 @@ impl Store {
         let log_config = log_config(settings)?;
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let cluster_id = load_cluster_id(dir, node_id)?;
+        let tier = match &settings.tier {
+            None => None,
+            Some(t) => Some(TierStore {
+                store: Arc::new(oncelog_tier::ObjectStoreRemote::local(&t.dir)?),
+                root: t.prefix.clone(),
+                local_retention: tier::LocalRetention::new(
+                    t.local_retention_ms,
+                    t.local_retention_bytes,
+                ),
+            }),
+        };
+        let jobs = oncelog::JobIntervals::default()
+            .with_tiering(settings.tier.as_ref().map(|t| t.interval));
         let manager = LogManager::open(
             &[dir],
             ManagerConfig::default()
                 .with_log(log_config)
+                .with_jobs(jobs)
                 .with_cluster_id(Some(cluster_id.clone()))
                 .with_node_id(Some(node_id)),
         )?;
+        if let (Some(t), Some(store)) = (&settings.tier, &tier) {
+            // The tiering job uploads every partition whose policy does not compact, then
+            // applies local retention to what the manifest confirms (docs/design.md, "Tiered
+            // storage", "In the manager").
+            manager.set_tiering(
+                oncelog::Tiering::new(Arc::clone(&store.store), t.prefix.clone())
+                    .with_bytes_per_second(t.bytes_per_second)
+                    .with_local_retention(store.local_retention),
+            )?;
+        }
         let mut found: HashMap<String, Vec<(i32, PathBuf)>> = HashMap::new();
         for info in manager.list() {
             if let Some(failure) = &info.offline {
@@ -647,7 +820,7 @@ impl Store {
                     Ok((*index, path.clone(), log))
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
-            let topic = open_topic(&name, logs)?;
+            let topic = open_topic(&name, logs, tier.as_ref())?;
             topics.by_id.insert(topic.id, Arc::clone(&topic));
             topics.by_name.insert(name, topic);
         }
@@ -657,6 +830,7 @@ impl Store {
             topics: RwLock::new(topics),
             creating: Mutex::new(()),
             cluster_id,
+            tier,
         })
     }
 
@@ -728,7 +902,7 @@ impl Store {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         let logs = self.create_partitions(manager, name, 0..partitions, config, id)?;
-        let topic = open_topic(name, logs)?;
+        let topic = open_topic(name, logs, self.tier.as_ref())?;
         self.publish(&topic);
         Ok(topic)
     }
@@ -807,7 +981,8 @@ impl Store {
         for (index, _, log) in
             self.create_partitions(manager, name, current..count, &config, topic.id)?
         {
-            partitions.push(Arc::new(Partition::new(name, index, log)));
+            let remote = self.tier.as_ref().map(|t| t.remote(name, index));
+            partitions.push(Arc::new(Partition::new(name, index, log, remote)));
         }
         let grown = Arc::new(Topic {
             name: topic.name.clone(),
@@ -880,6 +1055,19 @@ impl Store {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let manager = manager.as_ref().ok_or(oncelog::ManagerError::Closed)?;
         Ok(manager.config().clone())
+    }
+
+    /// Whether `--tier-dir` turned tiered storage on.
+    pub fn tiering(&self) -> bool {
+        self.tier.is_some()
+    }
+
+    /// The broker's tiered-storage local retention, which topics' `local.retention.ms` /
+    /// `.bytes` override (no limit without `--tier-dir`).
+    pub fn local_retention_defaults(&self) -> tier::LocalRetention {
+        self.tier
+            .as_ref()
+            .map_or_else(tier::LocalRetention::default, |t| t.local_retention)
     }
 
     /// A topic's own settings over the broker's defaults: partition 0's `oncelog.properties`
@@ -999,7 +1187,11 @@ fn log_config(settings: &LogSettings) -> Result<LogConfig, oncelog::ConfigError>
 
 /// A topic of partitions the manager opened or created: their topic id (from
 /// `partition.metadata`, the same in every partition) and their wake-up signals.
-fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Topic>, StoreError> {
+fn open_topic(
+    name: &str,
+    logs: Vec<(i32, PathBuf, Arc<Log>)>,
+    tier: Option<&TierStore>,
+) -> Result<Arc<Topic>, StoreError> {
     let mut id = None;
     for (_, path, _) in &logs {
         match (read_partition_metadata(path)?, id) {
@@ -1026,7 +1218,8 @@ fn open_topic(name: &str, logs: Vec<(i32, PathBuf, Arc<Log>)>) -> Result<Arc<Top
             write_partition_metadata(&path, id)?;
         }
         lead(&log, &path)?;
-        partitions.push(Arc::new(Partition::new(name, index, log)));
+        let remote = tier.map(|t| t.remote(name, index));
+        partitions.push(Arc::new(Partition::new(name, index, log, remote)));
     }
     Ok(Arc::new(Topic {
         name: name.to_string(),

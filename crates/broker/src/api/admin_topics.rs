@@ -24,6 +24,7 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use oncelog::tier::LocalRetention;
 use oncelog::{CleanupPolicy, ManagerConfig, PartitionConfig, ResolvedConfig};
 use uuid::Uuid;
 
@@ -65,20 +66,58 @@ struct Setting {
     value: fn(&Effective) -> String,
 }
 
+/// The broker's defaults of every topic setting: the manager's, and tiered storage's local
+/// retention (`--local-retention-ms` / `-bytes`), which the manager's config does not hold.
+struct Defaults {
+    manager: ManagerConfig,
+    local_retention: LocalRetention,
+    /// `--tier-dir` turned tiered storage on.
+    tiering: bool,
+}
+
+impl Defaults {
+    fn of(broker: &Broker) -> Result<Defaults, Refusal> {
+        Ok(Defaults {
+            manager: broker.store.defaults().map_err(store_refusal)?,
+            local_retention: broker.store.local_retention_defaults(),
+            tiering: broker.store.tiering(),
+        })
+    }
+}
+
+impl std::ops::Deref for Defaults {
+    type Target = ManagerConfig;
+    fn deref(&self) -> &ManagerConfig {
+        &self.manager
+    }
+}
+
 /// A partition's settings resolved over the broker's defaults. `log` is resolved as if the
 /// policy deleted, so retention shows its value under a compact-only policy too (as Kafka
 /// shows it); the policy is kept apart.
 struct Effective {
     log: ResolvedConfig,
     cleanup_policy: CleanupPolicy,
+    /// `local.retention.ms` / `.bytes`: the topic's own, else the broker's.
+    local_retention: LocalRetention,
+    /// Whether the topic is tiered: the broker tiers, and the topic does not say no.
+    remote_storage: bool,
 }
 
 impl Effective {
-    fn of(own: &PartitionConfig, defaults: &ManagerConfig) -> Effective {
+    fn of(own: &PartitionConfig, defaults: &Defaults) -> Effective {
         let as_deleting = own.clone().with_cleanup_policy(CleanupPolicy::Delete);
+        let log = as_deleting.resolve(defaults);
+        let d = defaults.local_retention;
+        let local_retention = LocalRetention::new(
+            log.local_retention_ms.unwrap_or(d.local_retention_ms),
+            log.local_retention_bytes.unwrap_or(d.local_retention_bytes),
+        );
         Effective {
-            log: as_deleting.resolve(defaults),
             cleanup_policy: own.resolve(defaults).cleanup_policy,
+            remote_storage: defaults.tiering && log.remote_storage_enable,
+            local_retention,
+            log,
         }
     }
 }
@@ -136,6 +175,26 @@ const SETTINGS: &[Setting] = &[
         value: |e| e.log.log.index_interval_bytes.to_string(),
     },
     Setting {
+        topic: "local.retention.bytes",
+        broker: "log.local.retention.bytes",
+        kind: TYPE_LONG,
+        flag: true,
+        doc: "tiered storage: the size a partition's local copies of uploaded segments are trimmed to; -1 for no limit",
+        value: |e| limit(e.local_retention.local_retention_bytes),
+    },
+    Setting {
+        topic: "local.retention.ms",
+        broker: "log.local.retention.ms",
+        kind: TYPE_LONG,
+        flag: true,
+        doc: "tiered storage: the age past which local copies of uploaded segments are deleted; -1 for no limit",
+        value: |e| {
+            e.local_retention
+                .local_retention_ms
+                .map_or("-1".to_string(), |v| v.to_string())
+        },
+    },
+    Setting {
         topic: "max.message.bytes",
         broker: "message.max.bytes",
         kind: TYPE_INT,
@@ -150,6 +209,14 @@ const SETTINGS: &[Setting] = &[
         flag: true,
         doc: "CreateTime or LogAppendTime",
         value: |e| e.log.log.message_timestamp_type.name().to_string(),
+    },
+    Setting {
+        topic: "remote.storage.enable",
+        broker: "remote.log.storage.system.enable",
+        kind: TYPE_BOOLEAN,
+        flag: true,
+        doc: "tiered storage: false keeps the topic's segments local (with --tier-dir every other topic whose cleanup.policy does not compact is tiered)",
+        value: |e| e.remote_storage.to_string(),
     },
     Setting {
         topic: "retention.bytes",
@@ -357,7 +424,7 @@ async fn create_one(
         given.insert(c.name.to_string(), value.to_string());
     }
     let pairs: Vec<(String, String)> = given.into_iter().collect();
-    let defaults = broker.store.defaults().map_err(store_refusal)?;
+    let defaults = Defaults::of(broker)?;
     let config = parse_settings(&pairs, &defaults)?;
     let id = if validate_only {
         Uuid::nil()
@@ -698,7 +765,7 @@ fn describe_topic(
         ));
     }
     let own = broker.store.topic_settings(name).map_err(store_refusal)?;
-    let defaults = broker.store.defaults().map_err(store_refusal)?;
+    let defaults = Defaults::of(broker)?;
     Ok(describe_topic_settings(
         &own,
         &defaults,
@@ -712,7 +779,7 @@ fn describe_topic(
 /// the topic's own, or the broker's default (set by a flag, or built in).
 fn describe_topic_settings(
     own: &PartitionConfig,
-    defaults: &ManagerConfig,
+    defaults: &Defaults,
     keys: Option<&[String]>,
     synonyms: bool,
     documentation: bool,
@@ -771,7 +838,7 @@ fn describe_broker(
     synonyms: bool,
     documentation: bool,
 ) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
-    let defaults = broker.store.defaults().map_err(store_refusal)?;
+    let defaults = Defaults::of(broker)?;
     let default = Effective::of(&PartitionConfig::default(), &defaults);
     let mut all: Vec<(String, String, i8, i8, &str)> = SETTINGS
         .iter()
@@ -920,7 +987,7 @@ async fn alter_topic(
         ));
     }
     let own = broker.store.topic_settings(&name).map_err(store_refusal)?;
-    let defaults = broker.store.defaults().map_err(store_refusal)?;
+    let defaults = Defaults::of(broker)?;
     let mut pairs = own_pairs(&own);
     let mut seen = HashSet::new();
     for alter in &resource.configs {

@@ -73,11 +73,37 @@ fn resolve(broker: &Broker, version: i16, topics: &[FetchTopic]) -> Vec<Vec<Want
         .collect()
 }
 
+/// Whether a partition asked for is read below its local log start, from the object store.
+fn reads_remote(wanted: &[Vec<Wanted>]) -> bool {
+    wanted.iter().flatten().any(|w| {
+        w.partition
+            .as_ref()
+            .is_ok_and(|p| p.below_local(w.fetch_offset).is_some())
+    })
+}
+
+/// A read in which every partition failed for `reason`.
+fn failed_read(wanted: &[Vec<Wanted>], reason: &str) -> Read {
+    Read {
+        results: wanted
+            .iter()
+            .map(|t| {
+                t.iter()
+                    .map(|_| Err(ReadRefused::Storage(reason.to_string())))
+                    .collect()
+            })
+            .collect(),
+        bytes: 0,
+        failed: true,
+    }
+}
+
 async fn fetch(
     request: Request,
     body: FetchRequest,
     wanted: Vec<Vec<Wanted>>,
 ) -> Result<ResponseFrame, EncodeError> {
+    let wanted = Arc::new(wanted);
     // An incremental request names a session this broker never created.
     if body.session_id != 0 && body.session_epoch > 0 {
         let response =
@@ -95,7 +121,17 @@ async fn fetch(
             .flatten()
             .filter_map(|w| w.partition.as_ref().ok().map(|p| p.listen()))
             .collect();
-        let read = read_all(&wanted, max_bytes, body.isolation_level == READ_COMMITTED);
+        let read_committed = body.isolation_level == READ_COMMITTED;
+        let read = if reads_remote(&wanted) {
+            // A read below a tiered partition's local log start waits on the object store
+            // (whose calls block their thread): off the reactor.
+            let all = Arc::clone(&wanted);
+            tokio::task::spawn_blocking(move || read_all(&all, max_bytes, read_committed))
+                .await
+                .unwrap_or_else(|e| failed_read(&wanted, &format!("the read task failed: {e}")))
+        } else {
+            read_all(&wanted, max_bytes, read_committed)
+        };
         if read.bytes >= min_bytes || read.failed || Instant::now() >= deadline {
             return answer(&request, &body, &wanted, read);
         }

@@ -105,14 +105,25 @@ fn lookup(
             timestamp: -1,
             offset: fetchable,
         },
-        // Without tiered storage the earliest local offset is the earliest.
-        EARLIEST | EARLIEST_LOCAL => TimestampOffset {
+        // With tiered storage, where the remote segments start (Kafka's `logStartOffset`);
+        // without, the local log start.
+        EARLIEST => TimestampOffset {
+            timestamp: -1,
+            offset: partition.earliest_offset()?,
+        },
+        // Kafka's `localLogStartOffset` (KIP-1005).
+        EARLIEST_LOCAL => TimestampOffset {
             timestamp: -1,
             offset: partition.log_start_offset(),
         },
+        // As Kafka, the local segments only (`UnifiedLog.fetchOffsetByTimestamp`).
         MAX_TIMESTAMP => below(partition.max_timestamp()?),
-        // Nothing is tiered.
-        LATEST_TIERED => none,
+        // The last offset uploaded (KIP-1005), -1 when nothing is.
+        LATEST_TIERED => TimestampOffset {
+            timestamp: -1,
+            offset: partition.last_tiered_offset()?.unwrap_or(-1),
+        },
+        // Through the remote segments below the local log start, then the log.
         timestamp => below(partition.offset_for_timestamp(timestamp)?),
     })
 }
