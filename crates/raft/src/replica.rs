@@ -390,7 +390,6 @@ async fn propose_run(raft: &Raft, run: Vec<Proposal>, slot: Option<OwnedSemaphor
                 }
             }
         };
-        drop(slot);
         let reply: Result<Vec<Answer>, ReplicaError> = match result {
             Ok(Ok(w)) => match w.data {
                 Response::Answers(a) if a.len() == answers.len() => Ok(a),
@@ -428,5 +427,11 @@ async fn propose_run(raft: &Raft, run: Vec<Proposal>, slot: Option<OwnedSemaphor
                 }
             }
         }
+        // The slot goes back after the answers, and after the answered appenders had a turn
+        // to queue their next batches: they go in the next entry, not one after it.
+        if slot.is_some() {
+            tokio::task::yield_now().await;
+        }
+        drop(slot);
     });
 }
