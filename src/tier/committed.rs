@@ -7,7 +7,7 @@
 use super::error::TierError;
 use super::keys::SegmentObject;
 use super::manifest::RemoteSegment;
-use super::read::{get_checked, read_segment};
+use super::read::{get_checked, holding, read_segment};
 use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::format::AbortedTransaction;
@@ -33,19 +33,7 @@ pub fn fetch_committed(
     }
     let manifest = read_manifest(store, partition)?;
     let segments = manifest.as_ref().map_or(&[][..], |m| &m.segments[..]);
-    let Some(at) = segments
-        .iter()
-        .position(|s| s.base_offset <= offset && offset < s.end_offset)
-    else {
-        return Err(TierError::NotRemote {
-            offset,
-            log_start_offset,
-            remote: segments
-                .first()
-                .zip(segments.last())
-                .map(|(a, b)| (a.base_offset, b.end_offset)),
-        });
-    };
+    let at = holding(segments, offset, log_start_offset)?;
     let segment = &segments[at];
     let read = read_segment(store, partition, segment, offset, max_bytes)?;
     // Kafka's fetchUpperBoundOffset: the first index entry at or past the end of the bytes

@@ -36,20 +36,28 @@ pub fn read(
     }
     let manifest = read_manifest(store, partition)?;
     let segments = manifest.as_ref().map_or(&[][..], |m| &m.segments[..]);
-    let Some(segment) = segments
+    let at = holding(segments, offset, log_start_offset)?;
+    read_remote(store, partition, &segments[at], offset, max_bytes)
+}
+
+/// The index of the remote segment holding `offset` (below the local `log_start_offset`), or
+/// why there is none.
+pub(super) fn holding(
+    segments: &[RemoteSegment],
+    offset: i64,
+    log_start_offset: i64,
+) -> Result<usize, TierError> {
+    segments
         .iter()
-        .find(|s| s.base_offset <= offset && offset < s.end_offset)
-    else {
-        return Err(TierError::NotRemote {
+        .position(|s| s.base_offset <= offset && offset < s.end_offset)
+        .ok_or_else(|| TierError::NotRemote {
             offset,
             log_start_offset,
             remote: segments
                 .first()
                 .zip(segments.last())
                 .map(|(a, b)| (a.base_offset, b.end_offset)),
-        });
-    };
-    read_remote(store, partition, segment, offset, max_bytes)
+        })
 }
 
 /// Whole batches of the remote `segment` from the one holding `offset`, up to `max_bytes` (at

@@ -272,3 +272,53 @@ impl RemoteStore for FsStore {
         Ok(())
     }
 }
+
+/// A store in which another writer acts (`other`, once) just before the first conditional put
+/// goes through: the manifest generation asked for is then taken.
+pub struct Racing<'a, F: Fn(&MemStore)> {
+    inner: &'a MemStore,
+    other: F,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl<'a, F: Fn(&MemStore)> Racing<'a, F> {
+    pub fn new(inner: &'a MemStore, other: F) -> Self {
+        Racing {
+            inner,
+            other,
+            raced: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl<F: Fn(&MemStore)> std::fmt::Debug for Racing<'_, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Racing")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<F: Fn(&MemStore) + Send + Sync> RemoteStore for Racing<'_, F> {
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+        self.inner.put(key, bytes)
+    }
+    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Created, RemoteError> {
+        if !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            (self.other)(self.inner);
+        }
+        self.inner.put_if_absent(key, bytes)
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
+        self.inner.get(key)
+    }
+    fn get_range(&self, key: &str, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+        self.inner.get_range(key, range)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
+        self.inner.list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<(), RemoteError> {
+        self.inner.delete(key)
+    }
+}

@@ -4,7 +4,7 @@
 
 use crate::common::T0;
 use crate::common_tier::MemStore;
-use oncelog::format::BatchBuilder;
+use crate::tier_common::{filled_log, producer_batch};
 use oncelog::tier::{self, LocalRetention, Manifest, RemoteStore, SegmentObject, TierError};
 use oncelog::{Log, LogConfig, RetentionReason, TxnMarker};
 
@@ -17,33 +17,6 @@ fn config() -> LogConfig {
         .file_delete_delay_ms(0)
         .build()
         .unwrap()
-}
-
-fn producer_batch(pid: i64, seq: i32, transactional: bool, ts: i64) -> Vec<u8> {
-    let mut b = BatchBuilder::new()
-        .producer(pid, 0, seq)
-        .transactional(transactional);
-    for i in 0..4 {
-        b.append(ts + i, Some(b"k"), Some(&[b'x'; 200][..]), &[]);
-    }
-    b.build().unwrap()
-}
-
-fn filled_log(dir: &std::path::Path) -> Log {
-    let log = Log::open(dir, config()).unwrap();
-    let mut seq = 0;
-    for i in 0..40 {
-        log.append(&producer_batch(7, seq, false, T0 + i * 10))
-            .unwrap();
-        seq += 4;
-        if i == 12 {
-            log.append(&producer_batch(9, 0, true, T0 + i * 10))
-                .unwrap();
-            log.append_marker(&TxnMarker::abort(9, 0, 0)).unwrap();
-        }
-    }
-    log.flush().unwrap();
-    log
 }
 
 fn upload(log: &Log, store: &dyn RemoteStore, n: usize) {
@@ -68,7 +41,7 @@ fn reads(read: impl Fn(i64, usize) -> Vec<u8>, from: i64, to: i64) -> Vec<(i64, 
 #[test]
 fn local_retention_deletes_only_the_segments_the_manifest_names() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     let segments = tier::uploadable_segments(&log);
     // No manifest: nothing goes, however small the limit.
@@ -107,7 +80,7 @@ fn local_retention_deletes_only_the_segments_the_manifest_names() {
 #[test]
 fn local_retention_by_time_and_by_size_keeps_what_the_limits_allow() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     upload(&log, &store, usize::MAX);
     let segments = tier::uploadable_segments(&log);
@@ -143,7 +116,7 @@ fn local_retention_by_time_and_by_size_keeps_what_the_limits_allow() {
 #[test]
 fn a_manifest_that_does_not_match_the_local_segment_confirms_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     upload(&log, &store, 1);
     let mut m = tier::read_manifest(&store, P).unwrap().unwrap();
@@ -171,7 +144,7 @@ fn a_manifest_that_does_not_match_the_local_segment_confirms_nothing() {
 #[test]
 fn a_compacting_log_keeps_its_local_segments() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     upload(&log, &store, 2);
     log.close().unwrap();
@@ -190,7 +163,7 @@ fn a_compacting_log_keeps_its_local_segments() {
 #[test]
 fn reads_below_the_local_log_start_return_the_bytes_the_log_returned() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     upload(&log, &store, usize::MAX);
     let end = log.log_end_offset();
@@ -216,7 +189,7 @@ fn reads_below_the_local_log_start_return_the_bytes_the_log_returned() {
 #[test]
 fn a_damaged_remote_object_is_a_typed_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     upload(&log, &store, 2);
     tier::enforce_local_retention(&log, &store, P, ALL_OF_IT, T0).unwrap();
@@ -269,7 +242,7 @@ fn a_damaged_remote_object_is_a_typed_error_naming_it() {
 #[test]
 fn an_offset_in_no_remote_segment_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), false);
     let store = MemStore::new();
     log.delete_records(30).unwrap();
     let e = tier::read(&log, &store, P, 10, 1 << 20).unwrap_err();

@@ -4,13 +4,10 @@
 //! a lost manifest race removes nothing.
 
 use crate::common::T0;
-use crate::common_tier::{MemStore, Strike};
+use crate::common_tier::{MemStore, Racing, Strike};
 use oncelog::format::BatchBuilder;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use oncelog::tier::{
-    self, Created, LocalRetention, RemoteError, RemoteObject, RemoteStore, SegmentObject, TierError,
-};
+use oncelog::tier::{self, Created, LocalRetention, RemoteStore, SegmentObject, TierError};
 use oncelog::{CleanupPolicy, Log, LogConfig, RetentionReason};
 
 const P: &str = "tier/orders-0";
@@ -24,9 +21,8 @@ fn batch(seq: i32, ts: i64) -> Vec<u8> {
     b.build().unwrap()
 }
 
-/// A log whose batches are an hour apart, wholly uploaded, its local copies all gone but the
-/// active segment's.
-fn tiered_log(dir: &std::path::Path, store: &MemStore, cfg: LogConfig) -> Log {
+/// A log whose batches are an hour apart, wholly uploaded.
+fn uploaded_log(dir: &std::path::Path, store: &MemStore, cfg: LogConfig) -> Log {
     let log = Log::open(dir, cfg).unwrap();
     for i in 0..40 {
         log.append(&batch(4 * i, T0 + i as i64 * HOUR)).unwrap();
@@ -35,6 +31,12 @@ fn tiered_log(dir: &std::path::Path, store: &MemStore, cfg: LogConfig) -> Log {
     for (base, _) in tier::uploadable_segments(&log) {
         tier::upload_segment(&log, store, P, base).unwrap();
     }
+    log
+}
+
+/// The same, its local copies all gone but the active segment's.
+fn tiered_log(dir: &std::path::Path, store: &MemStore, cfg: LogConfig) -> Log {
+    let log = uploaded_log(dir, store, cfg);
     let all = LocalRetention::new(None, Some(0));
     tier::enforce_local_retention(&log, store, P, all, T0).unwrap();
     log
@@ -149,14 +151,7 @@ fn segments_still_local_and_logs_that_only_compact_keep_their_remote_copies() {
         .retention_ms(Some(HOUR))
         .build()
         .unwrap();
-    let log = Log::open(dir.path(), cfg.clone()).unwrap();
-    for i in 0..40 {
-        log.append(&batch(4 * i, T0 + i as i64 * HOUR)).unwrap();
-    }
-    log.flush().unwrap();
-    for (base, _) in tier::uploadable_segments(&log) {
-        tier::upload_segment(&log, &store, P, base).unwrap();
-    }
+    let log = uploaded_log(dir.path(), &store, cfg.clone());
     // Every segment is still local: the log's own retention decides, not this.
     let r = tier::enforce_remote_retention(&log, &store, P, T0 + 100 * HOUR).unwrap();
     assert!(r.removed.is_empty());
@@ -192,10 +187,19 @@ fn a_lost_manifest_race_or_a_failing_store_removes_no_object() {
     let keys = store.keys();
     let now = T0 + 100 * HOUR;
     // Another writer takes the next generation between the read and the conditional put.
-    let racing = Racing {
-        inner: &store,
-        raced: AtomicBool::new(false),
-    };
+    let racing = Racing::new(&store, |inner| {
+        let mut theirs = tier::read_manifest(inner, P).unwrap().unwrap();
+        theirs.generation += 1;
+        assert_eq!(
+            inner
+                .put_if_absent(
+                    &tier::keys::manifest_key(P, theirs.generation),
+                    &theirs.encode()
+                )
+                .unwrap(),
+            Created::Created
+        );
+    });
     let e = tier::enforce_remote_retention(&log, &racing, P, now).unwrap_err();
     assert_eq!(e.kind(), "manifest_conflict", "{e}");
     let raced = format!("{P}/manifest/{:020}", before.generation + 1);
@@ -228,41 +232,4 @@ fn a_lost_manifest_race_or_a_failing_store_removes_no_object() {
     assert!(!r.removed.is_empty());
     assert_eq!(r.orphans_left, 1);
     log.close().unwrap();
-}
-
-/// A store in which another writer creates the manifest generation asked for, just before the
-/// first conditional put of it.
-#[derive(Debug)]
-struct Racing<'a> {
-    inner: &'a MemStore,
-    raced: AtomicBool,
-}
-
-impl RemoteStore for Racing<'_> {
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteError> {
-        self.inner.put(key, bytes)
-    }
-    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Created, RemoteError> {
-        if !self.raced.swap(true, Ordering::SeqCst) {
-            let mut theirs = tier::read_manifest(self.inner, P).unwrap().unwrap();
-            theirs.generation += 1;
-            assert_eq!(
-                self.inner.put_if_absent(key, &theirs.encode()).unwrap(),
-                Created::Created
-            );
-        }
-        self.inner.put_if_absent(key, bytes)
-    }
-    fn get(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Vec<u8>, RemoteError> {
-        self.inner.get_range(key, range)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<(), RemoteError> {
-        self.inner.delete(key)
-    }
 }

@@ -3,17 +3,12 @@
 //! store that fails at every call the upload makes (before or after doing its work), or loses
 //! the manifest's generation to another writer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use crate::common::{batch, T0};
-use crate::common_tier::{MemStore, Strike};
+use crate::common_tier::{MemStore, Racing, Strike};
+use crate::tier_common::{filled_log, producer_batch};
 use oncelog::files::{decode_leader_epochs, decode_snapshot};
-use oncelog::format::BatchBuilder;
-use oncelog::tier::{
-    self, Created, NotUploadable, RemoteError, RemoteObject, RemoteStore, SegmentObject, TierError,
-    Uploaded,
-};
-use oncelog::{CleanupPolicy, FlushPolicy, Log, LogConfig, TxnMarker};
+use oncelog::tier::{self, NotUploadable, RemoteStore, SegmentObject, TierError, Uploaded};
+use oncelog::{CleanupPolicy, FlushPolicy, Log, LogConfig};
 
 const P: &str = "tier/orders-0";
 
@@ -23,39 +18,6 @@ fn config() -> LogConfig {
         .index_interval_bytes(512)
         .build()
         .unwrap()
-}
-
-fn producer_batch(pid: i64, seq: i32, transactional: bool, ts: i64) -> Vec<u8> {
-    let mut b = BatchBuilder::new()
-        .producer(pid, 0, seq)
-        .transactional(transactional);
-    for i in 0..4 {
-        b.append(ts + i, Some(b"k"), Some(&[b'x'; 200][..]), &[]);
-    }
-    b.build().unwrap()
-}
-
-/// A log of several sealed segments: plain batches, an idempotent producer's, and an aborted
-/// transaction (so one segment has a `.txnindex`), all flushed.
-fn filled_log(dir: &std::path::Path) -> Log {
-    let log = Log::open(dir, config()).unwrap();
-    log.replica().set_leader_epoch(3).unwrap();
-    let mut seq = 0;
-    for i in 0..40 {
-        log.append(&producer_batch(7, seq, false, T0 + i * 10))
-            .unwrap();
-        seq += 4;
-        if i == 12 {
-            log.append(&producer_batch(9, 0, true, T0 + i * 10))
-                .unwrap();
-            log.append_marker(&TxnMarker::abort(9, 0, 0)).unwrap();
-        }
-        if i == 20 {
-            log.replica().set_leader_epoch(4).unwrap();
-        }
-    }
-    log.flush().unwrap();
-    log
 }
 
 fn upload_all(log: &Log, store: &dyn RemoteStore) -> Vec<Uploaded> {
@@ -68,7 +30,7 @@ fn upload_all(log: &Log, store: &dyn RemoteStore) -> Vec<Uploaded> {
 #[test]
 fn uploaded_segments_read_back_byte_for_byte_with_every_file() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let segments = tier::uploadable_segments(&log);
     assert!(segments.len() >= 4, "{segments:?}");
     let store = MemStore::new();
@@ -154,7 +116,7 @@ fn uploaded_segments_read_back_byte_for_byte_with_every_file() {
 #[test]
 fn a_segment_already_remote_is_not_uploaded_again() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let (base, _) = tier::uploadable_segments(&log)[0];
     tier::upload_segment(&log, &store, P, base).unwrap();
@@ -169,7 +131,7 @@ fn a_segment_already_remote_is_not_uploaded_again() {
 #[test]
 fn an_upload_that_would_leave_a_hole_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let segments = tier::uploadable_segments(&log);
     tier::upload_segment(&log, &store, P, segments[0].0).unwrap();
@@ -256,7 +218,7 @@ fn what_is_not_sealed_durable_committed_and_stable_is_not_uploadable() {
 #[test]
 fn a_partition_prefix_that_keys_cannot_hold_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     for bad in ["", "a//b", "/a", "a b", "../a"] {
         let e = tier::upload_segment(&log, &store, bad, 0).unwrap_err();
@@ -310,7 +272,7 @@ fn a_segment_with_a_bad_batch_or_index_is_never_uploaded() {
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let log = filled_log(dir.path());
+        let log = filled_log(dir.path(), config(), true);
         let (base, _) = tier::uploadable_segments(&log)[1];
         damage(dir.path(), base, ext, at, bytes);
         let store = MemStore::new();
@@ -328,7 +290,7 @@ fn a_put_that_fails_at_any_object_leaves_nothing_and_a_retry_uploads() {
     for nth in 1..=6 {
         for strike in [Strike::Before, Strike::After] {
             let dir = tempfile::tempdir().unwrap();
-            let log = filled_log(dir.path());
+            let log = filled_log(dir.path(), config(), true);
             let store = MemStore::new();
             let (base, _) = tier::uploadable_segments(&log)[0];
             store.fail("put", nth, strike);
@@ -360,7 +322,7 @@ fn a_put_that_fails_at_any_object_leaves_nothing_and_a_retry_uploads() {
 #[test]
 fn a_manifest_put_that_succeeds_but_reports_failure_is_confirmed_by_reading_it_back() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let (base, _) = tier::uploadable_segments(&log)[0];
     store.fail("put_if_absent", 1, Strike::After);
@@ -380,7 +342,7 @@ fn a_manifest_put_that_succeeds_but_reports_failure_is_confirmed_by_reading_it_b
 #[test]
 fn a_manifest_put_whose_outcome_cannot_be_known_keeps_the_objects_and_confirms_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let segments = tier::uploadable_segments(&log);
     tier::upload_segment(&log, &store, P, segments[0].0).unwrap();
@@ -414,53 +376,20 @@ fn a_manifest_put_whose_outcome_cannot_be_known_keeps_the_objects_and_confirms_n
     assert_eq!(store.keys().len(), 6 * 3 + 2);
 }
 
-/// A store through which a second writer uploads the same segment just before the first
-/// writer's conditional put of the manifest.
-#[derive(Debug)]
-struct Racing<'a> {
-    inner: &'a MemStore,
-    second_writer: &'a Log,
-    base: i64,
-    raced: AtomicBool,
-}
-
-impl RemoteStore for Racing<'_> {
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteError> {
-        self.inner.put(key, bytes)
-    }
-    fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Created, RemoteError> {
-        if !self.raced.swap(true, Ordering::SeqCst) {
-            let won = tier::upload_segment(self.second_writer, self.inner, P, self.base).unwrap();
-            assert!(matches!(won, Uploaded::Uploaded { generation: 1, .. }));
-        }
-        self.inner.put_if_absent(key, bytes)
-    }
-    fn get(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
-        self.inner.get(key)
-    }
-    fn get_range(&self, key: &str, range: std::ops::Range<u64>) -> Result<Vec<u8>, RemoteError> {
-        self.inner.get_range(key, range)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, key: &str) -> Result<(), RemoteError> {
-        self.inner.delete(key)
-    }
-}
-
 #[test]
 fn two_writers_racing_for_a_manifest_generation_cannot_both_win() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (a, b) = (filled_log(dir_a.path()), filled_log(dir_b.path()));
+    let (a, b) = (
+        filled_log(dir_a.path(), config(), true),
+        filled_log(dir_b.path(), config(), true),
+    );
     let store = MemStore::new();
     let (base, _) = tier::uploadable_segments(&a)[0];
-    let racing = Racing {
-        inner: &store,
-        second_writer: &b,
-        base,
-        raced: AtomicBool::new(false),
-    };
+    // A second writer uploads the same segment just before the first one's conditional put.
+    let racing = Racing::new(&store, |inner| {
+        let won = tier::upload_segment(&b, inner, P, base).unwrap();
+        assert!(matches!(won, Uploaded::Uploaded { generation: 1, .. }));
+    });
     let e = tier::upload_segment(&a, &racing, P, base).unwrap_err();
     assert!(
         matches!(&e, TierError::ManifestConflict { generation: 1, segment, orphans_left: 0, .. }
@@ -488,7 +417,7 @@ fn two_writers_racing_for_a_manifest_generation_cannot_both_win() {
 #[test]
 fn a_bad_current_manifest_is_refused_never_skipped() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let segments = tier::uploadable_segments(&log);
     tier::upload_segment(&log, &store, P, segments[0].0).unwrap();
@@ -531,7 +460,7 @@ fn a_bad_current_manifest_is_refused_never_skipped() {
 #[test]
 fn a_store_that_cannot_list_or_get_fails_the_upload_with_the_step() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     let segments = tier::uploadable_segments(&log);
     store.fail("list", 1, Strike::Before);
@@ -554,7 +483,7 @@ fn a_store_that_cannot_list_or_get_fails_the_upload_with_the_step() {
 #[test]
 fn old_manifest_generations_are_pruned() {
     let dir = tempfile::tempdir().unwrap();
-    let log = filled_log(dir.path());
+    let log = filled_log(dir.path(), config(), true);
     let store = MemStore::new();
     upload_all(&log, &store);
     let n = tier::uploadable_segments(&log).len() as u64;
