@@ -17,8 +17,9 @@
 //! [`offset_for_timestamp`] by time), and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
 //! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
-//! segments. A `LogManager` runs uploads and both retentions as its tiering job. Not built yet:
-//! DeleteRecords over remote segments, a read cache.
+//! segments. A `LogManager` runs uploads and both retentions as its tiering job.
+//! [`CachedStore`] keeps fetched indexes and blocks of segments within a byte budget. Not built
+//! yet: DeleteRecords over remote segments.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -58,6 +59,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cache;
 mod committed;
 mod error;
 pub mod keys;
@@ -70,6 +72,7 @@ mod store;
 mod timestamp;
 mod upload;
 
+pub use cache::{CacheStats, CachedStore, CACHE_BLOCK_BYTES};
 pub use committed::fetch_committed;
 pub use error::{NotUploadable, TierError};
 pub use keys::{SegmentObject, UploadId};
