@@ -155,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .file_delete_delay_ms(0)
         .build()?;
     let log = Log::open(&data, config)?;
-    let value = vec![b'v'; VALUE];
+    let value = [b'v'; VALUE];
     let (mut seq, mut written) = (0i32, 0u64);
     let t0 = 1_700_000_000_000;
     while written < a.mb << 20 {
