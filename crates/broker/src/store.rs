@@ -8,7 +8,7 @@
 //! Everything the protocol layer needs comes out of here as the broker's own types:
 //! [`Appended`], [`AppendRefused`] (with the engine's stable error kind), [`ReadRefused`].
 //!
-//! With tiered storage (`--tier-dir`) the manager's tiering job uploads sealed segments to an
+//! With tiered storage (`--tier-dir` or `--tier-url`) the manager's tiering job uploads sealed segments to an
 //! `oncelog_tier::ObjectStoreRemote` and applies local retention, and each [`Partition`]
 //! serves reads below its local log start from the store ([`Remote`]).
 //!
@@ -249,7 +249,7 @@ pub struct Remote {
     prefix: String,
 }
 
-/// The broker's object store, when `--tier-dir` turned tiered storage on.
+/// The broker's object store, when `--tier-dir` or `--tier-url` turned tiered storage on.
 #[derive(Debug, Clone)]
 struct TierStore {
     store: Arc<dyn RemoteStore>,

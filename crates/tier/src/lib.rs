@@ -212,9 +212,15 @@ impl ObjectStoreRemote {
         let upload = self.store.put_multipart(path).await?;
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
         for chunk in bytes.chunks(PART_BYTES) {
-            w.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+            if let Err(e) = w.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                // A part failed: the upload is aborted, so a store such as S3 keeps no parts
+                // of it (best effort: the part's error is the one that matters).
+                let _ = w.abort().await;
+                return Err(e);
+            }
             w.write(chunk);
         }
+        // It aborts the upload itself when a part or the completion fails.
         w.finish().await.map(|_| ())
     }
 }

@@ -96,6 +96,23 @@ fn a_put_larger_than_a_part_is_a_multipart_upload_and_reads_back_whole() {
         &big[8 << 20..(8 << 20) + 9]
     );
     assert_eq!(s.list("big").unwrap()[0].size, big.len() as u64);
+    // A part the server fails: the put is a typed error, the upload aborted, no object made.
+    server.fail(Method::PUT, "partNumber=", Fault::Status(500), usize::MAX);
+    let e = s.put("big/other", &big).unwrap_err();
+    server.heal();
+    assert_eq!((e.op, e.kind), ("put", RemoteErrorKind::Unavailable), "{e}");
+    assert!(
+        server
+            .seen()
+            .iter()
+            .any(|r| r.method == Method::DELETE && r.path.contains("uploadId=")),
+        "the multipart upload was not aborted"
+    );
+    assert_eq!(
+        s.get("big/other").unwrap_err().kind,
+        RemoteErrorKind::NotFound
+    );
+    assert_eq!(s.list("big").unwrap().len(), 1);
 }
 
 #[test]
