@@ -173,12 +173,6 @@ fn a_consumer_from_offset_zero_reads_segments_only_in_s3() {
     let url = format!("s3://{}", s3_support::BUCKET);
     let mut flags = vec!["--tier-url".to_string(), url];
     for (key, value) in server.options() {
-        // A broker's calls share two cores with the tests: more than one second each.
-        let value = if key == "timeout" {
-            "10s".into()
-        } else {
-            value
-        };
         flags.extend(["--tier-option".to_string(), format!("{key}={value}")]);
     }
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();

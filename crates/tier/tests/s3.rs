@@ -78,7 +78,7 @@ fn every_call_keeps_the_contract_and_the_conditional_put_is_if_none_match() {
 #[test]
 fn a_put_larger_than_a_part_is_a_multipart_upload_and_reads_back_whole() {
     let server = S3Server::start();
-    // A debug-built server hashes 8 MiB parts slowly: more than the fault tests' one second.
+    // A debug-built server hashes 8 MiB parts slowly: a long timeout.
     let s = server.store("c", &[("timeout", "30s")]);
     let big: Vec<u8> = (0..(8 << 20) + 17)
         .map(|i: u32| (i * 7 % 251) as u8)
@@ -176,6 +176,7 @@ fn a_server_that_ignores_if_none_match_is_refused() {
 fn s3_answers_map_to_their_kinds() {
     let server = S3Server::start();
     let s = server.store("c", &[]);
+    let quick = server.store("c", &[("timeout", "1s")]);
     s.put("k", b"v").unwrap();
     let cases = [
         (Fault::Status(500), RemoteErrorKind::Unavailable),
@@ -190,7 +191,7 @@ fn s3_answers_map_to_their_kinds() {
     for (fault, want) in cases {
         server.fail(Method::GET, "/c/k", fault, usize::MAX);
         let started = std::time::Instant::now();
-        let e = s.get("k").unwrap_err();
+        let e = quick.get("k").unwrap_err();
         assert_eq!((e.op, e.kind), ("get", want), "{fault:?}: {e}");
         // One retry of a one-second timeout at most: never a hang.
         assert!(started.elapsed().as_secs() < 5, "{fault:?}");
@@ -259,6 +260,19 @@ fn urls_and_options_are_checked_before_anything_is_sent() {
         .unwrap();
     s.put("from-env", b"x").unwrap();
     assert_eq!(s.get("from-env").unwrap(), b"x");
+    // GCS and Azure stores are built the same way, their options checked by their own keys
+    // (nothing is sent while building).
+    let key = |k: &str, v: &str| (k.to_string(), v.to_string());
+    let az = [key("account_name", "devacct"), key("access_key", "a2V5")];
+    ObjectStoreRemote::from_url_env("az://container/p", &az, []).unwrap();
+    ObjectStoreRemote::from_url_env("gs://bucket/p", &[], []).unwrap();
+    for url in ["az://container/p", "gs://bucket/p"] {
+        let e = refused(url, vec![key("endpoint_of_s3", "x")]);
+        assert!(
+            matches!(&e, SetupError::Option { key, .. } if key == "endpoint_of_s3"),
+            "{e}"
+        );
+    }
     // file:// and memory:// need nothing.
     let dir = tempfile::tempdir().unwrap();
     let f = ObjectStoreRemote::from_url(&format!("file://{}", dir.path().display()), &[]).unwrap();
@@ -319,6 +333,8 @@ fn an_upload_under_each_fault_fails_typed_changes_nothing_local_and_the_next_com
     let data = tempfile::tempdir().unwrap();
     let (log, _) = sealed_log(data.path());
     let s = server.store("c", &[]);
+    // The faulted attempts time out after a second (a stall).
+    let quick = server.store("c", &[("timeout", "1s")]);
     let segments = tier::uploadable_segments(&log);
     assert!(segments.len() >= 8, "{segments:?}");
     let mut uploaded = 0;
@@ -333,7 +349,7 @@ fn an_upload_under_each_fault_fails_typed_changes_nothing_local_and_the_next_com
             let objects_before = s.list(&format!("{P}/segments")).unwrap().len();
             server.fail(Method::PUT, step, fault, usize::MAX);
             let base = segments[uploaded].0;
-            let e = tier::upload_segment(&log, &s, P, base).unwrap_err();
+            let e = tier::upload_segment(&log, &quick, P, base).unwrap_err();
             assert!(unavailable(&e), "{fault:?} on {step}: {e}");
             server.heal();
             assert_eq!(
