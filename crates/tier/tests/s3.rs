@@ -336,51 +336,56 @@ fn an_upload_under_each_fault_fails_typed_changes_nothing_local_and_the_next_com
     // The faulted attempts time out after a second (a stall).
     let quick = server.store("c", &[("timeout", "1s")]);
     let segments = tier::uploadable_segments(&log);
-    assert!(segments.len() >= 8, "{segments:?}");
-    let mut uploaded = 0;
+    // Each fault on the segment objects' puts and on the manifest's; and a segment object's
+    // put that lands but reports failure (its object must go with the attempt's others).
+    let mut cases = Vec::new();
     for fault in [
         Fault::Status(500),
         Fault::Status(503),
         Fault::Stall,
         Fault::Drop,
     ] {
-        for step in ["/segments/", "/manifest/"] {
-            let before = files(data.path());
-            let objects_before = s.list(&format!("{P}/segments")).unwrap().len();
-            server.fail(Method::PUT, step, fault, usize::MAX);
-            let base = segments[uploaded].0;
-            let e = tier::upload_segment(&log, &quick, P, base).unwrap_err();
-            assert!(unavailable(&e), "{fault:?} on {step}: {e}");
-            server.heal();
-            assert_eq!(
-                files(data.path()),
-                before,
-                "{fault:?} on {step}: local files changed"
-            );
-            let current = tier::read_manifest(&s, P).unwrap();
-            assert_eq!(
-                current.map_or(0, |m| m.segments.len()),
-                uploaded,
-                "{fault:?} {step}"
-            );
-            if step == "/segments/" {
-                // What the attempt put is gone: no manifest names it. (After a failed manifest
-                // put they stay: a manifest may name them.)
-                let objects = s.list(&format!("{P}/segments")).unwrap().len();
-                assert_eq!(objects, objects_before, "{fault:?}");
+        cases.extend([(fault, "/segments/"), (fault, "/manifest/")]);
+    }
+    cases.push((Fault::ForwardThenStatus(500), "/segments/"));
+    assert!(segments.len() >= cases.len(), "{segments:?}");
+    let mut uploaded = 0;
+    for (fault, step) in cases {
+        let before = files(data.path());
+        let objects_before = s.list(&format!("{P}/segments")).unwrap().len();
+        server.fail(Method::PUT, step, fault, usize::MAX);
+        let base = segments[uploaded].0;
+        let e = tier::upload_segment(&log, &quick, P, base).unwrap_err();
+        assert!(unavailable(&e), "{fault:?} on {step}: {e}");
+        server.heal();
+        assert_eq!(
+            files(data.path()),
+            before,
+            "{fault:?} on {step}: local files changed"
+        );
+        let current = tier::read_manifest(&s, P).unwrap();
+        assert_eq!(
+            current.map_or(0, |m| m.segments.len()),
+            uploaded,
+            "{fault:?} {step}"
+        );
+        if step == "/segments/" {
+            // What the attempt put is gone: no manifest names it. (After a failed manifest
+            // put they stay: a manifest may name them.)
+            let objects = s.list(&format!("{P}/segments")).unwrap().len();
+            assert_eq!(objects, objects_before, "{fault:?}");
+        }
+        // Healed, the same segment goes up and the manifest names it.
+        match tier::upload_segment(&log, &s, P, base).unwrap() {
+            Uploaded::Uploaded {
+                generation,
+                segment,
+            } => {
+                uploaded += 1;
+                assert_eq!(generation, uploaded as u64);
+                assert_eq!(segment.base_offset, base);
             }
-            // Healed, the same segment goes up and the manifest names it.
-            match tier::upload_segment(&log, &s, P, base).unwrap() {
-                Uploaded::Uploaded {
-                    generation,
-                    segment,
-                } => {
-                    uploaded += 1;
-                    assert_eq!(generation, uploaded as u64);
-                    assert_eq!(segment.base_offset, base);
-                }
-                other => panic!("{other:?}"),
-            }
+            other => panic!("{other:?}"),
         }
     }
     let m = tier::read_manifest(&s, P).unwrap().unwrap();
