@@ -235,8 +235,9 @@ pub struct Args {
 /// The engine's default prefault distance.
 pub const PREFAULT_BYTES: usize = 8 << 20;
 
-/// Where tiered storage's object store is (`--tier-dir` or `--tier-url`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where tiered storage's object store is (`--tier-dir` or `--tier-url`). Its `Debug` shows
+/// the options' keys only: their values may be credentials.
+#[derive(Clone, PartialEq, Eq)]
 pub enum TierLocation {
     /// A directory on the local file system (`--tier-dir`).
     Dir(PathBuf),
@@ -245,6 +246,22 @@ pub enum TierLocation {
         url: String,
         options: Vec<(String, String)>,
     },
+}
+
+impl std::fmt::Debug for TierLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TierLocation::Dir(dir) => f.debug_tuple("Dir").field(dir).finish(),
+            TierLocation::Url { url, options } => f
+                .debug_struct("Url")
+                .field("url", url)
+                .field(
+                    "option_keys",
+                    &options.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                )
+                .finish(),
+        }
+    }
 }
 
 /// Tiered storage (`--tier-dir` or `--tier-url`, and their settings), checked.
@@ -501,17 +518,18 @@ impl Args {
     fn tier_option_pairs(&self) -> Result<Vec<(String, String)>, ConfigError> {
         let mut pairs: Vec<(String, String)> = Vec::new();
         for option in &self.tier_options {
-            let bad = |rule| ConfigError {
+            let bad = |value: &str, rule| ConfigError {
                 flag: "tier-option",
-                value: option.clone(),
+                value: value.to_string(),
                 rule,
             };
             let (key, value) = match option.split_once('=') {
                 Some((k, v)) if !k.trim().is_empty() => (k.trim(), v),
-                _ => return Err(bad("must be KEY=VALUE")),
+                _ => return Err(bad(option, "must be KEY=VALUE")),
             };
             if pairs.iter().any(|(k, _)| k == key) {
-                return Err(bad("gives a key a second time"));
+                // The key alone: the value may be a credential.
+                return Err(bad(key, "gives a key a second time"));
             }
             pairs.push((key.to_string(), value.to_string()));
         }
@@ -610,6 +628,12 @@ mod tests {
             }
         );
         assert_eq!(tier.prefix, "oncelog");
+        // Values may be credentials: never in the Debug output.
+        let shown = format!("{tier:?}");
+        assert!(
+            shown.contains("secret_access_key") && !shown.contains("a=b"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -653,7 +677,7 @@ mod tests {
                     "region=b",
                 ],
                 "tier-option",
-                "region=b",
+                "region",
                 "gives a key a second time",
             ),
             (
