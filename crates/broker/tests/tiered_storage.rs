@@ -184,6 +184,36 @@ fn a_consumer_from_offset_zero_reads_segments_only_in_s3() {
         .any(|r| r.path.contains("_oncelog_probe") && r.if_none_match.as_deref() == Some("*")));
 }
 
+/// A store that overwrites where the manifest's conditional put must refuse (a server that
+/// ignores `If-None-Match`) stops the broker at start, before it serves anything.
+#[test]
+fn a_store_without_a_real_conditional_put_stops_the_broker() {
+    let server = s3_support::S3Server::start();
+    server.fail(
+        http::Method::PUT,
+        "_oncelog_probe",
+        s3_support::Fault::IgnoreIfNoneMatch,
+        usize::MAX,
+    );
+    let data = tempfile::tempdir().unwrap();
+    let mut command = Command::new(broker_bin());
+    command
+        .arg("--data")
+        .arg(data.path())
+        .args(["--listen", "127.0.0.1:0", "--tier-url"])
+        .arg(format!("s3://{}", s3_support::BUCKET));
+    for (key, value) in server.options() {
+        command.args(["--tier-option", &format!("{key}={value}")]);
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no conditional put (put-if-absent)"),
+        "{stderr}"
+    );
+}
+
 /// A broker with the tiered store of `store_flags`, whose objects are files under
 /// `remote_root`: a topic produced, uploaded and dropped locally is read back from offset 0
 /// (Fetch both ways, ListOffsets, the real clients when `clients`), and a damaged remote object
@@ -204,7 +234,7 @@ fn serve_from_remote(
         "0",
     ];
     flags.extend_from_slice(store_flags);
-    let broker = BrokerProcess::start(data, &flags);
+    let mut broker = BrokerProcess::start(data, &flags);
     let mut wire = Wire::connect(broker.addr);
     create_topic(&mut wire, TOPIC);
     let base = base_timestamp();
@@ -330,6 +360,10 @@ fn serve_from_remote(
         0,
         "and takes appends"
     );
+    // A tiered broker shuts down cleanly (its store's runtime, dropped on a task, once
+    // panicked there).
+    let status = broker.terminate();
+    assert!(status.success(), "{status:?}: {:?}", broker.log());
 }
 
 /// CreateTopics v7 of one topic of one partition with `configs`: its error code.

@@ -63,7 +63,30 @@ const PARTS_IN_FLIGHT: usize = 2;
 /// An [`object_store::ObjectStore`] as oncelog's [`RemoteStore`].
 pub struct ObjectStoreRemote {
     store: Arc<dyn ObjectStore>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Runtime,
+}
+
+/// The store's runtime, shut down without waiting when the store drops: a store may be dropped
+/// on an async task (a broker shutting down drops its partitions' handles there), where
+/// dropping a Tokio runtime the ordinary way blocks, and Tokio panics. No call is in flight by
+/// then: each call blocks its caller until it is done.
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.0
+            .as_ref()
+            .expect("the runtime is taken only when the store drops")
+            .block_on(future)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl std::fmt::Debug for ObjectStoreRemote {
@@ -149,7 +172,10 @@ impl ObjectStoreRemote {
             .enable_all()
             .build()
             .map_err(SetupError::Runtime)?;
-        Ok(ObjectStoreRemote { store, runtime })
+        Ok(ObjectStoreRemote {
+            store,
+            runtime: Runtime(Some(runtime)),
+        })
     }
 
     /// A store kept in the directory `root` (created if missing) on the local file system,
