@@ -190,6 +190,22 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub tier_dir: Option<PathBuf>,
 
+    /// Turns tiered storage on with the object store at this URL instead of --tier-dir:
+    /// `s3://BUCKET/PATH` (AWS S3, or an S3-compatible server such as MinIO, Ceph or R2 with
+    /// `--tier-option endpoint=URL`), `gs://BUCKET/PATH`, `az://CONTAINER/PATH`, or
+    /// `file:///DIR`. Credentials and the rest come from --tier-option and the usual
+    /// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, ...). The store
+    /// must do conditional puts (S3's `If-None-Match`): the broker checks at start.
+    #[arg(long, value_name = "URL")]
+    pub tier_url: Option<String>,
+
+    /// One setting of the --tier-url store, `KEY=VALUE`, repeated: object_store's
+    /// configuration keys (`endpoint`, `region`, `allow_http`, `access_key_id`,
+    /// `secret_access_key`, `virtual_hosted_style_request`, `timeout`, `connect_timeout`, ...)
+    /// and `max_retries`, `retry_timeout`. An unknown key stops the broker, naming it.
+    #[arg(long = "tier-option", value_name = "KEY=VALUE")]
+    pub tier_options: Vec<String>,
+
     /// The key prefix of the broker's objects in the store: partition `<topic>-<n>` lives
     /// under `<prefix>/<topic>-<n>` (what `oncelog tier status --prefix` takes).
     #[arg(long, value_name = "PREFIX", default_value = "oncelog")]
@@ -219,11 +235,40 @@ pub struct Args {
 /// The engine's default prefault distance.
 pub const PREFAULT_BYTES: usize = 8 << 20;
 
-/// Tiered storage (`--tier-dir` and its settings), checked.
+/// Where tiered storage's object store is (`--tier-dir` or `--tier-url`). Its `Debug` shows
+/// the options' keys only: their values may be credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TierLocation {
+    /// A directory on the local file system (`--tier-dir`).
+    Dir(PathBuf),
+    /// A store URL with its options (`--tier-url`, `--tier-option`), in the order given.
+    Url {
+        url: String,
+        options: Vec<(String, String)>,
+    },
+}
+
+impl std::fmt::Debug for TierLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TierLocation::Dir(dir) => f.debug_tuple("Dir").field(dir).finish(),
+            TierLocation::Url { url, options } => f
+                .debug_struct("Url")
+                .field("url", url)
+                .field(
+                    "option_keys",
+                    &options.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                )
+                .finish(),
+        }
+    }
+}
+
+/// Tiered storage (`--tier-dir` or `--tier-url`, and their settings), checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierSettings {
-    /// The object store's directory on the local file system.
-    pub dir: PathBuf,
+    /// The object store.
+    pub location: TierLocation,
     /// The key prefix; a good one (`oncelog::tier::keys::check_partition_prefix`).
     pub prefix: String,
     /// How often the tiering job runs.
@@ -363,7 +408,8 @@ impl Args {
     }
 
     /// The tiered-storage flags, checked: each refusal names its flag. A tiering setting
-    /// without `--tier-dir` is refused rather than ignored.
+    /// without `--tier-dir` or `--tier-url` is refused rather than ignored, as are both at
+    /// once.
     fn tier_settings(&self) -> Result<Option<TierSettings>, ConfigError> {
         let bad = |flag: &'static str, value: String, rule: &'static str| ConfigError {
             flag,
@@ -404,9 +450,36 @@ impl Args {
         if let Some(rule) = oncelog::tier::keys::check_partition_prefix(&self.tier_prefix) {
             return Err(bad("tier-prefix", self.tier_prefix.clone(), rule));
         }
-        let Some(dir) = self.tier_dir.clone() else {
+        let options = self.tier_option_pairs()?;
+        let location = match (&self.tier_dir, &self.tier_url) {
+            (Some(_), Some(url)) => {
+                return Err(bad(
+                    "tier-url",
+                    url.clone(),
+                    "cannot be given with --tier-dir (one object store)",
+                ))
+            }
+            (_, Some(url)) if !url.contains(':') => {
+                return Err(bad(
+                    "tier-url",
+                    url.clone(),
+                    "must be a URL (s3://BUCKET/PATH, gs://, az://, file:///DIR)",
+                ))
+            }
+            (_, Some(url)) => Some(TierLocation::Url {
+                url: url.clone(),
+                options,
+            }),
+            (Some(dir), None) => match self.tier_options.first() {
+                Some(o) => return Err(bad("tier-option", o.clone(), "needs --tier-url")),
+                None => Some(TierLocation::Dir(dir.clone())),
+            },
+            (None, None) => None,
+        };
+        let Some(location) = location else {
             // Which tiering flag was given without the store it needs.
             let given = [
+                ("tier-option", self.tier_options.first().cloned()),
                 (
                     "local-retention-ms",
                     local_retention_ms.map(|v| v.to_string()),
@@ -421,18 +494,46 @@ impl Args {
                 ),
             ];
             return match given.into_iter().find_map(|(f, v)| v.map(|v| (f, v))) {
-                Some((flag, value)) => Err(bad(flag, value, "needs --tier-dir (tiered storage)")),
+                Some((flag, value)) => Err(bad(
+                    flag,
+                    value,
+                    "needs --tier-dir or --tier-url (tiered storage)",
+                )),
                 None => Ok(None),
             };
         };
         Ok(Some(TierSettings {
-            dir,
+            location,
             prefix: self.tier_prefix.clone(),
             interval: Duration::from_millis(self.tier_interval_ms as u64),
             bytes_per_second,
             local_retention_ms,
             local_retention_bytes,
         }))
+    }
+}
+
+impl Args {
+    /// `--tier-option KEY=VALUE`s as pairs: a key, an `=`, each key once.
+    fn tier_option_pairs(&self) -> Result<Vec<(String, String)>, ConfigError> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        for option in &self.tier_options {
+            let bad = |value: &str, rule| ConfigError {
+                flag: "tier-option",
+                value: value.to_string(),
+                rule,
+            };
+            let (key, value) = match option.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => (k.trim(), v),
+                _ => return Err(bad(option, "must be KEY=VALUE")),
+            };
+            if pairs.iter().any(|(k, _)| k == key) {
+                // The key alone: the value may be a credential.
+                return Err(bad(key, "gives a key a second time"));
+            }
+            pairs.push((key.to_string(), value.to_string()));
+        }
+        Ok(pairs)
     }
 }
 
@@ -485,7 +586,7 @@ mod tests {
         assert_eq!(
             tier,
             TierSettings {
-                dir: PathBuf::from("/r"),
+                location: TierLocation::Dir(PathBuf::from("/r")),
                 prefix: "oncelog".to_string(),
                 interval: Duration::from_millis(250),
                 bytes_per_second: Some(1000),
@@ -493,6 +594,108 @@ mod tests {
                 local_retention_bytes: None,
             }
         );
+    }
+
+    #[test]
+    fn a_tier_url_takes_its_options_in_order() {
+        let tier = config(&[
+            "--tier-url",
+            "s3://bucket/oncelog",
+            "--tier-option",
+            "endpoint=http://127.0.0.1:9000",
+            "--tier-option",
+            "allow_http=true",
+            "--tier-option",
+            "secret_access_key=a=b",
+        ])
+        .unwrap()
+        .log
+        .tier
+        .unwrap();
+        let pairs = [
+            ("endpoint", "http://127.0.0.1:9000"),
+            ("allow_http", "true"),
+            ("secret_access_key", "a=b"),
+        ];
+        assert_eq!(
+            tier.location,
+            TierLocation::Url {
+                url: "s3://bucket/oncelog".into(),
+                options: pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }
+        );
+        assert_eq!(tier.prefix, "oncelog");
+        // Values may be credentials: never in the Debug output.
+        let shown = format!("{tier:?}");
+        assert!(
+            shown.contains("secret_access_key") && !shown.contains("a=b"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn bad_tier_store_flags_are_refused_by_name() {
+        let refused = |flags: &[&str]| {
+            let e = config(flags).unwrap_err();
+            (e.flag, e.value, e.rule)
+        };
+        let cases: [(&[&str], &str, &str, &str); 7] = [
+            (
+                &["--tier-dir", "/r", "--tier-url", "s3://b/p"],
+                "tier-url",
+                "s3://b/p",
+                "cannot be given with --tier-dir (one object store)",
+            ),
+            (
+                &["--tier-url", "bucket"],
+                "tier-url",
+                "bucket",
+                "must be a URL (s3://BUCKET/PATH, gs://, az://, file:///DIR)",
+            ),
+            (
+                &["--tier-url", "s3://b", "--tier-option", "region"],
+                "tier-option",
+                "region",
+                "must be KEY=VALUE",
+            ),
+            (
+                &["--tier-url", "s3://b", "--tier-option", "=x"],
+                "tier-option",
+                "=x",
+                "must be KEY=VALUE",
+            ),
+            (
+                &[
+                    "--tier-url",
+                    "s3://b",
+                    "--tier-option",
+                    "region=a",
+                    "--tier-option",
+                    "region=b",
+                ],
+                "tier-option",
+                "region",
+                "gives a key a second time",
+            ),
+            (
+                &["--tier-dir", "/r", "--tier-option", "region=a"],
+                "tier-option",
+                "region=a",
+                "needs --tier-url",
+            ),
+            (
+                &["--tier-option", "region=a"],
+                "tier-option",
+                "region=a",
+                "needs --tier-dir or --tier-url (tiered storage)",
+            ),
+        ];
+        for (flags, flag, value, rule) in cases {
+            assert_eq!(refused(flags), (flag, value.to_string(), rule), "{flags:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! Everything the protocol layer needs comes out of here as the broker's own types:
 //! [`Appended`], [`AppendRefused`] (with the engine's stable error kind), [`ReadRefused`].
 //!
-//! With tiered storage (`--tier-dir`) the manager's tiering job uploads sealed segments to an
+//! With tiered storage (`--tier-dir` or `--tier-url`) the manager's tiering job uploads sealed segments to an
 //! `oncelog_tier::ObjectStoreRemote` and applies local retention, and each [`Partition`]
 //! serves reads below its local log start from the store ([`Remote`]).
 //!
@@ -83,6 +83,29 @@ pub enum StoreError {
         current: i32,
         requested: i32,
     },
+}
+
+/// The object store of `--tier-dir` or `--tier-url`. A URL's store is checked first: one
+/// that overwrites where a conditional put must refuse stops the broker; one that cannot be
+/// reached now is only warned of (the tiering job reports each failed upload, and local data
+/// is served meanwhile).
+fn open_tier_store(
+    location: &config::TierLocation,
+) -> Result<oncelog_tier::ObjectStoreRemote, StoreError> {
+    match location {
+        config::TierLocation::Dir(dir) => Ok(oncelog_tier::ObjectStoreRemote::local(dir)?),
+        config::TierLocation::Url { url, options } => {
+            let store = oncelog_tier::ObjectStoreRemote::from_url(url, options)?;
+            match store.check_conditional_put() {
+                Ok(()) => {}
+                Err(e @ oncelog_tier::SetupError::Check { .. }) => {
+                    tracing::warn!(url = %url, error = %e, "object store not checked at start");
+                }
+                Err(e) => return Err(e.into()),
+            }
+            Ok(store)
+        }
+    }
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
@@ -226,7 +249,7 @@ pub struct Remote {
     prefix: String,
 }
 
-/// The broker's object store, when `--tier-dir` turned tiered storage on.
+/// The broker's object store, when `--tier-dir` or `--tier-url` turned tiered storage on.
 #[derive(Debug, Clone)]
 struct TierStore {
     store: Arc<dyn RemoteStore>,
@@ -757,7 +780,7 @@ impl Store {
         let tier = match &settings.tier {
             None => None,
             Some(t) => Some(TierStore {
-                store: Arc::new(oncelog_tier::ObjectStoreRemote::local(&t.dir)?),
+                store: Arc::new(open_tier_store(&t.location)?),
                 root: t.prefix.clone(),
                 local_retention: tier::LocalRetention::new(
                     t.local_retention_ms,

@@ -1,10 +1,13 @@
-//! Tiered storage in the broker (`--tier-dir`): a topic whose early segments exist only in the
+//! Tiered storage in the broker (`--tier-dir`, and `--tier-url` against a real S3-compatible
+//! server): a topic whose early segments exist only in the
 //! object store is still served from offset 0, by Fetch (read_uncommitted and read_committed,
 //! over the wire and to the real clients of `common::clients`) and ListOffsets (EARLIEST answers the remote log start, as Kafka does with tiered storage;
 //! by timestamp through the remote indexes); and a bad tiering flag stops the broker with a
 //! message that names it.
 
 mod common;
+#[path = "../../tier/tests/support/mod.rs"]
+mod s3_support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -155,19 +158,83 @@ fn consume_from_zero(wire: &mut Wire, end: i64, isolation_level: i8) -> Vec<Seen
 fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
     let data = tempfile::tempdir().unwrap();
     let remote = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start(
-        data.path(),
-        &[
-            "--segment-bytes",
-            "4096",
-            "--tier-dir",
-            remote.path().to_str().unwrap(),
-            "--tier-interval-ms",
-            "100",
-            "--local-retention-bytes",
-            "0",
-        ],
+    let store = ["--tier-dir", remote.path().to_str().unwrap()];
+    serve_from_remote(data.path(), &store, remote.path(), true);
+}
+
+/// The same against a real S3-compatible server (crates/tier's test server: s3s over s3s-fs,
+/// in this process), through `--tier-url` and `--tier-option`; s3s-fs keeps each object as a
+/// file under its bucket's directory, which the checks read and damage as above. The real
+/// clients are left to the test above.
+#[test]
+fn a_consumer_from_offset_zero_reads_segments_only_in_s3() {
+    let server = s3_support::S3Server::start();
+    let data = tempfile::tempdir().unwrap();
+    let url = format!("s3://{}", s3_support::BUCKET);
+    let mut flags = vec!["--tier-url".to_string(), url];
+    for (key, value) in server.options() {
+        flags.extend(["--tier-option".to_string(), format!("{key}={value}")]);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    serve_from_remote(data.path(), &flags, &server.bucket_dir(), false);
+    // The broker checked the store's conditional put at start.
+    assert!(server
+        .seen()
+        .iter()
+        .any(|r| r.path.contains("_oncelog_probe") && r.if_none_match.as_deref() == Some("*")));
+}
+
+/// A store that overwrites where the manifest's conditional put must refuse (a server that
+/// ignores `If-None-Match`) stops the broker at start, before it serves anything.
+#[test]
+fn a_store_without_a_real_conditional_put_stops_the_broker() {
+    let server = s3_support::S3Server::start();
+    server.fail(
+        http::Method::PUT,
+        "_oncelog_probe",
+        s3_support::Fault::IgnoreIfNoneMatch,
+        usize::MAX,
     );
+    let data = tempfile::tempdir().unwrap();
+    let mut command = Command::new(broker_bin());
+    command
+        .arg("--data")
+        .arg(data.path())
+        .args(["--listen", "127.0.0.1:0", "--tier-url"])
+        .arg(format!("s3://{}", s3_support::BUCKET));
+    for (key, value) in server.options() {
+        command.args(["--tier-option", &format!("{key}={value}")]);
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no conditional put (put-if-absent)"),
+        "{stderr}"
+    );
+}
+
+/// A broker with the tiered store of `store_flags`, whose objects are files under
+/// `remote_root`: a topic produced, uploaded and dropped locally is read back from offset 0
+/// (Fetch both ways, ListOffsets, the real clients when `clients`), and a damaged remote object
+/// is a storage error that leaves the partition online.
+fn serve_from_remote(
+    data: &std::path::Path,
+    store_flags: &[&str],
+    remote_root: &std::path::Path,
+    clients: bool,
+) {
+    let remote_root = remote_root.to_path_buf();
+    let mut flags = vec![
+        "--segment-bytes",
+        "4096",
+        "--tier-interval-ms",
+        "100",
+        "--local-retention-bytes",
+        "0",
+    ];
+    flags.extend_from_slice(store_flags);
+    let mut broker = BrokerProcess::start(data, &flags);
     let mut wire = Wire::connect(broker.addr);
     create_topic(&mut wire, TOPIC);
     let base = base_timestamp();
@@ -195,16 +262,13 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    let first_segment = data
-        .path()
-        .join(format!("{TOPIC}-0/00000000000000000000.log"));
+    let first_segment = data.join(format!("{TOPIC}-0/00000000000000000000.log"));
     assert!(
         !first_segment.exists(),
         "the first segment's local copy is gone"
     );
     assert!(
-        remote
-            .path()
+        remote_root
             .join(format!("oncelog/{TOPIC}-0/manifest"))
             .is_dir(),
         "the manifest is in the store under --tier-prefix"
@@ -250,7 +314,7 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
     assert_eq!(list_offset(&mut wire, base + end), (-1, 0));
 
     // Consumers no one here wrote, from the beginning: librdkafka, kafka-python, Java.
-    for client in Client::ALL {
+    for client in Client::ALL.into_iter().filter(|_| clients) {
         let consumed = client.consume(&broker.bootstrap(), TOPIC, records.len());
         let got: Vec<(i64, String)> = consumed
             .records
@@ -266,7 +330,7 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
 
     // A remote object damaged in the store: the read that meets it is KAFKA_STORAGE_ERROR
     // (56), never the damaged bytes, and the partition stays online (its local log is intact).
-    let segments = remote.path().join(format!("oncelog/{TOPIC}-0/segments"));
+    let segments = remote_root.join(format!("oncelog/{TOPIC}-0/segments"));
     let first = std::fs::read_dir(&segments)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -296,6 +360,10 @@ fn a_consumer_from_offset_zero_reads_segments_that_are_only_remote() {
         0,
         "and takes appends"
     );
+    // A tiered broker shuts down cleanly (its store's runtime, dropped on a task, once
+    // panicked there).
+    let status = broker.terminate();
+    assert!(status.success(), "{status:?}: {:?}", broker.log());
 }
 
 /// CreateTopics v7 of one topic of one partition with `configs`: its error code.
@@ -495,7 +563,7 @@ fn a_bad_tiering_setting_is_refused_naming_the_flag() {
     let data = tempfile::tempdir().unwrap();
     let remote = tempfile::tempdir().unwrap();
     let remote = remote.path().to_str().unwrap();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &["--tier-dir", remote, "--local-retention-ms", "-7"],
             "invalid --local-retention-ms \"-7\": must be -1 (no limit) or at least 0",
@@ -511,6 +579,14 @@ fn a_bad_tiering_setting_is_refused_naming_the_flag() {
         (
             &["--tier-dir", remote, "--tier-bytes-per-second", "0"],
             "invalid --tier-bytes-per-second \"0\": must be at least 1",
+        ),
+        (
+            &["--tier-dir", remote, "--tier-url", "s3://b/p"],
+            "invalid --tier-url \"s3://b/p\": cannot be given with --tier-dir",
+        ),
+        (
+            &["--tier-url", "s3://b/p", "--tier-option", "region"],
+            "invalid --tier-option \"region\": must be KEY=VALUE",
         ),
     ];
     for (flags, message) in cases {
@@ -540,6 +616,30 @@ fn a_bad_tiering_setting_is_refused_naming_the_flag() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let named = format!("tiered storage: object store root {}", file.display());
     assert!(stderr.contains(&named), "{stderr}");
+    // A store URL's option that its kind of store does not know, and a plain-HTTP endpoint
+    // not allowed: refused before anything is sent, naming the option.
+    let cases = [
+        (
+            "no_such_option=1",
+            "object store option \"no_such_option\" for \"s3://b/p\"",
+        ),
+        (
+            "endpoint=http://127.0.0.1:1",
+            "object store option \"endpoint\" for \"s3://b/p\": http://127.0.0.1:1 is plain HTTP",
+        ),
+    ];
+    for (option, message) in cases {
+        let out = Command::new(broker_bin())
+            .arg("--data")
+            .arg(data.path().join("data"))
+            .args(["--listen", "127.0.0.1:0", "--tier-url", "s3://b/p"])
+            .args(["--tier-option", option])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{option}: {stderr}");
+        assert!(stderr.contains(message), "{option}: {stderr}");
+    }
 }
 
 #[test]

@@ -267,3 +267,17 @@ fn crc32c_of(bytes: &[u8]) -> u32 {
     }
     !crc
 }
+
+#[test]
+fn a_store_dropped_on_an_async_task_shuts_its_runtime_down_without_a_panic() {
+    // A broker shutting down drops its store on a task of its own runtime, where dropping a
+    // Tokio runtime the ordinary way panics ("Cannot drop a runtime in a context where
+    // blocking is not allowed").
+    let root = tempfile::tempdir().unwrap();
+    let s = store(root.path());
+    s.put("k", b"v").unwrap();
+    let outer = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    outer.block_on(async move { drop(s) });
+}
