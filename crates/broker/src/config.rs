@@ -221,6 +221,12 @@ pub struct Args {
     #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
     pub tier_bytes_per_second: Option<i64>,
 
+    /// The most bytes of fetched remote objects (indexes, blocks of segments) kept in memory
+    /// to serve reads below the local log start again (`oncelog::tier::CachedStore`; 0: no
+    /// cache). Default 256 MiB.
+    #[arg(long, value_name = "BYTES", allow_negative_numbers = true)]
+    pub tier_cache_bytes: Option<i64>,
+
     /// Local copies of uploaded segments older than this go (`log.local.retention.ms`; -1: no
     /// limit, the default). Only segments the object store's manifest names are deleted.
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
@@ -231,6 +237,9 @@ pub struct Args {
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub local_retention_bytes: i64,
 }
+
+/// The read cache's default budget (`--tier-cache-bytes`).
+pub const DEFAULT_TIER_CACHE_BYTES: u64 = 256 << 20;
 
 /// The engine's default prefault distance.
 pub const PREFAULT_BYTES: usize = 8 << 20;
@@ -275,6 +284,8 @@ pub struct TierSettings {
     pub interval: Duration,
     /// The job's upload bound; `None`: unbounded.
     pub bytes_per_second: Option<u64>,
+    /// The read cache's budget in bytes (0: none).
+    pub cache_bytes: u64,
     /// `local.retention.ms`; `None`: no limit.
     pub local_retention_ms: Option<i64>,
     /// `local.retention.bytes`; `None`: no limit.
@@ -440,6 +451,11 @@ impl Args {
                 ))
             }
         };
+        let cache_bytes = match self.tier_cache_bytes {
+            None => None,
+            Some(v) if v >= 0 => Some(v as u64),
+            Some(v) => return Err(bad("tier-cache-bytes", v.to_string(), "must be at least 0")),
+        };
         if self.tier_interval_ms < 1 {
             return Err(bad(
                 "tier-interval-ms",
@@ -492,6 +508,7 @@ impl Args {
                     "tier-bytes-per-second",
                     bytes_per_second.map(|v| v.to_string()),
                 ),
+                ("tier-cache-bytes", cache_bytes.map(|v| v.to_string())),
             ];
             return match given.into_iter().find_map(|(f, v)| v.map(|v| (f, v))) {
                 Some((flag, value)) => Err(bad(
@@ -507,6 +524,7 @@ impl Args {
             prefix: self.tier_prefix.clone(),
             interval: Duration::from_millis(self.tier_interval_ms as u64),
             bytes_per_second,
+            cache_bytes: cache_bytes.unwrap_or(DEFAULT_TIER_CACHE_BYTES),
             local_retention_ms,
             local_retention_bytes,
         }))
@@ -578,6 +596,8 @@ mod tests {
             "1000",
             "--local-retention-ms",
             "60000",
+            "--tier-cache-bytes",
+            "0",
         ])
         .unwrap()
         .log
@@ -590,10 +610,13 @@ mod tests {
                 prefix: "oncelog".to_string(),
                 interval: Duration::from_millis(250),
                 bytes_per_second: Some(1000),
+                cache_bytes: 0,
                 local_retention_ms: Some(60_000),
                 local_retention_bytes: None,
             }
         );
+        let dir_only = config(&["--tier-dir", "/r"]).unwrap().log.tier.unwrap();
+        assert_eq!(dir_only.cache_bytes, DEFAULT_TIER_CACHE_BYTES);
     }
 
     #[test]
@@ -705,7 +728,7 @@ mod tests {
             (e.flag, e.value)
         };
         let tiered = |extra: &[&'static str]| [&["--tier-dir", "/r"][..], extra].concat();
-        let cases: [(Vec<&str>, &str, &str); 6] = [
+        let cases: [(Vec<&str>, &str, &str); 8] = [
             (
                 tiered(&["--local-retention-ms", "-2"]),
                 "local-retention-ms",
@@ -728,6 +751,16 @@ mod tests {
             ),
             (tiered(&["--tier-prefix", "a b"]), "tier-prefix", "a b"),
             (vec!["--local-retention-ms", "5"], "local-retention-ms", "5"),
+            (
+                tiered(&["--tier-cache-bytes", "-1"]),
+                "tier-cache-bytes",
+                "-1",
+            ),
+            (
+                vec!["--tier-cache-bytes", "1024"],
+                "tier-cache-bytes",
+                "1024",
+            ),
         ];
         for (flags, flag, value) in cases {
             assert_eq!(refused(&flags), (flag, value.to_string()), "{flags:?}");

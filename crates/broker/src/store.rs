@@ -780,7 +780,12 @@ impl Store {
         let tier = match &settings.tier {
             None => None,
             Some(t) => Some(TierStore {
-                store: Arc::new(open_tier_store(&t.location)?),
+                // One read cache for every partition's reads below its local log start;
+                // the tiering job's writes go through it too, so what it holds stays true.
+                store: Arc::new(tier::CachedStore::new(
+                    open_tier_store(&t.location)?,
+                    t.cache_bytes,
+                )),
                 root: t.prefix.clone(),
                 local_retention: tier::LocalRetention::new(
                     t.local_retention_ms,
