@@ -17,8 +17,12 @@
 //! [`offset_for_timestamp`] by time), and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
 //! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
-//! segments. A `LogManager` runs uploads and both retentions as its tiering job. Not built yet:
-//! DeleteRecords over remote segments, a read cache.
+//! segments. [`delete_records`] raises the partition's log start across tiers (recorded in the
+//! manifest first, then the local log's; [`log_start_offset`] answers it), [`reconcile`]
+//! brings the local log and the manifest back into agreement (after a crash between those two
+//! steps, or a truncation of the log below what is uploaded), and [`remove_orphans`] deletes
+//! objects no manifest names. A `LogManager` runs reconciliation, uploads, both retentions and
+//! orphan removal as its tiering job. Not built yet: a read cache.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -59,11 +63,15 @@
 //! ```
 
 mod committed;
+mod delete_records;
 mod error;
+mod generation;
 pub mod keys;
 mod local;
 mod manifest;
+mod orphans;
 mod read;
+mod reconcile;
 mod remote_retention;
 mod restore;
 mod store;
@@ -71,11 +79,14 @@ mod timestamp;
 mod upload;
 
 pub use committed::fetch_committed;
+pub use delete_records::{delete_records, RecordsDeleted};
 pub use error::{NotUploadable, TierError};
 pub use keys::{SegmentObject, UploadId};
 pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
-pub use read::{read, read_remote};
+pub use orphans::{remove_orphans, OrphanSightings, OrphansRemoved};
+pub use read::{log_start_offset, read, read_remote, settle_log_start};
+pub use reconcile::{reconcile, Reconciled};
 pub use remote_retention::{enforce_remote_retention, RemoteRetentionReport};
 pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};
