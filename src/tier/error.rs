@@ -266,13 +266,13 @@ pub enum TierError {
         /// The log's error.
         error: RewriteError,
     },
-    /// The manifest names a segment at this base whose offsets or bytes are not the local
-    /// log's (the log was truncated below the remote end and written again):
+    /// The manifest names a segment at this base whose offsets or bytes (size, CRC-32C) are
+    /// not the local log's (the log was truncated below the remote end and written again):
     /// [`super::reconcile`] drops it from the manifest before anything is uploaded there.
     #[error(
         "segment {segment}: the manifest names [{segment}, {remote_end}) of {remote_size} bytes, \
-         the local log {}", local.map_or("has no sealed segment there".to_string(),
-         |(end, size)| format!("[{segment}, {end}) of {size} bytes")))]
+         not the local log's bytes: it {}", local.map_or("has no sealed segment there".to_string(),
+         |(end, size)| format!("has [{segment}, {end}) of {size} bytes")))]
     RemoteDiverged {
         /// Its base offset.
         segment: i64,

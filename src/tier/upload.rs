@@ -69,17 +69,18 @@ pub fn upload_segment(
         // Named already: by this log's bytes, unless the log was cut below and written again
         // (then `reconcile` drops it first; a second copy of its offsets never goes up).
         let local = log
-            .sealed_extents()
-            .into_iter()
-            .find(|e| e.0 == base)
-            .map(|(_, end, size)| (end, size));
-        let remote_size = r.object(SegmentObject::Log).size;
-        if local != Some((r.end_offset, remote_size)) {
+            .sealed_log_digest(base)
+            .map_err(|error| TierError::LocalFile {
+                segment: base,
+                error,
+            })?;
+        let remote = r.object(SegmentObject::Log);
+        if local != Some((r.end_offset, remote.size, remote.crc32c)) {
             return Err(TierError::RemoteDiverged {
                 segment: base,
                 remote_end: r.end_offset,
-                remote_size,
-                local,
+                remote_size: remote.size,
+                local: local.map(|(end, size, _)| (end, size)),
             });
         }
         return Ok(Uploaded::AlreadyRemote {

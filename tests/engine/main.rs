@@ -41,6 +41,7 @@ mod sealed_segments;
 mod segment_growth;
 mod segment_space;
 mod tier_common;
+mod tier_delete_records;
 mod tier_local;
 mod tier_remote_retention;
 mod tier_restore;
