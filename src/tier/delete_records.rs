@@ -4,13 +4,16 @@
 //! it; then the local log start is raised if it is below; then the dropped segments' objects
 //! are deleted.
 //!
-//! Why in that order: once a DeleteRecords is answered, no restart may report a lower start.
-//! The manifest is the durable record: a crash after it and before the log's own
-//! `delete_records` leaves the manifest's start above the local one, which every reader of the
-//! partition's start takes ([`super::Manifest::partition_log_start`]) and which
-//! [`super::reconcile`] then moves the log to. The other order would leave, after a crash, a
-//! local start the remote segments below it contradict, and the partition's start would go
-//! back to the first remote segment's base.
+//! Why in that order: the manifest generation is the commit point. It is the only durable
+//! record of a start below the local log start, and it is written with a put-if-absent, so a
+//! DeleteRecords racing an upload or retention either wins whole or retries on the new
+//! generation. A crash after it and before the log's own `delete_records` leaves the
+//! manifest's start above the local one: every reader of the partition's start takes the
+//! higher ([`super::Manifest::partition_log_start`]), and [`super::settle_log_start`] (when a
+//! tiered partition opens) or [`super::reconcile`] (the tiering job) moves the log up to it. So
+//! once a DeleteRecords is answered no restart reports a lower start, and a crash before the
+//! manifest changes nothing. The objects go last: a crash before leaves orphans
+//! ([`super::remove_orphans`]), never a manifest naming a missing object.
 
 use super::error::TierError;
 use super::generation::{delete_objects, write_next};
