@@ -60,9 +60,9 @@ pub fn fetch_committed(
         next_offset: read.next_offset,
         high_watermark,
         last_stable_offset: log.last_stable_offset().min(high_watermark),
-        log_start_offset: manifest
-            .as_ref()
-            .map_or(log_start_offset, |m| m.partition_log_start(log_start_offset)),
+        log_start_offset: manifest.as_ref().map_or(log_start_offset, |m| {
+            m.partition_log_start(log_start_offset)
+        }),
         aborted_transactions: Some(
             found
                 .iter()

@@ -250,7 +250,9 @@ pub enum TierError {
     },
     /// A DeleteRecords asked for an offset below 0 or above the high watermark: nothing
     /// changed.
-    #[error("delete records to offset {offset}: not in [0, {high_watermark}] (the high watermark)")]
+    #[error(
+        "delete records to offset {offset}: not in [0, {high_watermark}] (the high watermark)"
+    )]
     DeleteRecordsOutOfRange {
         /// The offset asked for.
         offset: i64,
@@ -259,7 +261,9 @@ pub enum TierError {
     },
     /// The log's own DeleteRecords failed after the manifest recorded the new log start; the
     /// next [`super::reconcile`] (the tiering job's next run) raises the local log start.
-    #[error("delete records to offset {offset}: the manifest holds it, the local log failed: {error}")]
+    #[error(
+        "delete records to offset {offset}: the manifest holds it, the local log failed: {error}"
+    )]
     LocalDeleteRecords {
         /// The new log start offset, recorded in the manifest.
         offset: i64,

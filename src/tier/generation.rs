@@ -76,8 +76,7 @@ pub(super) fn delete_objects(
     segments
         .iter()
         .flat_map(|s| {
-            SegmentObject::ALL
-                .map(|o| o.key(partition, s.base_offset, s.end_offset, s.upload_id))
+            SegmentObject::ALL.map(|o| o.key(partition, s.base_offset, s.end_offset, s.upload_id))
         })
         .filter(|key| store.delete(key).is_err())
         .count()

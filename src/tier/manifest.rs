@@ -201,7 +201,10 @@ impl Manifest {
             let (n, l) = next("log_start_offset")?;
             let start: i64 = keyed(n, l, "log_start_offset")?;
             if start < 0 {
-                return Err(ManifestProblem::at(n, format!("log start offset {start} below 0")));
+                return Err(ManifestProblem::at(
+                    n,
+                    format!("log start offset {start} below 0"),
+                ));
             }
             Some((n, start))
         } else {
@@ -480,8 +483,14 @@ mod tests {
                 Some(2),
             ),
             (body.replace("generation 2", "generation 3"), Some(3)),
-            (body.replace("log_start_offset 120", "log_start_offset 860"), Some(4)),
-            (body.replace("log_start_offset 120", "log_start_offset -1"), Some(4)),
+            (
+                body.replace("log_start_offset 120", "log_start_offset 860"),
+                Some(4),
+            ),
+            (
+                body.replace("log_start_offset 120", "log_start_offset -1"),
+                Some(4),
+            ),
             (body.replace("log_start_offset 120\n", ""), Some(4)),
             (body.replace("segments 2", "segments 3"), None),
             (body.replace("segments 2", "segments 1"), Some(7)),
@@ -532,7 +541,11 @@ mod tests {
     #[test]
     fn the_partition_log_start_is_the_manifests_when_its_segments_reach_the_local_start() {
         let m = manifest(); // segments [0, 1720), log start 120
-        assert_eq!(m.partition_log_start(1720), 120, "contiguous with the local log");
+        assert_eq!(
+            m.partition_log_start(1720),
+            120,
+            "contiguous with the local log"
+        );
         assert_eq!(m.partition_log_start(900), 120, "overlapping the local log");
         assert_eq!(
             m.partition_log_start(100),

@@ -92,8 +92,7 @@ pub fn remove_orphans(
         }
         match sightings.seen.get(&o.key).copied() {
             Some((first_ms, first_generation))
-                if generation > first_generation
-                    || now_ms.saturating_sub(first_ms) >= grace_ms =>
+                if generation > first_generation || now_ms.saturating_sub(first_ms) >= grace_ms =>
             {
                 if store.delete(&o.key).is_ok() {
                     done.deleted += 1;

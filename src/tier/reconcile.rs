@@ -19,6 +19,10 @@ use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::log::{Log, RewriteError};
 
+/// A local sealed segment as the manifest is compared with it: its end, `.log` size and `.log`
+/// CRC-32C; `None` when the log has no sealed segment at that base.
+type LocalDigest = Option<(i64, u64, u32)>;
+
 /// What [`reconcile`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -58,12 +62,12 @@ pub fn reconcile(
         .iter()
         .filter(|s| s.end_offset > local_start)
     {
-        let digest = log
-            .sealed_log_digest(s.base_offset)
-            .map_err(|error| TierError::LocalFile {
-                segment: s.base_offset,
-                error,
-            })?;
+        let digest =
+            log.sealed_log_digest(s.base_offset)
+                .map_err(|error| TierError::LocalFile {
+                    segment: s.base_offset,
+                    error,
+                })?;
         local.push((s.base_offset, digest));
         // Only the first disagreement matters: everything after it goes with it.
         if !holds(s, digest) {
@@ -97,7 +101,8 @@ pub(super) fn raise_local_start(
     if to <= from {
         return Ok(None);
     }
-    log.delete_records(to).map_err(|error| local_failure(to, error))?;
+    log.delete_records(to)
+        .map_err(|error| local_failure(to, error))?;
     Ok(Some((from, to)))
 }
 
@@ -117,7 +122,7 @@ pub(super) fn local_failure(offset: i64, error: RewriteError) -> TierError {
 
 /// Whether the local sealed segment `local` (`(end, .log size, .log CRC-32C)`) is the remote
 /// segment `s`.
-fn holds(s: &RemoteSegment, local: Option<(i64, u64, u32)>) -> bool {
+fn holds(s: &RemoteSegment, local: LocalDigest) -> bool {
     let log = s.object(SegmentObject::Log);
     local == Some((s.end_offset, log.size, log.crc32c))
 }
@@ -129,7 +134,7 @@ fn holds(s: &RemoteSegment, local: Option<(i64, u64, u32)>) -> bool {
 pub(crate) fn agreeing(
     segments: &[RemoteSegment],
     local_start: i64,
-    local: &[(i64, Option<(i64, u64, u32)>)],
+    local: &[(i64, LocalDigest)],
 ) -> usize {
     segments
         .iter()
@@ -163,10 +168,21 @@ mod tests {
 
     #[test]
     fn the_first_remote_segment_the_local_log_does_not_hold_and_all_after_it_go() {
-        let segs = [remote(0, 10, 100, 1), remote(10, 20, 100, 2), remote(20, 30, 100, 3)];
+        let segs = [
+            remote(0, 10, 100, 1),
+            remote(10, 20, 100, 2),
+            remote(20, 30, 100, 3),
+        ];
         let same = |b: i64, e: i64, c: u32| (b, Some((e, 100, c)));
         // All local and the same: all stay.
-        assert_eq!(agreeing(&segs, 0, &[same(0, 10, 1), same(10, 20, 2), same(20, 30, 3)]), 3);
+        assert_eq!(
+            agreeing(
+                &segs,
+                0,
+                &[same(0, 10, 1), same(10, 20, 2), same(20, 30, 3)]
+            ),
+            3
+        );
         // Wholly below the local start: remote only, kept without a look.
         assert_eq!(agreeing(&segs, 20, &[same(20, 30, 3)]), 3);
         // Truncated at 15 and written again: the segment at 10 ends elsewhere now.

@@ -22,11 +22,11 @@ use std::sync::Arc;
 use crate::common_sim::StepClock;
 use crate::common_tier::FsStore;
 use oncelog::format::{BatchIter, RecordBatch};
-use oncelog::io::SimFs;
-use oncelog::LogConfig;
 use oncelog::io::sim::OpKind;
+use oncelog::io::SimFs;
 use oncelog::tier::{self, ObjectDigest, SegmentObject};
 use oncelog::Log;
+use oncelog::LogConfig;
 
 const DEFAULT_POINTS: u64 = 300;
 const TEST: &str =
@@ -64,7 +64,10 @@ fn start(ctx: &Ctx, store: &FsStore, log: &Log) -> i64 {
 /// Reopens after a crash and settles the start as a tiered partition's open does.
 fn reopen(ctx: &Ctx, b: &Left) -> Log {
     let log = open(&b.fs, &b.clock, &b.cfg).unwrap_or_else(|e| {
-        ctx.fail(format!("open after the crash: {e}\n{}", describe_dir(&b.fs)))
+        ctx.fail(format!(
+            "open after the crash: {e}\n{}",
+            describe_dir(&b.fs)
+        ))
     });
     tier::settle_log_start(&log, &b.store, P)
         .unwrap_or_else(|e| ctx.fail(format!("settle after the crash: {e}")));

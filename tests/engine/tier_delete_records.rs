@@ -98,14 +98,21 @@ fn delete_records_below_the_local_start_raises_the_partitions_start_in_the_manif
         done.removed,
         vec![(before.segments[0].base_offset, second.base_offset)]
     );
-    assert_eq!((done.generation, done.orphans_left), (Some(before.generation + 1), 0));
+    assert_eq!(
+        (done.generation, done.orphans_left),
+        (Some(before.generation + 1), 0)
+    );
     let after = manifest(&store);
     assert_eq!(after.log_start_offset, x);
     assert_eq!(after.segments, before.segments[1..]);
     for key in segment_keys(&before, 0) {
         assert!(store.object(&key).is_none(), "{key} left");
     }
-    assert_eq!(log.log_start_offset(), local, "the local start does not move");
+    assert_eq!(
+        log.log_start_offset(),
+        local,
+        "the local start does not move"
+    );
     assert_eq!(tier::log_start_offset(&log, &store, P).unwrap(), x);
     // Below it nothing reads, neither in the dropped segment nor in the kept one.
     for offset in [0, second.base_offset, x - 1] {
@@ -127,7 +134,9 @@ fn delete_records_below_the_local_start_raises_the_partitions_start_in_the_manif
     let first = oncelog::format::RecordBatch::parse(&read[0]).unwrap();
     assert!(first.base_offset() <= x && x <= first.last_offset());
     // By time, nothing below the start is an answer.
-    let found = tier::offset_for_timestamp(&log, &store, P, 0).unwrap().unwrap();
+    let found = tier::offset_for_timestamp(&log, &store, P, 0)
+        .unwrap()
+        .unwrap();
     assert_eq!(found.offset, x);
     // Lower or the same again changes nothing; a restart reports the same start.
     let again = tier::delete_records(&log, &store, P, 1).unwrap();
@@ -155,7 +164,10 @@ fn delete_records_at_or_above_the_local_start_moves_both_starts() {
     assert_eq!(done.removed.len(), 2);
     assert_eq!(log.log_start_offset(), x, "the local start moves too");
     let after = manifest(&store);
-    assert_eq!((after.log_start_offset, &after.segments[..]), (x, &before.segments[2..]));
+    assert_eq!(
+        (after.log_start_offset, &after.segments[..]),
+        (x, &before.segments[2..])
+    );
     assert!(matches!(
         log.read(x - 1, 100),
         Err(oncelog::ReadError::OffsetOutOfRange { .. })
@@ -296,7 +308,10 @@ fn a_log_truncated_below_the_remote_end_drops_those_segments_then_uploads_the_ne
         .map(|s| (s.base_offset, s.end_offset))
         .collect();
     assert_eq!(r.dropped, dropped);
-    assert_eq!((r.generation, r.orphans_left), (Some(before.generation + 1), 0));
+    assert_eq!(
+        (r.generation, r.orphans_left),
+        (Some(before.generation + 1), 0)
+    );
     let after = manifest(&store);
     assert_eq!(after.segments, before.segments[..1]);
     for i in 1..before.segments.len() {
@@ -305,7 +320,10 @@ fn a_log_truncated_below_the_remote_end_drops_those_segments_then_uploads_the_ne
         }
     }
     // Nothing more to drop; the uploads start again where the kept segment ends.
-    assert_eq!(tier::reconcile(&log, &store, P).unwrap(), tier::Reconciled::default());
+    assert_eq!(
+        tier::reconcile(&log, &store, P).unwrap(),
+        tier::Reconciled::default()
+    );
     upload_all(&log, &store);
     let m = manifest(&store);
     assert!(m.segments.len() >= 2);
@@ -327,7 +345,10 @@ fn a_log_truncated_below_the_remote_end_drops_those_segments_then_uploads_the_ne
     assert_eq!(log.log_start_offset(), m.remote_end().unwrap());
     assert_eq!(read_through(&log, &store, 0), local);
     let rewritten = |b: &Vec<u8>| b.windows(200).any(|w| w.iter().all(|&c| c == b'y'));
-    assert!(local.iter().any(rewritten), "the records written after the cut");
+    assert!(
+        local.iter().any(rewritten),
+        "the records written after the cut"
+    );
     log.close().unwrap();
 }
 
@@ -351,7 +372,11 @@ fn orphans_go_after_a_newer_generation_or_their_grace_and_named_objects_never() 
     let first = tier::remove_orphans(&store, P, &mut seen, T0, grace).unwrap();
     assert_eq!((first.deleted, first.waiting), (0, 2), "first seen: kept");
     let r = tier::remove_orphans(&store, P, &mut seen, T0 + 1, grace).unwrap();
-    assert_eq!((r.deleted, r.waiting), (0, 2), "same generation, within the grace");
+    assert_eq!(
+        (r.deleted, r.waiting),
+        (0, 2),
+        "same generation, within the grace"
+    );
     // A newer generation that does not name them: the upload that put them lost.
     tier::upload_segment(&log, &store, P, segments[2].0).unwrap();
     let r = tier::remove_orphans(&store, P, &mut seen, T0 + 2, grace).unwrap();
@@ -384,7 +409,8 @@ fn orphans_go_after_a_newer_generation_or_their_grace_and_named_objects_never() 
 #[test]
 fn orphans_of_a_partition_with_no_manifest_stay() {
     let store = MemStore::new();
-    let key = format!("{P}/segments/00000000000000000000-0000000000000007/00000000000000000000.log");
+    let key =
+        format!("{P}/segments/00000000000000000000-0000000000000007/00000000000000000000.log");
     store.insert(&key, b"x");
     let mut seen = tier::OrphanSightings::default();
     for now in [T0, T0 + 1_000_000_000] {

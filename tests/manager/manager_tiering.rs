@@ -376,8 +376,8 @@ fn the_job_reconciles_a_truncated_log_finishes_a_cut_delete_records_and_removes_
         .unwrap()
         .unwrap();
     for seg in &after.segments {
-        let remote = tier::read_remote(store.as_ref(), "r/t-0", seg, seg.base_offset, 1 << 20)
-            .unwrap();
+        let remote =
+            tier::read_remote(store.as_ref(), "r/t-0", seg, seg.base_offset, 1 << 20).unwrap();
         assert_eq!(remote, log.read(seg.base_offset, remote.len()).unwrap());
     }
     // Within its grace the orphan stays; after it, it goes.

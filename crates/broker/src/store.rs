@@ -737,22 +737,23 @@ impl Partition {
         };
         // Across tiers: the manifest records the new start first, then the local log follows.
         let store = remote.store.as_ref();
-        let done = tier::delete_records(&self.log, store, &remote.prefix, offset).map_err(|e| {
-            match e {
-                TierError::DeleteRecordsOutOfRange {
-                    offset,
-                    high_watermark,
-                } => DeleteRecordsRefused::OutOfRange {
-                    offset,
-                    high_watermark,
+        let done =
+            tier::delete_records(&self.log, store, &remote.prefix, offset).map_err(
+                |e| match e {
+                    TierError::DeleteRecordsOutOfRange {
+                        offset,
+                        high_watermark,
+                    } => DeleteRecordsRefused::OutOfRange {
+                        offset,
+                        high_watermark,
+                    },
+                    TierError::LocalDeleteRecords { error, .. } => failed(error),
+                    other => DeleteRecordsRefused::Storage {
+                        kind: other.kind(),
+                        message: other.to_string(),
+                    },
                 },
-                TierError::LocalDeleteRecords { error, .. } => failed(error),
-                other => DeleteRecordsRefused::Storage {
-                    kind: other.kind(),
-                    message: other.to_string(),
-                },
-            }
-        })?;
+            )?;
         // The start answered is the start every later fetch reports, even if the store then
         // fails to answer this read.
         if let Ok(m) = tier::read_manifest(store, &remote.prefix) {

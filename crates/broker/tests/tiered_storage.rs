@@ -618,14 +618,26 @@ fn delete_records_below_the_local_start_moves_the_partitions_start_across_tiers(
             std::thread::sleep(Duration::from_millis(100));
         }
     };
-    assert_eq!(list_offset(&mut wire, -2), (0, 0), "EARLIEST: the remote start");
+    assert_eq!(
+        list_offset(&mut wire, -2),
+        (0, 0),
+        "EARLIEST: the remote start"
+    );
     assert_eq!(fetch_log_start(&mut wire, TOPIC, 0), (0, 0));
 
     // Below the local start: only the manifest can hold it.
     let x = 12;
     assert_eq!(delete_records(&mut wire, TOPIC, x), (x, 0));
-    assert_eq!(list_offset(&mut wire, -2), (x, 0), "EARLIEST: the new start");
-    assert_eq!(list_offset(&mut wire, -4), (local_start, 0), "EARLIEST_LOCAL");
+    assert_eq!(
+        list_offset(&mut wire, -2),
+        (x, 0),
+        "EARLIEST: the new start"
+    );
+    assert_eq!(
+        list_offset(&mut wire, -4),
+        (local_start, 0),
+        "EARLIEST_LOCAL"
+    );
     assert_eq!(
         fetch_log_start(&mut wire, TOPIC, 0),
         (1, x),
@@ -643,7 +655,11 @@ fn delete_records_below_the_local_start_moves_the_partitions_start_across_tiers(
     );
     // By timestamp: nothing below the start is an answer.
     assert_eq!(list_offset(&mut wire, records[0].1), (x, 0));
-    assert_eq!(delete_records(&mut wire, TOPIC, 3), (x, 0), "lower: nothing changes");
+    assert_eq!(
+        delete_records(&mut wire, TOPIC, 3),
+        (x, 0),
+        "lower: nothing changes"
+    );
 
     // A SIGKILL and a restart report the same start.
     broker.crash();
