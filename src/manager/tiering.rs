@@ -102,6 +102,8 @@ pub struct TierStatus {
     pub retry_at_ms: Option<i64>,
     /// The orphans seen, for the grace of the next runs.
     pub(crate) orphans: tier::OrphanSightings,
+    /// The local segments found to hold their remote bytes, not read again while unchanged.
+    pub(crate) verified: tier::Verified,
 }
 
 /// The wait before the next try after `failures` failures in a row.
@@ -156,11 +158,11 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
         }
         report.visited += 1;
         let limits = local_retention(&t, config);
-        let mut orphans = inner
+        let (mut orphans, mut verified) = inner
             .tier_status
             .lock()
             .get(&slot.tp)
-            .map(|s| s.orphans.clone())
+            .map(|s| (s.orphans.clone(), s.verified.clone()))
             .unwrap_or_default();
         let prefix = t.partition_prefix(&slot.tp);
         let run = Run {
@@ -170,11 +172,12 @@ pub(crate) fn run(inner: &Inner) -> JobReport {
             throttle: &throttle,
             now_ms: now,
         };
-        let outcome = tier_partition(log, &run, &mut orphans);
+        let outcome = tier_partition(log, &run, &mut orphans, &mut verified);
         let mut statuses = inner.tier_status.lock();
         let status = statuses.entry(slot.tp.clone()).or_default();
         status.orphans_waiting = orphans.len() as u64;
         status.orphans = orphans;
+        status.verified = verified;
         match outcome {
             Ok(done) => {
                 status.remote_end = done.remote_end.or(status.remote_end);
@@ -222,11 +225,12 @@ fn tier_partition(
     log: &Log,
     run: &Run<'_>,
     orphans: &mut tier::OrphanSightings,
+    verified: &mut tier::Verified,
 ) -> Result<Done, TierError> {
     let (store, prefix, now_ms) = (run.t.store.as_ref(), run.prefix, run.now_ms);
     // Before any upload: a truncated log's remote segments go first, so no offset is ever
     // uploaded twice with different bytes, and a DeleteRecords a crash cut is finished.
-    let reconciled = tier::reconcile(log, store, prefix)?;
+    let reconciled = tier::reconcile_with(log, store, prefix, verified)?;
     let mut done = Done {
         remote_end: tier::read_manifest(store, prefix)?.and_then(|m| m.remote_end()),
         dropped: reconciled.dropped.len() as u64,

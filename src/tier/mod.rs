@@ -86,7 +86,7 @@ pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
 pub use orphans::{remove_orphans, OrphanSightings, OrphansRemoved};
 pub use read::{log_start_offset, read, read_remote, settle_log_start};
-pub use reconcile::{reconcile, Reconciled};
+pub use reconcile::{reconcile, reconcile_with, Reconciled, Verified};
 pub use remote_retention::{enforce_remote_retention, RemoteRetentionReport};
 pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};

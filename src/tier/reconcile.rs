@@ -11,9 +11,11 @@
 //!   segment the local log does not hold byte for byte and every segment after it, then their
 //!   objects go; the uploads that follow start again from there.
 
+use std::collections::BTreeMap;
+
 use super::error::TierError;
 use super::generation::{delete_objects, next_of, write_next};
-use super::keys::SegmentObject;
+use super::keys::{SegmentObject, UploadId};
 use super::manifest::{Manifest, RemoteSegment};
 use super::store::RemoteStore;
 use super::upload::read_manifest;
@@ -39,16 +41,50 @@ pub struct Reconciled {
     pub orphans_left: usize,
 }
 
+/// The local segments [`reconcile_with`] found to hold their remote segment's bytes, by base
+/// and upload id, with the identity they had then (end, `.log` size, header digest): while a
+/// segment keeps that identity, its `.log` is not read again. Kept in memory by the caller (the
+/// manager keeps one per partition).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verified {
+    held: BTreeMap<(i64, UploadId), (i64, u64, u32)>,
+}
+
+impl Verified {
+    /// Segments it vouches for.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether it vouches for none.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+}
+
 /// Brings `log` and the manifest of `partition` into agreement: raises the local log start to
 /// the manifest's log start when it is below it, then drops from the manifest every remote
 /// segment from the first one that reaches above the local log start and that the local log
 /// does not hold with the same offsets and the same `.log` bytes (size and CRC-32C). Segments
 /// wholly below the local log start are remote only, and stay. Reads every local `.log` that
-/// is also remote (its CRC-32C): the tiering job runs it before each partition's uploads.
+/// is also remote (its CRC-32C); [`reconcile_with`] reads only those it has not checked before.
 pub fn reconcile(
     log: &Log,
     store: &dyn RemoteStore,
     partition: &str,
+) -> Result<Reconciled, TierError> {
+    reconcile_with(log, store, partition, &mut Verified::default())
+}
+
+/// [`reconcile`], reading the `.log` of a local segment only when `verified` does not say it
+/// held its remote segment's bytes with the identity it has now (end, size and header digest,
+/// which covers every batch's CRC: a truncated and rewritten segment has another). The tiering
+/// job runs it before each partition's uploads.
+pub fn reconcile_with(
+    log: &Log,
+    store: &dyn RemoteStore,
+    partition: &str,
+    verified: &mut Verified,
 ) -> Result<Reconciled, TierError> {
     let mut done = Reconciled::default();
     let Some(manifest) = read_manifest(store, partition)? else {
@@ -57,11 +93,23 @@ pub fn reconcile(
     done.local_start_raised = raise_local_start(log, &manifest)?;
     let local_start = log.log_start_offset();
     let mut local = Vec::new();
+    let mut checked = BTreeMap::new();
     for s in manifest
         .segments
         .iter()
         .filter(|s| s.end_offset > local_start)
     {
+        let key = (s.base_offset, s.upload_id);
+        let identity = log.sealed_log_identity(s.base_offset);
+        if let Some(id) = identity.filter(|id| verified.held.get(&key) == Some(id)) {
+            let remote = s.object(SegmentObject::Log);
+            local.push((
+                s.base_offset,
+                Some((s.end_offset, remote.size, remote.crc32c)),
+            ));
+            checked.insert(key, id);
+            continue;
+        }
         let digest =
             log.sealed_log_digest(s.base_offset)
                 .map_err(|error| TierError::LocalFile {
@@ -73,7 +121,11 @@ pub fn reconcile(
         if !holds(s, digest) {
             break;
         }
+        if let Some(id) = identity {
+            checked.insert(key, id);
+        }
     }
+    verified.held = checked;
     let keep = agreeing(&manifest.segments, local_start, &local);
     if keep == manifest.segments.len() {
         return Ok(done);
@@ -151,7 +203,6 @@ pub(crate) fn agreeing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::keys::UploadId;
     use crate::tier::manifest::ObjectDigest;
 
     fn remote(base: i64, end: i64, size: u64, crc: u32) -> RemoteSegment {
