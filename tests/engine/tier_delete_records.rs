@@ -430,3 +430,57 @@ fn orphans_of_a_partition_with_no_manifest_stay() {
         Err(TierError::BadPartitionPrefix { .. })
     ));
 }
+
+#[test]
+fn a_failing_store_during_delete_records_changes_nothing_or_leaves_only_orphans() {
+    use crate::common_tier::Strike;
+    let dir = tempfile::tempdir().unwrap();
+    let store = MemStore::new();
+    let log = tiered_log(dir.path(), &store);
+    let before = manifest(&store);
+    let x = before.segments[1].base_offset;
+    // The manifest put fails before writing: nothing changed, the step named.
+    store.fail("put_if_absent", 1, Strike::Before);
+    match tier::delete_records(&log, &store, P, x) {
+        Err(TierError::Remote { step, .. }) => {
+            assert_eq!(
+                step,
+                format!(
+                    "put_if_absent manifest generation {}",
+                    before.generation + 1
+                )
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(manifest(&store), before);
+    assert_eq!(tier::log_start_offset(&log, &store, P).unwrap(), 0);
+    // It writes, then reports failure: read back, it happened.
+    store.fail("put_if_absent", 1, Strike::After);
+    // And the first object delete fails (after the pruning of old generations): an orphan,
+    // named by no manifest.
+    let next = before.generation + 1;
+    let pruned = store
+        .keys()
+        .iter()
+        .filter_map(|k| keys::parse_manifest_key(P, k))
+        .filter(|g| g + 2 < next)
+        .count() as u64;
+    store.fail("delete", pruned + 1, Strike::Before);
+    let done = tier::delete_records(&log, &store, P, x).unwrap();
+    assert_eq!((done.log_start_offset, done.orphans_left), (x, 1));
+    assert_eq!(manifest(&store).log_start_offset, x);
+    let left: Vec<String> = segment_keys(&before, 0)
+        .into_iter()
+        .filter(|k| store.object(k).is_some())
+        .collect();
+    assert_eq!(left.len(), 1);
+    // The orphan goes once a newer generation shows nothing names it.
+    let mut seen = tier::OrphanSightings::default();
+    tier::remove_orphans(&store, P, &mut seen, T0, i64::MAX).unwrap();
+    tier::delete_records(&log, &store, P, x + 1).unwrap();
+    let r = tier::remove_orphans(&store, P, &mut seen, T0, i64::MAX).unwrap();
+    assert_eq!(r.deleted, 1);
+    assert!(store.object(&left[0]).is_none());
+    log.close().unwrap();
+}
