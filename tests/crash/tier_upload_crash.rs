@@ -34,7 +34,7 @@ use oncelog::tier::{self, SegmentObject, TierError, Uploaded};
 use oncelog::{AppendOutcome, Log, LogConfig};
 
 const DEFAULT_POINTS: u64 = 600;
-const T0: i64 = 1_700_000_000_000;
+pub(super) const T0: i64 = 1_700_000_000_000;
 pub(super) const P: &str = "tier/topic-0";
 const TEST: &str = "a_crash_at_any_file_operation_of_an_upload_leaves_the_segment_local_or_remote";
 
