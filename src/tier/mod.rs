@@ -22,7 +22,8 @@
 //! brings the local log and the manifest back into agreement (after a crash between those two
 //! steps, or a truncation of the log below what is uploaded), and [`remove_orphans`] deletes
 //! objects no manifest names. A `LogManager` runs reconciliation, uploads, both retentions and
-//! orphan removal as its tiering job. Not built yet: a read cache.
+//! orphan removal as its tiering job. [`CachedStore`] keeps fetched indexes and blocks of
+//! segments within a byte budget.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -62,6 +63,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cache;
 mod committed;
 mod delete_records;
 mod error;
@@ -78,6 +80,7 @@ mod store;
 mod timestamp;
 mod upload;
 
+pub use cache::{CacheStats, CachedStore, CACHE_BLOCK_BYTES};
 pub use committed::fetch_committed;
 pub use delete_records::{delete_records, RecordsDeleted};
 pub use error::{NotUploadable, TierError};

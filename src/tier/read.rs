@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 
+use super::cache::CACHE_BLOCK_BYTES;
 use super::error::TierError;
 use super::keys::SegmentObject;
 use super::manifest::{Manifest, ObjectDigest, RemoteSegment};
@@ -190,6 +191,7 @@ pub(super) fn get_checked(
     })?;
     let (found, want) = (ObjectDigest::of(&bytes), s.object(which));
     if found != want {
+        store.forget(&key);
         return Err(TierError::RemoteCorrupt {
             key,
             position: None,
@@ -246,10 +248,14 @@ impl<'a> RangeReader<'a> {
             return Err(self.corrupt(at, format!("batchLength {length}: not a batch")));
         }
         let key = self.key.clone();
-        let corrupt = |reason: String| TierError::RemoteCorrupt {
-            key,
-            position: Some(at),
-            reason,
+        let store = self.store;
+        let corrupt = |reason: String| {
+            store.forget(&key);
+            TierError::RemoteCorrupt {
+                key,
+                position: Some(at),
+                reason,
+            }
         };
         let bytes = self.bytes(at, size)?;
         let last = match format::validate_stored_batch(bytes) {
@@ -264,7 +270,9 @@ impl<'a> RangeReader<'a> {
         Ok((bytes, last))
     }
 
+    /// The object's bytes at `at` are damaged: forgotten by a caching store, and the error.
     fn corrupt(&self, at: u64, reason: String) -> TierError {
+        self.store.forget(&self.key);
         TierError::RemoteCorrupt {
             key: self.key.clone(),
             position: Some(at),
@@ -283,7 +291,11 @@ impl<'a> RangeReader<'a> {
         }
         let held = self.buf_start + self.buf.len() as u64;
         if at < self.buf_start || at + len > held {
-            let end = (at + len.max(self.window)).min(self.size);
+            // Up to a block boundary of the read cache, so the block a cached store keeps is
+            // whole and the next read finds it (`CachedStore`).
+            let end = (at + len.max(self.window))
+                .next_multiple_of(CACHE_BLOCK_BYTES)
+                .min(self.size);
             self.buf =
                 self.store
                     .get_range(&self.key, at..end)

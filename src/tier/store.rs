@@ -31,7 +31,51 @@ pub trait RemoteStore: Send + Sync + std::fmt::Debug {
 
     /// Removes the object `key`; a key with no object is not an error.
     fn delete(&self, key: &str) -> Result<(), RemoteError>;
+
+    /// Drops whatever a caching store holds of `key`, whose bytes a reader found damaged, so
+    /// the next read asks the store itself ([`CachedStore`](super::CachedStore)). A store
+    /// that keeps nothing has nothing to do.
+    fn forget(&self, key: &str) {
+        let _ = key;
+    }
 }
+
+/// A borrowed or shared store is a store (a broker's partitions share one, behind one cache).
+macro_rules! forward_remote_store {
+    ($($holder:ty),*) => {$(
+        impl<T: RemoteStore + ?Sized> RemoteStore for $holder {
+            fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteError> {
+                (**self).put(key, bytes)
+            }
+
+            fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Created, RemoteError> {
+                (**self).put_if_absent(key, bytes)
+            }
+
+            fn get(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
+                (**self).get(key)
+            }
+
+            fn get_range(&self, key: &str, range: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+                (**self).get_range(key, range)
+            }
+
+            fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
+                (**self).list(prefix)
+            }
+
+            fn delete(&self, key: &str) -> Result<(), RemoteError> {
+                (**self).delete(key)
+            }
+
+            fn forget(&self, key: &str) {
+                (**self).forget(key)
+            }
+        }
+    )*};
+}
+
+forward_remote_store!(&T, std::sync::Arc<T>, Box<T>);
 
 /// What [`RemoteStore::put_if_absent`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

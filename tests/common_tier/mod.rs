@@ -53,6 +53,11 @@ impl MemStore {
         });
     }
 
+    /// How many calls of `op` the store has had.
+    pub fn calls(&self, op: &str) -> u64 {
+        self.calls.lock().get(op).copied().unwrap_or(0)
+    }
+
     pub fn keys(&self) -> Vec<String> {
         self.objects.lock().keys().cloned().collect()
     }

@@ -40,6 +40,7 @@ mod rewrite_truncate;
 mod sealed_segments;
 mod segment_growth;
 mod segment_space;
+mod tier_cache;
 mod tier_common;
 mod tier_delete_records;
 mod tier_local;

@@ -200,6 +200,23 @@ impl Server {
                     })
                     .await;
                 }
+                // Tiered storage's failures, logged once each (the job retries with backoff).
+                if ticks % 10 == 0 {
+                    let b = Arc::clone(&ticking);
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for (topic, partition, status) in b.store.new_tier_failures() {
+                            tracing::warn!(
+                                topic,
+                                partition,
+                                failures_in_a_row = status.consecutive_failures,
+                                retry_at_ms = status.retry_at_ms,
+                                error = status.last_failure.as_deref().unwrap_or(""),
+                                "tiered storage: the tiering job failed for the partition"
+                            );
+                        }
+                    })
+                    .await;
+                }
                 let b = Arc::clone(&ticking);
                 // Transactions past their timeout are aborted (markers: off the reactor), and
                 // the group records the tick queued (an emptied group) are written.

@@ -814,6 +814,8 @@ pub struct Store {
     cluster_id: String,
     /// The object store of tiered storage, if on.
     tier: Option<TierStore>,
+    /// Each partition's failures in a row the broker last logged (`new_tier_failures`).
+    tier_failures_told: Mutex<HashMap<(String, i32), u32>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -912,6 +914,7 @@ impl Store {
             creating: Mutex::new(()),
             cluster_id,
             tier,
+            tier_failures_told: Mutex::new(HashMap::new()),
         })
     }
 
@@ -1224,6 +1227,35 @@ impl Store {
 
     fn read_topics(&self) -> std::sync::RwLockReadGuard<'_, Topics> {
         self.topics.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The tiering job's failures since the last call, one per partition that failed again
+    /// (its topic, partition and [`oncelog::TierStatus`]): the broker logs each, so a failing
+    /// upload is never silent. A partition is named again only once its count of failures
+    /// in a row has grown (a recovery resets it). Empty without tiered storage.
+    pub fn new_tier_failures(&self) -> Vec<(String, i32, oncelog::TierStatus)> {
+        let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
+        let Some(manager) = manager.as_ref().filter(|_| self.tier.is_some()) else {
+            return Vec::new();
+        };
+        let mut told = self
+            .tier_failures_told
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for topic in self.topics() {
+            for p in &topic.partitions {
+                let Some(status) = manager.tier_status(&topic.name, p.index) else {
+                    continue;
+                };
+                let key = (topic.name.clone(), p.index);
+                let before = told.insert(key, status.consecutive_failures).unwrap_or(0);
+                if status.consecutive_failures > before {
+                    out.push((topic.name.clone(), p.index, status));
+                }
+            }
+        }
+        out
     }
 }
 

@@ -542,6 +542,50 @@ fn a_bad_tiering_setting_is_refused_naming_the_flag() {
     assert!(stderr.contains(&named), "{stderr}");
 }
 
+#[test]
+fn a_failing_object_store_is_logged_and_uploads_resume_once_it_is_back() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let root = remote.path().join("store");
+    let broker = BrokerProcess::start(
+        data.path(),
+        &[
+            "--segment-bytes",
+            "4096",
+            "--tier-dir",
+            root.to_str().unwrap(),
+            "--tier-interval-ms",
+            "100",
+            "--local-retention-bytes",
+            "0",
+        ],
+    );
+    // The store's directory becomes a file: every put fails.
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, b"not a directory").unwrap();
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, TOPIC);
+    let records = expected(base_timestamp());
+    for chunk in records.chunks(RECORDS_PER_BATCH as usize) {
+        assert_eq!(produce(&mut wire, TOPIC, 0, batch(chunk)).error_code, 0);
+    }
+    let line = broker.wait_for_log(
+        "tiered storage: the tiering job failed",
+        Duration::from_secs(60),
+    );
+    assert_eq!(common::field(&line, "topic"), Some("\"tiered\""), "{line}");
+    assert_eq!(common::field(&line, "partition"), Some("0"), "{line}");
+    // Nothing local went while nothing was uploaded.
+    assert_eq!(list_offset(&mut wire, -4), (0, 0), "local log start");
+    // The store back: the job uploads and local retention moves the local start.
+    std::fs::remove_file(&root).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    wait_for("uploads after the store came back", || {
+        list_offset(&mut wire, -4).0 > 0
+    });
+    assert_eq!(list_offset(&mut wire, -2), (0, 0), "EARLIEST");
+}
+
 /// One Fetch v11 of partition 0 of `topic` at `offset`: (error code, the log start offset the
 /// response reports).
 fn fetch_log_start(wire: &mut Wire, topic: &str, offset: i64) -> (i16, i64) {
