@@ -80,6 +80,43 @@ impl Log {
             .collect()
     }
 
+    /// The end, `.log` size and header digest (which covers every batch's CRC: docs/format.md,
+    /// "Checkpoint") of the sealed segment at `base`, read from memory; `None` without one, or
+    /// when its digest is not known. Tiered storage's reconciliation skips the CRC of a segment
+    /// whose identity it checked before and has not changed.
+    pub(crate) fn sealed_log_identity(&self, base: i64) -> Option<(i64, u64, u32)> {
+        let segments = self.segments.read();
+        let mut from = segments.range(base..);
+        match (from.next(), from.next()) {
+            (Some((&b, s)), Some((&end, _))) if b == base => s
+                .seal_digest()
+                .map(|d| (end, s.size() as u64, d.headers)),
+            _ => None,
+        }
+    }
+
+    /// The end, `.log` size and `.log` CRC-32C of the sealed segment at `base`, `None` without
+    /// one (tiered storage holds a remote segment to the local bytes it was uploaded from:
+    /// a truncated log no longer has them). Reads the segment through its map.
+    pub(crate) fn sealed_log_digest(
+        &self,
+        base: i64,
+    ) -> Result<Option<(i64, u64, u32)>, io::IoError> {
+        let (seg, end) = {
+            let segments = self.segments.read();
+            let mut from = segments.range(base..);
+            match (from.next(), from.next()) {
+                (Some((&b, s)), Some((&end, _))) if b == base => (Arc::clone(s), end),
+                _ => return Ok(None),
+            }
+        };
+        let view = seg.view()?;
+        let size = seg.size();
+        let data = view.data();
+        let bytes = &data[..size.min(data.len())];
+        Ok(Some((end, bytes.len() as u64, crc32c::crc32c(bytes))))
+    }
+
     /// Adds the aborted transactions of the log's segments, oldest first, that overlap a fetch
     /// from `fetch_offset` bounded by `upper_bound`, until an entry says no later one can (a
     /// read_committed fetch below the log start continues here after the remote segments).

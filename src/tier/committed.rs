@@ -7,7 +7,7 @@
 use super::error::TierError;
 use super::keys::SegmentObject;
 use super::manifest::RemoteSegment;
-use super::read::{get_checked, holding, read_segment};
+use super::read::{get_checked, holding, read_segment, readable};
 use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::format::AbortedTransaction;
@@ -32,7 +32,7 @@ pub fn fetch_committed(
             .map_err(|error| TierError::LocalRead { offset, error });
     }
     let manifest = read_manifest(store, partition)?;
-    let segments = manifest.as_ref().map_or(&[][..], |m| &m.segments[..]);
+    let segments = readable(manifest.as_ref(), offset, log_start_offset)?;
     let at = holding(segments, offset, log_start_offset)?;
     let segment = &segments[at];
     let read = read_segment(store, partition, segment, offset, max_bytes)?;
@@ -60,7 +60,9 @@ pub fn fetch_committed(
         next_offset: read.next_offset,
         high_watermark,
         last_stable_offset: log.last_stable_offset().min(high_watermark),
-        log_start_offset,
+        log_start_offset: manifest.as_ref().map_or(log_start_offset, |m| {
+            m.partition_log_start(log_start_offset)
+        }),
         aborted_transactions: Some(
             found
                 .iter()

@@ -239,6 +239,54 @@ pub enum TierError {
         /// Objects of the upload left in the store (named by no manifest).
         orphans_left: usize,
     },
+    /// A read asked for an offset below the partition's log start (raised by DeleteRecords
+    /// or retention across tiers; Kafka's OFFSET_OUT_OF_RANGE).
+    #[error("offset {offset} is below the partition's log start {log_start_offset}")]
+    BelowLogStart {
+        /// The offset asked for.
+        offset: i64,
+        /// The partition's log start offset, across tiers.
+        log_start_offset: i64,
+    },
+    /// A DeleteRecords asked for an offset below 0 or above the high watermark: nothing
+    /// changed.
+    #[error(
+        "delete records to offset {offset}: not in [0, {high_watermark}] (the high watermark)"
+    )]
+    DeleteRecordsOutOfRange {
+        /// The offset asked for.
+        offset: i64,
+        /// The log's high watermark.
+        high_watermark: i64,
+    },
+    /// The log's own DeleteRecords failed after the manifest recorded the new log start; the
+    /// next [`super::reconcile`] (the tiering job's next run) raises the local log start.
+    #[error(
+        "delete records to offset {offset}: the manifest holds it, the local log failed: {error}"
+    )]
+    LocalDeleteRecords {
+        /// The new log start offset, recorded in the manifest.
+        offset: i64,
+        /// The log's error.
+        error: RewriteError,
+    },
+    /// The manifest names a segment at this base whose offsets or bytes (size, CRC-32C) are
+    /// not the local log's (the log was truncated below the remote end and written again):
+    /// [`super::reconcile`] drops it from the manifest before anything is uploaded there.
+    #[error(
+        "segment {segment}: the manifest names [{segment}, {remote_end}) of {remote_size} bytes, \
+         not the local log's bytes: it {}", local.map_or("has no sealed segment there".to_string(),
+         |(end, size)| format!("has [{segment}, {end}) of {size} bytes")))]
+    RemoteDiverged {
+        /// Its base offset.
+        segment: i64,
+        /// The remote segment's end.
+        remote_end: i64,
+        /// The remote `.log`'s size.
+        remote_size: u64,
+        /// The local sealed segment's end and `.log` size, if it has one.
+        local: Option<(i64, u64)>,
+    },
 }
 
 fn describe(problems: &[Problem]) -> String {
@@ -283,6 +331,10 @@ impl TierError {
             TierError::RestoreNotEmpty { .. } => "restore_not_empty",
             TierError::NothingRemote { .. } => "nothing_remote",
             TierError::Restore { .. } => "restore",
+            TierError::BelowLogStart { .. } => "below_log_start",
+            TierError::DeleteRecordsOutOfRange { .. } => "delete_records_out_of_range",
+            TierError::LocalDeleteRecords { .. } => "local_delete_records",
+            TierError::RemoteDiverged { .. } => "remote_diverged",
         }
     }
 }

@@ -102,6 +102,7 @@ mod tests {
         let m = Manifest {
             partition: "p".into(),
             generation: 3,
+            log_start_offset: 0,
             segments: vec![remote(0, 10, 100), remote(10, 20, 100), remote(20, 30, 100)],
         };
         let local = [(0, 10, 100), (10, 20, 100), (20, 30, 100), (30, 40, 100)];

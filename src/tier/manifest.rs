@@ -3,9 +3,10 @@
 //! encoding, decoding and the rules every manifest keeps; the store calls are in `upload`.
 //!
 //! ```text
-//! oncelog-tier-manifest 1
+//! oncelog-tier-manifest 2
 //! partition orders-0
 //! generation 2
+//! log_start_offset 120
 //! segments 1
 //! 0 860 8c1f03a95e2b7d40 1700000000859 98986:5a1e33c0 96:0c3e8a41 108:1bd06e3f 0:00000000 31:77c0d1e2 14:96a0f2b3
 //! crc32c 2e7c91a4
@@ -16,7 +17,9 @@ use crate::format;
 use crate::segment::{offset_index, time_index, txn_index};
 
 const MAGIC: &str = "oncelog-tier-manifest";
-const VERSION: u32 = 1;
+/// The version written. Version 1 (no `log_start_offset` line) is still read: its log start
+/// is its first segment's base.
+const VERSION: u32 = 2;
 
 /// The size and CRC-32C of one object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,6 +74,10 @@ pub struct Manifest {
     pub partition: String,
     /// Its generation: the number in its key.
     pub generation: u64,
+    /// The partition's log start offset across tiers (Kafka's `logStartOffset`, KIP-405):
+    /// raised by DeleteRecords and retention, never lowered. When there are segments, the
+    /// first one holds it (`first.base_offset <= log_start_offset < first.end_offset`).
+    pub log_start_offset: i64,
     /// The remote segments, in offset order, contiguous.
     pub segments: Vec<RemoteSegment>,
 }
@@ -99,6 +106,18 @@ impl Manifest {
         self.segments.last().map(|s| s.end_offset)
     }
 
+    /// The partition's log start offset, given the local log's start: the manifest's when its
+    /// segments reach the local log start (or when it is above the local start, which a crash
+    /// between a DeleteRecords' manifest and its local step leaves until
+    /// [`super::reconcile`]), else the local start (a hole between the remote end and the local
+    /// start is not readable).
+    pub fn partition_log_start(&self, local_log_start: i64) -> i64 {
+        match self.remote_end() {
+            Some(end) if end >= local_log_start => self.log_start_offset,
+            _ => self.log_start_offset.max(local_log_start),
+        }
+    }
+
     /// The remote segment whose base offset is `base`.
     pub fn segment(&self, base: i64) -> Option<&RemoteSegment> {
         self.segments.iter().find(|s| s.base_offset == base)
@@ -107,9 +126,10 @@ impl Manifest {
     /// The manifest's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = format!(
-            "{MAGIC} {VERSION}\npartition {}\ngeneration {}\nsegments {}\n",
+            "{MAGIC} {VERSION}\npartition {}\ngeneration {}\nlog_start_offset {}\nsegments {}\n",
             self.partition,
             self.generation,
+            self.log_start_offset,
             self.segments.len()
         );
         for s in &self.segments {
@@ -149,12 +169,16 @@ impl Manifest {
                 .ok_or_else(|| ManifestProblem::at(0, format!("ends before its {what} line")))
         };
         let (n, l) = next("version")?;
-        if l != format!("{MAGIC} {VERSION}") {
-            return Err(ManifestProblem::at(
-                n,
-                format!("not a version-{VERSION} manifest: {l:?}"),
-            ));
-        }
+        let version = match l.strip_prefix(MAGIC).and_then(|v| v.strip_prefix(' ')) {
+            Some("1") => 1,
+            Some("2") => 2,
+            _ => {
+                return Err(ManifestProblem::at(
+                    n,
+                    format!("not a version-1 or version-{VERSION} manifest: {l:?}"),
+                ))
+            }
+        };
         let (n, l) = next("partition")?;
         match l.strip_prefix("partition ") {
             Some(p) if p == partition => {}
@@ -173,6 +197,19 @@ impl Manifest {
                 format!("generation {found}, but it is stored as generation {generation}"),
             ));
         }
+        let stated_start = if version >= 2 {
+            let (n, l) = next("log_start_offset")?;
+            let start: i64 = keyed(n, l, "log_start_offset")?;
+            if start < 0 {
+                return Err(ManifestProblem::at(
+                    n,
+                    format!("log start offset {start} below 0"),
+                ));
+            }
+            Some((n, start))
+        } else {
+            None
+        };
         let (n, l) = next("segments")?;
         let count: usize = keyed(n, l, "segments")?;
         let mut segments: Vec<RemoteSegment> = Vec::new();
@@ -195,9 +232,29 @@ impl Manifest {
                 reason: format!("{count} segments declared, {} found", segments.len()),
             });
         }
+        // Version 1 had no log start: the first segment's base was the partition's start.
+        let log_start_offset = match stated_start {
+            Some((n, start)) => {
+                if let Some(first) = segments
+                    .first()
+                    .filter(|f| !(f.base_offset..f.end_offset).contains(&start))
+                {
+                    return Err(ManifestProblem::at(
+                        n,
+                        format!(
+                            "log start offset {start} outside the first segment [{}, {})",
+                            first.base_offset, first.end_offset
+                        ),
+                    ));
+                }
+                start
+            }
+            None => segments.first().map_or(0, |f| f.base_offset),
+        };
         Ok(Manifest {
             partition: partition.to_string(),
             generation,
+            log_start_offset,
             segments,
         })
     }
@@ -357,6 +414,7 @@ mod tests {
         Manifest {
             partition: "orders-0".into(),
             generation: 2,
+            log_start_offset: 120,
             segments: vec![segment(0, 860), segment(860, 1720)],
         }
     }
@@ -367,7 +425,8 @@ mod tests {
         let bytes = m.encode();
         let text = String::from_utf8(bytes.clone()).unwrap();
         assert!(text.starts_with(
-            "oncelog-tier-manifest 1\npartition orders-0\ngeneration 2\nsegments 2\n0 860 \
+            "oncelog-tier-manifest 2\npartition orders-0\ngeneration 2\nlog_start_offset 120\n\
+             segments 2\n0 860 \
              8c1f03a95e2b7d40 1700000000859 98986:5a1e33c0 96:0c3e8a41 108:1bd06e3f 0:00000000 \
              31:77c0d1e2 0:00000000\n"
         ));
@@ -375,6 +434,7 @@ mod tests {
         let empty = Manifest {
             partition: "p".into(),
             generation: 1,
+            log_start_offset: 5000,
             segments: vec![],
         };
         assert_eq!(Manifest::decode(&empty.encode(), "p", 1), Ok(empty));
@@ -415,7 +475,7 @@ mod tests {
         let body = &text[..text.rfind("crc32c").unwrap()];
         let cases: Vec<(String, Option<usize>)> = vec![
             (
-                body.replace("oncelog-tier-manifest 1", "oncelog-tier-manifest 2"),
+                body.replace("oncelog-tier-manifest 2", "oncelog-tier-manifest 3"),
                 Some(1),
             ),
             (
@@ -423,22 +483,31 @@ mod tests {
                 Some(2),
             ),
             (body.replace("generation 2", "generation 3"), Some(3)),
+            (
+                body.replace("log_start_offset 120", "log_start_offset 860"),
+                Some(4),
+            ),
+            (
+                body.replace("log_start_offset 120", "log_start_offset -1"),
+                Some(4),
+            ),
+            (body.replace("log_start_offset 120\n", ""), Some(4)),
             (body.replace("segments 2", "segments 3"), None),
-            (body.replace("segments 2", "segments 1"), Some(6)),
-            (body.replace("860 1720", "861 1720"), Some(6)),
-            (body.replace("0 860 ", "0 0 "), Some(5)),
-            (body.replace("98986:", "60:"), Some(5)),
-            (body.replace("96:", "95:"), Some(5)),
-            (body.replace("108:", "100:"), Some(5)),
-            (body.replace(" 0:00000000", " 33:00000000"), Some(5)),
+            (body.replace("segments 2", "segments 1"), Some(7)),
+            (body.replace("860 1720", "861 1720"), Some(7)),
+            (body.replace("0 860 ", "0 0 "), Some(6)),
+            (body.replace("98986:", "60:"), Some(6)),
+            (body.replace("96:", "95:"), Some(6)),
+            (body.replace("108:", "100:"), Some(6)),
+            (body.replace(" 0:00000000", " 33:00000000"), Some(6)),
             (
                 body.replace("8c1f03a95e2b7d40", "8C1F03A95E2B7D40"),
-                Some(5),
+                Some(6),
             ),
-            (body.replace("5a1e33c0", "5a1e33"), Some(5)),
-            (body.replace("1700000000859", "-2"), Some(5)),
-            (body.replace("0 860 ", "-5 860 "), Some(5)),
-            (body.replace("\n860 1720 ", "\n860  1720 "), Some(6)),
+            (body.replace("5a1e33c0", "5a1e33"), Some(6)),
+            (body.replace("1700000000859", "-2"), Some(6)),
+            (body.replace("0 860 ", "-5 860 "), Some(6)),
+            (body.replace("\n860 1720 ", "\n860  1720 "), Some(7)),
         ];
         for (edited, line) in cases {
             assert_ne!(edited, body, "the edit changed nothing");
@@ -447,5 +516,49 @@ mod tests {
                 Err(p) => assert_eq!(p.line, line, "{edited:?}: {}", p.reason),
             }
         }
+    }
+
+    #[test]
+    fn a_version_1_manifest_still_reads_its_start_being_its_first_segments_base() {
+        let text = String::from_utf8(manifest().encode()).unwrap();
+        let body = &text[..text.rfind("crc32c").unwrap()];
+        let v1 = body
+            .replace("oncelog-tier-manifest 2", "oncelog-tier-manifest 1")
+            .replace("log_start_offset 120\n", "");
+        let m = Manifest::decode(&resealed(&v1), "orders-0", 2).unwrap();
+        assert_eq!(m.log_start_offset, 0);
+        assert_eq!(m.segments, manifest().segments);
+        let empty = "oncelog-tier-manifest 1\npartition orders-0\ngeneration 2\nsegments 0\n";
+        assert_eq!(
+            Manifest::decode(&resealed(empty), "orders-0", 2).map(|m| m.log_start_offset),
+            Ok(0)
+        );
+        // A version-1 manifest with the version-2 line is refused.
+        let mixed = body.replace("oncelog-tier-manifest 2", "oncelog-tier-manifest 1");
+        assert!(Manifest::decode(&resealed(&mixed), "orders-0", 2).is_err());
+    }
+
+    #[test]
+    fn the_partition_log_start_is_the_manifests_when_its_segments_reach_the_local_start() {
+        let m = manifest(); // segments [0, 1720), log start 120
+        assert_eq!(
+            m.partition_log_start(1720),
+            120,
+            "contiguous with the local log"
+        );
+        assert_eq!(m.partition_log_start(900), 120, "overlapping the local log");
+        assert_eq!(
+            m.partition_log_start(100),
+            120,
+            "a crash between a DeleteRecords' manifest and its local step: never lower"
+        );
+        assert_eq!(m.partition_log_start(2000), 2000, "a hole: the local start");
+        let empty = Manifest {
+            segments: vec![],
+            log_start_offset: 3000,
+            ..m
+        };
+        assert_eq!(empty.partition_log_start(2000), 3000);
+        assert_eq!(empty.partition_log_start(4000), 4000);
     }
 }

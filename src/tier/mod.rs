@@ -17,9 +17,13 @@
 //! [`offset_for_timestamp`] by time), and
 //! [`restore`] starts a partition whose disk was lost over at the remote end with its producers'
 //! windows; [`enforce_remote_retention`] applies the partition's retention to its remote
-//! segments. A `LogManager` runs uploads and both retentions as its tiering job.
-//! [`CachedStore`] keeps fetched indexes and blocks of segments within a byte budget. Not built
-//! yet: DeleteRecords over remote segments.
+//! segments. [`delete_records`] raises the partition's log start across tiers (recorded in the
+//! manifest first, then the local log's; [`log_start_offset`] answers it), [`reconcile`]
+//! brings the local log and the manifest back into agreement (after a crash between those two
+//! steps, or a truncation of the log below what is uploaded), and [`remove_orphans`] deletes
+//! objects no manifest names. A `LogManager` runs reconciliation, uploads, both retentions and
+//! orphan removal as its tiering job. [`CachedStore`] keeps fetched indexes and blocks of
+//! segments within a byte budget.
 //!
 //! ```
 //! # use std::sync::Mutex; use std::collections::BTreeMap; use std::ops::Range;
@@ -61,11 +65,15 @@
 
 mod cache;
 mod committed;
+mod delete_records;
 mod error;
+mod generation;
 pub mod keys;
 mod local;
 mod manifest;
+mod orphans;
 mod read;
+mod reconcile;
 mod remote_retention;
 mod restore;
 mod store;
@@ -74,11 +82,14 @@ mod upload;
 
 pub use cache::{CacheStats, CachedStore, CACHE_BLOCK_BYTES};
 pub use committed::fetch_committed;
+pub use delete_records::{delete_records, RecordsDeleted};
 pub use error::{NotUploadable, TierError};
 pub use keys::{SegmentObject, UploadId};
 pub use local::{enforce_local_retention, LocalRetention};
 pub use manifest::{Manifest, ManifestProblem, ObjectDigest, RemoteSegment};
-pub use read::{read, read_remote};
+pub use orphans::{remove_orphans, OrphanSightings, OrphansRemoved};
+pub use read::{log_start_offset, read, read_remote, settle_log_start};
+pub use reconcile::{reconcile, reconcile_with, Reconciled, Verified};
 pub use remote_retention::{enforce_remote_retention, RemoteRetentionReport};
 pub use restore::{restore, Restored};
 pub use store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteStore};

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::cache::CACHE_BLOCK_BYTES;
 use super::error::TierError;
 use super::keys::SegmentObject;
-use super::manifest::{ObjectDigest, RemoteSegment};
+use super::manifest::{Manifest, ObjectDigest, RemoteSegment};
 use super::store::RemoteStore;
 use super::upload::read_manifest;
 use crate::format;
@@ -36,9 +36,57 @@ pub fn read(
             .map_err(|error| TierError::LocalRead { offset, error });
     }
     let manifest = read_manifest(store, partition)?;
-    let segments = manifest.as_ref().map_or(&[][..], |m| &m.segments[..]);
+    let segments = readable(manifest.as_ref(), offset, log_start_offset)?;
     let at = holding(segments, offset, log_start_offset)?;
     read_remote(store, partition, &segments[at], offset, max_bytes)
+}
+
+/// The partition's log start offset across tiers (Kafka's `logStartOffset`): the manifest's
+/// log start when its segments reach the log's start, else the log's
+/// ([`Manifest::partition_log_start`]). Reads the manifest from the store.
+pub fn log_start_offset(
+    log: &Log,
+    store: &dyn RemoteStore,
+    partition: &str,
+) -> Result<i64, TierError> {
+    let local = log.log_start_offset();
+    Ok(read_manifest(store, partition)?.map_or(local, |m| m.partition_log_start(local)))
+}
+
+/// Finishes a DeleteRecords that a crash (or a failure) cut between its manifest and the
+/// log's own step, raising the local log start to the manifest's, and answers the partition's
+/// log start offset ([`log_start_offset`]). Cheap (one manifest read): run it when a tiered
+/// partition opens, before it serves reads. [`super::reconcile`] does it too.
+pub fn settle_log_start(
+    log: &Log,
+    store: &dyn RemoteStore,
+    partition: &str,
+) -> Result<i64, TierError> {
+    let local = log.log_start_offset();
+    let Some(m) = read_manifest(store, partition)? else {
+        return Ok(local);
+    };
+    super::reconcile::raise_local_start(log, &m)?;
+    Ok(m.partition_log_start(log.log_start_offset()))
+}
+
+/// The manifest's segments, for a read at `offset` below the local log start; an offset below
+/// the partition's log start (a DeleteRecords raised it) is [`TierError::BelowLogStart`].
+pub(super) fn readable(
+    manifest: Option<&Manifest>,
+    offset: i64,
+    log_start_offset: i64,
+) -> Result<&[RemoteSegment], TierError> {
+    let Some(m) = manifest else {
+        return Ok(&[]);
+    };
+    if offset < m.log_start_offset {
+        return Err(TierError::BelowLogStart {
+            offset,
+            log_start_offset: m.partition_log_start(log_start_offset),
+        });
+    }
+    Ok(&m.segments)
 }
 
 /// The index of the remote segment holding `offset` (below the local `log_start_offset`), or

@@ -6,10 +6,10 @@
 //! naming a missing object.
 
 use super::error::TierError;
-use super::keys::{self, SegmentObject};
-use super::manifest::Manifest;
-use super::store::{Created, RemoteStore};
-use super::upload::{newest_generation, prune, read_manifest};
+use super::generation::{delete_objects, next_of, write_next};
+use super::keys::SegmentObject;
+use super::store::RemoteStore;
+use super::upload::read_manifest;
 use crate::log::{Log, RetentionReason};
 
 /// What [`enforce_remote_retention`] did.
@@ -52,49 +52,22 @@ pub fn enforce_remote_retention(
     if reasons.is_empty() {
         return Ok(report);
     }
-    let generation = manifest.generation + 1;
-    let next = Manifest {
-        partition: partition.to_string(),
-        generation,
-        segments: manifest.segments[reasons.len()..].to_vec(),
-    };
-    let key = keys::manifest_key(partition, generation);
-    let conflict = || TierError::ManifestConflict {
-        partition: partition.to_string(),
-        generation,
-        segment: manifest.segments[0].base_offset,
-        orphans_left: 0,
-    };
-    match store.put_if_absent(&key, &next.encode()) {
-        Ok(Created::Created) => {}
-        Ok(Created::AlreadyExists) => return Err(conflict()),
-        // It may have been written all the same: what the store holds decides.
-        Err(error) => match store.get(&key) {
-            Ok(found) if found == next.encode() => {}
-            Ok(_) => return Err(conflict()),
-            Err(_) => {
-                return Err(TierError::Remote {
-                    step: format!("put_if_absent manifest generation {generation}"),
-                    error,
-                })
-            }
-        },
-    }
-    // A writer that lagged behind pruned generations could create one nobody reads: then the
-    // current manifest may still name these segments, and their objects stay.
-    if newest_generation(store, partition)? != Some(generation) {
-        return Err(conflict());
-    }
-    prune(store, partition, generation);
-    for (s, reason) in manifest.segments.iter().zip(&reasons) {
-        for o in SegmentObject::ALL {
-            let key = o.key(partition, s.base_offset, s.end_offset, s.upload_id);
-            if store.delete(&key).is_err() {
-                report.orphans_left += 1;
-            }
-        }
+    let kept = manifest.segments[reasons.len()..].to_vec();
+    // The partition's start moves up with its first segment, never down.
+    let log_start = kept
+        .first()
+        .map_or(manifest.segments[reasons.len() - 1].end_offset, |f| {
+            f.base_offset
+        })
+        .max(manifest.log_start_offset);
+    let next = next_of(&manifest, kept, log_start);
+    write_next(store, &next, manifest.segments[0].base_offset)?;
+    let gone = &manifest.segments[..reasons.len()];
+    report.orphans_left = delete_objects(store, partition, gone);
+    for (s, reason) in gone.iter().zip(&reasons) {
         report.removed.push((s.base_offset, s.end_offset, *reason));
     }
+    let generation = next.generation;
     report.generation = Some(generation);
     Ok(report)
 }

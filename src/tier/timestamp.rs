@@ -23,12 +23,12 @@ pub fn offset_for_timestamp(
 ) -> Result<Option<TimestampOffset>, TierError> {
     let local_start = log.log_start_offset();
     if let Some(manifest) = read_manifest(store, partition)? {
-        for s in manifest
-            .segments
-            .iter()
-            .filter(|s| s.end_offset <= local_start && s.max_timestamp >= timestamp)
-        {
-            if let Some(found) = search_remote(store, partition, s, timestamp)? {
+        // Nothing below the partition's log start is an answer (a DeleteRecords raised it).
+        let from = manifest.log_start_offset;
+        for s in manifest.segments.iter().filter(|s| {
+            s.end_offset <= local_start && s.end_offset > from && s.max_timestamp >= timestamp
+        }) {
+            if let Some(found) = search_remote(store, partition, s, timestamp, from)? {
                 return Ok(Some(found));
             }
         }
@@ -40,13 +40,14 @@ pub fn offset_for_timestamp(
         })
 }
 
-/// The first record at or after `timestamp` in the remote segment `s`, as `Segment::
-/// find_timestamp` and the log find it in a local one.
+/// The first record at or after `timestamp` in the remote segment `s`, at or above the offset
+/// `from`, as `Segment::find_timestamp` and the log find it in a local one.
 fn search_remote(
     store: &dyn RemoteStore,
     partition: &str,
     s: &RemoteSegment,
     timestamp: i64,
+    from_offset: i64,
 ) -> Result<Option<TimestampOffset>, TierError> {
     let base = s.base_offset;
     let time = get_checked(store, partition, s, SegmentObject::TimeIndex)?;
@@ -85,23 +86,26 @@ fn search_remote(
             reason,
         };
         let batch = RecordBatch::parse(bytes).map_err(|e| corrupt(e.to_string()))?;
-        if batch.max_timestamp() >= timestamp {
+        if batch.max_timestamp() >= timestamp && batch.last_offset() >= from_offset {
             // Kafka answers with the first record at or after the target, not its batch.
             let records = batch.records_buf().map_err(|e| corrupt(e.to_string()))?;
             for record in batch.iter_records(&records) {
                 let record = record.map_err(|e| corrupt(e.to_string()))?;
-                if record.timestamp >= timestamp {
+                if record.timestamp >= timestamp && record.offset >= from_offset {
                     return Ok(Some(TimestampOffset {
                         timestamp: record.timestamp,
                         offset: record.offset,
                     }));
                 }
             }
-            // A header whose maxTimestamp no record has: the batch, as Kafka's shallow answer.
-            return Ok(Some(TimestampOffset {
-                timestamp: batch.max_timestamp(),
-                offset: batch.base_offset(),
-            }));
+            // A header whose maxTimestamp no record has: the batch, as Kafka's shallow answer
+            // (unless the batch straddles the log start: then the scan goes on).
+            if batch.base_offset() >= from_offset {
+                return Ok(Some(TimestampOffset {
+                    timestamp: batch.max_timestamp(),
+                    offset: batch.base_offset(),
+                }));
+            }
         }
         at += len;
     }

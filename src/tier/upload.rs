@@ -2,7 +2,7 @@
 //! "Tiered storage"): take the segment's files, check them, put its six objects under a fresh
 //! upload id, then create the next manifest generation with a put-if-absent.
 
-use super::error::TierError;
+use super::error::{NotUploadable, TierError};
 use super::keys::{self, SegmentObject, UploadId};
 use super::manifest::{Manifest, ObjectDigest, RemoteSegment};
 use super::store::{Created, RemoteStore};
@@ -62,7 +62,27 @@ pub fn upload_segment(
 ) -> Result<Uploaded, TierError> {
     check_prefix(partition)?;
     let current = read_manifest(store, partition)?;
-    if let Some(m) = current.as_ref().filter(|m| m.segment(base).is_some()) {
+    if let Some((m, r)) = current
+        .as_ref()
+        .and_then(|m| m.segment(base).map(|r| (m, r)))
+    {
+        // Named already: by this log's bytes, unless the log was cut below and written again
+        // (then `reconcile` drops it first; a second copy of its offsets never goes up).
+        let local = log
+            .sealed_log_digest(base)
+            .map_err(|error| TierError::LocalFile {
+                segment: base,
+                error,
+            })?;
+        let remote = r.object(SegmentObject::Log);
+        if local != Some((r.end_offset, remote.size, remote.crc32c)) {
+            return Err(TierError::RemoteDiverged {
+                segment: base,
+                remote_end: r.end_offset,
+                remote_size: remote.size,
+                local: local.map(|(end, size, _)| (end, size)),
+            });
+        }
         return Ok(Uploaded::AlreadyRemote {
             generation: m.generation,
         });
@@ -78,6 +98,25 @@ pub fn upload_segment(
         });
     }
     let files = log.sealed_segment_files(base)?;
+    let (generation, mut segments, log_start) = match current {
+        Some(m) => (m.generation + 1, m.segments, m.log_start_offset),
+        None => (1, Vec::new(), 0),
+    };
+    // The first segment of a manifest holds the partition's start: the log's, or the one a
+    // DeleteRecords recorded, whichever is higher; later uploads leave it.
+    let log_start = if segments.is_empty() {
+        log_start.max(base).max(log.log_start_offset())
+    } else {
+        log_start
+    };
+    if log_start >= files.end_offset {
+        return Err(TierError::NotUploadable {
+            segment: base,
+            reason: NotUploadable::BelowLogStart {
+                log_start_offset: log_start,
+            },
+        });
+    }
     check_files(&files)?;
     let epochs = epochs::encode(&files.leader_epochs).into_bytes();
     let bodies: [&[u8]; 6] = [
@@ -108,14 +147,11 @@ pub fn upload_segment(
         max_timestamp: files.max_timestamp,
         objects: bodies.map(ObjectDigest::of),
     };
-    let (generation, mut segments) = match current {
-        Some(m) => (m.generation + 1, m.segments),
-        None => (1, Vec::new()),
-    };
     segments.push(segment.clone());
     let next = Manifest {
         partition: partition.to_string(),
         generation,
+        log_start_offset: log_start,
         segments,
     };
     commit(store, &next, &segment, &keys)?;
@@ -270,7 +306,7 @@ pub(super) fn newest_generation(
     Ok(newest)
 }
 
-fn read_generation(
+pub(super) fn read_generation(
     store: &dyn RemoteStore,
     partition: &str,
     generation: u64,

@@ -31,6 +31,7 @@ mod metadata_checksums;
 mod mutation_sweep;
 mod processed_crash_sim;
 mod recovery_hostile;
+mod tier_delete_crash;
 mod tier_upload_crash;
 mod txn_crash_sim;
 mod write_group_sim;

@@ -34,25 +34,25 @@ use oncelog::tier::{self, SegmentObject, TierError, Uploaded};
 use oncelog::{AppendOutcome, Log, LogConfig};
 
 const DEFAULT_POINTS: u64 = 600;
-const T0: i64 = 1_700_000_000_000;
-const P: &str = "tier/topic-0";
+pub(super) const T0: i64 = 1_700_000_000_000;
+pub(super) const P: &str = "tier/topic-0";
 const TEST: &str = "a_crash_at_any_file_operation_of_an_upload_leaves_the_segment_local_or_remote";
 
-struct Built {
-    fs: SimFs,
-    clock: Arc<StepClock>,
-    cfg: LogConfig,
-    log: Log,
-    store: FsStore,
+pub(super) struct Built {
+    pub(super) fs: SimFs,
+    pub(super) clock: Arc<StepClock>,
+    pub(super) cfg: LogConfig,
+    pub(super) log: Log,
+    pub(super) store: FsStore,
     /// The segment to upload.
-    base: i64,
+    pub(super) base: i64,
     /// Segments uploaded before it.
-    before: usize,
-    rng: SplitMix64,
+    pub(super) before: usize,
+    pub(super) rng: SplitMix64,
 }
 
 /// Every batch from the log start to the log end.
-fn content(ctx: &Ctx, log: &Log) -> Vec<Vec<u8>> {
+pub(super) fn content(ctx: &Ctx, log: &Log) -> Vec<Vec<u8>> {
     let end = log.log_end_offset();
     let mut next = log.log_start_offset();
     let mut out = Vec::new();
@@ -84,7 +84,7 @@ fn batches_in(batches: &[Vec<u8>], base: i64, end: i64) -> Vec<u8> {
     out
 }
 
-fn build(seed: u64, ctx: &mut Ctx, uploaded_first: bool) -> Built {
+pub(super) fn build(seed: u64, ctx: &mut Ctx, uploaded_first: bool) -> Built {
     let mut rng = SplitMix64::new(seed);
     let fs = SimFs::new();
     let clock = StepClock::new();
@@ -196,7 +196,7 @@ fn check_after(
     }
 }
 
-fn tier_object(ctx: &Ctx, store: &FsStore, key: &str) -> Vec<u8> {
+pub(super) fn tier_object(ctx: &Ctx, store: &FsStore, key: &str) -> Vec<u8> {
     use oncelog::tier::RemoteStore;
     store
         .get(key)
@@ -286,7 +286,7 @@ fn content_through_tier(ctx: &Ctx, log: &Log, store: &FsStore) -> Vec<Vec<u8>> {
     out
 }
 
-fn retain(b: &Built) -> Result<usize, TierError> {
+pub(super) fn retain(b: &Built) -> Result<usize, TierError> {
     let all = tier::LocalRetention::new(None, Some(0));
     tier::enforce_local_retention(&b.log, &b.store, P, all, T0).map(|r| r.deleted.len())
 }

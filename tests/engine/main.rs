@@ -42,6 +42,7 @@ mod segment_growth;
 mod segment_space;
 mod tier_cache;
 mod tier_common;
+mod tier_delete_records;
 mod tier_local;
 mod tier_remote_retention;
 mod tier_restore;

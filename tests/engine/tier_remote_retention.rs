@@ -87,19 +87,21 @@ fn expired_remote_segments_leave_the_manifest_then_the_store() {
                 .is_none());
         }
     }
-    // Below the new remote start nothing reads; above it the store still answers.
+    // Below the new remote start nothing reads (the partition's start moved up with it, in
+    // the manifest); above it the store still answers.
+    let kept = after.segments[0].base_offset;
+    assert_eq!(after.log_start_offset, kept);
     let e = tier::read(&log, &store, P, 0, 1 << 20).unwrap_err();
     assert!(
         matches!(
             e,
-            TierError::NotRemote {
-                remote: Some(_),
-                ..
-            }
+            TierError::BelowLogStart {
+                offset: 0,
+                log_start_offset
+            } if log_start_offset == kept
         ),
         "{e}"
     );
-    let kept = after.segments[0].base_offset;
     assert!(!tier::read(&log, &store, P, kept, 1 << 20)
         .unwrap()
         .is_empty());

@@ -3,6 +3,8 @@
 //! store is a failure in the job's report, its statistics and the partition's status, retried
 //! after a backoff that doubles; the byte rate bounds a run; compacted partitions stay local;
 //! a partition's own `remote.storage.enable` and `local.retention.*` win over the manager's.
+//! Each run reconciles a truncated log with its manifest, finishes a DeleteRecords a crash cut,
+//! and removes orphaned objects after their grace.
 
 use crate::common;
 use crate::common_tier::{MemStore, Strike};
@@ -325,5 +327,87 @@ fn the_job_applies_the_partitions_retention_to_its_remote_segments() {
         .unwrap();
     assert!(manifest.segments.is_empty());
     assert!(store.keys().iter().all(|k| k.contains("/manifest/")));
+    m.close().unwrap();
+}
+
+/// Batches with no producer (a truncated log takes others at the same offsets), of `fill`.
+fn fill_plain(log: &Log, n: i64, fill: u8) {
+    for i in 0..n {
+        let mut b = BatchBuilder::new();
+        b.append(T0 + i, Some(b"k"), Some(&[fill; 300]), &[]);
+        log.append(&b.build().unwrap()).unwrap();
+    }
+    log.flush().unwrap();
+}
+
+#[test]
+fn the_job_reconciles_a_truncated_log_finishes_a_cut_delete_records_and_removes_orphans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clock = TestClock::new(T0);
+    let m = open(tmp.path(), &clock);
+    let log = m.create("t", 0, PartitionConfig::default()).unwrap();
+    fill_plain(&log, 80, b'a');
+    let store = Arc::new(MemStore::new());
+    m.set_tiering(Tiering::new(store.clone(), "r").with_orphan_grace(Duration::from_secs(1)))
+        .unwrap();
+    m.run_job(Job::Tiering).unwrap();
+    let before = tier::read_manifest(store.as_ref(), "r/t-0")
+        .unwrap()
+        .unwrap();
+    assert!(before.segments.len() >= 3);
+    // An upload that crashed after its puts.
+    let orphan = tier::SegmentObject::Log.key("r/t-0", 0, 1, tier::UploadId(7));
+    store.insert(&orphan, b"lost");
+    // The log is cut inside the second remote segment and written again, other bytes.
+    let cut = before.segments[1].base_offset + 1;
+    log.replica().truncate_to(cut).unwrap();
+    fill_plain(&log, 80 - cut, b'b');
+    let r = m.run_job(Job::Tiering).unwrap();
+    assert!(r.failures.is_empty(), "{r:?}");
+    let s = m.tier_status("t", 0).unwrap();
+    assert_eq!(s.remote_segments_dropped, before.segments.len() as u64 - 1);
+    assert_eq!((s.orphans_removed, s.orphans_waiting), (0, 1));
+    // What is remote now is the log's bytes.
+    assert_eq!(
+        tier::reconcile(&log, store.as_ref(), "r/t-0").unwrap(),
+        tier::Reconciled::default()
+    );
+    let after = tier::read_manifest(store.as_ref(), "r/t-0")
+        .unwrap()
+        .unwrap();
+    for seg in &after.segments {
+        let remote =
+            tier::read_remote(store.as_ref(), "r/t-0", seg, seg.base_offset, 1 << 20).unwrap();
+        assert_eq!(remote, log.read(seg.base_offset, remote.len()).unwrap());
+    }
+    // Within its grace the orphan stays; after it, it goes.
+    m.run_job(Job::Tiering).unwrap();
+    assert!(store.object(&orphan).is_some());
+    clock.set(T0 + 2_000);
+    m.run_job(Job::Tiering).unwrap();
+    let s = m.tier_status("t", 0).unwrap();
+    assert_eq!((s.orphans_removed, s.orphans_waiting), (1, 0));
+    assert!(store.object(&orphan).is_none());
+    // A DeleteRecords whose manifest was written and whose local step a crash cut: the next run
+    // raises the local start, and the status reports the partition's start.
+    let m2 = tier::read_manifest(store.as_ref(), "r/t-0")
+        .unwrap()
+        .unwrap();
+    let x = m2.segments[1].base_offset;
+    let next = tier::Manifest {
+        generation: m2.generation + 1,
+        log_start_offset: x,
+        segments: m2.segments[1..].to_vec(),
+        ..m2
+    };
+    store.insert(
+        &tier::keys::manifest_key("r/t-0", next.generation),
+        &next.encode(),
+    );
+    assert_eq!(log.log_start_offset(), 0);
+    let r = m.run_job(Job::Tiering).unwrap();
+    assert!(r.failures.is_empty(), "{r:?}");
+    assert_eq!(log.log_start_offset(), x);
+    assert_eq!(m.tier_status("t", 0).unwrap().log_start_offset, Some(x));
     m.close().unwrap();
 }

@@ -278,6 +278,13 @@ pub struct Partition {
     log: Arc<Log>,
     /// The remote segments, when the broker tiers (reads below the local log start).
     remote: Option<Remote>,
+    /// The manifest as this partition last read it (at open, by ListOffsets, after its own
+    /// DeleteRecords): the partition's log start across tiers is computed from it against the
+    /// local log start, without a store call per fetch. The tiering job's remote retention
+    /// moves the start up without telling it: until the next read of the manifest, fetches
+    /// report the start before that (a read below the new one still answers
+    /// OFFSET_OUT_OF_RANGE with it).
+    manifest: Mutex<Option<tier::Manifest>>,
     appended: AppendSignal,
     /// Why the partition is offline, once a batch read from it failed its check.
     offline: OnceLock<String>,
@@ -296,6 +303,7 @@ impl Partition {
             index,
             log,
             remote,
+            manifest: Mutex::new(None),
             appended: AppendSignal::default(),
             offline: OnceLock::new(),
         }
@@ -307,8 +315,46 @@ impl Partition {
     pub fn index(&self) -> i32 {
         self.index
     }
+    /// The partition's log start offset (Kafka's `logStartOffset`, the low watermark Fetch,
+    /// Produce and share groups report): with tiered storage, the start across tiers, from the
+    /// manifest this partition last read ([`Partition::earliest_offset`] reads it afresh).
     pub fn log_start_offset(&self) -> i64 {
+        let local = self.log.log_start_offset();
+        self.manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(local, |m| m.partition_log_start(local))
+    }
+
+    /// The local log start offset (Kafka's `localLogStartOffset`, ListOffsets EARLIEST_LOCAL).
+    pub fn local_log_start_offset(&self) -> i64 {
         self.log.log_start_offset()
+    }
+
+    /// Remembers the manifest just read.
+    fn remember(&self, manifest: Option<&tier::Manifest>) {
+        if let Some(m) = manifest {
+            *self.manifest.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.clone());
+        }
+    }
+
+    /// Finishes a DeleteRecords a crash cut between its manifest and the local log
+    /// (`oncelog::tier::settle_log_start`) and reads the manifest, before the partition serves.
+    /// A store that fails leaves the local start until the next read of the manifest (the
+    /// tiering job reconciles the log at its next run).
+    fn settle(&self) {
+        let Some(remote) = &self.remote else {
+            return;
+        };
+        let settled = tier::settle_log_start(&self.log, remote.store.as_ref(), &remote.prefix)
+            .and_then(|_| tier::read_manifest(remote.store.as_ref(), &remote.prefix));
+        match settled {
+            Ok(m) => self.remember(m.as_ref()),
+            Err(e) => {
+                tracing::warn!(partition = ?self, error = %e, "tiered log start not settled at open")
+            }
+        }
     }
     /// The next offset to be assigned; everything below it can be fetched (Kafka's high
     /// watermark on a single broker).
@@ -408,7 +454,17 @@ impl Partition {
                 offset,
                 log_start_offset: remote
                     .filter(|&(_, end)| end >= log_start_offset)
-                    .map_or(log_start_offset, |(start, _)| start),
+                    .map_or(log_start_offset, |(start, _)| start)
+                    .max(self.log_start_offset()),
+                log_end_offset: self.log.log_end_offset(),
+            },
+            // Below the partition's start: DeleteRecords raised it past what is asked.
+            TierError::BelowLogStart {
+                offset,
+                log_start_offset,
+            } => ReadRefused::OutOfRange {
+                offset,
+                log_start_offset,
                 log_end_offset: self.log.log_end_offset(),
             },
             // The local log start moved up between the check and the read.
@@ -599,15 +655,9 @@ impl Partition {
     /// manifest from the store.
     pub fn earliest_offset(&self) -> Result<i64, ReadRefused> {
         let local = self.log.log_start_offset();
-        let Some(manifest) = self.manifest()? else {
-            return Ok(local);
-        };
-        Ok(match (manifest.segments.first(), manifest.remote_end()) {
-            (Some(first), Some(end)) if first.base_offset < local && end >= local => {
-                first.base_offset
-            }
-            _ => local,
-        })
+        Ok(self
+            .manifest()?
+            .map_or(local, |m| m.partition_log_start(local)))
     }
 
     /// The last offset the remote segments hold (ListOffsets LATEST_TIERED), `None` when the
@@ -623,8 +673,12 @@ impl Partition {
     fn manifest(&self) -> Result<Option<oncelog::tier::Manifest>, ReadRefused> {
         match &self.remote {
             None => Ok(None),
-            Some(remote) => tier::read_manifest(remote.store.as_ref(), &remote.prefix)
-                .map_err(|e| self.remote_read_failed(e)),
+            Some(remote) => {
+                let m = tier::read_manifest(remote.store.as_ref(), &remote.prefix)
+                    .map_err(|e| self.remote_read_failed(e))?;
+                self.remember(m.as_ref());
+                Ok(m)
+            }
         }
     }
 
@@ -701,7 +755,34 @@ impl Partition {
         if self.log.recovery_point() < offset {
             self.log.flush().map_err(|e| failed(e.into()))?;
         }
-        self.log.delete_records(offset).map_err(failed)
+        let Some(remote) = &self.remote else {
+            return self.log.delete_records(offset).map_err(failed);
+        };
+        // Across tiers: the manifest records the new start first, then the local log follows.
+        let store = remote.store.as_ref();
+        let done =
+            tier::delete_records(&self.log, store, &remote.prefix, offset).map_err(
+                |e| match e {
+                    TierError::DeleteRecordsOutOfRange {
+                        offset,
+                        high_watermark,
+                    } => DeleteRecordsRefused::OutOfRange {
+                        offset,
+                        high_watermark,
+                    },
+                    TierError::LocalDeleteRecords { error, .. } => failed(error),
+                    other => DeleteRecordsRefused::Storage {
+                        kind: other.kind(),
+                        message: other.to_string(),
+                    },
+                },
+            )?;
+        // The start answered is the start every later fetch reports, even if the store then
+        // fails to answer this read.
+        if let Ok(m) = tier::read_manifest(store, &remote.prefix) {
+            self.remember(m.as_ref());
+        }
+        Ok(done.log_start_offset.max(self.log_start_offset()))
     }
 
     /// Kafka's OffsetsForLeaderEpoch answer from the partition's leader-epoch cache (the
@@ -1279,7 +1360,9 @@ fn open_topic(
         }
         lead(&log, &path)?;
         let remote = tier.map(|t| t.remote(name, index));
-        partitions.push(Arc::new(Partition::new(name, index, log, remote)));
+        let partition = Partition::new(name, index, log, remote);
+        partition.settle();
+        partitions.push(Arc::new(partition));
     }
     Ok(Arc::new(Topic {
         name: name.to_string(),

@@ -685,3 +685,138 @@ fn a_failing_object_store_is_logged_and_uploads_resume_once_it_is_back() {
     });
     assert_eq!(list_offset(&mut wire, -2), (0, 0), "EARLIEST");
 }
+
+/// One Fetch v11 of partition 0 of `topic` at `offset`: (error code, the log start offset the
+/// response reports).
+fn fetch_log_start(wire: &mut Wire, topic: &str, offset: i64) -> (i16, i64) {
+    let mut response: FetchResponse = wire.call(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1500)])]),
+    );
+    let p = response.responses.remove(0).partitions.remove(0);
+    (p.error_code, p.log_start_offset)
+}
+
+/// DeleteRecords v2 of partition 0 of `topic` to `offset`: (low watermark, error code).
+fn delete_records(wire: &mut Wire, topic: &str, offset: i64) -> (i64, i16) {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+    let response: DeleteRecordsResponse = wire.call(
+        ApiKey::DeleteRecords,
+        2,
+        &DeleteRecordsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![DeleteRecordsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(offset)])]),
+    );
+    let p = &response.topics[0].partitions[0];
+    (p.low_watermark, p.error_code)
+}
+
+#[test]
+fn delete_records_below_the_local_start_moves_the_partitions_start_across_tiers() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let mut broker = BrokerProcess::start(
+        data.path(),
+        &[
+            "--segment-bytes",
+            "4096",
+            "--tier-dir",
+            remote.path().to_str().unwrap(),
+            "--tier-interval-ms",
+            "100",
+            "--local-retention-bytes",
+            "0",
+        ],
+    );
+    let mut wire = Wire::connect(broker.addr);
+    create_topic(&mut wire, TOPIC);
+    let records = expected(base_timestamp());
+    for chunk in records.chunks(RECORDS_PER_BATCH as usize) {
+        assert_eq!(produce(&mut wire, TOPIC, 0, batch(chunk)).error_code, 0);
+    }
+    let end = BATCHES * RECORDS_PER_BATCH;
+    let local_start = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (local_start, _) = list_offset(&mut wire, -4);
+            if local_start > end / 2 {
+                break local_start;
+            }
+            assert!(Instant::now() < deadline, "local retention never ran");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!(
+        list_offset(&mut wire, -2),
+        (0, 0),
+        "EARLIEST: the remote start"
+    );
+    assert_eq!(fetch_log_start(&mut wire, TOPIC, 0), (0, 0));
+
+    // Below the local start: only the manifest can hold it.
+    let x = 12;
+    assert_eq!(delete_records(&mut wire, TOPIC, x), (x, 0));
+    assert_eq!(
+        list_offset(&mut wire, -2),
+        (x, 0),
+        "EARLIEST: the new start"
+    );
+    assert_eq!(
+        list_offset(&mut wire, -4),
+        (local_start, 0),
+        "EARLIEST_LOCAL"
+    );
+    assert_eq!(
+        fetch_log_start(&mut wire, TOPIC, 0),
+        (1, x),
+        "below the start: OFFSET_OUT_OF_RANGE, with the new start"
+    );
+    assert_eq!(fetch_log_start(&mut wire, TOPIC, x - 1).0, 1);
+    let (error, bytes, _) = fetch(&mut wire, x, 0);
+    assert_eq!(error, 0);
+    let (_, first) = BatchIter::new(&bytes).next().unwrap().unwrap();
+    assert!(first.base_offset() <= x && x <= first.last_offset());
+    assert_eq!(
+        fetch_log_start(&mut wire, TOPIC, local_start),
+        (0, x),
+        "a fetch of the local log reports the partition's start, not the local one"
+    );
+    // By timestamp: nothing below the start is an answer.
+    assert_eq!(list_offset(&mut wire, records[0].1), (x, 0));
+    assert_eq!(
+        delete_records(&mut wire, TOPIC, 3),
+        (x, 0),
+        "lower: nothing changes"
+    );
+
+    // A SIGKILL and a restart report the same start.
+    broker.crash();
+    let broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
+    assert_eq!(list_offset(&mut wire, -2), (x, 0));
+    assert_eq!(fetch_log_start(&mut wire, TOPIC, 0), (1, x));
+    assert_eq!(fetch_log_start(&mut wire, TOPIC, local_start), (0, x));
+
+    // At or above the local start: both starts move.
+    let y = local_start + 2;
+    assert_eq!(delete_records(&mut wire, TOPIC, y), (y, 0));
+    assert_eq!(list_offset(&mut wire, -2), (y, 0));
+    assert_eq!(list_offset(&mut wire, -4), (y, 0));
+    assert_eq!(fetch_log_start(&mut wire, TOPIC, x), (1, y));
+}

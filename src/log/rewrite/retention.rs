@@ -254,7 +254,8 @@ impl Log {
             largest_timestamp: s.max_timestamp(),
         }));
         let limits = Limits {
-            // No DeleteRecords over remote segments yet: the log-start rule removes none.
+            // DeleteRecords drops remote segments below the partition's start from the manifest
+            // itself (`tier::delete_records`): the log-start rule has none left to remove.
             log_start_offset: remote_only.first().map_or(start, |r| r.0),
             ..self.retention_limits(now_ms, start)
         };

@@ -114,7 +114,7 @@ fn lookup(
         // Kafka's `localLogStartOffset` (KIP-1005).
         EARLIEST_LOCAL => TimestampOffset {
             timestamp: -1,
-            offset: partition.log_start_offset(),
+            offset: partition.local_log_start_offset(),
         },
         // As Kafka, the local segments only (`UnifiedLog.fetchOffsetByTimestamp`).
         MAX_TIMESTAMP => below(partition.max_timestamp()?),
