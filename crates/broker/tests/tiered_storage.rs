@@ -346,6 +346,13 @@ fn serve_from_remote(
     let mut bytes = std::fs::read(&object).unwrap();
     bytes[100] ^= 0xff;
     std::fs::write(&object, &bytes).unwrap();
+    // The read cache holds the bytes it read and checked before the damage: they are what
+    // was uploaded, and are served.
+    assert_eq!(fetch(&mut wire, 0, 0).0, 0, "served from the read cache");
+    // A broker restarted (an empty cache) meets the damage.
+    assert!(broker.terminate().success(), "{:?}", broker.log());
+    broker = broker.restart();
+    let mut wire = Wire::connect(broker.addr);
     assert_eq!(fetch(&mut wire, 0, 0).0, 56, "read_uncommitted of damage");
     assert_eq!(fetch(&mut wire, 0, 1).0, 56, "read_committed of damage");
     let (error, records, _) = fetch(&mut wire, local_start, 0);
