@@ -7,11 +7,18 @@
 //! key), and a manifest generation is created once, with a put-if-absent. What a reader takes
 //! from the cache it checks as it would the store's answer (an index's size and CRC-32C
 //! against the manifest, each batch's CRC). A `put`, `put_if_absent` or `delete` through
-//! the cache drops what it holds of that key; a failure is never cached, nor is a list.
+//! the cache drops what it holds of that key; a failure is never cached.
+//!
+//! Lists are the exception to "never changes": a list of a folder is kept for a short time
+//! ([`CachedStore::with_list_ttl`], 1 s by default), so a consumer reading remote segments
+//! does not list the partition's manifests once per fetch. A `put`, `put_if_absent` or
+//! `delete` through the cache drops every list of a folder holding its key, so this process
+//! always lists what it wrote; what another process wrote is seen within the time to live.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -21,6 +28,9 @@ use super::store::{Created, RemoteError, RemoteErrorKind, RemoteObject, RemoteSt
 /// bytes (the tiering reads ask whole blocks, so a consumer's next fetch finds the block its
 /// last one fetched).
 pub const CACHE_BLOCK_BYTES: u64 = 256 << 10;
+
+/// How long a list is kept by default ([`CachedStore::with_list_ttl`]).
+pub const DEFAULT_LIST_TTL: Duration = Duration::from_secs(1);
 
 /// A [`RemoteStore`] that keeps what it read, up to a byte budget (see the module docs).
 ///
@@ -35,6 +45,12 @@ pub struct CachedStore<S> {
     inner: S,
     budget: u64,
     held: Mutex<Held>,
+    /// Folder to when it was listed and what was found.
+    lists: Mutex<HashMap<String, (Instant, Vec<RemoteObject>)>>,
+    list_ttl: Duration,
+    /// Writes through the cache so far: a list that saw this count change while it ran may
+    /// predate a write, and is not kept.
+    writes: AtomicU64,
     hits: AtomicU64,
     misses: AtomicU64,
     evicted: AtomicU64,
@@ -145,10 +161,28 @@ impl<S: RemoteStore> CachedStore<S> {
             inner,
             budget: budget_bytes,
             held: Mutex::new(Held::default()),
+            lists: Mutex::new(HashMap::new()),
+            list_ttl: DEFAULT_LIST_TTL,
+            writes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             evicted: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps each list of a folder for `ttl` (zero: lists are never kept). Lists of what was
+    /// written through this cache are dropped at the write whatever the time to live.
+    pub fn with_list_ttl(mut self, ttl: Duration) -> CachedStore<S> {
+        self.list_ttl = ttl;
+        self
+    }
+
+    /// Drops every list of a folder that holds `key`.
+    fn forget_lists_holding(&self, key: &str) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.lists
+            .lock()
+            .retain(|folder, _| !key.starts_with(&format!("{folder}/")));
     }
 
     /// The store behind the cache.
@@ -197,12 +231,18 @@ impl<S: RemoteStore> CachedStore<S> {
 impl<S: RemoteStore> RemoteStore for CachedStore<S> {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), RemoteError> {
         self.held.lock().forget_key(key);
-        self.inner.put(key, bytes)
+        let put = self.inner.put(key, bytes);
+        // After the write (failed or not: it may have happened), so no list taken during it
+        // is kept.
+        self.forget_lists_holding(key);
+        put
     }
 
     fn put_if_absent(&self, key: &str, bytes: &[u8]) -> Result<Created, RemoteError> {
         self.held.lock().forget_key(key);
-        self.inner.put_if_absent(key, bytes)
+        let put = self.inner.put_if_absent(key, bytes);
+        self.forget_lists_holding(key);
+        put
     }
 
     fn get(&self, key: &str) -> Result<Vec<u8>, RemoteError> {
@@ -284,12 +324,31 @@ impl<S: RemoteStore> RemoteStore for CachedStore<S> {
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
-        self.inner.list(prefix)
+        if let Some((at, found)) = self.lists.lock().get(prefix) {
+            if at.elapsed() < self.list_ttl {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(found.clone());
+            }
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let (listed_at, writes) = (Instant::now(), self.writes.load(Ordering::SeqCst));
+        let found = self.inner.list(prefix)?;
+        if !self.list_ttl.is_zero() {
+            let mut lists = self.lists.lock();
+            // Under the lock that writes' invalidations take: no write ended since the list
+            // began, or it is not kept.
+            if self.writes.load(Ordering::SeqCst) == writes {
+                lists.insert(prefix.to_owned(), (listed_at, found.clone()));
+            }
+        }
+        Ok(found)
     }
 
     fn delete(&self, key: &str) -> Result<(), RemoteError> {
         self.held.lock().forget_key(key);
-        self.inner.delete(key)
+        let deleted = self.inner.delete(key);
+        self.forget_lists_holding(key);
+        deleted
     }
 
     fn forget(&self, key: &str) {
@@ -309,6 +368,7 @@ mod tests {
         objects: Mutex<HashMap<String, Vec<u8>>>,
         served: AtomicUsize,
         calls: AtomicUsize,
+        lists: AtomicUsize,
     }
 
     impl RemoteStore for Counting {
@@ -342,8 +402,17 @@ mod tests {
                 .fetch_add((r.end - r.start) as usize, Ordering::Relaxed);
             Ok(all[r.start as usize..r.end as usize].to_vec())
         }
-        fn list(&self, _: &str) -> Result<Vec<RemoteObject>, RemoteError> {
-            Ok(Vec::new())
+        fn list(&self, prefix: &str) -> Result<Vec<RemoteObject>, RemoteError> {
+            self.lists.fetch_add(1, Ordering::Relaxed);
+            let objects = self.objects.lock();
+            Ok(objects
+                .iter()
+                .filter(|(k, _)| k.starts_with(&format!("{prefix}/")))
+                .map(|(k, v)| RemoteObject {
+                    key: k.clone(),
+                    size: v.len() as u64,
+                })
+                .collect())
         }
         fn delete(&self, k: &str) -> Result<(), RemoteError> {
             self.objects.lock().remove(k);
@@ -463,5 +532,104 @@ mod tests {
         store.get("k").unwrap();
         assert_eq!(store.stats().entries, 0);
         assert_eq!(store.inner().calls.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_list_is_kept_for_its_time_to_live_and_dropped_by_a_write_through_the_cache() {
+        let store = CachedStore::new(Counting::default(), 64 << 20)
+            .with_list_ttl(Duration::from_millis(200));
+        store.put("p/a", b"1").unwrap();
+        let keys = |s: &CachedStore<Counting>| -> Vec<String> {
+            let mut k: Vec<String> = s.list("p").unwrap().into_iter().map(|o| o.key).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&store), ["p/a"]);
+        assert_eq!(keys(&store), ["p/a"]);
+        assert_eq!(
+            store.inner().lists.load(Ordering::Relaxed),
+            1,
+            "the second was kept"
+        );
+        // Written through the cache: seen at once.
+        store.put("p/b", b"2").unwrap();
+        assert_eq!(keys(&store), ["p/a", "p/b"]);
+        store.delete("p/a").unwrap();
+        assert_eq!(keys(&store), ["p/b"]);
+        store.put_if_absent("p/deeper/c", b"3").unwrap();
+        assert_eq!(keys(&store), ["p/b", "p/deeper/c"]);
+        // Another folder's write leaves the list alone.
+        let lists = store.inner().lists.load(Ordering::Relaxed);
+        store.put("q/x", b"4").unwrap();
+        keys(&store);
+        assert_eq!(store.inner().lists.load(Ordering::Relaxed), lists);
+        // Written behind the cache's back (another process): seen once the list expires.
+        store.inner().put("p/e", b"5").unwrap();
+        assert_eq!(keys(&store), ["p/b", "p/deeper/c"]);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(keys(&store), ["p/b", "p/deeper/c", "p/e"]);
+        // A zero time to live keeps nothing.
+        let fresh = CachedStore::new(Counting::default(), 64 << 20).with_list_ttl(Duration::ZERO);
+        fresh.put("p/a", b"1").unwrap();
+        keys(&fresh);
+        fresh.inner().put("p/b", b"2").unwrap();
+        assert_eq!(keys(&fresh), ["p/a", "p/b"]);
+    }
+
+    #[test]
+    fn a_list_that_ran_across_a_write_is_not_kept() {
+        /// A store whose list, while `gate` is up, lets a write through the cache happen
+        /// between its listing and its answer.
+        #[derive(Debug)]
+        struct Slow {
+            inner: Counting,
+            gate: std::sync::atomic::AtomicBool,
+            listed: std::sync::Barrier,
+            written: std::sync::Barrier,
+        }
+        impl RemoteStore for Slow {
+            fn put(&self, k: &str, b: &[u8]) -> Result<(), RemoteError> {
+                self.inner.put(k, b)
+            }
+            fn put_if_absent(&self, k: &str, b: &[u8]) -> Result<Created, RemoteError> {
+                self.inner.put_if_absent(k, b)
+            }
+            fn get(&self, k: &str) -> Result<Vec<u8>, RemoteError> {
+                self.inner.get(k)
+            }
+            fn get_range(&self, k: &str, r: Range<u64>) -> Result<Vec<u8>, RemoteError> {
+                self.inner.get_range(k, r)
+            }
+            fn list(&self, p: &str) -> Result<Vec<RemoteObject>, RemoteError> {
+                let found = self.inner.list(p);
+                if self.gate.load(Ordering::SeqCst) {
+                    self.listed.wait();
+                    self.written.wait();
+                }
+                found
+            }
+            fn delete(&self, k: &str) -> Result<(), RemoteError> {
+                self.inner.delete(k)
+            }
+        }
+        let slow = Slow {
+            inner: Counting::default(),
+            gate: true.into(),
+            listed: std::sync::Barrier::new(2),
+            written: std::sync::Barrier::new(2),
+        };
+        let store = std::sync::Arc::new(CachedStore::new(slow, 64 << 20));
+        let lister = {
+            let store = std::sync::Arc::clone(&store);
+            std::thread::spawn(move || store.list("p").unwrap().len())
+        };
+        store.inner().listed.wait();
+        store.put("p/new", b"1").unwrap();
+        store.inner().written.wait();
+        assert_eq!(lister.join().unwrap(), 0, "listed before the write");
+        // The list that predates the write was not kept: the next asks the store.
+        store.inner().gate.store(false, Ordering::SeqCst);
+        assert_eq!(store.list("p").unwrap().len(), 1);
+        assert_eq!(store.inner().inner.lists.load(Ordering::Relaxed), 2);
     }
 }

@@ -80,7 +80,7 @@ mod store;
 mod timestamp;
 mod upload;
 
-pub use cache::{CacheStats, CachedStore, CACHE_BLOCK_BYTES};
+pub use cache::{CacheStats, CachedStore, CACHE_BLOCK_BYTES, DEFAULT_LIST_TTL};
 pub use committed::fetch_committed;
 pub use delete_records::{delete_records, RecordsDeleted};
 pub use error::{NotUploadable, TierError};

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release -p oncelog-tier --example tier_bench -- [--mb 256] [--segment-mb 32]
-//!     [--fetch-kb 1024] [--random 2000] [--cache-mb 256] [--dir D]
+//!     [--fetch-kb 1024] [--random 2000] [--cache-mb 256] [--dir D] [--store local|s3|URL]
+//!     [--store-option KEY=VALUE]...
 //! ```
 //!
 //! One partition of `--mb` MiB of idempotent batches (100 records of 160 bytes) in segments of
@@ -18,8 +19,12 @@
 //! - **random reads**: `--random` fetches of 64 KiB at offsets drawn from the uploaded range,
 //!   each way.
 //!
-//! The store is `object_store`'s local file system (`ObjectStoreRemote::local`, every put
-//! synced) in a directory beside the log. The last line is JSON.
+//! The store (`--store`): `local`, `object_store`'s local file system
+//! (`ObjectStoreRemote::local`, every put synced) in a directory beside the log; `s3`, the
+//! S3-compatible server the tests run (s3s over s3s-fs, in this process, on loopback: HTTP,
+//! SigV4, the bucket's objects as files in a directory beside the log); or a URL
+//! (`s3://bucket/path` with `--store-option endpoint=...` and the rest, credentials from the
+//! environment), as `oncelog-broker --tier-url` takes it. The last line is JSON.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +33,9 @@ use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::tier::{self, CachedStore, LocalRetention, RemoteStore};
 use oncelog::{Log, LogConfig};
 use oncelog_tier::ObjectStoreRemote;
+
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 const PARTITION: &str = "bench/orders-0";
 const RECORDS: usize = 100;
@@ -40,6 +48,8 @@ struct Args {
     random: usize,
     cache_mb: u64,
     dir: Option<PathBuf>,
+    store: String,
+    store_options: Vec<(String, String)>,
 }
 
 fn args() -> Result<Args, String> {
@@ -50,6 +60,8 @@ fn args() -> Result<Args, String> {
         random: 2000,
         cache_mb: 256,
         dir: None,
+        store: "local".into(),
+        store_options: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,6 +74,14 @@ fn args() -> Result<Args, String> {
             "--random" => a.random = number(value()?)? as usize,
             "--cache-mb" => a.cache_mb = number(value()?)?,
             "--dir" => a.dir = Some(PathBuf::from(value()?)),
+            "--store" => a.store = value()?,
+            "--store-option" => {
+                let v = value()?;
+                let (k, v) = v
+                    .split_once('=')
+                    .ok_or(format!("--store-option {v}: KEY=VALUE"))?;
+                a.store_options.push((k.to_string(), v.to_string()));
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -169,7 +189,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         seq += RECORDS as i32;
     }
     log.flush()?;
-    let store = ObjectStoreRemote::local(&store_dir)?;
+    // The test server lives as long as the run.
+    let mut server = None;
+    let store = match a.store.as_str() {
+        "local" => ObjectStoreRemote::local(&store_dir)?,
+        "s3" => server
+            .insert(support::S3Server::start())
+            .store("bench", &[]),
+        url => ObjectStoreRemote::from_url(url, &a.store_options)?,
+    };
+    println!("store: {}", a.store);
 
     // Upload every sealed segment.
     let segments = tier::uploadable_segments(&log);
