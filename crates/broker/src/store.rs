@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -279,12 +280,14 @@ pub struct Partition {
     /// The remote segments, when the broker tiers (reads below the local log start).
     remote: Option<Remote>,
     /// The manifest as this partition last read it (at open, by ListOffsets, after its own
-    /// DeleteRecords): the partition's log start across tiers is computed from it against the
-    /// local log start, without a store call per fetch. The tiering job's remote retention
-    /// moves the start up without telling it: until the next read of the manifest, fetches
-    /// report the start before that (a read below the new one still answers
-    /// OFFSET_OUT_OF_RANGE with it).
+    /// DeleteRecords, and each second after the tiering job moved the start: see
+    /// [`Store::new_tier_failures`]): the partition's log start across tiers is computed from
+    /// it against the local log start, without a store call per fetch. Until that second has
+    /// passed, fetches report the start before the job's remote retention (a read below the
+    /// new one still answers OFFSET_OUT_OF_RANGE with it).
     manifest: Mutex<Option<tier::Manifest>>,
+    /// The local log start when [`Partition::log_start_offset`] last looked.
+    start_seen: AtomicI64,
     appended: AppendSignal,
     /// Why the partition is offline, once a batch read from it failed its check.
     offline: OnceLock<String>,
@@ -304,6 +307,7 @@ impl Partition {
             log,
             remote,
             manifest: Mutex::new(None),
+            start_seen: AtomicI64::new(0),
             appended: AppendSignal::default(),
             offline: OnceLock::new(),
         }
@@ -320,11 +324,20 @@ impl Partition {
     /// manifest this partition last read ([`Partition::earliest_offset`] reads it afresh).
     pub fn log_start_offset(&self) -> i64 {
         let local = self.log.log_start_offset();
-        self.manifest
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map_or(local, |m| m.partition_log_start(local))
+        let known = |m: &Mutex<Option<tier::Manifest>>| {
+            m.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|m| m.partition_log_start(local))
+        };
+        // A tiered partition's local start moves only after a manifest confirmed the move (an
+        // upload before local retention, a remote retention, a DeleteRecords): when it moved
+        // since this partition last looked, the manifest it remembers is older than that one.
+        // One read per move of the local start; the tick reads it again if that failed.
+        if self.remote.is_some() && self.start_seen.swap(local, Ordering::Relaxed) != local {
+            let _ = self.manifest();
+        }
+        known(&self.manifest).unwrap_or(local)
     }
 
     /// The local log start offset (Kafka's `localLogStartOffset`, ListOffsets EARLIEST_LOCAL).
@@ -1260,7 +1273,10 @@ impl Store {
     /// The tiering job's failures since the last call, one per partition that failed again
     /// (its topic, partition and [`oncelog::TierStatus`]): the broker logs each, so a failing
     /// upload is never silent. A partition is named again only once its count of failures
-    /// in a row has grown (a recovery resets it). Empty without tiered storage.
+    /// in a row has grown (a recovery resets it). Empty without tiered storage. On the way,
+    /// a partition whose start the job moved up (remote retention) reads its manifest again,
+    /// so Fetch reports the new start within a tick (also a partition created since the
+    /// broker opened, which has not read its manifest yet).
     pub fn new_tier_failures(&self) -> Vec<(String, i32, oncelog::TierStatus)> {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let Some(manager) = manager.as_ref().filter(|_| self.tier.is_some()) else {
@@ -1276,6 +1292,14 @@ impl Store {
                 let Some(status) = manager.tier_status(&topic.name, p.index) else {
                     continue;
                 };
+                // The tiering job found another start than this partition knows (its first
+                // upload, remote retention): read the manifest again, so fetches report it.
+                if status
+                    .log_start_offset
+                    .is_some_and(|s| s != p.log_start_offset())
+                {
+                    let _ = p.manifest();
+                }
                 let key = (topic.name.clone(), p.index);
                 let before = told.insert(key, status.consecutive_failures).unwrap_or(0);
                 if status.consecutive_failures > before {

@@ -827,3 +827,79 @@ fn delete_records_below_the_local_start_moves_the_partitions_start_across_tiers(
     assert_eq!(list_offset(&mut wire, -4), (y, 0));
     assert_eq!(fetch_log_start(&mut wire, TOPIC, x), (1, y));
 }
+
+/// The log start offset a Fetch v11 of partition 0 of `topic` at `offset` answers.
+fn fetched_log_start(wire: &mut Wire, topic: &str, offset: i64) -> i64 {
+    let mut response: FetchResponse = wire.call(
+        ApiKey::Fetch,
+        11,
+        &FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1500)])]),
+    );
+    let p = response.responses.remove(0).partitions.remove(0);
+    assert_eq!(p.error_code, 0);
+    p.log_start_offset
+}
+
+#[test]
+fn fetches_report_the_start_remote_retention_moved() {
+    let data = tempfile::tempdir().unwrap();
+    let remote = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(
+        data.path(),
+        &[
+            "--segment-bytes",
+            "4096",
+            "--tier-dir",
+            remote.path().to_str().unwrap(),
+            "--tier-interval-ms",
+            "100",
+            "--local-retention-bytes",
+            "0",
+        ],
+    );
+    let mut wire = Wire::connect(broker.addr);
+    // Total retention of about three segments: the oldest remote segments go.
+    assert_eq!(
+        create_with(&mut wire, "expiring", &[("retention.bytes", "12000")]),
+        0
+    );
+    let records = expected(base_timestamp());
+    for chunk in records.chunks(RECORDS_PER_BATCH as usize) {
+        assert_eq!(
+            produce(&mut wire, "expiring", 0, batch(chunk)).error_code,
+            0
+        );
+    }
+    let end = BATCHES * RECORDS_PER_BATCH;
+    // Fetches (and EARLIEST_LOCAL, which reads no manifest) only: ListOffsets EARLIEST reads
+    // the manifest afresh. The start a fetch reports is the remote one, below the local start,
+    // and moves up as the job removes remote segments.
+    let mut seen = Vec::new();
+    wait_for("fetches reporting the start across tiers", || {
+        let (local, error) = list_offset_of(&mut wire, "expiring", -4);
+        assert_eq!(error, 0);
+        let start = fetched_log_start(&mut wire, "expiring", end);
+        if seen.last() != Some(&start) {
+            seen.push(start);
+        }
+        0 < start && start < local
+    });
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "the start never went back: {seen:?}"
+    );
+    let start = *seen.last().unwrap();
+    let (earliest, error) = list_offset_of(&mut wire, "expiring", -2);
+    assert!(
+        error == 0 && earliest >= start,
+        "EARLIEST {earliest}, fetched {start}"
+    );
+}
