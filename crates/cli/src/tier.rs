@@ -1,7 +1,9 @@
-//! `oncelog tier status DIR --store ROOT --prefix PREFIX`: where a tiered partition's segments
-//! are, local, remote or both, from its directory and the manifest in an object store kept on
-//! the local file system (`oncelog-tier`'s `ObjectStoreRemote::local`; docs/design.md, "Tiered
-//! storage"). Read-only: it opens no log and writes nothing, in the directory or the store.
+//! `oncelog tier status DIR (--store ROOT | --store-url URL) --prefix PREFIX`: where a tiered
+//! partition's segments are, local, remote or both, from its directory and the manifest in an
+//! object store: one kept on the local file system (`oncelog-tier`'s
+//! `ObjectStoreRemote::local`) or one named by a URL (`s3://`, `gs://`, `az://`, `file://`, as
+//! `oncelog-broker --tier-url` takes it; docs/design.md, "Tiered storage"). Read-only: it
+//! opens no log and writes nothing, in the directory or the store.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,16 +28,32 @@ pub enum Op {
     /// Where each segment of a tiered partition is: local, remote or both
     ///
     /// Lists the segments of DIR (one `.log` each) against the manifest under PREFIX in the
-    /// object store kept in the directory ROOT. A local sealed segment the manifest names with
-    /// other offsets or another size is DIFFERS: exit 1, as for a manifest that cannot be used.
-    /// Exits 2 when DIR or ROOT cannot be read. One line per segment, or one JSON object with
-    /// --json.
+    /// object store kept in the directory ROOT, or named by URL. A local sealed segment the
+    /// manifest names with other offsets or another size is DIFFERS: exit 1, as for a manifest
+    /// that cannot be used. Exits 2 when DIR or ROOT cannot be read, or the store cannot be
+    /// set up or reached. One line per segment, or one JSON object with --json.
     Status {
         /// The partition directory.
         dir: PathBuf,
         /// The object store's root directory (a local file system store).
-        #[arg(long)]
-        store: PathBuf,
+        #[arg(
+            long,
+            required_unless_present = "store_url",
+            conflicts_with = "store_url"
+        )]
+        store: Option<PathBuf>,
+        /// The object store as a URL (`s3://BUCKET/PATH`, `gs://`, `az://`, `file:///DIR`),
+        /// credentials from the environment (`AWS_ACCESS_KEY_ID`, ...).
+        #[arg(long, value_name = "URL")]
+        store_url: Option<String>,
+        /// One setting of the --store-url store, `KEY=VALUE`, repeated (`endpoint`, `region`,
+        /// `allow_http`, ...: `oncelog-broker --tier-option`'s keys).
+        #[arg(
+            long = "store-option",
+            value_name = "KEY=VALUE",
+            requires = "store_url"
+        )]
+        store_options: Vec<String>,
         /// The partition's key prefix in the store (a log manager's: `<root>/<topic>-<n>`).
         #[arg(long)]
         prefix: String,
@@ -51,6 +69,9 @@ struct Report {
     prefix: String,
     /// The manifest's generation, `null` without one.
     generation: Option<u64>,
+    /// The partition's log start offset the manifest records (DeleteRecords and retention
+    /// across tiers move it), `null` without one.
+    log_start_offset: Option<i64>,
     /// The offsets the remote segments hold, `[start, end)`.
     remote: Option<(i64, i64)>,
     remote_bytes: u64,
@@ -73,14 +94,31 @@ pub fn run(args: &TierArgs) -> Result<Status, CliError> {
     let Op::Status {
         dir,
         store,
+        store_url,
+        store_options,
         prefix,
         json,
     } = &args.op;
     crate::require_dir(dir)?;
     crate::require_log(dir)?;
-    // Never created by a status: the store's root must be there.
-    crate::require_dir(store)?;
-    let remote = ObjectStoreRemote::local(store)?;
+    let remote = match (store, store_url) {
+        (Some(root), _) => {
+            // Never created by a status: the store's root must be there.
+            crate::require_dir(root)?;
+            ObjectStoreRemote::local(root)?
+        }
+        (None, Some(url)) => {
+            let mut options = Vec::new();
+            for o in store_options {
+                let (k, v) = o
+                    .split_once('=')
+                    .ok_or_else(|| CliError(format!("--store-option {o:?}: must be KEY=VALUE")))?;
+                options.push((k.to_string(), v.to_string()));
+            }
+            ObjectStoreRemote::from_url(url, &options)?
+        }
+        (None, None) => return Err(CliError("--store or --store-url is needed".into())),
+    };
     let manifest = match tier::read_manifest(&remote, prefix) {
         Ok(m) => m,
         Err(e @ (TierError::BadManifest { .. } | TierError::BadPartitionPrefix { .. })) => {
@@ -163,6 +201,7 @@ fn report(
         dir: dir.display().to_string(),
         prefix: prefix.to_string(),
         generation: manifest.map(|m| m.generation),
+        log_start_offset: manifest.map(|m| m.log_start_offset),
         remote: remote_segments
             .first()
             .zip(remote_segments.last())
@@ -188,6 +227,9 @@ fn print_text(out: &mut Out, r: &Report) -> std::io::Result<()> {
         ))?,
         (Some(g), None) => out.line(&format!("remote: no segment (manifest generation {g})"))?,
         _ => out.line(&format!("remote: no manifest under {}", r.prefix))?,
+    }
+    if let Some(start) = r.log_start_offset {
+        out.line(&format!("log start offset: {start} (across tiers)"))?;
     }
     for l in &r.segments {
         let end = l

@@ -133,3 +133,60 @@ fn a_bad_manifest_or_a_differing_segment_is_exit_1_and_a_missing_store_exit_2() 
     assert_eq!(out.status.code(), Some(2));
     assert!(!missing.exists());
 }
+
+#[test]
+fn a_store_named_by_url_reads_as_the_same_store_by_directory() {
+    let (data, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    tiered(data.path(), remote.path());
+    let by_dir = json_lines(&status(data.path(), remote.path(), true))[0].clone();
+    assert_eq!(by_dir["log_start_offset"], 0);
+    let dir = data.path().to_str().unwrap();
+    let url = format!("file://{}", remote.path().display());
+    let out = run(&[
+        "tier",
+        "status",
+        dir,
+        "--store-url",
+        &url,
+        "--prefix",
+        P,
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(json_lines(&out)[0], by_dir);
+    let text = stdout(&run(&[
+        "tier",
+        "status",
+        dir,
+        "--store-url",
+        &url,
+        "--prefix",
+        P,
+    ]));
+    assert!(
+        text.contains("log start offset: 0 (across tiers)"),
+        "{text}"
+    );
+    // An option the store does not know, one that is not KEY=VALUE, both stores, neither:
+    // exit 2, nothing read.
+    for args in [
+        vec!["--store-url", &url, "--store-option", "colour=blue"],
+        vec!["--store-url", &url, "--store-option", "novalue"],
+        vec![
+            "--store-url",
+            &url,
+            "--store",
+            remote.path().to_str().unwrap(),
+        ],
+        vec![],
+    ] {
+        let mut all = vec!["tier", "status", dir, "--prefix", P];
+        all.extend(args.iter().copied());
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
+        if args.contains(&"colour=blue") {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("colour"), "the key is named: {err}");
+        }
+    }
+}
