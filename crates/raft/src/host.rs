@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncelog::{JobIntervals, LogManager, ManagerConfig, ManagerError, PartitionConfig};
 use oncelog::{Environment, FlushPolicy, HighWatermarkPolicy, LogConfig};
+use oncelog::{JobIntervals, LogManager, ManagerConfig, ManagerError, PartitionConfig};
 use openraft::error::{InitializeError, RaftError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -28,7 +28,7 @@ pub enum HostError {
         /// The group.
         group: GroupId,
         /// Why.
-        error: ReplicaError,
+        error: Box<ReplicaError>,
     },
     /// This host does not host the partition.
     #[error("partition {0} is not hosted here")]
@@ -121,7 +121,7 @@ impl Host {
             .await
             .map_err(|error| HostError::Replica {
                 group: group.clone(),
-                error,
+                error: Box::new(error),
             })?;
             groups.add(group.clone(), replica.raft().clone());
             replicas.insert(group, Arc::new(replica));
@@ -144,7 +144,7 @@ impl Host {
                 Err(e) => {
                     return Err(HostError::Replica {
                         group: group.clone(),
-                        error: ReplicaError::Raft(e.to_string()),
+                        error: Box::new(ReplicaError::Raft(e.to_string())),
                     })
                 }
             }
@@ -226,7 +226,7 @@ impl Host {
             self.groups.remove(group);
             r.shutdown().await.map_err(|error| HostError::Replica {
                 group: group.clone(),
-                error,
+                error: Box::new(error),
             })?;
         }
         Ok(())

@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use oncelog::Environment;
-use oncelog_raft::network::tcp::{self, TcpNetwork};
 use oncelog_raft::host::HostConfig;
+use oncelog_raft::network::tcp::{self, TcpNetwork};
 use oncelog_raft::{client, Host, Node, NodeId, Replica, ReplicaConfig};
 use openraft::error::{InitializeError, RaftError};
 use tokio::net::TcpListener;
@@ -241,7 +241,10 @@ async fn run_host(
     // entry it wrote was synced, so the log dir is left as after a crash, recovered on the
     // next start, without the clean-shutdown marker.
     let Some(host) = Arc::into_inner(host) else {
-        eprintln!("node {}: a client connection is still open; the log dir is not closed cleanly", args.id);
+        eprintln!(
+            "node {}: a client connection is still open; the log dir is not closed cleanly",
+            args.id
+        );
         return Ok(());
     };
     host.close()

@@ -19,6 +19,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 const TOPIC: &str = "events";
+
+/// Each partition's acknowledged batches: sequence, then first and last offsets.
+type Acked = BTreeMap<i32, Vec<(i32, (i64, i64))>>;
 const PARTITIONS: i32 = 6;
 const NODES: u64 = 3;
 
@@ -132,9 +135,7 @@ async fn produce(c: &Cluster, partition: i32, batch: Bytes) -> Ack {
         assert!(Instant::now() < deadline, "partition {partition}: no ack");
         match ask(&c.clients[&at], &request).await {
             Some(ClientReply::Acked(ack)) => return ack,
-            Some(ClientReply::NotLeader {
-                leader: Some(l),
-            }) if l != at => at = l,
+            Some(ClientReply::NotLeader { leader: Some(l) }) if l != at => at = l,
             Some(ClientReply::Refused { kind, message }) => {
                 panic!("partition {partition}: refused {kind}: {message}")
             }
@@ -156,7 +157,15 @@ async fn spread_leaders(c: &Cluster) -> BTreeMap<i32, NodeId> {
             let views: Vec<Option<NodeId>> = c
                 .nodes
                 .values()
-                .map(|n| n.host.replica(&g).unwrap().raft().metrics().borrow().current_leader)
+                .map(|n| {
+                    n.host
+                        .replica(&g)
+                        .unwrap()
+                        .raft()
+                        .metrics()
+                        .borrow()
+                        .current_leader
+                })
                 .collect();
             if let Some(Some(l)) = views.first() {
                 if views.iter().all(|v| *v == Some(*l)) {
@@ -168,17 +177,14 @@ async fn spread_leaders(c: &Cluster) -> BTreeMap<i32, NodeId> {
         if leaders.len() == PARTITIONS as usize && leading.len() == NODES as usize {
             return leaders;
         }
-        assert!(
-            Instant::now() < deadline,
-            "leaders not spread: {leaders:?}"
-        );
+        assert!(Instant::now() < deadline, "leaders not spread: {leaders:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// Waits until every replica of every partition has `ends[p]` committed, then checks each
 /// holds every acknowledged batch exactly once, at its acknowledged offsets, and no other.
-async fn check_replicas(c: &Cluster, acked: &BTreeMap<i32, Vec<(i32, (i64, i64))>>) {
+async fn check_replicas(c: &Cluster, acked: &Acked) {
     for (&p, batches) in acked {
         let g = GroupId::new(TOPIC, p);
         let end = batches.iter().map(|(_, (_, last))| last + 1).max().unwrap();
@@ -208,7 +214,11 @@ async fn check_replicas(c: &Cluster, acked: &BTreeMap<i32, Vec<(i32, (i64, i64))
                 }
                 offset = f.next_offset;
             }
-            assert_eq!(seen.len(), batches.len(), "node {id} partition {p}: {seen:?}");
+            assert_eq!(
+                seen.len(),
+                batches.len(),
+                "node {id} partition {p}: {seen:?}"
+            );
             for (seq, offsets) in batches {
                 assert_eq!(
                     seen.get(seq),
@@ -244,7 +254,7 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     let leaders = spread_leaders(&c).await;
     eprintln!("leaders: {leaders:?}");
 
-    let mut acked: BTreeMap<i32, Vec<(i32, (i64, i64))>> = BTreeMap::new();
+    let mut acked: Acked = BTreeMap::new();
     for (p, acks) in round(&c, 0).await {
         for (seq, ack) in acks {
             acked.entry(p).or_default().push((seq, ack.offsets()));
@@ -271,7 +281,8 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     let raft = TcpListener::bind(&c.peers[&2].addr).await.unwrap();
     let clients = TcpListener::bind(&c.clients[&2]).await.unwrap();
     let dir = c.tmp.path().join("node-2");
-    c.nodes.insert(2, start(2, &dir, &c.peers, raft, clients).await);
+    c.nodes
+        .insert(2, start(2, &dir, &c.peers, raft, clients).await);
 
     // Retries of batches written before the restart (within the producer's window of five):
     // Duplicate, with the original offsets, from whichever node leads now.
@@ -345,9 +356,13 @@ async fn unknown_partitions_and_bad_host_configs_are_typed() {
     let tmp = tempfile::tempdir().unwrap();
     let peers: BTreeMap<NodeId, Node> = [(1, Node::new("127.0.0.1:1"))].into();
     let host = Arc::new(
-        Host::open(tmp.path().join("a"), Environment::default(), config(1, &peers))
-            .await
-            .unwrap(),
+        Host::open(
+            tmp.path().join("a"),
+            Environment::default(),
+            config(1, &peers),
+        )
+        .await
+        .unwrap(),
     );
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -378,7 +393,32 @@ async fn unknown_partitions_and_bad_host_configs_are_typed() {
     let _ = server.await;
     Arc::into_inner(host).unwrap().close().await.unwrap();
 
-    match Host::open(tmp.path().join("b"), Environment::default(), config(9, &peers)).await {
+    // A log that raft does not flush and whose high watermark is not raft's: refused.
+    let log = oncelog::Log::open(tmp.path().join("plain"), oncelog::LogConfig::default()).unwrap();
+    let network = oncelog_raft::network::mux::Mux::new(Duration::from_millis(10));
+    match oncelog_raft::Replica::open_log(
+        1,
+        Arc::new(log),
+        Environment::default().fs,
+        ReplicaConfig::default(),
+        network.group(GroupId::new(TOPIC, 0)),
+    )
+    .await
+    {
+        Err(oncelog_raft::ReplicaError::Config(m)) => {
+            assert!(m.contains("high watermark policy"), "{m}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("opened"),
+    }
+
+    match Host::open(
+        tmp.path().join("b"),
+        Environment::default(),
+        config(9, &peers),
+    )
+    .await
+    {
         Err(HostError::Config(m)) => assert!(m.contains("node 9"), "{m}"),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened"),

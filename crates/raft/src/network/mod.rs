@@ -5,5 +5,5 @@
 
 #[cfg(feature = "sim")]
 pub mod mem;
-pub mod tcp;
 pub mod mux;
+pub mod tcp;

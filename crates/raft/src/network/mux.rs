@@ -148,15 +148,10 @@ impl Conn {
             let waiting = Arc::clone(&waiting);
             tokio::spawn(async move {
                 let mut r = BufReader::new(r);
-                loop {
-                    match read_frame::<_, CallAnswer>(&mut r).await {
-                        Ok(Some(answer)) => {
-                            // An abandoned call's answer finds no one: dropped.
-                            if let Some(to) = waiting.lock().remove(&answer.id) {
-                                let _ = to.send(answer.reply);
-                            }
-                        }
-                        Ok(None) | Err(_) => break,
+                while let Ok(Some(answer)) = read_frame::<_, CallAnswer>(&mut r).await {
+                    // An abandoned call's answer finds no one: dropped.
+                    if let Some(to) = waiting.lock().remove(&answer.id) {
+                        let _ = to.send(answer.reply);
                     }
                 }
                 die();
@@ -581,7 +576,11 @@ mod tests {
         for (p, call) in calls.into_iter().enumerate() {
             assert_eq!(call.await.unwrap(), Vote::new(p as u64 + 10, 1));
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection for all groups");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for all groups"
+        );
         let (frames, writes) = mux.counts();
         assert_eq!(frames, 8);
         assert!(writes <= frames);
