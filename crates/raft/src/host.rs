@@ -56,7 +56,10 @@ pub struct HostConfig {
 /// Many partitions' replicas in one process.
 pub struct Host {
     config: HostConfig,
-    manager: LogManager,
+    /// Set by the first [`Host::shutdown`].
+    stopped: std::sync::atomic::AtomicBool,
+    /// Until [`Host::close`].
+    manager: parking_lot::Mutex<Option<LogManager>>,
     mux: Mux,
     groups: Arc<Groups>,
     replicas: BTreeMap<GroupId, Arc<Replica>>,
@@ -128,7 +131,8 @@ impl Host {
         }
         Ok(Host {
             config,
-            manager,
+            stopped: Default::default(),
+            manager: parking_lot::Mutex::new(Some(manager)),
             mux,
             groups,
             replicas,
@@ -215,13 +219,12 @@ impl Host {
         self.mux.counts()
     }
 
-    /// The log dir's manager.
-    pub fn manager(&self) -> &LogManager {
-        &self.manager
-    }
-
-    /// Stops every group's raft (calls for them are answered not hosted from then on).
+    /// Stops every group's raft (calls for them are answered not hosted from then on); a
+    /// second call does nothing.
     pub async fn shutdown(&self) -> Result<(), HostError> {
+        if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
         for (group, r) in &self.replicas {
             self.groups.remove(group);
             r.shutdown().await.map_err(|error| HostError::Replica {
@@ -233,14 +236,13 @@ impl Host {
     }
 
     /// [`Host::shutdown`], then closes the log dir cleanly (checkpoints and the clean-shutdown
-    /// marker).
-    pub async fn close(self) -> Result<(), HostError> {
+    /// marker); the replicas' logs answer `closed` from then on. A second call does nothing.
+    pub async fn close(&self) -> Result<(), HostError> {
         self.shutdown().await?;
-        let Host {
-            manager, replicas, ..
-        } = self;
-        drop(replicas);
-        manager.close()?;
+        let manager = self.manager.lock().take();
+        if let Some(manager) = manager {
+            manager.close()?;
+        }
         Ok(())
     }
 }

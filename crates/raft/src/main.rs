@@ -237,16 +237,6 @@ async fn run_host(
         .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
     raft_server.abort();
     let _ = raft_server.await;
-    // A client connection still being served holds the host: raft is stopped and every
-    // entry it wrote was synced, so the log dir is left as after a crash, recovered on the
-    // next start, without the clean-shutdown marker.
-    let Some(host) = Arc::into_inner(host) else {
-        eprintln!(
-            "node {}: a client connection is still open; the log dir is not closed cleanly",
-            args.id
-        );
-        return Ok(());
-    };
     host.close()
         .await
         .map_err(|e| anyhow::anyhow!("closing the log dir: {e}"))

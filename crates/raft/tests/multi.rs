@@ -127,13 +127,13 @@ async fn ask(addr: &str, request: &ClientRequest) -> Option<ClientReply> {
 
 /// Produces `batch` to `partition` through its leader, following `NotLeader` answers and
 /// retrying the same batch after errors (a retry of a written batch is a duplicate).
-async fn produce(c: &Cluster, partition: i32, batch: Bytes) -> Ack {
+async fn produce(clients: &BTreeMap<NodeId, String>, partition: i32, batch: Bytes) -> Ack {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut at: NodeId = 1;
     let request = to(partition, ClientRequest::Produce(batch));
     loop {
         assert!(Instant::now() < deadline, "partition {partition}: no ack");
-        match ask(&c.clients[&at], &request).await {
+        match ask(&clients[&at], &request).await {
             Some(ClientReply::Acked(ack)) => return ack,
             Some(ClientReply::NotLeader { leader: Some(l) }) if l != at => at = l,
             Some(ClientReply::Refused { kind, message }) => {
@@ -234,13 +234,17 @@ const ROUND: i32 = 20;
 
 /// `ROUND` batches to every partition from sequence `from`, one producer per partition, all
 /// partitions at once: each batch's sequence and answer.
-async fn round(c: &Cluster, from: i32) -> Vec<(i32, Vec<(i32, Ack)>)> {
+async fn round(
+    clients: &BTreeMap<NodeId, String>,
+    partitions: i32,
+    from: i32,
+) -> Vec<(i32, Vec<(i32, Ack)>)> {
     let mut producers = Vec::new();
-    for p in 0..PARTITIONS {
+    for p in 0..partitions {
         producers.push(async move {
             let mut acks = Vec::new();
             for seq in from..from + ROUND {
-                acks.push((seq, produce(c, p, batch(p, seq)).await));
+                acks.push((seq, produce(clients, p, batch(p, seq)).await));
             }
             (p, acks)
         });
@@ -255,7 +259,7 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     eprintln!("leaders: {leaders:?}");
 
     let mut acked: Acked = BTreeMap::new();
-    for (p, acks) in round(&c, 0).await {
+    for (p, acks) in round(&c.clients, PARTITIONS, 0).await {
         for (seq, ack) in acks {
             acked.entry(p).or_default().push((seq, ack.offsets()));
         }
@@ -269,9 +273,8 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     for t in stopped.tasks {
         let _ = t.await;
     }
-    let host = Arc::into_inner(stopped.host).expect("no other holder of node 2");
-    host.close().await.unwrap();
-    for (p, acks) in round(&c, ROUND).await {
+    stopped.host.close().await.unwrap();
+    for (p, acks) in round(&c.clients, PARTITIONS, ROUND).await {
         for (seq, ack) in acks {
             acked.entry(p).or_default().push((seq, ack.offsets()));
         }
@@ -289,7 +292,7 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     for p in 0..PARTITIONS {
         for seq in [2 * ROUND - 5, 2 * ROUND - 1] {
             let (_, offsets) = acked[&p].iter().find(|(s, _)| *s == seq).unwrap();
-            let ack = produce(&c, p, batch(p, seq)).await;
+            let ack = produce(&c.clients, p, batch(p, seq)).await;
             assert_eq!(
                 ack,
                 Ack::Duplicate {
@@ -313,7 +316,7 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
         for t in n.tasks {
             let _ = t.await;
         }
-        Arc::into_inner(n.host).unwrap().close().await.unwrap();
+        n.host.close().await.unwrap();
     }
 }
 
@@ -391,7 +394,7 @@ async fn unknown_partitions_and_bad_host_configs_are_typed() {
     ));
     server.abort();
     let _ = server.await;
-    Arc::into_inner(host).unwrap().close().await.unwrap();
+    host.close().await.unwrap();
 
     // A log that raft does not flush and whose high watermark is not raft's: refused.
     let log = oncelog::Log::open(tmp.path().join("plain"), oncelog::LogConfig::default()).unwrap();
@@ -429,5 +432,157 @@ async fn unknown_partitions_and_bad_host_configs_are_typed() {
         Err(HostError::Config(m)) => assert!(m.contains("0 partitions"), "{m}"),
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("opened"),
+    }
+}
+
+/// Three `oncelog-raft-node` processes of `KILL_PARTITIONS` partitions each (`--topic`):
+/// batches produced to every partition, one node SIGKILLed while the others take more, then
+/// restarted on its log dir (recovered by its `LogManager`); every replica ends with every
+/// acknowledged batch once at its offsets, read through the client protocol, and retries are
+/// answered Duplicate with the original offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_processes_of_many_partitions_survive_a_sigkill() {
+    const KILL_PARTITIONS: i32 = 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = {
+        let ls: Vec<_> = (0..2 * NODES)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    };
+    let raft_addr = |id: NodeId| format!("127.0.0.1:{}", ports[2 * (id as usize - 1)]);
+    let clients: BTreeMap<NodeId, String> = (1..=NODES)
+        .map(|id| {
+            (
+                id,
+                format!("127.0.0.1:{}", ports[2 * (id as usize - 1) + 1]),
+            )
+        })
+        .collect();
+    let peers = (1..=NODES)
+        .map(|id| format!("{id}={}", raft_addr(id)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let start = |id: NodeId| {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(tmp.path().join(format!("node-{id}.stderr")))
+            .unwrap();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_oncelog-raft-node"));
+        cmd.arg("--id")
+            .arg(id.to_string())
+            .arg("--dir")
+            .arg(tmp.path().join(format!("node-{id}")))
+            .args(["--listen", &raft_addr(id), "--client", &clients[&id]])
+            .args(["--peers", &peers, "--topic", TOPIC])
+            .args(["--partitions", &KILL_PARTITIONS.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr);
+        if id == 1 {
+            cmd.arg("--init");
+        }
+        Killed(Some(cmd.spawn().unwrap()))
+    };
+    let mut nodes: BTreeMap<NodeId, Killed> = (1..=NODES).map(|id| (id, start(id))).collect();
+
+    let mut acked = Acked::new();
+    for (p, acks) in round(&clients, KILL_PARTITIONS, 0).await {
+        for (seq, ack) in acks {
+            acked.entry(p).or_default().push((seq, ack.offsets()));
+        }
+    }
+    // SIGKILL node 2, produce on, restart it.
+    drop(nodes.remove(&2));
+    for (p, acks) in round(&clients, KILL_PARTITIONS, ROUND).await {
+        for (seq, ack) in acks {
+            acked.entry(p).or_default().push((seq, ack.offsets()));
+        }
+    }
+    nodes.insert(2, start(2));
+    for p in 0..KILL_PARTITIONS {
+        let seq = 2 * ROUND - 1;
+        let (_, offsets) = acked[&p].iter().find(|(s, _)| *s == seq).unwrap();
+        assert_eq!(
+            produce(&clients, p, batch(p, seq)).await,
+            Ack::Duplicate {
+                first_offset: offsets.0,
+                last_offset: offsets.1
+            },
+            "partition {p}"
+        );
+    }
+    // Every node, every partition, through the client protocol.
+    for (id, addr) in &clients {
+        for (&p, batches) in &acked {
+            let end = batches.iter().map(|(_, (_, last))| last + 1).max().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut seen: HashMap<i32, Vec<(i64, i64)>> = HashMap::new();
+            let mut offset = 0;
+            while offset < end {
+                assert!(
+                    Instant::now() < deadline,
+                    "node {id} partition {p}: at {offset} < {end}"
+                );
+                let read = to(
+                    p,
+                    ClientRequest::Read {
+                        offset,
+                        max_bytes: 1 << 20,
+                    },
+                );
+                let Some(ClientReply::Batches {
+                    bytes, next_offset, ..
+                }) = ask(addr, &read).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                for b in BatchIter::new(&bytes) {
+                    let b = b.unwrap().1;
+                    if !b.is_control() {
+                        seen.entry(b.base_sequence())
+                            .or_default()
+                            .push((b.base_offset(), b.last_offset()));
+                    }
+                }
+                if next_offset == offset {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                offset = next_offset;
+            }
+            assert_eq!(
+                seen.len(),
+                batches.len(),
+                "node {id} partition {p}: {seen:?}"
+            );
+            for (seq, offsets) in batches {
+                assert_eq!(
+                    seen.get(seq),
+                    Some(&vec![*offsets]),
+                    "node {id} partition {p}: sequence {seq} once, at its offsets"
+                );
+            }
+        }
+    }
+    for (id, mut n) in nodes {
+        let child = n.0.as_mut().unwrap();
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "node {id} exited: {}",
+            std::fs::read_to_string(tmp.path().join(format!("node-{id}.stderr"))).unwrap()
+        );
+    }
+}
+
+/// A node process, SIGKILLed when dropped.
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
