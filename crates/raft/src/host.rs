@@ -16,6 +16,9 @@ use tokio::task::JoinHandle;
 use crate::network::mux::{self, Groups, Mux};
 use crate::{GroupId, Node, NodeId, Replica, ReplicaConfig, ReplicaError};
 
+/// How long [`Host::balance`] waits before it asks for an election in the same group again.
+const BALANCE_BACKOFF: Duration = Duration::from_secs(3);
+
 /// Why a host refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -56,6 +59,8 @@ pub struct HostConfig {
 /// Many partitions' replicas in one process.
 pub struct Host {
     config: HostConfig,
+    /// When [`Host::balance`] last asked for an election, by group.
+    asked: parking_lot::Mutex<std::collections::HashMap<GroupId, std::time::Instant>>,
     /// Set by the first [`Host::shutdown`].
     stopped: std::sync::atomic::AtomicBool,
     /// Until [`Host::close`].
@@ -132,6 +137,7 @@ impl Host {
         Ok(Host {
             config,
             stopped: Default::default(),
+            asked: Default::default(),
             manager: parking_lot::Mutex::new(Some(manager)),
             mux,
             groups,
@@ -185,18 +191,39 @@ impl Host {
         ids[group.partition.unsigned_abs() as usize % ids.len()]
     }
 
-    /// Asks for an election in each group that prefers this node and is led by another;
-    /// raft's vote decides. Returns how many it asked for.
+    /// Asks for an election in each group that prefers this node and is led by another, if
+    /// this replica has applied all it holds and has not asked in that group for a few
+    /// seconds; raft's vote decides. Returns how many it asked for.
     pub async fn balance(&self) -> usize {
         let mut asked = 0;
         for (group, r) in &self.replicas {
             if self.preferred(group) != self.config.id {
                 continue;
             }
-            let leader = r.raft().metrics().borrow().current_leader;
+            let (leader, caught_up) = {
+                let m = r.raft().metrics();
+                let m = m.borrow();
+                (
+                    m.current_leader,
+                    m.last_log_index.is_some()
+                        && m.last_applied.map(|l| l.index) == m.last_log_index,
+                )
+            };
+            // Only a replica that has applied all it holds asks (one behind would lose the
+            // vote and only disturb the group), and not again before an election timeout or
+            // two went by.
+            let now = std::time::Instant::now();
+            let recently = self
+                .asked
+                .lock()
+                .get(group)
+                .is_some_and(|t| now.duration_since(*t) < BALANCE_BACKOFF);
             if matches!(leader, Some(l) if l != self.config.id)
+                && caught_up
+                && !recently
                 && r.raft().trigger().elect().await.is_ok()
             {
+                self.asked.lock().insert(group.clone(), now);
                 asked += 1;
             }
         }
