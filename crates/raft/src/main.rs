@@ -244,7 +244,33 @@ async fn run_host(
 
 #[cfg(test)]
 mod tests {
-    use super::parse_peers;
+    use clap::Parser;
+
+    use super::{parse_peers, Args};
+
+    #[test]
+    fn partitions_need_a_topic() {
+        let base = [
+            "oncelog-raft-node",
+            "--id",
+            "1",
+            "--dir",
+            "d",
+            "--listen",
+            "127.0.0.1:7001",
+            "--client",
+            "127.0.0.1:7101",
+            "--peers",
+            "1=127.0.0.1:7001",
+        ];
+        let e = Args::try_parse_from(base.iter().chain(&["--partitions", "4"])).unwrap_err();
+        assert!(e.to_string().contains("--topic"), "{e}");
+        let a = Args::try_parse_from(base.iter().chain(&["--topic", "t", "--partitions", "4"]))
+            .unwrap();
+        assert_eq!((a.topic.as_deref(), a.partitions), (Some("t"), 4));
+        let a = Args::try_parse_from(base).unwrap();
+        assert_eq!((a.topic, a.partitions), (None, 1));
+    }
 
     #[test]
     fn peers_parse_and_bad_ones_say_why() {

@@ -523,6 +523,25 @@ mod tests {
         }
     }
 
+    /// A frame that is not a call closes the connection: the peer reads its end.
+    #[tokio::test]
+    async fn a_malformed_frame_closes_the_connection() {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = serve(listener, Arc::new(Groups::default()));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&4u32.to_be_bytes()).await.unwrap();
+        s.write_all(&[0xff; 4]).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the server closes the connection")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "no answer to a malformed frame");
+        server.abort();
+    }
+
     /// Answers are matched by id, not by order: a slow answer of one call does not become
     /// another's, and calls of many groups share one connection.
     #[tokio::test]
