@@ -17,6 +17,12 @@
 //!   its own directory of the real file system, one tokio task per client on the leader;
 //! - `raft-tcp` (with `--tcp`): 3 `oncelog-raft-node` processes on loopback, each client a
 //!   connection to the leader's client port.
+//!
+//! With `--partitions N`, two more runs of N partitions, one producer each (`--batches`
+//! shared among them): `multi-single`, N durable logs (`FlushPolicy::Always`) of one
+//! `LogManager`, a thread per producer; and `multi-tcp`, 3 `oncelog-raft-node` processes
+//! hosting the N partitions (`--topic bench --partitions N`), each producer a connection to
+//! its partition's leader. The last line then has `multi_replicated_vs_single`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +67,10 @@ struct Args {
     /// (`ReplicaConfig::max_entries_in_flight`; the default's when not given).
     #[arg(long)]
     entries_in_flight: Option<usize>,
+    /// Also N partitions on 3 nodes against N single logs of one manager (`multi-tcp` and
+    /// `multi-single`; needs target/release/oncelog-raft-node).
+    #[arg(long)]
+    partitions: Option<usize>,
 }
 
 fn batch(producer: i64, n: i32) -> Bytes {
@@ -245,16 +255,9 @@ async fn raft_mem(dir: &Path, clients: usize, per_client: usize, in_flight: Opti
 
 struct Procs(Vec<Child>);
 
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-async fn raft_tcp(dir: &Path, clients: usize, per_client: usize) -> Run {
+/// Starts 3 `oncelog-raft-node` processes on loopback (hosting `partitions` partitions of
+/// topic `bench` if given): the processes and their client addresses.
+fn spawn_nodes(dir: &Path, partitions: Option<usize>) -> (Procs, Vec<String>) {
     let bin = std::env::current_exe()
         .expect("this executable")
         .parent()
@@ -298,8 +301,25 @@ async fn raft_tcp(dir: &Path, clients: usize, per_client: usize) -> Run {
         if i == 0 {
             cmd.arg("--init");
         }
+        if let Some(n) = partitions {
+            cmd.args(["--topic", "bench", "--partitions", &n.to_string()]);
+        }
         procs.0.push(cmd.spawn().expect("spawn a replica"));
     }
+    (procs, clients_addrs)
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn raft_tcp(dir: &Path, clients: usize, per_client: usize) -> Run {
+    let (_procs, clients_addrs) = spawn_nodes(dir, None);
     let leader = loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let Ok(mut c) = Client::connect(&clients_addrs[0]).await else {
@@ -398,15 +418,194 @@ async fn run(args: Args) {
             }
         }
     }
-    println!("{}", summary(most, &last));
+    let mut multi = BTreeMap::new();
+    if let Some(n) = args.partitions.filter(|&n| n > 0) {
+        let per = args.batches.div_ceil(n);
+        let d = tmp.path().join("multi");
+        for mut run in [
+            multi_single(&d.join("single"), n, per),
+            multi_tcp(&d.join("tcp"), n, per).await,
+        ] {
+            run.print();
+            multi.insert(run.mode, run);
+        }
+    }
+    println!("{}", summary(most, &last, args.partitions, &multi));
+}
+
+/// `partitions` durable logs of one manager, one producer thread each.
+fn multi_single(dir: &Path, partitions: usize, per_client: usize) -> Run {
+    let log = LogConfig::builder()
+        .flush_policy(FlushPolicy::Always)
+        .build()
+        .unwrap();
+    let manager =
+        oncelog::LogManager::open(&[dir], oncelog::ManagerConfig::default().with_log(log))
+            .expect("open the manager");
+    let request: Vec<_> = (0..partitions)
+        .map(|p| {
+            (
+                oncelog::TopicPartition::new("bench", p as i32),
+                oncelog::PartitionConfig::default(),
+            )
+        })
+        .collect();
+    let logs = manager
+        .create_many(&request)
+        .expect("create the partitions");
+    let started = Instant::now();
+    let results: Vec<(Vec<Duration>, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = logs
+            .iter()
+            .map(|log| {
+                s.spawn(move || {
+                    let mut lat = Vec::with_capacity(per_client);
+                    let mut bytes = 0;
+                    for n in 0..per_client {
+                        let b = batch(1, n as i32);
+                        bytes += b.len();
+                        let t = Instant::now();
+                        log.append(&b).expect("append");
+                        lat.push(t.elapsed());
+                    }
+                    (lat, bytes)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client"))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    drop(logs);
+    manager.close().expect("close the manager");
+    let (mut latencies, mut bytes) = (Vec::new(), 0);
+    for (l, b) in results {
+        latencies.extend(l);
+        bytes += b;
+    }
+    Run {
+        mode: "multi-single",
+        clients: partitions,
+        elapsed,
+        latencies,
+        bytes,
+    }
+}
+
+/// 3 node processes hosting `partitions` partitions, one producer per partition on a
+/// connection to its leader (following the leader if it moves).
+async fn multi_tcp(dir: &Path, partitions: usize, per_client: usize) -> Run {
+    let (procs, clients_addrs) = spawn_nodes(dir, Some(partitions));
+    let to = |p: usize, r: ClientRequest| ClientRequest::To {
+        topic: "bench".into(),
+        partition: p as i32,
+        request: Box::new(r),
+    };
+    // Every partition led, and leaders spread (the nodes balance every second).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut per_node = BTreeMap::new();
+        let mut led = 0;
+        for p in 0..partitions {
+            let Ok(mut c) = Client::connect(&clients_addrs[0]).await else {
+                break;
+            };
+            if let Ok(ClientReply::Status(s)) = c.call(&to(p, ClientRequest::Status)).await {
+                if let Some(l) = s.leader {
+                    led += 1;
+                    *per_node.entry(l).or_insert(0usize) += 1;
+                }
+            }
+        }
+        let spread = per_node.len() == 3 && per_node.values().all(|&k| k * 4 >= partitions);
+        if led == partitions && spread {
+            println!("multi-tcp: leaders per node {per_node:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leaders: {per_node:?}, {led} led"
+        );
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..partitions)
+        .map(|p| {
+            let addrs = clients_addrs.clone();
+            tokio::spawn(async move {
+                let mut at = 0;
+                let mut conn = Client::connect(&addrs[at]).await.expect("connect");
+                let mut lat = Vec::with_capacity(per_client);
+                let mut bytes = 0;
+                for n in 0..per_client {
+                    let b = batch(1, n as i32);
+                    bytes += b.len();
+                    let request = ClientRequest::To {
+                        topic: "bench".into(),
+                        partition: p as i32,
+                        request: Box::new(ClientRequest::Produce(b)),
+                    };
+                    let t = Instant::now();
+                    loop {
+                        match conn.call(&request).await.expect("produce") {
+                            ClientReply::Acked(_) => break,
+                            ClientReply::NotLeader { leader } => {
+                                at = leader.map_or((at + 1) % 3, |l| l as usize - 1);
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                conn = Client::connect(&addrs[at]).await.expect("connect");
+                            }
+                            other => panic!("produce answered {other:?}"),
+                        }
+                    }
+                    lat.push(t.elapsed());
+                }
+                (lat, bytes)
+            })
+        })
+        .collect();
+    let (mut latencies, mut bytes) = (Vec::new(), 0);
+    for t in tasks {
+        let (l, b) = t.await.expect("client");
+        latencies.extend(l);
+        bytes += b;
+    }
+    let elapsed = started.elapsed();
+    drop(procs);
+    Run {
+        mode: "multi-tcp",
+        clients: partitions,
+        elapsed,
+        latencies,
+        bytes,
+    }
 }
 
 /// The last line: one JSON object with, at the largest client count, each mode's records/s
 /// and p99 commit latency, and the replicated modes against the single log of the same run
 /// (`replicated_vs_single` is raft over TCP, the figure; `replicated_mem_vs_single`
 /// the replicas in this process).
-fn summary(clients: usize, runs: &BTreeMap<&'static str, Run>) -> String {
+fn summary(
+    clients: usize,
+    runs: &BTreeMap<&'static str, Run>,
+    partitions: Option<usize>,
+    multi: &BTreeMap<&'static str, Run>,
+) -> String {
     let mut fields = vec![format!("\"clients\":{clients}")];
+    if let (Some(n), Some(single), Some(tcp)) = (
+        partitions,
+        multi.get("multi-single"),
+        multi.get("multi-tcp"),
+    ) {
+        fields.push(format!(
+            "\"partitions\":{n},\"multi_single_records_per_s\":{:.0},\"multi_tcp_records_per_s\":{:.0},\"multi_tcp_p99_ms\":{:.3},\"multi_replicated_vs_single\":{:.3}",
+            single.records_per_sec(),
+            tcp.records_per_sec(),
+            tcp.quantile(0.99).as_secs_f64() * 1e3,
+            tcp.records_per_sec() / single.records_per_sec()
+        ));
+    }
     for (mode, run) in runs {
         let key = mode.replace('-', "_");
         fields.push(format!(

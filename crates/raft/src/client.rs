@@ -5,6 +5,7 @@
 //! One request at a time per connection, answered in order; a client that wants several
 //! requests in flight opens several connections.
 
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::network::tcp::{read_frame, write_frame, MAX_FRAME};
-use crate::{Ack, NodeId, Replica, ReplicaError};
+use crate::{Ack, GroupId, Host, NodeId, Replica, ReplicaError};
 
 /// What a client asks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +36,17 @@ pub enum ClientRequest {
     },
     /// The replica's view of the partition.
     Status,
+    /// `request` for partition `partition` of `topic`, to a node that hosts many
+    /// ([`crate::Host`]); answered [`ClientReply::UnknownPartition`] by a node that does not
+    /// host it. A request without it goes to the node's only partition.
+    To {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// What is asked of it (not another `To`).
+        request: Box<ClientRequest>,
+    },
 }
 
 /// What a replica answers.
@@ -72,6 +84,14 @@ pub enum ClientReply {
     },
     /// The replica's status.
     Status(Status),
+    /// This node does not host the partition the request named (or, for a request that names
+    /// none, hosts many).
+    UnknownPartition {
+        /// The topic asked for (empty if none was named).
+        topic: String,
+        /// The partition asked for (-1 if none was named).
+        partition: i32,
+    },
 }
 
 /// A replica's view of its partition.
@@ -107,9 +127,56 @@ impl From<Result<Ack, ReplicaError>> for ClientReply {
     }
 }
 
+/// What serves client requests: one replica, or a [`Host`] of many partitions.
+pub trait Serves: Send + Sync + 'static {
+    /// The answer to `request`.
+    fn answer(&self, request: ClientRequest) -> impl Future<Output = ClientReply> + Send;
+}
+
+impl Serves for Replica {
+    async fn answer(&self, request: ClientRequest) -> ClientReply {
+        handle(self, request).await
+    }
+}
+
+impl Serves for Host {
+    async fn answer(&self, request: ClientRequest) -> ClientReply {
+        let (group, request) = match request {
+            ClientRequest::To {
+                topic,
+                partition,
+                request,
+            } => (GroupId::new(topic, partition), *request),
+            request if self.replicas().len() == 1 => {
+                let only = self.replicas().keys().next().cloned();
+                match only {
+                    Some(group) => (group, request),
+                    None => return ClientReply::Error("no partition hosted".into()),
+                }
+            }
+            _ => {
+                return ClientReply::UnknownPartition {
+                    topic: String::new(),
+                    partition: -1,
+                }
+            }
+        };
+        match self.replica(&group) {
+            Ok(replica) => handle(replica, request).await,
+            Err(_) => ClientReply::UnknownPartition {
+                topic: group.topic,
+                partition: group.partition,
+            },
+        }
+    }
+}
+
 /// Answers one request on `replica`.
 pub async fn handle(replica: &Replica, request: ClientRequest) -> ClientReply {
     match request {
+        ClientRequest::To { .. } => {
+            ClientReply::Error("a request for a partition to a node of one replica".into())
+        }
         ClientRequest::Produce(batch) => replica.append(batch).await.into(),
         // At most half a frame, so the answer always fits in one.
         ClientRequest::Read { offset, max_bytes } => {
@@ -146,9 +213,9 @@ pub fn status(replica: &Replica) -> Status {
     }
 }
 
-/// Serves client requests arriving on `listener` to `replica`, each connection in a task of
-/// its own, until the returned task is aborted.
-pub fn serve(listener: TcpListener, replica: Arc<Replica>) -> JoinHandle<()> {
+/// Serves client requests arriving on `listener` to `replica` (a [`Replica`] or a [`Host`]),
+/// each connection in a task of its own, until the returned task is aborted.
+pub fn serve<S: Serves>(listener: TcpListener, replica: Arc<S>) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -161,7 +228,7 @@ pub fn serve(listener: TcpListener, replica: Arc<Replica>) -> JoinHandle<()> {
             };
             let replica = Arc::clone(&replica);
             tokio::spawn(async move {
-                if let Err(e) = serve_connection(stream, &replica).await {
+                if let Err(e) = serve_connection(stream, replica.as_ref()).await {
                     tracing::debug!("client connection from {peer}: {e}");
                 }
             });
@@ -169,12 +236,12 @@ pub fn serve(listener: TcpListener, replica: Arc<Replica>) -> JoinHandle<()> {
     })
 }
 
-async fn serve_connection(stream: TcpStream, replica: &Replica) -> io::Result<()> {
+async fn serve_connection<S: Serves>(stream: TcpStream, replica: &S) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let (r, w) = stream.into_split();
     let (mut r, mut w) = (BufReader::new(r), BufWriter::new(w));
     while let Some(request) = read_frame::<_, ClientRequest>(&mut r).await? {
-        let reply = handle(replica, request).await;
+        let reply = replica.answer(request).await;
         write_frame(&mut w, &reply).await?;
     }
     Ok(())

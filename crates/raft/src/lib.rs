@@ -9,7 +9,11 @@
 //! answered as a duplicate with the original offsets by every later leader, because each
 //! replica's producer state comes from the replicated log.
 //!
-//! The binary `oncelog-raft-node` runs one replica as a process: raft RPCs over
+//! A [`Host`] is many partitions' replicas in one process (docs/design.md, "Many partitions
+//! per process"): one openraft group each over one `oncelog::LogManager`, one connection per
+//! peer node shared by all groups ([`network::mux`]).
+//!
+//! The binary `oncelog-raft-node` runs one replica (or, with `--topic`, a [`Host`]) as a process: raft RPCs over
 //! [`network::tcp`], and the [`client`] protocol (produce a batch, read what is committed,
 //! status) for producers and checkers.
 
@@ -22,12 +26,39 @@ use serde::{Deserialize, Serialize};
 
 pub mod client;
 pub mod entry;
+pub mod host;
 pub mod network;
 mod replica;
 pub mod state_file;
 pub mod store;
 
+pub use host::{Host, HostError};
 pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError};
+
+/// A raft group of a process that hosts many ([`Host`]): a partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupId {
+    /// The topic.
+    pub topic: String,
+    /// The partition number, from 0.
+    pub partition: i32,
+}
+
+impl GroupId {
+    /// Partition `partition` of `topic`.
+    pub fn new(topic: impl Into<String>, partition: i32) -> GroupId {
+        GroupId {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for GroupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
 
 /// A replica's id in its partition's raft group.
 pub type NodeId = u64;

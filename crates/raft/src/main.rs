@@ -3,6 +3,9 @@
 //! (oncelog_raft::client). SIGTERM or Ctrl-C stops it cleanly; a SIGKILL is a crash, which the
 //! replica recovers from on its next start with the same `--dir`.
 //!
+//! With `--topic T --partitions N` the process hosts N partitions' groups over one log dir
+//! (`--dir`), one connection per peer node shared by all (oncelog_raft::Host).
+//!
 //! A local 3-replica cluster:
 //!
 //! ```text
@@ -20,8 +23,9 @@ use std::sync::Arc;
 
 use clap::Parser;
 use oncelog::Environment;
+use oncelog_raft::host::HostConfig;
 use oncelog_raft::network::tcp::{self, TcpNetwork};
-use oncelog_raft::{client, Node, NodeId, Replica, ReplicaConfig};
+use oncelog_raft::{client, Host, Node, NodeId, Replica, ReplicaConfig};
 use openraft::error::{InitializeError, RaftError};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
@@ -46,9 +50,17 @@ struct Args {
     #[arg(long, value_parser = parse_peers)]
     peers: BTreeMap<NodeId, Node>,
     /// Form the group with all --peers as members (on one replica, the first time; ignored if
-    /// this replica's log already holds a membership).
+    /// this replica's log already holds a membership). With --topic: every group.
     #[arg(long)]
     init: bool,
+    /// Host many partitions of this topic (docs/design.md, "Many partitions per process"):
+    /// --dir is then a log dir holding them all, and clients name the partition.
+    #[arg(long)]
+    topic: Option<String>,
+    /// With --topic: how many partitions (groups TOPIC-0 .. TOPIC-(N-1)), each led by its
+    /// preferred node (partition i: the (i mod n)-th of --peers) when it can be.
+    #[arg(long, default_value_t = 1, requires = "topic")]
+    partitions: i32,
 }
 
 fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, Node>, String> {
@@ -118,6 +130,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--client {}: {e}", args.client))?;
     let mut term = signal(SignalKind::terminate())?;
 
+    if let Some(topic) = args.topic.clone() {
+        return run_host(args, topic, raft_listener, client_listener, term).await;
+    }
     let replica = Replica::open(
         args.id,
         &args.dir,
@@ -171,9 +186,91 @@ async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Many partitions in one process: a [`Host`] over the log dir `--dir`.
+async fn run_host(
+    args: Args,
+    topic: String,
+    raft_listener: TcpListener,
+    client_listener: TcpListener,
+    mut term: tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
+    let config = HostConfig {
+        id: args.id,
+        peers: args.peers.clone(),
+        topic,
+        partitions: args.partitions,
+        replica: ReplicaConfig::default(),
+    };
+    let host = Host::open(&args.dir, Environment::default(), config)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.dir.display()))?;
+    let host = Arc::new(host);
+    let raft_server = host.serve_raft(raft_listener);
+    let client_server = client::serve(client_listener, Arc::clone(&host));
+    if args.init {
+        host.initialize()
+            .await
+            .map_err(|e| anyhow::anyhow!("--init: {e}"))?;
+        eprintln!(
+            "node {}: {} groups formed with {:?}",
+            args.id,
+            args.partitions,
+            args.peers.keys()
+        );
+    }
+    let balancer = host.keep_balanced(std::time::Duration::from_secs(1));
+    eprintln!(
+        "node {} serving {} partitions: raft on {} and clients on {}",
+        args.id, args.partitions, args.listen, args.client
+    );
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    eprintln!("node {}: stopping", args.id);
+    balancer.abort();
+    client_server.abort();
+    let _ = balancer.await;
+    let _ = client_server.await;
+    host.shutdown()
+        .await
+        .map_err(|e| anyhow::anyhow!("shutdown: {e}"))?;
+    raft_server.abort();
+    let _ = raft_server.await;
+    host.close()
+        .await
+        .map_err(|e| anyhow::anyhow!("closing the log dir: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_peers;
+    use clap::Parser;
+
+    use super::{parse_peers, Args};
+
+    #[test]
+    fn partitions_need_a_topic() {
+        let base = [
+            "oncelog-raft-node",
+            "--id",
+            "1",
+            "--dir",
+            "d",
+            "--listen",
+            "127.0.0.1:7001",
+            "--client",
+            "127.0.0.1:7101",
+            "--peers",
+            "1=127.0.0.1:7001",
+        ];
+        let e = Args::try_parse_from(base.iter().chain(&["--partitions", "4"])).unwrap_err();
+        assert!(e.to_string().contains("--topic"), "{e}");
+        let a = Args::try_parse_from(base.iter().chain(&["--topic", "t", "--partitions", "4"]))
+            .unwrap();
+        assert_eq!((a.topic.as_deref(), a.partitions), (Some("t"), 4));
+        let a = Args::try_parse_from(base).unwrap();
+        assert_eq!((a.topic, a.partitions), (None, 1));
+    }
 
     #[test]
     fn peers_parse_and_bad_ones_say_why() {

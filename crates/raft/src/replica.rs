@@ -199,6 +199,7 @@ impl Replica {
         }
         let log_config = config
             .log
+            .clone()
             .into_builder()
             .high_watermark(HighWatermarkPolicy::SetByCaller)
             .flush_policy(FlushPolicy::Manual)
@@ -206,7 +207,54 @@ impl Replica {
             .map_err(oncelog::OpenError::from)?;
         let fs = Arc::clone(&env.fs);
         let log = Log::open_in(env, dir, log_config)?;
-        let partition = Arc::new(Partition::open(log, fs).map_err(ReplicaError::Storage)?);
+        Replica::start(id, Arc::new(log), fs, config, network).await
+    }
+
+    /// Starts raft on a partition log opened elsewhere (a `LogManager`'s, docs/design.md
+    /// "Many partitions per process"), whose configuration must already be what
+    /// [`Replica::open`] sets: [`HighWatermarkPolicy::SetByCaller`], [`FlushPolicy::Manual`]
+    /// and the `delete` cleanup policy (a typed [`ReplicaError::Config`] otherwise).
+    /// `config.log` is not used.
+    pub async fn open_log<N>(
+        id: NodeId,
+        log: Arc<Log>,
+        fs: Arc<dyn oncelog::io::FileSystem>,
+        config: ReplicaConfig,
+        network: N,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        let c = log.config();
+        let wrong = if c.high_watermark != HighWatermarkPolicy::SetByCaller {
+            Some("the high watermark policy must be SetByCaller")
+        } else if c.flush_policy != FlushPolicy::Manual {
+            Some("the flush policy must be Manual")
+        } else if c.cleanup_policy != CleanupPolicy::Delete {
+            Some("the cleanup policy must be delete (compaction is not replicated)")
+        } else {
+            None
+        };
+        if let Some(why) = wrong {
+            return Err(ReplicaError::Config(format!(
+                "the log in {}: {why}",
+                log.dir().display()
+            )));
+        }
+        Replica::start(id, log, fs, config, network).await
+    }
+
+    async fn start<N>(
+        id: NodeId,
+        log: Arc<Log>,
+        fs: Arc<dyn oncelog::io::FileSystem>,
+        config: ReplicaConfig,
+        network: N,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        let partition = Arc::new(Partition::open_shared(log, fs).map_err(ReplicaError::Storage)?);
         let raft_config = Arc::new(
             config
                 .raft

@@ -215,9 +215,13 @@ impl Partition {
     /// Opens raft's view of `log`: reads `raft-state.json`, completes an install a crash cut,
     /// and indexes the batches after the purge point.
     pub fn open(log: Log, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
+        Partition::open_shared(Arc::new(log), fs)
+    }
+
+    /// [`Partition::open`] on a log others hold too (a `LogManager`'s partition).
+    pub fn open_shared(log: Arc<Log>, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
         let dir = log.dir().to_path_buf();
         let state = state_file::read(fs.as_ref(), &dir).map_err(|e| e.to_string())?;
-        let log = Arc::new(log);
         let partition = Partition {
             log,
             fs,

@@ -282,9 +282,11 @@ async fn produce(
                         "producer {producer}: sequence {sequence} refused ({kind}): {message}"
                     ))
                 }
-                Some(other @ (ClientReply::Batches { .. } | ClientReply::Status(_))) => {
-                    return Err(format!("producer {producer}: a produce answered {other:?}"))
-                }
+                Some(
+                    other @ (ClientReply::Batches { .. }
+                    | ClientReply::Status(_)
+                    | ClientReply::UnknownPartition { .. }),
+                ) => return Err(format!("producer {producer}: a produce answered {other:?}")),
                 Some(ClientReply::NotLeader { .. }) | Some(ClientReply::Error(_)) | None => {
                     // No answer or no leader known: the connection may be stale; try the next
                     // replica after a pause.

@@ -50,6 +50,13 @@ where
     W: tokio::io::AsyncWrite + Unpin,
     T: Serialize,
 {
+    w.write_all(&encode_frame(msg)?).await?;
+    w.flush().await
+}
+
+/// `msg` as the bytes of one frame (its length, then its body), for a writer that sends
+/// many frames with one flush ([`super::mux`]).
+pub fn encode_frame<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     let body =
         bincode::serialize(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let len = u32::try_from(body.len())
@@ -64,9 +71,10 @@ where
                 ),
             )
         })?;
-    w.write_all(&len.to_be_bytes()).await?;
-    w.write_all(&body).await?;
-    w.flush().await
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
 }
 
 /// Reads one frame and decodes it: `Ok(None)` when the peer closed the connection between
@@ -267,7 +275,7 @@ impl RaftNetwork<TypeConfig> for TcpConnection {
     }
 }
 
-fn remote<E: std::error::Error>(
+pub(crate) fn remote<E: std::error::Error>(
     target: NodeId,
     e: RaftError<NodeId, E>,
 ) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
