@@ -1,7 +1,8 @@
 //! The seeded simulation with several raft groups per node (docs/design.md, "Many partitions
 //! per process"): 3 nodes, each a simulated disk holding one partition directory per group,
 //! every group a raft group over its own in-process network whose faults are the node's
-//! (drops, delays, partitions cut every group's links between the same nodes), crashes and
+//! (drops, delays, a network partition that isolates one node from the other two in every
+//! group at once), crashes and
 //! restarts of whole nodes (every group of the node loses what its disk had not synced), and
 //! leaders moving between nodes (elections asked for at random, as `Host::balance` does).
 //! Idempotent producers append to every group and retry. The checker of tests/sim.rs holds
