@@ -25,7 +25,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -286,8 +285,6 @@ pub struct Partition {
     /// passed, fetches report the start before the job's remote retention (a read below the
     /// new one still answers OFFSET_OUT_OF_RANGE with it).
     manifest: Mutex<Option<tier::Manifest>>,
-    /// The local log start when [`Partition::log_start_offset`] last looked.
-    start_seen: AtomicI64,
     appended: AppendSignal,
     /// Why the partition is offline, once a batch read from it failed its check.
     offline: OnceLock<String>,
@@ -307,7 +304,6 @@ impl Partition {
             log,
             remote,
             manifest: Mutex::new(None),
-            start_seen: AtomicI64::new(0),
             appended: AppendSignal::default(),
             offline: OnceLock::new(),
         }
@@ -323,21 +319,15 @@ impl Partition {
     /// Produce and share groups report): with tiered storage, the start across tiers, from the
     /// manifest this partition last read ([`Partition::earliest_offset`] reads it afresh).
     pub fn log_start_offset(&self) -> i64 {
+        // No store call here: this runs on the reactor (Fetch and Produce answers), where
+        // the store's blocking calls must not. The ticker reads the manifest again when the
+        // tiering job's status names another start (`Store::new_tier_failures`).
         let local = self.log.log_start_offset();
-        let known = |m: &Mutex<Option<tier::Manifest>>| {
-            m.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map(|m| m.partition_log_start(local))
-        };
-        // A tiered partition's local start moves only after a manifest confirmed the move (an
-        // upload before local retention, a remote retention, a DeleteRecords): when it moved
-        // since this partition last looked, the manifest it remembers is older than that one.
-        // One read per move of the local start; the tick reads it again if that failed.
-        if self.remote.is_some() && self.start_seen.swap(local, Ordering::Relaxed) != local {
-            let _ = self.manifest();
-        }
-        known(&self.manifest).unwrap_or(local)
+        self.manifest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(local, |m| m.partition_log_start(local))
     }
 
     /// The local log start offset (Kafka's `localLogStartOffset`, ListOffsets EARLIEST_LOCAL).
@@ -1276,7 +1266,8 @@ impl Store {
     /// in a row has grown (a recovery resets it). Empty without tiered storage. On the way,
     /// a partition whose start the job moved up (remote retention) reads its manifest again,
     /// so Fetch reports the new start within a tick (also a partition created since the
-    /// broker opened, which has not read its manifest yet).
+    /// broker opened, which has not read its manifest yet and reports its local start until
+    /// then).
     pub fn new_tier_failures(&self) -> Vec<(String, i32, oncelog::TierStatus)> {
         let manager = self.manager.read().unwrap_or_else(|e| e.into_inner());
         let Some(manager) = manager.as_ref().filter(|_| self.tier.is_some()) else {
