@@ -17,12 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::SimFs;
-use oncelog::{Environment, LogConfig, SystemClock};
+use oncelog::{Environment, SystemClock};
 use oncelog_raft::network::mem::{Faults, Rng, Router};
-use oncelog_raft::{Ack, NodeId, Replica, ReplicaConfig, ReplicaError};
-use openraft::{BasicNode, SnapshotPolicy};
+use oncelog_raft::{Ack, NodeId, Replica, ReplicaError};
+use openraft::BasicNode;
 
 const DEFAULT_STEPS: u64 = 1_500;
 const GROUPS: usize = 4;
@@ -36,80 +35,9 @@ fn dir(id: NodeId, g: usize) -> std::path::PathBuf {
         .join(format!("topic-{g}"))
 }
 
-fn config() -> ReplicaConfig {
-    let defaults = ReplicaConfig::default();
-    ReplicaConfig {
-        log: LogConfig::builder()
-            // Small segments and a size limit: retention deletes segments, so snapshot images
-            // start inside the log and carry the producer state at their start.
-            .segment_bytes(8 * 1024)
-            .retention_bytes(Some(32 * 1024))
-            .build()
-            .unwrap(),
-        raft: openraft::Config {
-            heartbeat_interval: 50,
-            election_timeout_min: 150,
-            election_timeout_max: 300,
-            // Frequent snapshots and purges, and a small lag threshold: lagging replicas are
-            // caught up with snapshot images as well as with entries.
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(40),
-            max_in_snapshot_log_to_keep: 10,
-            purge_batch_size: 1,
-            replication_lag_threshold: 60,
-            max_payload_entries: 16,
-            ..defaults.raft
-        },
-        // Small entries, two in flight: the producers' batches are split between entries as
-        // well as joined, and entries are proposed while others are replicated.
-        max_entry_bytes: 2 * 1024,
-        max_entries_in_flight: 2,
-    }
-}
-
-/// One producer: its id and the batch it is sending (retried until it has an answer).
-struct Producer {
-    id: i64,
-    next_seq: i32,
-    pending: Option<Sent>,
-    /// The last acknowledged batch, to retry at the end.
-    last_acked: Option<Sent>,
-}
-
-#[derive(Clone)]
-struct Sent {
-    seq: i32,
-    records: i32,
-    bytes: Bytes,
-}
-
-impl Producer {
-    fn batch(&mut self, rng: &mut Rng) -> Sent {
-        if let Some(s) = &self.pending {
-            return s.clone();
-        }
-        let records = 1 + rng.below(3) as i32;
-        let mut b = BatchBuilder::new().producer(self.id, 0, self.next_seq);
-        for r in 0..records {
-            let value = format!("p{}-s{}-r{r}", self.id, self.next_seq);
-            b.append(
-                1_000 + i64::from(self.next_seq),
-                None,
-                Some(value.as_bytes()),
-                &[],
-            );
-        }
-        let sent = Sent {
-            seq: self.next_seq,
-            records,
-            bytes: Bytes::from(b.build().expect("batch")),
-        };
-        self.pending = Some(sent.clone());
-        sent
-    }
-}
-
-/// What the checker knows was acknowledged, per group: (producer, sequence) -> offsets.
-type Acked = BTreeMap<(i64, i32), (i64, i64)>;
+#[path = "sim_common/mod.rs"]
+mod sim_common;
+use sim_common::{committed, config, Acked, Producer};
 
 struct Cluster {
     seed: u64,
@@ -261,36 +189,6 @@ async fn send_round(
             )),
         }
     }
-}
-
-/// The committed batches of a replica, from its log start to its high watermark.
-fn committed(r: &Replica) -> Vec<(i64, i64, Bytes)> {
-    let log = r.log();
-    let hw = log.high_watermark();
-    let mut out = Vec::new();
-    let mut offset = log.log_start_offset();
-    while offset < hw {
-        let bytes = log.read(offset, 1 << 20).expect("read");
-        if bytes.is_empty() {
-            break;
-        }
-        for item in BatchIter::new(&bytes) {
-            let (at, b) = item.expect("a stored batch parses");
-            if b.last_offset() < offset {
-                continue;
-            }
-            if b.base_offset() >= hw {
-                break;
-            }
-            out.push((
-                b.base_offset(),
-                b.last_offset(),
-                bytes.slice(at..at + b.size()),
-            ));
-            offset = b.last_offset() + 1;
-        }
-    }
-    out
 }
 
 fn check_group(c: &Cluster, g: usize, acked: &Acked) {
