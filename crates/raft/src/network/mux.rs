@@ -14,12 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
+use openraft::error::{RPCError, Unreachable};
+use openraft::network::RaftNetworkFactory;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
@@ -28,7 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::tcp::{encode_frame, read_frame, remote, RaftRpc, RaftRpcReply};
+use super::tcp::{encode_frame, read_frame, RaftRpc, RaftRpcReply};
 use crate::{GroupId, Node, NodeId, Raft, TypeConfig};
 
 /// How long a connect may take before the peer counts as unreachable.
@@ -327,50 +323,7 @@ impl GroupConnection {
     }
 }
 
-impl RaftNetwork<TypeConfig> for GroupConnection {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        match self.call(RaftRpc::AppendEntries(rpc)).await {
-            Ok(RaftRpcReply::AppendEntries(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("append_entries")),
-            Err(e) => Err(self.unreachable("append_entries", e)),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        match self.call(RaftRpc::InstallSnapshot(rpc)).await {
-            Ok(RaftRpcReply::InstallSnapshot(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("install_snapshot")),
-            Err(e) => Err(self.unreachable("install_snapshot", e)),
-        }
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        match self.call(RaftRpc::Vote(rpc)).await {
-            Ok(RaftRpcReply::Vote(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("vote")),
-            Err(e) => Err(self.unreachable("vote", e)),
-        }
-    }
-
-    fn backoff(&self) -> Backoff {
-        Backoff::new(std::iter::repeat(self.mux.0.backoff))
-    }
-}
+raft_network_over_call!(GroupConnection, |c| c.mux.0.backoff);
 
 /// The groups a node hosts, by id: where the serving side dispatches calls.
 #[derive(Default)]
@@ -474,6 +427,8 @@ mod tests {
     use openraft::{LogId, Vote};
 
     use super::*;
+    use openraft::network::{RPCOption, RaftNetwork};
+    use openraft::raft::{VoteRequest, VoteResponse};
 
     fn vote_request() -> VoteRequest<NodeId> {
         VoteRequest::new(

@@ -23,7 +23,7 @@ use std::io;
 use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::RaftNetworkFactory;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -230,50 +230,7 @@ impl TcpConnection {
     }
 }
 
-impl RaftNetwork<TypeConfig> for TcpConnection {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        match self.call(RaftRpc::AppendEntries(rpc)).await {
-            Ok(RaftRpcReply::AppendEntries(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("append_entries")),
-            Err(e) => Err(self.unreachable("append_entries", e)),
-        }
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        match self.call(RaftRpc::InstallSnapshot(rpc)).await {
-            Ok(RaftRpcReply::InstallSnapshot(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("install_snapshot")),
-            Err(e) => Err(self.unreachable("install_snapshot", e)),
-        }
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        match self.call(RaftRpc::Vote(rpc)).await {
-            Ok(RaftRpcReply::Vote(answer)) => answer.map_err(|e| remote(self.target, e)),
-            Ok(_) => Err(self.mismatch("vote")),
-            Err(e) => Err(self.unreachable("vote", e)),
-        }
-    }
-
-    fn backoff(&self) -> Backoff {
-        Backoff::new(std::iter::repeat(self.backoff))
-    }
-}
+raft_network_over_call!(TcpConnection, |c| c.backoff);
 
 pub(crate) fn remote<E: std::error::Error>(
     target: NodeId,
@@ -329,6 +286,7 @@ mod tests {
     use openraft::{LogId, Vote};
 
     use super::*;
+    use openraft::network::{RPCOption, RaftNetwork};
 
     fn vote_request() -> VoteRequest<NodeId> {
         VoteRequest::new(
