@@ -340,7 +340,7 @@ fn find_coordinator(request: &Request) -> Result<Reply, HandleError> {
             "coordinators are {NOT_REPLICATED}"
         )))
     };
-    let mut response = FindCoordinatorResponse::default().with_node_id(BrokerId(-1));
+    let mut response = FindCoordinatorResponse::default();
     if request.version >= 4 {
         response = response.with_coordinators(
             body.coordinator_keys
@@ -356,6 +356,7 @@ fn find_coordinator(request: &Request) -> Result<Reply, HandleError> {
         );
     } else {
         response = response
+            .with_node_id(BrokerId(-1))
             .with_error_code(error.code())
             .with_error_message(message());
     }
