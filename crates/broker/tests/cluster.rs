@@ -325,10 +325,10 @@ impl Producer {
         partition: i32,
         records: Bytes,
     ) -> io::Result<(i16, i64)> {
-        if !self.streams.contains_key(&leader) {
-            self.streams.insert(leader, connect(c.kafka[&leader])?);
-        }
-        let s = self.streams.get_mut(&leader).unwrap();
+        let s = match self.streams.entry(leader) {
+            std::collections::btree_map::Entry::Occupied(s) => s.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(connect(c.kafka[&leader])?),
+        };
         let r: ProduceResponse = call(s, ApiKey::Produce, 9, &produce_request(partition, records))?;
         let p = &r.responses[0].partition_responses[0];
         Ok((p.error_code, p.base_offset))
