@@ -4,7 +4,8 @@
 //! leader of a partition is SIGKILLed and restarted, round after round
 //! (`ONCELOG_CLUSTER_ROUNDS`, default 3). Every acknowledged batch is read back once from each
 //! partition's leader at its acknowledged offset, offsets are dense, and every replica's log
-//! holds the same batches. Plus Kafka's answers: Metadata's shape, NOT_LEADER_OR_FOLLOWER from
+//! holds the same batches. The same with librdkafka's idempotent producer. Plus Kafka's
+//! answers: Metadata's shape, NOT_LEADER_OR_FOLLOWER from
 //! a follower with the leader named, NOT_CONTROLLER, a refused replication factor, and the
 //! refusals of what is not replicated yet.
 
@@ -722,4 +723,70 @@ fn a_cluster_answers_as_kafka_does() {
     assert!(advertised.contains(&(ApiKey::Produce as i16)));
     assert!(!advertised.contains(&(ApiKey::JoinGroup as i16)));
     assert!(!advertised.contains(&(ApiKey::EndTxn as i16)));
+}
+
+/// librdkafka's idempotent producer (confluent-kafka, acks=all) through SIGKILLs of partition
+/// leaders: every message it reports delivered is in the log once, at the offset reported,
+/// and no message is stored twice.
+#[test]
+fn a_real_idempotent_producer_keeps_every_message_through_leader_kills() {
+    use common::clients::{Client, Produce};
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0);
+    c.leaders(TOPIC, PARTITIONS);
+    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
+    let count = 1500 * rounds.max(1);
+    let mut run = Client::Confluent.produce(
+        &bootstrap.join(","),
+        TOPIC,
+        count,
+        &Produce {
+            wave: 20,
+            pace_ms: 20,
+            spread: true,
+            ..Produce::default()
+        },
+    );
+    run.wait_delivered(100, Duration::from_secs(60));
+    for round in 0..rounds {
+        let partition = round as i32 % PARTITIONS;
+        let victim = c.leaders(TOPIC, PARTITIONS)[&partition];
+        eprintln!("round {round}: SIGKILL node {victim}, leader of partition {partition}");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        std::thread::sleep(Duration::from_millis(1500));
+        c.launch(victim);
+        c.leaders(TOPIC, PARTITIONS);
+    }
+    let delivered = run.delivered(Duration::from_secs(180));
+    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
+    assert_eq!(delivered.offsets.len(), count);
+
+    let leaders = c.leaders(TOPIC, PARTITIONS);
+    let mut stored: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (bytes, _) = fetch_all(&c, leaders[&p], p);
+        for r in oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0) {
+            let r = r.unwrap();
+            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            let at = (p, r.offset);
+            if let Some(first) = stored.insert(value.clone(), at) {
+                panic!("{value} stored twice: at {first:?} and {at:?}");
+            }
+        }
+    }
+    for (i, at) in &delivered.offsets {
+        assert_eq!(stored.get(&format!("m-{i}")), Some(at), "message {i}");
+    }
+    assert_eq!(
+        stored.len(),
+        count,
+        "messages stored that were never reported delivered"
+    );
 }
