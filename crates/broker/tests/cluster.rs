@@ -40,6 +40,7 @@ const NOT_ENOUGH_REPLICAS: i16 = 19;
 const INVALID_REPLICATION_FACTOR: i16 = 38;
 const NOT_CONTROLLER: i16 = 41;
 const INVALID_REQUEST: i16 = 42;
+const FENCED_LEADER_EPOCH: i16 = 74;
 
 /// A request and its answer over a plain stream; any I/O failure (a killed broker) is an error,
 /// never a panic.
@@ -568,7 +569,19 @@ fn a_cluster_answers_as_kafka_does() {
     assert_eq!(r.topics[0].error_code, 0);
 
     // Metadata: every node, the controller, each partition's leader, epoch, replicas, isr.
-    let leaders = c.leaders("t", 2);
+    // (Once each partition is led by its preferred replica, where the balancer leaves it.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leaders = loop {
+        let leaders = c.leaders("t", 2);
+        if leaders == BTreeMap::from([(0, 1), (1, 2)]) {
+            break leaders;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not led by the preferred replicas: {leaders:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let m = c.metadata(other, None).unwrap();
     let brokers: BTreeMap<i32, i32> = m.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
     assert_eq!(brokers.len(), 3);
@@ -651,6 +664,53 @@ fn a_cluster_answers_as_kafka_does() {
     assert_eq!(data.len(), 1);
     assert_eq!(data[0].0, p.base_offset);
     assert_eq!(part.high_watermark, p.base_offset + 1);
+
+    // OffsetForLeaderEpoch on the leader, from its epoch cache; a stale current epoch is
+    // fenced; a follower sends the client to the leader.
+    let epochs = |current: i32, epoch: i32| {
+        OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(topic_name("t"))
+                    .with_partitions(vec![
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(current)
+                            .with_leader_epoch(epoch),
+                    ]),
+            ])
+    };
+    let m = c.metadata(leader, Some(&["t"])).unwrap();
+    let term_now = m.topics[0].partitions[0].leader_epoch;
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut s,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(term_now, term_now),
+    )
+    .unwrap();
+    let e = &r.topics[0].partitions[0];
+    assert_eq!(e.error_code, 0);
+    assert_eq!(e.leader_epoch, term_now);
+    assert!(e.end_offset >= p.base_offset + 1, "{e:?}");
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut s,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(term_now - 1, term_now),
+    )
+    .unwrap();
+    assert_eq!(r.topics[0].partitions[0].error_code, FENCED_LEADER_EPOCH);
+    let mut sf = connect(c.kafka[&follower]).unwrap();
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut sf,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(-1, term_now),
+    )
+    .unwrap();
+    assert_eq!(r.topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
 
     // An idempotent producer's retry of a written batch: NONE with the original offset.
     let granted: InitProducerIdResponse = call(

@@ -30,7 +30,7 @@ use crate::codec::Request;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the group,
 /// transaction and share coordinators and their admin APIs, DescribeConfigs, DescribeLogDirs,
-/// OffsetForLeaderEpoch, DescribeCluster) are not advertised, and a request for one closes the
+/// DescribeCluster) are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::ApiVersions,
@@ -40,6 +40,7 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::ListOffsets,
     ApiKey::InitProducerId,
     ApiKey::CreateTopics,
+    ApiKey::OffsetForLeaderEpoch,
     // Answered with a typed error: not replicated yet.
     ApiKey::FindCoordinator,
     ApiKey::DeleteTopics,
@@ -67,6 +68,7 @@ pub async fn handle(
         ApiKey::ListOffsets => cluster_data::list_offsets(cluster, request),
         ApiKey::InitProducerId => init_producer_id(broker, cluster, request).await,
         ApiKey::CreateTopics => create_topics(broker, cluster, request).await,
+        ApiKey::OffsetForLeaderEpoch => cluster_data::offset_for_leader_epoch(cluster, request),
         ApiKey::FindCoordinator => find_coordinator(request),
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),

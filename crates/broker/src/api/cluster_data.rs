@@ -528,3 +528,65 @@ pub fn list_offsets(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply, 
     let response = ListOffsetsResponse::default().with_topics(topics);
     Ok(Reply::Now(respond(request, &response)?))
 }
+
+/// OffsetForLeaderEpoch on the partition's leader, from its leader-epoch cache (the raft terms
+/// its batches carry), so a consumer detects a log truncated under it. A current epoch older
+/// than the leader's term is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (the
+/// client's metadata is ahead of this node), as Kafka answers.
+pub fn offset_for_leader_epoch(
+    cluster: &Arc<Cluster>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    use kafka_protocol::messages::offset_for_leader_epoch_response::{
+        EpochEndOffset, OffsetForLeaderTopicResult,
+    };
+    let body: OffsetForLeaderEpochRequest = request.body()?;
+    let topics = body
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let answer = EpochEndOffset::default()
+                        .with_partition(p.partition)
+                        .with_leader_epoch(-1)
+                        .with_end_offset(-1);
+                    let replica = match cluster.route(&t.topic, p.partition) {
+                        Route::Leader(replica) => replica,
+                        Route::Elsewhere(_) => {
+                            return answer
+                                .with_error_code(ResponseError::NotLeaderOrFollower.code())
+                        }
+                        Route::Unknown => {
+                            return answer
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        }
+                    };
+                    let term = i32::try_from(replica.raft().metrics().borrow().current_term)
+                        .unwrap_or(i32::MAX);
+                    match p.current_leader_epoch {
+                        -1 => {}
+                        e if e < term => {
+                            return answer.with_error_code(ResponseError::FencedLeaderEpoch.code())
+                        }
+                        e if e > term => {
+                            return answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
+                        }
+                        _ => {}
+                    }
+                    let e = replica.log().replica().end_offset_for_epoch(p.leader_epoch);
+                    answer
+                        .with_leader_epoch(e.leader_epoch)
+                        .with_end_offset(e.end_offset)
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
+        })
+        .collect();
+    let response = OffsetForLeaderEpochResponse::default().with_topics(topics);
+    Ok(Reply::Now(respond(request, &response)?))
+}
