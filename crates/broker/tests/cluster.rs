@@ -4,7 +4,7 @@
 //! leader of a partition is SIGKILLed and restarted, round after round
 //! (`ONCELOG_CLUSTER_ROUNDS`, default 3). Every acknowledged batch is read back once from each
 //! partition's leader at its acknowledged offset, offsets are dense, and every replica's log
-//! holds the same batches. The same with librdkafka's idempotent producer. Plus Kafka's
+//! holds the same batches. The same with librdkafka's and Kafka's Java idempotent producers. Plus Kafka's
 //! answers: Metadata's shape, NOT_LEADER_OR_FOLLOWER from
 //! a follower with the leader named, NOT_CONTROLLER, a refused replication factor, and the
 //! refusals of what is not replicated yet.
@@ -790,6 +790,16 @@ fn a_cluster_answers_as_kafka_does() {
 /// and no message is stored twice.
 #[test]
 fn a_real_idempotent_producer_keeps_every_message_through_leader_kills() {
+    real_producer_through_leader_kills(common::clients::Client::Confluent);
+}
+
+/// Kafka's own Java producer (kafka-clients 4.4, idempotent, acks=all), the same way.
+#[test]
+fn the_java_producer_keeps_every_message_through_leader_kills() {
+    real_producer_through_leader_kills(common::clients::Client::Java);
+}
+
+fn real_producer_through_leader_kills(client: common::clients::Client) {
     use common::clients::{Client, Produce};
     let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
         .ok()
@@ -802,14 +812,15 @@ fn a_real_idempotent_producer_keeps_every_message_through_leader_kills() {
     c.leaders(TOPIC, PARTITIONS);
     let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
     let count = 1500 * rounds.max(1);
-    let mut run = Client::Confluent.produce(
+    let mut run = client.produce(
         &bootstrap.join(","),
         TOPIC,
         count,
         &Produce {
             wave: 20,
             pace_ms: 20,
-            spread: true,
+            // librdkafka's sticky partitioner would send a wave to one partition.
+            spread: client == Client::Confluent,
             ..Produce::default()
         },
     );

@@ -92,6 +92,16 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
     let mut topics = Vec::with_capacity(body.topic_data.len());
     // Queued in request order, one after the other: the log takes them in that order.
     for topic in body.topic_data {
+        // From v13 a topic is named by its id (KIP-516), and answered by it.
+        let name = if request.version >= 13 {
+            cluster
+                .image()
+                .topic_by_id(topic.topic_id)
+                .map(|t| t.name.clone())
+                .ok_or(ResponseError::UnknownTopicId)
+        } else {
+            Ok(topic.name.0.to_string())
+        };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let failed = |error, message: Option<&str>, leader| Pending::Failed {
@@ -101,8 +111,11 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
             };
             let pending = if let Some((error, message)) = refuse_all {
                 failed(error, message, None)
+            } else if let Err(error) = &name {
+                failed(*error, None, None)
             } else {
-                match (cluster.route(&topic.name, data.index), data.records) {
+                let name = name.as_deref().unwrap_or_default();
+                match (cluster.route(name, data.index), data.records) {
                     (Route::Unknown, _) => {
                         failed(ResponseError::UnknownTopicOrPartition, None, None)
                     }
@@ -125,16 +138,18 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
             };
             partitions.push((data.index, pending));
         }
-        topics.push((topic.name, partitions));
+        topics.push((
+            topic.name,
+            topic.topic_id,
+            name.unwrap_or_default(),
+            partitions,
+        ));
     }
     if acks == 0 {
-        let failed = topics
-            .iter()
-            .flat_map(|(_, p)| p)
-            .find_map(|(_, p)| match p {
-                Pending::Failed { error, .. } => Some(*error),
-                Pending::Queued(..) => None,
-            });
+        let failed = topics.iter().flat_map(|t| &t.3).find_map(|(_, p)| match p {
+            Pending::Failed { error, .. } => Some(*error),
+            Pending::Queued(..) => None,
+        });
         return Ok(match failed {
             None => Reply::Nothing,
             Some(error) => Reply::Close(format!("acks=0 produce failed with {error:?}")),
@@ -145,7 +160,7 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
     Ok(Reply::Later(tokio::spawn(async move {
         let version = request.version;
         let mut responses = Vec::with_capacity(topics.len());
-        for (name, partitions) in topics {
+        for (asked_name, topic_id, name, partitions) in topics {
             let mut answered = Vec::with_capacity(partitions.len());
             for (index, pending) in partitions {
                 let line = PartitionProduceResponse::default()
@@ -191,7 +206,8 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
             }
             responses.push(
                 TopicProduceResponse::default()
-                    .with_name(name)
+                    .with_name(asked_name)
+                    .with_topic_id(topic_id)
                     .with_partition_responses(answered),
             );
         }
