@@ -860,4 +860,19 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
         count,
         "messages stored that were never reported delivered"
     );
+
+    // librdkafka's consumer (assigned partitions, nothing committed) reads them all, each once.
+    if client == Client::Confluent {
+        let consumed = client.consume_with(&bootstrap.join(","), TOPIC, count, &["--no-commit"]);
+        let mut seen = BTreeSet::new();
+        for r in &consumed.records {
+            assert_eq!(
+                stored.get(&r.value),
+                Some(&(r.partition, r.offset)),
+                "{r:?}"
+            );
+            assert!(seen.insert(r.value.clone()), "{} consumed twice", r.value);
+        }
+        assert_eq!(seen.len(), count);
+    }
 }
