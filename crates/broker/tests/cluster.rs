@@ -876,3 +876,32 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
         assert_eq!(seen.len(), count);
     }
 }
+
+/// A node that cannot listen for its peers does not start, and says where; a malformed
+/// `--cluster` is refused before anything opens.
+#[test]
+fn a_node_that_cannot_start_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let raft = taken.local_addr().unwrap().port();
+    let spec = format!("1=127.0.0.1:{}:{raft}", free_port());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::broker_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let data = tmp.path().join("node-1");
+    let data = data.to_str().unwrap();
+    let (status, stderr) = run(&["--data", data, "--node-id", "1", "--cluster", &spec]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cannot listen for raft on 127.0.0.1:{raft}")),
+        "{stderr}"
+    );
+    let (status, stderr) = run(&["--data", data, "--node-id", "2", "--cluster", &spec]);
+    assert_eq!(status.code(), Some(2));
+    assert!(stderr.contains("does not name this node"), "{stderr}");
+    drop(taken);
+}
