@@ -702,6 +702,14 @@ fn a_cluster_answers_as_kafka_does() {
     )
     .unwrap();
     assert_eq!(r.topics[0].partitions[0].error_code, FENCED_LEADER_EPOCH);
+    // A fetch naming an older leader epoch is fenced too.
+    let mut stale = fetch.clone();
+    stale.topics[0].partitions[0].current_leader_epoch = term_now - 1;
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &stale).unwrap();
+    assert_eq!(r.responses[0].partitions[0].error_code, FENCED_LEADER_EPOCH);
+    stale.topics[0].partitions[0].current_leader_epoch = term_now;
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &stale).unwrap();
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
     let mut sf = connect(c.kafka[&follower]).unwrap();
     let r: OffsetForLeaderEpochResponse = call(
         &mut sf,

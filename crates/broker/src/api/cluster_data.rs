@@ -254,6 +254,21 @@ fn replica_error(
     }
 }
 
+/// Kafka's check of the leader epoch a client names (KIP-320): -1 names none; one below the
+/// leader's term is FENCED_LEADER_EPOCH (the client missed a leader change: it refreshes its
+/// metadata and validates its position), one above it UNKNOWN_LEADER_EPOCH (the client's
+/// metadata is ahead of this replica: it retries).
+fn check_epoch(replica: &Replica, current_leader_epoch: i32) -> Result<(), ResponseError> {
+    let term = replica.raft().metrics().borrow().current_term;
+    let term = i32::try_from(term).unwrap_or(i32::MAX);
+    match current_leader_epoch {
+        -1 => Ok(()),
+        e if e < term => Err(ResponseError::FencedLeaderEpoch),
+        e if e > term => Err(ResponseError::UnknownLeaderEpoch),
+        _ => Ok(()),
+    }
+}
+
 /// One partition a fetch asked for.
 struct Wanted {
     index: i32,
@@ -314,7 +329,10 @@ fn resolve_fetch(cluster: &Cluster, version: i16, t: &FetchTopic) -> Vec<Wanted>
             route: match &name {
                 Err(e) => Err((*e, None)),
                 Ok(name) => match cluster.route(name, p.partition) {
-                    Route::Leader(replica) => Ok(replica),
+                    Route::Leader(replica) => match check_epoch(&replica, p.current_leader_epoch) {
+                        Ok(()) => Ok(replica),
+                        Err(e) => Err((e, None)),
+                    },
                     Route::Elsewhere(view) => Err((ResponseError::NotLeaderOrFollower, Some(view))),
                     Route::Unknown => Err((ResponseError::UnknownTopicOrPartition, None)),
                 },
@@ -505,7 +523,12 @@ pub fn list_offsets(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply, 
                         .with_offset(-1)
                         .with_leader_epoch(-1);
                     let replica = match cluster.route(&topic.name, p.partition_index) {
-                        Route::Leader(replica) => replica,
+                        Route::Leader(replica) => {
+                            match check_epoch(&replica, p.current_leader_epoch) {
+                                Ok(()) => replica,
+                                Err(e) => return line.with_error_code(e.code()),
+                            }
+                        }
                         Route::Elsewhere(_) => {
                             return line.with_error_code(ResponseError::NotLeaderOrFollower.code())
                         }
@@ -580,17 +603,8 @@ pub fn offset_for_leader_epoch(
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                         }
                     };
-                    let term = i32::try_from(replica.raft().metrics().borrow().current_term)
-                        .unwrap_or(i32::MAX);
-                    match p.current_leader_epoch {
-                        -1 => {}
-                        e if e < term => {
-                            return answer.with_error_code(ResponseError::FencedLeaderEpoch.code())
-                        }
-                        e if e > term => {
-                            return answer.with_error_code(ResponseError::UnknownLeaderEpoch.code())
-                        }
-                        _ => {}
+                    if let Err(e) = check_epoch(&replica, p.current_leader_epoch) {
+                        return answer.with_error_code(e.code());
                     }
                     let e = replica.log().replica().end_offset_for_epoch(p.leader_epoch);
                     answer
