@@ -44,4 +44,7 @@ pub struct Broker {
     /// The budget of bytes every connection together may hold in requests not yet handled
     /// (`queued.max.request.bytes`), and the count of what their read buffers hold.
     pub request_memory: Arc<RequestMemory>,
+    /// Cluster mode (`--cluster`): the raft groups and the cluster image that Produce, Fetch,
+    /// ListOffsets, Metadata and CreateTopics are answered from; `None` on a single broker.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::cluster::ClusterNodes;
+
 /// When appends are made durable (`--flush`). Except under `never`, an `acks=all` produce is
 /// answered only once its batch is durable; the policy decides what `acks=0` and `acks=1`
 /// writes get.
@@ -236,6 +238,14 @@ pub struct Args {
     /// hold more than this (`log.local.retention.bytes`; -1: no limit, the default).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
     pub local_retention_bytes: i64,
+
+    /// Runs this broker as node --node-id of a replicated cluster: every node and its two
+    /// listeners, `ID=HOST:KAFKA_PORT:RAFT_PORT,...` (docs/design.md, "A cluster of brokers").
+    /// Kafka clients connect to the node's own KAFKA_PORT (--listen is not used), its peers
+    /// to its RAFT_PORT. Needs --data; tiered storage, --advertised-listener, --flush other
+    /// than manual and log-append-time timestamps are refused with it.
+    #[arg(long, value_name = "ID=HOST:KAFKA_PORT:RAFT_PORT,...")]
+    pub cluster: Option<String>,
 }
 
 /// The read cache's default budget (`--tier-cache-bytes`).
@@ -343,6 +353,8 @@ pub struct BrokerConfig {
     pub log: LogSettings,
     pub consumer_groups: crate::consumer_group::ConsumerGroupSettings,
     pub share_groups: crate::share::ShareSettings,
+    /// Cluster mode: every node; `None`: a single broker.
+    pub cluster: Option<ClusterNodes>,
 }
 
 /// A flag value the broker cannot run with.
@@ -356,8 +368,21 @@ pub struct ConfigError {
 
 impl Args {
     /// Checks the flags that clap cannot and returns the configuration.
-    pub fn into_config(self) -> Result<BrokerConfig, ConfigError> {
+    pub fn into_config(mut self) -> Result<BrokerConfig, ConfigError> {
         let tier = self.tier_settings()?;
+        let cluster = self.cluster_nodes(tier.is_some())?;
+        if let Some(c) = &cluster {
+            let own = c.own();
+            self.listen = format!("{}:{}", own.host, own.kafka_port)
+                .parse()
+                .or_else(|_| format!("[{}]:{}", own.host, own.kafka_port).parse())
+                .map_err(|_| ConfigError {
+                    flag: "cluster",
+                    value: own.host.clone(),
+                    rule: "this node's own host must be an IP address (it is where it listens)",
+                })?;
+            self.advertised_listener = Some(format!("{}:{}", own.host, own.kafka_port));
+        }
         let advertised_listener = match self.advertised_listener {
             None => None,
             Some(value) => Some(parse_host_port(&value).ok_or(ConfigError {
@@ -381,6 +406,7 @@ impl Args {
             });
         }
         Ok(BrokerConfig {
+            cluster,
             data: self.data,
             listen: self.listen,
             advertised_listener,
@@ -416,6 +442,56 @@ impl Args {
                 tier,
             },
         })
+    }
+
+    /// `--cluster`, checked against the flags cluster mode does not run with (`tiering`: a
+    /// tiered-storage flag was given).
+    fn cluster_nodes(&self, tiering: bool) -> Result<Option<ClusterNodes>, ConfigError> {
+        let Some(value) = &self.cluster else {
+            return Ok(None);
+        };
+        let refuse = |flag: &'static str, value: String, rule: &'static str| {
+            Err(ConfigError { flag, value, rule })
+        };
+        if self.data.is_none() {
+            return refuse(
+                "cluster",
+                value.clone(),
+                "needs --data (a node's raft state must outlive the process)",
+            );
+        }
+        if tiering {
+            return refuse(
+                "cluster",
+                value.clone(),
+                "cannot be given with tiered storage (--tier-dir, --tier-url): not replicated yet",
+            );
+        }
+        if let Some(a) = &self.advertised_listener {
+            return refuse(
+                "advertised-listener",
+                a.clone(),
+                "cannot be given with --cluster (each node is advertised at its --cluster entry)",
+            );
+        }
+        if self.flush != FlushPolicy::Manual {
+            return refuse(
+                "flush",
+                format!("{:?}", self.flush),
+                "cannot be given with --cluster (raft makes every append durable on a majority)",
+            );
+        }
+        if self.message_timestamp_type == TimestampType::LogAppendTime {
+            return refuse(
+                "message-timestamp-type",
+                "log-append-time".into(),
+                "cannot be given with --cluster (replicas must store the same bytes)",
+            );
+        }
+        match ClusterNodes::parse(value, self.node_id) {
+            Ok(nodes) => Ok(Some(nodes)),
+            Err(e) => refuse("cluster", e.entry, e.rule),
+        }
     }
 
     /// The tiered-storage flags, checked: each refusal names its flag. A tiering setting
@@ -769,6 +845,96 @@ mod tests {
             config(&["--local-retention-ms", "-1"]).is_ok(),
             "-1 is no limit"
         );
+    }
+
+    #[test]
+    fn cluster_mode_takes_its_listener_from_its_own_entry() {
+        let c = config(&[
+            "--data",
+            "d",
+            "--node-id",
+            "2",
+            "--cluster",
+            "1=127.0.0.1:9092:9192,2=127.0.0.1:9093:9193,3=127.0.0.1:9094:9194",
+        ])
+        .unwrap();
+        let nodes = c.cluster.unwrap();
+        assert_eq!(nodes.ids(), vec![1, 2, 3]);
+        assert_eq!(c.listen, "127.0.0.1:9093".parse().unwrap());
+        assert_eq!(c.advertised_listener, Some(("127.0.0.1".into(), 9093)));
+        assert!(config(&[]).unwrap().cluster.is_none());
+    }
+
+    #[test]
+    fn bad_cluster_flags_are_refused_by_name() {
+        let three = "1=127.0.0.1:9092:9192,2=127.0.0.1:9093:9193,3=127.0.0.1:9094:9194";
+        let refused = |flags: &[&str], flag: &str, rule: &str| {
+            let e = config(flags).unwrap_err();
+            assert_eq!(e.flag, flag, "{flags:?}: {e}");
+            assert!(e.rule.contains(rule), "{flags:?}: {e}");
+        };
+        let with = |cluster: &'static str| -> Vec<&'static str> {
+            vec!["--data", "d", "--node-id", "1", "--cluster", cluster]
+        };
+        // Malformed entries.
+        refused(&with("1=127.0.0.1:9092"), "cluster", "expected ID=HOST");
+        refused(
+            &with("1:127.0.0.1:9092:9192"),
+            "cluster",
+            "expected ID=HOST",
+        );
+        refused(&with("x=127.0.0.1:9092:9192"), "cluster", "not a number");
+        refused(&with("1=127.0.0.1:90x:9192"), "cluster", "a port");
+        refused(&with("1=127.0.0.1:0:9192"), "cluster", "a port");
+        refused(&with("1=:9092:9192"), "cluster", "host is empty");
+        refused(
+            &with("1=127.0.0.1:9092:9192,,2=127.0.0.1:9093:9193"),
+            "cluster",
+            "empty entry",
+        );
+        refused(&with("1=127.0.0.1:9092:9092"), "cluster", "the same");
+        refused(&with("1024=127.0.0.1:9092:9192"), "cluster", "0 to 1023");
+        // Duplicates.
+        refused(
+            &with("1=127.0.0.1:9092:9192,1=127.0.0.1:9093:9193"),
+            "cluster",
+            "named twice",
+        );
+        refused(
+            &with("1=127.0.0.1:9092:9192,2=127.0.0.1:9192:9193"),
+            "cluster",
+            "another node",
+        );
+        // This node missing.
+        refused(
+            &["--data", "d", "--node-id", "4", "--cluster", three],
+            "cluster",
+            "does not name this node",
+        );
+        // Its own host must be an address to bind.
+        refused(
+            &with("1=localhost:9092:9192,2=127.0.0.1:9093:9193"),
+            "cluster",
+            "IP address",
+        );
+        // Flags cluster mode does not run with.
+        refused(
+            &["--node-id", "1", "--cluster", three],
+            "cluster",
+            "needs --data",
+        );
+        let mut tiered = with(three);
+        tiered.extend(["--tier-dir", "t"]);
+        refused(&tiered, "cluster", "tiered storage");
+        let mut advertised = with(three);
+        advertised.extend(["--advertised-listener", "h:1"]);
+        refused(&advertised, "advertised-listener", "--cluster");
+        let mut flush = with(three);
+        flush.extend(["--flush", "always"]);
+        refused(&flush, "flush", "raft");
+        let mut stamped = with(three);
+        stamped.extend(["--message-timestamp-type", "log-append-time"]);
+        refused(&stamped, "message-timestamp-type", "same bytes");
     }
 
     #[test]

@@ -65,6 +65,18 @@ pub fn append_error(refused: &AppendRefused) -> ResponseError {
     }
 }
 
+/// [`append_error`] for an error kind as raft's leader answered it (a replicated append
+/// refused by the leader's log, cluster mode): the same table.
+pub fn append_error_kind(kind: &str) -> ResponseError {
+    match APPEND_ERRORS.iter().find(|(k, _)| *k == kind) {
+        Some((_, error)) => *error,
+        None => {
+            tracing::warn!(kind, "append error kind without a Kafka code");
+            ResponseError::UnknownServerError
+        }
+    }
+}
+
 /// The Kafka error for a failed read.
 pub fn read_error(refused: &ReadRefused) -> ResponseError {
     match refused {

@@ -10,6 +10,7 @@ pub mod api;
 pub mod assignor;
 pub mod broker;
 mod clock;
+pub mod cluster;
 pub mod codec;
 pub mod config;
 pub mod connection;

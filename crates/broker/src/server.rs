@@ -25,6 +25,10 @@ use crate::stats::Stats;
 use crate::store::{Store, StoreError};
 use crate::txn_coordinator::{self, TxnLogError, Txns};
 
+/// In cluster mode, the broker's own directory inside the data directory (the raft host's
+/// log dir): not of the form `<topic>-<partition>`, so the log dir leaves it alone.
+pub const CLUSTER_NODE_DIR: &str = "oncelog-node-local";
+
 /// How long connections get at shutdown to answer the requests they already read.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -48,6 +52,8 @@ pub enum StartError {
     Listen { addr: SocketAddr, source: io::Error },
     #[error("startup task failed: {0}")]
     Task(String),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::ClusterError),
 }
 
 /// Partitions that could not be closed cleanly at shutdown (they recover on the next start).
@@ -79,7 +85,15 @@ impl Server {
                 (temp.path().to_path_buf(), Some(temp))
             }
         };
-        let (dir, settings, node_id) = (data_dir.clone(), config.log.clone(), config.node_id);
+        // In cluster mode the data directory is the raft host's log dir, and the broker's own
+        // state (its producer-id reservation; the single broker's logs, unused) lives in a
+        // directory of its own inside it, which the log dir leaves alone (not a partition's
+        // name).
+        let own_dir = match &config.cluster {
+            Some(_) => data_dir.join(CLUSTER_NODE_DIR),
+            None => data_dir.clone(),
+        };
+        let (dir, settings, node_id) = (own_dir, config.log.clone(), config.node_id);
         let consumer_settings = config.consumer_groups;
         let share_settings = config.share_groups;
         let (store, producer_ids, offsets, txns, groups, shares) =
@@ -110,6 +124,10 @@ impl Server {
             })
             .await
             .map_err(|e| StartError::Task(e.to_string()))??;
+        let cluster = match config.cluster.clone() {
+            Some(nodes) => Some(crate::cluster::Cluster::start(&data_dir, nodes).await?),
+            None => None,
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -143,6 +161,7 @@ impl Server {
             log_append_time: config.log.message_timestamp_type == TimestampType::LogAppendTime,
             acks_all_flushes: config.log.flush != FlushPolicy::Never,
             request_memory: RequestMemory::new(config.queued_max_request_bytes),
+            cluster,
         };
         Ok(Server {
             listener,
@@ -293,6 +312,12 @@ impl Server {
         })
         .await
         .unwrap_or_else(|e| vec![("store".to_string(), e.to_string())]);
+        let mut failed = failed;
+        if let Some(cluster) = &self.broker.cluster {
+            if let Err(e) = cluster.close().await {
+                failed.push(("the cluster's raft groups".to_string(), e.to_string()));
+            }
+        }
         self.broker.stats.log(self.broker.request_memory.peak());
         if failed.is_empty() {
             tracing::info!(data = %self.data_dir.display(), "every partition closed cleanly");

@@ -162,7 +162,7 @@ impl Serves for Host {
             }
         };
         match self.replica(&group) {
-            Ok(replica) => handle(replica, request).await,
+            Ok(replica) => handle(&replica, request).await,
             Err(_) => ClientReply::UnknownPartition {
                 topic: group.topic,
                 partition: group.partition,

@@ -2,7 +2,7 @@
 //! one openraft group per partition over one `oncelog::LogManager`, one connection per peer
 //! node shared by all groups ([`crate::network::mux`]), leaders spread over the nodes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,9 +56,55 @@ pub struct HostConfig {
     pub replica: ReplicaConfig,
 }
 
+/// A group this host holds a replica of.
+struct Hosted {
+    replica: Arc<Replica>,
+    /// Its members in assignment order: the first is the preferred leader.
+    members: Vec<NodeId>,
+}
+
+/// A group as this node's replica sees it now (from raft's metrics), for answers such as
+/// Kafka's Metadata: who leads, in which term, and how far each member is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The leader this replica knows of.
+    pub leader: Option<NodeId>,
+    /// The term this replica is in (the leader epoch).
+    pub term: u64,
+    /// The members in assignment order (the first is the preferred leader).
+    pub members: Vec<NodeId>,
+    /// On the leader, the last entry index each member is known to hold (`None`: not known
+    /// yet); empty elsewhere.
+    pub matched: BTreeMap<NodeId, Option<u64>>,
+    /// The last entry this replica applied (on the leader: committed).
+    pub applied: Option<u64>,
+}
+
+impl GroupStatus {
+    /// The members in step with the leader: on the leader, those whose matched entry reaches
+    /// what it applied (the leader itself included); elsewhere every member (this replica
+    /// does not know the others' progress).
+    pub fn in_sync(&self) -> Vec<NodeId> {
+        if self.matched.is_empty() {
+            return self.members.clone();
+        }
+        self.members
+            .iter()
+            .copied()
+            .filter(|m| match self.matched.get(m) {
+                Some(matched) => *matched >= self.applied,
+                None => Some(*m) == self.leader,
+            })
+            .collect()
+    }
+}
+
 /// Many partitions' replicas in one process.
 pub struct Host {
-    config: HostConfig,
+    id: NodeId,
+    peers: BTreeMap<NodeId, Node>,
+    replica_config: ReplicaConfig,
+    fs: Arc<dyn oncelog::io::FileSystem>,
     /// When [`Host::balance`] last asked for an election, by group.
     asked: parking_lot::Mutex<std::collections::HashMap<GroupId, std::time::Instant>>,
     /// Set by the first [`Host::shutdown`].
@@ -67,7 +113,9 @@ pub struct Host {
     manager: parking_lot::Mutex<Option<LogManager>>,
     mux: Mux,
     groups: Arc<Groups>,
-    replicas: BTreeMap<GroupId, Arc<Replica>>,
+    replicas: parking_lot::RwLock<BTreeMap<GroupId, Hosted>>,
+    /// Held while a group is added: two adds of one group open one replica.
+    adding: tokio::sync::Mutex<()>,
 }
 
 impl Host {
@@ -86,7 +134,9 @@ impl Host {
     }
 
     /// Opens the log dir `dir` (created if missing) with [`Host::manager_config`], creates the
-    /// partitions it lacks, and starts raft on each.
+    /// partitions `config.topic-0 .. config.topic-(partitions - 1)` it lacks, and starts raft
+    /// on each, every peer a member (partition `i` prefers the `i mod n`-th peer in id order).
+    /// The groups are formed by [`Host::initialize`].
     pub async fn open(
         dir: impl AsRef<Path>,
         env: Environment,
@@ -104,60 +154,164 @@ impl Host {
                 config.partitions
             )));
         }
+        let host = Host::start(dir, env, config.id, config.peers, config.replica)?;
+        let ids: Vec<NodeId> = host.peers.keys().copied().collect();
+        for p in 0..config.partitions {
+            let first = p.unsigned_abs() as usize % ids.len();
+            let members: Vec<NodeId> = ids[first..].iter().chain(&ids[..first]).copied().collect();
+            host.open_group(GroupId::new(config.topic.clone(), p), &members, false)
+                .await?;
+        }
+        Ok(host)
+    }
+
+    /// Opens the log dir `dir` (created if missing) with [`Host::manager_config`] and hosts no
+    /// group yet: [`Host::add_group`] adds them. `peers` is every node this host may share a
+    /// group with, this one included (where each is reached).
+    pub fn start(
+        dir: impl AsRef<Path>,
+        env: Environment,
+        id: NodeId,
+        peers: BTreeMap<NodeId, Node>,
+        replica: ReplicaConfig,
+    ) -> Result<Host, HostError> {
+        if !peers.contains_key(&id) {
+            return Err(HostError::Config(format!(
+                "node {id} is not among the peers"
+            )));
+        }
         let fs = Arc::clone(&env.fs);
         let dirs = [dir.as_ref().to_path_buf()];
         let manager = LogManager::open_in(env, &dirs, Host::manager_config()?)?;
-        let mux = Mux::new(Duration::from_millis(200));
-        let groups = Arc::new(Groups::default());
-        let mut replicas = BTreeMap::new();
-        for p in 0..config.partitions {
-            let group = GroupId::new(config.topic.clone(), p);
-            let log = match manager.get(&group.topic, p) {
-                Ok(log) => log,
-                Err(ManagerError::UnknownPartition { .. }) => {
-                    manager.create(&group.topic, p, PartitionConfig::default())?
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let replica = Replica::open_log(
-                config.id,
-                log,
-                Arc::clone(&fs),
-                config.replica.clone(),
-                mux.group(group.clone()),
-            )
-            .await
-            .map_err(|error| HostError::Replica {
-                group: group.clone(),
-                error: Box::new(error),
-            })?;
-            groups.add(group.clone(), replica.raft().clone());
-            replicas.insert(group, Arc::new(replica));
-        }
         Ok(Host {
-            config,
+            id,
+            peers,
+            replica_config: replica,
+            fs,
             stopped: Default::default(),
             asked: Default::default(),
             manager: parking_lot::Mutex::new(Some(manager)),
-            mux,
-            groups,
-            replicas,
+            mux: Mux::new(Duration::from_millis(200)),
+            groups: Arc::new(Groups::default()),
+            replicas: Default::default(),
+            adding: Default::default(),
         })
     }
 
-    /// Forms every group with all peers as members (on one node, the first time); a group
-    /// that already has a membership is left as it is.
-    pub async fn initialize(&self) -> Result<(), HostError> {
-        for (group, r) in &self.replicas {
-            match r.raft().initialize(self.config.peers.clone()).await {
-                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => {
-                    return Err(HostError::Replica {
-                        group: group.clone(),
-                        error: Box::new(ReplicaError::Raft(e.to_string())),
-                    })
+    /// Hosts `group` with `members` (in assignment order: the first is its preferred leader;
+    /// this node among them): creates its partition in the log dir if missing, starts raft on
+    /// it over the shared connections, and forms the group if it is new. A group already
+    /// hosted is left as it is (its members are not changed: membership changes are not
+    /// built).
+    ///
+    /// Every member forms the group when it opens it, so a group forms even while one of its
+    /// replicas is down. openraft 0.9.25 allows that: `Raft::initialize` writes the membership
+    /// as the entry at the log id `(0, 0)` on the node that calls it, and only on a node that
+    /// has neither a log nor a vote (`Engine::check_initialize`; else `NotAllowed`, which is
+    /// ignored here), so members that initialize with the same membership hold the same entry
+    /// under the same log id ("More than one node performing `initialize()` with the same
+    /// config is safe", `Raft::initialize`'s documentation). The membership is built from the
+    /// same `peers` and `members` on every node, so it is the same; its head batch carries no
+    /// clock, so the bytes are too.
+    pub async fn add_group(&self, group: GroupId, members: &[NodeId]) -> Result<(), HostError> {
+        self.open_group(group, members, true).await
+    }
+
+    async fn open_group(
+        &self,
+        group: GroupId,
+        members: &[NodeId],
+        initialize: bool,
+    ) -> Result<(), HostError> {
+        let unique: BTreeSet<NodeId> = members.iter().copied().collect();
+        if unique.len() != members.len() || !unique.contains(&self.id) {
+            return Err(HostError::Config(format!(
+                "partition {group}: members {members:?} must be distinct and include node {}",
+                self.id
+            )));
+        }
+        if let Some(unknown) = unique.iter().find(|m| !self.peers.contains_key(m)) {
+            return Err(HostError::Config(format!(
+                "partition {group}: member {unknown} is not among the peers"
+            )));
+        }
+        let _adding = self.adding.lock().await;
+        if self.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(HostError::Config("the host is shutting down".into()));
+        }
+        if self.replicas.read().contains_key(&group) {
+            return Ok(());
+        }
+        let log = {
+            let manager = self.manager.lock();
+            let Some(manager) = manager.as_ref() else {
+                return Err(HostError::Config("the host is closed".into()));
+            };
+            match manager.get(&group.topic, group.partition) {
+                Ok(log) => log,
+                Err(ManagerError::UnknownPartition { .. }) => {
+                    manager.create(&group.topic, group.partition, PartitionConfig::default())?
                 }
+                Err(e) => return Err(e.into()),
             }
+        };
+        let replica = Replica::open_log(
+            self.id,
+            log,
+            Arc::clone(&self.fs),
+            self.replica_config.clone(),
+            self.mux.group(group.clone()),
+        )
+        .await
+        .map_err(|error| HostError::Replica {
+            group: group.clone(),
+            error: Box::new(error),
+        })?;
+        if initialize {
+            self.form(&group, &replica, members).await?;
+        }
+        self.groups.add(group.clone(), replica.raft().clone());
+        self.replicas.write().insert(
+            group,
+            Hosted {
+                replica: Arc::new(replica),
+                members: members.to_vec(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Forms `group` with `members` unless this replica already holds a log or a vote.
+    async fn form(
+        &self,
+        group: &GroupId,
+        replica: &Replica,
+        members: &[NodeId],
+    ) -> Result<(), HostError> {
+        let nodes: BTreeMap<NodeId, Node> = members
+            .iter()
+            .filter_map(|m| self.peers.get(m).map(|n| (*m, n.clone())))
+            .collect();
+        match replica.raft().initialize(nodes).await {
+            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(HostError::Replica {
+                group: group.clone(),
+                error: Box::new(ReplicaError::Raft(e.to_string())),
+            }),
+        }
+    }
+
+    /// Forms every group with its members (on one node, the first time); a group that already
+    /// has a membership is left as it is.
+    pub async fn initialize(&self) -> Result<(), HostError> {
+        let hosted: Vec<(GroupId, Arc<Replica>, Vec<NodeId>)> = self
+            .replicas
+            .read()
+            .iter()
+            .map(|(g, h)| (g.clone(), Arc::clone(&h.replica), h.members.clone()))
+            .collect();
+        for (group, replica, members) in hosted {
+            self.form(&group, &replica, &members).await?;
         }
         Ok(())
     }
@@ -170,25 +324,67 @@ impl Host {
 
     /// This node's id.
     pub fn id(&self) -> NodeId {
-        self.config.id
+        self.id
+    }
+
+    /// Every node this host may share a group with, and where each is reached.
+    pub fn peers(&self) -> &BTreeMap<NodeId, Node> {
+        &self.peers
     }
 
     /// The replica of a partition.
-    pub fn replica(&self, group: &GroupId) -> Result<&Arc<Replica>, HostError> {
+    pub fn replica(&self, group: &GroupId) -> Result<Arc<Replica>, HostError> {
         self.replicas
+            .read()
             .get(group)
+            .map(|h| Arc::clone(&h.replica))
             .ok_or_else(|| HostError::UnknownPartition(group.clone()))
     }
 
     /// Every replica, by partition.
-    pub fn replicas(&self) -> &BTreeMap<GroupId, Arc<Replica>> {
-        &self.replicas
+    pub fn replicas(&self) -> BTreeMap<GroupId, Arc<Replica>> {
+        self.replicas
+            .read()
+            .iter()
+            .map(|(g, h)| (g.clone(), Arc::clone(&h.replica)))
+            .collect()
     }
 
-    /// The node a group prefers as its leader: partition `i` the `i mod n`-th of the peers.
-    pub fn preferred(&self, group: &GroupId) -> NodeId {
-        let ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
-        ids[group.partition.unsigned_abs() as usize % ids.len()]
+    /// The node a group prefers as its leader: the first of its members in assignment order
+    /// (with [`Host::open`], partition `i` the `i mod n`-th of the peers).
+    pub fn preferred(&self, group: &GroupId) -> Option<NodeId> {
+        self.replicas
+            .read()
+            .get(group)
+            .and_then(|h| h.members.first().copied())
+    }
+
+    /// A group as this node's replica sees it now: its leader, term, members and, on the
+    /// leader, each member's matched entry.
+    pub fn status(&self, group: &GroupId) -> Result<GroupStatus, HostError> {
+        let (replica, members) = {
+            let replicas = self.replicas.read();
+            let h = replicas
+                .get(group)
+                .ok_or_else(|| HostError::UnknownPartition(group.clone()))?;
+            (Arc::clone(&h.replica), h.members.clone())
+        };
+        let m = replica.raft().metrics();
+        let m = m.borrow();
+        let matched = match (&m.replication, m.current_leader == Some(self.id)) {
+            (Some(replication), true) => replication
+                .iter()
+                .map(|(id, l)| (*id, l.map(|l| l.index)))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        Ok(GroupStatus {
+            leader: m.current_leader,
+            term: m.current_term,
+            members,
+            matched,
+            applied: m.last_applied.map(|l| l.index),
+        })
     }
 
     /// Asks for an election in each group that prefers this node and is led by another, if
@@ -196,10 +392,14 @@ impl Host {
     /// seconds; raft's vote decides. Returns how many it asked for.
     pub async fn balance(&self) -> usize {
         let mut asked = 0;
-        for (group, r) in &self.replicas {
-            if self.preferred(group) != self.config.id {
-                continue;
-            }
+        let preferring_me: Vec<(GroupId, Arc<Replica>)> = self
+            .replicas
+            .read()
+            .iter()
+            .filter(|(_, h)| h.members.first() == Some(&self.id))
+            .map(|(g, h)| (g.clone(), Arc::clone(&h.replica)))
+            .collect();
+        for (group, r) in &preferring_me {
             let (leader, caught_up) = {
                 let m = r.raft().metrics();
                 let m = m.borrow();
@@ -218,7 +418,7 @@ impl Host {
                 .lock()
                 .get(group)
                 .is_some_and(|t| now.duration_since(*t) < BALANCE_BACKOFF);
-            if matches!(leader, Some(l) if l != self.config.id)
+            if matches!(leader, Some(l) if l != self.id)
                 && caught_up
                 && !recently
                 && r.raft().trigger().elect().await.is_ok()
@@ -252,10 +452,11 @@ impl Host {
         if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
         }
-        for (group, r) in &self.replicas {
-            self.groups.remove(group);
+        let _adding = self.adding.lock().await;
+        for (group, r) in self.replicas() {
+            self.groups.remove(&group);
             r.shutdown().await.map_err(|error| HostError::Replica {
-                group: group.clone(),
+                group,
                 error: Box::new(error),
             })?;
         }

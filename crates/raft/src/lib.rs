@@ -32,8 +32,8 @@ mod replica;
 pub mod state_file;
 pub mod store;
 
-pub use host::{Host, HostError};
-pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError};
+pub use host::{GroupStatus, Host, HostError};
+pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError, Submitted};
 
 /// A raft group of a process that hosts many ([`Host`]): a partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -174,6 +174,20 @@ struct Proposal {
     answer: oneshot::Sender<Result<Ack, ReplicaError>>,
 }
 
+/// A batch queued by [`Replica::submit`], whose answer is still to come.
+pub struct Submitted(oneshot::Receiver<Result<Ack, ReplicaError>>);
+
+impl Submitted {
+    /// Raft's answer to the batch, as [`Replica::append`] gives it.
+    pub async fn answer(self) -> Result<Ack, ReplicaError> {
+        self.0.await.map_err(|_| shutting_down())?
+    }
+}
+
+fn shutting_down() -> ReplicaError {
+    ReplicaError::Raft("the replica is shutting down".into())
+}
+
 /// How many client batches may wait for an entry before [`Replica::append`] waits to queue.
 const PROPOSALS_QUEUED: usize = 4096;
 
@@ -299,13 +313,20 @@ impl Replica {
     /// while earlier ones are being replicated go together in one entry (docs/design.md,
     /// "Entries are runs of batches"), in the order they were appended.
     pub async fn append(&self, batch: Bytes) -> Result<Ack, ReplicaError> {
+        self.submit(batch).await?.answer().await
+    }
+
+    /// [`Replica::append`] in two steps: queues the batch (batches queued one after the other
+    /// go into the log in that order, which a pipelining idempotent producer needs: a broker
+    /// queues a connection's batches in request order and waits for the answers alongside),
+    /// then [`Submitted::answer`] waits for raft's answer.
+    pub async fn submit(&self, batch: Bytes) -> Result<Submitted, ReplicaError> {
         let (answer, answered) = oneshot::channel();
-        let stopped = || ReplicaError::Raft("the replica is shutting down".into());
         self.proposals
             .send(Proposal { batch, answer })
             .await
-            .map_err(|_| stopped())?;
-        answered.await.map_err(|_| stopped())?
+            .map_err(|_| shutting_down())?;
+        Ok(Submitted(answered))
     }
 
     /// Deletes what the log's retention rules (`retention_bytes`, `retention_ms`) let go,

@@ -13,10 +13,26 @@ use super::{respond, HandleError, Reply, SUPPORTED};
 use crate::codec::{self, EncodeError, Request, ResponseFrame};
 
 pub fn handle(request: &Request) -> Result<Reply, HandleError> {
+    answer(request, api_keys())
+}
+
+/// ApiVersions advertising only `apis` (of [`SUPPORTED`], at their versions): cluster mode's.
+pub fn handle_only(
+    request: &Request,
+    apis: &[kafka_protocol::messages::ApiKey],
+) -> Result<Reply, HandleError> {
+    let keys = api_keys()
+        .into_iter()
+        .filter(|k| apis.iter().any(|a| *a as i16 == k.api_key))
+        .collect();
+    answer(request, keys)
+}
+
+fn answer(request: &Request, keys: Vec<ApiVersion>) -> Result<Reply, HandleError> {
     // The request body (the client's software name and version) changes nothing here; it is
     // still decoded, so a malformed one closes the connection like any other.
     let _: kafka_protocol::messages::ApiVersionsRequest = request.body()?;
-    let mut response = ApiVersionsResponse::default().with_api_keys(api_keys());
+    let mut response = ApiVersionsResponse::default().with_api_keys(keys);
     if request.version >= 3 {
         response = response
             .with_supported_features(vec![SupportedFeatureKey::default()

@@ -3,6 +3,8 @@
 
 mod admin_topics;
 mod api_versions;
+mod cluster_admin;
+mod cluster_data;
 mod consumer_groups;
 mod fetch;
 mod group_admin;
@@ -28,6 +30,7 @@ use crate::broker::Broker;
 use crate::codec::{self, EncodeError, Request, RequestError, ResponseFrame};
 use crate::connection::CaughtUp;
 
+pub use cluster_admin::CLUSTER_APIS;
 pub use consumer_groups::topic_infos;
 pub use groups::CommittedOffsets;
 
@@ -156,6 +159,11 @@ pub async fn handle(
             version: request.version,
             range: format!("{min}..={max}"),
         });
+    }
+    // Cluster mode answers from the raft groups and the cluster image, never from this
+    // node's own files: one seam, the single broker's handlers below stay as they are.
+    if let Some(cluster) = &broker.cluster {
+        return cluster_admin::handle(broker, cluster, &request).await;
     }
     match request.api_key {
         ApiKey::ApiVersions => api_versions::handle(&request),

@@ -93,7 +93,7 @@ def consume(args):
         consumed += 1
         out(event="consumed", partition=msg.partition(), offset=msg.offset(),
             value=msg.value().decode().rstrip("."))
-    if consumed:
+    if consumed and not args.no_commit:
         consumer.commit(asynchronous=False)
         for tp in consumer.committed([TopicPartition(args.topic, p) for p in partitions], timeout=30):
             out(event="committed", partition=tp.partition, offset=tp.offset)
@@ -115,6 +115,9 @@ def main():
     parser.add_argument("--group")
     parser.add_argument("--no-idempotence", action="store_true")
     parser.add_argument("--spread", action="store_true")
+    # Nothing committed (the partitions are assigned, never joined through the group): a
+    # cluster-mode broker has no group coordinator yet.
+    parser.add_argument("--no-commit", action="store_true")
     args = parser.parse_args()
     try:
         produce(args) if args.command == "produce" else consume(args)

@@ -129,9 +129,22 @@ impl Client {
 
     /// Reads `count` records of every partition of `topic` from the beginning.
     pub fn consume(self, bootstrap: &str, topic: &str, count: usize) -> Consumed {
+        self.consume_with(bootstrap, topic, count, &[])
+    }
+
+    /// [`Client::consume`] with more arguments to the client (`--no-commit`: librdkafka only,
+    /// nothing committed).
+    pub fn consume_with(
+        self,
+        bootstrap: &str,
+        topic: &str,
+        count: usize,
+        extra: &[&str],
+    ) -> Consumed {
         let mut c = self.command();
         c.args(["consume", bootstrap, topic, &count.to_string()])
-            .args(["--timeout", "60"]);
+            .args(["--timeout", "60"])
+            .args(extra);
         let events = Run::spawn(self, c).finish(Duration::from_secs(120));
         let mut consumed = Consumed::default();
         for e in &events {

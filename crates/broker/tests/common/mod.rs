@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 pub mod clients;
+pub mod cluster;
 pub mod groups;
 pub mod proxy;
 pub mod share;

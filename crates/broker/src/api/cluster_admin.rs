@@ -1,0 +1,450 @@
+//! Cluster mode's front (docs/design.md, "A cluster of brokers"): the APIs a cluster node
+//! answers, and the dispatch to them. Metadata from the cluster image and raft's view of each
+//! partition; CreateTopics on the controller only; InitProducerId hands out ids unique across
+//! nodes; what is not replicated yet is answered with a typed error, never served from one
+//! node's files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::{api_versions, cluster_data, respond, HandleError, Reply};
+use crate::broker::Broker;
+use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
+use crate::codec::Request;
+
+/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the group,
+/// transaction and share coordinators and their admin APIs, DescribeConfigs, DescribeLogDirs,
+/// DescribeCluster) are not advertised, and a request for one closes the
+/// connection as an unsupported API does: their state is one broker's files.
+pub const CLUSTER_APIS: &[ApiKey] = &[
+    ApiKey::ApiVersions,
+    ApiKey::Metadata,
+    ApiKey::Produce,
+    ApiKey::Fetch,
+    ApiKey::ListOffsets,
+    ApiKey::InitProducerId,
+    ApiKey::CreateTopics,
+    ApiKey::OffsetForLeaderEpoch,
+    // Answered with a typed error: not replicated yet.
+    ApiKey::FindCoordinator,
+    ApiKey::DeleteTopics,
+    ApiKey::CreatePartitions,
+    ApiKey::DeleteRecords,
+    ApiKey::IncrementalAlterConfigs,
+];
+
+/// What the refusals say.
+const NOT_REPLICATED: &str = "not replicated yet: this broker runs in cluster mode (--cluster)";
+
+/// How long CreateTopics waits for its record to be applied, at most.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    cluster: &Arc<Cluster>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    match request.api_key {
+        ApiKey::ApiVersions => api_versions::handle_only(request, CLUSTER_APIS),
+        ApiKey::Metadata => metadata(cluster, request),
+        ApiKey::Produce => cluster_data::produce(cluster, request).await,
+        ApiKey::Fetch => cluster_data::fetch(cluster, request),
+        ApiKey::ListOffsets => cluster_data::list_offsets(cluster, request),
+        ApiKey::InitProducerId => init_producer_id(broker, cluster, request).await,
+        ApiKey::CreateTopics => create_topics(broker, cluster, request).await,
+        ApiKey::OffsetForLeaderEpoch => cluster_data::offset_for_leader_epoch(cluster, request),
+        ApiKey::FindCoordinator => find_coordinator(request),
+        ApiKey::DeleteTopics => delete_topics(request),
+        ApiKey::CreatePartitions => create_partitions(request),
+        ApiKey::DeleteRecords => delete_records(request),
+        ApiKey::IncrementalAlterConfigs => alter_configs(request),
+        other => {
+            tracing::warn!(api = ?other, "{NOT_REPLICATED}");
+            Err(HandleError::UnsupportedApi(other))
+        }
+    }
+}
+
+fn metadata(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> {
+    let body: MetadataRequest = request.body()?;
+    let version = request.version;
+    let wanted = match body.topics {
+        Some(topics) if version > 0 || !topics.is_empty() => Some(topics),
+        _ => None,
+    };
+    let image = cluster.image().clone();
+    let topics = match wanted {
+        None => image.topics().map(|t| describe(cluster, t)).collect(),
+        Some(wanted) => wanted
+            .into_iter()
+            .map(|w| {
+                let found = match &w.name {
+                    Some(name) => image.topic(name),
+                    None => image.topic_by_id(w.topic_id),
+                };
+                match (found, w.name) {
+                    (Some(t), _) => describe(cluster, t),
+                    // No auto-creation in cluster mode: topics are made by CreateTopics.
+                    (None, Some(name)) => MetadataResponseTopic::default()
+                        .with_error_code(ResponseError::UnknownTopicOrPartition.code())
+                        .with_name(Some(name)),
+                    (None, None) => MetadataResponseTopic::default()
+                        .with_error_code(ResponseError::UnknownTopicId.code())
+                        .with_topic_id(w.topic_id),
+                }
+            })
+            .collect(),
+    };
+    let brokers = cluster
+        .nodes
+        .nodes
+        .iter()
+        .map(|(id, a)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(*id))
+                .with_host(StrBytes::from_string(a.host.clone()))
+                .with_port(i32::from(a.kafka_port))
+        })
+        .collect();
+    let response = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(StrBytes::from_string(cluster.cluster_id.clone())))
+        .with_controller_id(BrokerId(cluster.controller().unwrap_or(-1)))
+        .with_topics(topics);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// A topic as this node sees it: per partition raft's leader and term, the replicas and those
+/// in step; LEADER_NOT_AVAILABLE where no leader is known here.
+fn describe(cluster: &Cluster, topic: &TopicImage) -> MetadataResponseTopic {
+    let ids = |ids: &[i32]| ids.iter().map(|i| BrokerId(*i)).collect::<Vec<_>>();
+    let partitions = topic
+        .replicas
+        .iter()
+        .enumerate()
+        .map(|(p, replicas)| {
+            let view = cluster.view(&topic.name, p as i32, replicas.clone());
+            let error = match view.leader {
+                Some(_) => 0,
+                None => ResponseError::LeaderNotAvailable.code(),
+            };
+            MetadataResponsePartition::default()
+                .with_error_code(error)
+                .with_partition_index(p as i32)
+                .with_leader_id(BrokerId(view.leader.unwrap_or(-1)))
+                .with_leader_epoch(view.epoch)
+                .with_replica_nodes(ids(&view.replicas))
+                .with_isr_nodes(ids(&view.isr))
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_topic_id(topic.id)
+        .with_partitions(partitions)
+}
+
+async fn create_topics(
+    broker: &Arc<Broker>,
+    cluster: &Arc<Cluster>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    let body: CreateTopicsRequest = request.body()?;
+    let nodes = cluster.nodes.ids();
+    let mut results = Vec::with_capacity(body.topics.len());
+    for topic in body.topics {
+        let result = CreatableTopicResult::default()
+            .with_name(topic.name.clone())
+            .with_num_partitions(-1)
+            .with_replication_factor(-1);
+        let refused = |error: ResponseError, message: String| {
+            result
+                .clone()
+                .with_error_code(error.code())
+                .with_error_message(Some(StrBytes::from_string(message)))
+        };
+        let name = topic.name.0.to_string();
+        let partitions = match topic.num_partitions {
+            -1 => broker.default_partitions,
+            n => n,
+        };
+        let factor = match topic.replication_factor {
+            -1 => nodes.len() as i16,
+            f => f,
+        };
+        let checked = if cluster.controller() != Some(cluster.me()) {
+            Err(not_controller(cluster.controller()))
+        } else if let Err(e) = crate::store::validate_topic_name(&name) {
+            Err((ResponseError::InvalidTopicException, e.to_string()))
+        } else if name == METADATA_TOPIC {
+            Err((
+                ResponseError::InvalidTopicException,
+                format!("{name} is the cluster's metadata log"),
+            ))
+        } else if !topic.assignments.is_empty() {
+            Err((
+                ResponseError::InvalidRequest,
+                "manual replica assignments are not supported in cluster mode".into(),
+            ))
+        } else if !topic.configs.is_empty() {
+            Err((
+                ResponseError::InvalidConfig,
+                format!("topic configs are {NOT_REPLICATED}"),
+            ))
+        } else if partitions < 1 {
+            Err((
+                ResponseError::InvalidPartitions,
+                format!("{partitions} partitions: at least one"),
+            ))
+        } else if factor != 1 && factor as usize != nodes.len() {
+            Err((
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "replication factor {factor}: this cluster replicates a partition on 1 node or \
+                     on all {} (other factors are not supported yet)",
+                    nodes.len()
+                ),
+            ))
+        } else {
+            Ok(())
+        };
+        if let Err((error, message)) = checked {
+            results.push(refused(error, message));
+            continue;
+        }
+        if body.validate_only {
+            if cluster.image().topic(&name).is_some() {
+                results.push(refused(
+                    ResponseError::TopicAlreadyExists,
+                    format!("topic {name} already exists"),
+                ));
+            } else {
+                results.push(
+                    result
+                        .with_num_partitions(partitions)
+                        .with_replication_factor(factor),
+                );
+            }
+            continue;
+        }
+        let replicas = assign(partitions, factor as usize, &nodes);
+        match cluster.create_topic(&name, replicas, CREATE_TIMEOUT).await {
+            Ok(created) => {
+                tracing::info!(topic = %name, partitions, replication_factor = factor, "created topic");
+                results.push(
+                    result
+                        .with_topic_id(created.id)
+                        .with_num_partitions(partitions)
+                        .with_replication_factor(factor),
+                );
+            }
+            Err(CreateRefused::Exists) => results.push(refused(
+                ResponseError::TopicAlreadyExists,
+                format!("topic {name} already exists"),
+            )),
+            Err(CreateRefused::NotController(c)) => {
+                let (error, message) = not_controller(c);
+                results.push(refused(error, message));
+            }
+            Err(CreateRefused::Raft(e)) => results.push(refused(
+                ResponseError::RequestTimedOut,
+                format!("the metadata log did not take the topic: {e}"),
+            )),
+            Err(CreateRefused::Timeout) => results.push(refused(
+                ResponseError::RequestTimedOut,
+                "the topic's record was not applied in time".into(),
+            )),
+        }
+    }
+    let response = CreateTopicsResponse::default().with_topics(results);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn not_controller(controller: Option<i32>) -> (ResponseError, String) {
+    (
+        ResponseError::NotController,
+        match controller {
+            Some(c) => format!("node {c} is the controller"),
+            None => "no controller is known yet".into(),
+        },
+    )
+}
+
+/// Producer ids unique across the cluster: the node's own allocator (persisted in its data
+/// directory, never handing out an id twice) times 1024, plus the node id. Each partition's
+/// producer state comes from its replicated log, so a producer moves between leaders with its
+/// id; an epoch bump (KIP-360) gets a new id instead, which Kafka's idempotent producers take.
+async fn init_producer_id(
+    broker: &Arc<Broker>,
+    cluster: &Arc<Cluster>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    let body: InitProducerIdRequest = request.body()?;
+    let failed = |error: ResponseError| {
+        InitProducerIdResponse::default()
+            .with_error_code(error.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    let response = if body
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.0.is_empty())
+    {
+        failed(ResponseError::CoordinatorNotAvailable)
+    } else {
+        let ids = Arc::clone(&broker.producer_ids);
+        let me = i64::from(cluster.me());
+        match tokio::task::spawn_blocking(move || ids.init(None, |_| None)).await {
+            Ok(Ok(granted)) => match granted
+                .producer_id
+                .checked_mul(i64::from(MAX_NODE_ID) + 1)
+                .and_then(|id| id.checked_add(me))
+            {
+                Some(id) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(id))
+                    .with_producer_epoch(0),
+                None => failed(ResponseError::KafkaStorageError),
+            },
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "cannot grant a producer id");
+                failed(ResponseError::KafkaStorageError)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "producer id task failed");
+                failed(ResponseError::UnknownServerError)
+            }
+        }
+    };
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn find_coordinator(request: &Request) -> Result<Reply, HandleError> {
+    let body: FindCoordinatorRequest = request.body()?;
+    let error = ResponseError::CoordinatorNotAvailable;
+    let message = || {
+        Some(StrBytes::from_string(format!(
+            "coordinators are {NOT_REPLICATED}"
+        )))
+    };
+    let mut response = FindCoordinatorResponse::default();
+    if request.version >= 4 {
+        response = response.with_coordinators(
+            body.coordinator_keys
+                .into_iter()
+                .map(|key| {
+                    Coordinator::default()
+                        .with_key(key)
+                        .with_node_id(BrokerId(-1))
+                        .with_error_code(error.code())
+                        .with_error_message(message())
+                })
+                .collect(),
+        );
+    } else {
+        response = response
+            .with_node_id(BrokerId(-1))
+            .with_error_code(error.code())
+            .with_error_message(message());
+    }
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn delete_topics(request: &Request) -> Result<Reply, HandleError> {
+    let body: DeleteTopicsRequest = request.body()?;
+    let refuse = |name: Option<TopicName>, id: Uuid| {
+        DeletableTopicResult::default()
+            .with_name(name)
+            .with_topic_id(id)
+            .with_error_code(ResponseError::InvalidRequest.code())
+            .with_error_message(Some(StrBytes::from_string(format!(
+                "DeleteTopics is {NOT_REPLICATED}"
+            ))))
+    };
+    let mut results: Vec<_> = body
+        .topic_names
+        .into_iter()
+        .map(|n| refuse(Some(n), Uuid::nil()))
+        .collect();
+    results.extend(body.topics.into_iter().map(|t| refuse(t.name, t.topic_id)));
+    let response = DeleteTopicsResponse::default().with_responses(results);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn create_partitions(request: &Request) -> Result<Reply, HandleError> {
+    let body: CreatePartitionsRequest = request.body()?;
+    let results = body
+        .topics
+        .into_iter()
+        .map(|t| {
+            CreatePartitionsTopicResult::default()
+                .with_name(t.name)
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "CreatePartitions is {NOT_REPLICATED}"
+                ))))
+        })
+        .collect();
+    let response = CreatePartitionsResponse::default().with_results(results);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn delete_records(request: &Request) -> Result<Reply, HandleError> {
+    let body: DeleteRecordsRequest = request.body()?;
+    // The answer has no message: the code says the request is one this broker does not take.
+    let topics = body
+        .topics
+        .into_iter()
+        .map(|t| {
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            DeleteRecordsPartitionResult::default()
+                                .with_partition_index(p.partition_index)
+                                .with_low_watermark(-1)
+                                .with_error_code(ResponseError::InvalidRequest.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let response = DeleteRecordsResponse::default().with_topics(topics);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+fn alter_configs(request: &Request) -> Result<Reply, HandleError> {
+    let body: IncrementalAlterConfigsRequest = request.body()?;
+    let responses = body
+        .resources
+        .into_iter()
+        .map(|r| {
+            AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "config changes are {NOT_REPLICATED}"
+                ))))
+        })
+        .collect();
+    let response = IncrementalAlterConfigsResponse::default().with_responses(responses);
+    Ok(Reply::Now(respond(request, &response)?))
+}

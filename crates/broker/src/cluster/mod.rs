@@ -1,0 +1,362 @@
+//! Cluster mode (docs/design.md, "A cluster of brokers"): this broker is one node of a cluster
+//! whose partitions are raft groups of a [`Host`] over the data directory, and whose metadata
+//! (the topics and their replicas) is the raft group [`METADATA_TOPIC`]`-0` of every node,
+//! applied in offset order into an [`Image`]. The metadata group's leader is the controller.
+
+pub mod image;
+mod nodes;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use oncelog::format::{BatchBuilder, ConsumerRecordIter};
+use oncelog::Environment;
+use oncelog_raft::{Ack, GroupId, Host, HostError, Node, Replica, ReplicaConfig, ReplicaError};
+use parking_lot::RwLock;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+pub use image::{assign, Image, MetadataRecord, TopicImage};
+pub use nodes::{ClusterNodes, NodeAddress, NodesError, MAX_NODE_ID};
+
+/// The metadata group's topic. Not KRaft's `__cluster_metadata`: the library never opens a
+/// directory of that name (it is Kafka's own metadata log when a Kafka log dir is opened).
+pub const METADATA_TOPIC: &str = "__oncelog_metadata";
+
+/// How often the image is brought up to the metadata log's high watermark, and leaders are
+/// moved to the preferred replicas.
+const APPLY_EVERY: Duration = Duration::from_millis(20);
+const BALANCE_EVERY: Duration = Duration::from_secs(1);
+
+/// Why cluster mode did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("the cluster's raft host in {dir}: {error}")]
+    Host { dir: String, error: HostError },
+    #[error("cannot listen for raft on {addr}: {error}")]
+    Listen { addr: String, error: std::io::Error },
+}
+
+/// Where a partition's reads and appends go, as this node sees it.
+pub enum Route {
+    /// The topic or partition is not in the image.
+    Unknown,
+    /// This node's replica leads: appends and reads go to it.
+    Leader(Arc<Replica>),
+    /// Another node leads (or none is known): the client is sent there.
+    Elsewhere(PartitionView),
+}
+
+/// A partition as this node sees it, for Metadata and NOT_LEADER answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionView {
+    /// The leader, if known.
+    pub leader: Option<i32>,
+    /// Its term (Kafka's leader epoch); -1 if not known here.
+    pub epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// What a topic creation on the controller answered.
+#[derive(Debug)]
+pub enum CreateRefused {
+    /// This node is not the controller (the controller is named if known).
+    NotController(Option<i32>),
+    /// The topic exists.
+    Exists,
+    /// The metadata append failed (raft's error): retriable.
+    Raft(String),
+    /// The image did not apply the record in time.
+    Timeout,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("nodes", &self.nodes)
+            .field("cluster_id", &self.cluster_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One node of the cluster.
+pub struct Cluster {
+    pub nodes: ClusterNodes,
+    pub cluster_id: String,
+    host: Arc<Host>,
+    image: RwLock<Image>,
+    /// The image's next offset, for creators waiting for their record to be applied.
+    applied: watch::Sender<i64>,
+    /// One creation at a time on the controller: the check for an existing name and the
+    /// append are one step.
+    creating: tokio::sync::Mutex<()>,
+    tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Opens the data directory `dir` as the node's raft host, listens for its peers, joins
+    /// the metadata group and starts applying it.
+    pub async fn start(dir: &Path, nodes: ClusterNodes) -> Result<Arc<Cluster>, ClusterError> {
+        let me = nodes.me;
+        let peers: BTreeMap<u64, Node> = nodes
+            .nodes
+            .iter()
+            .map(|(id, a)| (*id as u64, Node::new(a.raft_addr())))
+            .collect();
+        let host_error = |error| ClusterError::Host {
+            dir: dir.display().to_string(),
+            error,
+        };
+        let host = Host::start(
+            dir,
+            Environment::default(),
+            me as u64,
+            peers,
+            ReplicaConfig::default(),
+        )
+        .map_err(host_error)?;
+        let host = Arc::new(host);
+        let addr = nodes.own().raft_addr();
+        let listener = TcpListener::bind(&addr)
+            .await
+            .map_err(|error| ClusterError::Listen {
+                addr: addr.clone(),
+                error,
+            })?;
+        let serving = host.serve_raft(listener);
+        let members: Vec<u64> = nodes.ids().iter().map(|id| *id as u64).collect();
+        host.add_group(metadata_group(), &members)
+            .await
+            .map_err(host_error)?;
+        let (applied, _) = watch::channel(0);
+        let cluster = Arc::new(Cluster {
+            cluster_id: cluster_id(&nodes),
+            nodes,
+            host: Arc::clone(&host),
+            image: RwLock::new(Image::default()),
+            applied,
+            creating: Default::default(),
+            tasks: Default::default(),
+        });
+        let applier = Arc::clone(&cluster);
+        let applying = tokio::spawn(async move {
+            loop {
+                applier.apply_committed().await;
+                tokio::time::sleep(APPLY_EVERY).await;
+            }
+        });
+        let balancing = host.keep_balanced(BALANCE_EVERY);
+        cluster.tasks.lock().extend([serving, applying, balancing]);
+        Ok(cluster)
+    }
+
+    /// This node's id.
+    pub fn me(&self) -> i32 {
+        self.nodes.me
+    }
+
+    /// The controller (the metadata group's leader), if known.
+    pub fn controller(&self) -> Option<i32> {
+        self.host
+            .status(&metadata_group())
+            .ok()
+            .and_then(|s| s.leader)
+            .map(|l| l as i32)
+    }
+
+    /// The image now.
+    pub fn image(&self) -> parking_lot::RwLockReadGuard<'_, Image> {
+        self.image.read()
+    }
+
+    /// Applies what the metadata log committed beyond the image, in offset order, and opens
+    /// this node's replica of each partition a new topic assigns it.
+    async fn apply_committed(&self) {
+        let Ok(replica) = self.host.replica(&metadata_group()) else {
+            return;
+        };
+        let log = replica.log();
+        let mut next = self.image.read().next_offset;
+        let mut added = Vec::new();
+        while next < log.high_watermark() {
+            let read = match log.fetch(next, 1 << 20) {
+                Ok(read) if !read.bytes.is_empty() => read,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::error!(offset = next, error = %e, "cannot read the metadata log");
+                    break;
+                }
+            };
+            let mut image = self.image.write();
+            for record in ConsumerRecordIter::new(read.bytes.clone(), next) {
+                match record {
+                    Ok(r) => match image.apply(r.offset, r.value.as_deref().unwrap_or_default()) {
+                        Ok(Some(topic)) => added.push(topic),
+                        Ok(None) => {}
+                        // The same on every node: the record is left out of every image.
+                        Err(e) => tracing::error!(error = %e, "metadata record not applied"),
+                    },
+                    Err(e) => {
+                        tracing::error!(offset = next, error = %e, "a damaged metadata batch");
+                        break;
+                    }
+                }
+            }
+            next = read.next_offset.max(next + 1);
+            image.next_offset = next;
+        }
+        for topic in added {
+            self.open_replicas(&topic).await;
+        }
+        self.applied.send_replace(next);
+    }
+
+    /// Opens this node's replica of each partition of `topic` it is assigned.
+    async fn open_replicas(&self, topic: &TopicImage) {
+        for (p, replicas) in topic.replicas.iter().enumerate() {
+            if !replicas.contains(&self.me()) {
+                continue;
+            }
+            let members: Vec<u64> = replicas.iter().map(|r| *r as u64).collect();
+            let group = GroupId::new(topic.name.clone(), p as i32);
+            if let Err(e) = self.host.add_group(group.clone(), &members).await {
+                tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
+            }
+        }
+    }
+
+    /// Where partition `index` of `topic` is served from.
+    pub fn route(&self, topic: &str, index: i32) -> Route {
+        let Some(replicas) = self.replicas_of(topic, index) else {
+            return Route::Unknown;
+        };
+        let group = GroupId::new(topic, index);
+        if let Ok(status) = self.host.status(&group) {
+            if status.leader == Some(self.me() as u64) {
+                if let Ok(replica) = self.host.replica(&group) {
+                    return Route::Leader(replica);
+                }
+            }
+        }
+        Route::Elsewhere(self.view(topic, index, replicas))
+    }
+
+    fn replicas_of(&self, topic: &str, index: i32) -> Option<Vec<i32>> {
+        let image = self.image.read();
+        let t = image.topic(topic)?;
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| t.replicas.get(i))
+            .cloned()
+    }
+
+    /// Partition `index` of `topic` with `replicas`, as this node's replica sees it: raft's
+    /// leader and term, and the replicas in step. A node that holds no replica knows no more
+    /// than the assignment (a partition of one replica is led by it).
+    pub fn view(&self, topic: &str, index: i32, replicas: Vec<i32>) -> PartitionView {
+        match self.host.status(&GroupId::new(topic, index)) {
+            Ok(s) => PartitionView {
+                leader: s.leader.map(|l| l as i32),
+                epoch: i32::try_from(s.term).unwrap_or(i32::MAX),
+                isr: s.in_sync().iter().map(|m| *m as i32).collect(),
+                replicas,
+            },
+            Err(_) => PartitionView {
+                leader: (replicas.len() == 1).then(|| replicas[0]),
+                epoch: -1,
+                isr: replicas.clone(),
+                replicas,
+            },
+        }
+    }
+
+    /// Creates a topic on the controller: appends its record to the metadata log and answers
+    /// once this node's image applied it.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        replicas: Vec<Vec<i32>>,
+        timeout: Duration,
+    ) -> Result<TopicImage, CreateRefused> {
+        let _one = self.creating.lock().await;
+        let metadata = match self.host.replica(&metadata_group()) {
+            Ok(r) if self.controller() == Some(self.me()) => r,
+            _ => return Err(CreateRefused::NotController(self.controller())),
+        };
+        if self.image.read().topic(name).is_some() {
+            return Err(CreateRefused::Exists);
+        }
+        let record = MetadataRecord::Topic {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            replicas,
+        };
+        let batch = metadata_batch(&record).map_err(CreateRefused::Raft)?;
+        let last = match metadata.append(batch).await {
+            Ok(Ack::Appended { last_offset, .. }) | Ok(Ack::Duplicate { last_offset, .. }) => {
+                last_offset
+            }
+            Err(ReplicaError::NotLeader { leader }) => {
+                return Err(CreateRefused::NotController(leader.map(|l| l as i32)))
+            }
+            Err(e) => return Err(CreateRefused::Raft(e.to_string())),
+        };
+        let mut applied = self.applied.subscribe();
+        let waited = tokio::time::timeout(timeout, applied.wait_for(|next| *next > last)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return Err(CreateRefused::Timeout);
+        }
+        match self.image.read().topic(name) {
+            Some(t) => Ok(t.clone()),
+            // Another record for the name came first (a create through an earlier controller).
+            None => Err(CreateRefused::Exists),
+        }
+    }
+
+    /// Stops every raft group and closes the data directory cleanly.
+    pub async fn close(&self) -> Result<(), HostError> {
+        for t in self.tasks.lock().drain(..) {
+            t.abort();
+        }
+        self.host.close().await
+    }
+
+    /// The host (tests and status).
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+}
+
+/// The metadata group.
+pub fn metadata_group() -> GroupId {
+    GroupId::new(METADATA_TOPIC, 0)
+}
+
+/// A metadata record as a Kafka record batch: no key, the record's JSON as the value, no
+/// producer (the controller's raft leadership orders the records).
+pub fn metadata_batch(record: &MetadataRecord) -> Result<Bytes, String> {
+    let value = serde_json::to_vec(record).map_err(|e| e.to_string())?;
+    let now = oncelog::Clock::now_ms(&oncelog::SystemClock);
+    let mut b = BatchBuilder::new();
+    b.append(now, None, Some(&value), &[]);
+    b.build().map(Bytes::from).map_err(|e| e.to_string())
+}
+
+/// The cluster id Metadata answers: the same on every node (from the node list).
+fn cluster_id(nodes: &ClusterNodes) -> String {
+    // FNV-1a over the node list: stable across releases, unlike std's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (id, a) in &nodes.nodes {
+        for b in format!("{id}={}:{}:{};", a.host, a.kafka_port, a.raft_port).bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("oncelog-cluster-{hash:016x}")
+}

@@ -1,0 +1,501 @@
+//! Cluster mode (docs/design.md, "A cluster of brokers"): three `oncelog-broker` processes on
+//! loopback, a topic of three partitions replicated on all three, an idempotent producer
+//! (raw protocol: producer id, epoch and sequences from InitProducerId) producing while the
+//! leader of a partition is SIGKILLed and restarted, round after round
+//! (`ONCELOG_CLUSTER_ROUNDS`, default 3). Every acknowledged batch is read back once from each
+//! partition's leader at its acknowledged offset, offsets are dense, and every replica's log
+//! holds the same batches. The same with librdkafka's and Kafka's Java idempotent producers. Plus Kafka's
+//! answers: Metadata's shape, NOT_LEADER_OR_FOLLOWER from
+//! a follower with the leader named, NOT_CONTROLLER, a refused replication factor, and the
+//! refusals of what is not replicated yet.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::cluster::*;
+use common::wire::{str_bytes, topic_name};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::*;
+use oncelog::format::BatchBuilder;
+
+#[test]
+fn acknowledged_records_survive_leader_kills_once_each_and_replicas_agree() {
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(
+        created.topics[0].error_code, 0,
+        "{:?}",
+        created.topics[0].error_message
+    );
+    let mut producer = Producer::new(&c);
+    let mut next_partition = 0;
+    let mut produce_for = |c: &Cluster, producer: &mut Producer, time: Duration| {
+        let until = Instant::now() + time;
+        while Instant::now() < until {
+            producer.produce(c, next_partition);
+            next_partition = (next_partition + 1) % PARTITIONS;
+        }
+    };
+    produce_for(&c, &mut producer, Duration::from_millis(500));
+    for round in 0..rounds {
+        // The leader of one partition (each round another) dies and comes back while the
+        // producer goes on.
+        let partition = round as i32 % PARTITIONS;
+        let victim = c.leaders(TOPIC, PARTITIONS)[&partition];
+        eprintln!("round {round}: SIGKILL node {victim}, leader of partition {partition}");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        produce_for(&c, &mut producer, Duration::from_millis(1500));
+        c.launch(victim);
+        produce_for(&c, &mut producer, Duration::from_millis(500));
+        // Back in step before the next kill: every node knows every leader.
+        c.leaders(TOPIC, PARTITIONS);
+    }
+    eprintln!(
+        "acknowledged {} batches, {} retries",
+        producer.acked.values().map(Vec::len).sum::<usize>(),
+        producer.retries
+    );
+    assert!(producer.retries > 0, "the kills were not felt");
+
+    let leaders = c.leaders(TOPIC, PARTITIONS);
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (bytes, high_watermark) = fetch_all(&c, leaders[&p], p);
+        let found = batches(&bytes);
+        // Dense: each batch starts where the one before it ended (the raft heads are control
+        // batches among the data).
+        for w in found.windows(2) {
+            assert_eq!(
+                w[1].0,
+                w[0].1 + 1,
+                "partition {p}: a gap or overlap at {:?}",
+                w[1]
+            );
+        }
+        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
+        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
+        assert_eq!(
+            sequences.len(),
+            data.len(),
+            "partition {p}: a batch stored twice"
+        );
+        let acked = &producer.acked[&p];
+        for (sequence, base) in acked {
+            assert!(
+                data.iter()
+                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
+                "partition {p}: acknowledged seq {sequence} at {base} not found"
+            );
+        }
+        // Nothing beyond what was acknowledged but the batch in flight at the end (none: the
+        // producer waits for each).
+        assert_eq!(
+            data.len(),
+            acked.len(),
+            "partition {p}: unacknowledged batches stored"
+        );
+        ends.insert(p, (high_watermark, bytes));
+    }
+
+    // Every replica holds the same batches: stop the nodes cleanly, read their logs.
+    std::thread::sleep(Duration::from_secs(1));
+    for node in c.nodes.values_mut() {
+        assert!(node.terminate().success());
+    }
+    for (p, (end, leader_bytes)) in &ends {
+        for (id, dir) in &c.dirs {
+            let bytes = replica_bytes(dir, *p, *end);
+            assert!(
+                bytes == *leader_bytes,
+                "node {id} partition {p}: another log than the leader's"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cluster_answers_as_kafka_does() {
+    let c = Cluster::start();
+    let controller = c.controller();
+    let other = (1..=3).find(|id| *id != controller).unwrap();
+
+    // CreateTopics elsewhere than on the controller: NOT_CONTROLLER, naming it.
+    let r = c.create_topic(other, "t", 2, 3).unwrap();
+    assert_eq!(r.topics[0].error_code, NOT_CONTROLLER);
+    assert!(r.topics[0]
+        .error_message
+        .as_deref()
+        .unwrap()
+        .contains(&controller.to_string()));
+    // A replication factor other than 1 or the cluster's size.
+    let r = c.create_topic(controller, "t", 2, 2).unwrap();
+    assert_eq!(r.topics[0].error_code, INVALID_REPLICATION_FACTOR);
+    assert!(r.topics[0]
+        .error_message
+        .as_deref()
+        .unwrap()
+        .contains("replication factor 2"));
+    let r = c.create_topic(controller, "t", 2, 3).unwrap();
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(
+        (r.topics[0].num_partitions, r.topics[0].replication_factor),
+        (2, 3)
+    );
+    let r = c.create_topic(controller, "single", 3, 1).unwrap();
+    assert_eq!(r.topics[0].error_code, 0);
+
+    // Metadata: every node, the controller, each partition's leader, epoch, replicas, isr.
+    // (Once each partition is led by its preferred replica, where the balancer leaves it.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leaders = loop {
+        let leaders = c.leaders("t", 2);
+        if leaders == BTreeMap::from([(0, 1), (1, 2)]) {
+            break leaders;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not led by the preferred replicas: {leaders:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let m = c.metadata(other, None).unwrap();
+    let brokers: BTreeMap<i32, i32> = m.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
+    assert_eq!(brokers.len(), 3);
+    for (id, addr) in &c.kafka {
+        assert_eq!(brokers[id], i32::from(addr.port()));
+    }
+    assert_eq!(m.controller_id.0, controller);
+    let t = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("t"))
+        .unwrap();
+    assert!(!t.topic_id.is_nil());
+    for p in &t.partitions {
+        assert_eq!(p.error_code, 0);
+        assert_eq!(p.leader_id.0, leaders[&p.partition_index]);
+        assert!(p.leader_epoch >= 1, "the raft term: {}", p.leader_epoch);
+        let replicas: BTreeSet<i32> = p.replica_nodes.iter().map(|b| b.0).collect();
+        assert_eq!(replicas, BTreeSet::from([1, 2, 3]));
+        assert!(p.isr_nodes.iter().any(|b| b.0 == p.leader_id.0));
+    }
+    // Preferred leaders go round: partition p's replicas start at node p+1.
+    let preferred: Vec<i32> = t.partitions.iter().map(|p| p.replica_nodes[0].0).collect();
+    assert_eq!(preferred, vec![1, 2]);
+    let single = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("single"))
+        .unwrap();
+    assert!(single.partitions.iter().all(|p| p.replica_nodes.len() == 1));
+
+    // Produce and Fetch on a follower: NOT_LEADER_OR_FOLLOWER with the leader and where it is.
+    let leader = leaders[&0];
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    let mut s = connect(c.kafka[&follower]).unwrap();
+    let records = {
+        let mut b = BatchBuilder::new();
+        b.append(1_700_000_000_000, None, Some(b"v"), &[]);
+        Bytes::from(b.build().unwrap())
+    };
+    let mut request = produce_request(0, records.clone());
+    request.topic_data[0].name = topic_name("t");
+    let r: ProduceResponse = call(&mut s, ApiKey::Produce, 10, &request).unwrap();
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(p.current_leader.leader_id.0, leader);
+    assert!(p.current_leader.leader_epoch >= 1);
+    assert_eq!(r.node_endpoints.len(), 1);
+    assert_eq!(r.node_endpoints[0].port, i32::from(c.kafka[&leader].port()));
+    let fetch = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name("t"))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        NOT_LEADER_OR_FOLLOWER
+    );
+    assert_eq!(
+        r.responses[0].partitions[0].current_leader.leader_id.0,
+        leader
+    );
+
+    // On the leader the batch is written and read back below the high watermark.
+    let mut s = connect(c.kafka[&leader]).unwrap();
+    let r: ProduceResponse = call(&mut s, ApiKey::Produce, 10, &request).unwrap();
+    let p = &r.responses[0].partition_responses[0];
+    assert_eq!(p.error_code, 0);
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let part = &r.responses[0].partitions[0];
+    assert_eq!(part.error_code, 0);
+    let data: Vec<_> = batches(part.records.as_deref().unwrap())
+        .into_iter()
+        .filter(|b| !b.2)
+        .collect();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[0].0, p.base_offset);
+    assert_eq!(part.high_watermark, p.base_offset + 1);
+
+    // OffsetForLeaderEpoch on the leader, from its epoch cache; a stale current epoch is
+    // fenced; a follower sends the client to the leader.
+    let epochs = |current: i32, epoch: i32| {
+        OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(topic_name("t"))
+                    .with_partitions(vec![
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                            .with_partition(0)
+                            .with_current_leader_epoch(current)
+                            .with_leader_epoch(epoch),
+                    ]),
+            ])
+    };
+    let m = c.metadata(leader, Some(&["t"])).unwrap();
+    let term_now = m.topics[0].partitions[0].leader_epoch;
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut s,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(term_now, term_now),
+    )
+    .unwrap();
+    let e = &r.topics[0].partitions[0];
+    assert_eq!(e.error_code, 0);
+    assert_eq!(e.leader_epoch, term_now);
+    assert!(e.end_offset > p.base_offset, "{e:?}");
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut s,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(term_now - 1, term_now),
+    )
+    .unwrap();
+    assert_eq!(r.topics[0].partitions[0].error_code, FENCED_LEADER_EPOCH);
+    // A fetch naming an older leader epoch is fenced too.
+    let mut stale = fetch.clone();
+    stale.topics[0].partitions[0].current_leader_epoch = term_now - 1;
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &stale).unwrap();
+    assert_eq!(r.responses[0].partitions[0].error_code, FENCED_LEADER_EPOCH);
+    stale.topics[0].partitions[0].current_leader_epoch = term_now;
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &stale).unwrap();
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let mut sf = connect(c.kafka[&follower]).unwrap();
+    let r: OffsetForLeaderEpochResponse = call(
+        &mut sf,
+        ApiKey::OffsetForLeaderEpoch,
+        4,
+        &epochs(-1, term_now),
+    )
+    .unwrap();
+    assert_eq!(r.topics[0].partitions[0].error_code, NOT_LEADER_OR_FOLLOWER);
+
+    // An idempotent producer's retry of a written batch: NONE with the original offset.
+    let granted: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    )
+    .unwrap();
+    assert_eq!(granted.producer_id.0 % 1024, i64::from(leader));
+    let mut retried = produce_request(1, batch(granted.producer_id.0, 1, 0));
+    retried.topic_data[0].name = topic_name("t");
+    let mut s1 = connect(c.kafka[&leaders[&1]]).unwrap();
+    let first: ProduceResponse = call(&mut s1, ApiKey::Produce, 9, &retried).unwrap();
+    let again: ProduceResponse = call(&mut s1, ApiKey::Produce, 9, &retried).unwrap();
+    let (first, again) = (
+        &first.responses[0].partition_responses[0],
+        &again.responses[0].partition_responses[0],
+    );
+    assert_eq!((first.error_code, again.error_code), (0, 0));
+    assert_eq!(again.base_offset, first.base_offset);
+    // A transactional producer finds no coordinator.
+    let r: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    )
+    .unwrap();
+    assert_eq!(r.error_code, COORDINATOR_NOT_AVAILABLE);
+
+    // What is not replicated yet: typed refusals, and not advertised.
+    let r: FindCoordinatorResponse = call(
+        &mut s,
+        ApiKey::FindCoordinator,
+        4,
+        &FindCoordinatorRequest::default().with_coordinator_keys(vec![str_bytes("g")]),
+    )
+    .unwrap();
+    assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
+    let r: DeleteTopicsResponse = call(
+        &mut s,
+        ApiKey::DeleteTopics,
+        6,
+        &DeleteTopicsRequest::default().with_topics(vec![
+            delete_topics_request::DeleteTopicState::default().with_name(Some(topic_name("t"))),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(r.responses[0].error_code, INVALID_REQUEST);
+    assert!(r.responses[0]
+        .error_message
+        .as_deref()
+        .unwrap()
+        .contains("not replicated"));
+    let r: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    )
+    .unwrap();
+    let advertised: BTreeSet<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
+    assert!(advertised.contains(&(ApiKey::Produce as i16)));
+    assert!(!advertised.contains(&(ApiKey::JoinGroup as i16)));
+    assert!(!advertised.contains(&(ApiKey::EndTxn as i16)));
+}
+
+/// librdkafka's idempotent producer (confluent-kafka, acks=all) through SIGKILLs of partition
+/// leaders: every message it reports delivered is in the log once, at the offset reported,
+/// and no message is stored twice.
+#[test]
+fn a_real_idempotent_producer_keeps_every_message_through_leader_kills() {
+    real_producer_through_leader_kills(common::clients::Client::Confluent);
+}
+
+/// Kafka's own Java producer (kafka-clients 4.4, idempotent, acks=all), the same way.
+#[test]
+fn the_java_producer_keeps_every_message_through_leader_kills() {
+    real_producer_through_leader_kills(common::clients::Client::Java);
+}
+
+fn real_producer_through_leader_kills(client: common::clients::Client) {
+    use common::clients::{Client, Produce};
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0);
+    c.leaders(TOPIC, PARTITIONS);
+    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
+    let count = 1500 * rounds.max(1);
+    let mut run = client.produce(
+        &bootstrap.join(","),
+        TOPIC,
+        count,
+        &Produce {
+            wave: 20,
+            pace_ms: 20,
+            // librdkafka's sticky partitioner would send a wave to one partition.
+            spread: client == Client::Confluent,
+            ..Produce::default()
+        },
+    );
+    run.wait_delivered(100, Duration::from_secs(60));
+    for round in 0..rounds {
+        let partition = round as i32 % PARTITIONS;
+        let victim = c.leaders(TOPIC, PARTITIONS)[&partition];
+        eprintln!("round {round}: SIGKILL node {victim}, leader of partition {partition}");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        std::thread::sleep(Duration::from_millis(1500));
+        c.launch(victim);
+        c.leaders(TOPIC, PARTITIONS);
+    }
+    let delivered = run.delivered(Duration::from_secs(180));
+    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
+    assert_eq!(delivered.offsets.len(), count);
+
+    let leaders = c.leaders(TOPIC, PARTITIONS);
+    let mut stored: BTreeMap<String, (i32, i64)> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (bytes, _) = fetch_all(&c, leaders[&p], p);
+        for r in oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0) {
+            let r = r.unwrap();
+            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            let at = (p, r.offset);
+            if let Some(first) = stored.insert(value.clone(), at) {
+                panic!("{value} stored twice: at {first:?} and {at:?}");
+            }
+        }
+    }
+    for (i, at) in &delivered.offsets {
+        assert_eq!(stored.get(&format!("m-{i}")), Some(at), "message {i}");
+    }
+    assert_eq!(
+        stored.len(),
+        count,
+        "messages stored that were never reported delivered"
+    );
+
+    // librdkafka's consumer (assigned partitions, nothing committed) reads them all, each once.
+    if client == Client::Confluent {
+        let consumed = client.consume_with(&bootstrap.join(","), TOPIC, count, &["--no-commit"]);
+        let mut seen = BTreeSet::new();
+        for r in &consumed.records {
+            assert_eq!(
+                stored.get(&r.value),
+                Some(&(r.partition, r.offset)),
+                "{r:?}"
+            );
+            assert!(seen.insert(r.value.clone()), "{} consumed twice", r.value);
+        }
+        assert_eq!(seen.len(), count);
+    }
+}
+
+/// A node that cannot listen for its peers does not start, and says where; a malformed
+/// `--cluster` is refused before anything opens.
+#[test]
+fn a_node_that_cannot_start_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let raft = taken.local_addr().unwrap().port();
+    let spec = format!("1=127.0.0.1:{}:{raft}", free_port());
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::broker_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status, String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let data = tmp.path().join("node-1");
+    let data = data.to_str().unwrap();
+    let (status, stderr) = run(&["--data", data, "--node-id", "1", "--cluster", &spec]);
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cannot listen for raft on 127.0.0.1:{raft}")),
+        "{stderr}"
+    );
+    let (status, stderr) = run(&["--data", data, "--node-id", "2", "--cluster", &spec]);
+    assert_eq!(status.code(), Some(2));
+    assert!(stderr.contains("does not name this node"), "{stderr}");
+    drop(taken);
+}

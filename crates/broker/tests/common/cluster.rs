@@ -1,0 +1,429 @@
+//! A cluster of broker processes for tests/cluster.rs (cluster mode, docs/design.md "A cluster
+//! of brokers"): three nodes on loopback, a raw-protocol client that never panics on a killed
+//! broker, an idempotent producer that retries with the same sequence, and readers of what the
+//! leaders serve and the replicas store.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use oncelog::format::{BatchBuilder, BatchIter};
+
+use super::wire::{str_bytes, topic_name};
+use super::BrokerProcess;
+pub const TOPIC: &str = "events";
+pub const PARTITIONS: i32 = 3;
+pub const RECORDS_PER_BATCH: i32 = 4;
+
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
+pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+pub const REQUEST_TIMED_OUT: i16 = 7;
+pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub const NOT_ENOUGH_REPLICAS: i16 = 19;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const NOT_CONTROLLER: i16 = 41;
+pub const INVALID_REQUEST: i16 = 42;
+pub const FENCED_LEADER_EPOCH: i16 = 74;
+
+/// A request and its answer over a plain stream; any I/O failure (a killed broker) is an error,
+/// never a panic.
+pub fn call<Req: Encodable, Resp: Decodable + HeaderVersion>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    body: &Req,
+) -> io::Result<Resp> {
+    let mut buf = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .with_client_id(Some(str_bytes("cluster-test")))
+        .encode(&mut buf, api.request_header_version(version))
+        .map_err(io::Error::other)?;
+    body.encode(&mut buf, version).map_err(io::Error::other)?;
+    stream.write_all(&(buf.len() as i32).to_be_bytes())?;
+    stream.write_all(&buf)?;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size)?;
+    let mut frame = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut frame)?;
+    let mut frame = Bytes::from(frame);
+    ResponseHeader::decode(&mut frame, Resp::header_version(version)).map_err(io::Error::other)?;
+    Resp::decode(&mut frame, version).map_err(io::Error::other)
+}
+
+pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    Ok(s)
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Three broker processes of one cluster.
+pub struct Cluster {
+    pub spec: String,
+    pub kafka: BTreeMap<i32, SocketAddr>,
+    pub dirs: BTreeMap<i32, PathBuf>,
+    pub nodes: BTreeMap<i32, BrokerProcess>,
+    pub _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut kafka = BTreeMap::new();
+        let mut entries = Vec::new();
+        for id in 1..=3 {
+            let (k, r) = (free_port(), free_port());
+            kafka.insert(id, SocketAddr::from(([127, 0, 0, 1], k)));
+            entries.push(format!("{id}=127.0.0.1:{k}:{r}"));
+        }
+        let spec = entries.join(",");
+        let dirs: BTreeMap<i32, PathBuf> = (1..=3)
+            .map(|id| (id, tmp.path().join(format!("node-{id}"))))
+            .collect();
+        let mut c = Cluster {
+            spec,
+            kafka,
+            dirs,
+            nodes: BTreeMap::new(),
+            _tmp: tmp,
+        };
+        for id in 1..=3 {
+            c.launch(id);
+        }
+        c
+    }
+
+    pub fn launch(&mut self, id: i32) {
+        let node = BrokerProcess::start(
+            &self.dirs[&id],
+            &["--node-id", &id.to_string(), "--cluster", &self.spec],
+        );
+        assert_eq!(node.addr, self.kafka[&id]);
+        self.nodes.insert(id, node);
+    }
+
+    pub fn metadata(&self, id: i32, topics: Option<&[&str]>) -> io::Result<MetadataResponse> {
+        let mut s = connect(self.kafka[&id])?;
+        let topics = topics.map(|t| {
+            t.iter()
+                .map(|n| {
+                    metadata_request::MetadataRequestTopic::default().with_name(Some(topic_name(n)))
+                })
+                .collect()
+        });
+        call(
+            &mut s,
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(topics),
+        )
+    }
+
+    /// The controller once every running node names the same one and it is node 1, the
+    /// metadata group's preferred leader (the balancer moves the group there, so it stays).
+    pub fn controller(&self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let named: BTreeSet<i32> = self
+                .nodes
+                .keys()
+                .map(|id| self.metadata(*id, None).map_or(-1, |m| m.controller_id.0))
+                .collect();
+            if named == BTreeSet::from([1]) {
+                return 1;
+            }
+            assert!(Instant::now() < deadline, "no controller agreed: {named:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn create_topic(
+        &self,
+        on: i32,
+        name: &str,
+        partitions: i32,
+        factor: i16,
+    ) -> io::Result<CreateTopicsResponse> {
+        let mut s = connect(self.kafka[&on])?;
+        call(
+            &mut s,
+            ApiKey::CreateTopics,
+            7,
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(topic_name(name))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(factor)]),
+        )
+    }
+
+    /// Each partition's leader as every running node reports it, once they agree and every
+    /// replica is in step.
+    pub fn leaders(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i32> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut views = Vec::new();
+            for id in self.nodes.keys() {
+                if let Ok(m) = self.metadata(*id, Some(&[topic])) {
+                    let t = &m.topics[0];
+                    if t.error_code == 0 && t.partitions.len() == partitions as usize {
+                        views.push(
+                            t.partitions
+                                .iter()
+                                .map(|p| (p.partition_index, p.leader_id.0))
+                                .collect::<BTreeMap<_, _>>(),
+                        );
+                    }
+                }
+            }
+            if views.len() == self.nodes.len()
+                && views.windows(2).all(|w| w[0] == w[1])
+                && views[0].values().all(|l| *l >= 0)
+            {
+                return views.remove(0);
+            }
+            assert!(Instant::now() < deadline, "leaders not agreed: {views:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+pub fn batch(producer_id: i64, partition: i32, sequence: i32) -> Bytes {
+    let mut b = BatchBuilder::new().producer(producer_id, 0, sequence);
+    for r in 0..RECORDS_PER_BATCH {
+        let value = format!("p{partition}-s{}", sequence + r);
+        b.append(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+    }
+    Bytes::from(b.build().unwrap())
+}
+
+pub fn produce_request(version_partition: i32, records: Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic_name(TOPIC))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(version_partition)
+                .with_records(Some(records))])])
+}
+
+/// An idempotent producer over the raw protocol: one batch in flight, sent to the leader it
+/// last learned, re-sent with the same sequence after NOT_LEADER_OR_FOLLOWER, a timeout or a
+/// lost connection.
+pub struct Producer {
+    pub producer_id: i64,
+    pub next_sequence: BTreeMap<i32, i32>,
+    pub leaders: BTreeMap<i32, i32>,
+    pub streams: BTreeMap<i32, TcpStream>,
+    /// Per partition, (sequence, base offset) of each acknowledged batch.
+    pub acked: BTreeMap<i32, Vec<(i32, i64)>>,
+    pub retries: usize,
+}
+
+impl Producer {
+    pub fn new(c: &Cluster) -> Producer {
+        let mut s = connect(c.kafka[&1]).unwrap();
+        let granted: InitProducerIdResponse = call(
+            &mut s,
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .unwrap();
+        assert_eq!(granted.error_code, 0);
+        assert_eq!(
+            granted.producer_id.0 % 1024,
+            1,
+            "ids carry the granting node"
+        );
+        Producer {
+            producer_id: granted.producer_id.0,
+            next_sequence: BTreeMap::new(),
+            leaders: c.leaders(TOPIC, PARTITIONS),
+            streams: BTreeMap::new(),
+            acked: BTreeMap::new(),
+            retries: 0,
+        }
+    }
+
+    /// Produces the next batch of `partition` until it is acknowledged.
+    pub fn produce(&mut self, c: &Cluster, partition: i32) {
+        let sequence = *self.next_sequence.get(&partition).unwrap_or(&0);
+        let records = batch(self.producer_id, partition, sequence);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "partition {partition} seq {sequence} never acknowledged"
+            );
+            let leader = self.leaders.get(&partition).copied().unwrap_or(1);
+            match self.send(c, leader, partition, records.clone()) {
+                Ok((0, base)) => {
+                    self.acked
+                        .entry(partition)
+                        .or_default()
+                        .push((sequence, base));
+                    self.next_sequence
+                        .insert(partition, sequence + RECORDS_PER_BATCH);
+                    return;
+                }
+                Ok((code, _)) => assert!(
+                    matches!(
+                        code,
+                        NOT_LEADER_OR_FOLLOWER
+                            | REQUEST_TIMED_OUT
+                            | LEADER_NOT_AVAILABLE
+                            | NOT_ENOUGH_REPLICAS
+                            | UNKNOWN_TOPIC_OR_PARTITION
+                    ),
+                    "partition {partition} seq {sequence}: error {code}"
+                ),
+                Err(_) => {
+                    self.streams.remove(&leader);
+                }
+            }
+            self.retries += 1;
+            std::thread::sleep(Duration::from_millis(50));
+            self.refresh(c);
+        }
+    }
+
+    pub fn send(
+        &mut self,
+        c: &Cluster,
+        leader: i32,
+        partition: i32,
+        records: Bytes,
+    ) -> io::Result<(i16, i64)> {
+        let s = match self.streams.entry(leader) {
+            std::collections::btree_map::Entry::Occupied(s) => s.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(connect(c.kafka[&leader])?),
+        };
+        let r: ProduceResponse = call(s, ApiKey::Produce, 9, &produce_request(partition, records))?;
+        let p = &r.responses[0].partition_responses[0];
+        Ok((p.error_code, p.base_offset))
+    }
+
+    /// Learns the leaders from any node that answers.
+    pub fn refresh(&mut self, c: &Cluster) {
+        for id in c.kafka.keys() {
+            if let Ok(m) = c.metadata(*id, Some(&[TOPIC])) {
+                for p in &m.topics[0].partitions {
+                    if p.leader_id.0 >= 0 {
+                        self.leaders.insert(p.partition_index, p.leader_id.0);
+                    }
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Every batch of a partition, fetched from its leader up to the high watermark.
+pub fn fetch_all(c: &Cluster, leader: i32, partition: i32) -> (Vec<u8>, i64) {
+    let mut s = connect(c.kafka[&leader]).unwrap();
+    let mut bytes = Vec::new();
+    let mut offset = 0;
+    loop {
+        let r: FetchResponse = call(
+            &mut s,
+            ApiKey::Fetch,
+            12,
+            &FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(topic_name(TOPIC))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(partition)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20)])]),
+        )
+        .unwrap();
+        let p = &r.responses[0].partitions[0];
+        assert_eq!(
+            p.error_code, 0,
+            "fetch of partition {partition} from its leader {leader}"
+        );
+        let records = p.records.clone().unwrap_or_default();
+        if records.is_empty() {
+            assert_eq!(offset, p.high_watermark, "read up to the high watermark");
+            return (bytes, p.high_watermark);
+        }
+        for item in BatchIter::new(&records) {
+            let (_, b) = item.unwrap();
+            offset = b.last_offset() + 1;
+        }
+        bytes.extend_from_slice(&records);
+    }
+}
+
+/// The batches of `bytes`: (base offset, last offset, control, producer id, base sequence).
+pub fn batches(bytes: &[u8]) -> Vec<(i64, i64, bool, i64, i32)> {
+    BatchIter::new(bytes)
+        .map(|item| {
+            let (_, b) = item.unwrap();
+            b.verify_crc().unwrap();
+            (
+                b.base_offset(),
+                b.last_offset(),
+                b.is_control(),
+                b.producer_id(),
+                b.base_sequence(),
+            )
+        })
+        .collect()
+}
+
+/// A replica's log bytes below `end`, read from its directory after the node stopped.
+pub fn replica_bytes(dir: &Path, partition: i32, end: i64) -> Vec<u8> {
+    let log = oncelog::Log::open(
+        dir.join(format!("{TOPIC}-{partition}")),
+        oncelog::LogConfig::default(),
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        let read = log.read(offset, 1 << 20).unwrap();
+        assert!(
+            !read.is_empty(),
+            "{}: ends at {offset} < {end}",
+            dir.display()
+        );
+        for item in BatchIter::new(&read) {
+            let (_, b) = item.unwrap();
+            if b.base_offset() >= end {
+                break;
+            }
+            offset = b.last_offset() + 1;
+            bytes.extend_from_slice(b.as_bytes());
+        }
+    }
+    bytes
+}

@@ -1,0 +1,153 @@
+//! Groups added to a running [`Host`] (docs/design.md, "A cluster of brokers"): a host opened
+//! with no group, groups added with members in assignment order, formed by every member at
+//! open (so a group forms while one of its replicas is down), led by their preferred member
+//! once it is up, and described from raft's metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use oncelog::format::BatchBuilder;
+use oncelog::Environment;
+use oncelog_raft::{GroupId, Host, HostError, Node, NodeId, ReplicaConfig};
+use tokio::net::TcpListener;
+
+fn batch(seq: i32) -> Bytes {
+    let mut b = BatchBuilder::new().producer(7, 0, seq);
+    b.append(
+        1_700_000_000_000,
+        None,
+        Some(format!("v{seq}").as_bytes()),
+        &[],
+    );
+    Bytes::from(b.build().unwrap())
+}
+
+/// Waits until `host`'s replica of `group` knows a leader.
+async fn leader_of(host: &Host, group: &GroupId) -> NodeId {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = host.status(group) {
+            if let Some(l) = s.leader {
+                return l;
+            }
+        }
+        assert!(Instant::now() < deadline, "{group}: no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_added_at_run_time_form_without_one_member_and_describe_themselves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: BTreeMap<NodeId, Node> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, Node::new(l.local_addr().unwrap().to_string())))
+        .collect();
+    let mut listeners: BTreeMap<NodeId, TcpListener> = (1..=3).zip(listeners).collect();
+    let open = |id: NodeId| {
+        Arc::new(
+            Host::start(
+                tmp.path().join(format!("node-{id}")),
+                Environment::default(),
+                id,
+                peers.clone(),
+                ReplicaConfig::default(),
+            )
+            .unwrap(),
+        )
+    };
+    // Nodes 1 and 2 only: node 3 is down when the group is added.
+    let h1 = open(1);
+    let h2 = open(2);
+    let s1 = h1.serve_raft(listeners.remove(&1).unwrap());
+    let s2 = h2.serve_raft(listeners.remove(&2).unwrap());
+    assert!(h1.replicas().is_empty());
+    let group = GroupId::new("orders", 1);
+    let members = [2, 3, 1];
+    h1.add_group(group.clone(), &members).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(7)).await;
+    h2.add_group(group.clone(), &members).await.unwrap();
+    // A second add of the same group keeps the one replica.
+    let first = h1.replica(&group).unwrap();
+    h1.add_group(group.clone(), &members).await.unwrap();
+    assert!(Arc::ptr_eq(&first, &h1.replica(&group).unwrap()));
+    assert_eq!(h1.preferred(&group), Some(2));
+
+    // Two of three members form the group and commit.
+    let leader = leader_of(&h1, &group).await;
+    let on_leader = if leader == 1 { &h1 } else { &h2 };
+    let ack = on_leader
+        .replica(&group)
+        .unwrap()
+        .append(batch(0))
+        .await
+        .unwrap();
+    assert_eq!(ack.offsets().1 - ack.offsets().0, 0);
+    let status = on_leader.status(&group).unwrap();
+    assert_eq!(status.members, vec![2, 3, 1]);
+    assert_eq!(status.leader, Some(leader));
+    assert!(status.term >= 1);
+    // Node 3 is down: it is not in step; the leader is.
+    let isr = status.in_sync();
+    assert!(isr.contains(&leader) && !isr.contains(&3), "{status:?}");
+
+    // Node 3 comes up, adds the group (its initialize is refused: it learns the group from
+    // the leader instead) and catches up; the balancer moves the lead to node 2, preferred.
+    let h3 = open(3);
+    let s3 = h3.serve_raft(listeners.remove(&3).unwrap());
+    h3.add_group(group.clone(), &members).await.unwrap();
+    let balancers = [&h1, &h2, &h3].map(|h| h.keep_balanced(Duration::from_millis(300)));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = h2.status(&group).unwrap();
+        if s.leader == Some(2) && s.in_sync() == vec![2, 3, 1] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not led by node 2 in step: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r3 = h3.replica(&group).unwrap();
+    // Node 3 holds the batch committed before it came up (its commit point follows the
+    // leader's by a heartbeat).
+    while r3.log().high_watermark() <= ack.offsets().1 {
+        assert!(Instant::now() < deadline, "node 3 did not catch up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Elsewhere than on the leader the progress of the others is not known.
+    assert!(h3.status(&group).unwrap().matched.is_empty());
+
+    // Refusals: a group this node is not a member of, a member twice, an unknown node.
+    for bad in [&[2, 3][..], &[1, 1, 2][..], &[1, 9][..]] {
+        assert!(
+            matches!(
+                h1.add_group(GroupId::new("bad", 0), bad).await,
+                Err(HostError::Config(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        h1.status(&GroupId::new("none", 0)),
+        Err(HostError::UnknownPartition(_))
+    ));
+
+    for b in balancers {
+        b.abort();
+    }
+    for h in [&h1, &h2, &h3] {
+        h.close().await.unwrap();
+    }
+    for s in [s1, s2, s3] {
+        s.abort();
+    }
+}
