@@ -375,6 +375,30 @@ fn a_cluster_answers_as_kafka_does() {
     .unwrap();
     let advertised: BTreeSet<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
     assert!(advertised.contains(&(ApiKey::Produce as i16)));
+    // DescribeConfigs (kafka-topics --describe asks for it) from the image: a topic the
+    // cluster has gets the broker's defaults; one it lacks is unknown.
+    assert!(advertised.contains(&(ApiKey::DescribeConfigs as i16)));
+    let describe = |name: &str| {
+        DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(str_bytes(name))
+                .with_configuration_keys(None),
+        ])
+    };
+    let r: DescribeConfigsResponse =
+        call(&mut s, ApiKey::DescribeConfigs, 4, &describe("t")).unwrap();
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    assert!(
+        r.results[0]
+            .configs
+            .iter()
+            .any(|c| c.name.as_str() == "cleanup.policy" && c.value.as_deref() == Some("delete")),
+        "{r:?}"
+    );
+    let r: DescribeConfigsResponse =
+        call(&mut s, ApiKey::DescribeConfigs, 4, &describe("absent")).unwrap();
+    assert_eq!(r.results[0].error_code, UNKNOWN_TOPIC_OR_PARTITION, "{r:?}");
     assert!(!advertised.contains(&(ApiKey::JoinGroup as i16)));
     assert!(!advertised.contains(&(ApiKey::EndTxn as i16)));
 }

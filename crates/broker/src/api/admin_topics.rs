@@ -282,7 +282,7 @@ fn text(s: impl Into<String>) -> StrBytes {
 }
 
 /// A refusal: the Kafka error and the message sent with it.
-type Refusal = (ResponseError, String);
+pub type Refusal = (ResponseError, String);
 
 /// Runs a blocking store operation off the reactor.
 async fn blocking<T: Send + 'static>(
@@ -682,6 +682,28 @@ pub async fn describe_configs(
     broker: &Arc<Broker>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
+    let own = |name: &str| match broker.store.topic(name) {
+        None => Ok(None),
+        Some(_) => broker
+            .store
+            .topic_settings(name)
+            .map(Some)
+            .map_err(store_refusal),
+    };
+    describe_configs_of(broker, request, &own, true)
+}
+
+/// A topic's own settings for DescribeConfigs: `Ok(None)` when there is no such topic.
+pub type OwnSettings<'a> = &'a dyn Fn(&str) -> Result<Option<PartitionConfig>, Refusal>;
+
+/// DescribeConfigs with the topics' own settings from `own` (the store's on a single broker,
+/// the cluster image's in cluster mode); group resources (share groups) only when `groups`.
+pub fn describe_configs_of(
+    broker: &Broker,
+    request: &Request,
+    own: OwnSettings<'_>,
+    groups: bool,
+) -> Result<Reply, HandleError> {
     let body: DescribeConfigsRequest = request.body()?;
     let mut results = Vec::with_capacity(body.resources.len());
     for resource in body.resources {
@@ -692,18 +714,21 @@ pub async fn describe_configs(
         let described = match resource.resource_type {
             RESOURCE_TOPIC => describe_topic(
                 broker,
+                own,
                 &resource.resource_name,
                 keys.as_deref(),
                 body.include_synonyms,
                 body.include_documentation,
             ),
             // Share group settings (share_admin.rs).
-            super::share_admin::RESOURCE_GROUP => Ok(super::share_admin::describe_group_configs(
-                broker,
-                &resource.resource_name,
-                keys.as_deref(),
-                body.include_documentation,
-            )),
+            super::share_admin::RESOURCE_GROUP if groups => {
+                Ok(super::share_admin::describe_group_configs(
+                    broker,
+                    &resource.resource_name,
+                    keys.as_deref(),
+                    body.include_documentation,
+                ))
+            }
             RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
                 describe_broker(
                     broker,
@@ -753,18 +778,18 @@ fn check_broker_name(broker: &Broker, name: &str) -> Result<(), Refusal> {
 
 fn describe_topic(
     broker: &Broker,
+    own: OwnSettings<'_>,
     name: &str,
     keys: Option<&[String]>,
     synonyms: bool,
     documentation: bool,
 ) -> Result<Vec<DescribeConfigsResourceResult>, Refusal> {
-    if broker.store.topic(name).is_none() {
+    let Some(own) = own(name)? else {
         return Err((
             ResponseError::UnknownTopicOrPartition,
             format!("The topic '{name}' does not exist."),
         ));
-    }
-    let own = broker.store.topic_settings(name).map_err(store_refusal)?;
+    };
     let defaults = Defaults::of(broker)?;
     Ok(describe_topic_settings(
         &own,

@@ -27,10 +27,11 @@ use super::{api_versions, cluster_data, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
+use oncelog::PartitionConfig;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the group,
-/// transaction and share coordinators and their admin APIs, DescribeConfigs, DescribeLogDirs,
-/// DescribeCluster) are not advertised, and a request for one closes the
+/// transaction and share coordinators and their admin APIs, DescribeLogDirs, DescribeCluster)
+/// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::ApiVersions,
@@ -41,6 +42,9 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::InitProducerId,
     ApiKey::CreateTopics,
     ApiKey::OffsetForLeaderEpoch,
+    // Read from the image: a topic's settings are the broker's defaults, since topic configs
+    // are not replicated yet (kafka-topics --describe asks for them).
+    ApiKey::DescribeConfigs,
     // Answered with a typed error: not replicated yet.
     ApiKey::FindCoordinator,
     ApiKey::DeleteTopics,
@@ -69,6 +73,15 @@ pub async fn handle(
         ApiKey::InitProducerId => init_producer_id(broker, cluster, request).await,
         ApiKey::CreateTopics => create_topics(broker, cluster, request).await,
         ApiKey::OffsetForLeaderEpoch => cluster_data::offset_for_leader_epoch(cluster, request),
+        ApiKey::DescribeConfigs => {
+            let own = |name: &str| {
+                Ok(cluster
+                    .image()
+                    .topic(name)
+                    .map(|_| PartitionConfig::default()))
+            };
+            super::admin_topics::describe_configs_of(broker, request, &own, false)
+        }
         ApiKey::FindCoordinator => find_coordinator(request),
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),

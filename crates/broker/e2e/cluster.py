@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Kafka's own tools against a 3-node oncelog-broker cluster while its leaders are killed.
+
+Three oncelog-broker processes in cluster mode on loopback (`--node-id`, `--cluster`), a topic
+of 3 partitions with replication factor 3 made by Kafka's TopicCommand, and Kafka's
+VerifiableProducer (idempotent, acks=all) writing N records while, in each of ROUNDS rounds,
+a node leading partitions (the one leading the most, not the one killed the round before) is
+SIGKILLed and started again over the same directory.
+Then Kafka's ConsoleConsumer reads every partition from its start (assigned, no group), and:
+
+- every acknowledged record is in the log, at the offset and with the value its
+  acknowledgement named (nothing acknowledged is lost);
+- no value is in the log twice (no retry stored twice).
+
+(Fetch is served by leaders only, so that every replica holds the same batches is checked by
+crates/broker/tests/cluster.rs, which reads each node's log directory.)
+
+Prints one JSON line with the counts, and exits 1 on any loss or duplicate.
+
+    crates/broker/e2e/cluster.py BROKER_BIN WORKDIR N ROUNDS
+
+The Kafka jars: $KAFKA_TOOLS_LIB (a folder of jars, as tests/clients/setup.sh installs them in
+target/broker-clients/tools/lib), else the class runner of ../shared/kafka-oracle/kafka.sh (or
+$KAFKA_SH).
+"""
+import json, os, re, signal, socket, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
+LIB = os.environ.get("KAFKA_TOOLS_LIB")
+BIN, WORK, N, ROUNDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+TOPIC = "replicated"
+NODES = (1, 2, 3)
+os.makedirs(WORK, exist_ok=True)
+
+
+def command(*a):
+    if LIB:
+        return ["java", "-Xmx256m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp", os.path.join(LIB, "*"), *a]
+    return ["bash", K, "run", *a]
+
+
+def tool(*a, timeout=60):
+    return subprocess.run(command(*a), capture_output=True, text=True, timeout=timeout)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ports = {n: (free_port(), free_port()) for n in NODES}
+CLUSTER = ",".join(f"{n}=127.0.0.1:{k}:{r}" for n, (k, r) in ports.items())
+BOOTSTRAP = ",".join(f"127.0.0.1:{k}" for k, _ in ports.values())
+procs = {}
+
+
+def start(n):
+    d = f"{WORK}/node{n}"
+    os.makedirs(d, exist_ok=True)
+    procs[n] = subprocess.Popen(
+        [BIN, "--node-id", str(n), "--cluster", CLUSTER, "--data", f"{d}/data",
+         "--segment-bytes", "8388608", "--prefault-bytes", "0"],
+        stdout=open(f"{d}/stdout", "a"), stderr=open(f"{d}/broker.log", "a"))
+
+
+def kill(n):
+    procs[n].send_signal(signal.SIGKILL)
+    procs[n].wait()
+
+
+def leaders():
+    """Partition -> leader id (-1 when none), from TopicCommand --describe; None if it failed."""
+    out = tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", BOOTSTRAP,
+               "--describe", "--topic", TOPIC, timeout=30)
+    found = {int(p): int(l) for p, l in
+             re.findall(r"Partition:\s*(\d+)\s+Leader:\s*(-?\d+)", out.stdout)}
+    return found if len(found) == 3 else None
+
+
+def wait_led(within=60):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        led = leaders()
+        if led and all(l in NODES and procs[l].poll() is None for l in led.values()):
+            return led
+        time.sleep(1)
+    raise SystemExit(f"cluster.py: partitions without a live leader after {within} s: {leaders()}")
+
+
+for n in NODES:
+    start(n)
+try:
+    deadline = time.time() + 60
+    while True:
+        made = tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", BOOTSTRAP,
+                    "--create", "--topic", TOPIC, "--partitions", "3",
+                    "--replication-factor", "3", timeout=30)
+        if made.returncode == 0 or "already exists" in made.stdout + made.stderr:
+            break
+        if time.time() > deadline:
+            raise SystemExit(f"cluster.py: the topic was not created: {made.stdout}{made.stderr}")
+        time.sleep(1)
+    wait_led()
+    with open(f"{WORK}/producer.properties", "w") as f:
+        # VerifiableProducer sets retries=0 unless told: an idempotent producer retries.
+        f.write("enable.idempotence=true\nacks=all\nretries=2147483647\n"
+                "request.timeout.ms=5000\ndelivery.timeout.ms=120000\nretry.backoff.ms=200\n")
+    # Spread over the kill rounds (each about 8 s: a describe, the kill, the restart), so
+    # every kill lands while records are being acknowledged.
+    rate = max(50, N // (ROUNDS * 8 + 5))
+    prod = subprocess.Popen(
+        command("org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", BOOTSTRAP,
+                "--topic", TOPIC, "--max-messages", str(N), "--throughput", str(rate),
+                "--acks", "-1", "--command-config", f"{WORK}/producer.properties"),
+        stdout=open(f"{WORK}/producer.log", "w"), stderr=subprocess.STDOUT)
+    killed = []
+    for _ in range(ROUNDS):
+        time.sleep(3)
+        led = wait_led()
+        # The node leading the most partitions, but not the one killed last when another
+        # leads any: the preferred leaders come back to their nodes, so the same node would
+        # lead the most every round.
+        count = lambda n: sum(1 for l in led.values() if l == n)
+        ranked = sorted(NODES, key=count, reverse=True)
+        victim = next((n for n in ranked if count(n) and killed[-1:] != [n]), ranked[0])
+        kill(victim)
+        killed.append(victim)
+        time.sleep(2)
+        start(victim)
+    if prod.wait(timeout=300) != 0:
+        raise SystemExit(f"cluster.py: VerifiableProducer failed; see {WORK}/producer.log")
+    wait_led()
+    consumed = {}
+    for p in range(3):
+        out = tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                   BOOTSTRAP, "--topic", TOPIC, "--partition", str(p), "--offset", "earliest",
+                   "--timeout-ms", "10000", "--property", "print.offset=true",
+                   "--property", "print.partition=true", timeout=120)
+        for line in out.stdout.splitlines():
+            m = re.match(r"Partition:(\d+)\s+Offset:(\d+)\s+(.*)$", line)
+            if m:
+                consumed[(int(m[1]), int(m[2]))] = m[3]
+    acked = {}
+    for line in open(f"{WORK}/producer.log"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("name") == "producer_send_success":
+            acked[(e["partition"], e["offset"])] = str(e["value"])
+    lost = [k for k, v in acked.items() if consumed.get(k) != v]
+    values = {}
+    for v in consumed.values():
+        values[v] = values.get(v, 0) + 1
+    dups = sum(c - 1 for c in values.values() if c > 1)
+    print(json.dumps({"acked": len(acked), "consumed": len(consumed), "kills": killed,
+                      "lost": len(lost), "duplicates": dups}))
+    if lost[:5]:
+        print(f"cluster.py: acknowledged and not in the log (first 5): {lost[:5]}", file=sys.stderr)
+    sys.exit(1 if lost or dups or not acked else 0)
+finally:
+    for n, p in procs.items():
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
