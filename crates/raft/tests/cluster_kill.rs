@@ -11,15 +11,12 @@
 mod node_procs;
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use node_procs::{
-    caught_up, check_logs, check_opened_unclean, kill_rounds, leader, produce, read_all,
-    restart_cleanly_keeps, Cluster, Producer, BIN,
+    caught_up, check_logs, check_opened_unclean, kill_rounds, leader, read_all,
+    restart_cleanly_keeps, Cluster, Producer, Producing, BIN,
 };
-use parking_lot::Mutex;
 
 const PRODUCERS: i64 = 3;
 
@@ -30,31 +27,16 @@ async fn leader_sigkill_loop_keeps_every_acknowledged_batch_once() {
     let mut cluster = Cluster::new(None);
     leader(&cluster, None, Duration::from_secs(20)).await;
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let producers: Vec<_> = (0..PRODUCERS)
-        .map(|p| {
-            tokio::spawn(produce(
-                Producer::new(1000 + p, None, cluster.client_addrs()),
-                Arc::clone(&stop),
-                Arc::clone(&acked),
-            ))
-        })
-        .collect();
+    let producing = Producing::start(
+        (0..PRODUCERS).map(|p| Producer::new(1000 + p, None, cluster.client_addrs())),
+    );
 
     let mut kills = Vec::new();
     for round in 0..rounds {
         // Some progress under this leader first.
-        let before = acked.lock().len();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while acked.lock().len() < before + 50 {
-            cluster.check_running();
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: no progress in 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        producing
+            .progress(&mut cluster, 50, &format!("round {round}"))
+            .await;
         let l = leader(&cluster, None, Duration::from_secs(20)).await;
         cluster.sigkill(l);
         kills.push(cluster.nodes[l].id);
@@ -65,37 +47,18 @@ async fn leader_sigkill_loop_keeps_every_acknowledged_batch_once() {
             // Down until the other two elect a leader and commit under it.
             let successor = leader(&cluster, None, Duration::from_secs(20)).await;
             assert_ne!(successor, l);
-            let before = acked.lock().len();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while acked.lock().len() < before + 10 {
-                assert!(
-                    Instant::now() < deadline,
-                    "round {round}: no progress without replica {}",
-                    l + 1
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            let down = format!("round {round}, replica {} down", l + 1);
+            producing.progress(&mut cluster, 10, &down).await;
         }
         cluster.start(l, false);
     }
     // A last stretch with everyone up, then the producers finish their batch in flight.
-    let before = acked.lock().len();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while acked.lock().len() < before + 30 {
-        cluster.check_running();
-        assert!(
-            Instant::now() < deadline,
-            "no progress after the last restart"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.store(true, Ordering::Relaxed);
-    for p in producers {
-        p.await.expect("producer task").expect("producer");
-    }
+    producing
+        .progress(&mut cluster, 30, "after the last restart")
+        .await;
+    let acked = producing.finish().await;
     cluster.check_running();
 
-    let acked = acked.lock().clone();
     let end = acked.iter().map(|a| a.last + 1).max().unwrap_or(0);
     let hw = caught_up(&cluster, None, end, Duration::from_secs(30)).await;
 

@@ -19,16 +19,13 @@
 mod node_procs;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use node_procs::{
-    caught_up, check_logs, check_opened_unclean, kill_rounds, produce, read_all,
-    restart_cleanly_keeps, status, Acked, Cluster, Part, Producer, NODES,
+    caught_up, check_logs, check_opened_unclean, kill_rounds, read_all, restart_cleanly_keeps,
+    status, Cluster, Producer, Producing, NODES,
 };
 use oncelog_raft::network::mem::Rng;
-use parking_lot::Mutex;
 
 const PARTITIONS: i32 = 20;
 
@@ -78,43 +75,6 @@ async fn leaders(cluster: &Cluster, within: Duration) -> BTreeMap<i32, usize> {
     }
 }
 
-/// Waits until every partition has `more` batches acknowledged beyond `since` (by partition).
-async fn progress(
-    cluster: &mut Cluster,
-    acked: &Mutex<Vec<Acked>>,
-    since: &BTreeMap<Part, usize>,
-    more: usize,
-    what: &str,
-) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = counts(acked);
-        let behind: Vec<Part> = since
-            .iter()
-            .filter(|(p, n)| now.get(*p).copied().unwrap_or(0) < *n + more)
-            .map(|(p, _)| *p)
-            .collect();
-        if behind.is_empty() {
-            return;
-        }
-        cluster.check_running();
-        assert!(
-            Instant::now() < deadline,
-            "{what}: no progress in 30 s on partitions {behind:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Acknowledged batches by partition (every partition named).
-fn counts(acked: &Mutex<Vec<Acked>>) -> BTreeMap<Part, usize> {
-    let mut n: BTreeMap<Part, usize> = (0..PARTITIONS).map(|p| (Some(p), 0)).collect();
-    for a in acked.lock().iter() {
-        *n.entry(a.part).or_default() += 1;
-    }
-    n
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loop_of_many_partitions_keeps_every_acknowledged_batch_once() {
     let rounds = kill_rounds(4);
@@ -139,30 +99,17 @@ async fn sigkill_loop_of_many_partitions_keeps_every_acknowledged_batch_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let producers: Vec<_> = (0..PARTITIONS)
-        .map(|p| {
-            tokio::spawn(produce(
-                Producer::new(producer_id(p), Some(p), cluster.client_addrs()),
-                Arc::clone(&stop),
-                Arc::clone(&acked),
-            ))
-        })
-        .collect();
+    let producing = Producing::start(
+        (0..PARTITIONS).map(|p| Producer::new(producer_id(p), Some(p), cluster.client_addrs())),
+    );
 
     let mut kills = Vec::new();
     let mut led = Vec::new();
     for round in 0..rounds {
         // Every partition makes progress under its leader first.
-        progress(
-            &mut cluster,
-            &acked,
-            &counts(&acked),
-            5,
-            &format!("round {round}"),
-        )
-        .await;
+        producing
+            .progress(&mut cluster, 5, &format!("round {round}"))
+            .await;
         let now = leaders(&cluster, Duration::from_secs(30)).await;
         let mut leading = [0usize; NODES];
         for &i in now.values() {
@@ -184,33 +131,18 @@ async fn sigkill_loop_of_many_partitions_keeps_every_acknowledged_batch_once() {
             // Down until the other two lead every partition and commit in each.
             let successors = leaders(&cluster, Duration::from_secs(30)).await;
             assert!(successors.values().all(|&i| i != victim));
-            progress(
-                &mut cluster,
-                &acked,
-                &counts(&acked),
-                2,
-                &format!("round {round}, node {} down", victim + 1),
-            )
-            .await;
+            let down = format!("round {round}, node {} down", victim + 1);
+            producing.progress(&mut cluster, 2, &down).await;
         }
         cluster.start(victim, false);
         leaders(&cluster, Duration::from_secs(30)).await;
     }
     // A last stretch with everyone up, then the producers finish their batch in flight.
-    progress(
-        &mut cluster,
-        &acked,
-        &counts(&acked),
-        5,
-        "after the last restart",
-    )
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    for p in producers {
-        p.await.expect("producer task").expect("producer");
-    }
+    producing
+        .progress(&mut cluster, 5, "after the last restart")
+        .await;
+    let acked = producing.finish().await;
     cluster.check_running();
-    let acked = acked.lock().clone();
 
     // Each producer's last batch again, through whichever node leads now: a duplicate, with
     // the offsets of the original.

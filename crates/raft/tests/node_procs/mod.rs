@@ -430,6 +430,68 @@ pub async fn produce(
     Ok(())
 }
 
+/// Producers appending in tasks of their own ([`produce`]) until [`Producing::finish`].
+pub struct Producing {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<Acked>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+}
+
+impl Producing {
+    pub fn start(producers: impl IntoIterator<Item = Producer>) -> Producing {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let tasks = producers
+            .into_iter()
+            .map(|p| tokio::spawn(produce(p, Arc::clone(&stop), Arc::clone(&acked))))
+            .collect();
+        Producing { stop, acked, tasks }
+    }
+
+    /// The batches acknowledged so far in each partition of `cluster`.
+    fn counts(&self, cluster: &Cluster) -> BTreeMap<Part, usize> {
+        let mut n: BTreeMap<Part, usize> = cluster.parts().into_iter().map(|p| (p, 0)).collect();
+        for a in self.acked.lock().iter() {
+            *n.entry(a.part).or_default() += 1;
+        }
+        n
+    }
+
+    /// Waits until `more` batches more are acknowledged in every partition of `cluster`,
+    /// failing after 30 s or if a process that should run has exited.
+    pub async fn progress(&self, cluster: &mut Cluster, more: usize, what: &str) {
+        let since = self.counts(cluster);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.counts(cluster);
+            let behind: Vec<Part> = since
+                .iter()
+                .filter(|(p, n)| now[*p] < *n + more)
+                .map(|(p, _)| *p)
+                .collect();
+            if behind.is_empty() {
+                return;
+            }
+            cluster.check_running();
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no progress in 30 s in partitions {behind:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the producers once each has its batch in flight answered: all acknowledged.
+    pub async fn finish(self) -> Vec<Acked> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.expect("producer task").expect("producer");
+        }
+        let acked = self.acked.lock().clone();
+        acked
+    }
+}
+
 /// A committed batch as read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Read {
