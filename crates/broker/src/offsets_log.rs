@@ -284,12 +284,10 @@ impl OffsetsLog {
         let log = self.log.log();
         let mut next = log.log_start_offset();
         loop {
-            let fetched = log
-                .fetch(next, 1 << 20)
-                .map_err(|e| OffsetsLogError::Log {
-                    path: self.path.clone(),
-                    source: e.into(),
-                })?;
+            let fetched = log.fetch(next, 1 << 20).map_err(|e| OffsetsLogError::Log {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
             if fetched.bytes.is_empty() {
                 break;
             }

@@ -180,10 +180,8 @@ impl Server {
         };
         let broker = Arc::new(broker);
         if let Some(c) = &broker.cluster {
-            let watching = crate::cluster::coordinator::keep_coordinating(
-                Arc::clone(&broker),
-                Arc::clone(c),
-            );
+            let watching =
+                crate::cluster::coordinator::keep_coordinating(Arc::clone(&broker), Arc::clone(c));
             c.keep(watching);
         }
         Ok(Server {

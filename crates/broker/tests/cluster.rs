@@ -538,13 +538,23 @@ fn committed_offsets_survive_coordinator_kills() {
             "round {round}: the new coordinator lost a commit"
         );
         assert_ne!(member.coordinators.last(), Some(&victim));
-        assert_eq!(member.heartbeat(&c), 0, "round {round}: the generation was lost");
+        assert_eq!(
+            member.heartbeat(&c),
+            0,
+            "round {round}: the generation was lost"
+        );
         c.launch(victim);
         // The restarted node may lead again (the preferred leader): still the same offsets.
         assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
     }
-    eprintln!("coordinators answering, in order: {:?}", member.coordinators);
-    assert!(member.coordinators.len() > rounds, "the coordinator never moved");
+    eprintln!(
+        "coordinators answering, in order: {:?}",
+        member.coordinators
+    );
+    assert!(
+        member.coordinators.len() > rounds,
+        "the coordinator never moved"
+    );
 }
 
 #[test]

@@ -458,9 +458,10 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
         )?,
         ApiKey::SyncGroup => respond(request, &SyncGroupResponse::default().with_error_code(code))?,
         ApiKey::Heartbeat => respond(request, &HeartbeatResponse::default().with_error_code(code))?,
-        ApiKey::LeaveGroup => {
-            respond(request, &LeaveGroupResponse::default().with_error_code(code))?
-        }
+        ApiKey::LeaveGroup => respond(
+            request,
+            &LeaveGroupResponse::default().with_error_code(code),
+        )?,
         ApiKey::OffsetCommit => {
             let body: OffsetCommitRequest = request.body()?;
             let topics = body
@@ -481,7 +482,10 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
                         )
                 })
                 .collect();
-            respond(request, &OffsetCommitResponse::default().with_topics(topics))?
+            respond(
+                request,
+                &OffsetCommitResponse::default().with_topics(topics),
+            )?
         }
         ApiKey::OffsetFetch => {
             let body: OffsetFetchRequest = request.body()?;

@@ -458,30 +458,45 @@ impl GroupMember {
             generation: -1,
             coordinators: Vec::new(),
         };
-        let joined: JoinGroupResponse = m.request(c, ApiKey::JoinGroup, 3, |m| {
-            JoinGroupRequest::default()
-                .with_group_id(GroupId(str_bytes(&m.group)))
-                .with_session_timeout_ms(60_000)
-                .with_rebalance_timeout_ms(60_000)
-                .with_member_id(str_bytes(""))
-                .with_protocol_type(str_bytes("consumer"))
-                .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default()
+        let joined: JoinGroupResponse = m.request(
+            c,
+            ApiKey::JoinGroup,
+            3,
+            |m| {
+                JoinGroupRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_session_timeout_ms(60_000)
+                    .with_rebalance_timeout_ms(60_000)
+                    .with_member_id(str_bytes(""))
+                    .with_protocol_type(str_bytes("consumer"))
+                    .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+                    )
                     .with_name(str_bytes("range"))
                     .with_metadata(Bytes::from_static(b"sub"))])
-        }, |r: &JoinGroupResponse| r.error_code);
+            },
+            |r: &JoinGroupResponse| r.error_code,
+        );
         assert_eq!(joined.error_code, 0, "{joined:?}");
         assert_eq!(joined.leader, joined.member_id, "one member leads");
         m.member_id = joined.member_id.to_string();
         m.generation = joined.generation_id;
-        let synced: SyncGroupResponse = m.request(c, ApiKey::SyncGroup, 3, |m| {
-            SyncGroupRequest::default()
-                .with_group_id(GroupId(str_bytes(&m.group)))
-                .with_generation_id(m.generation)
-                .with_member_id(str_bytes(&m.member_id))
-                .with_assignments(vec![sync_group_request::SyncGroupRequestAssignment::default()
+        let synced: SyncGroupResponse = m.request(
+            c,
+            ApiKey::SyncGroup,
+            3,
+            |m| {
+                SyncGroupRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id(m.generation)
                     .with_member_id(str_bytes(&m.member_id))
-                    .with_assignment(Bytes::from_static(b"all"))])
-        }, |r: &SyncGroupResponse| r.error_code);
+                    .with_assignments(vec![
+                        sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(str_bytes(&m.member_id))
+                            .with_assignment(Bytes::from_static(b"all")),
+                    ])
+            },
+            |r: &SyncGroupResponse| r.error_code,
+        );
         assert_eq!(synced.error_code, 0, "{synced:?}");
         assert_eq!(&synced.assignment[..], b"all");
         m
@@ -490,12 +505,17 @@ impl GroupMember {
     /// Commits `offsets` (partition: offset of `topic`) in the member's generation: the
     /// partitions' error codes once the coordinator answered.
     pub fn commit(&mut self, c: &Cluster, topic: &str, offsets: &BTreeMap<i32, i64>) -> Vec<i16> {
-        let r: OffsetCommitResponse = self.request(c, ApiKey::OffsetCommit, 7, |m| {
-            OffsetCommitRequest::default()
-                .with_group_id(GroupId(str_bytes(&m.group)))
-                .with_generation_id_or_member_epoch(m.generation)
-                .with_member_id(str_bytes(&m.member_id))
-                .with_topics(vec![offset_commit_request::OffsetCommitRequestTopic::default()
+        let r: OffsetCommitResponse = self.request(
+            c,
+            ApiKey::OffsetCommit,
+            7,
+            |m| {
+                OffsetCommitRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id_or_member_epoch(m.generation)
+                    .with_member_id(str_bytes(&m.member_id))
+                    .with_topics(
+                        vec![offset_commit_request::OffsetCommitRequestTopic::default()
                     .with_name(topic_name(topic))
                     .with_partitions(
                         offsets
@@ -507,22 +527,35 @@ impl GroupMember {
                                     .with_committed_metadata(Some(str_bytes("m")))
                             })
                             .collect(),
-                    )])
-        }, |r: &OffsetCommitResponse| r.topics[0].partitions[0].error_code);
-        r.topics[0].partitions.iter().map(|p| p.error_code).collect()
+                    )],
+                    )
+            },
+            |r: &OffsetCommitResponse| r.topics[0].partitions[0].error_code,
+        );
+        r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect()
     }
 
     /// The group's committed offsets of `topic`'s `partitions` (OffsetFetch v5).
     pub fn fetch(&mut self, c: &Cluster, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-        let r: OffsetFetchResponse = self.request(c, ApiKey::OffsetFetch, 5, |m| {
-            OffsetFetchRequest::default()
-                .with_group_id(GroupId(str_bytes(&m.group)))
-                .with_topics(Some(vec![
-                    offset_fetch_request::OffsetFetchRequestTopic::default()
-                        .with_name(topic_name(topic))
-                        .with_partition_indexes((0..partitions).collect()),
-                ]))
-        }, |r: &OffsetFetchResponse| r.error_code);
+        let r: OffsetFetchResponse = self.request(
+            c,
+            ApiKey::OffsetFetch,
+            5,
+            |m| {
+                OffsetFetchRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(topic_name(topic))
+                            .with_partition_indexes((0..partitions).collect()),
+                    ]))
+            },
+            |r: &OffsetFetchResponse| r.error_code,
+        );
         r.topics[0]
             .partitions
             .iter()
@@ -535,12 +568,18 @@ impl GroupMember {
 
     /// Heartbeat in the member's generation: its error code.
     pub fn heartbeat(&mut self, c: &Cluster) -> i16 {
-        let r: HeartbeatResponse = self.request(c, ApiKey::Heartbeat, 3, |m| {
-            HeartbeatRequest::default()
-                .with_group_id(GroupId(str_bytes(&m.group)))
-                .with_generation_id(m.generation)
-                .with_member_id(str_bytes(&m.member_id))
-        }, |r: &HeartbeatResponse| r.error_code);
+        let r: HeartbeatResponse = self.request(
+            c,
+            ApiKey::Heartbeat,
+            3,
+            |m| {
+                HeartbeatRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id(m.generation)
+                    .with_member_id(str_bytes(&m.member_id))
+            },
+            |r: &HeartbeatResponse| r.error_code,
+        );
         r.error_code
     }
 
