@@ -66,8 +66,8 @@ pub struct OffsetsLog {
 /// Where the records go and are read from: the one seam between the single broker and a
 /// cluster (docs/design.md, "The group coordinator in a cluster").
 enum Backing {
-    /// The broker's own log, fsynced before an answer.
-    Local(Log),
+    /// The broker's own log, fsynced before an answer (boxed: a `Log` is large).
+    Local(Box<Log>),
     /// This node's replica of the cluster's offsets group: an append returns once a majority
     /// holds it (raft's commit); reads see what is committed.
     Replicated(Arc<Replica>),
@@ -111,7 +111,7 @@ impl OffsetsLog {
         })?;
         Ok((
             OffsetsLog {
-                log: Backing::Local(log),
+                log: Backing::Local(Box::new(log)),
                 path,
             },
             offsets,
