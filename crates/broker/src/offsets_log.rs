@@ -513,6 +513,57 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
 mod tests {
     use super::*;
 
+    /// What a cluster's new coordinator replays ([`OffsetsLog::stored_offsets`], over the scan
+    /// a replica's log shares) is what the single broker's open replays: commits, tombstones
+    /// and group records alike (a barrier is a no-op on the own log, which is compacted and
+    /// takes no keyless record); a damaged record is refused with its offset.
+    #[test]
+    fn the_coordinator_load_replays_as_the_open_does_and_names_a_damaged_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let commit = |offset| Committed {
+            offset,
+            leader_epoch: 0,
+            metadata: "m".into(),
+            commit_timestamp: 1_700_000_000_000,
+        };
+        let key = |p| ("g".to_string(), "t".to_string(), p);
+        let (log, _) = OffsetsLog::open(dir.path()).unwrap();
+        log.append(&[(key(0), commit(5)), (key(1), commit(6))])
+            .unwrap();
+        log.append_groups(&[], 0).unwrap();
+        log.append(&[(key(0), commit(7)), (key(2), commit(8))])
+            .unwrap();
+        log.append_tombstones(&[key(1)], &["gone".to_string()], 0)
+            .unwrap();
+        log.barrier().unwrap();
+        let loaded = log.stored_offsets().unwrap();
+        log.close().unwrap();
+        let (log, opened) = OffsetsLog::open(dir.path()).unwrap();
+        assert_eq!(loaded, opened);
+        assert_eq!(
+            loaded
+                .iter()
+                .map(|(k, c)| (k.2, c.offset))
+                .collect::<Vec<_>>(),
+            vec![(0, 7), (2, 8)]
+        );
+        // A key of version 1 cut short.
+        let end = log.log.log().high_watermark();
+        let mut b = BatchBuilder::new();
+        b.append(
+            0,
+            Some(&[0, 1, 0, 9, b'g']),
+            Some(&encode_value(&commit(1))),
+            &[],
+        );
+        log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
+        match log.stored_offsets() {
+            Err(OffsetsLogError::Record { offset, .. }) => assert_eq!(offset, end),
+            other => panic!("{other:?}"),
+        }
+        log.close().unwrap();
+    }
+
     #[test]
     fn a_commit_reads_back_as_written_and_a_restart_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
