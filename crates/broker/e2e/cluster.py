@@ -6,11 +6,17 @@ of 3 partitions with replication factor 3 made by Kafka's TopicCommand, and Kafk
 VerifiableProducer (idempotent, acks=all) writing N records while, in each of ROUNDS rounds,
 a node leading partitions (the one leading the most, not the one killed the round before) is
 SIGKILLed and started again over the same directory.
+Every other round the victim is the group coordinator's node instead (the leader of the
+replicated offsets group, asked with FindCoordinator), while Kafka's VerifiableConsumer (a
+group, synchronous commits after each poll) reads the topic from the start.
 Then Kafka's ConsoleConsumer reads every partition from its start (assigned, no group), and:
 
 - every acknowledged record is in the log, at the offset and with the value its
   acknowledgement named (nothing acknowledged is lost);
-- no value is in the log twice (no retry stored twice).
+- no value is in the log twice (no retry stored twice);
+- the group consumed every acknowledged record (at least once: a record read again after a
+  rebalance is counted, not failed), and its last successful commit of each partition
+  reaches the partition's end (the committed offsets survived the coordinator's moves).
 
 (Fetch is served by leaders only, so that every replica holds the same batches is checked by
 crates/broker/tests/cluster.rs, which reads each node's log directory.)
@@ -23,7 +29,7 @@ The Kafka jars: $KAFKA_TOOLS_LIB (a folder of jars, as tests/clients/setup.sh in
 target/broker-clients/tools/lib), else the class runner of ../shared/kafka-oracle/kafka.sh (or
 $KAFKA_SH).
 """
-import json, os, re, signal, socket, subprocess, sys, time
+import json, os, re, signal, socket, struct, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
@@ -80,6 +86,48 @@ def leaders():
     return found if len(found) == 3 else None
 
 
+def coordinator(group):
+    """The group's coordinator node id (FindCoordinator v0 to a live node), or None."""
+    for n, (k, _) in ports.items():
+        if procs[n].poll() is not None:
+            continue
+        try:
+            with socket.create_connection(("127.0.0.1", k), timeout=5) as s:
+                client, key = b"cluster.py", group.encode()
+                body = (struct.pack(">hhih", 10, 0, 1, len(client)) + client
+                        + struct.pack(">h", len(key)) + key)
+                s.sendall(struct.pack(">i", len(body)) + body)
+                size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
+                frame = s.recv(size, socket.MSG_WAITALL)
+                _, error, node = struct.unpack(">ihi", frame[:10])
+                if error == 0:
+                    return node
+        except OSError:
+            continue
+    return None
+
+
+def group_log():
+    """The VerifiableConsumer's events so far."""
+    events = []
+    for line in open(f"{WORK}/consumer.log"):
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def last_commits():
+    """Partition -> the offset of the group's last successful commit of it."""
+    last = {}
+    for e in group_log():
+        if e.get("name") == "offsets_committed" and e.get("success"):
+            for o in e.get("offsets", []):
+                last[o["partition"]] = o["offset"]
+    return last
+
+
 def wait_led(within=60):
     deadline = time.time() + within
     while time.time() < deadline:
@@ -116,16 +164,27 @@ try:
                 "--topic", TOPIC, "--max-messages", str(N), "--throughput", str(rate),
                 "--acks", "-1", "--command-config", f"{WORK}/producer.properties"),
         stdout=open(f"{WORK}/producer.log", "w"), stderr=subprocess.STDOUT)
-    killed = []
-    for _ in range(ROUNDS):
+    group = subprocess.Popen(
+        command("org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", BOOTSTRAP,
+                "--topic", TOPIC, "--group-id", "verifiable", "--reset-policy", "earliest",
+                "--session-timeout", "30000", "--verbose"),
+        stdout=open(f"{WORK}/consumer.log", "w"), stderr=open(f"{WORK}/consumer.err", "w"))
+    killed, coordinator_kills = [], 0
+    for round in range(ROUNDS):
         time.sleep(3)
         led = wait_led()
         # The node leading the most partitions, but not the one killed last when another
         # leads any: the preferred leaders come back to their nodes, so the same node would
-        # lead the most every round.
+        # lead the most every round. Every other round, the group coordinator's node.
         count = lambda n: sum(1 for l in led.values() if l == n)
         ranked = sorted(NODES, key=count, reverse=True)
         victim = next((n for n in ranked if count(n) and killed[-1:] != [n]), ranked[0])
+        if round % 2 == 1:
+            c = coordinator("verifiable")
+            if c in NODES:
+                victim = c
+        if victim == coordinator("verifiable"):
+            coordinator_kills += 1
         kill(victim)
         killed.append(victim)
         time.sleep(2)
@@ -151,16 +210,50 @@ try:
             continue
         if e.get("name") == "producer_send_success":
             acked[(e["partition"], e["offset"])] = str(e["value"])
+    # The group: until its commits reach every partition's end (or 120 s), then stopped.
+    ends = {}
+    for (p, o) in consumed:
+        ends[p] = max(ends.get(p, 0), o + 1)
+    deadline = time.time() + 120
+    while time.time() < deadline and group.poll() is None:
+        last = last_commits()
+        if all(last.get(p, -1) >= end for p, end in ends.items()):
+            break
+        time.sleep(1)
+    group.send_signal(signal.SIGTERM)
+    try:
+        group.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        group.kill()
+    events = group_log()
+    group_seen = {(e["partition"], e["offset"]) for e in events if e.get("name") == "record_data"}
+    group_missing = [k for k in acked if k not in group_seen]
+    last = last_commits()
+    commits_short = {p: (last.get(p), end) for p, end in ends.items() if last.get(p, -1) < end}
+    failed_commits = sum(1 for e in events
+                         if e.get("name") == "offsets_committed" and not e.get("success"))
     lost = [k for k, v in acked.items() if consumed.get(k) != v]
     values = {}
     for v in consumed.values():
         values[v] = values.get(v, 0) + 1
     dups = sum(c - 1 for c in values.values() if c > 1)
     print(json.dumps({"acked": len(acked), "consumed": len(consumed), "kills": killed,
-                      "lost": len(lost), "duplicates": dups}))
+                      "lost": len(lost), "duplicates": dups,
+                      "group": {"coordinator_kills": coordinator_kills,
+                                "records_read": sum(1 for e in events
+                                                    if e.get("name") == "record_data"),
+                                "missing": len(group_missing),
+                                "failed_commits": failed_commits,
+                                "commits_short_of_end": commits_short}}))
     if lost[:5]:
         print(f"cluster.py: acknowledged and not in the log (first 5): {lost[:5]}", file=sys.stderr)
-    sys.exit(1 if lost or dups or not acked else 0)
+    if group_missing[:5]:
+        print(f"cluster.py: acknowledged and never read by the group (first 5): "
+              f"{group_missing[:5]}; see {WORK}/consumer.log", file=sys.stderr)
+    if commits_short:
+        print(f"cluster.py: the group's last commits short of the end: {commits_short}",
+              file=sys.stderr)
+    sys.exit(1 if lost or dups or not acked or group_missing or commits_short else 0)
 finally:
     for n, p in procs.items():
         if p.poll() is None:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Kafka's VerifiableProducer (idempotent, acks=all) against a 3-node oncelog-broker cluster while
-# the node leading the most partitions is SIGKILLed and restarted in a loop (e2e/cluster.py),
-# failing on any acknowledged record lost or any record stored twice.
+# the node leading the most partitions (every other round: the group coordinator's) is
+# SIGKILLed and restarted in a loop, and Kafka's VerifiableConsumer reads it in a group
+# (e2e/cluster.py), failing on any acknowledged record lost or stored twice, never read by the
+# group, or a group's last commit short of a partition's end.
 #
 #   crates/broker/e2e/cluster.sh                       short form (CI): 5,000 records, 3 kills
 #   ONCELOG_CLUSTER=long crates/broker/e2e/cluster.sh  long form: 30,000 records, 20 kills

@@ -664,6 +664,14 @@ impl Groups {
         self.consumer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Takes every group of `other` in place of its own (a cluster node that starts or stops
+    /// coordinating); the records queued and not yet written are dropped with the old groups.
+    pub fn replace(&self, other: Groups) {
+        let mut groups = self.lock();
+        *groups = other.groups.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.outbox() = other.outbox.into_inner().unwrap_or_else(|e| e.into_inner());
+    }
+
     /// The consumer-protocol groups reloaded from the offsets log ([`ConsumerGroups::restore`]).
     /// A group id belongs to one protocol, but the log can hold both kinds for one id: an
     /// empty classic group's id taken by a consumer group leaves the classic group's last

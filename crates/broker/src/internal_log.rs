@@ -32,6 +32,10 @@ pub enum StateLogError {
         path: PathBuf,
         source: oncelog::Error,
     },
+    /// A cluster node's replicated log refused the append (this node does not lead the group,
+    /// or raft failed): retriable elsewhere.
+    #[error("{path}: the replicated append failed: {error}", path = .path.display())]
+    Replica { path: PathBuf, error: String },
     #[error("{path}: record at offset {offset}: {problem}", path = .path.display())]
     Record {
         path: PathBuf,

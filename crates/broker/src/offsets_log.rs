@@ -16,10 +16,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
+use oncelog_raft::{Ack, Replica};
 
 use crate::internal_log::{self, open_replayed, StateLogError};
 
@@ -57,8 +59,27 @@ pub enum OffsetRecord {
 }
 
 pub struct OffsetsLog {
-    log: Log,
+    log: Backing,
     path: PathBuf,
+}
+
+/// Where the records go and are read from: the one seam between the single broker and a
+/// cluster (docs/design.md, "The group coordinator in a cluster").
+enum Backing {
+    /// The broker's own log, fsynced before an answer (boxed: a `Log` is large).
+    Local(Box<Log>),
+    /// This node's replica of the cluster's offsets group: an append returns once a majority
+    /// holds it (raft's commit); reads see what is committed.
+    Replicated(Arc<Replica>),
+}
+
+impl Backing {
+    fn log(&self) -> &Log {
+        match self {
+            Backing::Local(log) => log,
+            Backing::Replicated(replica) => replica.log(),
+        }
+    }
 }
 
 impl std::fmt::Debug for OffsetsLog {
@@ -88,7 +109,87 @@ impl OffsetsLog {
             }
             Ok(())
         })?;
-        Ok((OffsetsLog { log, path }, offsets))
+        Ok((
+            OffsetsLog {
+                log: Backing::Local(Box::new(log)),
+                path,
+            },
+            offsets,
+        ))
+    }
+
+    /// The offsets log of a cluster node: its replica of the offsets group. Nothing is read
+    /// here: the node that leads the group replays it ([`OffsetsLog::stored_offsets`]) once
+    /// everything committed before its term is in its log.
+    /// `path` names it in errors (the replica's directory).
+    pub fn replicated(replica: Arc<Replica>, path: PathBuf) -> OffsetsLog {
+        OffsetsLog {
+            log: Backing::Replicated(replica),
+            path,
+        }
+    }
+
+    /// On a cluster node, appends a record with no key (every replay skips it) and returns
+    /// once it is committed: everything a previous leader committed is then in this node's
+    /// log, to replay. A no-op for the single broker's own log. Blocking.
+    pub fn barrier(&self) -> Result<(), OffsetsLogError> {
+        if matches!(self.log, Backing::Local(_)) {
+            return Ok(());
+        }
+        let mut b = BatchBuilder::new();
+        b.append(crate::clock::now_ms(), None, None, &[]);
+        let bytes = b.build().map_err(|e| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source: oncelog::Error::Append(oncelog::AppendError::Batch(e)),
+        })?;
+        self.append_bytes(Bytes::from(bytes))
+    }
+
+    /// Every committed offset the log holds, replayed in offset order (tombstones remove):
+    /// what a cluster node loads when it becomes the coordinator. Blocking.
+    pub fn stored_offsets(&self) -> Result<BTreeMap<OffsetKey, Committed>, OffsetsLogError> {
+        let mut offsets = BTreeMap::new();
+        self.scan(|_, key, value| {
+            let key = Bytes::copy_from_slice(key);
+            let value = value.map(Bytes::copy_from_slice);
+            match decode(Some(&key), value.as_ref())? {
+                OffsetRecord::Offset(key, Some(c)) => {
+                    offsets.insert(key, c);
+                }
+                OffsetRecord::Offset(key, None) => {
+                    offsets.remove(&key);
+                }
+                OffsetRecord::GroupMetadata(_) | OffsetRecord::ConsumerGroup(_) => {}
+            }
+            Ok(())
+        })?;
+        Ok(offsets)
+    }
+
+    /// Appends a whole batch: fsynced to the own log, or committed by the offsets group.
+    fn append_bytes(&self, bytes: Bytes) -> Result<(), OffsetsLogError> {
+        let err = |source: oncelog::Error| OffsetsLogError::Log {
+            path: self.path.clone(),
+            source,
+        };
+        match &self.log {
+            Backing::Local(log) => {
+                log.append(&bytes).map_err(|e| err(e.into()))?;
+                log.flush().map_err(|e| err(e.into()))?;
+                Ok(())
+            }
+            Backing::Replicated(replica) => {
+                // Called off the reactor (every writer runs in `spawn_blocking`).
+                let appended = tokio::runtime::Handle::current().block_on(replica.append(bytes));
+                match appended {
+                    Ok(Ack::Appended { .. }) | Ok(Ack::Duplicate { .. }) => Ok(()),
+                    Err(e) => Err(OffsetsLogError::Replica {
+                        path: self.path.clone(),
+                        error: e.to_string(),
+                    }),
+                }
+            }
+        }
     }
 
     /// Writes the commits as one batch and makes it durable. Blocking.
@@ -172,9 +273,7 @@ impl OffsetsLog {
         let bytes = b
             .build()
             .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        self.append_bytes(Bytes::from(bytes))
     }
 
     /// Calls `each` with the offset, key and value of every record, oldest first. Blocking.
@@ -182,15 +281,13 @@ impl OffsetsLog {
         &self,
         mut each: impl FnMut(i64, &[u8], Option<&[u8]>) -> Result<(), String>,
     ) -> Result<(), OffsetsLogError> {
-        let mut next = self.log.log_start_offset();
+        let log = self.log.log();
+        let mut next = log.log_start_offset();
         loop {
-            let fetched = self
-                .log
-                .fetch(next, 1 << 20)
-                .map_err(|e| OffsetsLogError::Log {
-                    path: self.path.clone(),
-                    source: e.into(),
-                })?;
+            let fetched = log.fetch(next, 1 << 20).map_err(|e| OffsetsLogError::Log {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
             if fetched.bytes.is_empty() {
                 break;
             }
@@ -264,13 +361,21 @@ impl OffsetsLog {
 
     /// Compacts the log if a round is due (its dirty ratio, Kafka's rules), keeping the
     /// latest record of every key. Answers the records removed. Blocking.
+    /// The replicated log is not compacted (raft's partitions delete only; docs/design.md).
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, OffsetsLogError> {
-        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+        match &self.log {
+            Backing::Local(log) => internal_log::compact_if_due(log, &self.path, now_ms),
+            Backing::Replicated(_) => Ok(0),
+        }
     }
 
     /// Flushes and closes the log. Blocking.
+    /// A cluster node's replica is closed with its raft host.
     pub fn close(&self) -> Result<(), OffsetsLogError> {
-        self.log.close().map_err(|e| OffsetsLogError::Log {
+        let Backing::Local(log) = &self.log else {
+            return Ok(());
+        };
+        log.close().map_err(|e| OffsetsLogError::Log {
             path: self.path.clone(),
             source: e.into(),
         })
@@ -408,6 +513,57 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
 mod tests {
     use super::*;
 
+    /// What a cluster's new coordinator replays ([`OffsetsLog::stored_offsets`], over the scan
+    /// a replica's log shares) is what the single broker's open replays: commits, tombstones
+    /// and group records alike (a barrier is a no-op on the own log, which is compacted and
+    /// takes no keyless record); a damaged record is refused with its offset.
+    #[test]
+    fn the_coordinator_load_replays_as_the_open_does_and_names_a_damaged_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let commit = |offset| Committed {
+            offset,
+            leader_epoch: 0,
+            metadata: "m".into(),
+            commit_timestamp: 1_700_000_000_000,
+        };
+        let key = |p| ("g".to_string(), "t".to_string(), p);
+        let (log, _) = OffsetsLog::open(dir.path()).unwrap();
+        log.append(&[(key(0), commit(5)), (key(1), commit(6))])
+            .unwrap();
+        log.append_groups(&[], 0).unwrap();
+        log.append(&[(key(0), commit(7)), (key(2), commit(8))])
+            .unwrap();
+        log.append_tombstones(&[key(1)], &["gone".to_string()], 0)
+            .unwrap();
+        log.barrier().unwrap();
+        let loaded = log.stored_offsets().unwrap();
+        log.close().unwrap();
+        let (log, opened) = OffsetsLog::open(dir.path()).unwrap();
+        assert_eq!(loaded, opened);
+        assert_eq!(
+            loaded
+                .iter()
+                .map(|(k, c)| (k.2, c.offset))
+                .collect::<Vec<_>>(),
+            vec![(0, 7), (2, 8)]
+        );
+        // A key of version 1 cut short.
+        let end = log.log.log().high_watermark();
+        let mut b = BatchBuilder::new();
+        b.append(
+            0,
+            Some(&[0, 1, 0, 9, b'g']),
+            Some(&encode_value(&commit(1))),
+            &[],
+        );
+        log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
+        match log.stored_offsets() {
+            Err(OffsetsLogError::Record { offset, .. }) => assert_eq!(offset, end),
+            other => panic!("{other:?}"),
+        }
+        log.close().unwrap();
+    }
+
     #[test]
     fn a_commit_reads_back_as_written_and_a_restart_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -455,6 +611,7 @@ mod tests {
         for round in 0..60_000i64 {
             let batch: Vec<_> = keys.iter().map(|k| (k.clone(), commit(round))).collect();
             log.log
+                .log()
                 .append(&{
                     let mut b = oncelog::format::BatchBuilder::new();
                     for (k, c) in &batch {
@@ -469,11 +626,11 @@ mod tests {
                 })
                 .unwrap();
         }
-        log.log.flush().unwrap();
-        let before = log.log.size_bytes();
+        log.log.log().flush().unwrap();
+        let before = log.log.log().size_bytes();
         let removed = log.compact_if_due(1_700_000_000_000).unwrap();
         assert!(removed > 100_000, "{removed}");
-        assert!(log.log.size_bytes() < before / 2);
+        assert!(log.log.log().size_bytes() < before / 2);
         assert_eq!(
             log.compact_if_due(1_700_000_000_000).unwrap(),
             0,

@@ -128,6 +128,21 @@ impl Server {
             Some(nodes) => Some(crate::cluster::Cluster::start(&data_dir, nodes).await?),
             None => None,
         };
+        // A cluster node's coordinator writes to and loads from its replica of the offsets
+        // group instead (the own log stays unused).
+        let offsets = match &cluster {
+            Some(c) => {
+                let log = c.offsets_log().map_err(|error| {
+                    StartError::Cluster(crate::cluster::ClusterError::Host {
+                        dir: data_dir.display().to_string(),
+                        error,
+                    })
+                })?;
+                let _ = offsets.close();
+                CommittedOffsets::replicated(log)
+            }
+            None => offsets,
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -163,9 +178,15 @@ impl Server {
             request_memory: RequestMemory::new(config.queued_max_request_bytes),
             cluster,
         };
+        let broker = Arc::new(broker);
+        if let Some(c) = &broker.cluster {
+            let watching =
+                crate::cluster::coordinator::keep_coordinating(Arc::clone(&broker), Arc::clone(c));
+            c.keep(watching);
+        }
         Ok(Server {
             listener,
-            broker: Arc::new(broker),
+            broker,
             limits: FrameLimits {
                 max_frame: config.max_request_bytes,
                 idle: config.connections_max_idle,

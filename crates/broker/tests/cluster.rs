@@ -342,12 +342,15 @@ fn a_cluster_answers_as_kafka_does() {
     .unwrap();
     assert_eq!(r.error_code, COORDINATOR_NOT_AVAILABLE);
 
-    // What is not replicated yet: typed refusals, and not advertised.
+    // What is not replicated yet: typed refusals, and not advertised. The transaction
+    // coordinator (key type 1) is one.
     let r: FindCoordinatorResponse = call(
         &mut s,
         ApiKey::FindCoordinator,
         4,
-        &FindCoordinatorRequest::default().with_coordinator_keys(vec![str_bytes("g")]),
+        &FindCoordinatorRequest::default()
+            .with_key_type(1)
+            .with_coordinator_keys(vec![str_bytes("tx")]),
     )
     .unwrap();
     assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
@@ -399,7 +402,8 @@ fn a_cluster_answers_as_kafka_does() {
     let r: DescribeConfigsResponse =
         call(&mut s, ApiKey::DescribeConfigs, 4, &describe("absent")).unwrap();
     assert_eq!(r.results[0].error_code, UNKNOWN_TOPIC_OR_PARTITION, "{r:?}");
-    assert!(!advertised.contains(&(ApiKey::JoinGroup as i16)));
+    // The group coordinator is replicated; transactions are not.
+    assert!(advertised.contains(&(ApiKey::JoinGroup as i16)));
     assert!(!advertised.contains(&(ApiKey::EndTxn as i16)));
 }
 
@@ -493,6 +497,156 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
         }
         assert_eq!(seen.len(), count);
     }
+}
+
+/// The group coordinator lives on the leader of the replicated offsets group: a classic
+/// group (JoinGroup, SyncGroup) commits offsets, the coordinator's node is SIGKILLed, and the
+/// group finds the new coordinator, which answers every offset committed before (a commit is
+/// answered once a majority holds it) and still knows the member's generation (the group's
+/// records are replicated too). Round after round (`ONCELOG_CLUSTER_ROUNDS`, default 3), the
+/// killed node restarted each time.
+#[test]
+fn committed_offsets_survive_coordinator_kills() {
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let mut member = GroupMember::join(&c, "g");
+    let mut committed = BTreeMap::new();
+    for round in 0..rounds {
+        // A few commits, each answered only once replicated.
+        for step in 0..5 {
+            for p in 0..PARTITIONS {
+                committed.insert(p, (round * 100 + step * 10) as i64 + i64::from(p));
+            }
+            let errors = member.commit(&c, TOPIC, &committed);
+            assert!(errors.iter().all(|e| *e == 0), "round {round}: {errors:?}");
+        }
+        let victim = c.group_coordinator("g").unwrap();
+        eprintln!("round {round}: SIGKILL node {victim}, the group coordinator");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        assert_eq!(
+            member.fetch(&c, TOPIC, PARTITIONS),
+            committed,
+            "round {round}: the new coordinator lost a commit"
+        );
+        assert_ne!(member.coordinators.last(), Some(&victim));
+        assert_eq!(
+            member.heartbeat(&c),
+            0,
+            "round {round}: the generation was lost"
+        );
+        c.launch(victim);
+        // The restarted node may lead again (the preferred leader): still the same offsets.
+        assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
+    }
+    eprintln!(
+        "coordinators answering, in order: {:?}",
+        member.coordinators
+    );
+    assert!(
+        member.coordinators.len() > rounds,
+        "the coordinator never moved"
+    );
+}
+
+/// librdkafka's consumer in a group (subscribe(), a synchronous commit after each record,
+/// tests/clients/group_client.py) while the group coordinator's node is SIGKILLed and
+/// restarted, round after round (`ONCELOG_CLUSTER_ROUNDS`, default 3): it finds each new
+/// coordinator, consumes every message, and the group's committed offsets end at each
+/// partition's end.
+#[test]
+fn a_real_consumer_group_commits_through_coordinator_kills() {
+    use common::clients::{group_consumer, Client, Produce};
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0);
+    c.leaders(TOPIC, PARTITIONS);
+    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
+    let bootstrap = bootstrap.join(",");
+    let count = 200 * (rounds + 1);
+    let delivered = Client::Confluent
+        .produce(
+            &bootstrap,
+            TOPIC,
+            count,
+            &Produce {
+                spread: true,
+                ..Produce::default()
+            },
+        )
+        .delivered(Duration::from_secs(60));
+    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
+    assert_eq!(delivered.offsets.len(), count);
+    // Slow enough that every kill lands while it consumes.
+    let mut consumer = group_consumer(
+        &bootstrap,
+        TOPIC,
+        "real",
+        &["--pace-ms", "10", "--idle", "15", "--timeout", "240"],
+    );
+    consumer.wait_event("committed", Duration::from_secs(60));
+    for round in 0..rounds {
+        let victim = c.group_coordinator("real").unwrap();
+        eprintln!("round {round}: SIGKILL node {victim}, the group coordinator");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        std::thread::sleep(Duration::from_secs(2));
+        consumer.wait_event("committed", Duration::from_secs(60));
+        c.launch(victim);
+        std::thread::sleep(Duration::from_secs(1));
+        consumer.wait_event("committed", Duration::from_secs(60));
+    }
+    let events = consumer.finish(Duration::from_secs(300));
+    let consumed: BTreeSet<(i64, i64)> = events
+        .iter()
+        .filter(|e| e["event"] == "consumed")
+        .map(|e| {
+            (
+                e["partition"].as_i64().unwrap(),
+                e["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let count_of = |name: &str| events.iter().filter(|e| e["event"] == name).count();
+    eprintln!(
+        "{count} messages: {} reads ({} distinct), {} commits, {} commits refused, {} errors",
+        count_of("consumed"),
+        consumed.len(),
+        count_of("committed"),
+        count_of("commit_failed"),
+        count_of("error"),
+    );
+    for (i, (p, o)) in &delivered.offsets {
+        assert!(
+            consumed.contains(&(i64::from(*p), *o)),
+            "message {i} at {p}/{o} never consumed"
+        );
+    }
+    // The group's committed offsets, from whichever node coordinates now: each partition's
+    // end (the offset after its last delivered message).
+    let mut ends = BTreeMap::new();
+    for (p, o) in delivered.offsets.values() {
+        let end = ends.entry(*p).or_insert(0);
+        *end = (*end).max(o + 1);
+    }
+    let mut reader = GroupMember {
+        group: "real".to_string(),
+        member_id: String::new(),
+        generation: -1,
+        coordinators: Vec::new(),
+    };
+    assert_eq!(reader.fetch(&c, TOPIC, PARTITIONS), ends);
 }
 
 /// A node that cannot listen for its peers does not start, and says where; a malformed

@@ -29,8 +29,9 @@ use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, ME
 use crate::codec::Request;
 use oncelog::PartitionConfig;
 
-/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the group,
-/// transaction and share coordinators and their admin APIs, DescribeLogDirs, DescribeCluster)
+/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the
+/// transaction and share coordinators, the consumer protocol of KIP-848, the groups' admin
+/// APIs, DescribeLogDirs, DescribeCluster)
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
@@ -45,8 +46,16 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     // Read from the image: a topic's settings are the broker's defaults, since topic configs
     // are not replicated yet (kafka-topics --describe asks for them).
     ApiKey::DescribeConfigs,
-    // Answered with a typed error: not replicated yet.
+    // The group coordinator (classic groups and committed offsets) on the offsets group's
+    // leader; the transaction and share coordinators are answered with a typed error.
     ApiKey::FindCoordinator,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetFetch,
+    // Answered with a typed error: not replicated yet.
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
     ApiKey::DeleteRecords,
@@ -82,7 +91,13 @@ pub async fn handle(
             };
             super::admin_topics::describe_configs_of(broker, request, &own, false)
         }
-        ApiKey::FindCoordinator => find_coordinator(request),
+        ApiKey::FindCoordinator => find_coordinator(cluster, request),
+        ApiKey::JoinGroup
+        | ApiKey::SyncGroup
+        | ApiKey::Heartbeat
+        | ApiKey::LeaveGroup
+        | ApiKey::OffsetCommit
+        | ApiKey::OffsetFetch => coordinated(broker, cluster, request).await,
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),
         ApiKey::DeleteRecords => delete_records(request),
@@ -347,35 +362,175 @@ async fn init_producer_id(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-fn find_coordinator(request: &Request) -> Result<Reply, HandleError> {
+/// FindCoordinator's group key type (0); transactions (1) and share groups (2) are refused.
+const GROUP_KEY: i8 = 0;
+
+/// A group's coordinator is the offsets group's leader (every group maps to its one
+/// partition); COORDINATOR_NOT_AVAILABLE while none is known. The transaction and share
+/// coordinators are not replicated yet: COORDINATOR_NOT_AVAILABLE.
+fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> {
     let body: FindCoordinatorRequest = request.body()?;
-    let error = ResponseError::CoordinatorNotAvailable;
-    let message = || {
-        Some(StrBytes::from_string(format!(
-            "coordinators are {NOT_REPLICATED}"
-        )))
+    let answer = |key_type: i8| -> Coordinator {
+        let unavailable = |message: String| {
+            Coordinator::default()
+                .with_node_id(BrokerId(-1))
+                .with_port(-1)
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_error_message(Some(StrBytes::from_string(message)))
+        };
+        if key_type != GROUP_KEY {
+            return unavailable(format!(
+                "transaction and share coordinators are {NOT_REPLICATED}"
+            ));
+        }
+        let leader = cluster.coordinator();
+        match leader.and_then(|id| cluster.nodes.nodes.get(&id).map(|a| (id, a))) {
+            Some((id, a)) => Coordinator::default()
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(a.host.clone()))
+                .with_port(i32::from(a.kafka_port)),
+            None => unavailable("the offsets group has no leader yet".to_string()),
+        }
     };
     let mut response = FindCoordinatorResponse::default();
     if request.version >= 4 {
         response = response.with_coordinators(
             body.coordinator_keys
                 .into_iter()
-                .map(|key| {
-                    Coordinator::default()
-                        .with_key(key)
-                        .with_node_id(BrokerId(-1))
-                        .with_error_code(error.code())
-                        .with_error_message(message())
-                })
+                .map(|key| answer(body.key_type).with_key(key))
                 .collect(),
         );
     } else {
+        let c = answer(body.key_type);
         response = response
-            .with_node_id(BrokerId(-1))
-            .with_error_code(error.code())
-            .with_error_message(message());
+            .with_node_id(c.node_id)
+            .with_host(c.host)
+            .with_port(c.port)
+            .with_error_code(c.error_code)
+            .with_error_message(c.error_message);
     }
     Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// A classic group's request: the single broker's handler on the coordinator (the node that
+/// leads the offsets group and loaded its state), Kafka's NOT_COORDINATOR elsewhere (the
+/// client looks the coordinator up again), COORDINATOR_LOAD_IN_PROGRESS on the leader while
+/// it loads.
+async fn coordinated(
+    broker: &Arc<Broker>,
+    cluster: &Cluster,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    if cluster.coordinating() {
+        return match request.api_key {
+            ApiKey::JoinGroup => super::groups::join_group(broker, request),
+            ApiKey::SyncGroup => super::groups::sync_group(broker, request),
+            ApiKey::Heartbeat => super::groups::heartbeat(broker, request),
+            ApiKey::LeaveGroup => super::groups::leave_group(broker, request),
+            ApiKey::OffsetCommit => super::groups::offset_commit(broker, request).await,
+            ApiKey::OffsetFetch => super::groups::offset_fetch(broker, request),
+            other => Err(HandleError::UnsupportedApi(other)),
+        };
+    }
+    let error = if cluster.coordinator() == Some(cluster.me()) {
+        ResponseError::CoordinatorLoadInProgress
+    } else {
+        ResponseError::NotCoordinator
+    };
+    not_coordinator(request, error)
+}
+
+/// A group request refused with `error` (every partition of an OffsetCommit or OffsetFetch).
+fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, HandleError> {
+    use kafka_protocol::messages::offset_commit_response::{
+        OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_response::{
+        OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    };
+    let code = error.code();
+    let bytes = match request.api_key {
+        ApiKey::JoinGroup => respond(
+            request,
+            &JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1),
+        )?,
+        ApiKey::SyncGroup => respond(request, &SyncGroupResponse::default().with_error_code(code))?,
+        ApiKey::Heartbeat => respond(request, &HeartbeatResponse::default().with_error_code(code))?,
+        ApiKey::LeaveGroup => respond(
+            request,
+            &LeaveGroupResponse::default().with_error_code(code),
+        )?,
+        ApiKey::OffsetCommit => {
+            let body: OffsetCommitRequest = request.body()?;
+            let topics = body
+                .topics
+                .into_iter()
+                .map(|t| {
+                    OffsetCommitResponseTopic::default()
+                        .with_name(t.name)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    OffsetCommitResponsePartition::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            respond(
+                request,
+                &OffsetCommitResponse::default().with_topics(topics),
+            )?
+        }
+        ApiKey::OffsetFetch => {
+            let body: OffsetFetchRequest = request.body()?;
+            let response = if request.version >= 8 {
+                OffsetFetchResponse::default().with_groups(
+                    body.groups
+                        .into_iter()
+                        .map(|g| {
+                            OffsetFetchResponseGroup::default()
+                                .with_group_id(g.group_id)
+                                .with_error_code(code)
+                        })
+                        .collect(),
+                )
+            } else {
+                // Before v2 the error is only the partitions'.
+                let topics = body
+                    .topics
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(t.name)
+                            .with_partitions(
+                                t.partition_indexes
+                                    .iter()
+                                    .map(|p| {
+                                        OffsetFetchResponsePartition::default()
+                                            .with_partition_index(*p)
+                                            .with_committed_offset(-1)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                OffsetFetchResponse::default()
+                    .with_error_code(code)
+                    .with_topics(topics)
+            };
+            respond(request, &response)?
+        }
+        other => return Err(HandleError::UnsupportedApi(other)),
+    };
+    Ok(Reply::Now(bytes))
 }
 
 fn delete_topics(request: &Request) -> Result<Reply, HandleError> {

@@ -63,6 +63,37 @@ impl CommittedOffsets {
         })
     }
 
+    /// A cluster node's committed offsets: its replica of the offsets group, nothing in memory
+    /// until it leads the group and [`CommittedOffsets::load`]s them.
+    pub fn replicated(log: OffsetsLog) -> CommittedOffsets {
+        CommittedOffsets {
+            by_key: Mutex::new(BTreeMap::new()),
+            log,
+            writing: Mutex::new(()),
+        }
+    }
+
+    /// Becomes the coordinator of a cluster: once everything committed before is in the log
+    /// ([`OffsetsLog::barrier`]), replays it into memory (the offsets) and into `groups` (the
+    /// classic groups' last records, as the single broker restores them at open). Blocking.
+    pub fn load(&self, groups: &Groups) -> Result<(), OffsetsLogError> {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        self.log.barrier()?;
+        let offsets = self.log.stored_offsets()?;
+        let restored = Groups::restore(self.log.stored_groups()?, std::time::Instant::now());
+        *self.lock() = offsets;
+        groups.replace(restored);
+        Ok(())
+    }
+
+    /// Stops being the coordinator of a cluster: forgets the offsets and the groups (the next
+    /// leader answers for them).
+    pub fn unload(&self, groups: &Groups) {
+        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        self.lock().clear();
+        groups.replace(Groups::default());
+    }
+
     /// The groups of the log's group-metadata records, for the coordinator to reload
     /// ([`Groups::restore`]). Blocking.
     pub fn stored_groups(&self) -> Result<BTreeMap<String, GroupMetadata>, OffsetsLogError> {
@@ -477,8 +508,15 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
         let mut parts = Vec::new();
         for p in topic.partitions {
             let error = group_error.or_else(|| {
-                let partition = known.as_ref().and_then(|t| t.partition(p.partition_index));
-                if partition.is_none() {
+                let exists = match &broker.cluster {
+                    // A cluster's partitions are in its image, not in this node's store.
+                    Some(cluster) => cluster.partition_exists(&topic.name, p.partition_index),
+                    None => known
+                        .as_ref()
+                        .and_then(|t| t.partition(p.partition_index))
+                        .is_some(),
+                };
+                if !exists {
                     Some(ResponseError::UnknownTopicOrPartition)
                 } else if p.committed_metadata.as_ref().map_or(0, |m| m.len()) > MAX_METADATA_BYTES
                 {
@@ -516,6 +554,9 @@ pub async fn offset_commit(broker: &Arc<Broker>, request: &Request) -> Result<Re
     };
     let write_error = match stored {
         Ok(()) => None,
+        // A cluster node that stopped leading the offsets group: the client finds the new
+        // coordinator.
+        Err(OffsetsLogError::Replica { .. }) => Some(ResponseError::NotCoordinator),
         Err(e) => {
             tracing::error!(error = %e, "cannot store committed offsets");
             Some(ResponseError::KafkaStorageError)

@@ -3,11 +3,13 @@
 //! (the topics and their replicas) is the raft group [`METADATA_TOPIC`]`-0` of every node,
 //! applied in offset order into an [`Image`]. The metadata group's leader is the controller.
 
+pub mod coordinator;
 pub mod image;
 mod nodes;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +29,11 @@ pub use nodes::{ClusterNodes, NodeAddress, NodesError, MAX_NODE_ID};
 /// The metadata group's topic. Not KRaft's `__cluster_metadata`: the library never opens a
 /// directory of that name (it is Kafka's own metadata log when a Kafka log dir is opened).
 pub const METADATA_TOPIC: &str = "__oncelog_metadata";
+
+/// The offsets group's topic: the group coordinator's log (committed offsets and the classic
+/// groups' records, Kafka's `__consumer_offsets` records), one partition replicated on every
+/// node, whose leader is the group coordinator.
+pub const OFFSETS_TOPIC: &str = "__oncelog_offsets";
 
 /// How often the image is brought up to the metadata log's high watermark, and leaders are
 /// moved to the preferred replicas.
@@ -96,6 +103,10 @@ pub struct Cluster {
     /// One creation at a time on the controller: the check for an existing name and the
     /// append are one step.
     creating: tokio::sync::Mutex<()>,
+    /// The offsets group's term in which this node loaded the coordinator's state (0: not
+    /// loaded; raft's terms start at 1).
+    coordinating: AtomicU64,
+    dir: PathBuf,
     tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -134,6 +145,9 @@ impl Cluster {
         host.add_group(metadata_group(), &members)
             .await
             .map_err(host_error)?;
+        host.add_group(offsets_group(), &members)
+            .await
+            .map_err(host_error)?;
         let (applied, _) = watch::channel(0);
         let cluster = Arc::new(Cluster {
             cluster_id: cluster_id(&nodes),
@@ -142,6 +156,8 @@ impl Cluster {
             image: RwLock::new(Image::default()),
             applied,
             creating: Default::default(),
+            coordinating: AtomicU64::new(0),
+            dir: dir.to_path_buf(),
             tasks: Default::default(),
         });
         let applier = Arc::clone(&cluster);
@@ -168,6 +184,56 @@ impl Cluster {
             .ok()
             .and_then(|s| s.leader)
             .map(|l| l as i32)
+    }
+
+    /// The group coordinator: the offsets group's leader, if known.
+    pub fn coordinator(&self) -> Option<i32> {
+        self.host
+            .status(&offsets_group())
+            .ok()
+            .and_then(|s| s.leader)
+            .map(|l| l as i32)
+    }
+
+    /// Whether this node answers as the group coordinator: it leads the offsets group and
+    /// loaded the coordinator's state in its current term.
+    pub fn coordinating(&self) -> bool {
+        match self.host.status(&offsets_group()) {
+            Ok(s) => {
+                s.leader == Some(self.me() as u64)
+                    && s.term == self.coordinating.load(Ordering::Acquire)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether this node's image has applied what its metadata replica holds as committed,
+    /// with a controller known (a restarted node learns the commit from it): the coordinator
+    /// checks committed partitions against the image, so it waits for it before it loads.
+    pub fn image_caught_up(&self) -> bool {
+        let Ok(replica) = self.host.replica(&metadata_group()) else {
+            return false;
+        };
+        self.controller().is_some()
+            && self.image.read().next_offset >= replica.log().high_watermark()
+    }
+
+    /// The coordinator's log on this node: its replica of the offsets group.
+    pub fn offsets_log(&self) -> Result<crate::offsets_log::OffsetsLog, HostError> {
+        let group = offsets_group();
+        let replica = self.host.replica(&group)?;
+        let path = self.dir.join(format!("{}-{}", OFFSETS_TOPIC, 0));
+        Ok(crate::offsets_log::OffsetsLog::replicated(replica, path))
+    }
+
+    /// Whether partition `index` of `topic` is in the image.
+    pub fn partition_exists(&self, topic: &str, index: i32) -> bool {
+        self.replicas_of(topic, index).is_some()
+    }
+
+    /// Runs `task` until the cluster closes.
+    pub fn keep(&self, task: JoinHandle<()>) {
+        self.tasks.lock().push(task);
     }
 
     /// The image now.
@@ -336,6 +402,11 @@ impl Cluster {
 /// The metadata group.
 pub fn metadata_group() -> GroupId {
     GroupId::new(METADATA_TOPIC, 0)
+}
+
+/// The offsets group (the group coordinator's log).
+pub fn offsets_group() -> GroupId {
+    GroupId::new(OFFSETS_TOPIC, 0)
 }
 
 /// A metadata record as a Kafka record batch: no key, the record's JSON as the value, no

@@ -427,3 +427,229 @@ pub fn replica_bytes(dir: &Path, partition: i32, end: i64) -> Vec<u8> {
     }
     bytes
 }
+
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+pub const NOT_COORDINATOR: i16 = 16;
+
+/// A classic group's one member over the raw protocol, retrying every request through
+/// coordinator moves: a dead node, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or
+/// NOT_COORDINATOR send it to FindCoordinator again, as Kafka's clients do.
+pub struct GroupMember {
+    pub group: String,
+    pub member_id: String,
+    pub generation: i32,
+    /// The coordinators that answered, in order (a new entry at each move).
+    pub coordinators: Vec<i32>,
+}
+
+fn retriable_group_error(code: i16) -> bool {
+    matches!(
+        code,
+        COORDINATOR_NOT_AVAILABLE | COORDINATOR_LOAD_IN_PROGRESS | NOT_COORDINATOR
+    )
+}
+
+impl GroupMember {
+    /// Finds the coordinator, joins (JoinGroup v3, one member: the leader) and syncs.
+    pub fn join(c: &Cluster, group: &str) -> GroupMember {
+        let mut m = GroupMember {
+            group: group.to_string(),
+            member_id: String::new(),
+            generation: -1,
+            coordinators: Vec::new(),
+        };
+        let joined: JoinGroupResponse = m.request(
+            c,
+            ApiKey::JoinGroup,
+            3,
+            |m| {
+                JoinGroupRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_session_timeout_ms(60_000)
+                    .with_rebalance_timeout_ms(60_000)
+                    .with_member_id(str_bytes(""))
+                    .with_protocol_type(str_bytes("consumer"))
+                    .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+                    )
+                    .with_name(str_bytes("range"))
+                    .with_metadata(Bytes::from_static(b"sub"))])
+            },
+            |r: &JoinGroupResponse| r.error_code,
+        );
+        assert_eq!(joined.error_code, 0, "{joined:?}");
+        assert_eq!(joined.leader, joined.member_id, "one member leads");
+        m.member_id = joined.member_id.to_string();
+        m.generation = joined.generation_id;
+        let synced: SyncGroupResponse = m.request(
+            c,
+            ApiKey::SyncGroup,
+            3,
+            |m| {
+                SyncGroupRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id(m.generation)
+                    .with_member_id(str_bytes(&m.member_id))
+                    .with_assignments(vec![
+                        sync_group_request::SyncGroupRequestAssignment::default()
+                            .with_member_id(str_bytes(&m.member_id))
+                            .with_assignment(Bytes::from_static(b"all")),
+                    ])
+            },
+            |r: &SyncGroupResponse| r.error_code,
+        );
+        assert_eq!(synced.error_code, 0, "{synced:?}");
+        assert_eq!(&synced.assignment[..], b"all");
+        m
+    }
+
+    /// Commits `offsets` (partition: offset of `topic`) in the member's generation: the
+    /// partitions' error codes once the coordinator answered.
+    pub fn commit(&mut self, c: &Cluster, topic: &str, offsets: &BTreeMap<i32, i64>) -> Vec<i16> {
+        let r: OffsetCommitResponse = self.request(
+            c,
+            ApiKey::OffsetCommit,
+            7,
+            |m| {
+                OffsetCommitRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id_or_member_epoch(m.generation)
+                    .with_member_id(str_bytes(&m.member_id))
+                    .with_topics(
+                        vec![offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(
+                        offsets
+                            .iter()
+                            .map(|(p, o)| {
+                                offset_commit_request::OffsetCommitRequestPartition::default()
+                                    .with_partition_index(*p)
+                                    .with_committed_offset(*o)
+                                    .with_committed_metadata(Some(str_bytes("m")))
+                            })
+                            .collect(),
+                    )],
+                    )
+            },
+            |r: &OffsetCommitResponse| r.topics[0].partitions[0].error_code,
+        );
+        r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect()
+    }
+
+    /// The group's committed offsets of `topic`'s `partitions` (OffsetFetch v5).
+    pub fn fetch(&mut self, c: &Cluster, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+        let r: OffsetFetchResponse = self.request(
+            c,
+            ApiKey::OffsetFetch,
+            5,
+            |m| {
+                OffsetFetchRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_topics(Some(vec![
+                        offset_fetch_request::OffsetFetchRequestTopic::default()
+                            .with_name(topic_name(topic))
+                            .with_partition_indexes((0..partitions).collect()),
+                    ]))
+            },
+            |r: &OffsetFetchResponse| r.error_code,
+        );
+        r.topics[0]
+            .partitions
+            .iter()
+            .map(|p| {
+                assert_eq!(p.error_code, 0, "{p:?}");
+                (p.partition_index, p.committed_offset)
+            })
+            .collect()
+    }
+
+    /// Heartbeat in the member's generation: its error code.
+    pub fn heartbeat(&mut self, c: &Cluster) -> i16 {
+        let r: HeartbeatResponse = self.request(
+            c,
+            ApiKey::Heartbeat,
+            3,
+            |m| {
+                HeartbeatRequest::default()
+                    .with_group_id(GroupId(str_bytes(&m.group)))
+                    .with_generation_id(m.generation)
+                    .with_member_id(str_bytes(&m.member_id))
+            },
+            |r: &HeartbeatResponse| r.error_code,
+        );
+        r.error_code
+    }
+
+    /// Sends the request `make` builds to the group's coordinator until one answers with no
+    /// coordinator error (as `error` reads it from the response; 30 s at most).
+    fn request<Req: Encodable, Resp: Decodable + HeaderVersion + std::fmt::Debug>(
+        &mut self,
+        c: &Cluster,
+        api: ApiKey,
+        version: i16,
+        make: impl Fn(&GroupMember) -> Req,
+        error: impl Fn(&Resp) -> i16,
+    ) -> Resp {
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut last = String::new();
+        while Instant::now() < until {
+            match self.try_request::<Req, Resp>(c, api, version, &make) {
+                Ok((coordinator, response)) => {
+                    if !retriable_group_error(error(&response)) {
+                        if self.coordinators.last() != Some(&coordinator) {
+                            self.coordinators.push(coordinator);
+                        }
+                        return response;
+                    }
+                    last = format!("{response:?}");
+                }
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{api:?}: no coordinator answered in 30 s: {last}");
+    }
+
+    fn try_request<Req: Encodable, Resp: Decodable + HeaderVersion>(
+        &self,
+        c: &Cluster,
+        api: ApiKey,
+        version: i16,
+        make: &impl Fn(&GroupMember) -> Req,
+    ) -> io::Result<(i32, Resp)> {
+        let coordinator = c.group_coordinator(&self.group)?;
+        let mut s = connect(c.kafka[&coordinator])?;
+        let response = call(&mut s, api, version, &make(self))?;
+        Ok((coordinator, response))
+    }
+}
+
+impl Cluster {
+    /// The group's coordinator, as the first live node that answers FindCoordinator says.
+    pub fn group_coordinator(&self, group: &str) -> io::Result<i32> {
+        let mut last = io::Error::other("no live node");
+        for id in self.nodes.keys() {
+            let answer = connect(self.kafka[id]).and_then(|mut s| {
+                call::<_, FindCoordinatorResponse>(
+                    &mut s,
+                    ApiKey::FindCoordinator,
+                    4,
+                    &FindCoordinatorRequest::default()
+                        .with_key_type(0)
+                        .with_coordinator_keys(vec![str_bytes(group)]),
+                )
+            });
+            match answer {
+                Ok(r) if r.coordinators[0].error_code == 0 => {
+                    return Ok(r.coordinators[0].node_id.0)
+                }
+                Ok(r) => last = io::Error::other(format!("{:?}", r.coordinators[0])),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
