@@ -430,6 +430,8 @@ pub fn replica_bytes(dir: &Path, partition: i32, end: i64) -> Vec<u8> {
 
 pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const NOT_COORDINATOR: i16 = 16;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
 
 /// A classic group's one member over the raw protocol, retrying every request through
 /// coordinator moves: a dead node, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or
@@ -458,48 +460,60 @@ impl GroupMember {
             generation: -1,
             coordinators: Vec::new(),
         };
-        let joined: JoinGroupResponse = m.request(
-            c,
-            ApiKey::JoinGroup,
-            3,
-            |m| {
-                JoinGroupRequest::default()
-                    .with_group_id(GroupId(str_bytes(&m.group)))
-                    .with_session_timeout_ms(60_000)
-                    .with_rebalance_timeout_ms(60_000)
-                    .with_member_id(str_bytes(""))
-                    .with_protocol_type(str_bytes("consumer"))
-                    .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
-                    )
-                    .with_name(str_bytes("range"))
-                    .with_metadata(Bytes::from_static(b"sub"))])
-            },
-            |r: &JoinGroupResponse| r.error_code,
-        );
-        assert_eq!(joined.error_code, 0, "{joined:?}");
-        assert_eq!(joined.leader, joined.member_id, "one member leads");
-        m.member_id = joined.member_id.to_string();
-        m.generation = joined.generation_id;
-        let synced: SyncGroupResponse = m.request(
-            c,
-            ApiKey::SyncGroup,
-            3,
-            |m| {
-                SyncGroupRequest::default()
-                    .with_group_id(GroupId(str_bytes(&m.group)))
-                    .with_generation_id(m.generation)
-                    .with_member_id(str_bytes(&m.member_id))
-                    .with_assignments(vec![
-                        sync_group_request::SyncGroupRequestAssignment::default()
-                            .with_member_id(str_bytes(&m.member_id))
-                            .with_assignment(Bytes::from_static(b"all")),
-                    ])
-            },
-            |r: &SyncGroupResponse| r.error_code,
-        );
-        assert_eq!(synced.error_code, 0, "{synced:?}");
-        assert_eq!(&synced.assignment[..], b"all");
-        m
+        // A group's state is written when it is synced, not when a member joins (as in
+        // Kafka): a coordinator that moved between the JoinGroup and the SyncGroup does not
+        // know the member, and answers UNKNOWN_MEMBER_ID (or ILLEGAL_GENERATION); a client
+        // joins again, and so does this one.
+        for attempt in 1.. {
+            m.member_id.clear();
+            let joined: JoinGroupResponse = m.request(
+                c,
+                ApiKey::JoinGroup,
+                3,
+                |m| {
+                    JoinGroupRequest::default()
+                        .with_group_id(GroupId(str_bytes(&m.group)))
+                        .with_session_timeout_ms(60_000)
+                        .with_rebalance_timeout_ms(60_000)
+                        .with_member_id(str_bytes(""))
+                        .with_protocol_type(str_bytes("consumer"))
+                        .with_protocols(vec![
+                            join_group_request::JoinGroupRequestProtocol::default()
+                                .with_name(str_bytes("range"))
+                                .with_metadata(Bytes::from_static(b"sub")),
+                        ])
+                },
+                |r: &JoinGroupResponse| r.error_code,
+            );
+            assert_eq!(joined.error_code, 0, "{joined:?}");
+            assert_eq!(joined.leader, joined.member_id, "one member leads");
+            m.member_id = joined.member_id.to_string();
+            m.generation = joined.generation_id;
+            let synced: SyncGroupResponse = m.request(
+                c,
+                ApiKey::SyncGroup,
+                3,
+                |m| {
+                    SyncGroupRequest::default()
+                        .with_group_id(GroupId(str_bytes(&m.group)))
+                        .with_generation_id(m.generation)
+                        .with_member_id(str_bytes(&m.member_id))
+                        .with_assignments(vec![
+                            sync_group_request::SyncGroupRequestAssignment::default()
+                                .with_member_id(str_bytes(&m.member_id))
+                                .with_assignment(Bytes::from_static(b"all")),
+                        ])
+                },
+                |r: &SyncGroupResponse| r.error_code,
+            );
+            if matches!(synced.error_code, UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION) && attempt < 10 {
+                continue;
+            }
+            assert_eq!(synced.error_code, 0, "{synced:?}");
+            assert_eq!(&synced.assignment[..], b"all");
+            return m;
+        }
+        unreachable!("the loop returns or panics")
     }
 
     /// Commits `offsets` (partition: offset of `topic`) in the member's generation: the
