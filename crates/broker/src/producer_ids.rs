@@ -154,6 +154,26 @@ impl ProducerIds {
         Ok(granted)
     }
 
+    /// A new id from `range` (a cluster node's incarnation, docs/design.md "A wiped node
+    /// rejoins under its id"): the next one at or above `range.start`, reserved durably as
+    /// any other; [`ProducerIdError::Exhausted`] once the range is used up. Blocking.
+    pub fn allocate_in(
+        &self,
+        range: std::ops::Range<i64>,
+    ) -> Result<ProducerIdAndEpoch, ProducerIdError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.next < range.start {
+            // Nothing below the range's start is handed out from now on: the next one
+            // reserves a block from it.
+            state.next = range.start;
+            state.reserved_up_to = state.reserved_up_to.max(range.start);
+        }
+        if state.next >= range.end {
+            return Err(ProducerIdError::Exhausted);
+        }
+        self.allocate(&mut state)
+    }
+
     fn allocate(&self, state: &mut State) -> Result<ProducerIdAndEpoch, ProducerIdError> {
         if state.next >= state.reserved_up_to {
             let reserved_up_to = state
@@ -307,6 +327,29 @@ mod tests {
         let granted = ids.init(Some(old), |_| None).unwrap();
         assert_ne!(granted.producer_id, p.producer_id);
         assert_eq!(granted.epoch, 0);
+    }
+
+    #[test]
+    fn a_range_starts_past_what_was_handed_out_and_ends_exhausted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        assert_eq!(ids.allocate_in(0..3).unwrap().producer_id, 0);
+        // A later incarnation: from its start, reserved before it is handed out.
+        let first = ids.allocate_in(5000..5002).unwrap().producer_id;
+        assert_eq!(first, 5000);
+        let text = fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        assert_eq!(parse(&text), Some(5000 + BLOCK));
+        assert_eq!(ids.allocate_in(5000..5002).unwrap().producer_id, 5001);
+        assert!(matches!(
+            ids.allocate_in(5000..5002),
+            Err(ProducerIdError::Exhausted)
+        ));
+        // After a restart the reservation carries on inside the range.
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        assert_eq!(
+            ids.allocate_in(5000..10_000).unwrap().producer_id,
+            5000 + BLOCK
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use openraft::error::{InitializeError, RaftError};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::network::mux::{self, Groups, Mux};
+use crate::network::mux::{self, GroupState, Groups, Mux};
 use crate::{GroupId, Node, NodeId, Replica, ReplicaConfig, ReplicaError};
 
 /// How long [`Host::balance`] waits before it asks for an election in the same group again.
@@ -110,10 +110,10 @@ pub struct Host {
     /// Set by the first [`Host::shutdown`].
     stopped: std::sync::atomic::AtomicBool,
     /// Until [`Host::close`].
-    manager: parking_lot::Mutex<Option<LogManager>>,
+    manager: Arc<parking_lot::Mutex<Option<LogManager>>>,
     mux: Mux,
     groups: Arc<Groups>,
-    replicas: parking_lot::RwLock<BTreeMap<GroupId, Hosted>>,
+    replicas: Arc<parking_lot::RwLock<BTreeMap<GroupId, Hosted>>>,
     /// Held while a group is added: two adds of one group open one replica.
     adding: tokio::sync::Mutex<()>,
 }
@@ -159,7 +159,7 @@ impl Host {
         for p in 0..config.partitions {
             let first = p.unsigned_abs() as usize % ids.len();
             let members: Vec<NodeId> = ids[first..].iter().chain(&ids[..first]).copied().collect();
-            host.open_group(GroupId::new(config.topic.clone(), p), &members, false)
+            host.open_group(GroupId::new(config.topic.clone(), p), &members, Opening::Join)
                 .await?;
         }
         Ok(host)
@@ -183,19 +183,62 @@ impl Host {
         let fs = Arc::clone(&env.fs);
         let dirs = [dir.as_ref().to_path_buf()];
         let manager = LogManager::open_in(env, &dirs, Host::manager_config()?)?;
-        Ok(Host {
+        let host = Host {
             id,
             peers,
             replica_config: replica,
             fs,
             stopped: Default::default(),
             asked: Default::default(),
-            manager: parking_lot::Mutex::new(Some(manager)),
+            manager: Arc::new(parking_lot::Mutex::new(Some(manager))),
             mux: Mux::new(Duration::from_millis(200)),
             groups: Arc::new(Groups::default()),
             replicas: Default::default(),
             adding: Default::default(),
-        })
+        };
+        let (replicas, manager, fs) = (
+            Arc::clone(&host.replicas),
+            Arc::clone(&host.manager),
+            Arc::clone(&host.fs),
+        );
+        host.groups.set_state_reader(Arc::new(move |group: &GroupId| {
+            local_state(&replicas, &manager, fs.as_ref(), group)
+        }));
+        Ok(host)
+    }
+
+    /// This node's durable raft state of `group`, hosted or not (`Err` while its partition
+    /// holds state but raft is not open on it yet: the last log id is known once it is).
+    pub fn local_state(&self, group: &GroupId) -> Result<GroupState, String> {
+        local_state(&self.replicas, &self.manager, self.fs.as_ref(), group)
+    }
+
+    /// Node `peer`'s durable raft state of `group` (docs/design.md, "A wiped node rejoins
+    /// under its id"); `Err` says why it is not known (unreachable, not open yet).
+    pub async fn peer_state(&self, peer: NodeId, group: &GroupId) -> Result<GroupState, String> {
+        let Some(node) = self.peers.get(&peer) else {
+            return Err(format!("node {peer} is not among the peers"));
+        };
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            self.mux.state_of(peer, &node.addr, group),
+        )
+        .await
+        .unwrap_or_else(|_| Err(format!("node {peer} at {} did not answer", node.addr)))
+    }
+
+    /// Hosts `group` as a member that lost its data and rejoins (docs/design.md, "A wiped node
+    /// rejoins under its id"): saves a vote in `floor.term` before raft starts (unless one of
+    /// that term or later is saved), never forms the group, answers "not granted" to every
+    /// candidate whose last log id is below `floor.last_log_id`, and stands for no election
+    /// until it applied an entry at or above it. A group already hosted is left as it is.
+    pub async fn add_group_rejoining(
+        &self,
+        group: GroupId,
+        members: &[NodeId],
+        floor: RejoinFloor,
+    ) -> Result<(), HostError> {
+        self.open_group(group, members, Opening::Rejoin(floor)).await
     }
 
     /// Hosts `group` with `members` (in assignment order: the first is its preferred leader;
@@ -214,14 +257,14 @@ impl Host {
     /// same `peers` and `members` on every node, so it is the same; its head batch carries no
     /// clock, so the bytes are too.
     pub async fn add_group(&self, group: GroupId, members: &[NodeId]) -> Result<(), HostError> {
-        self.open_group(group, members, true).await
+        self.open_group(group, members, Opening::Form).await
     }
 
     async fn open_group(
         &self,
         group: GroupId,
         members: &[NodeId],
-        initialize: bool,
+        opening: Opening,
     ) -> Result<(), HostError> {
         let unique: BTreeSet<NodeId> = members.iter().copied().collect();
         if unique.len() != members.len() || !unique.contains(&self.id) {
@@ -255,20 +298,31 @@ impl Host {
                 Err(e) => return Err(e.into()),
             }
         };
-        let replica = Replica::open_log(
-            self.id,
-            log,
+        let (fs, config, network) = (
             Arc::clone(&self.fs),
             self.replica_config.clone(),
             self.mux.group(group.clone()),
-        )
-        .await
-        .map_err(|error| HostError::Replica {
+        );
+        let opened = match &opening {
+            Opening::Rejoin(floor) => {
+                let vote = openraft::Vote::new(floor.term, self.id);
+                Replica::open_log_with_vote(self.id, log, fs, config, network, vote).await
+            }
+            _ => Replica::open_log(self.id, log, fs, config, network).await,
+        };
+        let replica = opened.map_err(|error| HostError::Replica {
             group: group.clone(),
             error: Box::new(error),
         })?;
-        if initialize {
-            self.form(&group, &replica, members).await?;
+        match opening {
+            Opening::Form => self.form(&group, &replica, members).await?,
+            Opening::Join => {}
+            Opening::Rejoin(floor) => {
+                if let Some(last) = floor.last_log_id {
+                    self.groups.set_floor(group.clone(), last);
+                    campaign_once_at(&replica, last);
+                }
+            }
         }
         self.groups.add(group.clone(), replica.raft().clone());
         self.replicas.write().insert(
@@ -473,4 +527,103 @@ impl Host {
         }
         Ok(())
     }
+}
+
+/// What a member that lost its data must respect when it rejoins a group (docs/design.md, "A
+/// wiped node rejoins under its id"), from the durable states of every other member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RejoinFloor {
+    /// A term above every other member's vote: the vote saved before raft starts.
+    pub term: u64,
+    /// The greatest last log id among the other members: no vote for a candidate below it,
+    /// and no election of its own until it applied an entry at or above it.
+    pub last_log_id: Option<openraft::LogId<NodeId>>,
+}
+
+impl RejoinFloor {
+    /// The floor the other members' states give.
+    pub fn from_states<'a>(states: impl IntoIterator<Item = &'a GroupState>) -> RejoinFloor {
+        let mut floor = RejoinFloor {
+            term: 1,
+            last_log_id: None,
+        };
+        for s in states {
+            let voted = s.vote.map_or(0, |v| v.leader_id().term);
+            floor.term = floor.term.max(voted.saturating_add(1));
+            floor.last_log_id = floor.last_log_id.max(s.last_log_id);
+        }
+        floor
+    }
+}
+
+/// How [`Host::open_group`] starts a group's raft.
+enum Opening {
+    /// Forms the group if this replica holds neither a log nor a vote.
+    Form,
+    /// Joins a group formed by [`Host::initialize`].
+    Join,
+    /// Rejoins after losing its data.
+    Rejoin(RejoinFloor),
+}
+
+/// Keeps `replica` from standing for election until it applied an entry at or above `floor`
+/// (its own log is behind until then: it would only lose the vote and bump the term).
+fn campaign_once_at(replica: &Replica, floor: openraft::LogId<NodeId>) {
+    let raft = replica.raft().clone();
+    let caught_up = move |m: &openraft::RaftMetrics<NodeId, Node>| m.last_applied >= Some(floor);
+    if caught_up(&raft.metrics().borrow()) {
+        return;
+    }
+    raft.runtime_config().elect(false);
+    tokio::spawn(async move {
+        let mut metrics = raft.metrics();
+        while !caught_up(&metrics.borrow_and_update()) {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+        raft.runtime_config().elect(true);
+        tracing::info!(floor = %floor, "the rejoined replica caught up: it may stand for election");
+    });
+}
+
+/// A node's durable raft state of `group`: from its replica if hosted, else from the partition
+/// on disk (none: never held).
+fn local_state(
+    replicas: &parking_lot::RwLock<BTreeMap<GroupId, Hosted>>,
+    manager: &parking_lot::Mutex<Option<LogManager>>,
+    fs: &dyn oncelog::io::FileSystem,
+    group: &GroupId,
+) -> Result<GroupState, String> {
+    if let Some(h) = replicas.read().get(group) {
+        let (vote, last_log_id) = h.replica.partition().durable_state();
+        return Ok(GroupState {
+            vote,
+            last_log_id,
+            log_end_offset: h.replica.log().log_end_offset(),
+        });
+    }
+    let log = {
+        let manager = manager.lock();
+        let Some(manager) = manager.as_ref() else {
+            return Err("the host is closed".into());
+        };
+        match manager.get(&group.topic, group.partition) {
+            Ok(log) => log,
+            Err(ManagerError::UnknownPartition { .. }) => return Ok(GroupState::EMPTY),
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let state = crate::state_file::read(fs, log.dir()).map_err(|e| e.to_string())?;
+    let on_disk = GroupState {
+        vote: state.vote,
+        last_log_id: state.purged.map(|p| p.log_id),
+        log_end_offset: log.log_end_offset(),
+    };
+    // Its last log id is known once raft indexed the log; only a replica that at most formed
+    // the group (one entry) can answer without.
+    if on_disk.holds_state() || on_disk.log_end_offset > 1 {
+        return Err(format!("partition {group} is not open yet"));
+    }
+    Ok(on_disk)
 }

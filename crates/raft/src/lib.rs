@@ -32,7 +32,9 @@ mod replica;
 pub mod state_file;
 pub mod store;
 
-pub use host::{GroupStatus, Host, HostError};
+pub use host::{GroupStatus, Host, HostError, RejoinFloor};
+/// The consensus engine, for the types its answers carry (log ids, votes).
+pub use openraft;
 pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError, Submitted};
 
 /// A raft group of a process that hosts many ([`Host`]): a partition of a topic.

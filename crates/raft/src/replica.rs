@@ -221,7 +221,7 @@ impl Replica {
             .map_err(oncelog::OpenError::from)?;
         let fs = Arc::clone(&env.fs);
         let log = Log::open_in(env, dir, log_config)?;
-        Replica::start(id, Arc::new(log), fs, config, network).await
+        Replica::start(id, Arc::new(log), fs, config, network, None).await
     }
 
     /// Starts raft on a partition log opened elsewhere (a `LogManager`'s, docs/design.md
@@ -255,7 +255,24 @@ impl Replica {
                 log.dir().display()
             )));
         }
-        Replica::start(id, log, fs, config, network).await
+        Replica::start(id, log, fs, config, network, None).await
+    }
+
+    /// [`Replica::open_log`] for a member that lost its data and rejoins (docs/design.md, "A
+    /// wiped node rejoins under its id"): `vote` (a term above every term the member may have
+    /// voted in) is saved before raft starts, unless a vote of that term or later is saved.
+    pub async fn open_log_with_vote<N>(
+        id: NodeId,
+        log: Arc<Log>,
+        fs: Arc<dyn oncelog::io::FileSystem>,
+        config: ReplicaConfig,
+        network: N,
+        vote: openraft::Vote<NodeId>,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        Replica::start(id, log, fs, config, network, Some(vote)).await
     }
 
     async fn start<N>(
@@ -264,11 +281,17 @@ impl Replica {
         fs: Arc<dyn oncelog::io::FileSystem>,
         config: ReplicaConfig,
         network: N,
+        vote: Option<openraft::Vote<NodeId>>,
     ) -> Result<Replica, ReplicaError>
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
         let partition = Arc::new(Partition::open_shared(log, fs).map_err(ReplicaError::Storage)?);
+        if let Some(vote) = vote {
+            partition
+                .raise_vote(vote)
+                .map_err(ReplicaError::Storage)?;
+        }
         let raft_config = Arc::new(
             config
                 .raft

@@ -294,6 +294,35 @@ impl Partition {
         self.inner.lock().applied
     }
 
+    /// The durable vote and the last log id (purged entries included): what a rejoining
+    /// member asks of the others (docs/design.md, "A wiped node rejoins under its id").
+    pub fn durable_state(&self) -> (Option<Vote<NodeId>>, Option<LogId<NodeId>>) {
+        let inner = self.inner.lock();
+        let last = inner
+            .last_log_id()
+            .or_else(|| inner.state.purged.as_ref().map(|p| p.log_id));
+        (inner.state.vote, last)
+    }
+
+    /// Saves `vote` before raft starts on this partition, unless the saved one is at least as
+    /// high a term: a rejoining member's vote above every term it may have voted in before
+    /// its data was lost.
+    pub fn raise_vote(&self, vote: Vote<NodeId>) -> Result<(), String> {
+        let mut inner = self.inner.lock();
+        if inner
+            .state
+            .vote
+            .is_some_and(|v| v.leader_id().term >= vote.leader_id().term)
+        {
+            return Ok(());
+        }
+        let mut state = inner.state.clone();
+        state.vote = Some(vote);
+        self.write_state(&state).map_err(|e| e.to_string())?;
+        inner.state = state;
+        Ok(())
+    }
+
     /// Reads the batches after the purge point into the index.
     fn index(&self) -> Result<(), String> {
         let mut inner = self.inner.lock();

@@ -338,7 +338,21 @@ async fn init_producer_id(
     } else {
         let ids = Arc::clone(&broker.producer_ids);
         let me = i64::from(cluster.me());
-        match tokio::task::spawn_blocking(move || ids.init(None, |_| None)).await {
+        // A node that lost its data hands out ids of a new incarnation, and only once it
+        // knows it (docs/design.md, "A wiped node rejoins under its id").
+        let range = match cluster.producer_id_range() {
+            Ok(range) => range,
+            Err(crate::cluster::ProducerIdsUnavailable::NotYet) => {
+                let response = failed(ResponseError::CoordinatorLoadInProgress);
+                return Ok(Reply::Now(respond(request, &response)?));
+            }
+            Err(crate::cluster::ProducerIdsUnavailable::Exhausted(term)) => {
+                tracing::error!(term, "producer ids: no room for this node's incarnation");
+                let response = failed(ResponseError::KafkaStorageError);
+                return Ok(Reply::Now(respond(request, &response)?));
+            }
+        };
+        match tokio::task::spawn_blocking(move || ids.allocate_in(range)).await {
             Ok(Ok(granted)) => match granted
                 .producer_id
                 .checked_mul(i64::from(MAX_NODE_ID) + 1)

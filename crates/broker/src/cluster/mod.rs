@@ -6,6 +6,7 @@
 pub mod coordinator;
 pub mod image;
 mod nodes;
+pub mod rejoin;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,7 +48,25 @@ pub enum ClusterError {
     Host { dir: String, error: HostError },
     #[error("cannot listen for raft on {addr}: {error}")]
     Listen { addr: String, error: std::io::Error },
+    #[error("rejoining after a data loss: {0}")]
+    Rejoin(#[from] rejoin::RejoinError),
 }
+
+/// Why this node hands out no producer id now (docs/design.md, "A wiped node rejoins under
+/// its id", producer ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProducerIdsUnavailable {
+    /// The node rejoined and its metadata replica follows no leader of its rejoin term yet:
+    /// retriable.
+    NotYet,
+    /// The rejoin's term leaves no room in a producer id.
+    Exhausted(u64),
+}
+
+/// The ids of one incarnation: `n` (of `n * 1024 + node id`) within `[term << 32, (term + 1)
+/// << 32)`, and below 2^53 so that the id fits an i64.
+const INCARNATION_BITS: u32 = 32;
+const MAX_INCARNATION: u64 = 1 << (53 - INCARNATION_BITS);
 
 /// Where a partition's reads and appends go, as this node sees it.
 pub enum Route {
@@ -107,6 +126,8 @@ pub struct Cluster {
     /// loaded; raft's terms start at 1).
     coordinating: AtomicU64,
     dir: PathBuf,
+    /// Set when this node lost its data and rejoined ([`rejoin`]).
+    rejoining: Option<rejoin::Rejoining>,
     tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -142,12 +163,25 @@ impl Cluster {
             })?;
         let serving = host.serve_raft(listener);
         let members: Vec<u64> = nodes.ids().iter().map(|id| *id as u64).collect();
-        host.add_group(metadata_group(), &members)
-            .await
-            .map_err(host_error)?;
-        host.add_group(offsets_group(), &members)
-            .await
-            .map_err(host_error)?;
+        let own = dir.join(crate::server::CLUSTER_NODE_DIR);
+        let rejoining = match rejoin::load(&own)? {
+            Some(record) => Some(rejoin::Rejoining::new(own, record)),
+            None => Cluster::detect_rejoin(&host, &members, own).await?,
+        };
+        match &rejoining {
+            Some(r) => {
+                r.open(&host, metadata_group(), &members).await?;
+                r.open(&host, offsets_group(), &members).await?;
+            }
+            None => {
+                host.add_group(metadata_group(), &members)
+                    .await
+                    .map_err(host_error)?;
+                host.add_group(offsets_group(), &members)
+                    .await
+                    .map_err(host_error)?;
+            }
+        }
         let (applied, _) = watch::channel(0);
         let cluster = Arc::new(Cluster {
             cluster_id: cluster_id(&nodes),
@@ -158,6 +192,7 @@ impl Cluster {
             creating: Default::default(),
             coordinating: AtomicU64::new(0),
             dir: dir.to_path_buf(),
+            rejoining,
             tasks: Default::default(),
         });
         let applier = Arc::clone(&cluster);
@@ -170,6 +205,61 @@ impl Cluster {
         let balancing = host.keep_balanced(BALANCE_EVERY);
         cluster.tasks.lock().extend([serving, applying, balancing]);
         Ok(cluster)
+    }
+
+    /// Whether this node lost its data (a metadata replica with no raft state while another
+    /// node has one) and so rejoins: records the rejoin in `own` before any group opens. A new
+    /// cluster (every other node answers it holds nothing) is not a rejoin; while a node does
+    /// not answer and none that does holds state, this waits (docs/design.md, "A wiped node
+    /// rejoins under its id").
+    async fn detect_rejoin(
+        host: &Host,
+        members: &[u64],
+        own: PathBuf,
+    ) -> Result<Option<rejoin::Rejoining>, ClusterError> {
+        let group = metadata_group();
+        if !matches!(host.local_state(&group), Ok(s) if !s.holds_state()) {
+            return Ok(None);
+        }
+        match rejoin::hear_every_member(host, &group, members).await {
+            rejoin::Decision::Rejoin(_, metadata_end) => {
+                let record = rejoin::RejoinRecord {
+                    metadata_end,
+                    floors: BTreeMap::new(),
+                };
+                rejoin::save(&own, &record)?;
+                tracing::warn!(
+                    metadata_end,
+                    "node {} has no data while the other nodes formed the cluster: it lost its \
+                     data directory and rejoins",
+                    host.id()
+                );
+                Ok(Some(rejoin::Rejoining::new(own, record)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The range of `n` this node's producer ids (`n * 1024 + node id`) come from: its
+    /// incarnation's (docs/design.md, "A wiped node rejoins under its id", producer ids).
+    pub fn producer_id_range(&self) -> Result<std::ops::Range<i64>, ProducerIdsUnavailable> {
+        let Some(r) = &self.rejoining else {
+            return Ok(0..1 << INCARNATION_BITS);
+        };
+        let floor = r.record().floors.get(&metadata_group().to_string()).copied();
+        let Some(term) = floor.map(|f| f.term) else {
+            return Err(ProducerIdsUnavailable::NotYet);
+        };
+        if term >= MAX_INCARNATION {
+            return Err(ProducerIdsUnavailable::Exhausted(term));
+        }
+        match self.host.status(&metadata_group()) {
+            Ok(s) if s.leader.is_some() && s.term >= term => {
+                let n = (term as i64) << INCARNATION_BITS;
+                Ok(n..n + (1 << INCARNATION_BITS))
+            }
+            _ => Err(ProducerIdsUnavailable::NotYet),
+        }
     }
 
     /// This node's id.
@@ -263,7 +353,7 @@ impl Cluster {
             for record in ConsumerRecordIter::new(read.bytes.clone(), next) {
                 match record {
                     Ok(r) => match image.apply(r.offset, r.value.as_deref().unwrap_or_default()) {
-                        Ok(Some(topic)) => added.push(topic),
+                        Ok(Some(topic)) => added.push((r.offset, topic)),
                         Ok(None) => {}
                         // The same on every node: the record is left out of every image.
                         Err(e) => tracing::error!(error = %e, "metadata record not applied"),
@@ -277,21 +367,33 @@ impl Cluster {
             next = read.next_offset.max(next + 1);
             image.next_offset = next;
         }
-        for topic in added {
-            self.open_replicas(&topic).await;
+        for (offset, topic) in added {
+            self.open_replicas(offset, &topic).await;
         }
         self.applied.send_replace(next);
     }
 
-    /// Opens this node's replica of each partition of `topic` it is assigned.
-    async fn open_replicas(&self, topic: &TopicImage) {
+    /// Opens this node's replica of each partition of `topic` (made by the metadata record at
+    /// `offset`) it is assigned; through the rejoin steps if the topic predates a rejoin.
+    async fn open_replicas(&self, offset: i64, topic: &TopicImage) {
         for (p, replicas) in topic.replicas.iter().enumerate() {
             if !replicas.contains(&self.me()) {
                 continue;
             }
             let members: Vec<u64> = replicas.iter().map(|r| *r as u64).collect();
             let group = GroupId::new(topic.name.clone(), p as i32);
-            if let Err(e) = self.host.add_group(group.clone(), &members).await {
+            let opened = match &self.rejoining {
+                Some(r) if r.predates(offset) => r
+                    .open(&self.host, group.clone(), &members)
+                    .await
+                    .map_err(|e| e.to_string()),
+                _ => self
+                    .host
+                    .add_group(group.clone(), &members)
+                    .await
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(e) = opened {
                 tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
             }
         }

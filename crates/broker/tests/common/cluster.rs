@@ -106,8 +106,25 @@ impl Cluster {
             nodes: BTreeMap::new(),
             _tmp: tmp,
         };
-        for id in 1..=3 {
-            c.launch(id);
+        // Started together: a new cluster forms once every node answered that it holds
+        // nothing (docs/design.md, "A wiped node rejoins under its id"), and a node is ready
+        // (listening for clients) only after that.
+        let nodes: Vec<(i32, BrokerProcess)> = std::thread::scope(|s| {
+            let starting: Vec<_> = (1..=3)
+                .map(|id| {
+                    let (dir, spec) = (&c.dirs[&id], &c.spec);
+                    s.spawn(move || {
+                        let id_arg = id.to_string();
+                        let args = ["--node-id", id_arg.as_str(), "--cluster", spec.as_str()];
+                        (id, BrokerProcess::start(dir, &args))
+                    })
+                })
+                .collect();
+            starting.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        for (id, node) in nodes {
+            assert_eq!(node.addr, c.kafka[&id]);
+            c.nodes.insert(id, node);
         }
         c
     }

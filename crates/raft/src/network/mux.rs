@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use openraft::error::{RPCError, Unreachable};
 use openraft::network::RaftNetworkFactory;
+use openraft::raft::VoteResponse;
+use openraft::{LogId, Vote};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
@@ -38,8 +40,54 @@ pub struct Call {
     /// The group whose `Raft` takes it.
     pub group: GroupId,
     /// The RPC.
-    pub rpc: RaftRpc,
+    pub rpc: MuxRpc,
 }
+
+/// What a call asks.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum MuxRpc {
+    /// A raft RPC for the group's `Raft`.
+    Raft(RaftRpc),
+    /// The node's durable raft state of the group, hosted or not ([`GroupState`]): what a
+    /// rejoining member hears from every other (docs/design.md, "A wiped node rejoins under
+    /// its id").
+    State,
+}
+
+/// A node's durable raft state of one group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupState {
+    /// The saved vote.
+    pub vote: Option<Vote<NodeId>>,
+    /// The last log id (purged entries included).
+    pub last_log_id: Option<LogId<NodeId>>,
+    /// The partition log's end offset.
+    pub log_end_offset: i64,
+}
+
+impl GroupState {
+    /// The state of a replica that never held anything: no vote, no entry.
+    pub const EMPTY: GroupState = GroupState {
+        vote: None,
+        last_log_id: None,
+        log_end_offset: 0,
+    };
+
+    /// Whether the replica took part in the group beyond forming it: a vote in a term above
+    /// 0 (every election is), or an entry after the membership entry `(0, 0)` that forming
+    /// writes. A replica that only formed the group saw no election and no commit, so a
+    /// member that lost its data has nothing to learn from it.
+    pub fn holds_state(&self) -> bool {
+        self.vote.is_some_and(|v| v.leader_id().term > 0)
+            || self
+                .last_log_id
+                .is_some_and(|l| l.leader_id.term > 0 || l.index > 0)
+    }
+}
+
+/// How a node reads its state of a group: `Err` with the reason while it cannot say (the
+/// group's partition holds state but its raft is not open yet).
+pub type StateReader = Arc<dyn Fn(&GroupId) -> Result<GroupState, String> + Send + Sync>;
 
 /// The answer to a [`Call`].
 #[derive(Debug, Serialize, Deserialize)]
@@ -58,6 +106,8 @@ pub enum MuxReply {
     /// The node does not host this group (it was never created there, or it is shutting
     /// down).
     NotHosted(GroupId),
+    /// The answer to [`MuxRpc::State`].
+    State(Result<GroupState, String>),
 }
 
 /// Frames and writes of one side of the connections, to see that frames are coalesced.
@@ -223,7 +273,22 @@ impl Mux {
         Arc::clone(link)
     }
 
-    async fn call(&self, link: &Link, group: &GroupId, rpc: RaftRpc) -> io::Result<MuxReply> {
+    /// Asks node `target` at `addr` for its durable state of `group` ([`MuxRpc::State`]).
+    pub async fn state_of(
+        &self,
+        target: NodeId,
+        addr: &str,
+        group: &GroupId,
+    ) -> Result<GroupState, String> {
+        let link = self.link(target, addr);
+        match self.call(&link, group, MuxRpc::State).await {
+            Ok(MuxReply::State(answer)) => answer,
+            Ok(_) => Err(format!("node {target} at {addr} answered another call")),
+            Err(e) => Err(format!("node {target} at {addr}: {e}")),
+        }
+    }
+
+    async fn call(&self, link: &Link, group: &GroupId, rpc: MuxRpc) -> io::Result<MuxReply> {
         let conn = {
             let mut slot = link.conn.lock().await;
             match slot.as_ref() {
@@ -292,11 +357,15 @@ pub struct GroupConnection {
 
 impl GroupConnection {
     async fn call(&self, rpc: RaftRpc) -> io::Result<RaftRpcReply> {
-        match self.mux.call(&self.link, &self.group, rpc).await? {
+        match self.mux.call(&self.link, &self.group, MuxRpc::Raft(rpc)).await? {
             MuxReply::Rpc(reply) => Ok(reply),
             MuxReply::NotHosted(group) => Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 format!("the node does not host group {group}"),
+            )),
+            MuxReply::State(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer answered another call",
             )),
         }
     }
@@ -329,6 +398,12 @@ raft_network_over_call!(GroupConnection, |c| c.mux.0.backoff);
 #[derive(Default)]
 pub struct Groups {
     rafts: RwLock<HashMap<GroupId, Raft>>,
+    /// Groups whose replica rejoined after losing its data: a vote request whose candidate's
+    /// last log id is below the floor is not granted (docs/design.md, "A wiped node rejoins
+    /// under its id").
+    floors: RwLock<HashMap<GroupId, LogId<NodeId>>>,
+    /// Answers [`MuxRpc::State`]; without one every group is [`GroupState::EMPTY`] unless hosted.
+    states: RwLock<Option<StateReader>>,
     counts: Arc<WriteCounts>,
 }
 
@@ -341,6 +416,25 @@ impl Groups {
     /// Calls for `group` are answered [`MuxReply::NotHosted`] from now on.
     pub fn remove(&self, group: &GroupId) {
         self.rafts.write().remove(group);
+    }
+
+    /// From now on a vote request of `group` whose candidate's last log id is below `floor`
+    /// is answered not granted, before its `Raft` sees it.
+    pub fn set_floor(&self, group: GroupId, floor: LogId<NodeId>) {
+        self.floors.write().insert(group, floor);
+    }
+
+    /// [`MuxRpc::State`] calls are answered by `reader` from now on.
+    pub fn set_state_reader(&self, reader: StateReader) {
+        *self.states.write() = Some(reader);
+    }
+
+    fn state(&self, group: &GroupId) -> Result<GroupState, String> {
+        let reader = self.states.read().clone();
+        match reader {
+            Some(reader) => reader(group),
+            None => Err("this node answers no state calls".into()),
+        }
     }
 
     /// The frames the serving side sent and the writes that carried them.
@@ -394,15 +488,23 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Groups>) -> io::Result<
             Err(e) => break Err(e),
         };
         let raft = groups.rafts.read().get(&call.group).cloned();
+        let floor = groups.floors.read().get(&call.group).copied();
         let frames = frames.clone();
+        let groups = Arc::clone(&groups);
         calls.spawn(async move {
-            let reply = match raft {
-                None => MuxReply::NotHosted(call.group),
-                Some(raft) => MuxReply::Rpc(match call.rpc {
+            let reply = match (raft, call.rpc) {
+                (_, MuxRpc::State) => MuxReply::State(groups.state(&call.group)),
+                (None, MuxRpc::Raft(_)) => MuxReply::NotHosted(call.group),
+                (Some(raft), MuxRpc::Raft(rpc)) => MuxReply::Rpc(match rpc {
                     RaftRpc::AppendEntries(req) => {
                         RaftRpcReply::AppendEntries(raft.append_entries(req).await)
                     }
-                    RaftRpc::Vote(req) => RaftRpcReply::Vote(raft.vote(req).await),
+                    RaftRpc::Vote(req) => match floor {
+                        Some(floor) if req.last_log_id < Some(floor) => {
+                            RaftRpcReply::Vote(Ok(below_floor(&raft, floor)))
+                        }
+                        _ => RaftRpcReply::Vote(raft.vote(req).await),
+                    },
                     RaftRpc::InstallSnapshot(req) => {
                         RaftRpcReply::InstallSnapshot(raft.install_snapshot(req).await)
                     }
@@ -420,6 +522,14 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Groups>) -> io::Result<
     calls.abort_all();
     writer.abort();
     result
+}
+
+/// The answer to a vote request whose candidate's log is behind a rejoined replica's floor:
+/// not granted, with the replica's vote and the floor as the greater log seen (which makes
+/// the candidate wait before it stands again).
+fn below_floor(raft: &Raft, floor: LogId<NodeId>) -> VoteResponse<NodeId> {
+    let vote = raft.metrics().borrow().vote;
+    VoteResponse::new(vote, Some(floor), false)
 }
 
 #[cfg(test)]
