@@ -230,8 +230,9 @@ impl Cluster {
                 rejoin::save(&own, &record)?;
                 tracing::warn!(
                     metadata_end,
-                    "node {} has no data while the other nodes formed the cluster: it lost its \
-                     data directory and rejoins",
+                    "node {} has no raft state while another node has: it rejoins as a member \
+                     that lost its data (a wiped data directory, or a node new to a formed \
+                     cluster)",
                     host.id()
                 );
                 Ok(Some(rejoin::Rejoining::new(own, record)))

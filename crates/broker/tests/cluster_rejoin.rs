@@ -1,0 +1,194 @@
+//! A broker killed and its data directory wiped rejoins the cluster and catches up from the
+//! others (docs/design.md, "A wiped node rejoins under its id"): three `oncelog-broker`
+//! processes, a topic of three partitions replicated on all three, an idempotent producer
+//! (raw protocol) producing throughout. Node 3 is SIGKILLed, its data directory removed, and
+//! restarted; then nodes 1 and 2 are SIGKILLed in turn, so every commit needs the rejoined
+//! node. Every acknowledged batch is read back once at its offset, offsets are dense, and the
+//! rejoined node's partition logs are byte for byte the others'. Last, a rejoin while another
+//! node is down waits, saying so, and completes without loss once that node is back.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::cluster::*;
+
+const REJOINED: i32 = 3;
+
+fn produce_for(c: &Cluster, producer: &mut Producer, next: &mut i32, time: Duration) {
+    let until = Instant::now() + time;
+    while Instant::now() < until {
+        producer.produce(c, *next);
+        *next = (*next + 1) % PARTITIONS;
+    }
+}
+
+/// The leaders once each partition is led by its preferred replica (partition `p` by node
+/// `p + 1`), where the balancer settles: a read from a leader then stays on it.
+fn preferred_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
+    let preferred: BTreeMap<i32, i32> = (0..PARTITIONS).map(|p| (p, p + 1)).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leaders = c.leaders(TOPIC, PARTITIONS);
+        if leaders == preferred {
+            return leaders;
+        }
+        assert!(Instant::now() < deadline, "leaders never settled: {leaders:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wipe(c: &mut Cluster, id: i32) {
+    c.nodes.get_mut(&id).unwrap().crash();
+    c.nodes.remove(&id);
+    std::fs::remove_dir_all(&c.dirs[&id]).unwrap();
+}
+
+/// Every acknowledged batch once at its acknowledged offset, dense offsets, nothing that was
+/// not acknowledged; per partition, the high watermark and the leader's bytes.
+fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, Vec<u8>)> {
+    let leaders = preferred_leaders(c);
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
+        let found = batches(&bytes);
+        for w in found.windows(2) {
+            assert_eq!(w[1].0, w[0].1 + 1, "partition {p}: a gap or overlap at {:?}", w[1]);
+        }
+        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
+        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
+        assert_eq!(sequences.len(), data.len(), "partition {p}: a batch stored twice");
+        let acked = &producer.acked[&p];
+        for (sequence, base) in acked {
+            assert!(
+                data.iter()
+                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
+                "partition {p}: acknowledged seq {sequence} at {base} not found"
+            );
+        }
+        assert_eq!(data.len(), acked.len(), "partition {p}: unacknowledged batches stored");
+        ends.insert(p, (high_watermark, bytes));
+    }
+    ends
+}
+
+#[test]
+fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    let mut producer = Producer::new(&c);
+    let mut next = 0;
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+
+    eprintln!("SIGKILL node {REJOINED} and remove its data directory");
+    wipe(&mut c, REJOINED);
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+    c.launch(REJOINED);
+    assert!(
+        c.nodes[&REJOINED]
+            .wait_for_log("rejoins", Duration::from_secs(10))
+            .contains("has no raft state while another node has"),
+        "the node says it rejoins"
+    );
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+    // Caught up, it wins the election for the partition it prefers.
+    assert_eq!(preferred_leaders(&c)[&(REJOINED - 1)], REJOINED);
+
+    // The others die in turn: each time a majority needs the rejoined node.
+    for victim in [1, 2] {
+        eprintln!("SIGKILL node {victim}: the rejoined node must serve");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        produce_for(&c, &mut producer, &mut next, Duration::from_millis(1500));
+        c.launch(victim);
+        produce_for(&c, &mut producer, &mut next, Duration::from_millis(300));
+        c.leaders(TOPIC, PARTITIONS);
+    }
+    eprintln!(
+        "acknowledged {} batches, {} retries",
+        producer.acked.values().map(Vec::len).sum::<usize>(),
+        producer.retries
+    );
+    let ends = check_acknowledged(&c, &producer);
+
+    // The rejoined node's logs are the others', byte for byte.
+    std::thread::sleep(Duration::from_secs(1));
+    for node in c.nodes.values_mut() {
+        assert!(node.terminate().success());
+    }
+    for (p, (end, leader_bytes)) in &ends {
+        for (id, dir) in &c.dirs {
+            assert!(
+                replica_bytes(dir, *p, *end) == *leader_bytes,
+                "node {id} partition {p}: another log than the leader's"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    let mut producer = Producer::new(&c);
+    let mut next = 0;
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+
+    // Node 3 loses its data while node 2 is down: node 1 alone cannot tell it what it held.
+    wipe(&mut c, REJOINED);
+    c.nodes.get_mut(&2).unwrap().crash();
+    c.nodes.remove(&2);
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut waiting = Command::new(common::broker_bin())
+        .arg("--data")
+        .arg(&c.dirs[&REJOINED])
+        .args(["--node-id", &REJOINED.to_string(), "--cluster", &c.spec])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = waiting.stderr.take().unwrap();
+    let collected = Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            collected.lock().unwrap().push(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let said = loop {
+        let found = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains("waiting for every other member"))
+            .cloned();
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(Instant::now() < deadline, "no wait was logged: {:?}", lines.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(said.contains("node 2"), "the wait names the node it waits for: {said}");
+    assert!(
+        connect(c.kafka[&REJOINED]).is_err(),
+        "a node still waiting to rejoin serves no client"
+    );
+    let _ = waiting.kill();
+    let _ = waiting.wait();
+
+    // Node 2 back, then node 3 (its rejoin record resumes the rejoin), and nothing is lost.
+    c.launch(2);
+    c.launch(REJOINED);
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+    check_acknowledged(&c, &producer);
+}
