@@ -37,7 +37,10 @@ fn preferred_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
         if leaders == preferred {
             return leaders;
         }
-        assert!(Instant::now() < deadline, "leaders never settled: {leaders:?}");
+        assert!(
+            Instant::now() < deadline,
+            "leaders never settled: {leaders:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -57,11 +60,20 @@ fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, V
         let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
         let found = batches(&bytes);
         for w in found.windows(2) {
-            assert_eq!(w[1].0, w[0].1 + 1, "partition {p}: a gap or overlap at {:?}", w[1]);
+            assert_eq!(
+                w[1].0,
+                w[0].1 + 1,
+                "partition {p}: a gap or overlap at {:?}",
+                w[1]
+            );
         }
         let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
         let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
-        assert_eq!(sequences.len(), data.len(), "partition {p}: a batch stored twice");
+        assert_eq!(
+            sequences.len(),
+            data.len(),
+            "partition {p}: a batch stored twice"
+        );
         let acked = &producer.acked[&p];
         for (sequence, base) in acked {
             assert!(
@@ -70,7 +82,11 @@ fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, V
                 "partition {p}: acknowledged seq {sequence} at {base} not found"
             );
         }
-        assert_eq!(data.len(), acked.len(), "partition {p}: unacknowledged batches stored");
+        assert_eq!(
+            data.len(),
+            acked.len(),
+            "partition {p}: unacknowledged batches stored"
+        );
         ends.insert(p, (high_watermark, bytes));
     }
     ends
@@ -81,7 +97,11 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    assert_eq!(
+        created.topics[0].error_code, 0,
+        "{:?}",
+        created.topics[0].error_message
+    );
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -137,7 +157,11 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0, "{:?}", created.topics[0].error_message);
+    assert_eq!(
+        created.topics[0].error_code, 0,
+        "{:?}",
+        created.topics[0].error_message
+    );
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -175,10 +199,17 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
         if let Some(line) = found {
             break line;
         }
-        assert!(Instant::now() < deadline, "no wait was logged: {:?}", lines.lock().unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "no wait was logged: {:?}",
+            lines.lock().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(said.contains("node 2"), "the wait names the node it waits for: {said}");
+    assert!(
+        said.contains("node 2"),
+        "the wait names the node it waits for: {said}"
+    );
     assert!(
         connect(c.kafka[&REJOINED]).is_err(),
         "a node still waiting to rejoin serves no client"

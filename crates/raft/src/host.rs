@@ -159,8 +159,12 @@ impl Host {
         for p in 0..config.partitions {
             let first = p.unsigned_abs() as usize % ids.len();
             let members: Vec<NodeId> = ids[first..].iter().chain(&ids[..first]).copied().collect();
-            host.open_group(GroupId::new(config.topic.clone(), p), &members, Opening::Join)
-                .await?;
+            host.open_group(
+                GroupId::new(config.topic.clone(), p),
+                &members,
+                Opening::Join,
+            )
+            .await?;
         }
         Ok(host)
     }
@@ -201,9 +205,10 @@ impl Host {
             Arc::clone(&host.manager),
             Arc::clone(&host.fs),
         );
-        host.groups.set_state_reader(Arc::new(move |group: &GroupId| {
-            local_state(&replicas, &manager, fs.as_ref(), group)
-        }));
+        host.groups
+            .set_state_reader(Arc::new(move |group: &GroupId| {
+                local_state(&replicas, &manager, fs.as_ref(), group)
+            }));
         Ok(host)
     }
 
@@ -238,7 +243,8 @@ impl Host {
         members: &[NodeId],
         floor: RejoinFloor,
     ) -> Result<(), HostError> {
-        self.open_group(group, members, Opening::Rejoin(floor)).await
+        self.open_group(group, members, Opening::Rejoin(floor))
+            .await
     }
 
     /// Hosts `group` with `members` (in assignment order: the first is its preferred leader;

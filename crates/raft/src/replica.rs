@@ -288,9 +288,7 @@ impl Replica {
     {
         let partition = Arc::new(Partition::open_shared(log, fs).map_err(ReplicaError::Storage)?);
         if let Some(vote) = vote {
-            partition
-                .raise_vote(vote)
-                .map_err(ReplicaError::Storage)?;
+            partition.raise_vote(vote).map_err(ReplicaError::Storage)?;
         }
         let raft_config = Arc::new(
             config

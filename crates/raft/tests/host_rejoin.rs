@@ -21,7 +21,12 @@ use tokio::net::TcpListener;
 
 fn batch(seq: i32) -> Bytes {
     let mut b = BatchBuilder::new().producer(7, 0, seq);
-    b.append(1_700_000_000_000, None, Some(format!("v{seq}").as_bytes()), &[]);
+    b.append(
+        1_700_000_000_000,
+        None,
+        Some(format!("v{seq}").as_bytes()),
+        &[],
+    );
     Bytes::from(b.build().unwrap())
 }
 
@@ -65,7 +70,11 @@ fn log_bytes(host: &Host, group: &GroupId, end: i64) -> Vec<u8> {
     let mut offset = 0;
     while offset < end {
         let read = log.fetch(offset, 1 << 20).unwrap();
-        assert!(!read.bytes.is_empty(), "node {}: ends at {offset}", host.id());
+        assert!(
+            !read.bytes.is_empty(),
+            "node {}: ends at {offset}",
+            host.id()
+        );
         bytes.extend_from_slice(&read.bytes);
         offset = read.next_offset;
     }
@@ -179,7 +188,10 @@ async fn a_wiped_member_rejoins_refuses_a_stale_candidate_and_catches_up() {
         assert!(Instant::now() < deadline, "nodes 2 and 3 did not commit");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(log_bytes(&h3, &group, last + 1), log_bytes(&h2, &group, last + 1));
+    assert_eq!(
+        log_bytes(&h3, &group, last + 1),
+        log_bytes(&h2, &group, last + 1)
+    );
 
     for h in [&h2, &h3] {
         h.close().await.unwrap();

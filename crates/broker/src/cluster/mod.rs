@@ -247,7 +247,11 @@ impl Cluster {
         let Some(r) = &self.rejoining else {
             return Ok(0..1 << INCARNATION_BITS);
         };
-        let floor = r.record().floors.get(&metadata_group().to_string()).copied();
+        let floor = r
+            .record()
+            .floors
+            .get(&metadata_group().to_string())
+            .copied();
         let Some(term) = floor.map(|f| f.term) else {
             return Err(ProducerIdsUnavailable::NotYet);
         };

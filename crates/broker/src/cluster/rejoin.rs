@@ -271,11 +271,11 @@ mod tests {
             (3, Err("unreachable".into())),
         ]);
         assert!(matches!(decide(&answers), Decision::Wait(why) if why.contains("node 3")));
-        let answers = BTreeMap::from([
-            (2, Ok(GroupState::EMPTY)),
-            (3, Err("unreachable".into())),
-        ]);
-        assert!(matches!(decide(&answers), Decision::Wait(_)), "cannot tell a wipe");
+        let answers = BTreeMap::from([(2, Ok(GroupState::EMPTY)), (3, Err("unreachable".into()))]);
+        assert!(
+            matches!(decide(&answers), Decision::Wait(_)),
+            "cannot tell a wipe"
+        );
     }
 
     #[test]

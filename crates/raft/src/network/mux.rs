@@ -357,7 +357,11 @@ pub struct GroupConnection {
 
 impl GroupConnection {
     async fn call(&self, rpc: RaftRpc) -> io::Result<RaftRpcReply> {
-        match self.mux.call(&self.link, &self.group, MuxRpc::Raft(rpc)).await? {
+        match self
+            .mux
+            .call(&self.link, &self.group, MuxRpc::Raft(rpc))
+            .await?
+        {
             MuxReply::Rpc(reply) => Ok(reply),
             MuxReply::NotHosted(group) => Err(io::Error::new(
                 io::ErrorKind::NotFound,
