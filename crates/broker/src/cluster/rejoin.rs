@@ -247,6 +247,21 @@ mod tests {
     }
 
     #[test]
+    fn a_member_that_only_formed_the_group_holds_nothing_to_learn() {
+        // Forming writes the membership at (0, 0); no election, no commit happened yet.
+        let formed = Ok(GroupState {
+            vote: Some(Vote::new(0, 2)),
+            last_log_id: Some(LogId::new(CommittedLeaderId::new(0, 0), 0)),
+            log_end_offset: 1,
+        });
+        let answers = BTreeMap::from([(2, formed), (3, Ok(GroupState::EMPTY))]);
+        assert_eq!(decide(&answers), Decision::New);
+        // A candidate's vote in term 1 is an election: it may hold this node's lost vote.
+        let answers = BTreeMap::from([(2, held(1, Some((0, 0)), 1)), (3, Ok(GroupState::EMPTY))]);
+        assert!(matches!(decide(&answers), Decision::Rejoin(f, _) if f.term == 2));
+    }
+
+    #[test]
     fn a_member_with_state_makes_a_rejoin_above_every_term_and_log() {
         let answers = BTreeMap::from([
             (2, held(5, Some((4, 90)), 300)),
