@@ -45,6 +45,34 @@ fn preferred_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
     }
 }
 
+/// A new producer id from node `id`, retried while it answers COORDINATOR_LOAD_IN_PROGRESS (a
+/// rejoined node that does not know its producer-id incarnation yet).
+fn new_producer_id(c: &Cluster, id: i32) -> i64 {
+    use kafka_protocol::messages::ProducerId;
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut s = connect(c.kafka[&id]).unwrap();
+        let granted: InitProducerIdResponse = call(
+            &mut s,
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .unwrap();
+        match granted.error_code {
+            0 => return granted.producer_id.0,
+            COORDINATOR_LOAD_IN_PROGRESS if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            code => panic!("InitProducerId on node {id}: error {code}"),
+        }
+    }
+}
+
 fn wipe(c: &mut Cluster, id: i32) {
     c.nodes.get_mut(&id).unwrap().crash();
     c.nodes.remove(&id);
@@ -106,6 +134,7 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
 
+    let granted_before = new_producer_id(&c, REJOINED);
     eprintln!("SIGKILL node {REJOINED} and remove its data directory");
     wipe(&mut c, REJOINED);
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -117,6 +146,13 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
         "the node says it rejoins"
     );
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+    // Its producer ids come from a new incarnation: never one it handed out before.
+    let granted_after = new_producer_id(&c, REJOINED);
+    assert_eq!(granted_after % 1024, i64::from(REJOINED));
+    assert!(
+        granted_after > granted_before,
+        "{granted_after} after the wipe, {granted_before} before"
+    );
     // Caught up, it wins the election for the partition it prefers.
     assert_eq!(preferred_leaders(&c)[&(REJOINED - 1)], REJOINED);
 
