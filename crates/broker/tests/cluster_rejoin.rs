@@ -134,6 +134,12 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
 
+    // A classic group's committed offsets: the offsets group's replica on the wiped node must
+    // catch up too.
+    let mut member = GroupMember::join(&c, "rejoin-g");
+    let mut committed: BTreeMap<i32, i64> =
+        (0..PARTITIONS).map(|p| (p, 3 + i64::from(p))).collect();
+    assert!(member.commit(&c, TOPIC, &committed).iter().all(|e| *e == 0));
     let granted_before = new_producer_id(&c, REJOINED);
     eprintln!("SIGKILL node {REJOINED} and remove its data directory");
     wipe(&mut c, REJOINED);
@@ -162,6 +168,17 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
         c.nodes.get_mut(&victim).unwrap().crash();
         c.nodes.remove(&victim);
         produce_for(&c, &mut producer, &mut next, Duration::from_millis(1500));
+        // The coordinator (on a survivor) answers every commit, each made with a majority
+        // that now needs the rejoined node; then commits anew.
+        assert_eq!(
+            member.fetch(&c, TOPIC, PARTITIONS),
+            committed,
+            "node {victim} down"
+        );
+        for o in committed.values_mut() {
+            *o += 10;
+        }
+        assert!(member.commit(&c, TOPIC, &committed).iter().all(|e| *e == 0));
         c.launch(victim);
         produce_for(&c, &mut producer, &mut next, Duration::from_millis(300));
         c.leaders(TOPIC, PARTITIONS);
@@ -172,6 +189,7 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
         producer.retries
     );
     let ends = check_acknowledged(&c, &producer);
+    assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
 
     // The rejoined node's logs are the others', byte for byte.
     std::thread::sleep(Duration::from_secs(1));
