@@ -5,7 +5,8 @@
 //! restarted; then nodes 1 and 2 are SIGKILLed in turn, so every commit needs the rejoined
 //! node. Every acknowledged batch is read back once at its offset, offsets are dense, and the
 //! rejoined node's partition logs are byte for byte the others'. Last, a rejoin while another
-//! node is down waits, saying so, and completes without loss once that node is back.
+//! node is down waits, saying so, and completes without loss once that node is back (and once
+//! more after a crash right after it).
 
 mod common;
 
@@ -274,6 +275,14 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
     // Node 2 back, then node 3 (its rejoin record resumes the rejoin), and nothing is lost.
     c.launch(2);
     c.launch(REJOINED);
-    produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(400));
+    // A crash soon after the rejoin: the node restarts from its rejoin record and its floors.
+    c.nodes.get_mut(&REJOINED).unwrap().crash();
+    c.nodes.remove(&REJOINED);
+    assert!(c.dirs[&REJOINED]
+        .join("oncelog-node-local/rejoin.json")
+        .exists());
+    c.launch(REJOINED);
+    produce_for(&c, &mut producer, &mut next, Duration::from_millis(400));
     check_acknowledged(&c, &producer);
 }
