@@ -5,7 +5,8 @@ Three oncelog-broker processes in cluster mode on loopback (`--node-id`, `--clus
 of 3 partitions with replication factor 3 made by Kafka's TopicCommand, and Kafka's
 VerifiableProducer (idempotent, acks=all) writing N records while, in each of ROUNDS rounds,
 a node leading partitions (the one leading the most, not the one killed the round before) is
-SIGKILLed and started again over the same directory.
+SIGKILLed and started again over the same directory; every third round its data directory is
+removed first (a lost disk), so it rejoins under its id and catches up from the others.
 Every other round the victim is the group coordinator's node instead (the leader of the
 replicated offsets group, asked with FindCoordinator), while Kafka's VerifiableConsumer (a
 group, synchronous commits after each poll) reads the topic from the start.
@@ -29,7 +30,7 @@ The Kafka jars: $KAFKA_TOOLS_LIB (a folder of jars, as tests/clients/setup.sh in
 target/broker-clients/tools/lib), else the class runner of ../shared/kafka-oracle/kafka.sh (or
 $KAFKA_SH).
 """
-import json, os, re, signal, socket, struct, subprocess, sys, time
+import json, os, re, shutil, signal, socket, struct, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
@@ -173,7 +174,7 @@ try:
                 "--topic", TOPIC, "--group-id", "verifiable", "--reset-policy", "earliest",
                 "--session-timeout", "30000", "--verbose"),
         stdout=open(f"{WORK}/consumer.log", "w"), stderr=open(f"{WORK}/consumer.err", "w"))
-    killed, coordinator_kills = [], 0
+    killed, wiped, coordinator_kills = [], [], 0
     for round in range(ROUNDS):
         time.sleep(3)
         led = wait_led()
@@ -191,6 +192,11 @@ try:
             coordinator_kills += 1
         kill(victim)
         killed.append(victim)
+        if round % 3 == 2:
+            # Every third round the killed node's disk is lost: it comes back with an empty
+            # data directory and rejoins under its id, catching up from the others.
+            shutil.rmtree(f"{WORK}/node{victim}/data")
+            wiped.append(victim)
         time.sleep(2)
         start(victim)
     if prod.wait(timeout=300) != 0:
@@ -245,6 +251,7 @@ try:
         values[v] = values.get(v, 0) + 1
     dups = sum(c - 1 for c in values.values() if c > 1)
     print(json.dumps({"acked": len(acked), "consumed": len(consumed), "kills": killed,
+                      "wiped": wiped,
                       "lost": len(lost), "duplicates": dups,
                       "group": {"ran": GROUP, "exited_early_with": exited,
                                 "coordinator_kills": coordinator_kills,

@@ -5,7 +5,8 @@
 # (e2e/cluster.py), failing on any acknowledged record lost or stored twice, never read by the
 # group, or a group's last commit short of a partition's end.
 #
-#   crates/broker/e2e/cluster.sh                       short form (CI): 5,000 records, 3 kills,
+#   crates/broker/e2e/cluster.sh                       short form (CI): 5,000 records, 3 kills
+#                                                      (the third with its data wiped),
 #                                                      no group
 #   ONCELOG_CLUSTER=long crates/broker/e2e/cluster.sh  long form: 30,000 records, 20 kills, and
 #                                                      the VerifiableConsumer group
