@@ -478,3 +478,111 @@ fn the_group_admin_apis_are_the_coordinators_and_kafka_consumer_groups_works() {
     );
     assert_eq!(member.heartbeat(&c), 0);
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Partition 0's high watermark, as its leader `leader` answers a Fetch.
+fn high_watermark(c: &Cluster, leader: i32) -> i64 {
+    let mut s = connect(c.kafka[&leader]).unwrap();
+    let fetch = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(TOPIC))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let p = &r.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{p:?}");
+    p.high_watermark
+}
+
+/// acks=1 is answered once the leader's own log holds the batch (Kafka's semantics), acks=all
+/// once a majority does: with partition 0's follower SIGSTOPped, an acks=1 produce to its
+/// leader is answered, an acks=all one is not (and the acks=1 batch is not served: the high
+/// watermark is raft's commit) until the follower resumes; then the acks=1 batch is committed
+/// at the offset it was answered with.
+#[test]
+fn acks_1_is_answered_after_the_leaders_own_write_acks_all_after_a_majority() {
+    let c = start_with_rf2();
+    let [leader, follower] = [replicas_of(0)[0], replicas_of(0)[1]];
+    let record = |value: &str| {
+        let mut b = BatchBuilder::new();
+        b.append(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+        Bytes::from(b.build().unwrap())
+    };
+    let before = high_watermark(&c, leader);
+    let pid = c.nodes[&follower].pid();
+    signal(pid, "STOP");
+    let mut s = connect(c.kafka[&leader]).unwrap();
+    let request = produce_request(0, record("acks-1")).with_acks(1);
+    let r: ProduceResponse = call(&mut s, ApiKey::Produce, 9, &request).unwrap();
+    let line = &r.responses[0].partition_responses[0];
+    assert_eq!(line.error_code, 0, "{line:?}");
+    let acked_at = line.base_offset;
+    assert!(acked_at >= before, "{acked_at} below {before}");
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = c.kafka[&leader];
+    std::thread::spawn(move || {
+        let answer = connect(addr).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(60)))?;
+            call::<_, ProduceResponse>(
+                &mut s,
+                ApiKey::Produce,
+                9,
+                &produce_request(0, record("acks-all")),
+            )
+        });
+        let _ = tx.send(answer);
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(3)).is_err(),
+        "acks=all answered while the follower is stopped"
+    );
+    assert_eq!(
+        high_watermark(&c, leader),
+        before,
+        "the acks=1 batch was served before a majority held it"
+    );
+
+    signal(pid, "CONT");
+    let answer = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("acks=all answered once the follower is back")
+        .unwrap();
+    let code = answer.responses[0].partition_responses[0].error_code;
+    // The leader may have been deposed by the follower's election on waking (the follower
+    // cannot win: its log lacks the entries, so the old leader is elected again): then the
+    // answer is a retriable NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT.
+    assert!(
+        matches!(code, 0 | NOT_LEADER_OR_FOLLOWER | REQUEST_TIMED_OUT),
+        "{answer:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leaders = c.leaders(TOPIC, PARTITIONS);
+        let (bytes, _) = fetch_all(&c, leaders[&0], 0);
+        let found = oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0)
+            .map(|r| r.unwrap())
+            .find(|r| r.value.as_deref() == Some(b"acks-1".as_slice()));
+        if let Some(r) = found {
+            assert_eq!(r.offset, acked_at);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the acks=1 batch was not committed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
