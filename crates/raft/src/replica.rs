@@ -14,7 +14,7 @@ use openraft::{RaftNetworkFactory, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::{LogStore, Partition, StateMachine};
+use crate::store::{LogStore, Partition, StateMachine, Written};
 use crate::{Answer, Node, NodeId, Raft, Request, Response, TypeConfig};
 
 /// How a replica runs.
@@ -313,7 +313,7 @@ impl Replica {
         let (proposals, waiting) = mpsc::channel(PROPOSALS_QUEUED);
         tokio::spawn(propose(
             raft.clone(),
-            Arc::clone(&partition),
+            partition.written(),
             waiting,
             config.max_entry_bytes,
             config.max_entries_in_flight.max(1),
@@ -421,7 +421,7 @@ impl Replica {
 /// durable write and one replication round serve many batches.
 async fn propose(
     raft: Raft,
-    partition: Arc<Partition>,
+    written: Written,
     mut waiting: mpsc::Receiver<Proposal>,
     max_bytes: usize,
     in_flight: usize,
@@ -431,7 +431,7 @@ async fn propose(
     let mut notices = 0u64;
     let mut propose_run = |run, slot| {
         notices += 1;
-        propose_run(&raft, &partition, notices, run, slot)
+        propose_run(&raft, &written, notices, run, slot)
     };
     while let Some(first) = waiting.recv().await {
         // A slot first: the batches that come while entries are in flight join this one.
@@ -462,7 +462,7 @@ async fn propose(
 /// proposed) and answers each batch when raft answers the entry, holding `slot` until then.
 async fn propose_run(
     raft: &Raft,
-    partition: &Arc<Partition>,
+    waiters: &Written,
     notice: u64,
     run: Vec<Proposal>,
     slot: Option<OwnedSemaphorePermit>,
@@ -475,21 +475,21 @@ async fn propose_run(
         answers.push(p.answer);
         told.push(p.written);
     }
-    partition.expect_written(notice, told);
+    waiters.expect(notice, told);
     let written = match raft
         .client_write_ff(Request::Produce { batches, notice })
         .await
     {
         Ok(written) => written,
         Err(e) => {
-            partition.forget_written(notice);
+            waiters.forget(notice);
             for a in answers {
                 let _ = a.send(Err(ReplicaError::Raft(e.to_string())));
             }
             return;
         }
     };
-    let partition = Arc::clone(partition);
+    let waiters = waiters.clone();
     let mut metrics = raft.metrics();
     let (term, me) = {
         let m = metrics.borrow();
@@ -517,7 +517,7 @@ async fn propose_run(
             }
         };
         // Raft answered: the leader's own answers were given (or never will be).
-        partition.forget_written(notice);
+        waiters.forget(notice);
         let reply: Result<Vec<Answer>, ReplicaError> = match result {
             Ok(Ok(w)) => match w.data {
                 Response::Answers(a) if a.len() == answers.len() => Ok(a),

@@ -65,10 +65,46 @@ pub struct Partition {
     /// Counts finished snapshot installs (whether they worked or not), for a purge that waits
     /// for one.
     installs: tokio::sync::watch::Sender<u64>,
-    /// Who waits for the leader's own answers to an entry of client batches, by the entry's
-    /// notice ([`Request::Produce`]): one sender per batch, told once the entry is durable in
-    /// this log ([`Partition::expect_written`]).
-    written: Mutex<HashMap<u64, Vec<tokio::sync::oneshot::Sender<Answer>>>>,
+    /// Who waits for the leader's own answers to its entries of client batches.
+    written: Written,
+}
+
+/// Who waits for the leader's own answers to an entry of client batches, by the entry's
+/// notice ([`Request::Produce`]): one sender per batch, told once the entry is durable in the
+/// leader's log. Shared by the partition (which tells) and the proposer (which registers and
+/// forgets), without the proposer holding the partition.
+#[derive(Clone, Default)]
+pub struct Written(Arc<Mutex<HashMap<u64, Vec<tokio::sync::oneshot::Sender<Answer>>>>>);
+
+impl Written {
+    /// Registers `each` (one per batch, in the entry's order) to be told the leader's own
+    /// answer to each batch of the entry proposed with `notice`, once it is durable in this
+    /// log: before any follower has it, so before raft commits it. An answer so given is the
+    /// one the commit gives unless the entry is lost with this leader (Kafka's acks=1).
+    pub fn expect(&self, notice: u64, each: Vec<tokio::sync::oneshot::Sender<Answer>>) {
+        self.0.lock().insert(notice, each);
+    }
+
+    /// Forgets the waiters of `notice` (raft answered the entry, or never took it): waiting
+    /// for the leader's own answer from then on ends without one.
+    pub fn forget(&self, notice: u64) {
+        self.0.lock().remove(&notice);
+    }
+
+    /// Tells the waiters of each entry written (its notice and the leader's answers).
+    fn tell(&self, written: Vec<(u64, Vec<Answer>)>) {
+        if written.is_empty() {
+            return;
+        }
+        let mut waiting = self.0.lock();
+        for (notice, answers) in written {
+            if let Some(each) = waiting.remove(&notice) {
+                for (to, answer) in each.into_iter().zip(answers) {
+                    let _ = to.send(answer);
+                }
+            }
+        }
+    }
 }
 
 /// What [`Partition::purge_upto`] did.
@@ -231,7 +267,7 @@ impl Partition {
             fs,
             dir,
             installs: tokio::sync::watch::Sender::new(0),
-            written: Mutex::new(HashMap::new()),
+            written: Written::default(),
             inner: Mutex::new(Inner {
                 first: 0,
                 view: BTreeMap::new(),
@@ -278,33 +314,9 @@ impl Partition {
         Ok(partition)
     }
 
-    /// Registers `each` (one per batch, in the entry's order) to be told the leader's own
-    /// answer to each batch of the entry proposed with `notice`, once it is durable in this
-    /// log: before any follower has it, so before raft commits it. An answer so given is the
-    /// one the commit gives unless the entry is lost with this leader (Kafka's acks=1).
-    pub fn expect_written(&self, notice: u64, each: Vec<tokio::sync::oneshot::Sender<Answer>>) {
-        self.written.lock().insert(notice, each);
-    }
-
-    /// Forgets the waiters of `notice` (raft answered the entry, or never took it): waiting
-    /// for the leader's own answer from then on ends without one.
-    pub fn forget_written(&self, notice: u64) {
-        self.written.lock().remove(&notice);
-    }
-
-    /// Tells the waiters of each entry written (its notice and the leader's answers).
-    fn tell_written(&self, written: Vec<(u64, Vec<Answer>)>) {
-        if written.is_empty() {
-            return;
-        }
-        let mut waiting = self.written.lock();
-        for (notice, answers) in written {
-            if let Some(each) = waiting.remove(&notice) {
-                for (to, answer) in each.into_iter().zip(answers) {
-                    let _ = to.send(answer);
-                }
-            }
-        }
+    /// Who waits for the leader's own answers to its entries of client batches.
+    pub fn written(&self) -> Written {
+        self.written.clone()
     }
 
     /// The partition log.
@@ -1178,7 +1190,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             Ok(written) => {
                 callback.log_io_completed(Ok(()));
                 // Durable here: the leader's own answers (acks=1) go now.
-                self.0.tell_written(written);
+                self.0.written.tell(written);
                 Ok(())
             }
             Err(e) => {
