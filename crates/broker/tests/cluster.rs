@@ -137,14 +137,14 @@ fn a_cluster_answers_as_kafka_does() {
         .as_deref()
         .unwrap()
         .contains(&controller.to_string()));
-    // A replication factor other than 1 or the cluster's size.
-    let r = c.create_topic(controller, "t", 2, 2).unwrap();
+    // A replication factor above the cluster's size.
+    let r = c.create_topic(controller, "t", 2, 4).unwrap();
     assert_eq!(r.topics[0].error_code, INVALID_REPLICATION_FACTOR);
     assert!(r.topics[0]
         .error_message
         .as_deref()
         .unwrap()
-        .contains("replication factor 2"));
+        .contains("replication factor 4"));
     let r = c.create_topic(controller, "t", 2, 3).unwrap();
     assert_eq!(r.topics[0].error_code, 0);
     assert_eq!(

@@ -190,7 +190,10 @@ mod tests {
         head_batch(
             offset,
             term,
-            &EntryPayload::Normal(Request::Produce(Vec::new())),
+            &EntryPayload::Normal(Request::Produce {
+                batches: Vec::new(),
+                notice: 0,
+            }),
         )
         .unwrap()
     }

@@ -501,6 +501,23 @@ impl Host {
         })
     }
 
+    /// Asks peer `node` who leads each of `groups` as its replicas see them (the groups it
+    /// does not host are left out of the answer), over the connection the groups' raft calls
+    /// share: how a node learns the leaders of partitions it holds no replica of.
+    pub async fn peer_leaders(
+        &self,
+        node: NodeId,
+        groups: Vec<GroupId>,
+    ) -> std::io::Result<Vec<crate::network::mux::GroupLeader>> {
+        let Some(peer) = self.peers.get(&node) else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("node {node} is not among the peers"),
+            ));
+        };
+        self.mux.leaders(node, &peer.addr, groups).await
+    }
+
     /// The frames this node sent to its peers, and the writes that carried them.
     pub fn sent(&self) -> (u64, u64) {
         self.mux.counts()

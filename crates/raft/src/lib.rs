@@ -74,7 +74,14 @@ pub enum Request {
     /// for all (docs/design.md, "Entries are runs of batches"). The leader's log assigns each
     /// its offsets and checks its producer. Only in the leader's hands: every entry read back
     /// from a log is `Stored`.
-    Produce(Vec<Bytes>),
+    Produce {
+        /// The batches.
+        batches: Vec<Bytes>,
+        /// Where the leader's own answers go once the entry is durable in its log, before any
+        /// follower has it (acks=1, [`crate::Submitted::written`]): a number the proposer
+        /// registered with [`store::Partition`]; a number nobody registered is told nothing.
+        notice: u64,
+    },
     /// An entry's batches as the log stores them (offsets and leader epoch assigned, its head
     /// first): what followers get.
     Stored(Bytes),

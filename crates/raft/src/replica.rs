@@ -14,7 +14,7 @@ use openraft::{RaftNetworkFactory, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::store::{LogStore, Partition, StateMachine};
+use crate::store::{LogStore, Partition, StateMachine, Written};
 use crate::{Answer, Node, NodeId, Raft, Request, Response, TypeConfig};
 
 /// How a replica runs.
@@ -168,19 +168,45 @@ pub struct Replica {
     proposals: mpsc::Sender<Proposal>,
 }
 
-/// A client batch waiting to go into an entry, and where its answer goes.
+/// A client batch waiting to go into an entry, and where its answers go.
 struct Proposal {
     batch: Bytes,
     answer: oneshot::Sender<Result<Ack, ReplicaError>>,
+    /// The leader's own answer, once the entry is durable in its log.
+    written: oneshot::Sender<Answer>,
 }
 
 /// A batch queued by [`Replica::submit`], whose answer is still to come.
-pub struct Submitted(oneshot::Receiver<Result<Ack, ReplicaError>>);
+pub struct Submitted {
+    answered: oneshot::Receiver<Result<Ack, ReplicaError>>,
+    written: oneshot::Receiver<Answer>,
+}
 
 impl Submitted {
-    /// Raft's answer to the batch, as [`Replica::append`] gives it.
+    /// Raft's answer to the batch, as [`Replica::append`] gives it: once a majority holds it
+    /// durably (Kafka's acks=all).
     pub async fn answer(self) -> Result<Ack, ReplicaError> {
-        self.0.await.map_err(|_| shutting_down())?
+        self.answered.await.map_err(|_| shutting_down())?
+    }
+
+    /// The leader's own answer to the batch, once the entry that holds it is durable in the
+    /// leader's log, before any follower has it (Kafka's acks=1): the answer the commit gives
+    /// too, unless the entry is lost with this leader (a new leader elected without it
+    /// truncates it: an acknowledged batch lost, as with Kafka's acks=1). If this replica
+    /// never wrote the entry (it was not the leader, raft failed first), raft's answer.
+    pub async fn written(self) -> Result<Ack, ReplicaError> {
+        match self.written.await {
+            Ok(answer) => answer_result(answer),
+            Err(_) => self.answered.await.map_err(|_| shutting_down())?,
+        }
+    }
+}
+
+/// A batch's answer as [`Replica::append`] gives it.
+fn answer_result(answer: Answer) -> Result<Ack, ReplicaError> {
+    match answer {
+        Answer::Acked(ack) => Ok(ack),
+        Answer::Refused { kind, message } => Err(ReplicaError::Refused { kind, message }),
     }
 }
 
@@ -308,6 +334,7 @@ impl Replica {
         let (proposals, waiting) = mpsc::channel(PROPOSALS_QUEUED);
         tokio::spawn(propose(
             raft.clone(),
+            partition.written(),
             waiting,
             config.max_entry_bytes,
             config.max_entries_in_flight.max(1),
@@ -343,11 +370,16 @@ impl Replica {
     /// then [`Submitted::answer`] waits for raft's answer.
     pub async fn submit(&self, batch: Bytes) -> Result<Submitted, ReplicaError> {
         let (answer, answered) = oneshot::channel();
+        let (told, written) = oneshot::channel();
         self.proposals
-            .send(Proposal { batch, answer })
+            .send(Proposal {
+                batch,
+                answer,
+                written: told,
+            })
             .await
             .map_err(|_| shutting_down())?;
-        Ok(Submitted(answered))
+        Ok(Submitted { answered, written })
     }
 
     /// Deletes what the log's retention rules (`retention_bytes`, `retention_ms`) let go,
@@ -410,11 +442,18 @@ impl Replica {
 /// durable write and one replication round serve many batches.
 async fn propose(
     raft: Raft,
+    written: Written,
     mut waiting: mpsc::Receiver<Proposal>,
     max_bytes: usize,
     in_flight: usize,
 ) {
     let slots = Arc::new(Semaphore::new(in_flight));
+    // Each entry's notice: the key of its waiters for the leader's own answers.
+    let mut notices = 0u64;
+    let mut propose_run = |run, slot| {
+        notices += 1;
+        propose_run(&raft, &written, notices, run, slot)
+    };
     while let Some(first) = waiting.recv().await {
         // A slot first: the batches that come while entries are in flight join this one.
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
@@ -430,30 +469,48 @@ async fn propose(
                 }
                 Ok(p) => {
                     // Too large for this entry: it leads the next (kept in order).
-                    propose_run(&raft, std::mem::replace(&mut run, vec![p]), None).await;
+                    propose_run(std::mem::replace(&mut run, vec![p]), None).await;
                     bytes = run[0].batch.len();
                 }
                 Err(_) => break,
             }
         }
-        propose_run(&raft, run, Some(slot)).await;
+        propose_run(run, Some(slot)).await;
     }
 }
 
 /// Hands one entry of client batches to raft (in order: raft takes it before the next is
 /// proposed) and answers each batch when raft answers the entry, holding `slot` until then.
-async fn propose_run(raft: &Raft, run: Vec<Proposal>, slot: Option<OwnedSemaphorePermit>) {
-    let (batches, answers): (Vec<Bytes>, Vec<_>) =
-        run.into_iter().map(|p| (p.batch, p.answer)).unzip();
-    let written = match raft.client_write_ff(Request::Produce(batches)).await {
+async fn propose_run(
+    raft: &Raft,
+    waiters: &Written,
+    notice: u64,
+    run: Vec<Proposal>,
+    slot: Option<OwnedSemaphorePermit>,
+) {
+    let mut batches = Vec::with_capacity(run.len());
+    let mut answers = Vec::with_capacity(run.len());
+    let mut told = Vec::with_capacity(run.len());
+    for p in run {
+        batches.push(p.batch);
+        answers.push(p.answer);
+        told.push(p.written);
+    }
+    waiters.expect(notice, told);
+    let written = match raft
+        .client_write_ff(Request::Produce { batches, notice })
+        .await
+    {
         Ok(written) => written,
         Err(e) => {
+            waiters.forget(notice);
             for a in answers {
                 let _ = a.send(Err(ReplicaError::Raft(e.to_string())));
             }
             return;
         }
     };
+    let waiters = waiters.clone();
     let mut metrics = raft.metrics();
     let (term, me) = {
         let m = metrics.borrow();
@@ -480,6 +537,8 @@ async fn propose_run(raft: &Raft, run: Vec<Proposal>, slot: Option<OwnedSemaphor
                 }
             }
         };
+        // Raft answered: the leader's own answers were given (or never will be).
+        waiters.forget(notice);
         let reply: Result<Vec<Answer>, ReplicaError> = match result {
             Ok(Ok(w)) => match w.data {
                 Response::Answers(a) if a.len() == answers.len() => Ok(a),
@@ -503,12 +562,7 @@ async fn propose_run(raft: &Raft, run: Vec<Proposal>, slot: Option<OwnedSemaphor
         match reply {
             Ok(each) => {
                 for (a, answer) in answers.into_iter().zip(each) {
-                    let _ = a.send(match answer {
-                        Answer::Acked(ack) => Ok(ack),
-                        Answer::Refused { kind, message } => {
-                            Err(ReplicaError::Refused { kind, message })
-                        }
-                    });
+                    let _ = a.send(answer_result(answer));
                 }
             }
             Err(e) => {

@@ -65,6 +65,46 @@ pub struct Partition {
     /// Counts finished snapshot installs (whether they worked or not), for a purge that waits
     /// for one.
     installs: tokio::sync::watch::Sender<u64>,
+    /// Who waits for the leader's own answers to its entries of client batches.
+    written: Written,
+}
+
+/// Who waits for the leader's own answers to an entry of client batches, by the entry's
+/// notice ([`Request::Produce`]): one sender per batch, told once the entry is durable in the
+/// leader's log. Shared by the partition (which tells) and the proposer (which registers and
+/// forgets), without the proposer holding the partition.
+#[derive(Clone, Default)]
+pub struct Written(Arc<Mutex<HashMap<u64, Vec<tokio::sync::oneshot::Sender<Answer>>>>>);
+
+impl Written {
+    /// Registers `each` (one per batch, in the entry's order) to be told the leader's own
+    /// answer to each batch of the entry proposed with `notice`, once it is durable in this
+    /// log: before any follower has it, so before raft commits it. An answer so given is the
+    /// one the commit gives unless the entry is lost with this leader (Kafka's acks=1).
+    pub fn expect(&self, notice: u64, each: Vec<tokio::sync::oneshot::Sender<Answer>>) {
+        self.0.lock().insert(notice, each);
+    }
+
+    /// Forgets the waiters of `notice` (raft answered the entry, or never took it): waiting
+    /// for the leader's own answer from then on ends without one.
+    pub fn forget(&self, notice: u64) {
+        self.0.lock().remove(&notice);
+    }
+
+    /// Tells the waiters of each entry written (its notice and the leader's answers).
+    fn tell(&self, written: Vec<(u64, Vec<Answer>)>) {
+        if written.is_empty() {
+            return;
+        }
+        let mut waiting = self.0.lock();
+        for (notice, answers) in written {
+            if let Some(each) = waiting.remove(&notice) {
+                for (to, answer) in each.into_iter().zip(answers) {
+                    let _ = to.send(answer);
+                }
+            }
+        }
+    }
 }
 
 /// What [`Partition::purge_upto`] did.
@@ -227,6 +267,7 @@ impl Partition {
             fs,
             dir,
             installs: tokio::sync::watch::Sender::new(0),
+            written: Written::default(),
             inner: Mutex::new(Inner {
                 first: 0,
                 view: BTreeMap::new(),
@@ -271,6 +312,11 @@ impl Partition {
             );
         }
         Ok(partition)
+    }
+
+    /// Who waits for the leader's own answers to its entries of client batches.
+    pub fn written(&self) -> Written {
+        self.written.clone()
     }
 
     /// The partition log.
@@ -541,8 +587,10 @@ impl Partition {
         Ok(out)
     }
 
-    /// Writes entries at the log end; returns after they are durable.
-    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<()> {
+    /// Writes entries at the log end (made durable by the caller); answers the leader's own
+    /// answers to its entries of client batches, by notice.
+    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<Vec<(u64, Vec<Answer>)>> {
+        let mut written = Vec::new();
         let mut inner = self.inner.lock();
         tracing::debug!(
             dir = %self.dir.display(),
@@ -580,7 +628,7 @@ impl Partition {
             let epoch =
                 entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
             match &e.payload {
-                EntryPayload::Normal(Request::Produce(batches)) => {
+                EntryPayload::Normal(Request::Produce { batches, notice }) => {
                     if self.log.replica().leader_epoch() < epoch {
                         self.log
                             .replica()
@@ -601,6 +649,7 @@ impl Partition {
                             Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
                         });
                     }
+                    written.push((*notice, answers.clone()));
                     inner.outcomes.insert(index, Response::Answers(answers));
                 }
                 EntryPayload::Normal(Request::Stored(bytes)) => {
@@ -652,7 +701,7 @@ impl Partition {
             inner.view.insert(index, (offset, term));
             inner.end = self.log.log_end_offset();
         }
-        Ok(())
+        Ok(written)
     }
 
     /// Writes the head of an entry at `offset` (the whole entry, unless it is client batches).
@@ -1159,17 +1208,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let result = self
             .0
             .append_entries(entries.into_iter().collect())
-            .and_then(|()| {
+            .and_then(|written| {
                 self.0
                     .log
                     .flush()
+                    .map(|()| written)
                     .map_err(|e| logs_error(ErrorVerb::Write, e))
             });
-        match &result {
-            Ok(()) => callback.log_io_completed(Ok(())),
-            Err(e) => callback.log_io_completed(Err(std::io::Error::other(e.to_string()))),
+        match result {
+            Ok(written) => {
+                callback.log_io_completed(Ok(()));
+                // Durable here: the leader's own answers (acks=1) go now.
+                self.0.written.tell(written);
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e)
+            }
         }
-        result
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {

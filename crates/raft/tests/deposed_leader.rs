@@ -159,3 +159,97 @@ async fn a_deposed_leaders_uncommitted_tail_is_truncated_and_never_answered() {
         r.shutdown().await.unwrap();
     }
 }
+
+/// `Submitted::written` (Kafka's acks=1) answers once the leader's own log holds the batch
+/// durably, before any follower has it, while `Submitted::answer` (acks=all) waits for a
+/// majority. A leader cut off from the others so answers a batch no majority ever gets, and
+/// the batch is lost when the new leader's log replaces its tail: Kafka's acks=1 trade.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn acks_1_is_answered_by_the_leaders_own_write_and_lost_with_a_deposed_leader() {
+    let router = Router::new(11);
+    let ids: Vec<NodeId> = vec![1, 2, 3];
+    let mut replicas = BTreeMap::new();
+    for &id in &ids {
+        tokio::time::sleep(Duration::from_millis(7)).await;
+        let env = Environment::default()
+            .with_fs(SimFs::new().as_dyn())
+            .with_clock(Arc::new(SystemClock));
+        let r = Replica::open(
+            id,
+            "/sim/t-0",
+            env,
+            ReplicaConfig::default(),
+            router.endpoint(id),
+        )
+        .await
+        .unwrap();
+        router.add(id, r.raft().clone());
+        replicas.insert(id, r);
+    }
+    let members = ids.iter().map(|&i| (i, BasicNode::default())).collect();
+    replicas[&1].initialize(members).await.unwrap();
+    let old = leader_among(&replicas, &ids).await;
+    // With a majority both answers agree.
+    let both = replicas[&old].submit(batch(1, 0)).await.unwrap();
+    let a = both.written().await.unwrap();
+    assert!(matches!(a, Ack::Appended { .. }));
+
+    router.partition(&[old], &ids);
+    let cut = replicas[&old].submit(batch(1, 1)).await.unwrap();
+    let all = replicas[&old].submit(batch(1, 2)).await.unwrap();
+    let written = tokio::time::timeout(Duration::from_secs(2), cut.written())
+        .await
+        .expect("acks=1 answered without a majority")
+        .unwrap();
+    let Ack::Appended { first_offset, .. } = written else {
+        panic!("answered {written:?}");
+    };
+    assert!(first_offset > a.offsets().1);
+    let log = replicas[&old].log();
+    assert!(
+        log.high_watermark() <= first_offset,
+        "the batch is not served: no majority holds it"
+    );
+    let majority = tokio::time::timeout(Duration::from_secs(2), all.answer()).await;
+    assert!(
+        majority.is_err() || majority.unwrap().is_err(),
+        "acks=all answered without a majority"
+    );
+
+    let holds = |r: &Replica, value: &[u8]| all_bytes(r).windows(value.len()).any(|w| w == value);
+    assert!(holds(&replicas[&old], b"p1-s1"), "the old leader wrote it");
+
+    // A new leader writes elsewhere; once healed the old leader's tail is gone, and with it
+    // the batch acks=1 answered.
+    let others: Vec<NodeId> = ids.iter().copied().filter(|&i| i != old).collect();
+    let new = leader_among(&replicas, &others).await;
+    let c = replicas[&new].append(batch(2, 0)).await.unwrap();
+    router.heal();
+    // (The metrics' borrow ends before the wait: held, it would stop raft's own updates.)
+    let last = replicas[&new]
+        .raft()
+        .metrics()
+        .borrow()
+        .last_log_index
+        .unwrap();
+    replicas[&old]
+        .wait_applied(last, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(all_bytes(&replicas[&old]), all_bytes(&replicas[&new]));
+    assert!(holds(&replicas[&new], b"p2-s0") && holds(&replicas[&new], b"p1-s0"));
+    assert!(
+        !holds(&replicas[&old], b"p1-s1"),
+        "the batch acks=1 answered is gone with the old leader's tail"
+    );
+    assert!(c.offsets().0 > a.offsets().1);
+    // A follower never writes a client batch itself: acks=1 there is raft's NotLeader.
+    let follower = replicas[&old].submit(batch(3, 0)).await.unwrap();
+    assert!(matches!(
+        follower.written().await,
+        Err(oncelog_raft::ReplicaError::NotLeader { .. })
+    ));
+    for r in replicas.values() {
+        r.shutdown().await.unwrap();
+    }
+}

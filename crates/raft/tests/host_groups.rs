@@ -126,6 +126,19 @@ async fn groups_added_at_run_time_form_without_one_member_and_describe_themselve
     // Elsewhere than on the leader the progress of the others is not known.
     assert!(h3.status(&group).unwrap().matched.is_empty());
 
+    // A peer says who leads the groups it hosts (how a node without a replica learns it),
+    // and leaves out those it does not host.
+    let said = h1
+        .peer_leaders(2, vec![GroupId::new("none", 0), group.clone()])
+        .await
+        .unwrap();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(
+        (&said[0].group, said[0].leader, said[0].term),
+        (&group, Some(2), h2.status(&group).unwrap().term)
+    );
+    assert!(h1.peer_leaders(9, vec![group.clone()]).await.is_err());
+
     // Refusals: a group this node is not a member of, a member twice, an unknown node.
     for bad in [&[2, 3][..], &[1, 1, 2][..], &[1, 9][..]] {
         assert!(

@@ -30,8 +30,8 @@ use crate::codec::Request;
 use oncelog::PartitionConfig;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the
-/// transaction and share coordinators, the consumer protocol of KIP-848, the groups' admin
-/// APIs, DescribeLogDirs, DescribeCluster)
+/// transaction and share coordinators, the consumer protocol of KIP-848, DescribeLogDirs,
+/// DescribeCluster)
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
@@ -55,6 +55,12 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::LeaveGroup,
     ApiKey::OffsetCommit,
     ApiKey::OffsetFetch,
+    // The groups' admin APIs, on the coordinator too (ListGroups from any node: the others
+    // list none, as a Kafka broker lists only the groups it coordinates).
+    ApiKey::DescribeGroups,
+    ApiKey::ListGroups,
+    ApiKey::DeleteGroups,
+    ApiKey::OffsetDelete,
     // Answered with a typed error: not replicated yet.
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
@@ -97,7 +103,11 @@ pub async fn handle(
         | ApiKey::Heartbeat
         | ApiKey::LeaveGroup
         | ApiKey::OffsetCommit
-        | ApiKey::OffsetFetch => coordinated(broker, cluster, request).await,
+        | ApiKey::OffsetFetch
+        | ApiKey::DescribeGroups
+        | ApiKey::ListGroups
+        | ApiKey::DeleteGroups
+        | ApiKey::OffsetDelete => coordinated(broker, cluster, request).await,
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),
         ApiKey::DeleteRecords => delete_records(request),
@@ -239,12 +249,11 @@ async fn create_topics(
                 ResponseError::InvalidPartitions,
                 format!("{partitions} partitions: at least one"),
             ))
-        } else if factor != 1 && factor as usize != nodes.len() {
+        } else if factor < 1 || factor as usize > nodes.len() {
             Err((
                 ResponseError::InvalidReplicationFactor,
                 format!(
-                    "replication factor {factor}: this cluster replicates a partition on 1 node or \
-                     on all {} (other factors are not supported yet)",
+                    "replication factor {factor}: from 1 to the cluster's {} nodes",
                     nodes.len()
                 ),
             ))
@@ -426,10 +435,12 @@ fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, Handl
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-/// A classic group's request: the single broker's handler on the coordinator (the node that
-/// leads the offsets group and loaded its state), Kafka's NOT_COORDINATOR elsewhere (the
-/// client looks the coordinator up again), COORDINATOR_LOAD_IN_PROGRESS on the leader while
-/// it loads.
+/// A classic group's request, or a group admin request: the single broker's handler on the
+/// coordinator (the node that leads the offsets group and loaded its state), Kafka's
+/// NOT_COORDINATOR elsewhere (the client looks the coordinator up again),
+/// COORDINATOR_LOAD_IN_PROGRESS on the leader while it loads. ListGroups is the exception:
+/// Kafka's admin client asks every broker and merges what each lists (the groups it
+/// coordinates), so a node that is not the coordinator lists none, without an error.
 async fn coordinated(
     broker: &Arc<Broker>,
     cluster: &Cluster,
@@ -443,6 +454,10 @@ async fn coordinated(
             ApiKey::LeaveGroup => super::groups::leave_group(broker, request),
             ApiKey::OffsetCommit => super::groups::offset_commit(broker, request).await,
             ApiKey::OffsetFetch => super::groups::offset_fetch(broker, request),
+            ApiKey::DescribeGroups => super::group_admin::describe_groups(broker, request),
+            ApiKey::ListGroups => super::group_admin::list_groups(broker, request),
+            ApiKey::DeleteGroups => super::group_admin::delete_groups(broker, request).await,
+            ApiKey::OffsetDelete => super::group_admin::offset_delete(broker, request).await,
             other => Err(HandleError::UnsupportedApi(other)),
         };
     }
@@ -475,6 +490,51 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
         ApiKey::LeaveGroup => respond(
             request,
             &LeaveGroupResponse::default().with_error_code(code),
+        )?,
+        ApiKey::ListGroups if error == ResponseError::NotCoordinator => {
+            respond(request, &ListGroupsResponse::default())?
+        }
+        ApiKey::ListGroups => respond(
+            request,
+            &ListGroupsResponse::default().with_error_code(code),
+        )?,
+        ApiKey::DescribeGroups => {
+            use kafka_protocol::messages::describe_groups_response::DescribedGroup;
+            let body: DescribeGroupsRequest = request.body()?;
+            let groups = body
+                .groups
+                .into_iter()
+                .map(|g| {
+                    DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(code)
+                })
+                .collect();
+            respond(
+                request,
+                &DescribeGroupsResponse::default().with_groups(groups),
+            )?
+        }
+        ApiKey::DeleteGroups => {
+            use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+            let body: DeleteGroupsRequest = request.body()?;
+            let results = body
+                .groups_names
+                .into_iter()
+                .map(|g| {
+                    DeletableGroupResult::default()
+                        .with_group_id(g)
+                        .with_error_code(code)
+                })
+                .collect();
+            respond(
+                request,
+                &DeleteGroupsResponse::default().with_results(results),
+            )?
+        }
+        ApiKey::OffsetDelete => respond(
+            request,
+            &OffsetDeleteResponse::default().with_error_code(code),
         )?,
         ApiKey::OffsetCommit => {
             let body: OffsetCommitRequest = request.body()?;

@@ -1,6 +1,7 @@
 //! Produce, Fetch and ListOffsets in cluster mode (docs/design.md, "A cluster of brokers"):
-//! served by a partition's raft leader only, appends through `Replica::submit` (answered once
-//! a majority has the batch durably), reads capped at the high watermark (raft's commit).
+//! served by a partition's raft leader only, appends through `Replica::submit` (acks=all
+//! answered once a majority has the batch durably, acks=1 once the leader's own log has it),
+//! reads capped at the high watermark (raft's commit).
 //! Elsewhere NOT_LEADER_OR_FOLLOWER, with the leader where the version carries it.
 
 use std::sync::Arc;
@@ -173,7 +174,13 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
                         message,
                         leader,
                     } => (error, message, leader),
-                    Pending::Queued(replica, submitted) => match submitted.answer().await {
+                    // acks=1: the leader's own durable write answers (Kafka's), before any
+                    // follower has the batch; acks=all: raft's commit.
+                    Pending::Queued(replica, submitted) => match if acks == 1 {
+                        submitted.written().await
+                    } else {
+                        submitted.answer().await
+                    } {
                         Ok(Ack::Appended { first_offset, .. })
                         | Ok(Ack::Duplicate { first_offset, .. }) => {
                             answered.push(

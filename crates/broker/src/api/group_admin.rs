@@ -291,7 +291,11 @@ pub async fn offset_delete(broker: &Arc<Broker>, request: &Request) -> Result<Re
             .iter()
             .map(|p| {
                 let index = p.partition_index;
-                let exists = known.as_ref().is_some_and(|t| t.partition(index).is_some());
+                let exists = match &broker.cluster {
+                    // A cluster's partitions are in its image, not in this node's store.
+                    Some(cluster) => cluster.partition_exists(&topic.name, index),
+                    None => known.as_ref().is_some_and(|t| t.partition(index).is_some()),
+                };
                 let error = if !exists {
                     Some(ResponseError::UnknownTopicOrPartition)
                 } else if is_subscribed {

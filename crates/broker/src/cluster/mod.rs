@@ -7,6 +7,7 @@ pub mod coordinator;
 pub mod image;
 mod nodes;
 pub mod rejoin;
+pub mod remote;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,9 @@ pub struct Cluster {
     /// One creation at a time on the controller: the check for an existing name and the
     /// append are one step.
     creating: tokio::sync::Mutex<()>,
+    /// The leaders of the partitions this node holds no replica of, as their replicas said
+    /// last ([`remote::keep_asking`]).
+    remote: RwLock<std::collections::HashMap<GroupId, remote::RemoteLeader>>,
     /// The offsets group's term in which this node loaded the coordinator's state (0: not
     /// loaded; raft's terms start at 1).
     coordinating: AtomicU64,
@@ -190,6 +194,7 @@ impl Cluster {
             image: RwLock::new(Image::default()),
             applied,
             creating: Default::default(),
+            remote: Default::default(),
             coordinating: AtomicU64::new(0),
             dir: dir.to_path_buf(),
             rejoining,
@@ -203,7 +208,11 @@ impl Cluster {
             }
         });
         let balancing = host.keep_balanced(BALANCE_EVERY);
-        cluster.tasks.lock().extend([serving, applying, balancing]);
+        let asking = remote::keep_asking(Arc::clone(&cluster));
+        cluster
+            .tasks
+            .lock()
+            .extend([serving, applying, balancing, asking]);
         Ok(cluster)
     }
 
@@ -430,21 +439,32 @@ impl Cluster {
     }
 
     /// Partition `index` of `topic` with `replicas`, as this node's replica sees it: raft's
-    /// leader and term, and the replicas in step. A node that holds no replica knows no more
-    /// than the assignment (a partition of one replica is led by it).
+    /// leader and term, and the replicas in step. A node that holds no replica names the
+    /// leader and term its replicas said last ([`remote`]), every replica as in sync (it does
+    /// not know their progress); before they said, a partition of one replica is led by it
+    /// and any other has no leader known (LEADER_NOT_AVAILABLE: clients ask again).
     pub fn view(&self, topic: &str, index: i32, replicas: Vec<i32>) -> PartitionView {
-        match self.host.status(&GroupId::new(topic, index)) {
+        let group = GroupId::new(topic, index);
+        match self.host.status(&group) {
             Ok(s) => PartitionView {
                 leader: s.leader.map(|l| l as i32),
                 epoch: i32::try_from(s.term).unwrap_or(i32::MAX),
                 isr: s.in_sync().iter().map(|m| *m as i32).collect(),
                 replicas,
             },
-            Err(_) => PartitionView {
-                leader: (replicas.len() == 1).then(|| replicas[0]),
-                epoch: -1,
-                isr: replicas.clone(),
-                replicas,
+            Err(_) => match self.remote.read().get(&group) {
+                Some(r) => PartitionView {
+                    leader: r.leader,
+                    epoch: i32::try_from(r.term).unwrap_or(i32::MAX),
+                    isr: replicas.clone(),
+                    replicas,
+                },
+                None => PartitionView {
+                    leader: (replicas.len() == 1).then(|| replicas[0]),
+                    epoch: -1,
+                    isr: replicas.clone(),
+                    replicas,
+                },
             },
         }
     }

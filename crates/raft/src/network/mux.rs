@@ -110,6 +110,17 @@ pub enum MuxReply {
     State(Result<GroupState, String>),
 }
 
+/// A group as a peer's replica of it sees it: the answer to a [`RaftRpc::Leaders`] query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupLeader {
+    /// The group.
+    pub group: GroupId,
+    /// The leader the peer's replica knows of.
+    pub leader: Option<NodeId>,
+    /// The term the peer's replica is in.
+    pub term: u64,
+}
+
 /// Frames and writes of one side of the connections, to see that frames are coalesced.
 #[derive(Debug, Default)]
 pub struct WriteCounts {
@@ -319,6 +330,29 @@ impl Mux {
     }
 }
 
+impl Mux {
+    /// Asks node `target` at `addr` who leads each of `groups` as its replicas see them
+    /// ([`RaftRpc::Leaders`]), over the connection the groups' raft calls share. The answer
+    /// leaves out the groups the node does not host.
+    pub async fn leaders(
+        &self,
+        target: NodeId,
+        addr: &str,
+        groups: Vec<GroupId>,
+    ) -> io::Result<Vec<GroupLeader>> {
+        let link = self.link(target, addr);
+        // The call is no group's: the serving side answers it before it looks a group up.
+        let none = GroupId::new(String::new(), -1);
+        match self.call(&link, &none, MuxRpc::Raft(RaftRpc::Leaders(groups))).await? {
+            MuxReply::Rpc(RaftRpcReply::Leaders(leaders)) => Ok(leaders),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer answered another RPC to a leaders query",
+            )),
+        }
+    }
+}
+
 struct Forget<'a>(&'a Waiters, u64);
 
 impl Drop for Forget<'_> {
@@ -445,6 +479,23 @@ impl Groups {
     pub fn counts(&self) -> (u64, u64) {
         self.counts.get()
     }
+
+    /// Each of `asked` hosted here, as its replica sees it now (raft's metrics).
+    pub fn leaders(&self, asked: &[GroupId]) -> Vec<GroupLeader> {
+        let rafts = self.rafts.read();
+        asked
+            .iter()
+            .filter_map(|group| {
+                let m = rafts.get(group)?.metrics();
+                let m = m.borrow();
+                Some(GroupLeader {
+                    group: group.clone(),
+                    leader: m.current_leader,
+                    term: m.current_term,
+                })
+            })
+            .collect()
+    }
 }
 
 /// Serves the calls arriving on `listener` to the groups of `groups`, each connection in a
@@ -491,9 +542,19 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Groups>) -> io::Result<
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        let frames = frames.clone();
+        if let MuxRpc::Raft(RaftRpc::Leaders(asked)) = &call.rpc {
+            let reply = MuxReply::Rpc(RaftRpcReply::Leaders(groups.leaders(asked)));
+            match encode_frame(&CallAnswer { id: call.id, reply }) {
+                Ok(frame) => {
+                    let _ = frames.send(frame);
+                }
+                Err(e) => tracing::warn!("raft answer to call {}: {e}", call.id),
+            }
+            continue;
+        }
         let raft = groups.rafts.read().get(&call.group).cloned();
         let floor = groups.floors.read().get(&call.group).copied();
-        let frames = frames.clone();
         let groups = Arc::clone(&groups);
         calls.spawn(async move {
             let reply = match (raft, call.rpc) {
@@ -512,6 +573,8 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Groups>) -> io::Result<
                     RaftRpc::InstallSnapshot(req) => {
                         RaftRpcReply::InstallSnapshot(raft.install_snapshot(req).await)
                     }
+                    // Answered above, before the group's lookup: never here.
+                    RaftRpc::Leaders(_) => RaftRpcReply::Leaders(Vec::new()),
                 }),
             };
             match encode_frame(&CallAnswer { id: call.id, reply }) {

@@ -121,6 +121,10 @@ pub enum RaftRpc {
     Vote(VoteRequest<NodeId>),
     /// `install_snapshot` (one chunk).
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// Not raft's: who leads each of these groups as the peer's replicas see it, for a node
+    /// that holds no replica of them ([`super::mux::Mux::leaders`]). A host answers for the
+    /// groups it hosts; a single replica's connection answers none.
+    Leaders(Vec<crate::GroupId>),
 }
 
 /// The answer to a [`RaftRpc`]: the local `Raft`'s result, error included.
@@ -135,6 +139,8 @@ pub enum RaftRpcReply {
     InstallSnapshot(
         Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
     ),
+    /// To `Leaders`: the asked groups the peer hosts, each as its replica sees it.
+    Leaders(Vec<super::mux::GroupLeader>),
 }
 
 /// The network factory a replica gives its `Raft`: connections to the peers' addresses.
@@ -275,6 +281,7 @@ async fn serve_connection(stream: TcpStream, raft: Raft) -> io::Result<()> {
             RaftRpc::InstallSnapshot(req) => {
                 RaftRpcReply::InstallSnapshot(raft.install_snapshot(req).await)
             }
+            RaftRpc::Leaders(_) => RaftRpcReply::Leaders(Vec::new()),
         };
         write_frame(&mut w, &reply).await?;
     }
