@@ -18,8 +18,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::cluster::*;
 use common::netsplit::{Cut, Links};
+use common::wire::str_bytes;
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
+
+const GROUP: &str = "partitioned-group";
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -53,8 +56,44 @@ fn partitioned_cluster() -> (Cluster, Links) {
         "{:?}",
         created.topics[0].error_message
     );
-    c.leaders(TOPIC, PARTITIONS);
+    // Each partition led by its preferred replica (where the balancer moves it), so that
+    // node 1 leads partition 0 and the metadata and offsets groups.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.leaders(TOPIC, PARTITIONS) != BTreeMap::from([(0, 1), (1, 2), (2, 3)]) {
+        assert!(
+            Instant::now() < deadline,
+            "not led by the preferred replicas"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     (c, links)
+}
+
+/// `until` holds within 15 s, asked every 100 ms.
+fn eventually(what: &str, mut until: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !until() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The coordinator of `group` as node `on` names it (-1: none).
+fn coordinator_named_by(c: &Cluster, on: i32, group: &str) -> i32 {
+    let answer = connect(c.kafka[&on]).and_then(|mut s| {
+        call::<_, FindCoordinatorResponse>(
+            &mut s,
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(0)
+                .with_coordinator_keys(vec![str_bytes(group)]),
+        )
+    });
+    match answer {
+        Ok(r) if r.coordinators[0].error_code == 0 => r.coordinators[0].node_id.0,
+        _ => -1,
+    }
 }
 
 fn produce_for(c: &Cluster, producer: &mut Producer, time: Duration, next: &mut i32) {
@@ -99,8 +138,10 @@ fn probe(
 }
 
 /// The leader of a partition is cut off from both other nodes for several election timeouts
-/// (each round another partition's leader; node 1, the preferred leader of the metadata and
-/// offsets groups, in the first), while the producer goes on, then the links heal. The old
+/// (each round another partition's leader; node 1, which also leads the metadata and offsets
+/// groups, in the first), while the producer goes on, then the links heal. While the
+/// controller is cut off the majority's new controller creates a topic, which the old one
+/// learns once healed; a group's offsets committed before survive the coordinator's move. The old
 /// leader still takes a batch sent to it (it cannot know it lost its majority): that batch is
 /// never acknowledged, and is in no log afterwards; the producer, after its patience runs out,
 /// finds the leader the majority elected and writes there. Half the rounds cut as a black hole
@@ -112,6 +153,10 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
     producer.patience = Duration::from_millis(1000);
     let mut next = 0;
     produce_for(&c, &mut producer, Duration::from_millis(500), &mut next);
+    let mut member = GroupMember::join(&c, GROUP);
+    let committed = BTreeMap::from([(0, 5), (1, 6), (2, 7)]);
+    assert_eq!(member.commit(&c, TOPIC, &committed), vec![0; 3]);
+    let mut created = Vec::new();
     for round in 0..rounds() {
         let partition = round as i32 % PARTITIONS;
         let victim = c.leaders(TOPIC, PARTITIONS)[&partition];
@@ -132,6 +177,22 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
         let zombie = probe(&c, victim, partition, round, cut_time() + Duration::from_secs(20));
         produce_for(&c, &mut producer, cut_time(), &mut next);
         let during = acked_of(&producer, partition) - before;
+        if controller == victim {
+            // The majority's metadata group elects a controller, which creates a topic while
+            // the old one is cut off; the offsets group a coordinator.
+            let mut new_controller = -1;
+            eventually("the majority names a controller of its own", || {
+                new_controller = c.metadata(others[0], None).map_or(-1, |m| m.controller_id.0);
+                others.contains(&new_controller)
+            });
+            let name = format!("made-while-cut-{round}");
+            let r = c.create_topic(new_controller, &name, 1, 3).unwrap();
+            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+            created.push(name);
+            eventually("the majority names a coordinator of its own", || {
+                others.contains(&coordinator_named_by(&c, others[0], GROUP))
+            });
+        }
         // The majority elected a leader and the producer wrote there while the cut lasted.
         let majority_leader = c.metadata(others[0], Some(&[TOPIC])).unwrap().topics[0]
             .partitions[partition as usize]
@@ -153,9 +214,18 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
             !matches!(answer, Ok((0, _))),
             "round {round}: the cut-off leader acknowledged an append: {answer:?}"
         );
-        // Whole again: every node knows every leader.
+        // Whole again: every node knows every leader, and the topics made while it was cut.
         c.leaders(TOPIC, PARTITIONS);
+        for name in &created {
+            c.leaders(name, 1);
+        }
     }
+    assert!(!created.is_empty(), "the controller was never cut off");
+    // The group's offsets, committed before the coordinator was cut off, are still there.
+    assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
+    let moved = BTreeMap::from([(0, 8), (1, 9), (2, 10)]);
+    assert_eq!(member.commit(&c, TOPIC, &moved), vec![0; 3]);
+    assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), moved);
     eprintln!(
         "acknowledged {} batches, {} retries",
         producer.acked.values().map(Vec::len).sum::<usize>(),
