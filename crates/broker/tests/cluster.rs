@@ -128,6 +128,19 @@ fn a_cluster_answers_as_kafka_does() {
         .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("t"))
         .unwrap();
     assert!(!t.topic_id.is_nil());
+    // `__consumer_offsets` is listed as Kafka lists it: internal, one partition here, led by
+    // the group coordinator.
+    let offsets = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("__consumer_offsets"))
+        .unwrap();
+    assert!(offsets.is_internal);
+    assert_eq!(offsets.partitions.len(), 1);
+    assert_eq!(
+        offsets.partitions[0].leader_id.0,
+        c.group_coordinator("any").unwrap()
+    );
     for p in &t.partitions {
         assert_eq!(p.error_code, 0);
         assert_eq!(p.leader_id.0, leaders[&p.partition_index]);
