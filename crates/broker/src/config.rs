@@ -924,7 +924,12 @@ mod tests {
         let mut dial = with(three);
         dial.extend(["--cluster-dial", "2=127.0.0.1:7000"]);
         assert_eq!(
-            config(&dial).unwrap().cluster.unwrap().dial_addr(2).unwrap(),
+            config(&dial)
+                .unwrap()
+                .cluster
+                .unwrap()
+                .dial_addr(2)
+                .unwrap(),
             "127.0.0.1:7000"
         );
         assert!(

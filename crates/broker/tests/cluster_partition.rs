@@ -174,7 +174,13 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
         let before = acked_of(&producer, partition);
         links.split(&[victim], &others, how);
         // The old leader takes the batch into its log, and cannot commit it.
-        let zombie = probe(&c, victim, partition, round, cut_time() + Duration::from_secs(20));
+        let zombie = probe(
+            &c,
+            victim,
+            partition,
+            round,
+            cut_time() + Duration::from_secs(20),
+        );
         produce_for(&c, &mut producer, cut_time(), &mut next);
         let during = acked_of(&producer, partition) - before;
         if controller == victim {
@@ -182,7 +188,9 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
             // the old one is cut off; the offsets group a coordinator.
             let mut new_controller = -1;
             eventually("the majority names a controller of its own", || {
-                new_controller = c.metadata(others[0], None).map_or(-1, |m| m.controller_id.0);
+                new_controller = c
+                    .metadata(others[0], None)
+                    .map_or(-1, |m| m.controller_id.0);
                 others.contains(&new_controller)
             });
             let name = format!("made-while-cut-{round}");
@@ -194,8 +202,8 @@ fn a_leader_cut_off_from_both_others_acknowledges_nothing_and_heals_without_loss
             });
         }
         // The majority elected a leader and the producer wrote there while the cut lasted.
-        let majority_leader = c.metadata(others[0], Some(&[TOPIC])).unwrap().topics[0]
-            .partitions[partition as usize]
+        let majority_leader = c.metadata(others[0], Some(&[TOPIC])).unwrap().topics[0].partitions
+            [partition as usize]
             .leader_id
             .0;
         assert!(
@@ -262,7 +270,10 @@ fn a_link_cut_between_leader_and_one_follower_heals_without_loss() {
         produce_for(&c, &mut producer, Duration::from_millis(500), &mut next);
         c.leaders(TOPIC, PARTITIONS);
         let m = c.metadata(leader, Some(&[TOPIC])).unwrap();
-        epochs.insert(round, m.topics[0].partitions[partition as usize].leader_epoch);
+        epochs.insert(
+            round,
+            m.topics[0].partitions[partition as usize].leader_epoch,
+        );
     }
     eprintln!(
         "acknowledged {} batches, {} retries; leader epochs after each round {epochs:?}",

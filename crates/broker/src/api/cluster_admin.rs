@@ -23,11 +23,11 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{api_versions, cluster_data, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
-use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use oncelog::PartitionConfig;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the

@@ -143,9 +143,9 @@ impl ClusterNodes {
             if id == self.me {
                 return Err(bad(entry, "this node does not dial itself"));
             }
-            let port_ok = addr
-                .rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
+            let port_ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+            });
             if !port_ok {
                 return Err(bad(entry, "expected HOST:PORT with a port from 1 to 65535"));
             }

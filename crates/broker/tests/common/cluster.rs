@@ -129,7 +129,13 @@ impl Cluster {
     pub fn launch(&mut self, id: i32) {
         let id_flag = id.to_string();
         let mut flags = vec!["--node-id", &id_flag, "--cluster", &self.spec];
-        flags.extend(self.flags.get(&id).into_iter().flatten().map(String::as_str));
+        flags.extend(
+            self.flags
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
+        );
         let node = BrokerProcess::start(&self.dirs[&id], &flags);
         assert_eq!(node.addr, self.kafka[&id]);
         self.nodes.insert(id, node);
@@ -437,7 +443,13 @@ pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Pr
                     BatchIter::new(b)
                         .map(|item| {
                             let (pos, batch) = item.unwrap();
-                            (pos, batch.base_offset(), batch.partition_leader_epoch(), batch.is_control(), batch.base_sequence())
+                            (
+                                pos,
+                                batch.base_offset(),
+                                batch.partition_leader_epoch(),
+                                batch.is_control(),
+                                batch.base_sequence(),
+                            )
                         })
                         .filter(|(pos, ..)| *pos + 200 >= at && *pos <= at + 200)
                         .collect()
