@@ -281,3 +281,48 @@ fn a_link_cut_between_leader_and_one_follower_heals_without_loss() {
     );
     check_acknowledged_once_and_replicas_agree(&mut c, &producer);
 }
+
+/// A JoinGroup waiting for a rebalance when its coordinator stops leading the offsets group
+/// (the node cut off, then healed: it learns the majority's term and steps down) is answered
+/// NOT_COORDINATOR, as Kafka answers the joins of a group it unloads, so the client finds the
+/// new coordinator and joins there. (It was answered as joined, with no error, generation 0
+/// and no member id, which Kafka's Java consumer takes for a leadership with no protocol and
+/// fails on.)
+#[test]
+fn a_join_waiting_when_the_coordinator_moves_is_answered_not_coordinator() {
+    let (c, links) = partitioned_cluster();
+    let group = "moving-group";
+    // One member joined: a second member's join waits for it to join again (60 s at most).
+    let _first = GroupMember::join(&c, group);
+    let coordinator = c.group_coordinator(group).unwrap();
+    let addr = c.kafka[&coordinator];
+    let second = std::thread::spawn(move || -> std::io::Result<JoinGroupResponse> {
+        let mut s = connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(50)))?;
+        call(
+            &mut s,
+            ApiKey::JoinGroup,
+            3,
+            &JoinGroupRequest::default()
+                .with_group_id(GroupId(str_bytes(group)))
+                .with_session_timeout_ms(60_000)
+                .with_rebalance_timeout_ms(60_000)
+                .with_member_id(str_bytes(""))
+                .with_protocol_type(str_bytes("consumer"))
+                .with_protocols(vec![join_group_request::JoinGroupRequestProtocol::default(
+                )
+                .with_name(str_bytes("range"))
+                .with_metadata(Bytes::from_static(b"sub"))]),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let others: Vec<i32> = (1..=3).filter(|id| *id != coordinator).collect();
+    eprintln!("coordinator {coordinator} cut off from {others:?} while a join waits");
+    links.split(&[coordinator], &others, Cut::Reset);
+    eventually("the majority names a coordinator of its own", || {
+        others.contains(&coordinator_named_by(&c, others[0], group))
+    });
+    links.heal();
+    let answer = second.join().unwrap().unwrap();
+    assert_eq!(answer.error_code, NOT_COORDINATOR, "{answer:?}");
+}
