@@ -14,14 +14,15 @@
 #                                             against a broker already running there (Kafka 4.4
 #                                             from ../shared/kafka-oracle/kafka.sh, to compare)
 #
-# Without KGO_SEEDS it starts oncelog-broker (three nodes of one cluster with
-# ONCELOG_KGO_CLUSTER=1, KGO_TEST_RF=3) ($ONCELOG_BROKER_BIN, else the debug build of
-# `cargo build -p oncelog-broker`) on a free port over a fresh data directory, stopping it
-# (SIGTERM) at the end. Needs `go` (1.23+) and the module proxy (GOPROXY). Per test: PASS, SKIP
+# Without KGO_SEEDS it starts oncelog-broker ($ONCELOG_BROKER_BIN, else the debug build of
+# `cargo build -p oncelog-broker`) on a free port over a fresh data directory (with
+# ONCELOG_KGO_CLUSTER=1 three nodes of one cluster, each over its own), stopping it (SIGTERM)
+# at the end. Needs `go` (1.23+) and the module proxy (GOPROXY). Per test: PASS, SKIP
 # or FAIL and seconds on stdout, its output in $CARGO_TARGET_DIR/kgo/logs/BROKER/NAME.log (BROKER:
 # `oncelog`, with the broker's own log as broker.log, `oncelog-cluster` with nodeN.log, or the
 # KGO_SEEDS address).
-# Environment given to the tests: KGO_TEST_RF=1 (one broker), KGO_TEST_RECORDS (default 2000,
+# Environment given to the tests: KGO_TEST_RF (1, or 3 against the cluster; a value already set
+# is kept, e.g. for a Kafka cluster at KGO_SEEDS), KGO_TEST_RECORDS (default 2000,
 # franz-go's own default is 500000), KGO_LOG_LEVEL=info; ONCELOG_KGO_TIMEOUT seconds per test (180).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
