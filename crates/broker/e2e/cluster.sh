@@ -25,8 +25,11 @@ else
     records=5000 rounds=3 group=0
 fi
 # The VerifiableConsumer group runs in the long form (or with ONCELOG_CLUSTER_GROUP=1): in one
-# CI run of the short form it read no record, cause not known yet (cluster.py prints its
-# stderr on a failure now); tests/cluster.rs's group tests run in CI.
+# CI run of the short form it read no record (cluster.py prints its stderr on a failure now).
+# A probable cause, found since and fixed: a JoinGroup waiting when the offsets group's
+# leadership moved (the balancer moves it to node 1 soon after start; a kill moves it) was
+# answered as joined with no member id and no protocol, on which the Java consumer throws
+# (tests/cluster_partition.rs reproduces the move). tests/cluster.rs's group tests run in CI.
 export ONCELOG_CLUSTER_GROUP="${ONCELOG_CLUSTER_GROUP:-$group}"
 bin="${ONCELOG_BROKER_BIN:-}"
 if [ -z "$bin" ]; then

@@ -6,16 +6,23 @@
 #   crates/broker/e2e/kgo.sh                  the tests marked `quick` in kgo-tests.txt (CI)
 #   ONCELOG_KGO=full crates/broker/e2e/kgo.sh every test of kgo-tests.txt (those Kafka 4.4 passes)
 #   crates/broker/e2e/kgo.sh TestA TestB ...  these tests only
+#   ONCELOG_KGO_CLUSTER=1 crates/broker/e2e/kgo.sh
+#                                             against a 3-node cluster (`--cluster`, RF 3): the
+#                                             tests of the list with no fourth column (see
+#                                             kgo-tests.txt), or those named
 #   KGO_SEEDS=127.0.0.1:19092 crates/broker/e2e/kgo.sh ...
 #                                             against a broker already running there (Kafka 4.4
 #                                             from ../shared/kafka-oracle/kafka.sh, to compare)
 #
 # Without KGO_SEEDS it starts oncelog-broker ($ONCELOG_BROKER_BIN, else the debug build of
-# `cargo build -p oncelog-broker`) on a free port over a fresh data directory, stopping it
-# (SIGTERM) at the end. Needs `go` (1.23+) and the module proxy (GOPROXY). Per test: PASS, SKIP
+# `cargo build -p oncelog-broker`) on a free port over a fresh data directory (with
+# ONCELOG_KGO_CLUSTER=1 three nodes of one cluster, each over its own), stopping it (SIGTERM)
+# at the end. Needs `go` (1.23+) and the module proxy (GOPROXY). Per test: PASS, SKIP
 # or FAIL and seconds on stdout, its output in $CARGO_TARGET_DIR/kgo/logs/BROKER/NAME.log (BROKER:
-# `oncelog`, with the broker's own log as broker.log, or the KGO_SEEDS address).
-# Environment given to the tests: KGO_TEST_RF=1 (one broker), KGO_TEST_RECORDS (default 2000,
+# `oncelog`, with the broker's own log as broker.log, `oncelog-cluster` with nodeN.log, or the
+# KGO_SEEDS address).
+# Environment given to the tests: KGO_TEST_RF (1, or 3 against the cluster; a value already set
+# is kept, e.g. for a Kafka cluster at KGO_SEEDS), KGO_TEST_RECORDS (default 2000,
 # franz-go's own default is 500000), KGO_LOG_LEVEL=info; ONCELOG_KGO_TIMEOUT seconds per test (180).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,12 +49,14 @@ if [ ! -x "$BIN" ] || [ ! -d "$SRC/pkg/kgo" ]; then
 fi
 
 # Which tests: the arguments, else the list (all of it, or the `quick` ones).
+cluster="${ONCELOG_KGO_CLUSTER:-}"
+[ "$cluster" = 0 ] && cluster=""
 if [ $# -gt 0 ]; then
     tests=("$@")
 elif [ "${ONCELOG_KGO:-}" = full ]; then
-    mapfile -t tests < <(grep -v '^#' "$LIST" | awk 'NF && $2 != "missing" {print $1}')
+    mapfile -t tests < <(grep -v '^#' "$LIST" | awk -v c="$cluster" 'NF && $2 != "missing" && !(c && NF > 3) {print $1}')
 else
-    mapfile -t tests < <(grep -v '^#' "$LIST" | awk '$2 == "quick" {print $1}')
+    mapfile -t tests < <(grep -v '^#' "$LIST" | awk -v c="$cluster" '$2 == "quick" && !(c && NF > 3) {print $1}')
 fi
 
 source "$HERE/broker.sh"
@@ -55,8 +64,14 @@ data=""
 logs=""
 cleanup() {
     stop_broker
+    stop_cluster
     if [ -n "$data" ]; then
-        [ -z "$logs" ] || cp "$data/broker.log" "$logs/broker.log" 2>/dev/null || true
+        if [ -n "$logs" ]; then
+            cp "$data/broker.log" "$logs/broker.log" 2>/dev/null || true
+            for n in 1 2 3; do
+                cp "$data/node$n/broker.log" "$logs/node$n.log" 2>/dev/null || true
+            done
+        fi
         rm -rf "$data"
     fi
 }
@@ -66,15 +81,21 @@ if [ -z "${KGO_SEEDS:-}" ]; then
     data="$(mktemp -d "${TMPDIR:-/tmp}/oncelog-kgo.XXXXXX")"
     # Small segments: franz-go's tests create many topics, and each active segment is
     # allocated whole.
-    start_broker "$data" --segment-bytes 8388608 --prefault-bytes 0
+    if [ -n "$cluster" ]; then
+        start_cluster "$data" --segment-bytes 8388608 --prefault-bytes 0
+    else
+        start_broker "$data" --segment-bytes 8388608 --prefault-bytes 0
+    fi
     export KGO_SEEDS="$BROKER_ADDR"
 fi
-export KGO_TEST_RF=1 KGO_TEST_RECORDS="${KGO_TEST_RECORDS:-2000}" KGO_LOG_LEVEL="${KGO_LOG_LEVEL:-info}"
+rf=1
+[ -z "$cluster" ] || rf=3
+export KGO_TEST_RF="${KGO_TEST_RF:-$rf}" KGO_TEST_RECORDS="${KGO_TEST_RECORDS:-2000}" KGO_LOG_LEVEL="${KGO_LOG_LEVEL:-info}"
 echo "kgo.sh: franz-go $VERSION, ${#tests[@]} tests against $KGO_SEEDS"
 
 # One log folder per broker compared.
 logs="$WORK/logs/${KGO_SEEDS//[:,]/_}"
-[ -z "$data" ] || logs="$WORK/logs/oncelog"
+[ -z "$data" ] || logs="$WORK/logs/oncelog${cluster:+-cluster}"
 rm -rf "$logs"
 mkdir -p "$logs"
 failed=()

@@ -246,6 +246,12 @@ pub struct Args {
     /// than manual and log-append-time timestamps are refused with it.
     #[arg(long, value_name = "ID=HOST:KAFKA_PORT:RAFT_PORT,...")]
     pub cluster: Option<String>,
+
+    /// For tests: dial these peers' raft listeners at HOST:PORT instead of their --cluster
+    /// entries (a proxy that can cut the link in between). The cluster, its id and every
+    /// listener stay as --cluster names them. Needs --cluster.
+    #[arg(long, value_name = "ID=HOST:PORT,...", requires = "cluster")]
+    pub cluster_dial: Option<String>,
 }
 
 /// The read cache's default budget (`--tier-cache-bytes`).
@@ -488,10 +494,16 @@ impl Args {
                 "cannot be given with --cluster (replicas must store the same bytes)",
             );
         }
-        match ClusterNodes::parse(value, self.node_id) {
-            Ok(nodes) => Ok(Some(nodes)),
-            Err(e) => refuse("cluster", e.entry, e.rule),
+        let mut nodes = match ClusterNodes::parse(value, self.node_id) {
+            Ok(nodes) => nodes,
+            Err(e) => return refuse("cluster", e.entry, e.rule),
+        };
+        if let Some(dial) = &self.cluster_dial {
+            if let Err(e) = nodes.dial_through(dial) {
+                return refuse("cluster-dial", e.entry, e.rule);
+            }
         }
+        Ok(Some(nodes))
     }
 
     /// The tiered-storage flags, checked: each refusal names its flag. A tiering setting
@@ -904,6 +916,25 @@ mod tests {
             &with("1=127.0.0.1:9092:9192,2=127.0.0.1:9192:9193"),
             "cluster",
             "another node",
+        );
+        // A dial address that is not a peer's.
+        let mut dial = with(three);
+        dial.extend(["--cluster-dial", "1=127.0.0.1:7000"]);
+        refused(&dial, "cluster-dial", "does not dial itself");
+        let mut dial = with(three);
+        dial.extend(["--cluster-dial", "2=127.0.0.1:7000"]);
+        assert_eq!(
+            config(&dial)
+                .unwrap()
+                .cluster
+                .unwrap()
+                .dial_addr(2)
+                .unwrap(),
+            "127.0.0.1:7000"
+        );
+        assert!(
+            Args::try_parse_from(["oncelog-broker", "--cluster-dial", "2=127.0.0.1:7000"]).is_err(),
+            "needs --cluster"
         );
         // This node missing.
         refused(

@@ -67,60 +67,7 @@ fn acknowledged_records_survive_leader_kills_once_each_and_replicas_agree() {
     );
     assert!(producer.retries > 0, "the kills were not felt");
 
-    let leaders = c.leaders(TOPIC, PARTITIONS);
-    let mut ends = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, high_watermark) = fetch_all(&c, leaders[&p], p);
-        let found = batches(&bytes);
-        // Dense: each batch starts where the one before it ended (the raft heads are control
-        // batches among the data).
-        for w in found.windows(2) {
-            assert_eq!(
-                w[1].0,
-                w[0].1 + 1,
-                "partition {p}: a gap or overlap at {:?}",
-                w[1]
-            );
-        }
-        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
-        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
-        assert_eq!(
-            sequences.len(),
-            data.len(),
-            "partition {p}: a batch stored twice"
-        );
-        let acked = &producer.acked[&p];
-        for (sequence, base) in acked {
-            assert!(
-                data.iter()
-                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
-                "partition {p}: acknowledged seq {sequence} at {base} not found"
-            );
-        }
-        // Nothing beyond what was acknowledged but the batch in flight at the end (none: the
-        // producer waits for each).
-        assert_eq!(
-            data.len(),
-            acked.len(),
-            "partition {p}: unacknowledged batches stored"
-        );
-        ends.insert(p, (high_watermark, bytes));
-    }
-
-    // Every replica holds the same batches: stop the nodes cleanly, read their logs.
-    std::thread::sleep(Duration::from_secs(1));
-    for node in c.nodes.values_mut() {
-        assert!(node.terminate().success());
-    }
-    for (p, (end, leader_bytes)) in &ends {
-        for (id, dir) in &c.dirs {
-            let bytes = replica_bytes(dir, *p, *end);
-            assert!(
-                bytes == *leader_bytes,
-                "node {id} partition {p}: another log than the leader's"
-            );
-        }
-    }
+    check_acknowledged_once_and_replicas_agree(&mut c, &producer);
 }
 
 #[test]
@@ -181,6 +128,19 @@ fn a_cluster_answers_as_kafka_does() {
         .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("t"))
         .unwrap();
     assert!(!t.topic_id.is_nil());
+    // `__consumer_offsets` is listed as Kafka lists it: internal, one partition here, led by
+    // the group coordinator.
+    let offsets = m
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("__consumer_offsets"))
+        .unwrap();
+    assert!(offsets.is_internal);
+    assert_eq!(offsets.partitions.len(), 1);
+    assert_eq!(
+        offsets.partitions[0].leader_id.0,
+        c.group_coordinator("any").unwrap()
+    );
     for p in &t.partitions {
         assert_eq!(p.error_code, 0);
         assert_eq!(p.leader_id.0, leaders[&p.partition_index]);

@@ -518,6 +518,13 @@ impl Host {
         self.mux.leaders(node, &peer.addr, groups).await
     }
 
+    /// Dials peer `node` at `addr` instead of the address its groups' memberships name (a
+    /// test's proxy in between, to cut the link); the memberships, replicated and the same
+    /// on every node, stay as they are.
+    pub fn dial_through(&self, node: NodeId, addr: String) {
+        self.mux.dial_through(node, addr);
+    }
+
     /// The frames this node sent to its peers, and the writes that carried them.
     pub fn sent(&self) -> (u64, u64) {
         self.mux.counts()

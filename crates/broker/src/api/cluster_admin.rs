@@ -23,6 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{api_versions, cluster_data, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
@@ -128,10 +129,19 @@ fn metadata(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> 
     };
     let image = cluster.image().clone();
     let topics = match wanted {
-        None => image.topics().map(|t| describe(cluster, t)).collect(),
+        None => std::iter::once(offsets_topic(cluster))
+            .chain(image.topics().map(|t| describe(cluster, t)))
+            .collect(),
         Some(wanted) => wanted
             .into_iter()
             .map(|w| {
+                let offsets = match &w.name {
+                    Some(name) => name.0.as_str() == OFFSETS_TOPIC,
+                    None => w.topic_id == OFFSETS_TOPIC_ID,
+                };
+                if offsets {
+                    return offsets_topic(cluster);
+                }
                 let found = match &w.name {
                     Some(name) => image.topic(name),
                     None => image.topic_by_id(w.topic_id),
@@ -166,6 +176,30 @@ fn metadata(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> 
         .with_controller_id(BrokerId(cluster.controller().unwrap_or(-1)))
         .with_topics(topics);
     Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// `__consumer_offsets` as the single broker describes it (an internal topic of one partition,
+/// api/metadata.rs), its replicas every node and its leader the group coordinator (the
+/// offsets group's leader; LEADER_NOT_AVAILABLE while none is known), listed among all topics
+/// as Kafka lists it, so pattern subscriptions that leave internal topics out see it as
+/// internal. Its records are not served (the partition APIs answer it as unknown).
+fn offsets_topic(cluster: &Cluster) -> MetadataResponseTopic {
+    let nodes: Vec<BrokerId> = cluster.nodes.ids().into_iter().map(BrokerId).collect();
+    let leader = cluster.coordinator();
+    MetadataResponseTopic::default()
+        .with_name(Some(TopicName(StrBytes::from_static_str(OFFSETS_TOPIC))))
+        .with_topic_id(OFFSETS_TOPIC_ID)
+        .with_is_internal(true)
+        .with_partitions(vec![MetadataResponsePartition::default()
+            .with_error_code(match leader {
+                Some(_) => 0,
+                None => ResponseError::LeaderNotAvailable.code(),
+            })
+            .with_partition_index(0)
+            .with_leader_id(BrokerId(leader.unwrap_or(-1)))
+            .with_leader_epoch(-1)
+            .with_replica_nodes(nodes.clone())
+            .with_isr_nodes(nodes)])
 }
 
 /// A topic as this node sees it: per partition raft's leader and term, the replicas and those

@@ -30,7 +30,7 @@ use kafka_protocol::ResponseError;
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::{self, Request};
-use crate::coordinator::{Groups, JoinRequest};
+use crate::coordinator::{Groups, JoinRequest, Joined, Synced};
 use crate::group_metadata::GroupMetadata;
 use crate::offsets_log::{Committed, OffsetKey, OffsetsLog, OffsetsLogError};
 
@@ -324,11 +324,21 @@ pub fn join_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
         supports_skip_assignment: request.version >= 9,
     });
     let (correlation_id, version) = (request.correlation_id, request.version);
+    let asked_member_id = s(&body.member_id);
     let broker = Arc::clone(broker);
     Ok(Reply::Later(tokio::spawn(async move {
         // A static member's replacement is answered once stored.
         store_group_records(&broker).await;
-        let joined = rx.await.unwrap_or_default();
+        // No answer (the waiting join was dropped): the coordinator's groups were unloaded,
+        // in a cluster when this node stopped leading the offsets group. Kafka answers the
+        // joins of a group it unloads NOT_COORDINATOR; a default answer would read as joined
+        // with no error, generation 0 and no member id or protocol.
+        let joined = rx.await.unwrap_or_else(|_| Joined {
+            error: Some(ResponseError::NotCoordinator),
+            generation: -1,
+            member_id: asked_member_id,
+            ..Joined::default()
+        });
         let members = joined
             .members
             .into_iter()
@@ -369,7 +379,11 @@ pub fn sync_group(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Hand
     Ok(Reply::Later(tokio::spawn(async move {
         // The leader's assignment is answered to every member once stored.
         store_group_records(&broker).await;
-        let synced = rx.await.unwrap_or_default();
+        // No answer: the groups were unloaded (see join_group).
+        let synced = rx.await.unwrap_or_else(|_| Synced {
+            error: Some(ResponseError::NotCoordinator),
+            ..Synced::default()
+        });
         let response = SyncGroupResponse::default()
             .with_error_code(crate::errors::code(synced.error))
             .with_protocol_type(opt(synced.protocol_type))

@@ -157,6 +157,9 @@ impl Cluster {
             ReplicaConfig::default(),
         )
         .map_err(host_error)?;
+        for (id, addr) in &nodes.dial {
+            host.dial_through(*id as u64, addr.clone());
+        }
         let host = Arc::new(host);
         let addr = nodes.own().raft_addr();
         let listener = TcpListener::bind(&addr)

@@ -32,6 +32,9 @@ pub struct ClusterNodes {
     pub me: i32,
     /// Every node, this one included.
     pub nodes: BTreeMap<i32, NodeAddress>,
+    /// `--cluster-dial`: where this node dials some peers' raft listeners instead of their
+    /// `--cluster` entries (a test's proxy in between); not part of the cluster's identity.
+    pub dial: BTreeMap<i32, String>,
 }
 
 /// What is wrong with a `--cluster` value: the entry (or the whole value) and the rule.
@@ -106,13 +109,61 @@ impl ClusterNodes {
         if !nodes.contains_key(&me) {
             return Err(bad(value, "does not name this node (--node-id)"));
         }
-        Ok(ClusterNodes { me, nodes })
+        Ok(ClusterNodes {
+            me,
+            nodes,
+            dial: BTreeMap::new(),
+        })
     }
 
     /// This node's address.
     pub fn own(&self) -> &NodeAddress {
         // `parse` checked that `me` is among the nodes.
         &self.nodes[&self.me]
+    }
+
+    /// Parses `--cluster-dial ID=HOST:PORT,...`: where this node dials the raft listeners of
+    /// the peers it names. Each must be another node of the cluster, named once.
+    pub fn dial_through(&mut self, value: &str) -> Result<(), NodesError> {
+        let bad = |entry: &str, rule| NodesError {
+            entry: entry.to_string(),
+            rule,
+        };
+        for entry in value.split(',').map(str::trim) {
+            let Some((id, addr)) = entry.split_once('=') else {
+                return Err(bad(entry, "expected ID=HOST:PORT"));
+            };
+            let id: i32 = id
+                .trim()
+                .parse()
+                .map_err(|_| bad(entry, "the node id is not a number"))?;
+            if !self.nodes.contains_key(&id) {
+                return Err(bad(entry, "not a node of --cluster"));
+            }
+            if id == self.me {
+                return Err(bad(entry, "this node does not dial itself"));
+            }
+            let port_ok = addr.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0)
+            });
+            if !port_ok {
+                return Err(bad(entry, "expected HOST:PORT with a port from 1 to 65535"));
+            }
+            if self.dial.insert(id, addr.to_string()).is_some() {
+                return Err(bad(entry, "the node id is named twice"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where this node dials node `id`'s raft listener: its `--cluster-dial` entry, else its
+    /// `--cluster` entry. The raft memberships name the `--cluster` entries on every node (the
+    /// replicas' logs stay the same); only the connections go elsewhere.
+    pub fn dial_addr(&self, id: i32) -> Option<String> {
+        self.dial
+            .get(&id)
+            .cloned()
+            .or_else(|| self.nodes.get(&id).map(NodeAddress::raft_addr))
     }
 
     /// The node ids, in order.
@@ -136,5 +187,29 @@ mod tests {
         assert_eq!(c.own().kafka_port, 9093);
         assert_eq!(c.nodes[&3].host, "::1");
         assert_eq!(c.nodes[&1].raft_addr(), "127.0.0.1:9192");
+    }
+
+    #[test]
+    fn dialing_a_peer_elsewhere_leaves_the_cluster_as_named() {
+        let spec = "1=127.0.0.1:9092:9192,2=127.0.0.1:9093:9193,3=127.0.0.1:9094:9194";
+        let mut c = ClusterNodes::parse(spec, 1).unwrap();
+        c.dial_through("3=127.0.0.1:7000").unwrap();
+        assert_eq!(c.dial_addr(3).unwrap(), "127.0.0.1:7000");
+        assert_eq!(c.dial_addr(2).unwrap(), "127.0.0.1:9193");
+        assert_eq!(c.nodes, ClusterNodes::parse(spec, 1).unwrap().nodes);
+        for (value, rule) in [
+            ("3", "expected ID=HOST:PORT"),
+            ("x=127.0.0.1:7000", "not a number"),
+            ("4=127.0.0.1:7000", "not a node of --cluster"),
+            ("1=127.0.0.1:7000", "does not dial itself"),
+            ("2=127.0.0.1", "expected HOST:PORT"),
+            ("2=:7000", "expected HOST:PORT"),
+            ("2=127.0.0.1:0", "expected HOST:PORT"),
+            ("2=127.0.0.1:7000,2=127.0.0.1:7001", "named twice"),
+        ] {
+            let mut c = ClusterNodes::parse(spec, 1).unwrap();
+            let e = c.dial_through(value).unwrap_err();
+            assert!(e.rule.contains(rule), "{value}: {e}");
+        }
     }
 }

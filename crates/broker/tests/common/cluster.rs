@@ -80,6 +80,11 @@ pub fn free_port() -> u16 {
 pub struct Cluster {
     pub spec: String,
     pub kafka: BTreeMap<i32, SocketAddr>,
+    /// Each node's raft listener.
+    pub raft: BTreeMap<i32, SocketAddr>,
+    /// Each node's flags beyond `--node-id` and `--cluster` (`--cluster-dial` of
+    /// tests/common/netsplit.rs).
+    pub flags: BTreeMap<i32, Vec<String>>,
     pub dirs: BTreeMap<i32, PathBuf>,
     pub nodes: BTreeMap<i32, BrokerProcess>,
     pub _tmp: tempfile::TempDir,
@@ -87,55 +92,73 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
+        let mut c = Cluster::configure();
+        c.launch_all();
+        c
+    }
+
+    /// Three nodes' addresses and directories, none started.
+    pub fn configure() -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let mut kafka = BTreeMap::new();
+        let mut raft = BTreeMap::new();
         let mut entries = Vec::new();
         for id in 1..=3 {
             let (k, r) = (free_port(), free_port());
             kafka.insert(id, SocketAddr::from(([127, 0, 0, 1], k)));
+            raft.insert(id, SocketAddr::from(([127, 0, 0, 1], r)));
             entries.push(format!("{id}=127.0.0.1:{k}:{r}"));
         }
         let spec = entries.join(",");
         let dirs: BTreeMap<i32, PathBuf> = (1..=3)
             .map(|id| (id, tmp.path().join(format!("node-{id}"))))
             .collect();
-        let mut c = Cluster {
+        Cluster {
             spec,
             kafka,
+            raft,
+            flags: BTreeMap::new(),
             dirs,
             nodes: BTreeMap::new(),
             _tmp: tmp,
-        };
-        // Started together: a new cluster forms once every node answered that it holds
-        // nothing (docs/design.md, "A wiped node rejoins under its id"), and a node is ready
-        // (listening for clients) only after that.
+        }
+    }
+
+    pub fn launch(&mut self, id: i32) {
+        let node = self.process(id);
+        self.nodes.insert(id, node);
+    }
+
+    /// Starts the three nodes together: a new cluster forms once every node answered that it
+    /// holds nothing (docs/design.md, "A wiped node rejoins under its id"), and a node is
+    /// ready (listening for clients) only after that, so one at a time would wait forever.
+    pub fn launch_all(&mut self) {
         let nodes: Vec<(i32, BrokerProcess)> = std::thread::scope(|s| {
             let starting: Vec<_> = (1..=3)
                 .map(|id| {
-                    let (dir, spec) = (&c.dirs[&id], &c.spec);
-                    s.spawn(move || {
-                        let id_arg = id.to_string();
-                        let args = ["--node-id", id_arg.as_str(), "--cluster", spec.as_str()];
-                        (id, BrokerProcess::start(dir, &args))
-                    })
+                    let c = &*self;
+                    s.spawn(move || (id, c.process(id)))
                 })
                 .collect();
             starting.into_iter().map(|t| t.join().unwrap()).collect()
         });
-        for (id, node) in nodes {
-            assert_eq!(node.addr, c.kafka[&id]);
-            c.nodes.insert(id, node);
-        }
-        c
+        self.nodes.extend(nodes);
     }
 
-    pub fn launch(&mut self, id: i32) {
-        let node = BrokerProcess::start(
-            &self.dirs[&id],
-            &["--node-id", &id.to_string(), "--cluster", &self.spec],
+    /// Node `id`'s process, started and listening for clients.
+    fn process(&self, id: i32) -> BrokerProcess {
+        let id_flag = id.to_string();
+        let mut flags = vec!["--node-id", &id_flag, "--cluster", &self.spec];
+        flags.extend(
+            self.flags
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .map(String::as_str),
         );
+        let node = BrokerProcess::start(&self.dirs[&id], &flags);
         assert_eq!(node.addr, self.kafka[&id]);
-        self.nodes.insert(id, node);
+        node
     }
 
     pub fn metadata(&self, id: i32, topics: Option<&[&str]>) -> io::Result<MetadataResponse> {
@@ -256,6 +279,9 @@ pub struct Producer {
     /// Per partition, (sequence, base offset) of each acknowledged batch.
     pub acked: BTreeMap<i32, Vec<(i32, i64)>>,
     pub retries: usize,
+    /// How long it waits for an answer before it drops the connection and looks for the
+    /// leader again (a client's request timeout).
+    pub patience: Duration,
 }
 
 impl Producer {
@@ -284,6 +310,7 @@ impl Producer {
             streams: BTreeMap::new(),
             acked: BTreeMap::new(),
             retries: 0,
+            patience: Duration::from_secs(10),
         }
     }
 
@@ -338,23 +365,123 @@ impl Producer {
     ) -> io::Result<(i16, i64)> {
         let s = match self.streams.entry(leader) {
             std::collections::btree_map::Entry::Occupied(s) => s.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => v.insert(connect(c.kafka[&leader])?),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let s = connect(c.kafka[&leader])?;
+                s.set_read_timeout(Some(self.patience))?;
+                v.insert(s)
+            }
         };
         let r: ProduceResponse = call(s, ApiKey::Produce, 9, &produce_request(partition, records))?;
         let p = &r.responses[0].partition_responses[0];
         Ok((p.error_code, p.base_offset))
     }
 
-    /// Learns the leaders from any node that answers.
+    /// Learns the leaders from the nodes that answer: for each partition the leader named
+    /// with the highest leader epoch, as Kafka's clients keep the newest epoch they saw
+    /// (KIP-320), so a leader cut off from the others, which still names itself at its old
+    /// epoch, does not hold the producer once a majority elected another.
     pub fn refresh(&mut self, c: &Cluster) {
+        let mut newest: BTreeMap<i32, (i32, i32)> = BTreeMap::new();
         for id in c.kafka.keys() {
             if let Ok(m) = c.metadata(*id, Some(&[TOPIC])) {
                 for p in &m.topics[0].partitions {
-                    if p.leader_id.0 >= 0 {
-                        self.leaders.insert(p.partition_index, p.leader_id.0);
+                    let seen = newest.entry(p.partition_index).or_insert((-1, -1));
+                    if p.leader_id.0 >= 0 && p.leader_epoch > seen.0 {
+                        *seen = (p.leader_epoch, p.leader_id.0);
                     }
                 }
-                return;
+            }
+        }
+        for (partition, (_, leader)) in newest {
+            if leader >= 0 {
+                self.leaders.insert(partition, leader);
+            }
+        }
+    }
+}
+
+/// What `producer` wrote, checked once the cluster is whole again: on each partition's
+/// leader every acknowledged batch once at its acknowledged offset, nothing else of a
+/// producer (an append no one acknowledged is not there), offsets dense; then every node
+/// stopped cleanly and each replica's log byte for byte the leader's.
+pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Producer) {
+    let leaders = c.leaders(TOPIC, PARTITIONS);
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
+        let found = batches(&bytes);
+        // Dense: each batch starts where the one before it ended (the raft heads are control
+        // batches among the data).
+        for w in found.windows(2) {
+            assert_eq!(
+                w[1].0,
+                w[0].1 + 1,
+                "partition {p}: a gap or overlap at {:?}",
+                w[1]
+            );
+        }
+        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
+        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
+        assert_eq!(
+            sequences.len(),
+            data.len(),
+            "partition {p}: a batch stored twice"
+        );
+        let acked = producer.acked.get(&p).map_or(&[][..], Vec::as_slice);
+        for (sequence, base) in acked {
+            assert!(
+                data.iter()
+                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
+                "partition {p}: acknowledged seq {sequence} at {base} not found"
+            );
+        }
+        // Nothing beyond what was acknowledged (the producer waits for each batch, so none is
+        // in flight at the end).
+        assert_eq!(
+            data.len(),
+            acked.len(),
+            "partition {p}: unacknowledged batches stored"
+        );
+        ends.insert(p, (high_watermark, bytes));
+    }
+
+    // Every replica holds the same batches: stop the nodes cleanly, read their logs.
+    std::thread::sleep(Duration::from_secs(1));
+    for node in c.nodes.values_mut() {
+        assert!(node.terminate().success());
+    }
+    for (p, (end, leader_bytes)) in &ends {
+        for (id, dir) in &c.dirs {
+            let bytes = replica_bytes(dir, *p, *end);
+            if bytes != *leader_bytes {
+                let at = bytes
+                    .iter()
+                    .zip(leader_bytes.iter())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(bytes.len().min(leader_bytes.len()));
+                let differ = |b: &[u8]| -> Vec<_> {
+                    BatchIter::new(b)
+                        .map(|item| {
+                            let (pos, batch) = item.unwrap();
+                            (
+                                pos,
+                                batch.base_offset(),
+                                batch.partition_leader_epoch(),
+                                batch.is_control(),
+                                batch.base_sequence(),
+                            )
+                        })
+                        .filter(|(pos, ..)| *pos + 200 >= at && *pos <= at + 200)
+                        .collect()
+                };
+                panic!(
+                    "node {id} partition {p}: another log than the leader's from byte {at} \
+                     (lengths {} and {}): the leader's batches there {:?}, the replica's {:?}",
+                    leader_bytes.len(),
+                    bytes.len(),
+                    differ(leader_bytes),
+                    differ(&bytes),
+                );
             }
         }
     }

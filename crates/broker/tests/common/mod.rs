@@ -5,6 +5,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod groups;
+pub mod netsplit;
 pub mod proxy;
 pub mod share;
 pub mod txn;

@@ -233,6 +233,8 @@ struct Link {
 struct MuxInner {
     backoff: Duration,
     links: Mutex<HashMap<NodeId, Arc<Link>>>,
+    /// Peers dialed elsewhere than at their membership's address ([`Mux::dial_through`]).
+    dial: Mutex<HashMap<NodeId, String>>,
     next_id: AtomicU64,
     counts: Arc<WriteCounts>,
 }
@@ -248,6 +250,7 @@ impl Mux {
         Mux(Arc::new(MuxInner {
             backoff,
             links: Mutex::new(HashMap::new()),
+            dial: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             counts: Arc::default(),
         }))
@@ -266,7 +269,16 @@ impl Mux {
         self.0.counts.get()
     }
 
+    /// Dials `target` at `addr` from now on, whatever address its groups' memberships hold
+    /// (which stay as they are, the same on every node): a test puts a proxy there to cut
+    /// the link.
+    pub fn dial_through(&self, target: NodeId, addr: String) {
+        self.0.dial.lock().insert(target, addr);
+    }
+
     fn link(&self, target: NodeId, addr: &str) -> Arc<Link> {
+        let dial = self.0.dial.lock().get(&target).cloned();
+        let addr = dial.as_deref().unwrap_or(addr);
         let mut links = self.0.links.lock();
         let link = links.entry(target).or_insert_with(|| {
             Arc::new(Link {
