@@ -36,9 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
 LIB = os.environ.get("KAFKA_TOOLS_LIB")
 BIN, WORK, N, ROUNDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-# The VerifiableConsumer group (ONCELOG_CLUSTER_GROUP=0: without it). e2e/cluster.sh runs it in
-# the long form only: in one CI run of the short form the group read no record at all (see
-# cluster.sh for the probable cause, fixed since; its stderr is printed on a failure now).
+# The VerifiableConsumer group (ONCELOG_CLUSTER_GROUP=0: without it; see cluster.sh for the
+# fault that once made it read nothing, fixed since).
 GROUP = os.environ.get("ONCELOG_CLUSTER_GROUP", "1") != "0"
 TOPIC = "replicated"
 NODES = (1, 2, 3)

@@ -6,8 +6,8 @@
 # group, or a group's last commit short of a partition's end.
 #
 #   crates/broker/e2e/cluster.sh                       short form (CI): 5,000 records, 3 kills
-#                                                      (the third with its data wiped),
-#                                                      no group
+#                                                      (the third with its data wiped), and
+#                                                      the VerifiableConsumer group
 #   ONCELOG_CLUSTER=long crates/broker/e2e/cluster.sh  long form: 30,000 records, 20 kills, and
 #                                                      the VerifiableConsumer group
 #
@@ -22,14 +22,14 @@ CLIENTS="${ONCELOG_CLIENTS_DIR:-$ROOT/target/broker-clients}"
 if [ "${ONCELOG_CLUSTER:-}" = long ]; then
     records=30000 rounds=20 group=1
 else
-    records=5000 rounds=3 group=0
+    records=5000 rounds=3 group=1
 fi
-# The VerifiableConsumer group runs in the long form (or with ONCELOG_CLUSTER_GROUP=1): in one
-# CI run of the short form it read no record (cluster.py prints its stderr on a failure now).
-# A probable cause, found since and fixed: a JoinGroup waiting when the offsets group's
-# leadership moved (the balancer moves it to node 1 soon after start; a kill moves it) was
-# answered as joined with no member id and no protocol, on which the Java consumer throws
-# (tests/cluster_partition.rs reproduces the move). tests/cluster.rs's group tests run in CI.
+# The VerifiableConsumer group runs in both forms (ONCELOG_CLUSTER_GROUP=0: without it). In one
+# CI run it once read no record; the probable cause, found and fixed since: a JoinGroup waiting
+# when the offsets group's leadership moved (the balancer moves it to node 1 soon after start;
+# a kill moves it) was answered as joined with no member id and no protocol, on which the Java
+# consumer throws (tests/cluster_partition.rs reproduces the move). cluster.py prints the
+# consumer's stderr on a failure.
 export ONCELOG_CLUSTER_GROUP="${ONCELOG_CLUSTER_GROUP:-$group}"
 bin="${ONCELOG_BROKER_BIN:-}"
 if [ -z "$bin" ]; then
