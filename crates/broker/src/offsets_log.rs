@@ -298,6 +298,10 @@ impl OffsetsLog {
                     problem: e.to_string(),
                 })?;
                 let Some(key) = r.key.as_ref() else { continue };
+                // A cluster's transaction coordinator shares the log: its records are its own.
+                if key.starts_with(&crate::txn_coordinator::CLUSTER_KEY_VERSION.to_be_bytes()) {
+                    continue;
+                }
                 each(r.offset, key, r.value.as_deref()).map_err(|problem| {
                     OffsetsLogError::Record {
                         path: self.path.clone(),
