@@ -74,8 +74,11 @@ def kill(n):
 
 def leaders(topic, partitions):
     """Partition -> leader id, from TopicCommand --describe; None if it failed."""
-    out = tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", BOOTSTRAP,
-               "--describe", "--topic", topic, timeout=30)
+    try:
+        out = tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", BOOTSTRAP,
+                   "--describe", "--topic", topic, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
     found = {int(p): int(l) for p, l in
              re.findall(r"Partition:\s*(\d+)\s+Leader:\s*(-?\d+)", out.stdout)}
     return found if len(found) == partitions else None
@@ -169,12 +172,12 @@ try:
                 "--input-topic", INPUT, "--input-partition", "0", "--output-topic", OUTPUT,
                 "--consumer-group", GROUP, "--transactional-id", TXN_ID,
                 "--transaction-size", "20", "--transaction-timeout", "30000",
-                "--max-messages", "-1", "--enable-random-aborts"),
+                "--max-messages", str(N), "--enable-random-aborts"),
         stdout=open(f"{WORK}/copier.log", "w"), stderr=open(f"{WORK}/copier.err", "w"))
-    killed, during_copy = [], 0
-    for round in range(ROUNDS):
+    killed, during_copy, began = [], 0, time.time()
+    for r in range(ROUNDS):
         time.sleep(2)
-        if round % 2 == 0:
+        if r % 2 == 0:
             victim = coordinator(GROUP, 0)
             what = "coordinator"
         else:
@@ -186,7 +189,7 @@ try:
         if copier.poll() is None:
             during_copy += 1
         kill(victim)
-        killed.append((victim, what))
+        killed.append((victim, what, round(time.time() - began, 1)))
         time.sleep(2)
         start(victim)
     try:
@@ -221,6 +224,8 @@ try:
         print("cluster_txn.py: the copy ended before the first kill", file=sys.stderr)
     sys.exit(0 if ok else 1)
 finally:
+    if "copier" in globals() and copier.poll() is None:
+        copier.kill()
     for n, p in procs.items():
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)

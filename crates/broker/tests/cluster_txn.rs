@@ -328,6 +328,12 @@ fn read_committed(c: &Cluster, leader: i32, partition: i32) -> (Vec<String>, i64
         }
         let records = p.records.clone().unwrap_or_default();
         if records.is_empty() {
+            // A consumer's position reaches the last stable offset: the batches it cannot
+            // read (markers, raft's heads) are served too, for it to move past them.
+            assert_eq!(
+                offset, p.last_stable_offset,
+                "partition {partition}: read up to the LSO"
+            );
             return (values, p.last_stable_offset, p.high_watermark);
         }
         // Kafka's consumer: a batch of a producer whose aborted transaction began at or before

@@ -172,7 +172,11 @@ async fn add_partitions_batched(
         } else if id.is_empty() {
             vec![Some(ResponseError::InvalidRequest); wanted.len()]
         } else if txn.verify_only {
-            match broker.txns.verify_partitions(&id, pid, epoch, &wanted) {
+            // Off the reactor: the coordinator's lock is held across a state write (an
+            // fsync, or a cluster's raft commit).
+            let b = Arc::clone(broker);
+            let parts = wanted.clone();
+            match blocking(move || b.txns.verify_partitions(&id, pid, epoch, &parts)).await {
                 Ok(held) => held
                     .into_iter()
                     .map(|h| (!h).then_some(ResponseError::TransactionAbortable))

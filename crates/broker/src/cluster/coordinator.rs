@@ -70,8 +70,18 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                 }
             } else if !leading && loaded != 0 {
                 cluster.coordinating.store(0, Ordering::Release);
-                broker.offsets.unload(&broker.groups);
-                broker.txns.unload();
+                // Off the reactor: a write in flight holds the coordinators' locks until raft
+                // answers it (NOT_LEADER now), and raft needs the reactor to answer: blocking a
+                // worker on them here stopped a node whole (seen with two workers).
+                let b = Arc::clone(&broker);
+                let unloaded = tokio::task::spawn_blocking(move || {
+                    b.offsets.unload(&b.groups);
+                    b.txns.unload();
+                })
+                .await;
+                if let Err(e) = unloaded {
+                    tracing::error!(error = %e, "coordinator unload task failed");
+                }
                 tracing::info!(
                     term = status.term,
                     "group and transaction coordinators unloaded"
