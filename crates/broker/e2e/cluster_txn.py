@@ -136,7 +136,7 @@ def read_committed(topic, partition):
     """(offset, value) of every record a read_committed consumer reads from the partition."""
     out = tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
                BOOTSTRAP, "--topic", topic, "--partition", str(partition), "--offset", "earliest",
-               "--timeout-ms", "10000", "--consumer-property", "isolation.level=read_committed",
+               "--timeout-ms", "4000", "--consumer-property", "isolation.level=read_committed",
                "--property", "print.offset=true", timeout=120)
     return [(int(m[1]), m[2]) for m in
             (re.match(r"Offset:(\d+)\s+(.*)$", l) for l in out.stdout.splitlines()) if m]
