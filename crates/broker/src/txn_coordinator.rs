@@ -1059,6 +1059,15 @@ pub fn write_ending_of(broker: &crate::broker::Broker, ending: &Ending) -> TxnRe
         &broker.txns,
         ending,
     )
+    // Deposed on the way (the offsets' or the state's replicated write refused): the client
+    // goes to the successor, which completes the transaction from the replicated state.
+    .map_err(|e| {
+        if cluster.coordinating_term() == term {
+            e
+        } else {
+            ResponseError::NotCoordinator
+        }
+    })
 }
 
 /// Aborts every transaction still open in the store's partitions once the coordinator's own

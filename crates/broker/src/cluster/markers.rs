@@ -99,6 +99,12 @@ pub fn write(
         };
         match attempt {
             Attempt::Written => return Ok(()),
+            // A coordinator of a later term wrote this producer's marker there: this one was
+            // deposed while it retried, and its successor completes the transaction. The
+            // client is sent to it (seen when a kill moved the coordinator mid-EndTxn).
+            Attempt::Refused(ResponseError::TransactionCoordinatorFenced) => {
+                return Err(ResponseError::NotCoordinator)
+            }
             Attempt::Refused(e) => return Err(e),
             Attempt::Again(why) => {
                 if !still_coordinating() {
