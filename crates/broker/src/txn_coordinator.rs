@@ -1099,6 +1099,21 @@ pub fn abort_orphans(store: &Store) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_cluster_state_key_names_its_transactional_id_and_no_other_record_does() {
+        assert_eq!(
+            cluster_key_id(&cluster_key("copier-0")).as_deref(),
+            Some("copier-0")
+        );
+        assert_eq!(cluster_key_id(&cluster_key("")).as_deref(), Some(""));
+        // The offsets' keys (Kafka's versions 0 to 8), a short key, a key not UTF-8.
+        assert_eq!(cluster_key_id(&[0, 1, 0, 1, b'g']), None);
+        assert_eq!(cluster_key_id(&[0x74]), None);
+        let mut bad = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+        bad.push(0xff);
+        assert_eq!(cluster_key_id(&bad), None);
+    }
+
     fn parts() -> Vec<(String, i32)> {
         vec![("orders".to_string(), 0), ("orders".to_string(), 1)]
     }
