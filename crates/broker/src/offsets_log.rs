@@ -298,6 +298,10 @@ impl OffsetsLog {
                     problem: e.to_string(),
                 })?;
                 let Some(key) = r.key.as_ref() else { continue };
+                // A cluster's transaction coordinator shares the log: its records are its own.
+                if key.starts_with(&crate::txn_coordinator::CLUSTER_KEY_VERSION.to_be_bytes()) {
+                    continue;
+                }
                 each(r.offset, key, r.value.as_deref()).map_err(|problem| {
                     OffsetsLogError::Record {
                         path: self.path.clone(),
@@ -512,6 +516,43 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster's transaction coordinator writes its states into the same replicated log
+    /// (key version [`crate::txn_coordinator::CLUSTER_KEY_VERSION`]): every offsets replay
+    /// passes over them, where any other unknown key version is refused.
+    #[test]
+    fn the_transaction_states_sharing_the_log_are_passed_over_by_every_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = OffsetsLog::open(dir.path()).unwrap();
+        let commit = Committed {
+            offset: 5,
+            leader_epoch: 0,
+            metadata: String::new(),
+            commit_timestamp: 1,
+        };
+        log.append(&[(("g".into(), "t".into(), 0), commit.clone())])
+            .unwrap();
+        let mut key = crate::txn_coordinator::CLUSTER_KEY_VERSION
+            .to_be_bytes()
+            .to_vec();
+        key.extend_from_slice(b"copier-0");
+        let mut b = BatchBuilder::new();
+        b.append(1, Some(&key), Some(br#"{"state":"ongoing"}"#), &[]);
+        log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
+        let offsets = log.stored_offsets().unwrap();
+        assert_eq!(offsets.len(), 1);
+        assert_eq!(offsets[&("g".into(), "t".into(), 0)], commit);
+        assert!(log.stored_groups().unwrap().is_empty());
+        assert!(log.stored_consumer_groups().unwrap().is_empty());
+        // Any other key version beyond Kafka's is refused, with its offset.
+        let mut b = BatchBuilder::new();
+        b.append(1, Some(&[0x7f, 0x00, 0, 0]), None, &[]);
+        log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
+        assert!(matches!(
+            log.stored_offsets(),
+            Err(OffsetsLogError::Record { offset: 2, .. })
+        ));
+    }
 
     /// What a cluster's new coordinator replays ([`OffsetsLog::stored_offsets`], over the scan
     /// a replica's log shares) is what the single broker's open replays: commits, tombstones

@@ -143,6 +143,20 @@ impl Server {
             }
             None => offsets,
         };
+        // And its transaction coordinator shares that replica.
+        let txns = match &cluster {
+            Some(c) => {
+                let replicated = c.transactions_log().map_err(|error| {
+                    StartError::Cluster(crate::cluster::ClusterError::Host {
+                        dir: data_dir.display().to_string(),
+                        error,
+                    })
+                })?;
+                let _ = txns.close();
+                replicated
+            }
+            None => txns,
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -265,10 +279,20 @@ impl Server {
                     // Share groups: expired acquisition locks and member sessions.
                     b.shares.tick(&crate::api::topic_infos(&b.store));
                     for ending in b.txns.expired() {
-                        if let Err(e) =
-                            txn_coordinator::write_ending(&b.store, &b.offsets, &b.txns, &ending)
-                        {
-                            tracing::error!(error = ?e, "cannot abort a timed-out transaction");
+                        let abort = {
+                            let b = Arc::clone(&b);
+                            move || {
+                                if let Err(e) = txn_coordinator::write_ending_of(&b, &ending) {
+                                    tracing::error!(error = ?e, "cannot abort a timed-out transaction");
+                                }
+                            }
+                        };
+                        // A cluster's markers wait for partition leaders, which may move:
+                        // not in the way of the next tick.
+                        if b.cluster.is_some() {
+                            tokio::runtime::Handle::current().spawn_blocking(abort);
+                        } else {
+                            abort();
                         }
                     }
                 })

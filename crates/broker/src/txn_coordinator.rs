@@ -30,12 +30,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use oncelog::format::BatchBuilder;
 use oncelog::{Log, TxnMarker};
+use oncelog_raft::{Ack, Replica};
 use serde_json::{json, Value};
 
 use crate::internal_log::{self, open_replayed, InternalLogError};
@@ -46,8 +49,18 @@ use crate::store::Store;
 pub const DIR_NAME: &str = "oncelog-broker-state/__transaction_state-0";
 /// Kafka's `transaction.max.timeout.ms` default.
 pub const MAX_TIMEOUT_MS: i32 = 900_000;
-/// The coordinator epoch stamped on markers (one coordinator, never moved).
+/// The coordinator epoch stamped on the single broker's markers (one coordinator, never
+/// moved). A cluster's coordinator stamps the term of the raft group it leads.
 const COORDINATOR_EPOCH: i32 = 0;
+/// In a cluster, the key version of a transaction state record in the coordinators' shared
+/// log (`__oncelog_offsets-0`), after which the transactional id's bytes follow: beyond
+/// Kafka's `__consumer_offsets` key versions (0 to 8), which the offsets replay reads, so
+/// each replay skips the other's records (docs/design.md, "The transaction coordinator in a
+/// cluster").
+pub const CLUSTER_KEY_VERSION: i16 = 0x7478;
+/// How long one replicated write of a state record may wait for raft's commit: past it the
+/// request is answered with an error (the client retries, on this coordinator or the next).
+const REPLICATED_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxnState {
@@ -288,8 +301,21 @@ pub type TxnResult<T> = Result<T, ResponseError>;
 /// Every transactional id this broker coordinates.
 pub struct Txns {
     txns: Mutex<HashMap<String, Txn>>,
-    log: Log,
+    log: Backing,
     path: PathBuf,
+    /// The coordinator epoch the markers are written with: 0 on the single broker, the raft
+    /// term of the load on a cluster node, so a deposed coordinator's late marker is refused
+    /// by a partition that took its successor's (Kafka's `coordinatorEpoch`).
+    coordinator_epoch: AtomicI32,
+}
+
+/// Where the state records go: the single broker's own log, or (a cluster node) its replica
+/// of the coordinators' raft group, shared with the offsets ([`CLUSTER_KEY_VERSION`]).
+enum Backing {
+    /// Fsynced before an answer (boxed: a `Log` is large).
+    Local(Box<Log>),
+    /// Answered once a majority holds the record (raft's commit).
+    Replicated(Arc<Replica>),
 }
 
 impl std::fmt::Debug for Txns {
@@ -331,36 +357,137 @@ impl Txns {
         })?;
         let coordinator = Txns {
             txns: Mutex::new(txns),
-            log,
+            log: Backing::Local(Box::new(log)),
             path,
+            coordinator_epoch: AtomicI32::new(COORDINATOR_EPOCH),
         };
         let unsettled = coordinator
             .lock()
             .iter_mut()
-            .filter_map(|(id, t)| settle(id, t))
+            .filter_map(|(id, t)| settle(id, t, COORDINATOR_EPOCH))
             .collect();
         Ok((coordinator, unsettled))
+    }
+
+    /// The transaction coordinator of a cluster node over its replica of the coordinators'
+    /// raft group: empty until this node leads the group and [`Txns::load`]s it. `path` names
+    /// it in errors (the replica's directory).
+    pub fn replicated(replica: Arc<Replica>, path: PathBuf) -> Txns {
+        Txns {
+            txns: Mutex::new(HashMap::new()),
+            log: Backing::Replicated(replica),
+            path,
+            coordinator_epoch: AtomicI32::new(COORDINATOR_EPOCH),
+        }
+    }
+
+    /// Becomes a cluster's transaction coordinator in raft term `term`, once everything
+    /// committed before the term is in this node's log (the caller committed a barrier):
+    /// replays every state record, and answers the transactions whose end was decided
+    /// (PrepareCommit, PrepareAbort) to be completed, with the markers stamped with `term`.
+    /// An open transaction stays open, as Kafka's coordinator loads it: its producer goes on
+    /// with the new coordinator (or its timeout aborts it). Blocking.
+    pub fn load(&self, term: u64) -> Result<Vec<Ending>, TxnLogError> {
+        let Backing::Replicated(replica) = &self.log else {
+            return Ok(Vec::new());
+        };
+        let epoch = i32::try_from(term).unwrap_or(i32::MAX);
+        let log = replica.log();
+        let mut loaded = HashMap::new();
+        let mut next = log.log_start_offset();
+        loop {
+            let fetched = log.fetch(next, 1 << 20).map_err(|e| TxnLogError::Log {
+                path: self.path.clone(),
+                source: e.into(),
+            })?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let r = r.map_err(|_| TxnLogError::Record {
+                    path: self.path.clone(),
+                    offset: next,
+                })?;
+                let Some(id) = r.key.as_deref().and_then(cluster_key_id) else {
+                    continue;
+                };
+                let txn = r
+                    .value
+                    .as_ref()
+                    .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+                    .and_then(|v| Txn::from_json(&v))
+                    .ok_or(TxnLogError::Record {
+                        path: self.path.clone(),
+                        offset: r.offset,
+                    })?;
+                loaded.insert(id, txn);
+            }
+            next = fetched.next_offset;
+        }
+        let endings = loaded
+            .iter()
+            .filter(|(_, t)| t.state.is_preparing())
+            .map(|(id, t)| ending(id, t, t.state == TxnState::PrepareCommit, epoch))
+            .collect();
+        let mut txns = self.lock();
+        *txns = loaded;
+        self.coordinator_epoch.store(epoch, Ordering::Release);
+        Ok(endings)
+    }
+
+    /// Stops being a cluster's transaction coordinator: forgets every state (the next leader
+    /// of the group answers for them).
+    pub fn unload(&self) {
+        self.lock().clear();
+    }
+
+    fn coordinator_epoch(&self) -> i32 {
+        self.coordinator_epoch.load(Ordering::Acquire)
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Txn>> {
         self.txns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the state of `id` durably. Blocking.
+    /// Writes the state of `id` durably: fsynced to the own log, or committed by the
+    /// cluster's raft group. Blocking (off the reactor: a replicated write blocks on raft).
     fn persist(&self, id: &str, txn: &Txn) -> Result<(), ResponseError> {
         let mut b = BatchBuilder::new();
         let value = serde_json::to_vec(&txn.to_json()).expect("JSON of plain values");
         let now = crate::clock::now_ms();
-        b.append(now, Some(id.as_bytes()), Some(&value), &[]);
-        let stored = b
-            .build()
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| self.log.append(&bytes).map_err(|e| e.to_string()))
-            .and_then(|_| self.log.flush().map_err(|e| e.to_string()));
-        stored.map_err(|e| {
-            tracing::error!(error = %e, transactional_id = id, "cannot store transaction state");
+        let key = match &self.log {
+            Backing::Local(_) => id.as_bytes().to_vec(),
+            Backing::Replicated(_) => cluster_key(id),
+        };
+        b.append(now, Some(&key), Some(&value), &[]);
+        let bytes = b.build().map_err(|e| {
+            tracing::error!(error = %e, transactional_id = id, "cannot encode transaction state");
             ResponseError::KafkaStorageError
-        })
+        })?;
+        match &self.log {
+            Backing::Local(log) => log
+                .append(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|_| log.flush().map_err(|e| e.to_string()))
+                .map_err(|e| {
+                    tracing::error!(error = %e, transactional_id = id, "cannot store transaction state");
+                    ResponseError::KafkaStorageError
+                }),
+            Backing::Replicated(replica) => {
+                let append = replica.append(Bytes::from(bytes));
+                let appended = tokio::runtime::Handle::current()
+                    .block_on(tokio::time::timeout(REPLICATED_WRITE_TIMEOUT, append));
+                match appended {
+                    Ok(Ok(Ack::Appended { .. } | Ack::Duplicate { .. })) => Ok(()),
+                    // Deposed, or raft failed: the client finds the coordinator again.
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, transactional_id = id, "transaction state not replicated");
+                        Err(ResponseError::NotCoordinator)
+                    }
+                    Err(_) => Err(ResponseError::RequestTimedOut),
+                }
+            }
+        }
     }
 
     /// InitProducerId with a transactional id. `allocate` hands out a fresh producer id.
@@ -386,7 +513,7 @@ impl Txns {
                     // producer that held the id before (Kafka's `prepareFenceProducerEpoch`).
                     t.epoch = t.epoch.saturating_add(1);
                     t.state = TxnState::PrepareAbort;
-                    let mut fenced = ending(id, &t, false);
+                    let mut fenced = ending(id, &t, false, self.coordinator_epoch());
                     // As Kafka leaves it once the client's retried InitProducerId is done.
                     fenced.complete_as = TxnState::Empty;
                     abort = Some(fenced);
@@ -687,7 +814,7 @@ impl Txns {
         Ok(Ended {
             producer_id,
             epoch,
-            ending: Some(ending(id, &snapshot, commit)),
+            ending: Some(ending(id, &snapshot, commit, self.coordinator_epoch())),
         })
     }
 
@@ -738,7 +865,7 @@ impl Txns {
             let snapshot = t.clone();
             if self.persist(&id, &snapshot).is_ok() {
                 tracing::info!(transactional_id = %id, "transaction timed out; aborting it");
-                out.push(ending(&id, &snapshot, false));
+                out.push(ending(&id, &snapshot, false, self.coordinator_epoch()));
             }
         }
         out
@@ -762,13 +889,20 @@ impl Txns {
 
     /// Compacts the state log if a round is due, keeping the latest state of every
     /// transactional id. Answers the records removed. Blocking.
+    /// The replicated log is not compacted (raft's partitions delete only).
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, TxnLogError> {
-        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+        match &self.log {
+            Backing::Local(log) => internal_log::compact_if_due(log, &self.path, now_ms),
+            Backing::Replicated(_) => Ok(0),
+        }
     }
 
-    /// Closes the log. Blocking.
+    /// Closes the log. Blocking. A cluster node's replica is closed with its raft host.
     pub fn close(&self) -> Result<(), TxnLogError> {
-        self.log.close().map_err(|e| TxnLogError::Log {
+        let Backing::Local(log) = &self.log else {
+            return Ok(());
+        };
+        log.close().map_err(|e| TxnLogError::Log {
             path: self.path.clone(),
             source: e.into(),
         })
@@ -778,17 +912,36 @@ impl Txns {
 /// What a transaction found in the log at start still needs (none if it is not open): one
 /// whose commit was decided is completed; any other is aborted, with an epoch bump that
 /// fences its producer unless version 2's decision already bumped it.
-fn settle(id: &str, t: &mut Txn) -> Option<Ending> {
+fn settle(id: &str, t: &mut Txn, coordinator_epoch: i32) -> Option<Ending> {
     match t.state {
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => None,
-        TxnState::PrepareCommit => Some(ending(id, t, true)),
-        TxnState::PrepareAbort if t.version >= EPOCH_BUMPING_VERSION => Some(ending(id, t, false)),
+        TxnState::PrepareCommit => Some(ending(id, t, true, coordinator_epoch)),
+        TxnState::PrepareAbort if t.version >= EPOCH_BUMPING_VERSION => {
+            Some(ending(id, t, false, coordinator_epoch))
+        }
         TxnState::Ongoing | TxnState::PrepareAbort => {
             t.epoch = t.epoch.saturating_add(1);
             t.state = TxnState::PrepareAbort;
-            Some(ending(id, t, false))
+            Some(ending(id, t, false, coordinator_epoch))
         }
     }
+}
+
+/// The key of `id`'s state record in a cluster's shared coordinator log.
+fn cluster_key(id: &str) -> Vec<u8> {
+    let mut key = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+    key.extend_from_slice(id.as_bytes());
+    key
+}
+
+/// The transactional id of a record of the shared coordinator log, if it is a transaction
+/// state (the offsets' records have other key versions).
+fn cluster_key_id(key: &[u8]) -> Option<String> {
+    let (version, id) = key.split_at_checked(2)?;
+    if version != CLUSTER_KEY_VERSION.to_be_bytes() {
+        return None;
+    }
+    std::str::from_utf8(id).ok().map(str::to_string)
 }
 
 /// What EndTxn leaves: the producer id and epoch to use next (EndTxn v5 answers them), and the
@@ -799,11 +952,11 @@ pub struct Ended {
     pub ending: Option<Ending>,
 }
 
-fn ending(id: &str, t: &Txn, commit: bool) -> Ending {
+fn ending(id: &str, t: &Txn, commit: bool, coordinator_epoch: i32) -> Ending {
     let marker = if commit {
-        TxnMarker::commit(t.producer_id, t.epoch, COORDINATOR_EPOCH)
+        TxnMarker::commit(t.producer_id, t.epoch, coordinator_epoch)
     } else {
-        TxnMarker::abort(t.producer_id, t.epoch, COORDINATOR_EPOCH)
+        TxnMarker::abort(t.producer_id, t.epoch, coordinator_epoch)
     };
     // Version 2 markers carry an epoch the coordinator bumped (at EndTxn, at a timeout, at a
     // fencing InitProducerId), which the log checks is newer than the transaction's batches.
@@ -840,14 +993,33 @@ pub fn write_ending(
     txns: &Txns,
     ending: &Ending,
 ) -> TxnResult<()> {
-    for (topic, index) in &ending.partitions {
-        let Some(partition) = store.partition(topic, *index) else {
-            continue;
-        };
-        if let Err(e) = partition.append_marker(&ending.marker) {
-            tracing::error!(partition = ?partition, error = %e.message, "cannot write a marker");
-            return Err(crate::errors::append_error(&e));
-        }
+    write_ending_with(
+        |(topic, index), marker| {
+            let Some(partition) = store.partition(topic, *index) else {
+                return Ok(());
+            };
+            partition.append_marker(marker).map(drop).map_err(|e| {
+                tracing::error!(partition = ?partition, error = %e.message, "cannot write a marker");
+                crate::errors::append_error(&e)
+            })
+        },
+        offsets,
+        txns,
+        ending,
+    )
+}
+
+/// [`write_ending`] with the markers written by `write_marker` (a cluster node writes them
+/// through each partition's raft leader): the transaction is complete only once every marker
+/// is written. Blocking.
+pub fn write_ending_with(
+    write_marker: impl Fn(&(String, i32), &TxnMarker) -> TxnResult<()>,
+    offsets: &crate::api::CommittedOffsets,
+    txns: &Txns,
+    ending: &Ending,
+) -> TxnResult<()> {
+    for partition in &ending.partitions {
+        write_marker(partition, &ending.marker)?;
     }
     if !ending.offsets.is_empty() {
         offsets.commit(ending.offsets.clone()).map_err(|e| {
@@ -864,6 +1036,38 @@ pub fn write_ending(
         "transaction ended"
     );
     txns.completed(&ending.transactional_id, ending.complete_as)
+}
+
+/// Writes an ending where this broker's partitions are: the single broker's store, or (a
+/// cluster node) each partition's raft leader, for as long as this node coordinates in the
+/// term it began in. Blocking.
+pub fn write_ending_of(broker: &crate::broker::Broker, ending: &Ending) -> TxnResult<()> {
+    let Some(cluster) = &broker.cluster else {
+        return write_ending(&broker.store, &broker.offsets, &broker.txns, ending);
+    };
+    let term = cluster.coordinating_term();
+    if term == 0 {
+        return Err(ResponseError::NotCoordinator);
+    }
+    write_ending_with(
+        |partition, marker| {
+            crate::cluster::markers::write(cluster, partition, marker, || {
+                cluster.coordinating_term() == term
+            })
+        },
+        &broker.offsets,
+        &broker.txns,
+        ending,
+    )
+    // Deposed on the way (the offsets' or the state's replicated write refused): the client
+    // goes to the successor, which completes the transaction from the replicated state.
+    .map_err(|e| {
+        if cluster.coordinating_term() == term {
+            e
+        } else {
+            ResponseError::NotCoordinator
+        }
+    })
 }
 
 /// Aborts every transaction still open in the store's partitions once the coordinator's own
@@ -894,6 +1098,21 @@ pub fn abort_orphans(store: &Store) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_state_key_names_its_transactional_id_and_no_other_record_does() {
+        assert_eq!(
+            cluster_key_id(&cluster_key("copier-0")).as_deref(),
+            Some("copier-0")
+        );
+        assert_eq!(cluster_key_id(&cluster_key("")).as_deref(), Some(""));
+        // The offsets' keys (Kafka's versions 0 to 8), a short key, a key not UTF-8.
+        assert_eq!(cluster_key_id(&[0, 1, 0, 1, b'g']), None);
+        assert_eq!(cluster_key_id(&[0x74]), None);
+        let mut bad = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+        bad.push(0xff);
+        assert_eq!(cluster_key_id(&bad), None);
+    }
 
     fn parts() -> Vec<(String, i32)> {
         vec![("orders".to_string(), 0), ("orders".to_string(), 1)]

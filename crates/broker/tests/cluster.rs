@@ -288,32 +288,37 @@ fn a_cluster_answers_as_kafka_does() {
     );
     assert_eq!((first.error_code, again.error_code), (0, 0));
     assert_eq!(again.base_offset, first.base_offset);
-    // A transactional producer finds no coordinator.
-    let r: InitProducerIdResponse = call(
-        &mut s,
-        ApiKey::InitProducerId,
-        4,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(str_bytes("tx"))))
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1),
-    )
-    .unwrap();
-    assert_eq!(r.error_code, COORDINATOR_NOT_AVAILABLE);
+    // The transaction coordinator is the group coordinator's node (both on the offsets
+    // group's leader, tests/cluster_txn.rs); the share coordinator (key type 2) is not
+    // replicated yet.
+    let find = |s: &mut std::net::TcpStream, key_type: i8| -> FindCoordinatorResponse {
+        call(
+            s,
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(key_type)
+                .with_coordinator_keys(vec![str_bytes("tx")]),
+        )
+        .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (group, txn) = (find(&mut s, 0), find(&mut s, 1));
+        if group.coordinators[0].error_code == 0 {
+            assert_eq!(txn.coordinators[0].error_code, 0, "{txn:?}");
+            assert_eq!(txn.coordinators[0].node_id, group.coordinators[0].node_id);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no coordinator: {group:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        find(&mut s, 2).coordinators[0].error_code,
+        COORDINATOR_NOT_AVAILABLE
+    );
 
-    // What is not replicated yet: typed refusals, and not advertised. The transaction
-    // coordinator (key type 1) is one.
-    let r: FindCoordinatorResponse = call(
-        &mut s,
-        ApiKey::FindCoordinator,
-        4,
-        &FindCoordinatorRequest::default()
-            .with_key_type(1)
-            .with_coordinator_keys(vec![str_bytes("tx")]),
-    )
-    .unwrap();
-    assert_eq!(r.coordinators[0].error_code, COORDINATOR_NOT_AVAILABLE);
+    // What is not replicated yet: typed refusals, and not advertised.
     let r: DeleteTopicsResponse = call(
         &mut s,
         ApiKey::DeleteTopics,
@@ -337,6 +342,11 @@ fn a_cluster_answers_as_kafka_does() {
     )
     .unwrap();
     let advertised: BTreeSet<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
+    let finalized: Vec<(String, i16)> = r
+        .finalized_features
+        .iter()
+        .map(|f| (f.name.to_string(), f.max_version_level))
+        .collect();
     assert!(advertised.contains(&(ApiKey::Produce as i16)));
     // DescribeConfigs (kafka-topics --describe asks for it) from the image: a topic the
     // cluster has gets the broker's defaults; one it lacks is unknown.
@@ -362,9 +372,11 @@ fn a_cluster_answers_as_kafka_does() {
     let r: DescribeConfigsResponse =
         call(&mut s, ApiKey::DescribeConfigs, 4, &describe("absent")).unwrap();
     assert_eq!(r.results[0].error_code, UNKNOWN_TOPIC_OR_PARTITION, "{r:?}");
-    // The group coordinator is replicated; transactions are not.
+    // The group and transaction coordinators are replicated, under transaction version 1
+    // (clients add partitions themselves: the partition leaders do not, KIP-890 part 2).
     assert!(advertised.contains(&(ApiKey::JoinGroup as i16)));
-    assert!(!advertised.contains(&(ApiKey::EndTxn as i16)));
+    assert!(advertised.contains(&(ApiKey::EndTxn as i16)));
+    assert_eq!(finalized, vec![("transaction.version".to_string(), 1)]);
 }
 
 /// librdkafka's idempotent producer (confluent-kafka, acks=all) through SIGKILLs of partition

@@ -85,6 +85,50 @@ pub enum Request {
     /// An entry's batches as the log stores them (offsets and leader epoch assigned, its head
     /// first): what followers get.
     Stored(Bytes),
+    /// A transaction coordinator's COMMIT or ABORT marker ([`Replica::append_marker`]): the
+    /// leader's log writes it as Kafka's control batch after the entry's head, with the
+    /// producer checks of a marker. Like `Produce`, only in the leader's hands (followers get
+    /// the written batch, `Stored`). A client's batch never becomes one: the log refuses a
+    /// control batch from a producer.
+    Marker(Marker),
+}
+
+/// A COMMIT or ABORT marker as a raft entry carries it ([`oncelog::TxnMarker`]'s fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// The producer whose transaction ends.
+    pub producer_id: i64,
+    /// The producer epoch the coordinator writes it with.
+    pub producer_epoch: i16,
+    /// The coordinator's epoch.
+    pub coordinator_epoch: i32,
+    /// Commit (`true`) or abort.
+    pub commit: bool,
+    /// Kafka's `transaction.version` the coordinator runs.
+    pub transaction_version: i8,
+}
+
+impl From<&oncelog::TxnMarker> for Marker {
+    fn from(m: &oncelog::TxnMarker) -> Marker {
+        Marker {
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            coordinator_epoch: m.coordinator_epoch,
+            commit: m.result == oncelog::TxnResult::Commit,
+            transaction_version: m.transaction_version,
+        }
+    }
+}
+
+impl From<Marker> for oncelog::TxnMarker {
+    fn from(m: Marker) -> oncelog::TxnMarker {
+        let marker = if m.commit {
+            oncelog::TxnMarker::commit(m.producer_id, m.producer_epoch, m.coordinator_epoch)
+        } else {
+            oncelog::TxnMarker::abort(m.producer_id, m.producer_epoch, m.coordinator_epoch)
+        };
+        marker.with_transaction_version(m.transaction_version)
+    }
 }
 
 /// What applying an entry answers (openraft's `R`).

@@ -382,6 +382,38 @@ impl Replica {
         Ok(Submitted { answered, written })
     }
 
+    /// Writes a transaction coordinator's COMMIT or ABORT marker through the leader (Kafka's
+    /// WriteTxnMarkers for this partition): an entry of its own, answered once a majority has
+    /// it, with the marker's offset, or refused as the leader's log refuses it (a stale
+    /// producer or coordinator epoch). An outcome raft does not know is safe to retry: a marker
+    /// written twice completes nothing the second time.
+    pub async fn append_marker(&self, marker: &oncelog::TxnMarker) -> Result<Ack, ReplicaError> {
+        let written = self
+            .raft
+            .client_write(Request::Marker(crate::Marker::from(marker)))
+            .await;
+        match written {
+            Ok(w) => match w.data {
+                Response::Answers(mut a) if a.len() == 1 => match a.remove(0) {
+                    Answer::Acked(ack) => Ok(ack),
+                    Answer::Refused { kind, message } => {
+                        Err(ReplicaError::Refused { kind, message })
+                    }
+                },
+                _ => Err(ReplicaError::Raft(
+                    "the marker was applied without the leader's answer (leadership changed)"
+                        .into(),
+                )),
+            },
+            Err(openraft::error::RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(ReplicaError::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(e) => Err(ReplicaError::Raft(e.to_string())),
+        }
+    }
+
     /// Deletes what the log's retention rules (`retention_bytes`, `retention_ms`) let go,
     /// never past raft's purge point: what openraft may still send a lagging follower stays.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<oncelog::RetentionReport, ReplicaError> {

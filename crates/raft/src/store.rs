@@ -652,6 +652,30 @@ impl Partition {
                     written.push((*notice, answers.clone()));
                     inner.outcomes.insert(index, Response::Answers(answers));
                 }
+                EntryPayload::Normal(Request::Marker(marker)) => {
+                    if self.log.replica().leader_epoch() < epoch {
+                        self.log
+                            .replica()
+                            .set_leader_epoch(epoch)
+                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    }
+                    self.append_head(offset, term, &e.payload)
+                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    let answer = match self.log.append_marker(&oncelog::TxnMarker::from(*marker)) {
+                        Ok(info) => Answer::Acked(Ack::Appended {
+                            first_offset: info.first_offset,
+                            last_offset: info.last_offset,
+                        }),
+                        Err(err) if is_refusal(&err) => Answer::Refused {
+                            kind: err.kind().to_string(),
+                            message: err.to_string(),
+                        },
+                        Err(err) => return Err(io_error(subject(), ErrorVerb::Write, err)),
+                    };
+                    inner
+                        .outcomes
+                        .insert(index, Response::Answers(vec![answer]));
+                }
                 EntryPayload::Normal(Request::Stored(bytes)) => {
                     let head = oncelog::format::RecordBatch::parse(bytes)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;

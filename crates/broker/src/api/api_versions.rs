@@ -13,10 +13,12 @@ use super::{respond, HandleError, Reply, SUPPORTED};
 use crate::codec::{self, EncodeError, Request, ResponseFrame};
 
 pub fn handle(request: &Request) -> Result<Reply, HandleError> {
-    answer(request, api_keys())
+    answer(request, api_keys(), TRANSACTION_VERSION_LEVEL)
 }
 
 /// ApiVersions advertising only `apis` (of [`SUPPORTED`], at their versions): cluster mode's.
+/// It finalizes `transaction.version=1`: a cluster's partition leaders do not add partitions
+/// to a transaction themselves (KIP-890 part 2), so clients send AddPartitionsToTxn.
 pub fn handle_only(
     request: &Request,
     apis: &[kafka_protocol::messages::ApiKey],
@@ -25,10 +27,14 @@ pub fn handle_only(
         .into_iter()
         .filter(|k| apis.iter().any(|a| *a as i16 == k.api_key))
         .collect();
-    answer(request, keys)
+    answer(request, keys, CLUSTER_TRANSACTION_VERSION_LEVEL)
 }
 
-fn answer(request: &Request, keys: Vec<ApiVersion>) -> Result<Reply, HandleError> {
+fn answer(
+    request: &Request,
+    keys: Vec<ApiVersion>,
+    transaction_version: i16,
+) -> Result<Reply, HandleError> {
     // The request body (the client's software name and version) changes nothing here; it is
     // still decoded, so a malformed one closes the connection like any other.
     let _: kafka_protocol::messages::ApiVersionsRequest = request.body()?;
@@ -38,14 +44,14 @@ fn answer(request: &Request, keys: Vec<ApiVersion>) -> Result<Reply, HandleError
             .with_supported_features(vec![SupportedFeatureKey::default()
                 .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
                 .with_min_version(0)
-                .with_max_version(TRANSACTION_VERSION_LEVEL)])
+                .with_max_version(transaction_version)])
             // Fixed for the broker's life: the client re-reads the features only when the
             // epoch grows, and nothing here ever changes them.
             .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
             .with_finalized_features(vec![FinalizedFeatureKey::default()
                 .with_name(StrBytes::from_static_str(TRANSACTION_VERSION))
-                .with_min_version_level(TRANSACTION_VERSION_LEVEL)
-                .with_max_version_level(TRANSACTION_VERSION_LEVEL)]);
+                .with_min_version_level(transaction_version)
+                .with_max_version_level(transaction_version)]);
     }
     Ok(Reply::Now(respond(request, &response)?))
 }
@@ -55,6 +61,8 @@ const TRANSACTION_VERSION: &str = "transaction.version";
 /// KIP-890 part 2 (Kafka 4.0's default); levels 0 and 1 (the older protocol) are also
 /// answered, by request version.
 const TRANSACTION_VERSION_LEVEL: i16 = crate::txn_coordinator::EPOCH_BUMPING_VERSION as i16;
+/// Cluster mode's: the protocol before KIP-890 part 2 (AddPartitionsToTxn from the client).
+const CLUSTER_TRANSACTION_VERSION_LEVEL: i16 = 1;
 /// The epoch of the finalized features (Kafka's metadata offset); any value from 0 makes a
 /// client that has seen none (-1) read them.
 const FINALIZED_FEATURES_EPOCH: i64 = 1;

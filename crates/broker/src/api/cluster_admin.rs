@@ -24,15 +24,15 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
-use super::{api_versions, cluster_data, respond, HandleError, Reply};
+use super::{api_versions, cluster_data, cluster_txn, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
 use oncelog::PartitionConfig;
 
-/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the
-/// transaction and share coordinators, the consumer protocol of KIP-848, DescribeLogDirs,
-/// DescribeCluster)
+/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the share
+/// coordinator, the consumer protocol of KIP-848, the transactions' admin APIs,
+/// DescribeLogDirs, DescribeCluster)
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
@@ -48,7 +48,8 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     // are not replicated yet (kafka-topics --describe asks for them).
     ApiKey::DescribeConfigs,
     // The group coordinator (classic groups and committed offsets) on the offsets group's
-    // leader; the transaction and share coordinators are answered with a typed error.
+    // leader, which is also the transaction coordinator; the share coordinator is answered
+    // with a typed error.
     ApiKey::FindCoordinator,
     ApiKey::JoinGroup,
     ApiKey::SyncGroup,
@@ -62,6 +63,13 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::ListGroups,
     ApiKey::DeleteGroups,
     ApiKey::OffsetDelete,
+    // The transaction coordinator on the same node (cluster_txn.rs), and the markers it
+    // writes through the partitions' leaders.
+    ApiKey::AddPartitionsToTxn,
+    ApiKey::AddOffsetsToTxn,
+    ApiKey::EndTxn,
+    ApiKey::TxnOffsetCommit,
+    ApiKey::WriteTxnMarkers,
     // Answered with a typed error: not replicated yet.
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
@@ -82,6 +90,14 @@ pub async fn handle(
 ) -> Result<Reply, HandleError> {
     match request.api_key {
         ApiKey::ApiVersions => api_versions::handle_only(request, CLUSTER_APIS),
+        ApiKey::InitProducerId if transactional(request)? => {
+            cluster_txn::coordinated(broker, cluster, request).await
+        }
+        ApiKey::AddPartitionsToTxn
+        | ApiKey::AddOffsetsToTxn
+        | ApiKey::EndTxn
+        | ApiKey::TxnOffsetCommit => cluster_txn::coordinated(broker, cluster, request).await,
+        ApiKey::WriteTxnMarkers => cluster_txn::write_txn_markers(cluster, request).await,
         ApiKey::Metadata => metadata(cluster, request),
         ApiKey::Produce => cluster_data::produce(cluster, request).await,
         ApiKey::Fetch => cluster_data::fetch(cluster, request),
@@ -356,6 +372,16 @@ fn not_controller(controller: Option<i32>) -> (ResponseError, String) {
     )
 }
 
+/// Whether an InitProducerId names a transactional id (the transaction coordinator answers
+/// it).
+fn transactional(request: &Request) -> Result<bool, HandleError> {
+    let body: InitProducerIdRequest = request.body()?;
+    Ok(body
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.0.is_empty()))
+}
+
 /// Producer ids unique across the cluster: the node's own allocator (persisted in its data
 /// directory, never handing out an id twice) times 1024, plus the node id. Each partition's
 /// producer state comes from its replicated log, so a producer moves between leaders with its
@@ -365,20 +391,13 @@ async fn init_producer_id(
     cluster: &Arc<Cluster>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
-    let body: InitProducerIdRequest = request.body()?;
     let failed = |error: ResponseError| {
         InitProducerIdResponse::default()
             .with_error_code(error.code())
             .with_producer_id(ProducerId(-1))
             .with_producer_epoch(-1)
     };
-    let response = if body
-        .transactional_id
-        .as_ref()
-        .is_some_and(|t| !t.0.is_empty())
-    {
-        failed(ResponseError::CoordinatorNotAvailable)
-    } else {
+    let response = {
         let ids = Arc::clone(&broker.producer_ids);
         let me = i64::from(cluster.me());
         // A node that lost its data hands out ids of a new incarnation, and only once it
@@ -419,12 +438,14 @@ async fn init_producer_id(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-/// FindCoordinator's group key type (0); transactions (1) and share groups (2) are refused.
+/// FindCoordinator's key types: groups (0) and transactions (1) are answered; share groups
+/// (2) are refused.
 const GROUP_KEY: i8 = 0;
+const TRANSACTION_KEY: i8 = 1;
 
-/// A group's coordinator is the offsets group's leader (every group maps to its one
-/// partition); COORDINATOR_NOT_AVAILABLE while none is known. The transaction and share
-/// coordinators are not replicated yet: COORDINATOR_NOT_AVAILABLE.
+/// A group's coordinator and a transactional id's are the offsets group's leader (every group
+/// and every transactional id maps to its one partition); COORDINATOR_NOT_AVAILABLE while none
+/// is known. The share coordinator is not replicated yet: COORDINATOR_NOT_AVAILABLE.
 fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> {
     let body: FindCoordinatorRequest = request.body()?;
     let answer = |key_type: i8| -> Coordinator {
@@ -435,10 +456,8 @@ fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, Handl
                 .with_error_code(ResponseError::CoordinatorNotAvailable.code())
                 .with_error_message(Some(StrBytes::from_string(message)))
         };
-        if key_type != GROUP_KEY {
-            return unavailable(format!(
-                "transaction and share coordinators are {NOT_REPLICATED}"
-            ));
+        if key_type != GROUP_KEY && key_type != TRANSACTION_KEY {
+            return unavailable(format!("the share coordinator is {NOT_REPLICATED}"));
         }
         let leader = cluster.coordinator();
         match leader.and_then(|id| cluster.nodes.nodes.get(&id).map(|a| (id, a))) {

@@ -75,17 +75,12 @@ enum Pending {
 pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply, HandleError> {
     let body: ProduceRequest = request.body()?;
     let acks = body.acks;
-    let refuse_all = if !matches!(acks, 0 | 1 | ACKS_ALL) {
+    // A transactional batch is appended as any other: the leader's log checks its producer
+    // epoch (a fenced producer is refused) and tracks its open transaction for the LSO. Cluster
+    // mode runs transaction version 1 (ApiVersions), so the client added the partition to its
+    // transaction with AddPartitionsToTxn first.
+    let refuse_all: Option<(ResponseError, Option<&str>)> = if !matches!(acks, 0 | 1 | ACKS_ALL) {
         Some((ResponseError::InvalidRequiredAcks, None))
-    } else if body
-        .transactional_id
-        .as_ref()
-        .is_some_and(|id| !id.0.is_empty())
-    {
-        Some((
-            ResponseError::InvalidRequest,
-            Some("transactions are not replicated yet in cluster mode"),
-        ))
     } else {
         None
     };

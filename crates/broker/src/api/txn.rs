@@ -30,7 +30,7 @@ use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::Request;
 use crate::offsets_log::Committed;
-use crate::txn_coordinator::{write_ending, EPOCH_BUMPING_VERSION};
+use crate::txn_coordinator::{write_ending_of, EPOCH_BUMPING_VERSION};
 
 /// Runs a blocking coordinator step off the reactor.
 async fn blocking<T: Send + 'static>(
@@ -54,7 +54,7 @@ pub async fn init_producer_id(
         let (granted, abort) = b.txns.init(&transactional_id, timeout_ms, allocate)?;
         if let Some(ending) = abort {
             // The open transaction of the fenced producer is aborted first.
-            write_ending(&b.store, &b.offsets, &b.txns, &ending)?;
+            write_ending_of(&b, &ending)?;
         }
         Ok(granted)
     })
@@ -75,17 +75,46 @@ pub async fn init_producer_id(
 }
 
 /// Hands out a fresh producer id (for an id's first InitProducerId, and for a producer whose
-/// epoch is exhausted). Blocking.
+/// epoch is exhausted): on a cluster node one unique across the cluster (`n * 1024 + node
+/// id`, `n` from the node's incarnation: docs/design.md, "A wiped node rejoins under its id"),
+/// which the replicated state then carries to every later coordinator. Blocking.
 fn allocator(broker: &Broker) -> impl FnOnce() -> Result<i64, ResponseError> {
     let ids = Arc::clone(&broker.producer_ids);
     let store = Arc::clone(&broker.store);
+    let cluster = broker.cluster.clone();
+    let storage = |e: crate::producer_ids::ProducerIdError| {
+        tracing::error!(error = %e, "cannot allocate a producer id");
+        ResponseError::KafkaStorageError
+    };
     move || {
-        ids.init(None, |id| store.producer_epoch(id))
-            .map(|g| g.producer_id)
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot allocate a producer id");
+        let Some(cluster) = cluster else {
+            return ids
+                .init(None, |id| store.producer_epoch(id))
+                .map(|g| g.producer_id)
+                .map_err(storage);
+        };
+        let range = cluster.producer_id_range().map_err(|e| match e {
+            crate::cluster::ProducerIdsUnavailable::NotYet => {
+                ResponseError::CoordinatorLoadInProgress
+            }
+            crate::cluster::ProducerIdsUnavailable::Exhausted(term) => {
+                tracing::error!(term, "producer ids: no room for this node's incarnation");
                 ResponseError::KafkaStorageError
-            })
+            }
+        })?;
+        let granted = ids.allocate_in(range).map_err(storage)?.producer_id;
+        granted
+            .checked_mul(i64::from(crate::cluster::MAX_NODE_ID) + 1)
+            .and_then(|id| id.checked_add(i64::from(cluster.me())))
+            .ok_or(ResponseError::KafkaStorageError)
+    }
+}
+
+/// Whether partition `index` of `topic` exists: in the store, or a cluster's image.
+fn partition_known(broker: &Broker, topic: &str, index: i32) -> bool {
+    match &broker.cluster {
+        Some(cluster) => cluster.partition_exists(topic, index),
+        None => broker.store.partition(topic, index).is_some(),
     }
 }
 
@@ -154,7 +183,11 @@ async fn add_partitions_batched(
         } else if id.is_empty() {
             vec![Some(ResponseError::InvalidRequest); wanted.len()]
         } else if txn.verify_only {
-            match broker.txns.verify_partitions(&id, pid, epoch, &wanted) {
+            // Off the reactor: the coordinator's lock is held across a state write (an
+            // fsync, or a cluster's raft commit).
+            let b = Arc::clone(broker);
+            let parts = wanted.clone();
+            match blocking(move || b.txns.verify_partitions(&id, pid, epoch, &parts)).await {
                 Ok(held) => held
                     .into_iter()
                     .map(|h| (!h).then_some(ResponseError::TransactionAbortable))
@@ -195,7 +228,7 @@ fn refused_unknown(
 ) -> Option<Vec<Option<ResponseError>>> {
     let known: Vec<bool> = wanted
         .iter()
-        .map(|(t, p)| broker.store.partition(t, *p).is_some())
+        .map(|(t, p)| partition_known(broker, t, *p))
         .collect();
     if !known.contains(&false) {
         return None;
@@ -306,7 +339,7 @@ pub async fn txn_offset_commit(
     let mut unknown = Vec::new();
     for t in &body.topics {
         for p in &t.partitions {
-            if broker.store.partition(&t.name, p.partition_index).is_none() {
+            if !partition_known(broker, &t.name, p.partition_index) {
                 unknown.push((t.name.0.to_string(), p.partition_index));
                 continue;
             }
@@ -392,7 +425,7 @@ pub async fn end_txn(broker: &Arc<Broker>, request: &Request) -> Result<Reply, H
             .txns
             .end(&id, pid, epoch, commit, version, allocator(&b))?;
         if let Some(ending) = &ended.ending {
-            write_ending(&b.store, &b.offsets, &b.txns, ending)?;
+            write_ending_of(&b, ending)?;
         }
         Ok((ended.producer_id, ended.epoch))
     })

@@ -293,6 +293,30 @@ type ProducerResults = (i64, Vec<(TopicName, Vec<WritableTxnMarkerPartitionResul
 
 /// The blocking body of [`write_txn_markers`].
 fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse {
+    write_markers_with(body, |topic, index, marker| {
+        match broker.store.partition(topic, index) {
+            // Kafka's `getMagic` finds no online log for an offline partition either:
+            // UNKNOWN_TOPIC_OR_PARTITION, not a storage error.
+            None => Err(ResponseError::UnknownTopicOrPartition),
+            Some(p) if p.offline().is_some() => Err(ResponseError::UnknownTopicOrPartition),
+            Some(p) => p.append_marker(marker).map_err(|e| {
+                tracing::info!(
+                    partition = ?p, producer_id = marker.producer_id, error = %e.message,
+                    "transaction marker refused"
+                );
+                append_error(&e)
+            }),
+        }
+    })
+}
+
+/// WriteTxnMarkers' answer, each marker written by `write` (topic, partition, marker: its
+/// offset, or why not): the single broker's partitions, or a cluster node's raft leaders.
+/// Blocking.
+pub fn write_markers_with(
+    body: WriteTxnMarkersRequest,
+    write: impl Fn(&str, i32, &TxnMarker) -> Result<i64, ResponseError>,
+) -> WriteTxnMarkersResponse {
     // Per producer id, in the order first seen.
     let mut results: Vec<ProducerResults> = Vec::new();
     for m in body.markers {
@@ -314,21 +338,7 @@ fn write_markers(broker: &Broker, body: WriteTxnMarkersRequest) -> WriteTxnMarke
                 .partition_indexes
                 .iter()
                 .map(|&index| {
-                    let written = match broker.store.partition(&t.name, index) {
-                        // Kafka's `getMagic` finds no online log for an offline partition
-                        // either: UNKNOWN_TOPIC_OR_PARTITION, not a storage error.
-                        None => Err(ResponseError::UnknownTopicOrPartition),
-                        Some(p) if p.offline().is_some() => {
-                            Err(ResponseError::UnknownTopicOrPartition)
-                        }
-                        Some(p) => p.append_marker(&marker).map_err(|e| {
-                            tracing::info!(
-                                partition = ?p, producer_id, error = %e.message,
-                                "transaction marker refused"
-                            );
-                            append_error(&e)
-                        }),
-                    };
+                    let written = write(&t.name, index, &marker);
                     if let Ok(at) = written {
                         tracing::info!(
                             topic = %t.name.0, partition = index, producer_id,

@@ -1,8 +1,10 @@
-//! The group coordinator of a cluster (docs/design.md, "The group coordinator in a cluster"):
-//! the node that leads the offsets group ([`super::OFFSETS_TOPIC`]) loads the coordinator's
-//! state from the replicated log before it answers as coordinator, and forgets it when it
-//! stops leading. The coordinator's code is the single broker's; only its log is replicated
-//! ([`crate::offsets_log::OffsetsLog::replicated`]).
+//! The group and transaction coordinators of a cluster (docs/design.md, "The group
+//! coordinator in a cluster", "The transaction coordinator in a cluster"): the node that
+//! leads the offsets group ([`super::OFFSETS_TOPIC`]) loads both coordinators' state from the
+//! replicated log before it answers as coordinator, completes the transactions whose end was
+//! decided, and forgets it all when it stops leading. The coordinators' code is the single
+//! broker's; only their log is replicated
+//! ([`crate::offsets_log::OffsetsLog::replicated`], [`crate::txn_coordinator::Txns::replicated`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,15 +32,37 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
             if leading && loaded != status.term && cluster.image_caught_up() {
                 let b = Arc::clone(&broker);
                 let started = std::time::Instant::now();
-                let done = tokio::task::spawn_blocking(move || b.offsets.load(&b.groups)).await;
+                let term = status.term;
+                let done = tokio::task::spawn_blocking(move || {
+                    // The offsets' load commits the barrier both replays need.
+                    b.offsets.load(&b.groups).map_err(|e| e.to_string())?;
+                    b.txns.load(term).map_err(|e| e.to_string())
+                })
+                .await;
                 match done {
-                    Ok(Ok(())) => {
-                        cluster.coordinating.store(status.term, Ordering::Release);
+                    Ok(Ok(endings)) => {
+                        cluster.coordinating.store(term, Ordering::Release);
                         tracing::info!(
-                            term = status.term,
+                            term,
                             took_ms = started.elapsed().as_millis() as u64,
-                            "group coordinator loaded"
+                            decided = endings.len(),
+                            "group and transaction coordinators loaded"
                         );
+                        // The transactions whose end a previous coordinator decided are
+                        // completed now; their ids answer CONCURRENT_TRANSACTIONS meanwhile.
+                        for ending in endings {
+                            let b = Arc::clone(&broker);
+                            tokio::task::spawn_blocking(move || {
+                                if let Err(e) = crate::txn_coordinator::write_ending_of(&b, &ending)
+                                {
+                                    tracing::warn!(
+                                        transactional_id = %ending.transactional_id,
+                                        error = ?e,
+                                        "cannot complete a decided transaction"
+                                    );
+                                }
+                            });
+                        }
                     }
                     // Not leading any more, or raft failed: looked at again next round.
                     Ok(Err(e)) => tracing::warn!(error = %e, "cannot load the group coordinator"),
@@ -46,8 +70,22 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                 }
             } else if !leading && loaded != 0 {
                 cluster.coordinating.store(0, Ordering::Release);
-                broker.offsets.unload(&broker.groups);
-                tracing::info!(term = status.term, "group coordinator unloaded");
+                // Off the reactor: a write in flight holds the coordinators' locks until raft
+                // answers it (NOT_LEADER now), and raft needs the reactor to answer: blocking a
+                // worker on them here stopped a node whole (seen with two workers).
+                let b = Arc::clone(&broker);
+                let unloaded = tokio::task::spawn_blocking(move || {
+                    b.offsets.unload(&b.groups);
+                    b.txns.unload();
+                })
+                .await;
+                if let Err(e) = unloaded {
+                    tracing::error!(error = %e, "coordinator unload task failed");
+                }
+                tracing::info!(
+                    term = status.term,
+                    "group and transaction coordinators unloaded"
+                );
             }
         }
     })

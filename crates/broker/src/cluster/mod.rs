@@ -5,6 +5,7 @@
 
 pub mod coordinator;
 pub mod image;
+pub mod markers;
 mod nodes;
 pub mod rejoin;
 pub mod remote;
@@ -32,9 +33,10 @@ pub use nodes::{ClusterNodes, NodeAddress, NodesError, MAX_NODE_ID};
 /// directory of that name (it is Kafka's own metadata log when a Kafka log dir is opened).
 pub const METADATA_TOPIC: &str = "__oncelog_metadata";
 
-/// The offsets group's topic: the group coordinator's log (committed offsets and the classic
-/// groups' records, Kafka's `__consumer_offsets` records), one partition replicated on every
-/// node, whose leader is the group coordinator.
+/// The offsets group's topic: the coordinators' log (committed offsets and the classic
+/// groups' records, Kafka's `__consumer_offsets` records, and the transaction states), one
+/// partition replicated on every node, whose leader is the group coordinator and the
+/// transaction coordinator (docs/design.md, "The transaction coordinator in a cluster").
 pub const OFFSETS_TOPIC: &str = "__oncelog_offsets";
 
 /// How often the image is brought up to the metadata log's high watermark, and leaders are
@@ -314,6 +316,17 @@ impl Cluster {
         }
     }
 
+    /// The term in which this node coordinates (it leads the offsets group and loaded the
+    /// coordinators' state in that term); 0 when it does not. A transaction's markers are
+    /// written for as long as it stays the same.
+    pub fn coordinating_term(&self) -> u64 {
+        if self.coordinating() {
+            self.coordinating.load(Ordering::Acquire)
+        } else {
+            0
+        }
+    }
+
     /// Whether this node's image has applied what its metadata replica holds as committed,
     /// with a controller known (a restarted node learns the commit from it): the coordinator
     /// checks committed partitions against the image, so it waits for it before it loads.
@@ -331,6 +344,14 @@ impl Cluster {
         let replica = self.host.replica(&group)?;
         let path = self.dir.join(format!("{}-{}", OFFSETS_TOPIC, 0));
         Ok(crate::offsets_log::OffsetsLog::replicated(replica, path))
+    }
+
+    /// The transaction coordinator's log on this node: its replica of the offsets group,
+    /// which the group coordinator's records share.
+    pub fn transactions_log(&self) -> Result<crate::txn_coordinator::Txns, HostError> {
+        let replica = self.host.replica(&offsets_group())?;
+        let path = self.dir.join(format!("{}-{}", OFFSETS_TOPIC, 0));
+        Ok(crate::txn_coordinator::Txns::replicated(replica, path))
     }
 
     /// Whether partition `index` of `topic` is in the image.
