@@ -355,7 +355,10 @@ impl Mux {
         let link = self.link(target, addr);
         // The call is no group's: the serving side answers it before it looks a group up.
         let none = GroupId::new(String::new(), -1);
-        match self.call(&link, &none, MuxRpc::Raft(RaftRpc::Leaders(groups))).await? {
+        match self
+            .call(&link, &none, MuxRpc::Raft(RaftRpc::Leaders(groups)))
+            .await?
+        {
             MuxReply::Rpc(RaftRpcReply::Leaders(leaders)) => Ok(leaders),
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
