@@ -235,7 +235,12 @@ impl Server {
             let mut ticks = 0u64;
             loop {
                 every.tick().await;
-                ticking.groups.tick();
+                // A cluster node expires members only while it coordinates: elsewhere its
+                // groups are none (unloaded) or on their way out, and an expiry there would
+                // be a change no coordinator made.
+                if ticking.cluster.as_ref().is_none_or(|c| c.coordinating()) {
+                    ticking.groups.tick();
+                }
                 ticks += 1;
                 // The broker's own compacted logs, every 15 s (Kafka's log.cleaner.backoff.ms).
                 if ticks % 150 == 0 {

@@ -31,7 +31,7 @@ use crate::codec::Request;
 use oncelog::PartitionConfig;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the share
-/// coordinator, the consumer protocol of KIP-848, the transactions' admin APIs,
+/// coordinator, the transactions' admin APIs,
 /// DescribeLogDirs, DescribeCluster)
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
@@ -63,6 +63,10 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::ListGroups,
     ApiKey::DeleteGroups,
     ApiKey::OffsetDelete,
+    // The consumer protocol (KIP-848) on the same coordinator: its groups' records go
+    // through the replicated log, its assignor reads the cluster image's topics.
+    ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
     // The transaction coordinator on the same node (cluster_txn.rs), and the markers it
     // writes through the partitions' leaders.
     ApiKey::AddPartitionsToTxn,
@@ -124,7 +128,9 @@ pub async fn handle(
         | ApiKey::DescribeGroups
         | ApiKey::ListGroups
         | ApiKey::DeleteGroups
-        | ApiKey::OffsetDelete => coordinated(broker, cluster, request).await,
+        | ApiKey::OffsetDelete
+        | ApiKey::ConsumerGroupHeartbeat
+        | ApiKey::ConsumerGroupDescribe => coordinated(broker, cluster, request).await,
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),
         ApiKey::DeleteRecords => delete_records(request),
@@ -511,6 +517,8 @@ async fn coordinated(
             ApiKey::ListGroups => super::group_admin::list_groups(broker, request),
             ApiKey::DeleteGroups => super::group_admin::delete_groups(broker, request).await,
             ApiKey::OffsetDelete => super::group_admin::offset_delete(broker, request).await,
+            ApiKey::ConsumerGroupHeartbeat => super::consumer_groups::heartbeat(broker, request),
+            ApiKey::ConsumerGroupDescribe => super::consumer_groups::describe(broker, request),
             other => Err(HandleError::UnsupportedApi(other)),
         };
     }
@@ -589,6 +597,27 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
             request,
             &OffsetDeleteResponse::default().with_error_code(code),
         )?,
+        ApiKey::ConsumerGroupHeartbeat => respond(
+            request,
+            &ConsumerGroupHeartbeatResponse::default().with_error_code(code),
+        )?,
+        ApiKey::ConsumerGroupDescribe => {
+            use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
+            let body: ConsumerGroupDescribeRequest = request.body()?;
+            let groups = body
+                .group_ids
+                .into_iter()
+                .map(|g| {
+                    DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(code)
+                })
+                .collect();
+            respond(
+                request,
+                &ConsumerGroupDescribeResponse::default().with_groups(groups),
+            )?
+        }
         ApiKey::OffsetCommit => {
             let body: OffsetCommitRequest = request.body()?;
             let topics = body

@@ -40,8 +40,34 @@ fn str_bytes(text: impl Into<String>) -> StrBytes {
 /// so a regex or a name that matches `__consumer_offsets` gets its partition assigned (franz-go's
 /// `Test848RegexBrokerResolves` checks this); its records are not served here (Fetch answers
 /// it as unknown), which the member sees as an empty partition it keeps retrying.
+/// In cluster mode the topics are the cluster image's ([`cluster_topic_infos`]), never this
+/// node's own store (which holds none of them).
 fn topics(broker: &Broker) -> Vec<TopicInfo> {
-    topic_infos(&broker.store)
+    match &broker.cluster {
+        Some(cluster) => cluster_topic_infos(cluster),
+        None => topic_infos(&broker.store),
+    }
+}
+
+/// Every topic of the cluster image and `__consumer_offsets` (its fixed id, one partition, as
+/// cluster mode's Metadata lists it), as the assignor sees them on a cluster's group
+/// coordinator (see `topics`).
+pub fn cluster_topic_infos(cluster: &crate::cluster::Cluster) -> Vec<TopicInfo> {
+    let mut topics: Vec<TopicInfo> = cluster
+        .image()
+        .topics()
+        .map(|t| TopicInfo {
+            name: t.name.clone(),
+            id: t.id,
+            partitions: t.replicas.len() as i32,
+        })
+        .collect();
+    topics.push(TopicInfo {
+        name: OFFSETS_TOPIC.to_string(),
+        id: OFFSETS_TOPIC_ID,
+        partitions: 1,
+    });
+    topics
 }
 
 /// Every topic of `store` and `__consumer_offsets`, as the assignor sees them (see `topics`).
@@ -63,12 +89,16 @@ pub fn topic_infos(store: &Store) -> Vec<TopicInfo> {
     topics
 }
 
-/// The name of topic `id`: a store topic's, or `__consumer_offsets`'s.
+/// The name of topic `id`: a store topic's (the cluster image's in cluster mode), or
+/// `__consumer_offsets`'s.
 fn topic_name(broker: &Broker, id: uuid::Uuid) -> Option<String> {
     if id == OFFSETS_TOPIC_ID {
         return Some(OFFSETS_TOPIC.to_string());
     }
-    broker.store.topic_by_id(id).map(|t| t.name.clone())
+    match &broker.cluster {
+        Some(cluster) => cluster.image().topic_by_id(id).map(|t| t.name.clone()),
+        None => broker.store.topic_by_id(id).map(|t| t.name.clone()),
+    }
 }
 
 pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
@@ -124,6 +154,15 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         let answer = tokio::task::spawn_blocking(move || {
             let b = &broker;
             let (answer, stored) = b.offsets.store_consumer_groups(&b.groups, || {
+                // A cluster node that stopped coordinating since the request was routed
+                // (its groups unloaded, or about to be) changes nothing: the load and the
+                // unload hold the lock `change` runs under.
+                if b.cluster.as_ref().is_some_and(|c| !c.coordinating()) {
+                    return HeartbeatAnswer {
+                        error: Some(ResponseError::NotCoordinator),
+                        ..HeartbeatAnswer::default()
+                    };
+                }
                 b.groups.consumer_heartbeat(heartbeat, &topics)
             });
             match stored {

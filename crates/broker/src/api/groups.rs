@@ -30,6 +30,7 @@ use kafka_protocol::ResponseError;
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::{self, Request};
+use crate::consumer_group::{ConsumerGroups, TopicInfo};
 use crate::coordinator::{Groups, JoinRequest, Joined, Synced};
 use crate::group_metadata::GroupMetadata;
 use crate::offsets_log::{Committed, OffsetKey, OffsetsLog, OffsetsLogError};
@@ -75,23 +76,29 @@ impl CommittedOffsets {
 
     /// Becomes the coordinator of a cluster: once everything committed before is in the log
     /// ([`OffsetsLog::barrier`]), replays it into memory (the offsets) and into `groups` (the
-    /// classic groups' last records, as the single broker restores them at open). Blocking.
-    pub fn load(&self, groups: &Groups) -> Result<(), OffsetsLogError> {
+    /// classic groups' last records, and the consumer-protocol groups' with their epochs and
+    /// assignments resolved against `topics`, as the single broker restores both at open).
+    /// Blocking.
+    pub fn load(&self, groups: &Groups, topics: &[TopicInfo]) -> Result<(), OffsetsLogError> {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         self.log.barrier()?;
         let offsets = self.log.stored_offsets()?;
-        let restored = Groups::restore(self.log.stored_groups()?, std::time::Instant::now());
+        let now = std::time::Instant::now();
+        let restored = Groups::restore(self.log.stored_groups()?, now);
+        let consumer = ConsumerGroups::restore(self.log.stored_consumer_groups()?, topics, now);
         *self.lock() = offsets;
         groups.replace(restored);
+        groups.set_consumer_groups(consumer);
         Ok(())
     }
 
-    /// Stops being the coordinator of a cluster: forgets the offsets and the groups (the next
-    /// leader answers for them).
+    /// Stops being the coordinator of a cluster: forgets the offsets and the groups of both
+    /// protocols (the next leader answers for them).
     pub fn unload(&self, groups: &Groups) {
         let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         self.lock().clear();
         groups.replace(Groups::default());
+        groups.set_consumer_groups(ConsumerGroups::default());
     }
 
     /// The groups of the log's group-metadata records, for the coordinator to reload

@@ -32,7 +32,7 @@ use crate::codec::{self, EncodeError, Request, RequestError, ResponseFrame};
 use crate::connection::CaughtUp;
 
 pub use cluster_admin::CLUSTER_APIS;
-pub use consumer_groups::topic_infos;
+pub use consumer_groups::{cluster_topic_infos, topic_infos};
 pub use groups::CommittedOffsets;
 
 /// The APIs and versions advertised in ApiVersions, and the only ones answered. Produce from

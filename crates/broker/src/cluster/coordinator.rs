@@ -33,9 +33,14 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                 let b = Arc::clone(&broker);
                 let started = std::time::Instant::now();
                 let term = status.term;
+                // The consumer groups' assignments are resolved against the image's topics,
+                // caught up with the metadata log (above).
+                let topics = crate::api::cluster_topic_infos(&cluster);
                 let done = tokio::task::spawn_blocking(move || {
                     // The offsets' load commits the barrier both replays need.
-                    b.offsets.load(&b.groups).map_err(|e| e.to_string())?;
+                    b.offsets
+                        .load(&b.groups, &topics)
+                        .map_err(|e| e.to_string())?;
                     b.txns.load(term).map_err(|e| e.to_string())
                 })
                 .await;
