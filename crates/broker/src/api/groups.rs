@@ -716,3 +716,56 @@ fn group_partitions(offsets: &CommittedOffsets, group: &str) -> Vec<(String, Vec
     }
     by_topic.into_iter().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::consumer_group::{Heartbeat, Partitions};
+
+    /// A cluster node's coordinator load restores the consumer-protocol groups as the single
+    /// broker's open does (same epoch, same assignment), and its unload forgets them, as it
+    /// forgets the classic groups and the offsets.
+    #[test]
+    fn load_restores_and_unload_forgets_the_consumer_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let offsets = CommittedOffsets::open(dir.path()).unwrap();
+        let groups = Groups::default();
+        let topics = [TopicInfo {
+            name: "t".into(),
+            id: uuid::Uuid::from_u128(7),
+            partitions: 2,
+        }];
+        let (joined, stored) = offsets.store_consumer_groups(&groups, || {
+            groups.consumer_heartbeat(
+                Heartbeat {
+                    group: "g".into(),
+                    member_id: "m".into(),
+                    rebalance_timeout_ms: 1_000,
+                    subscribed_topic_names: Some(vec!["t".into()]),
+                    owned: Some(Partitions::new()),
+                    version: 1,
+                    ..Heartbeat::default()
+                },
+                &topics,
+            )
+        });
+        stored.unwrap();
+        assert_eq!((joined.error, joined.member_epoch), (None, 1));
+        let before = groups.consumer_describe("g").unwrap();
+
+        offsets.unload(&groups);
+        assert!(groups.consumer_describe("g").is_err(), "unload forgets it");
+        assert!(groups.take_consumer_changes().is_empty(), "nothing left to write");
+
+        offsets.load(&groups, &topics).unwrap();
+        let after = groups.consumer_describe("g").unwrap();
+        assert_eq!(
+            (after.group_epoch, after.assignment_epoch),
+            (before.group_epoch, before.assignment_epoch)
+        );
+        assert_eq!(after.members.len(), 1);
+        assert_eq!(after.members[0].member_epoch, 1);
+        assert_eq!(after.members[0].assignment, before.members[0].assignment);
+        assert!(groups.take_consumer_changes().is_empty(), "a load writes nothing");
+    }
+}
