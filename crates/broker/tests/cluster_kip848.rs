@@ -456,3 +456,116 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
     );
     Ok(())
 }
+
+/// librdkafka's consumer with `group.protocol=consumer` (tests/clients/group_client.py: a
+/// synchronous commit after each record) while the coordinator's node is SIGKILLed and
+/// restarted, round after round (`ONCELOG_CLUSTER_ROUNDS`, default 3): it follows each new
+/// coordinator at the epoch it had (the group's epoch never moves: no rebalance after a
+/// move), consumes every message, and the group's committed offsets end at each partition's
+/// end.
+#[test]
+fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
+    use common::clients::{group_consumer, Client, Produce};
+    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0);
+    c.leaders(TOPIC, PARTITIONS);
+    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
+    let bootstrap = bootstrap.join(",");
+    let count = 200 * (rounds + 1);
+    let delivered = Client::Confluent
+        .produce(
+            &bootstrap,
+            TOPIC,
+            count,
+            &Produce {
+                spread: true,
+                ..Produce::default()
+            },
+        )
+        .delivered(Duration::from_secs(60));
+    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
+    assert_eq!(delivered.offsets.len(), count);
+    // Slow enough that every kill lands while it consumes.
+    let mut consumer = group_consumer(
+        &bootstrap,
+        TOPIC,
+        GROUP,
+        &[
+            "--group-protocol",
+            "consumer",
+            "--pace-ms",
+            "10",
+            "--idle",
+            "15",
+            "--timeout",
+            "240",
+        ],
+    );
+    consumer.wait_event("committed", Duration::from_secs(60));
+    let mut observer = Member::new("observer");
+    let joined = describe(&c, &mut observer);
+    assert_eq!(joined.members.len(), 1, "{joined:?}");
+    let epoch = joined.group_epoch;
+    for round in 0..rounds {
+        let victim = c.group_coordinator(GROUP).unwrap();
+        eprintln!("round {round}: SIGKILL node {victim}, the group coordinator");
+        c.nodes.get_mut(&victim).unwrap().crash();
+        c.nodes.remove(&victim);
+        std::thread::sleep(Duration::from_secs(2));
+        consumer.wait_event("committed", Duration::from_secs(60));
+        let g = describe(&c, &mut observer);
+        assert_eq!(
+            (g.group_epoch, g.members.len()),
+            (epoch, 1),
+            "round {round}: the group was rebalanced: {g:?}"
+        );
+        assert_eq!(g.members[0].member_epoch, epoch, "round {round}: {g:?}");
+        c.launch(victim);
+        std::thread::sleep(Duration::from_secs(1));
+        consumer.wait_event("committed", Duration::from_secs(60));
+    }
+    let events = consumer.finish(Duration::from_secs(300));
+    let consumed: BTreeSet<(i64, i64)> = events
+        .iter()
+        .filter(|e| e["event"] == "consumed")
+        .map(|e| {
+            (
+                e["partition"].as_i64().unwrap(),
+                e["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let count_of = |name: &str| events.iter().filter(|e| e["event"] == name).count();
+    eprintln!(
+        "{count} messages: {} reads ({} distinct), {} commits, {} commits refused, {} errors; \
+         coordinators answering the observer: {:?}",
+        count_of("consumed"),
+        consumed.len(),
+        count_of("committed"),
+        count_of("commit_failed"),
+        count_of("error"),
+        observer.coordinators,
+    );
+    for (i, (p, o)) in &delivered.offsets {
+        assert!(
+            consumed.contains(&(i64::from(*p), *o)),
+            "message {i} at {p}/{o} never consumed"
+        );
+    }
+    let mut ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, -1)).collect();
+    for (p, o) in delivered.offsets.values() {
+        let end = ends.entry(*p).or_insert(0);
+        *end = (*end).max(o + 1);
+    }
+    assert_eq!(committed(&c, &mut observer), ends);
+    assert!(
+        observer.coordinators.len() > 1,
+        "the coordinator never moved"
+    );
+}

@@ -755,7 +755,10 @@ mod tests {
 
         offsets.unload(&groups);
         assert!(groups.consumer_describe("g").is_err(), "unload forgets it");
-        assert!(groups.take_consumer_changes().is_empty(), "nothing left to write");
+        assert!(
+            groups.take_consumer_changes().is_empty(),
+            "nothing left to write"
+        );
 
         offsets.load(&groups, &topics).unwrap();
         let after = groups.consumer_describe("g").unwrap();
@@ -766,6 +769,9 @@ mod tests {
         assert_eq!(after.members.len(), 1);
         assert_eq!(after.members[0].member_epoch, 1);
         assert_eq!(after.members[0].assignment, before.members[0].assignment);
-        assert!(groups.take_consumer_changes().is_empty(), "a load writes nothing");
+        assert!(
+            groups.take_consumer_changes().is_empty(),
+            "a load writes nothing"
+        );
     }
 }

@@ -12,6 +12,9 @@ object per line.
       --read-uncommitted: isolation.level=read_uncommitted instead.
       --pace-ms MS: sleep MS after each committed record (so one member cannot drain the topic
       before the others have joined).
+      --group-protocol consumer: KIP-848's protocol (ConsumerGroupHeartbeat, the broker's
+      assignor) instead of the classic one; the session and heartbeat settings are then the
+      broker's, as KIP-848 has them.
       --hang-after N: after N records, prints {"event":"hanging"} and sleeps without
       committing the next record it read (a consumer killed between its side effect and its
       commit: the test kills it there).
@@ -39,8 +42,9 @@ def main():
     p.add_argument("--hang-after", type=int, default=0)
     p.add_argument("--read-uncommitted", action="store_true")
     p.add_argument("--pace-ms", type=int, default=0)
+    p.add_argument("--group-protocol", choices=["classic", "consumer"], default="classic")
     a = p.parse_args()
-    c = Consumer({
+    config = {
         "bootstrap.servers": a.bootstrap,
         "group.id": a.group,
         "enable.auto.commit": False,
@@ -49,7 +53,12 @@ def main():
         "session.timeout.ms": 6000,
         "heartbeat.interval.ms": 500,
         "reconnect.backoff.max.ms": 500,
-    })
+    }
+    if a.group_protocol == "consumer":
+        # KIP-848: the broker owns the session and heartbeat timings.
+        del config["session.timeout.ms"], config["heartbeat.interval.ms"]
+        config["group.protocol"] = "consumer"
+    c = Consumer(config)
 
     def on_assign(consumer, partitions):
         out(event="assigned", partitions=sorted(tp.partition for tp in partitions))
