@@ -412,20 +412,8 @@ async fn create_one(
     }
     crate::store::validate_topic_name(&name).map_err(store_refusal)?;
     let partitions = partition_count(broker, topic)?;
-    // A setting given twice takes its last value, as Kafka takes it.
-    let mut given = BTreeMap::new();
-    for c in &topic.configs {
-        let Some(value) = &c.value else {
-            return Err((
-                ResponseError::InvalidConfig,
-                format!("Null value not supported for topic configs: {}", c.name),
-            ));
-        };
-        given.insert(c.name.to_string(), value.to_string());
-    }
-    let pairs: Vec<(String, String)> = given.into_iter().collect();
     let defaults = Defaults::of(broker)?;
-    let config = parse_settings(&pairs, &defaults)?;
+    let (_, config) = creation_settings(topic, &defaults)?;
     let id = if validate_only {
         Uuid::nil()
     } else {
@@ -454,6 +442,47 @@ async fn create_one(
         .with_num_partitions(partitions)
         .with_replication_factor(1)
         .with_configs(Some(configs)))
+}
+
+/// The settings of a topic to create, from CreateTopics' configs over `defaults`: each name
+/// and value as given (a setting given twice takes its last value, as Kafka takes it), and
+/// what the engine reads them as, checked.
+fn creation_settings(
+    topic: &CreatableTopic,
+    defaults: &ManagerConfig,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let mut given = BTreeMap::new();
+    for c in &topic.configs {
+        let Some(value) = &c.value else {
+            return Err((
+                ResponseError::InvalidConfig,
+                format!("Null value not supported for topic configs: {}", c.name),
+            ));
+        };
+        given.insert(c.name.to_string(), value.to_string());
+    }
+    let pairs: Vec<(String, String)> = given.clone().into_iter().collect();
+    let config = parse_settings(&pairs, defaults)?;
+    Ok((given, config))
+}
+
+/// [`creation_settings`] for cluster mode's controller (api/cluster_admin.rs): checked over
+/// the broker's defaults as a single broker checks them, and over `log_defaults` (the raft
+/// host's, which the replicas' logs resolve them over). The settings cluster mode refuses
+/// are the caller's to refuse.
+pub fn cluster_creation_settings(
+    broker: &Broker,
+    topic: &CreatableTopic,
+    log_defaults: &ManagerConfig,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let defaults = Defaults::of(broker)?;
+    let (given, config) = creation_settings(topic, &defaults)?;
+    config
+        .resolve(log_defaults)
+        .log
+        .validate()
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    Ok((given, config))
 }
 
 /// The partition count of a topic to create: from `num_partitions` (-1: the broker's
