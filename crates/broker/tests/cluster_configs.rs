@@ -18,6 +18,8 @@ use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableT
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
+use oncelog_broker::cluster::image::{Image, ImageError, MetadataRecord};
+use uuid::Uuid;
 
 const MESSAGE_TOO_LARGE: i16 = 10;
 const INVALID_CONFIG: i16 = 40;
@@ -240,6 +242,31 @@ fn configs_given_at_creation_are_every_nodes_and_their_limit_holds_through_a_lea
         MESSAGE_TOO_LARGE
     );
 
+    // A node whose data directory is wiped rejoins and creates its replica again with the
+    // topic's settings (through the rejoin steps).
+    let wiped = (1..=3).find(|id| *id != now).unwrap();
+    eprintln!("SIGKILL node {wiped}, wipe its data directory");
+    c.nodes.get_mut(&wiped).unwrap().crash();
+    c.nodes.remove(&wiped);
+    std::fs::remove_dir_all(&c.dirs[&wiped]).unwrap();
+    c.launch(wiped);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let files = properties_of(&c.dirs[&wiped], "sized");
+        if let Some(text) = files.first().and_then(|f| std::fs::read_to_string(f).ok()) {
+            if text.contains("max.message.bytes") {
+                break text;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {wiped} did not reopen sized-0"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("max.message.bytes=2048"), "{text}");
+    assert!(text.contains("segment.bytes=1048576"), "{text}");
+
     // A topic created without configs has the defaults, described as such everywhere.
     let plain = create(&c, c.controller(), "plain", &[], false);
     assert_eq!(plain.error_code, 0, "{:?}", plain.error_message);
@@ -312,4 +339,51 @@ fn configs_a_raft_partition_cannot_honour_are_refused_and_nothing_is_created() {
     assert_eq!(r.error_code, 0, "{r:?}");
     let m = c.metadata(controller, Some(&["checked"])).unwrap();
     assert_eq!(m.topics[0].error_code, UNKNOWN_TOPIC_OR_PARTITION);
+}
+
+// The metadata record (docs/format.md, "Cluster metadata records"), as every node applies it.
+
+#[test]
+fn a_topic_carries_its_configs_and_a_record_without_them_still_applies() {
+    let mut image = Image::default();
+    let old = br#"{"type":"topic","name":"old","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]]}"#;
+    let added = image.apply(0, old).unwrap().unwrap();
+    assert_eq!(added.config, oncelog::PartitionConfig::default());
+    let new = br#"{"type":"topic","name":"new","id":"00000000-0000-0000-0000-000000000002","replicas":[[1]],"configs":{"max.message.bytes":"2048","segment.bytes":"1048576"}}"#;
+    let added = image.apply(1, new).unwrap().unwrap();
+    assert_eq!(added.config.max_message_bytes, Some(2048));
+    assert_eq!(added.config.segment_bytes, Some(1 << 20));
+    // What the controller writes reads back the same.
+    let record = MetadataRecord::Topic {
+        name: "t".into(),
+        id: Uuid::from_u128(3),
+        replicas: vec![vec![1]],
+        configs: BTreeMap::from([("max.message.bytes".to_string(), "4096".to_string())]),
+    };
+    let added = image
+        .apply(2, &serde_json::to_vec(&record).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(added.config.max_message_bytes, Some(4096));
+}
+
+#[test]
+fn configs_the_engine_does_not_read_leave_the_topic_out_with_their_offset() {
+    let mut image = Image::default();
+    for (offset, configs) in [
+        (7, r#"{"no.such.config":"1"}"#),
+        (8, r#"{"max.message.bytes":"lots"}"#),
+        (9, r#"{"segment.bytes":"1\nretention.ms=5"}"#),
+    ] {
+        let record = format!(
+            r#"{{"type":"topic","name":"t","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]],"configs":{configs}}}"#
+        );
+        match image.apply(offset, record.as_bytes()) {
+            Err(ImageError::Invalid {
+                offset: o, name, ..
+            }) if o == offset && name == "t" => {}
+            other => panic!("{configs}: {other:?}"),
+        }
+    }
+    assert_eq!(image.topics().count(), 0);
 }

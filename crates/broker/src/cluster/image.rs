@@ -199,49 +199,4 @@ mod tests {
         ));
         assert_eq!(image.topics().count(), 0);
     }
-
-    #[test]
-    fn a_topic_carries_its_configs_and_a_record_without_them_still_applies() {
-        let mut image = Image::default();
-        let old = br#"{"type":"topic","name":"old","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]]}"#;
-        let added = image.apply(0, old).unwrap().unwrap();
-        assert_eq!(added.config, PartitionConfig::default());
-        let new = br#"{"type":"topic","name":"new","id":"00000000-0000-0000-0000-000000000002","replicas":[[1]],"configs":{"max.message.bytes":"2048","segment.bytes":"1048576"}}"#;
-        let added = image.apply(1, new).unwrap().unwrap();
-        assert_eq!(added.config.max_message_bytes, Some(2048));
-        assert_eq!(added.config.segment_bytes, Some(1 << 20));
-        // What the controller writes reads back the same.
-        let record = MetadataRecord::Topic {
-            name: "t".into(),
-            id: Uuid::from_u128(3),
-            replicas: vec![vec![1]],
-            configs: BTreeMap::from([("max.message.bytes".to_string(), "4096".to_string())]),
-        };
-        let added = image
-            .apply(2, &serde_json::to_vec(&record).unwrap())
-            .unwrap()
-            .unwrap();
-        assert_eq!(added.config.max_message_bytes, Some(4096));
-    }
-
-    #[test]
-    fn configs_the_engine_does_not_read_leave_the_topic_out_with_their_offset() {
-        let mut image = Image::default();
-        for (offset, configs) in [
-            (7, r#"{"no.such.config":"1"}"#),
-            (8, r#"{"max.message.bytes":"lots"}"#),
-            (9, r#"{"segment.bytes":"1\nretention.ms=5"}"#),
-        ] {
-            let record = format!(
-                r#"{{"type":"topic","name":"t","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]],"configs":{configs}}}"#
-            );
-            match image.apply(offset, record.as_bytes()) {
-                Err(ImageError::Invalid {
-                    offset: o, name, ..
-                }) if o == offset && name == "t" => {}
-                other => panic!("{configs}: {other:?}"),
-            }
-        }
-        assert_eq!(image.topics().count(), 0);
-    }
 }
