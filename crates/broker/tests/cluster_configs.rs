@@ -174,6 +174,18 @@ fn configs_given_at_creation_are_every_nodes_and_their_limit_holds_through_a_lea
     );
     assert_eq!(created.error_code, 0, "{:?}", created.error_message);
     assert_eq!(created.replication_factor, 3);
+    // The answer carries the effective settings (v5+), as a single broker's does.
+    let answered: BTreeMap<String, (String, i8)> = created
+        .configs
+        .iter()
+        .flatten()
+        .map(|c| {
+            let value = c.value.as_deref().unwrap_or_default().to_string();
+            (c.name.to_string(), (value, c.config_source))
+        })
+        .collect();
+    assert_eq!(answered["max.message.bytes"], ("2048".into(), SOURCE_TOPIC));
+    assert_eq!(answered["segment.ms"].1, SOURCE_DEFAULT);
 
     // Every node answers the topic's own settings as the topic's, the others as defaults.
     for id in 1..=3 {

@@ -425,15 +425,7 @@ async fn create_one(
         tracing::info!(topic = %name, partitions, "created topic (CreateTopics)");
         created.id
     };
-    let configs = describe_topic_settings(&config, &defaults, None, false, false)
-        .into_iter()
-        .map(|c| {
-            CreatableTopicConfigs::default()
-                .with_name(c.name)
-                .with_value(c.value)
-                .with_config_source(c.config_source)
-        })
-        .collect();
+    let configs = created_configs(&config, &defaults);
     // Kafka answers a success with a null message (the generated default is empty).
     Ok(CreatableTopicResult::default()
         .with_error_message(None)
@@ -474,7 +466,7 @@ pub fn cluster_creation_settings(
     broker: &Broker,
     topic: &CreatableTopic,
     log_defaults: &ManagerConfig,
-) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+) -> Result<ClusterSettings, Refusal> {
     let defaults = Defaults::of(broker)?;
     let (given, config) = creation_settings(topic, &defaults)?;
     config
@@ -482,7 +474,36 @@ pub fn cluster_creation_settings(
         .log
         .validate()
         .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
-    Ok((given, config))
+    let answer = created_configs(&config, &defaults);
+    Ok(ClusterSettings {
+        given,
+        config,
+        answer,
+    })
+}
+
+/// A new topic's settings on cluster mode's controller ([`cluster_creation_settings`]).
+pub struct ClusterSettings {
+    /// Each name and value as given: the topic's metadata record keeps them.
+    pub given: BTreeMap<String, String>,
+    /// What the engine reads them as.
+    pub config: PartitionConfig,
+    /// The effective settings CreateTopics answers (v5+), as a single broker answers them.
+    pub answer: Vec<CreatableTopicConfigs>,
+}
+
+/// The effective settings a CreateTopics success carries (v5+): each setting's value over
+/// `defaults` and where it comes from.
+fn created_configs(config: &PartitionConfig, defaults: &Defaults) -> Vec<CreatableTopicConfigs> {
+    describe_topic_settings(config, defaults, None, false, false)
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_config_source(c.config_source)
+        })
+        .collect()
 }
 
 /// The partition count of a topic to create: from `num_partitions` (-1: the broker's

@@ -23,13 +23,12 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{api_versions, cluster_data, cluster_txn, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
-use std::collections::BTreeMap;
-
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use oncelog::format::TimestampType;
 use oncelog::{CleanupPolicy, PartitionConfig};
@@ -305,8 +304,8 @@ async fn create_topics(
         } else {
             topic_settings(broker, &topic)
         };
-        let configs = match checked {
-            Ok(configs) => configs,
+        let settings = match checked {
+            Ok(settings) => settings,
             Err((error, message)) => {
                 results.push(refused(error, message));
                 continue;
@@ -322,14 +321,15 @@ async fn create_topics(
                 results.push(
                     result
                         .with_num_partitions(partitions)
-                        .with_replication_factor(factor),
+                        .with_replication_factor(factor)
+                        .with_configs(Some(settings.answer)),
                 );
             }
             continue;
         }
         let replicas = assign(partitions, factor as usize, &nodes);
         match cluster
-            .create_topic(&name, replicas, configs, CREATE_TIMEOUT)
+            .create_topic(&name, replicas, settings.given, CREATE_TIMEOUT)
             .await
         {
             Ok(created) => {
@@ -338,7 +338,8 @@ async fn create_topics(
                     result
                         .with_topic_id(created.id)
                         .with_num_partitions(partitions)
-                        .with_replication_factor(factor),
+                        .with_replication_factor(factor)
+                        .with_configs(Some(settings.answer)),
                 );
             }
             Err(CreateRefused::Exists) => results.push(refused(
@@ -363,25 +364,24 @@ async fn create_topics(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-/// A new topic's settings, as its metadata record keeps them: checked as a single broker
-/// checks them (api/admin_topics.rs), over the raft host's log defaults too, and refused with
+/// A new topic's settings (as its metadata record keeps them, and as CreateTopics answers
+/// them): checked as a single broker checks them (api/admin_topics.rs), over the raft host's log defaults too, and refused with
 /// INVALID_CONFIG where a raft partition cannot honour them ([`raft_refusal`]).
 fn topic_settings(
     broker: &Broker,
     topic: &CreatableTopic,
-) -> Result<BTreeMap<String, String>, (ResponseError, String)> {
+) -> Result<ClusterSettings, (ResponseError, String)> {
     let log_defaults = Host::manager_config().map_err(|e| {
         (
             ResponseError::UnknownServerError,
             format!("the raft host's log settings: {e}"),
         )
     })?;
-    let (given, config) =
-        super::admin_topics::cluster_creation_settings(broker, topic, &log_defaults)?;
-    if let Some(why) = raft_refusal(&config) {
+    let settings = super::admin_topics::cluster_creation_settings(broker, topic, &log_defaults)?;
+    if let Some(why) = raft_refusal(&settings.config) {
         return Err((ResponseError::InvalidConfig, why));
     }
-    Ok(given)
+    Ok(settings)
 }
 
 /// Why a raft partition cannot take `config`, if it cannot: each setting whose limit would
