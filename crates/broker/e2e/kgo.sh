@@ -8,7 +8,8 @@
 #   crates/broker/e2e/kgo.sh TestA TestB ...  these tests only
 #   ONCELOG_KGO_CLUSTER=1 crates/broker/e2e/kgo.sh
 #                                             against a 3-node cluster (`--cluster`, RF 3): the
-#                                             tests of the list with no fourth column (see
+#                                             tests of the list with no fourth column (with
+#                                             ONCELOG_KGO=full also `cluster-full`; see
 #                                             kgo-tests.txt), or those named
 #   KGO_SEEDS=127.0.0.1:19092 crates/broker/e2e/kgo.sh ...
 #                                             against a broker already running there (Kafka 4.4
@@ -54,7 +55,7 @@ cluster="${ONCELOG_KGO_CLUSTER:-}"
 if [ $# -gt 0 ]; then
     tests=("$@")
 elif [ "${ONCELOG_KGO:-}" = full ]; then
-    mapfile -t tests < <(grep -v '^#' "$LIST" | awk -v c="$cluster" 'NF && $2 != "missing" && !(c && NF > 3) {print $1}')
+    mapfile -t tests < <(grep -v '^#' "$LIST" | awk -v c="$cluster" 'NF && $2 != "missing" && !(c && NF > 3 && $4 != "cluster-full") {print $1}')
 else
     mapfile -t tests < <(grep -v '^#' "$LIST" | awk -v c="$cluster" '$2 == "quick" && !(c && NF > 3) {print $1}')
 fi

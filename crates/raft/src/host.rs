@@ -163,6 +163,7 @@ impl Host {
                 GroupId::new(config.topic.clone(), p),
                 &members,
                 Opening::Join,
+                PartitionConfig::default(),
             )
             .await?;
         }
@@ -243,7 +244,20 @@ impl Host {
         members: &[NodeId],
         floor: RejoinFloor,
     ) -> Result<(), HostError> {
-        self.open_group(group, members, Opening::Rejoin(floor))
+        self.add_group_rejoining_with(group, members, floor, PartitionConfig::default())
+            .await
+    }
+
+    /// [`Host::add_group_rejoining`] whose partition, if it must be created, gets `config`
+    /// over the host's defaults (as [`Host::add_group_with`]).
+    pub async fn add_group_rejoining_with(
+        &self,
+        group: GroupId,
+        members: &[NodeId],
+        floor: RejoinFloor,
+        config: PartitionConfig,
+    ) -> Result<(), HostError> {
+        self.open_group(group, members, Opening::Rejoin(floor), config)
             .await
     }
 
@@ -263,7 +277,23 @@ impl Host {
     /// same `peers` and `members` on every node, so it is the same; its head batch carries no
     /// clock, so the bytes are too.
     pub async fn add_group(&self, group: GroupId, members: &[NodeId]) -> Result<(), HostError> {
-        self.open_group(group, members, Opening::Form).await
+        self.add_group_with(group, members, PartitionConfig::default())
+            .await
+    }
+
+    /// [`Host::add_group`] whose partition, if it must be created, gets `config` over the
+    /// host's defaults ([`Host::manager_config`]; kept in its `oncelog.properties`, so a
+    /// restart opens it with the same). Every member must give the same `config`: each
+    /// replica's log checks the entries it applies against its own (a batch over
+    /// `max.message.bytes` is refused on every replica alike). Its cleanup policy must stay
+    /// `delete` ([`Replica::open_log`]).
+    pub async fn add_group_with(
+        &self,
+        group: GroupId,
+        members: &[NodeId],
+        config: PartitionConfig,
+    ) -> Result<(), HostError> {
+        self.open_group(group, members, Opening::Form, config).await
     }
 
     async fn open_group(
@@ -271,6 +301,7 @@ impl Host {
         group: GroupId,
         members: &[NodeId],
         opening: Opening,
+        config: PartitionConfig,
     ) -> Result<(), HostError> {
         let unique: BTreeSet<NodeId> = members.iter().copied().collect();
         if unique.len() != members.len() || !unique.contains(&self.id) {
@@ -299,7 +330,7 @@ impl Host {
             match manager.get(&group.topic, group.partition) {
                 Ok(log) => log,
                 Err(ManagerError::UnknownPartition { .. }) => {
-                    manager.create(&group.topic, group.partition, PartitionConfig::default())?
+                    manager.create(&group.topic, group.partition, config)?
                 }
                 Err(e) => return Err(e.into()),
             }

@@ -412,20 +412,8 @@ async fn create_one(
     }
     crate::store::validate_topic_name(&name).map_err(store_refusal)?;
     let partitions = partition_count(broker, topic)?;
-    // A setting given twice takes its last value, as Kafka takes it.
-    let mut given = BTreeMap::new();
-    for c in &topic.configs {
-        let Some(value) = &c.value else {
-            return Err((
-                ResponseError::InvalidConfig,
-                format!("Null value not supported for topic configs: {}", c.name),
-            ));
-        };
-        given.insert(c.name.to_string(), value.to_string());
-    }
-    let pairs: Vec<(String, String)> = given.into_iter().collect();
     let defaults = Defaults::of(broker)?;
-    let config = parse_settings(&pairs, &defaults)?;
+    let (_, config) = creation_settings(topic, &defaults)?;
     let id = if validate_only {
         Uuid::nil()
     } else {
@@ -437,15 +425,7 @@ async fn create_one(
         tracing::info!(topic = %name, partitions, "created topic (CreateTopics)");
         created.id
     };
-    let configs = describe_topic_settings(&config, &defaults, None, false, false)
-        .into_iter()
-        .map(|c| {
-            CreatableTopicConfigs::default()
-                .with_name(c.name)
-                .with_value(c.value)
-                .with_config_source(c.config_source)
-        })
-        .collect();
+    let configs = created_configs(&config, &defaults);
     // Kafka answers a success with a null message (the generated default is empty).
     Ok(CreatableTopicResult::default()
         .with_error_message(None)
@@ -454,6 +434,76 @@ async fn create_one(
         .with_num_partitions(partitions)
         .with_replication_factor(1)
         .with_configs(Some(configs)))
+}
+
+/// The settings of a topic to create, from CreateTopics' configs over `defaults`: each name
+/// and value as given (a setting given twice takes its last value, as Kafka takes it), and
+/// what the engine reads them as, checked.
+fn creation_settings(
+    topic: &CreatableTopic,
+    defaults: &ManagerConfig,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let mut given = BTreeMap::new();
+    for c in &topic.configs {
+        let Some(value) = &c.value else {
+            return Err((
+                ResponseError::InvalidConfig,
+                format!("Null value not supported for topic configs: {}", c.name),
+            ));
+        };
+        given.insert(c.name.to_string(), value.to_string());
+    }
+    let pairs: Vec<(String, String)> = given.clone().into_iter().collect();
+    let config = parse_settings(&pairs, defaults)?;
+    Ok((given, config))
+}
+
+/// [`creation_settings`] for cluster mode's controller (api/cluster_admin.rs): checked over
+/// the broker's defaults as a single broker checks them, and over `log_defaults` (the raft
+/// host's, which the replicas' logs resolve them over). The settings cluster mode refuses
+/// are the caller's to refuse.
+pub fn cluster_creation_settings(
+    broker: &Broker,
+    topic: &CreatableTopic,
+    log_defaults: &ManagerConfig,
+) -> Result<ClusterSettings, Refusal> {
+    let defaults = Defaults::of(broker)?;
+    let (given, config) = creation_settings(topic, &defaults)?;
+    config
+        .resolve(log_defaults)
+        .log
+        .validate()
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    let answer = created_configs(&config, &defaults);
+    Ok(ClusterSettings {
+        given,
+        config,
+        answer,
+    })
+}
+
+/// A new topic's settings on cluster mode's controller ([`cluster_creation_settings`]).
+pub struct ClusterSettings {
+    /// Each name and value as given: the topic's metadata record keeps them.
+    pub given: BTreeMap<String, String>,
+    /// What the engine reads them as.
+    pub config: PartitionConfig,
+    /// The effective settings CreateTopics answers (v5+), as a single broker answers them.
+    pub answer: Vec<CreatableTopicConfigs>,
+}
+
+/// The effective settings a CreateTopics success carries (v5+): each setting's value over
+/// `defaults` and where it comes from.
+fn created_configs(config: &PartitionConfig, defaults: &Defaults) -> Vec<CreatableTopicConfigs> {
+    describe_topic_settings(config, defaults, None, false, false)
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_config_source(c.config_source)
+        })
+        .collect()
 }
 
 /// The partition count of a topic to create: from `num_partitions` (-1: the broker's

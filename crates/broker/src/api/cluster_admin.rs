@@ -23,12 +23,16 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
+use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{api_versions, cluster_data, cluster_txn, respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
-use oncelog::PartitionConfig;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use oncelog::format::TimestampType;
+use oncelog::{CleanupPolicy, PartitionConfig};
+use oncelog_raft::Host;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the share
 /// coordinator, the transactions' admin APIs,
@@ -44,8 +48,8 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::InitProducerId,
     ApiKey::CreateTopics,
     ApiKey::OffsetForLeaderEpoch,
-    // Read from the image: a topic's settings are the broker's defaults, since topic configs
-    // are not replicated yet (kafka-topics --describe asks for them).
+    // Read from the image: a topic's settings are those its metadata record carries, over the
+    // broker's defaults (kafka-topics --describe asks for them).
     ApiKey::DescribeConfigs,
     // The group coordinator (classic groups and committed offsets) on the offsets group's
     // leader, which is also the transaction coordinator; the share coordinator is answered
@@ -110,12 +114,7 @@ pub async fn handle(
         ApiKey::CreateTopics => create_topics(broker, cluster, request).await,
         ApiKey::OffsetForLeaderEpoch => cluster_data::offset_for_leader_epoch(cluster, request),
         ApiKey::DescribeConfigs => {
-            let own = |name: &str| {
-                Ok(cluster
-                    .image()
-                    .topic(name)
-                    .map(|_| PartitionConfig::default()))
-            };
+            let own = |name: &str| Ok(cluster.image().topic(name).map(|t| t.config.clone()));
             super::admin_topics::describe_configs_of(broker, request, &own, false)
         }
         ApiKey::FindCoordinator => find_coordinator(cluster, request),
@@ -295,11 +294,6 @@ async fn create_topics(
                 ResponseError::InvalidRequest,
                 "manual replica assignments are not supported in cluster mode".into(),
             ))
-        } else if !topic.configs.is_empty() {
-            Err((
-                ResponseError::InvalidConfig,
-                format!("topic configs are {NOT_REPLICATED}"),
-            ))
         } else if partitions < 1 {
             Err((
                 ResponseError::InvalidPartitions,
@@ -314,12 +308,15 @@ async fn create_topics(
                 ),
             ))
         } else {
-            Ok(())
+            topic_settings(broker, &topic)
         };
-        if let Err((error, message)) = checked {
-            results.push(refused(error, message));
-            continue;
-        }
+        let settings = match checked {
+            Ok(settings) => settings,
+            Err((error, message)) => {
+                results.push(refused(error, message));
+                continue;
+            }
+        };
         if body.validate_only {
             if cluster.image().topic(&name).is_some() {
                 results.push(refused(
@@ -330,20 +327,25 @@ async fn create_topics(
                 results.push(
                     result
                         .with_num_partitions(partitions)
-                        .with_replication_factor(factor),
+                        .with_replication_factor(factor)
+                        .with_configs(Some(settings.answer)),
                 );
             }
             continue;
         }
         let replicas = assign(partitions, factor as usize, &nodes);
-        match cluster.create_topic(&name, replicas, CREATE_TIMEOUT).await {
+        match cluster
+            .create_topic(&name, replicas, settings.given, CREATE_TIMEOUT)
+            .await
+        {
             Ok(created) => {
                 tracing::info!(topic = %name, partitions, replication_factor = factor, "created topic");
                 results.push(
                     result
                         .with_topic_id(created.id)
                         .with_num_partitions(partitions)
-                        .with_replication_factor(factor),
+                        .with_replication_factor(factor)
+                        .with_configs(Some(settings.answer)),
                 );
             }
             Err(CreateRefused::Exists) => results.push(refused(
@@ -366,6 +368,74 @@ async fn create_topics(
     }
     let response = CreateTopicsResponse::default().with_topics(results);
     Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// A new topic's settings (as its metadata record keeps them, and as CreateTopics answers
+/// them): checked as a single broker checks them (api/admin_topics.rs), over the raft host's log defaults too, and refused with
+/// INVALID_CONFIG where a raft partition cannot honour them ([`raft_refusal`]).
+fn topic_settings(
+    broker: &Broker,
+    topic: &CreatableTopic,
+) -> Result<ClusterSettings, (ResponseError, String)> {
+    let log_defaults = Host::manager_config().map_err(|e| {
+        (
+            ResponseError::UnknownServerError,
+            format!("the raft host's log settings: {e}"),
+        )
+    })?;
+    let settings = super::admin_topics::cluster_creation_settings(broker, topic, &log_defaults)?;
+    if let Some(why) = raft_refusal(&settings.config) {
+        return Err((ResponseError::InvalidConfig, why));
+    }
+    Ok(settings)
+}
+
+/// Why a raft partition cannot take `config`, if it cannot: each setting whose limit would
+/// not hold, or that would make the replicas' logs differ (docs/design.md, "Topic configs
+/// in a cluster").
+fn raft_refusal(config: &PartitionConfig) -> Option<String> {
+    if let Some(policy) = config
+        .cleanup_policy
+        .filter(|p| *p != CleanupPolicy::Delete)
+    {
+        return Some(format!(
+            "cleanup.policy={}: a raft partition's log cannot be compacted in cluster mode \
+             (compaction is not replicated); only delete",
+            policy.name()
+        ));
+    }
+    if config.message_timestamp_type == Some(TimestampType::LogAppendTime) {
+        return Some(
+            "message.timestamp.type=LogAppendTime: every replica would stamp a batch with its \
+             own clock, and the replicas' logs would differ; only CreateTime in cluster mode"
+                .into(),
+        );
+    }
+    if config.retention_ms.is_some() || config.retention_bytes.is_some() {
+        return Some(
+            "retention.ms and retention.bytes: retention does not run on a raft partition in \
+             cluster mode, so the limit would not hold"
+                .into(),
+        );
+    }
+    if config.flush_messages.is_some() || config.flush_ms.is_some() {
+        return Some(
+            "flush.messages and flush.ms: raft makes a partition's appends durable itself \
+             (before acks=all is answered); cluster mode does not take them"
+                .into(),
+        );
+    }
+    if config.remote_storage_enable.is_some()
+        || config.local_retention_ms.is_some()
+        || config.local_retention_bytes.is_some()
+    {
+        return Some(
+            "remote.storage.enable, local.retention.ms and local.retention.bytes: tiered \
+             storage is not served in cluster mode"
+                .into(),
+        );
+    }
+    None
 }
 
 fn not_controller(controller: Option<i32>) -> (ResponseError, String) {

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use oncelog::PartitionConfig;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -11,12 +12,16 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum MetadataRecord {
-    /// A topic was created: its id and, per partition in order, its replicas (node ids, the
-    /// first the preferred leader).
+    /// A topic was created: its id, per partition in order its replicas (node ids, the
+    /// first the preferred leader), and the settings it was created with (Kafka's names and
+    /// values, as a partition's `oncelog.properties` spells them; absent in records written
+    /// before topic configs were replicated, and when none is set).
     Topic {
         name: String,
         id: Uuid,
         replicas: Vec<Vec<i32>>,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        configs: BTreeMap<String, String>,
     },
 }
 
@@ -27,6 +32,8 @@ pub struct TopicImage {
     pub id: Uuid,
     /// Per partition, its replicas (the first the preferred leader).
     pub replicas: Vec<Vec<i32>>,
+    /// The topic's own settings: every replica opens its partitions with them.
+    pub config: PartitionConfig,
 }
 
 /// Why a record of the metadata log was not applied. Every node applies the same records in
@@ -63,7 +70,12 @@ impl Image {
                 reason: e.to_string(),
             })?;
         match record {
-            MetadataRecord::Topic { name, id, replicas } => {
+            MetadataRecord::Topic {
+                name,
+                id,
+                replicas,
+                configs,
+            } => {
                 let invalid = |reason: &str| ImageError::Invalid {
                     offset,
                     name: name.clone(),
@@ -72,6 +84,7 @@ impl Image {
                 if replicas.is_empty() || replicas.iter().any(|r| r.is_empty()) {
                     return Err(invalid("a partition without replicas"));
                 }
+                let config = topic_config(&configs).map_err(|reason| invalid(&reason))?;
                 if self.topics.contains_key(&name) || self.by_id.contains_key(&id) {
                     return Ok(None);
                 }
@@ -79,6 +92,7 @@ impl Image {
                     name: name.clone(),
                     id,
                     replicas,
+                    config,
                 };
                 self.by_id.insert(id, name.clone());
                 self.topics.insert(name, topic.clone());
@@ -98,6 +112,21 @@ impl Image {
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
         self.topics.values()
     }
+}
+
+/// A topic record's settings as the engine reads them (the same parser on every node, so the
+/// same answer): a name or value it does not know is refused with the reason.
+pub fn topic_config(configs: &BTreeMap<String, String>) -> Result<PartitionConfig, String> {
+    let mut text = String::new();
+    for (key, value) in configs {
+        if key.contains(['=', '\n', '\r']) || value.contains(['\n', '\r']) {
+            return Err(format!(
+                "config {key:?}={value:?}: a line break or '=' in a name"
+            ));
+        }
+        text.push_str(&format!("{key}={value}\n"));
+    }
+    PartitionConfig::decode(&text).map_err(|(_, reason)| format!("configs: {reason}"))
 }
 
 /// The replicas of each of `partitions` partitions with `replication_factor` replicas on
@@ -134,6 +163,7 @@ mod tests {
                 name: name.into(),
                 id,
                 replicas: vec![vec![1, 2, 3]],
+                configs: BTreeMap::new(),
             })
             .unwrap()
         };

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-pub use image::{assign, Image, MetadataRecord, TopicImage};
+pub use image::{assign, topic_config, Image, MetadataRecord, TopicImage};
 pub use nodes::{ClusterNodes, NodeAddress, NodesError, MAX_NODE_ID};
 
 /// The metadata group's topic. Not KRaft's `__cluster_metadata`: the library never opens a
@@ -179,8 +179,10 @@ impl Cluster {
         };
         match &rejoining {
             Some(r) => {
-                r.open(&host, metadata_group(), &members).await?;
-                r.open(&host, offsets_group(), &members).await?;
+                r.open(&host, metadata_group(), &members, Default::default())
+                    .await?;
+                r.open(&host, offsets_group(), &members, Default::default())
+                    .await?;
             }
             None => {
                 host.add_group(metadata_group(), &members)
@@ -412,7 +414,8 @@ impl Cluster {
     }
 
     /// Opens this node's replica of each partition of `topic` (made by the metadata record at
-    /// `offset`) it is assigned; through the rejoin steps if the topic predates a rejoin.
+    /// `offset`) it is assigned, with the topic's settings; through the rejoin steps if the
+    /// topic predates a rejoin.
     async fn open_replicas(&self, offset: i64, topic: &TopicImage) {
         for (p, replicas) in topic.replicas.iter().enumerate() {
             if !replicas.contains(&self.me()) {
@@ -422,12 +425,12 @@ impl Cluster {
             let group = GroupId::new(topic.name.clone(), p as i32);
             let opened = match &self.rejoining {
                 Some(r) if r.predates(offset) => r
-                    .open(&self.host, group.clone(), &members)
+                    .open(&self.host, group.clone(), &members, topic.config.clone())
                     .await
                     .map_err(|e| e.to_string()),
                 _ => self
                     .host
-                    .add_group(group.clone(), &members)
+                    .add_group_with(group.clone(), &members, topic.config.clone())
                     .await
                     .map_err(|e| e.to_string()),
             };
@@ -493,12 +496,13 @@ impl Cluster {
         }
     }
 
-    /// Creates a topic on the controller: appends its record to the metadata log and answers
-    /// once this node's image applied it.
+    /// Creates a topic on the controller with its settings `configs` (checked by the caller):
+    /// appends its record to the metadata log and answers once this node's image applied it.
     pub async fn create_topic(
         &self,
         name: &str,
         replicas: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<TopicImage, CreateRefused> {
         let _one = self.creating.lock().await;
@@ -513,6 +517,7 @@ impl Cluster {
             name: name.to_string(),
             id: Uuid::new_v4(),
             replicas,
+            configs,
         };
         let batch = metadata_batch(&record).map_err(CreateRefused::Raft)?;
         let last = match metadata.append(batch).await {

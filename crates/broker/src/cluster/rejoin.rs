@@ -21,6 +21,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use oncelog::PartitionConfig;
 use oncelog_raft::network::mux::GroupState;
 use oncelog_raft::{GroupId, Host, HostError, NodeId, RejoinFloor};
 use serde::{Deserialize, Serialize};
@@ -174,12 +175,14 @@ impl Rejoining {
     /// Opens this node's replica of `group`: rejoining with the recorded floor, or (when this
     /// replica holds no state) with a floor from every other member's state, recorded first;
     /// as a new group if no member holds state; as usual if the replica holds state and no
-    /// floor (a group formed after the rejoin).
+    /// floor (a group formed after the rejoin). A partition created here gets `config` (its
+    /// topic's settings).
     pub async fn open(
         &self,
         host: &Host,
         group: GroupId,
         members: &[NodeId],
+        config: PartitionConfig,
     ) -> Result<(), RejoinError> {
         let _one = self.opening.lock().await;
         let key = group.to_string();
@@ -190,14 +193,14 @@ impl Rejoining {
         let recorded = self.record.lock().floors.get(&key).copied();
         if let Some(floor) = recorded {
             return host
-                .add_group_rejoining(group.clone(), members, floor)
+                .add_group_rejoining_with(group.clone(), members, floor, config.clone())
                 .await
                 .map_err(host_error(&group));
         }
         let empty = matches!(host.local_state(&group), Ok(s) if !s.holds_state());
         if !empty {
             return host
-                .add_group(group.clone(), members)
+                .add_group_with(group.clone(), members, config.clone())
                 .await
                 .map_err(host_error(&group));
         }
@@ -214,12 +217,12 @@ impl Rejoining {
                     "rejoining {group} after this node lost its data: no vote below the others' \
                      last entry until caught up"
                 );
-                host.add_group_rejoining(group.clone(), members, floor)
+                host.add_group_rejoining_with(group.clone(), members, floor, config.clone())
                     .await
                     .map_err(host_error(&group))
             }
             _ => host
-                .add_group(group.clone(), members)
+                .add_group_with(group.clone(), members, config.clone())
                 .await
                 .map_err(host_error(&group)),
         }
