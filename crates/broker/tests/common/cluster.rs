@@ -15,6 +15,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
+use kafka_protocol::ResponseError;
 use oncelog::format::{BatchBuilder, BatchIter};
 
 use super::wire::{str_bytes, topic_name};
@@ -219,6 +220,29 @@ impl Cluster {
 
     /// Each partition's leader as every running node reports it, once they agree and every
     /// replica is in step.
+    /// The leader of `partition` of [`TOPIC`] with the highest epoch any running node names.
+    pub fn current_leader(&self, partition: i32) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let named = self
+                .nodes
+                .keys()
+                .filter_map(|id| self.metadata(*id, Some(&[TOPIC])).ok())
+                .flat_map(|m| m.topics.into_iter().flat_map(|t| t.partitions))
+                .filter(|p| p.partition_index == partition && p.leader_id.0 >= 0)
+                .map(|p| (p.leader_epoch, p.leader_id.0))
+                .max();
+            if let Some((_, leader)) = named {
+                return leader;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "partition {partition}: no leader"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn leaders(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i32> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -488,7 +512,11 @@ pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Pr
 }
 
 /// Every batch of a partition, fetched from its leader up to the high watermark.
+/// `leader` is where to ask first: when leadership moves meanwhile (a restarted node takes its
+/// preferred partitions back), the read starts again from the partition's new leader.
 pub fn fetch_all(c: &Cluster, leader: i32, partition: i32) -> (Vec<u8>, i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut leader = leader;
     let mut s = connect(c.kafka[&leader]).unwrap();
     let mut bytes = Vec::new();
     let mut offset = 0;
@@ -510,6 +538,19 @@ pub fn fetch_all(c: &Cluster, leader: i32, partition: i32) -> (Vec<u8>, i64) {
         )
         .unwrap();
         let p = &r.responses[0].partitions[0];
+        let moved = [
+            ResponseError::NotLeaderOrFollower.code(),
+            ResponseError::FencedLeaderEpoch.code(),
+            ResponseError::UnknownLeaderEpoch.code(),
+        ];
+        if moved.contains(&p.error_code) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            leader = c.current_leader(partition);
+            s = connect(c.kafka[&leader]).unwrap();
+            bytes.clear();
+            offset = 0;
+            continue;
+        }
         assert_eq!(
             p.error_code, 0,
             "fetch of partition {partition} from its leader {leader}"
