@@ -3,7 +3,7 @@
 //! all three, and a consumer group of two members over the raw protocol
 //! (ConsumerGroupHeartbeat, ConsumerGroupDescribe, OffsetCommit with the member epoch) that
 //! consumes the topic while the coordinator's node is SIGKILLed, round after round
-//! (`ONCELOG_CLUSTER_ROUNDS`, default 3). The new coordinator knows the group at the same
+//! (`ONCELOG_CLUSTER_ROUNDS`, default 2). The new coordinator knows the group at the same
 //! epoch with the same assignments (no rebalance after a move), the members carry on at their
 //! epochs, every committed offset survives, and every record is consumed.
 
@@ -297,7 +297,7 @@ fn a_consumer_group_keeps_its_epoch_assignment_and_offsets_through_coordinator_k
     let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(2);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
@@ -459,7 +459,7 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
 
 /// librdkafka's consumer with `group.protocol=consumer` (tests/clients/group_client.py: a
 /// synchronous commit after each record) while the coordinator's node is SIGKILLed and
-/// restarted, round after round (`ONCELOG_CLUSTER_ROUNDS`, default 3): it follows each new
+/// restarted, round after round (`ONCELOG_CLUSTER_ROUNDS`, default 2): it follows each new
 /// coordinator at the epoch it had (the group's epoch never moves: no rebalance after a
 /// move), consumes every message, and the group's committed offsets end at each partition's
 /// end.
@@ -469,7 +469,7 @@ fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
     let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(2);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
