@@ -18,6 +18,10 @@ use crate::{GroupId, Node, NodeId, Replica, ReplicaConfig, ReplicaError};
 
 /// How long [`Host::balance`] waits before it asks for an election in the same group again.
 const BALANCE_BACKOFF: Duration = Duration::from_secs(3);
+/// How long the other replicas of a new group leave its first election to the preferred one.
+const FIRST_ELECTION_WINDOW: Duration = Duration::from_millis(1500);
+/// How often the preferred replica of a new group stands again until a leader is known.
+const FIRST_ELECTION_RETRY: Duration = Duration::from_millis(100);
 
 /// Why a host refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
@@ -384,7 +388,11 @@ impl Host {
             .filter_map(|m| self.peers.get(m).map(|n| (*m, n.clone())))
             .collect();
         match replica.raft().initialize(nodes).await {
-            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Ok(()) => {
+                first_leader_preferred(replica, members.first() == Some(&self.id));
+                Ok(())
+            }
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
             Err(e) => Err(HostError::Replica {
                 group: group.clone(),
                 error: Box::new(ReplicaError::Raft(e.to_string())),
@@ -625,6 +633,44 @@ enum Opening {
     Join,
     /// Rejoins after losing its data.
     Rejoin(RejoinFloor),
+}
+
+/// Makes a new group's first leader its preferred replica, as Kafka's controller names a new
+/// partition's leader: the preferred one stands at once (again each [`FIRST_ELECTION_RETRY`]
+/// until a leader is known: the others may not host the group yet when it first asks), the
+/// others do not stand until a leader is known or [`FIRST_ELECTION_WINDOW`] went by (the
+/// preferred one may be down). Without it the first replica to time out leads, and the
+/// balancer moves the leadership a second later, while clients already use the partition.
+fn first_leader_preferred(replica: &Replica, preferred: bool) {
+    let raft = replica.raft().clone();
+    if !preferred {
+        raft.runtime_config().elect(false);
+    }
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + FIRST_ELECTION_WINDOW;
+        let mut metrics = raft.metrics();
+        loop {
+            if metrics.borrow_and_update().current_leader.is_some() {
+                break;
+            }
+            if preferred {
+                let _ = raft.trigger().elect().await;
+            }
+            let wait = if preferred {
+                FIRST_ELECTION_RETRY
+            } else {
+                deadline.saturating_duration_since(tokio::time::Instant::now())
+            };
+            match tokio::time::timeout(wait, metrics.changed()).await {
+                Ok(Err(_)) => return,
+                _ if tokio::time::Instant::now() >= deadline => break,
+                _ => {}
+            }
+        }
+        if !preferred {
+            raft.runtime_config().elect(true);
+        }
+    });
 }
 
 /// Keeps `replica` from standing for election until it applied an entry at or above `floor`

@@ -38,31 +38,77 @@ async fn leader_of(host: &Host, group: &GroupId) -> NodeId {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn groups_added_at_run_time_form_without_one_member_and_describe_themselves() {
-    let tmp = tempfile::tempdir().unwrap();
+/// Three nodes' addresses (nodes 1 to 3, on loopback) and the listeners bound to them.
+async fn three_nodes() -> (BTreeMap<NodeId, Node>, BTreeMap<NodeId, TcpListener>) {
     let mut listeners = Vec::new();
     for _ in 0..3 {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
     }
-    let peers: BTreeMap<NodeId, Node> = listeners
+    let peers = listeners
         .iter()
         .enumerate()
         .map(|(i, l)| (i as u64 + 1, Node::new(l.local_addr().unwrap().to_string())))
         .collect();
-    let mut listeners: BTreeMap<NodeId, TcpListener> = (1..=3).zip(listeners).collect();
-    let open = |id: NodeId| {
-        Arc::new(
-            Host::start(
-                tmp.path().join(format!("node-{id}")),
-                Environment::default(),
-                id,
-                peers.clone(),
-                ReplicaConfig::default(),
-            )
-            .unwrap(),
+    (peers, (1..=3).zip(listeners).collect())
+}
+
+/// Node `id`'s host over its own directory under `dir`.
+fn open_host(dir: &std::path::Path, id: NodeId, peers: &BTreeMap<NodeId, Node>) -> Arc<Host> {
+    Arc::new(
+        Host::start(
+            dir.join(format!("node-{id}")),
+            Environment::default(),
+            id,
+            peers.clone(),
+            ReplicaConfig::default(),
         )
-    };
+        .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_is_first_led_by_its_preferred_member() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (peers, listeners) = three_nodes().await;
+    let hosts: Vec<Arc<Host>> = (1..=3).map(|id| open_host(tmp.path(), id, &peers)).collect();
+    let serving: Vec<_> = listeners
+        .into_values()
+        .zip(&hosts)
+        .map(|(l, h)| h.serve_raft(l))
+        .collect();
+    // No balancer runs: the first election alone must pick the preferred member. The members
+    // open the group in turn, a little apart, as nodes apply a topic's record.
+    let groups: Vec<(GroupId, [NodeId; 3])> = (0..6)
+        .map(|p| {
+            let first = p as u64 % 3 + 1;
+            let members = [first, first % 3 + 1, (first + 1) % 3 + 1];
+            (GroupId::new("first", p), members)
+        })
+        .collect();
+    for (group, members) in &groups {
+        for h in hosts.iter().rev() {
+            h.add_group(group.clone(), members).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    }
+    for (group, members) in &groups {
+        for h in &hosts {
+            assert_eq!(leader_of(h, group).await, members[0], "{group}");
+        }
+    }
+    for h in &hosts {
+        h.close().await.unwrap();
+    }
+    for s in serving {
+        s.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_added_at_run_time_form_without_one_member_and_describe_themselves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (peers, mut listeners) = three_nodes().await;
+    let open = |id: NodeId| open_host(tmp.path(), id, &peers);
     // Nodes 1 and 2 only: node 3 is down when the group is added.
     let h1 = open(1);
     let h2 = open(2);
