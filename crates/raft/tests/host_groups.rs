@@ -70,7 +70,9 @@ fn open_host(dir: &std::path::Path, id: NodeId, peers: &BTreeMap<NodeId, Node>) 
 async fn a_new_group_is_first_led_by_its_preferred_member() {
     let tmp = tempfile::tempdir().unwrap();
     let (peers, listeners) = three_nodes().await;
-    let hosts: Vec<Arc<Host>> = (1..=3).map(|id| open_host(tmp.path(), id, &peers)).collect();
+    let hosts: Vec<Arc<Host>> = (1..=3)
+        .map(|id| open_host(tmp.path(), id, &peers))
+        .collect();
     let serving: Vec<_> = listeners
         .into_values()
         .zip(&hosts)

@@ -214,8 +214,9 @@ impl Rejoining {
                     partition = %group,
                     term = floor.term,
                     floor = ?floor.last_log_id,
-                    "rejoining {group} after this node lost its data: no vote below the others' \
-                     last entry until caught up"
+                    "rejoining {group}: this node holds no raft state of it while another \
+                     member does (its data was lost, or the others formed the group while it was \
+                     starting); no vote below the others' last entry until caught up"
                 );
                 host.add_group_rejoining_with(group.clone(), members, floor, config.clone())
                     .await
