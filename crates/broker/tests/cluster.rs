@@ -24,10 +24,7 @@ use oncelog::format::BatchBuilder;
 
 #[test]
 fn acknowledged_records_survive_leader_kills_once_each_and_replicas_agree() {
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
@@ -395,10 +392,7 @@ fn the_java_producer_keeps_every_message_through_leader_kills() {
 
 fn real_producer_through_leader_kills(client: common::clients::Client) {
     use common::clients::{Client, Produce};
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
@@ -479,10 +473,7 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
 /// killed node restarted each time.
 #[test]
 fn committed_offsets_survive_coordinator_kills() {
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
@@ -535,10 +526,7 @@ fn committed_offsets_survive_coordinator_kills() {
 #[test]
 fn a_real_consumer_group_commits_through_coordinator_kills() {
     use common::clients::{group_consumer, Client, Produce};
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();

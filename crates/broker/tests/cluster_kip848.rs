@@ -294,10 +294,7 @@ fn shape(g: &DescribedGroup) -> (i32, i32, BTreeMap<String, (i32, String, String
 
 #[test]
 fn a_consumer_group_keeps_its_epoch_assignment_and_offsets_through_coordinator_kills() {
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(2);
+    let rounds = rounds(2);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
@@ -466,10 +463,7 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
 #[test]
 fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
     use common::clients::{group_consumer, Client, Produce};
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(2);
+    let rounds = rounds(2);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();

@@ -366,10 +366,7 @@ fn read_committed(c: &Cluster, leader: i32, partition: i32) -> (Vec<String>, i64
 /// partitions' new leaders. Each committed record is then read once, no aborted one.
 #[test]
 fn transactions_commit_and_abort_through_coordinator_and_leader_kills() {
-    let rounds: usize = std::env::var("ONCELOG_CLUSTER_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
     let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();

@@ -69,6 +69,15 @@ pub fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     Ok(s)
 }
 
+/// How many rounds a cluster test runs: `ONCELOG_CLUSTER_ROUNDS` if set (the long runs by
+/// hand), else the test's `default` (CI's short form).
+pub fn rounds(default: usize) -> usize {
+    std::env::var("ONCELOG_CLUSTER_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
