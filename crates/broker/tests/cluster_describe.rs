@@ -352,8 +352,11 @@ fn describe_apis_answer_where_kafka_does_and_kafkas_tools_work() {
         all.extend(args);
         kafka_tool("org.apache.kafka.tools.TransactionsCommand", &all)
     };
-    let tools: [&(dyn Fn() -> String + Sync); 6] = [
+    let tools: [&(dyn Fn() -> String + Sync); 7] = [
         &|| txns(&["list"]),
+        // DescribeProducers of every partition, each from its own leader, then the
+        // coordinator's view of what it found open.
+        &|| txns(&["find-hanging", "--topic", NAME]),
         &|| txns(&["describe", "--transactional-id", TXN_ID]),
         &|| txns(&["describe-producers", "--topic", NAME, "--partition", "0"]),
         &|| {
@@ -385,8 +388,11 @@ fn describe_apis_answer_where_kafka_does_and_kafkas_tools_work() {
         let running: Vec<_> = tools.iter().map(|t| s.spawn(t)).collect();
         running.into_iter().map(|r| r.join().unwrap()).collect()
     });
-    let [list, describe, described_producers, log_dirs_out, cluster_id_out, api_versions] =
-        <[String; 6]>::try_from(outs).unwrap();
+    let [list, hanging, describe, described_producers, log_dirs_out, cluster_id_out, api_versions] =
+        <[String; 7]>::try_from(outs).unwrap();
+    // find-hanging: Topic Partition ProducerId ...; the open transaction is young and its
+    // coordinator knows it, so none is hanging.
+    assert!(rows(&hanging, 0, NAME).is_empty(), "{hanging}");
     // list: TransactionalId Coordinator ProducerId TransactionState.
     let out = list;
     let coordinator_text = coordinator.to_string();
