@@ -105,7 +105,7 @@ fn text(s: impl Into<String>) -> StrBytes {
 /// refuses (INVALID_TOPIC_EXCEPTION), then a topic it does not have (`exists`: this broker's
 /// store, or a cluster's image, has it). The broker's own internal
 /// topics are valid names it does not serve as partitions.
-pub fn topic_refusal(name: &str, exists: bool) -> Option<(ResponseError, String)> {
+fn topic_refusal(name: &str, exists: bool) -> Option<(ResponseError, String)> {
     if !RESERVED_TOPICS.contains(&name) {
         if let Err(e) = validate_topic_name(name) {
             return Some((ResponseError::InvalidTopicException, e.to_string()));
