@@ -322,25 +322,13 @@ fn committed(c: &Cluster, group: &str, partitions: i32) -> BTreeMap<i32, i64> {
 /// Runs Kafka's `kafka-consumer-groups` (ConsumerGroupCommand of kafka-tools 4.4) against the
 /// cluster: its standard output, once it exited successfully.
 fn consumer_groups(c: &Cluster, args: &[&str]) -> String {
-    let lib = common::clients::clients_dir().join("tools/lib");
-    let bootstrap: Vec<String> = c.nodes.keys().map(|id| c.kafka[id].to_string()).collect();
-    let out = Command::new("java")
-        .arg("-Xmx256m")
-        .arg("-cp")
-        .arg(format!("{}/*", lib.display()))
-        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
-        .args(["--bootstrap-server", &bootstrap.join(",")])
-        .args(args)
-        .output()
-        .expect("run java");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "kafka-consumer-groups {args:?}: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    let bootstrap = c.bootstrap();
+    let mut all = vec!["--bootstrap-server", &bootstrap];
+    all.extend(args);
+    common::clients::kafka_tool(
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+        &all,
+    )
 }
 
 /// DescribeGroups, ListGroups, DeleteGroups and OffsetDelete in cluster mode: answered by the

@@ -1151,12 +1151,33 @@ async fn alter_topic(
 // DescribeCluster
 
 pub fn describe_cluster(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
-    let body: DescribeClusterRequest = request.body()?;
     let endpoint = &broker.endpoint;
+    let me = (
+        endpoint.node_id,
+        endpoint.host.clone(),
+        i32::from(endpoint.port),
+    );
+    cluster_answer(
+        request,
+        broker.store.cluster_id(),
+        endpoint.node_id,
+        vec![me],
+    )
+}
+
+/// DescribeCluster's answer: the cluster id, the controller and the brokers (id, host, port),
+/// this broker alone or every node of a cluster.
+pub fn cluster_answer(
+    request: &Request,
+    cluster_id: &str,
+    controller: i32,
+    brokers: Vec<(i32, String, i32)>,
+) -> Result<Reply, HandleError> {
+    let body: DescribeClusterRequest = request.body()?;
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(body.endpoint_type)
-        .with_cluster_id(text(broker.store.cluster_id()))
-        .with_controller_id(BrokerId(endpoint.node_id))
+        .with_cluster_id(text(cluster_id))
+        .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(if body.include_cluster_authorized_operations {
             CLUSTER_OPERATIONS
         } else {
@@ -1164,10 +1185,17 @@ pub fn describe_cluster(broker: &Arc<Broker>, request: &Request) -> Result<Reply
         });
     // Endpoint type 1 is the brokers; 2, the controllers, is asked of controllers only.
     if body.endpoint_type == 1 {
-        response = response.with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(endpoint.node_id))
-            .with_host(text(endpoint.host.clone()))
-            .with_port(endpoint.port.into())]);
+        response = response.with_brokers(
+            brokers
+                .into_iter()
+                .map(|(id, host, port)| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(id))
+                        .with_host(text(host))
+                        .with_port(port)
+                })
+                .collect(),
+        );
     } else {
         // As Kafka's brokers answer: the controllers' type is asked of the wrong endpoint,
         // any other is no type at all.

@@ -25,7 +25,9 @@ use uuid::Uuid;
 
 use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
-use super::{api_versions, cluster_data, cluster_txn, respond, HandleError, Reply};
+use super::{
+    api_versions, cluster_data, cluster_describe, cluster_txn, respond, HandleError, Reply,
+};
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
@@ -35,8 +37,7 @@ use oncelog::{CleanupPolicy, PartitionConfig};
 use oncelog_raft::Host;
 
 /// The APIs a cluster node answers (and advertises in ApiVersions). The others (the share
-/// coordinator, the transactions' admin APIs,
-/// DescribeLogDirs, DescribeCluster)
+/// coordinator)
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
@@ -78,6 +79,14 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::EndTxn,
     ApiKey::TxnOffsetCommit,
     ApiKey::WriteTxnMarkers,
+    // The describe-only admin APIs (cluster_describe.rs): DescribeCluster from any node,
+    // DescribeLogDirs per node for its own replicas, DescribeProducers on the partition's
+    // leader, the transactions' on the transaction coordinator.
+    ApiKey::DescribeCluster,
+    ApiKey::DescribeLogDirs,
+    ApiKey::DescribeProducers,
+    ApiKey::ListTransactions,
+    ApiKey::DescribeTransactions,
     // Answered with a typed error: not replicated yet.
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
@@ -130,6 +139,15 @@ pub async fn handle(
         | ApiKey::OffsetDelete
         | ApiKey::ConsumerGroupHeartbeat
         | ApiKey::ConsumerGroupDescribe => coordinated(broker, cluster, request).await,
+        ApiKey::DescribeCluster => cluster_describe::describe_cluster(cluster, request),
+        ApiKey::DescribeLogDirs => cluster_describe::describe_log_dirs(cluster, request),
+        ApiKey::DescribeProducers => cluster_describe::describe_producers(cluster, request).await,
+        ApiKey::ListTransactions => {
+            cluster_describe::list_transactions(broker, cluster, request).await
+        }
+        ApiKey::DescribeTransactions => {
+            cluster_describe::describe_transactions(broker, cluster, request).await
+        }
         ApiKey::DeleteTopics => delete_topics(request),
         ApiKey::CreatePartitions => create_partitions(request),
         ApiKey::DeleteRecords => delete_records(request),

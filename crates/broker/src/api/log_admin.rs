@@ -165,6 +165,23 @@ pub fn offset_for_leader_epoch(
 /// offset lag is 0 and no partition is a future replica (this broker moves none between
 /// directories). Topics none of whose partitions were asked about are left out.
 pub fn describe_log_dirs(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let partitions = broker.store.topics().into_iter().flat_map(|topic| {
+        topic
+            .partitions
+            .iter()
+            .map(|p| (topic.name.clone(), p.index(), p.size_bytes()))
+            .collect::<Vec<_>>()
+    });
+    log_dirs_answer(request, broker.store.dir(), partitions)
+}
+
+/// DescribeLogDirs' answer for the log directory `dir` holding `partitions` (topic, index,
+/// bytes on disk): the single broker's store, or a cluster node's replicas.
+pub fn log_dirs_answer(
+    request: &Request,
+    dir: &std::path::Path,
+    partitions: impl IntoIterator<Item = (String, i32, u64)>,
+) -> Result<Reply, HandleError> {
     let body: DescribeLogDirsRequest = request.body()?;
     let wanted: Option<BTreeSet<(String, i32)>> = body.topics.map(|topics| {
         topics
@@ -173,20 +190,18 @@ pub fn describe_log_dirs(broker: &Arc<Broker>, request: &Request) -> Result<Repl
             .collect()
     });
     let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-    for topic in broker.store.topics() {
-        for p in &topic.partitions {
-            let asked = wanted
-                .as_ref()
-                .is_none_or(|w| w.contains(&(topic.name.clone(), p.index())));
-            if asked {
-                by_topic.entry(topic.name.clone()).or_default().push(
-                    DescribeLogDirsPartition::default()
-                        .with_partition_index(p.index())
-                        .with_partition_size(i64::try_from(p.size_bytes()).unwrap_or(i64::MAX))
-                        .with_offset_lag(0)
-                        .with_is_future_key(false),
-                );
-            }
+    for (topic, index, size) in partitions {
+        let asked = wanted
+            .as_ref()
+            .is_none_or(|w| w.contains(&(topic.clone(), index)));
+        if asked {
+            by_topic.entry(topic).or_default().push(
+                DescribeLogDirsPartition::default()
+                    .with_partition_index(index)
+                    .with_partition_size(i64::try_from(size).unwrap_or(i64::MAX))
+                    .with_offset_lag(0)
+                    .with_is_future_key(false),
+            );
         }
     }
     let topics = by_topic
@@ -197,8 +212,7 @@ pub fn describe_log_dirs(broker: &Arc<Broker>, request: &Request) -> Result<Repl
                 .with_partitions(partitions)
         })
         .collect();
-    let dir = std::path::absolute(broker.store.dir())
-        .unwrap_or_else(|_| broker.store.dir().to_path_buf());
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     let result = DescribeLogDirsResult::default()
         .with_log_dir(StrBytes::from_string(dir.display().to_string()))
         .with_topics(topics);

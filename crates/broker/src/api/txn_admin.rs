@@ -72,9 +72,22 @@ where
     Req: Decodable + Send + 'static,
     Resp: Encodable + HeaderVersion + Default + Send + 'static,
 {
-    let body: Req = request.body()?;
     let b = Arc::clone(broker);
-    let response = tokio::task::spawn_blocking(move || answer(&b, body))
+    answered_off_reactor(request, move |body| answer(&b, body)).await
+}
+
+/// Decodes the request, answers it with `answer` on a blocking thread (see [`off_reactor`]),
+/// and encodes the answer: the single broker's and a cluster node's transaction admin APIs.
+pub async fn answered_off_reactor<Req, Resp>(
+    request: &Request,
+    answer: impl FnOnce(Req) -> Resp + Send + 'static,
+) -> Result<Reply, HandleError>
+where
+    Req: Decodable + Send + 'static,
+    Resp: Encodable + HeaderVersion + Default + Send + 'static,
+{
+    let body: Req = request.body()?;
+    let response = tokio::task::spawn_blocking(move || answer(body))
         .await
         .unwrap_or_else(|e| {
             tracing::error!(api = ?request.api_key, error = %e, "transaction admin task failed");
@@ -89,15 +102,16 @@ fn text(s: impl Into<String>) -> StrBytes {
 
 /// Why a whole topic of a DescribeProducers request is refused, as Kafka's
 /// `KafkaApis.handleDescribeProducersRequest` checks it: a name Kafka's `Topic.validate`
-/// refuses (INVALID_TOPIC_EXCEPTION), then a topic it does not have. The broker's own internal
+/// refuses (INVALID_TOPIC_EXCEPTION), then a topic it does not have (`exists`: this broker's
+/// store, or a cluster's image, has it). The broker's own internal
 /// topics are valid names it does not serve as partitions.
-fn topic_refusal(broker: &Broker, name: &str) -> Option<(ResponseError, String)> {
+fn topic_refusal(name: &str, exists: bool) -> Option<(ResponseError, String)> {
     if !RESERVED_TOPICS.contains(&name) {
         if let Err(e) = validate_topic_name(name) {
             return Some((ResponseError::InvalidTopicException, e.to_string()));
         }
     }
-    if broker.store.topic(name).is_none() {
+    if !exists {
         return Some((
             ResponseError::UnknownTopicOrPartition,
             UNKNOWN_TOPIC_MESSAGE.to_string(),
@@ -133,11 +147,31 @@ fn answer_describe_producers(
     broker: &Broker,
     body: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
+    producers_answer(
+        body,
+        |name| broker.store.topic(name).is_some(),
+        |name, index| match broker.store.partition(name, index) {
+            None => Err(ResponseError::UnknownTopicOrPartition),
+            Some(p) if p.offline().is_some() => Err(ResponseError::KafkaStorageError),
+            Some(p) => Ok(p.producers()),
+        },
+    )
+}
+
+/// DescribeProducers' answer: each topic refused as a whole where [`topic_refusal`] says
+/// (`exists` tells whether the topic is known), else each partition's producers as
+/// `producers` finds them (its log's producer-state table), or the error it answers.
+/// Blocking (the log's append lock).
+pub fn producers_answer(
+    body: DescribeProducersRequest,
+    exists: impl Fn(&str) -> bool,
+    producers: impl Fn(&str, i32) -> Result<Vec<oncelog::producer::ProducerEntry>, ResponseError>,
+) -> DescribeProducersResponse {
     let topics = body
         .topics
         .into_iter()
         .map(|t| {
-            let refused = topic_refusal(broker, &t.name);
+            let refused = topic_refusal(&t.name, exists(&t.name));
             let partitions = t
                 .partition_indexes
                 .iter()
@@ -148,15 +182,10 @@ fn answer_describe_producers(
                             .with_error_code(error.code())
                             .with_error_message(Some(text(message.clone())));
                     }
-                    match broker.store.partition(&t.name, index) {
-                        None => answer
-                            .with_error_code(code(Some(ResponseError::UnknownTopicOrPartition))),
-                        Some(p) if p.offline().is_some() => {
-                            answer.with_error_code(code(Some(ResponseError::KafkaStorageError)))
-                        }
-                        Some(p) => answer.with_active_producers(
-                            p.producers().iter().map(producer_state).collect(),
-                        ),
+                    match producers(&t.name, index) {
+                        Err(error) => answer.with_error_code(code(Some(error))),
+                        Ok(entries) => answer
+                            .with_active_producers(entries.iter().map(producer_state).collect()),
                     }
                 })
                 .collect();
@@ -198,6 +227,17 @@ fn answer_list_transactions(
     broker: &Broker,
     body: ListTransactionsRequest,
 ) -> ListTransactionsResponse {
+    let now = now_ms();
+    transactions_listed(body, &broker.txns.views(now), now)
+}
+
+/// ListTransactions' answer over the coordinator's `views` at `now` (none on a cluster node
+/// that does not coordinate: Kafka lists only the transactions a broker coordinates).
+pub fn transactions_listed(
+    body: ListTransactionsRequest,
+    views: &[TxnView],
+    now: i64,
+) -> ListTransactionsResponse {
     let producer_ids: BTreeSet<i64> = body.producer_id_filters.iter().map(|p| p.0).collect();
     let states: BTreeSet<String> = body.state_filters.iter().map(|s| s.to_string()).collect();
     let unknown: Vec<StrBytes> = body
@@ -206,10 +246,7 @@ fn answer_list_transactions(
         .filter(|s| !KAFKA_STATES.contains(&s.as_str()))
         .cloned()
         .collect();
-    let now = now_ms();
-    let transaction_states = broker
-        .txns
-        .views(now)
+    let transaction_states = views
         .iter()
         .filter(|v| listed(v, &producer_ids, &states, body.duration_filter, now))
         .map(|v| {
@@ -240,6 +277,21 @@ fn answer_describe_transactions(
     body: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
     let now = now_ms();
+    transactions_described(body, |id| {
+        broker
+            .txns
+            .view(id, now)
+            .ok_or(ResponseError::TransactionalIdNotFound)
+    })
+}
+
+/// DescribeTransactions' answer, each transactional id's state as `view` finds it, or the
+/// error it answers (TRANSACTIONAL_ID_NOT_FOUND on the coordinator, a coordinator error on a
+/// cluster node that does not coordinate); an empty id is INVALID_REQUEST first, as in Kafka.
+pub fn transactions_described(
+    body: DescribeTransactionsRequest,
+    view: impl Fn(&str) -> Result<TxnView, ResponseError>,
+) -> DescribeTransactionsResponse {
     let transaction_states = body
         .transactional_ids
         .into_iter()
@@ -248,8 +300,9 @@ fn answer_describe_transactions(
             if id.is_empty() {
                 return answer.with_error_code(code(Some(ResponseError::InvalidRequest)));
             }
-            let Some(view) = broker.txns.view(&id, now) else {
-                return answer.with_error_code(code(Some(ResponseError::TransactionalIdNotFound)));
+            let view = match view(&id) {
+                Ok(view) => view,
+                Err(error) => return answer.with_error_code(code(Some(error))),
             };
             let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
             for (topic, index) in &view.partitions {

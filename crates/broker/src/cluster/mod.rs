@@ -549,6 +549,11 @@ impl Cluster {
         self.host.close().await
     }
 
+    /// The data directory: the raft host's log dir (DescribeLogDirs names it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The host (tests and status).
     pub fn host(&self) -> &Arc<Host> {
         &self.host

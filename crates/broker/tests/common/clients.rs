@@ -37,6 +37,29 @@ pub fn clients_dir() -> &'static PathBuf {
     })
 }
 
+/// Runs one of Kafka's command-line tools, `class` of kafka-tools 4.4 (the jars
+/// tests/clients/setup.sh installs), with `args`: its standard output, once it exited
+/// successfully.
+pub fn kafka_tool(class: &str, args: &[&str]) -> String {
+    let lib = clients_dir().join("tools/lib");
+    let out = Command::new("java")
+        .arg("-Xmx256m")
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg(class)
+        .args(args)
+        .output()
+        .expect("run java");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{class} {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// A Kafka client library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {

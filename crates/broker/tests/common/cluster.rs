@@ -171,6 +171,16 @@ impl Cluster {
         node
     }
 
+    /// Every running node's Kafka listener, as a `--bootstrap-server` list.
+    pub fn bootstrap(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .keys()
+            .map(|id| self.kafka[id].to_string())
+            .collect();
+        nodes.join(",")
+    }
+
     pub fn metadata(&self, id: i32, topics: Option<&[&str]>) -> io::Result<MetadataResponse> {
         let mut s = connect(self.kafka[&id])?;
         let topics = topics.map(|t| {
