@@ -5,6 +5,7 @@ mod admin_topics;
 mod api_versions;
 mod cluster_admin;
 mod cluster_data;
+mod cluster_topics;
 mod cluster_txn;
 mod consumer_groups;
 mod fetch;
