@@ -173,3 +173,63 @@ fn topics_are_grown_deleted_while_a_node_is_down_and_created_again_empty() {
         });
     }
 }
+
+/// The names in node `id`'s data directory that start with `prefix` (a partition's directory
+/// or its `-delete` form).
+fn entries(c: &Cluster, id: i32, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(&c.dirs[&id])
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_wiped_node_never_recreates_a_deleted_topic_and_strays_on_disk_are_removed() {
+    let mut c = Cluster::start();
+    let controller = c.controller();
+    for (name, partitions) in [(TOPIC, PARTITIONS), ("kept", 1)] {
+        let r = c.create_topic(controller, name, partitions, 3).unwrap();
+        assert_eq!(r.topics[0].error_code, 0);
+    }
+    c.leaders(TOPIC, PARTITIONS);
+    assert_eq!(delete(&c, controller, &[(Some(TOPIC), Uuid::nil())]), [0]);
+
+    // A wiped node replays the whole metadata log as it rejoins: it opens the live topic's
+    // replica and never creates one of the deleted topic (not even to delete it again).
+    let wiped = 3;
+    c.wipe(wiped);
+    c.launch(wiped);
+    eventually("the rejoined node holds the live topic's replica", || {
+        c.partition_dirs(wiped, "kept") == BTreeSet::from([0])
+    });
+    let kept = c.leaders("kept", 1);
+    assert!(kept[&0] >= 1);
+    assert_eq!(
+        entries(&c, wiped, &format!("{TOPIC}-")),
+        Vec::<String>::new()
+    );
+    assert_eq!(topic_error(&c, wiped), UNKNOWN_TOPIC_OR_PARTITION);
+
+    // A partition on disk the image gives this node no replica of (what a crash part way
+    // through a deletion leaves) is removed when the node starts; its own replicas stay.
+    let restarted = 2;
+    c.nodes.remove(&restarted);
+    let stray = c.dirs[&restarted].join("ghost-0");
+    std::fs::create_dir(&stray).unwrap();
+    for file in std::fs::read_dir(c.dirs[&restarted].join("kept-0")).unwrap() {
+        let file = file.unwrap();
+        if file.file_type().unwrap().is_file() {
+            std::fs::copy(file.path(), stray.join(file.file_name())).unwrap();
+        }
+    }
+    c.launch(restarted);
+    eventually("the restarted node removes the stray partition", || {
+        c.partition_dirs(restarted, "ghost").is_empty()
+    });
+    assert_eq!(c.partition_dirs(restarted, "kept"), BTreeSet::from([0]));
+    assert_eq!(c.leaders("kept", 1).len(), 1);
+}

@@ -270,19 +270,30 @@ impl Cluster {
     /// Stops and deletes this node's replica of each partition of the deleted `topic` (a
     /// partition on disk not hosted too: a node that was down replays the deletion).
     async fn remove_replicas(&self, topic: &TopicImage) {
+        let mut removed = 0;
         for p in 0..topic.replicas.len() {
-            self.remove_partition(&GroupId::new(topic.name.clone(), p as i32))
-                .await;
+            if self
+                .remove_partition(&GroupId::new(topic.name.clone(), p as i32))
+                .await
+            {
+                removed += 1;
+            }
         }
         self.remote.write().retain(|g, _| g.topic != topic.name);
-        tracing::info!(topic = %topic.name, id = %topic.id, "deleted topic's replicas removed");
+        // A replay after a restart finds nothing left to remove: said only when something was.
+        if removed > 0 {
+            tracing::info!(topic = %topic.name, id = %topic.id, removed, "deleted topic's replicas removed");
+        }
     }
 
-    async fn remove_partition(&self, group: &GroupId) {
+    /// Whether a replica or partition directory of `group` was there to remove.
+    async fn remove_partition(&self, group: &GroupId) -> bool {
         match self.host.remove_group(group).await {
-            Ok(true) => tracing::debug!(partition = %group, "replica removed"),
-            Ok(false) => {}
-            Err(e) => tracing::error!(partition = %group, error = %e, "cannot remove a replica"),
+            Ok(removed) => removed,
+            Err(e) => {
+                tracing::error!(partition = %group, error = %e, "cannot remove a replica");
+                false
+            }
         }
     }
 

@@ -218,6 +218,15 @@ impl Cluster {
         )
     }
 
+    /// Crashes node `id` (SIGKILL) and removes its data directory: a lost disk.
+    pub fn wipe(&mut self, id: i32) {
+        if let Some(node) = self.nodes.get_mut(&id) {
+            node.crash();
+        }
+        self.nodes.remove(&id);
+        std::fs::remove_dir_all(&self.dirs[&id]).unwrap();
+    }
+
     /// DeleteTopics (v6) of `topics`, each by name or by id, on node `on`.
     pub fn delete_topics(
         &self,
