@@ -36,7 +36,7 @@ fn grow(c: &Cluster, on: i32, topic: &str, count: i32, validate: bool) -> i16 {
 
 /// The error codes of a DeleteTopics on node `on`.
 fn delete(c: &Cluster, on: i32, topics: &[(Option<&str>, Uuid)]) -> Vec<i16> {
-    let r = c.delete_topics(on, topics).unwrap();
+    let r = c.delete_topics(on, topics, 30_000).unwrap();
     r.responses.iter().map(|t| t.error_code).collect()
 }
 
@@ -116,7 +116,9 @@ fn topics_are_grown_deleted_while_a_node_is_down_and_created_again_empty() {
     let down = 3;
     c.nodes.remove(&down);
     let controller = c.controller();
-    let r = c.delete_topics(controller, &[(None, old_id)]).unwrap();
+    let r = c
+        .delete_topics(controller, &[(None, old_id)], 30_000)
+        .unwrap();
     assert_eq!(r.responses[0].error_code, 0, "{r:?}");
     assert_eq!(r.responses[0].name.as_ref().unwrap().0.as_str(), TOPIC);
     for id in [1, 2] {
@@ -196,7 +198,18 @@ fn a_wiped_node_never_recreates_a_deleted_topic_and_strays_on_disk_are_removed()
         assert_eq!(r.topics[0].error_code, 0);
     }
     c.leaders(TOPIC, PARTITIONS);
-    assert_eq!(delete(&c, controller, &[(Some(TOPIC), Uuid::nil())]), [0]);
+    // A timeout of 0: answered once the deletion is committed (Kafka's "start it and
+    // return"), applied by every node soon after.
+    let r = c
+        .delete_topics(controller, &[(Some(TOPIC), Uuid::nil())], 0)
+        .unwrap();
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+    for id in 1..=3 {
+        eventually("every node forgets the topic", || {
+            topic_error(&c, id) == UNKNOWN_TOPIC_OR_PARTITION
+                && c.partition_dirs(id, TOPIC).is_empty()
+        });
+    }
 
     // A wiped node replays the whole metadata log as it rejoins: it opens the live topic's
     // replica and never creates one of the deleted topic (not even to delete it again).

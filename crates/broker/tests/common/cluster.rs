@@ -227,11 +227,13 @@ impl Cluster {
         std::fs::remove_dir_all(&self.dirs[&id]).unwrap();
     }
 
-    /// DeleteTopics (v6) of `topics`, each by name or by id, on node `on`.
+    /// DeleteTopics (v6) of `topics`, each by name or by id, on node `on`, with the request's
+    /// `timeout_ms`.
     pub fn delete_topics(
         &self,
         on: i32,
         topics: &[(Option<&str>, uuid::Uuid)],
+        timeout_ms: i32,
     ) -> io::Result<DeleteTopicsResponse> {
         let mut s = connect(self.kafka[&on])?;
         let topics = topics
@@ -247,7 +249,7 @@ impl Cluster {
             ApiKey::DeleteTopics,
             6,
             &DeleteTopicsRequest::default()
-                .with_timeout_ms(30_000)
+                .with_timeout_ms(timeout_ms)
                 .with_topics(topics),
         )
     }
