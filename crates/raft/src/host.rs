@@ -373,11 +373,11 @@ impl Host {
     }
 
     /// Stops hosting `group` and deletes its partition (a deleted topic's, docs/design.md,
-    /// "Deleting a topic in a cluster"): its raft stops, calls for it are answered not hosted
-    /// from then on, and its partition's directory is renamed to Kafka's `-delete` form
-    /// (durably, so no later open brings it back) for the log dir's deletion job to remove.
-    /// A partition on disk that is not hosted (a node that restarts after the deletion) is
-    /// deleted too. Answers whether there was anything to remove; removing a group twice
+    /// "Deleting topics and adding partitions in a cluster"): its raft stops, calls for it
+    /// are answered not hosted from then on, and its partition's directory is renamed to
+    /// Kafka's `-delete` form (durably, so no later open brings it back) for the log dir's
+    /// deletion job to remove. A partition on disk that is not hosted (a node that restarts
+    /// after the deletion) is deleted too. Answers whether there was anything to remove; removing a group twice
     /// does nothing the second time.
     pub async fn remove_group(&self, group: &GroupId) -> Result<bool, HostError> {
         // One add or remove at a time: an add racing this one would open the log deleted here.
