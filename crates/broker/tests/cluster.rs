@@ -316,12 +316,14 @@ fn a_cluster_answers_as_kafka_does() {
     );
 
     // What is not replicated yet: typed refusals, and not advertised.
-    let r: DeleteTopicsResponse = call(
+    let r: IncrementalAlterConfigsResponse = call(
         &mut s,
-        ApiKey::DeleteTopics,
-        6,
-        &DeleteTopicsRequest::default().with_topics(vec![
-            delete_topics_request::DeleteTopicState::default().with_name(Some(topic_name("t"))),
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(str_bytes("t")),
         ]),
     )
     .unwrap();

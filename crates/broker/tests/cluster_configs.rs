@@ -359,10 +359,10 @@ fn configs_a_raft_partition_cannot_honour_are_refused_and_nothing_is_created() {
 fn a_topic_carries_its_configs_and_a_record_without_them_still_applies() {
     let mut image = Image::default();
     let old = br#"{"type":"topic","name":"old","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]]}"#;
-    let added = image.apply(0, old).unwrap().unwrap();
+    let added = image.apply(0, old).unwrap().created().unwrap();
     assert_eq!(added.config, oncelog::PartitionConfig::default());
     let new = br#"{"type":"topic","name":"new","id":"00000000-0000-0000-0000-000000000002","replicas":[[1]],"configs":{"max.message.bytes":"2048","segment.bytes":"1048576"}}"#;
-    let added = image.apply(1, new).unwrap().unwrap();
+    let added = image.apply(1, new).unwrap().created().unwrap();
     assert_eq!(added.config.max_message_bytes, Some(2048));
     assert_eq!(added.config.segment_bytes, Some(1 << 20));
     // What the controller writes reads back the same.
@@ -375,6 +375,7 @@ fn a_topic_carries_its_configs_and_a_record_without_them_still_applies() {
     let added = image
         .apply(2, &serde_json::to_vec(&record).unwrap())
         .unwrap()
+        .created()
         .unwrap();
     assert_eq!(added.config.max_message_bytes, Some(4096));
 }

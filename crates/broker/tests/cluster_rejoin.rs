@@ -74,12 +74,6 @@ fn new_producer_id(c: &Cluster, id: i32) -> i64 {
     }
 }
 
-fn wipe(c: &mut Cluster, id: i32) {
-    c.nodes.get_mut(&id).unwrap().crash();
-    c.nodes.remove(&id);
-    std::fs::remove_dir_all(&c.dirs[&id]).unwrap();
-}
-
 /// Every acknowledged batch once at its acknowledged offset, dense offsets, nothing that was
 /// not acknowledged; per partition, the high watermark and the leader's bytes.
 fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, Vec<u8>)> {
@@ -143,7 +137,7 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
     assert!(member.commit(&c, TOPIC, &committed).iter().all(|e| *e == 0));
     let granted_before = new_producer_id(&c, REJOINED);
     eprintln!("SIGKILL node {REJOINED} and remove its data directory");
-    wipe(&mut c, REJOINED);
+    c.wipe(REJOINED);
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
     c.launch(REJOINED);
     assert!(
@@ -222,7 +216,7 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
 
     // Node 3 loses its data while node 2 is down: node 1 alone cannot tell it what it held.
-    wipe(&mut c, REJOINED);
+    c.wipe(REJOINED);
     c.nodes.get_mut(&2).unwrap().crash();
     c.nodes.remove(&2);
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));

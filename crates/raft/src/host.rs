@@ -376,6 +376,54 @@ impl Host {
         Ok(())
     }
 
+    /// Stops hosting `group` and deletes its partition (a deleted topic's, docs/design.md,
+    /// "Deleting topics and adding partitions in a cluster"): its raft stops, calls for it
+    /// are answered not hosted from then on, and its partition's directory is renamed to
+    /// Kafka's `-delete` form (durably, so no later open brings it back) for the log dir's
+    /// deletion job to remove. A partition on disk that is not hosted (a node that restarts
+    /// after the deletion) is deleted too. Answers whether there was anything to remove; removing a group twice
+    /// does nothing the second time.
+    pub async fn remove_group(&self, group: &GroupId) -> Result<bool, HostError> {
+        // One add or remove at a time: an add racing this one would open the log deleted here.
+        let _adding = self.adding.lock().await;
+        let hosted = self.replicas.write().remove(group);
+        self.groups.remove(group);
+        self.asked.lock().remove(group);
+        if let Some(hosted) = &hosted {
+            hosted
+                .replica
+                .shutdown()
+                .await
+                .map_err(|error| HostError::Replica {
+                    group: group.clone(),
+                    error: Box::new(error),
+                })?;
+        }
+        let manager = self.manager.lock();
+        let Some(manager) = manager.as_ref() else {
+            return Err(HostError::Config("the host is closed".into()));
+        };
+        match manager.delete(&group.topic, group.partition) {
+            Ok(()) => Ok(true),
+            Err(ManagerError::UnknownPartition { .. }) => Ok(hosted.is_some()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The partitions in the log dir, hosted or not (a node reconciles them with what its
+    /// groups should be when it starts).
+    pub fn partitions_on_disk(&self) -> Result<Vec<GroupId>, HostError> {
+        let manager = self.manager.lock();
+        let Some(manager) = manager.as_ref() else {
+            return Err(HostError::Config("the host is closed".into()));
+        };
+        Ok(manager
+            .list()
+            .into_iter()
+            .map(|p| GroupId::new(p.partition.topic, p.partition.partition))
+            .collect())
+    }
+
     /// Forms `group` with `members` unless this replica already holds a log or a vote.
     async fn form(
         &self,

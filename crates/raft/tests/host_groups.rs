@@ -212,3 +212,123 @@ async fn groups_added_at_run_time_form_without_one_member_and_describe_themselve
         s.abort();
     }
 }
+
+/// The directories in `dir` whose name starts with `prefix`.
+fn dirs_named(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_group_stops_answers_not_hosted_and_its_partition_is_deleted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: BTreeMap<NodeId, Node> = listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (i as u64 + 1, Node::new(l.local_addr().unwrap().to_string())))
+        .collect();
+    let dir = |id: NodeId| tmp.path().join(format!("node-{id}"));
+    let open = |id: NodeId| {
+        Arc::new(
+            Host::start(
+                dir(id),
+                Environment::default(),
+                id,
+                peers.clone(),
+                ReplicaConfig::default(),
+            )
+            .unwrap(),
+        )
+    };
+    let hosts = [open(1), open(2)];
+    let serving: Vec<_> = hosts
+        .iter()
+        .zip(listeners)
+        .map(|(h, l)| h.serve_raft(l))
+        .collect();
+    let (gone, kept) = (GroupId::new("gone", 0), GroupId::new("kept", 0));
+    for h in &hosts {
+        h.add_group(gone.clone(), &[1, 2]).await.unwrap();
+        h.add_group(kept.clone(), &[2, 1]).await.unwrap();
+    }
+    let leader = leader_of(&hosts[0], &gone).await;
+    let old = hosts[leader as usize - 1].replica(&gone).unwrap();
+    let first = old.append(batch(0)).await.unwrap();
+    for seq in 1..5 {
+        old.append(batch(seq)).await.unwrap();
+    }
+    drop(old);
+
+    for h in &hosts {
+        assert!(h.remove_group(&gone).await.unwrap());
+        assert!(matches!(
+            h.status(&gone),
+            Err(HostError::UnknownPartition(_))
+        ));
+        assert!(!h.partitions_on_disk().unwrap().contains(&gone));
+        // Removing it again finds nothing.
+        assert!(!h.remove_group(&gone).await.unwrap());
+    }
+    for id in [1, 2] {
+        // Renamed to Kafka's `<topic>-<n>.<id>-delete` for the deletion job: never `gone-0`.
+        let left = dirs_named(&dir(id), "gone-");
+        assert!(
+            left.iter().all(|n| n.ends_with("-delete")),
+            "node {id}: {left:?}"
+        );
+    }
+    // A peer no longer names a leader for it; the other group still commits.
+    assert!(hosts[0]
+        .peer_leaders(2, vec![gone.clone()])
+        .await
+        .unwrap()
+        .is_empty());
+    let leader = leader_of(&hosts[0], &kept).await;
+    hosts[leader as usize - 1]
+        .replica(&kept)
+        .unwrap()
+        .append(batch(0))
+        .await
+        .unwrap();
+
+    // The same name again is a new, empty partition.
+    for h in &hosts {
+        h.add_group(gone.clone(), &[1, 2]).await.unwrap();
+    }
+    let leader = leader_of(&hosts[0], &gone).await;
+    let ack = hosts[leader as usize - 1]
+        .replica(&gone)
+        .unwrap()
+        .append(batch(0))
+        .await
+        .unwrap();
+    // It starts where the first one started, not after the removed one's five batches.
+    assert!(
+        ack.offsets().0 <= first.offsets().0,
+        "{ack:?} after {first:?}"
+    );
+
+    // A partition left on disk by a host that was closed is deleted without being hosted.
+    hosts[1].close().await.unwrap();
+    let reopened = open(2);
+    assert!(reopened.partitions_on_disk().unwrap().contains(&gone));
+    assert!(reopened.replica(&gone).is_err());
+    assert!(reopened.remove_group(&gone).await.unwrap());
+    assert!(!reopened.partitions_on_disk().unwrap().contains(&gone));
+    reopened.close().await.unwrap();
+    hosts[0].close().await.unwrap();
+    for s in serving {
+        s.abort();
+    }
+}

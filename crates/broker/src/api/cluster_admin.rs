@@ -1,18 +1,17 @@
 //! Cluster mode's front (docs/design.md, "A cluster of brokers"): the APIs a cluster node
 //! answers, and the dispatch to them. Metadata from the cluster image and raft's view of each
-//! partition; CreateTopics on the controller only; InitProducerId hands out ids unique across
+//! partition; CreateTopics on the controller only (DeleteTopics and CreatePartitions too, in
+//! cluster_topics.rs); InitProducerId hands out ids unique across
 //! nodes; what is not replicated yet is answered with a typed error, never served from one
 //! node's files.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
-use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::metadata_response::{
@@ -21,15 +20,15 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use uuid::Uuid;
 
 use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{
-    api_versions, cluster_data, cluster_describe, cluster_txn, respond, HandleError, Reply,
+    api_versions, cluster_data, cluster_describe, cluster_topics, cluster_txn, respond,
+    HandleError, Reply,
 };
 use crate::broker::Broker;
-use crate::cluster::{assign, Cluster, CreateRefused, TopicImage, MAX_NODE_ID, METADATA_TOPIC};
+use crate::cluster::{assign, Cluster, TopicImage, WriteRefused, MAX_NODE_ID, METADATA_TOPIC};
 use crate::codec::Request;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use oncelog::format::TimestampType;
@@ -87,9 +86,11 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::DescribeProducers,
     ApiKey::ListTransactions,
     ApiKey::DescribeTransactions,
-    // Answered with a typed error: not replicated yet.
+    // On the controller, each a record of the metadata log every node follows
+    // (cluster_topics.rs).
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
+    // Answered with a typed error: not replicated yet.
     ApiKey::DeleteRecords,
     ApiKey::IncrementalAlterConfigs,
 ];
@@ -148,8 +149,8 @@ pub async fn handle(
         ApiKey::DescribeTransactions => {
             cluster_describe::describe_transactions(broker, cluster, request).await
         }
-        ApiKey::DeleteTopics => delete_topics(request),
-        ApiKey::CreatePartitions => create_partitions(request),
+        ApiKey::DeleteTopics => cluster_topics::delete_topics(cluster, request).await,
+        ApiKey::CreatePartitions => cluster_topics::create_partitions(cluster, request).await,
         ApiKey::DeleteRecords => delete_records(request),
         ApiKey::IncrementalAlterConfigs => alter_configs(request),
         other => {
@@ -366,22 +367,28 @@ async fn create_topics(
                         .with_configs(Some(settings.answer)),
                 );
             }
-            Err(CreateRefused::Exists) => results.push(refused(
+            Err(WriteRefused::Exists) => results.push(refused(
                 ResponseError::TopicAlreadyExists,
                 format!("topic {name} already exists"),
             )),
-            Err(CreateRefused::NotController(c)) => {
+            Err(WriteRefused::NotController(c)) => {
                 let (error, message) = not_controller(c);
                 results.push(refused(error, message));
             }
-            Err(CreateRefused::Raft(e)) => results.push(refused(
+            Err(WriteRefused::Raft(e)) => results.push(refused(
                 ResponseError::RequestTimedOut,
                 format!("the metadata log did not take the topic: {e}"),
             )),
-            Err(CreateRefused::Timeout) => results.push(refused(
+            Err(WriteRefused::Timeout) => results.push(refused(
                 ResponseError::RequestTimedOut,
                 "the topic's record was not applied in time".into(),
             )),
+            // Not answered to a create; said if it ever is.
+            Err(WriteRefused::Unknown) => results.push(refused(
+                ResponseError::UnknownServerError,
+                "the topic left the image while it was created".into(),
+            )),
+            Err(WriteRefused::Invalid(error, message)) => results.push(refused(error, message)),
         }
     }
     let response = CreateTopicsResponse::default().with_topics(results);
@@ -456,7 +463,7 @@ fn raft_refusal(config: &PartitionConfig) -> Option<String> {
     None
 }
 
-fn not_controller(controller: Option<i32>) -> (ResponseError, String) {
+pub(super) fn not_controller(controller: Option<i32>) -> (ResponseError, String) {
     (
         ResponseError::NotController,
         match controller {
@@ -775,45 +782,6 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
         other => return Err(HandleError::UnsupportedApi(other)),
     };
     Ok(Reply::Now(bytes))
-}
-
-fn delete_topics(request: &Request) -> Result<Reply, HandleError> {
-    let body: DeleteTopicsRequest = request.body()?;
-    let refuse = |name: Option<TopicName>, id: Uuid| {
-        DeletableTopicResult::default()
-            .with_name(name)
-            .with_topic_id(id)
-            .with_error_code(ResponseError::InvalidRequest.code())
-            .with_error_message(Some(StrBytes::from_string(format!(
-                "DeleteTopics is {NOT_REPLICATED}"
-            ))))
-    };
-    let mut results: Vec<_> = body
-        .topic_names
-        .into_iter()
-        .map(|n| refuse(Some(n), Uuid::nil()))
-        .collect();
-    results.extend(body.topics.into_iter().map(|t| refuse(t.name, t.topic_id)));
-    let response = DeleteTopicsResponse::default().with_responses(results);
-    Ok(Reply::Now(respond(request, &response)?))
-}
-
-fn create_partitions(request: &Request) -> Result<Reply, HandleError> {
-    let body: CreatePartitionsRequest = request.body()?;
-    let results = body
-        .topics
-        .into_iter()
-        .map(|t| {
-            CreatePartitionsTopicResult::default()
-                .with_name(t.name)
-                .with_error_code(ResponseError::InvalidRequest.code())
-                .with_error_message(Some(StrBytes::from_string(format!(
-                    "CreatePartitions is {NOT_REPLICATED}"
-                ))))
-        })
-        .collect();
-    let response = CreatePartitionsResponse::default().with_results(results);
-    Ok(Reply::Now(respond(request, &response)?))
 }
 
 fn delete_records(request: &Request) -> Result<Reply, HandleError> {

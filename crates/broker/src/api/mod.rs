@@ -6,6 +6,7 @@ mod api_versions;
 mod cluster_admin;
 mod cluster_data;
 mod cluster_describe;
+mod cluster_topics;
 mod cluster_txn;
 mod consumer_groups;
 mod fetch;

@@ -23,6 +23,19 @@ pub enum MetadataRecord {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         configs: BTreeMap<String, String>,
     },
+    /// The topic `name` whose id is `id` was deleted (DeleteTopics): it leaves the image, and
+    /// every node removes its replicas of the topic's partitions.
+    DeleteTopic { name: String, id: Uuid },
+    /// The topic `name` whose id is `id` grew (CreatePartitions) by the partitions `first`,
+    /// `first + 1`, ..: per new partition in order its replicas, the first the preferred
+    /// leader. `first` is the partition count the controller saw, so of two growths raced
+    /// through a change of controller only the first committed applies.
+    AddPartitions {
+        name: String,
+        id: Uuid,
+        first: i32,
+        replicas: Vec<Vec<i32>>,
+    },
 }
 
 /// A topic of the image.
@@ -59,34 +72,91 @@ pub struct Image {
     pub next_offset: i64,
 }
 
+/// What a record changed in the image, for the node to act on (open or remove its replicas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Nothing: a record that lost a race (a second create of a name, a deletion or growth of
+    /// a topic already gone or grown).
+    Nothing,
+    /// A topic was created.
+    Created(TopicImage),
+    /// A topic was deleted (as it was).
+    Deleted(TopicImage),
+    /// A topic grew: its partitions from `first` on are new.
+    Grown { topic: TopicImage, first: usize },
+}
+
+impl Applied {
+    /// The topic a create added, if this is one.
+    pub fn created(self) -> Option<TopicImage> {
+        match self {
+            Applied::Created(topic) => Some(topic),
+            _ => None,
+        }
+    }
+}
+
 impl Image {
     /// Applies the record at `offset` (a record value). A second record for a topic name the
     /// image holds (two creates raced through a change of controller) is not applied: the
-    /// first one committed wins, on every node. Answers the topic it added.
-    pub fn apply(&mut self, offset: i64, value: &[u8]) -> Result<Option<TopicImage>, ImageError> {
+    /// first one committed wins, on every node. A deletion or growth applies only to the
+    /// topic incarnation it names (its id), so one raced with a deletion and a new topic of
+    /// the same name does not touch the new one. Answers what changed.
+    pub fn apply(&mut self, offset: i64, value: &[u8]) -> Result<Applied, ImageError> {
         let record: MetadataRecord =
             serde_json::from_slice(value).map_err(|e| ImageError::Malformed {
                 offset,
                 reason: e.to_string(),
             })?;
+        let invalid = |name: &str, reason: &str| ImageError::Invalid {
+            offset,
+            name: name.to_string(),
+            reason: reason.to_string(),
+        };
         match record {
+            MetadataRecord::DeleteTopic { name, id } => {
+                if self.topic(&name).is_none_or(|t| t.id != id) {
+                    return Ok(Applied::Nothing);
+                }
+                self.by_id.remove(&id);
+                Ok(self
+                    .topics
+                    .remove(&name)
+                    .map_or(Applied::Nothing, Applied::Deleted))
+            }
+            MetadataRecord::AddPartitions {
+                name,
+                id,
+                first,
+                replicas,
+            } => {
+                if replicas.is_empty() || replicas.iter().any(|r| r.is_empty()) {
+                    return Err(invalid(&name, "a new partition without replicas"));
+                }
+                let Some(topic) = self.topics.get_mut(&name).filter(|t| t.id == id) else {
+                    return Ok(Applied::Nothing);
+                };
+                if usize::try_from(first).ok() != Some(topic.replicas.len()) {
+                    return Ok(Applied::Nothing);
+                }
+                topic.replicas.extend(replicas);
+                Ok(Applied::Grown {
+                    topic: topic.clone(),
+                    first: first as usize,
+                })
+            }
             MetadataRecord::Topic {
                 name,
                 id,
                 replicas,
                 configs,
             } => {
-                let invalid = |reason: &str| ImageError::Invalid {
-                    offset,
-                    name: name.clone(),
-                    reason: reason.to_string(),
-                };
                 if replicas.is_empty() || replicas.iter().any(|r| r.is_empty()) {
-                    return Err(invalid("a partition without replicas"));
+                    return Err(invalid(&name, "a partition without replicas"));
                 }
-                let config = topic_config(&configs).map_err(|reason| invalid(&reason))?;
+                let config = topic_config(&configs).map_err(|reason| invalid(&name, &reason))?;
                 if self.topics.contains_key(&name) || self.by_id.contains_key(&id) {
-                    return Ok(None);
+                    return Ok(Applied::Nothing);
                 }
                 let topic = TopicImage {
                     name: name.clone(),
@@ -96,7 +166,7 @@ impl Image {
                 };
                 self.by_id.insert(id, name.clone());
                 self.topics.insert(name, topic.clone());
-                Ok(Some(topic))
+                Ok(Applied::Created(topic))
             }
         }
     }
@@ -168,14 +238,124 @@ mod tests {
             .unwrap()
         };
         let mut image = Image::default();
-        let added = image.apply(0, &record("t", id)).unwrap().unwrap();
+        let Applied::Created(added) = image.apply(0, &record("t", id)).unwrap() else {
+            panic!("not created")
+        };
         assert_eq!(added.replicas, vec![vec![1, 2, 3]]);
         assert_eq!(
             image.apply(1, &record("t", Uuid::from_u128(8))).unwrap(),
-            None
+            Applied::Nothing
         );
         assert_eq!(image.topic_by_id(id).unwrap().name, "t");
         assert_eq!(image.topics().count(), 1);
+    }
+
+    fn created(image: &mut Image, offset: i64, name: &str, id: u128, replicas: Vec<Vec<i32>>) {
+        let value = serde_json::to_vec(&MetadataRecord::Topic {
+            name: name.into(),
+            id: Uuid::from_u128(id),
+            replicas,
+            configs: BTreeMap::new(),
+        })
+        .unwrap();
+        assert!(matches!(
+            image.apply(offset, &value).unwrap(),
+            Applied::Created(_)
+        ));
+    }
+
+    fn apply(image: &mut Image, offset: i64, record: &MetadataRecord) -> Applied {
+        image
+            .apply(offset, &serde_json::to_vec(record).unwrap())
+            .unwrap()
+    }
+
+    #[test]
+    fn a_deletion_removes_only_the_incarnation_it_names_and_the_name_can_be_reused() {
+        let mut image = Image::default();
+        created(&mut image, 0, "t", 1, vec![vec![1, 2]]);
+        created(&mut image, 1, "u", 2, vec![vec![2]]);
+        let delete = |id| MetadataRecord::DeleteTopic {
+            name: "t".into(),
+            id: Uuid::from_u128(id),
+        };
+        // A deletion of another incarnation of the name (raced with a recreate) is ignored.
+        assert_eq!(apply(&mut image, 2, &delete(9)), Applied::Nothing);
+        let Applied::Deleted(gone) = apply(&mut image, 3, &delete(1)) else {
+            panic!("not deleted")
+        };
+        assert_eq!((gone.name.as_str(), gone.replicas), ("t", vec![vec![1, 2]]));
+        assert!(image.topic("t").is_none() && image.topic_by_id(Uuid::from_u128(1)).is_none());
+        assert_eq!(apply(&mut image, 4, &delete(1)), Applied::Nothing);
+        assert_eq!(image.topics().count(), 1);
+        // The name again, with a new id.
+        created(&mut image, 5, "t", 3, vec![vec![2, 1], vec![1, 2]]);
+        assert_eq!(image.topic("t").unwrap().id, Uuid::from_u128(3));
+        assert_eq!(apply(&mut image, 6, &delete(1)), Applied::Nothing);
+        assert!(image.topic("t").is_some());
+    }
+
+    #[test]
+    fn a_growth_applies_once_at_the_partition_count_it_was_decided_at() {
+        let mut image = Image::default();
+        created(&mut image, 0, "t", 1, vec![vec![1, 2]]);
+        let grow = |id, first, replicas| MetadataRecord::AddPartitions {
+            name: "t".into(),
+            id: Uuid::from_u128(id),
+            first,
+            replicas,
+        };
+        let Applied::Grown { topic, first } =
+            apply(&mut image, 1, &grow(1, 1, vec![vec![2, 1], vec![1, 2]]))
+        else {
+            panic!("not grown")
+        };
+        assert_eq!(first, 1);
+        assert_eq!(topic.replicas, vec![vec![1, 2], vec![2, 1], vec![1, 2]]);
+        // A second growth decided at the old count (raced through a change of controller),
+        // and one of another incarnation, are ignored.
+        assert_eq!(
+            apply(&mut image, 2, &grow(1, 1, vec![vec![1]])),
+            Applied::Nothing
+        );
+        assert_eq!(
+            apply(&mut image, 3, &grow(7, 3, vec![vec![1]])),
+            Applied::Nothing
+        );
+        assert_eq!(image.topic("t").unwrap().replicas.len(), 3);
+        assert!(matches!(
+            image.apply(4, &serde_json::to_vec(&grow(1, 3, vec![vec![]])).unwrap()),
+            Err(ImageError::Invalid { offset: 4, .. })
+        ));
+    }
+
+    #[test]
+    fn records_are_spelled_as_the_format_document_says() {
+        let id = "00000000-0000-0000-0000-000000000001";
+        let deleted = format!(r#"{{"type":"delete_topic","name":"t","id":"{id}"}}"#);
+        let grown = format!(
+            r#"{{"type":"add_partitions","name":"t","id":"{id}","first":1,"replicas":[[2,1]]}}"#
+        );
+        // A topic record written before configs were replicated still reads.
+        let older = format!(r#"{{"type":"topic","name":"t","id":"{id}","replicas":[[1,2]]}}"#);
+        let parsed = |text: &str| serde_json::from_str::<MetadataRecord>(text).unwrap();
+        assert_eq!(
+            parsed(&deleted),
+            MetadataRecord::DeleteTopic {
+                name: "t".into(),
+                id: Uuid::from_u128(1)
+            }
+        );
+        assert_eq!(serde_json::to_string(&parsed(&deleted)).unwrap(), deleted);
+        assert_eq!(serde_json::to_string(&parsed(&grown)).unwrap(), grown);
+        assert!(
+            matches!(parsed(&older), MetadataRecord::Topic { configs, .. } if configs.is_empty())
+        );
+        let mut image = Image::default();
+        for (offset, text) in [older, grown, deleted].iter().enumerate() {
+            image.apply(offset as i64, text.as_bytes()).unwrap();
+        }
+        assert_eq!(image.topics().count(), 0);
     }
 
     #[test]
@@ -184,6 +364,8 @@ mod tests {
         for bad in [
             &br#"{"type":"topic","name":"t"}"#[..],
             br#"{"type":"broker","id":1}"#,
+            br#"{"type":"delete_topic","name":"t"}"#,
+            br#"{"type":"add_partitions","name":"t","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]]}"#,
             br#"{"type":"topic","name":"t","id":"00000000-0000-0000-0000-000000000001","replicas":[[1]],"x":1}"#,
             b"not json",
         ] {

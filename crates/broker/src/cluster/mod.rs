@@ -9,6 +9,7 @@ pub mod markers;
 mod nodes;
 pub mod rejoin;
 pub mod remote;
+mod topics;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,15 +20,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use oncelog::format::{BatchBuilder, ConsumerRecordIter};
 use oncelog::Environment;
-use oncelog_raft::{Ack, GroupId, Host, HostError, Node, Replica, ReplicaConfig, ReplicaError};
+use oncelog_raft::{GroupId, Host, HostError, Node, Replica, ReplicaConfig};
 use parking_lot::RwLock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use uuid::Uuid;
 
-pub use image::{assign, topic_config, Image, MetadataRecord, TopicImage};
+pub use image::{assign, topic_config, Applied, Image, MetadataRecord, TopicImage};
 pub use nodes::{ClusterNodes, NodeAddress, NodesError, MAX_NODE_ID};
+pub use topics::{Deletion, Wait, WriteRefused};
 
 /// The metadata group's topic. Not KRaft's `__cluster_metadata`: the library never opens a
 /// directory of that name (it is Kafka's own metadata log when a Kafka log dir is opened).
@@ -92,19 +93,6 @@ pub struct PartitionView {
     pub isr: Vec<i32>,
 }
 
-/// What a topic creation on the controller answered.
-#[derive(Debug)]
-pub enum CreateRefused {
-    /// This node is not the controller (the controller is named if known).
-    NotController(Option<i32>),
-    /// The topic exists.
-    Exists,
-    /// The metadata append failed (raft's error): retriable.
-    Raft(String),
-    /// The image did not apply the record in time.
-    Timeout,
-}
-
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
@@ -122,9 +110,15 @@ pub struct Cluster {
     image: RwLock<Image>,
     /// The image's next offset, for creators waiting for their record to be applied.
     applied: watch::Sender<i64>,
-    /// One creation at a time on the controller: the check for an existing name and the
+    /// One metadata write at a time on the controller: the check against the image and the
     /// append are one step.
-    creating: tokio::sync::Mutex<()>,
+    writing: tokio::sync::Mutex<()>,
+    /// What the image changed that this node has not acted on yet ([`topics`]), in offset
+    /// order.
+    changes: parking_lot::Mutex<Vec<(i64, Applied)>>,
+    /// Whether this node removed the partitions on disk the image no longer gives it, once
+    /// after it started ([`topics`]).
+    reconciled: std::sync::atomic::AtomicBool,
     /// The leaders of the partitions this node holds no replica of, as their replicas said
     /// last ([`remote::keep_asking`]).
     remote: RwLock<std::collections::HashMap<GroupId, remote::RemoteLeader>>,
@@ -200,7 +194,9 @@ impl Cluster {
             host: Arc::clone(&host),
             image: RwLock::new(Image::default()),
             applied,
-            creating: Default::default(),
+            writing: Default::default(),
+            changes: Default::default(),
+            reconciled: Default::default(),
             remote: Default::default(),
             coordinating: AtomicU64::new(0),
             dir: dir.to_path_buf(),
@@ -371,15 +367,15 @@ impl Cluster {
         self.image.read()
     }
 
-    /// Applies what the metadata log committed beyond the image, in offset order, and opens
-    /// this node's replica of each partition a new topic assigns it.
+    /// Applies what the metadata log committed beyond the image, in offset order, then has
+    /// this node follow what changed ([`Cluster::follow_image`]).
     async fn apply_committed(&self) {
         let Ok(replica) = self.host.replica(&metadata_group()) else {
             return;
         };
         let log = replica.log();
         let mut next = self.image.read().next_offset;
-        let mut added = Vec::new();
+        let mut changes = Vec::new();
         while next < log.high_watermark() {
             let read = match log.fetch(next, 1 << 20) {
                 Ok(read) if !read.bytes.is_empty() => read,
@@ -393,8 +389,8 @@ impl Cluster {
             for record in ConsumerRecordIter::new(read.bytes.clone(), next) {
                 match record {
                     Ok(r) => match image.apply(r.offset, r.value.as_deref().unwrap_or_default()) {
-                        Ok(Some(topic)) => added.push((r.offset, topic)),
-                        Ok(None) => {}
+                        Ok(Applied::Nothing) => {}
+                        Ok(change) => changes.push((r.offset, change)),
                         // The same on every node: the record is left out of every image.
                         Err(e) => tracing::error!(error = %e, "metadata record not applied"),
                     },
@@ -407,37 +403,9 @@ impl Cluster {
             next = read.next_offset.max(next + 1);
             image.next_offset = next;
         }
-        for (offset, topic) in added {
-            self.open_replicas(offset, &topic).await;
-        }
+        self.changes.lock().extend(changes);
+        self.follow_image(next >= log.log_end_offset()).await;
         self.applied.send_replace(next);
-    }
-
-    /// Opens this node's replica of each partition of `topic` (made by the metadata record at
-    /// `offset`) it is assigned, with the topic's settings; through the rejoin steps if the
-    /// topic predates a rejoin.
-    async fn open_replicas(&self, offset: i64, topic: &TopicImage) {
-        for (p, replicas) in topic.replicas.iter().enumerate() {
-            if !replicas.contains(&self.me()) {
-                continue;
-            }
-            let members: Vec<u64> = replicas.iter().map(|r| *r as u64).collect();
-            let group = GroupId::new(topic.name.clone(), p as i32);
-            let opened = match &self.rejoining {
-                Some(r) if r.predates(offset) => r
-                    .open(&self.host, group.clone(), &members, topic.config.clone())
-                    .await
-                    .map_err(|e| e.to_string()),
-                _ => self
-                    .host
-                    .add_group_with(group.clone(), &members, topic.config.clone())
-                    .await
-                    .map_err(|e| e.to_string()),
-            };
-            if let Err(e) = opened {
-                tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
-            }
-        }
     }
 
     /// Where partition `index` of `topic` is served from.
@@ -493,51 +461,6 @@ impl Cluster {
                     replicas,
                 },
             },
-        }
-    }
-
-    /// Creates a topic on the controller with its settings `configs` (checked by the caller):
-    /// appends its record to the metadata log and answers once this node's image applied it.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        replicas: Vec<Vec<i32>>,
-        configs: BTreeMap<String, String>,
-        timeout: Duration,
-    ) -> Result<TopicImage, CreateRefused> {
-        let _one = self.creating.lock().await;
-        let metadata = match self.host.replica(&metadata_group()) {
-            Ok(r) if self.controller() == Some(self.me()) => r,
-            _ => return Err(CreateRefused::NotController(self.controller())),
-        };
-        if self.image.read().topic(name).is_some() {
-            return Err(CreateRefused::Exists);
-        }
-        let record = MetadataRecord::Topic {
-            name: name.to_string(),
-            id: Uuid::new_v4(),
-            replicas,
-            configs,
-        };
-        let batch = metadata_batch(&record).map_err(CreateRefused::Raft)?;
-        let last = match metadata.append(batch).await {
-            Ok(Ack::Appended { last_offset, .. }) | Ok(Ack::Duplicate { last_offset, .. }) => {
-                last_offset
-            }
-            Err(ReplicaError::NotLeader { leader }) => {
-                return Err(CreateRefused::NotController(leader.map(|l| l as i32)))
-            }
-            Err(e) => return Err(CreateRefused::Raft(e.to_string())),
-        };
-        let mut applied = self.applied.subscribe();
-        let waited = tokio::time::timeout(timeout, applied.wait_for(|next| *next > last)).await;
-        if !matches!(waited, Ok(Ok(_))) {
-            return Err(CreateRefused::Timeout);
-        }
-        match self.image.read().topic(name) {
-            Some(t) => Ok(t.clone()),
-            // Another record for the name came first (a create through an earlier controller).
-            None => Err(CreateRefused::Exists),
         }
     }
 

@@ -237,6 +237,82 @@ impl Cluster {
         )
     }
 
+    /// Crashes node `id` (SIGKILL) and removes its data directory: a lost disk.
+    pub fn wipe(&mut self, id: i32) {
+        if let Some(node) = self.nodes.get_mut(&id) {
+            node.crash();
+        }
+        self.nodes.remove(&id);
+        std::fs::remove_dir_all(&self.dirs[&id]).unwrap();
+    }
+
+    /// DeleteTopics (v6) of `topics`, each by name or by id, on node `on`, with the request's
+    /// `timeout_ms`.
+    pub fn delete_topics(
+        &self,
+        on: i32,
+        topics: &[(Option<&str>, uuid::Uuid)],
+        timeout_ms: i32,
+    ) -> io::Result<DeleteTopicsResponse> {
+        let mut s = connect(self.kafka[&on])?;
+        let topics = topics
+            .iter()
+            .map(|(name, id)| {
+                delete_topics_request::DeleteTopicState::default()
+                    .with_name(name.map(topic_name))
+                    .with_topic_id(*id)
+            })
+            .collect();
+        call(
+            &mut s,
+            ApiKey::DeleteTopics,
+            6,
+            &DeleteTopicsRequest::default()
+                .with_timeout_ms(timeout_ms)
+                .with_topics(topics),
+        )
+    }
+
+    /// CreatePartitions (v3) of `topic` to `count` partitions on node `on`: the topic's
+    /// error code.
+    pub fn create_partitions(
+        &self,
+        on: i32,
+        topic: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> io::Result<i16> {
+        let mut s = connect(self.kafka[&on])?;
+        let r: CreatePartitionsResponse = call(
+            &mut s,
+            ApiKey::CreatePartitions,
+            3,
+            &CreatePartitionsRequest::default()
+                .with_timeout_ms(30_000)
+                .with_validate_only(validate_only)
+                .with_topics(vec![
+                    create_partitions_request::CreatePartitionsTopic::default()
+                        .with_name(topic_name(topic))
+                        .with_count(count)
+                        .with_assignments(None),
+                ]),
+        )?;
+        Ok(r.results[0].error_code)
+    }
+
+    /// The partition directories of `topic` in node `id`'s data directory (`<topic>-<n>`; a
+    /// deleted partition's `<topic>-<n>.<id>-delete` is not one).
+    pub fn partition_dirs(&self, id: i32, topic: &str) -> BTreeSet<i32> {
+        std::fs::read_dir(&self.dirs[&id])
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix(&format!("{topic}-"))?.parse().ok()
+            })
+            .collect()
+    }
+
     /// Each partition's leader as every running node reports it, once they agree and every
     /// replica is in step.
     /// The leader of `partition` of [`TOPIC`] with the highest epoch any running node names.
@@ -329,6 +405,11 @@ pub struct Producer {
 
 impl Producer {
     pub fn new(c: &Cluster) -> Producer {
+        Producer::new_for(c, PARTITIONS)
+    }
+
+    /// A producer of [`TOPIC`] once it has `partitions` partitions with leaders.
+    pub fn new_for(c: &Cluster, partitions: i32) -> Producer {
         let mut s = connect(c.kafka[&1]).unwrap();
         let granted: InitProducerIdResponse = call(
             &mut s,
@@ -349,7 +430,7 @@ impl Producer {
         Producer {
             producer_id: granted.producer_id.0,
             next_sequence: BTreeMap::new(),
-            leaders: c.leaders(TOPIC, PARTITIONS),
+            leaders: c.leaders(TOPIC, partitions),
             streams: BTreeMap::new(),
             acked: BTreeMap::new(),
             retries: 0,

@@ -466,9 +466,11 @@ impl Groups {
         self.rafts.write().insert(group, raft);
     }
 
-    /// Calls for `group` are answered [`MuxReply::NotHosted`] from now on.
+    /// Calls for `group` are answered [`MuxReply::NotHosted`] from now on, and its floor
+    /// is forgotten.
     pub fn remove(&self, group: &GroupId) {
         self.rafts.write().remove(group);
+        self.floors.write().remove(group);
     }
 
     /// From now on a vote request of `group` whose candidate's last log id is below `floor`

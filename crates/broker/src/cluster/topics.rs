@@ -1,0 +1,363 @@
+//! A topic's life in a cluster (docs/design.md, "Deleting topics and adding partitions in a
+//! cluster"): the controller writes a topic's records (created, deleted, grown) to the
+//! metadata log and answers once its image applied them; every node follows what its image
+//! changed, opening its replicas of new partitions and removing its replicas of deleted
+//! topics, and once after it starts removes the partitions on disk the image does not give
+//! it (a deletion it did not finish before a crash).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use kafka_protocol::ResponseError;
+use oncelog_raft::{Ack, GroupId, ReplicaError};
+use uuid::Uuid;
+
+use super::{metadata_batch, metadata_group, offsets_group, Applied, Cluster, MetadataRecord};
+use super::{Image, TopicImage};
+
+/// Why the controller did not write (or did not finish writing) a topic's record.
+#[derive(Debug)]
+pub enum WriteRefused {
+    /// This node is not the controller (the controller is named if known).
+    NotController(Option<i32>),
+    /// A topic of the name exists (a create).
+    Exists,
+    /// No such topic (a deletion or growth).
+    Unknown,
+    /// The request breaks a rule: Kafka's error and why.
+    Invalid(ResponseError, String),
+    /// The metadata append failed (raft's error): retriable.
+    Raft(String),
+    /// The image did not apply the record in time.
+    Timeout,
+}
+
+/// The topic a deletion names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    Name(String),
+    Id(Uuid),
+}
+
+impl Deletion {
+    fn find<'a>(&self, image: &'a Image) -> Option<&'a TopicImage> {
+        match self {
+            Deletion::Name(name) => image.topic(name),
+            Deletion::Id(id) => image.topic_by_id(*id),
+        }
+    }
+}
+
+/// How long a write waits for its record to be applied.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    /// At most this long for the append and the apply together.
+    pub within: Duration,
+    /// Whether to wait for the image to apply it (Kafka's DeleteTopics with a timeout of 0
+    /// or less answers once the deletion is decided: here, committed).
+    pub applied: bool,
+}
+
+impl Cluster {
+    /// Creates a topic on the controller with its settings `configs` (checked by the caller):
+    /// appends its record to the metadata log and answers once this node's image applied it.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        replicas: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> Result<TopicImage, WriteRefused> {
+        let _one = self.writing.lock().await;
+        self.check_controller()?;
+        if self.image.read().topic(name).is_some() {
+            return Err(WriteRefused::Exists);
+        }
+        let record = MetadataRecord::Topic {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            replicas,
+            configs,
+        };
+        let wait = Wait {
+            within: timeout,
+            applied: true,
+        };
+        self.write(&record, wait).await?;
+        match self.image.read().topic(name) {
+            Some(t) => Ok(t.clone()),
+            // Another record for the name came first (a create through an earlier controller).
+            None => Err(WriteRefused::Exists),
+        }
+    }
+
+    /// Deletes a topic on the controller: appends its deletion record and answers (with the
+    /// topic as it was) once this node's image applied it, as `wait` says. Every node then
+    /// removes its replicas ([`Cluster::follow_image`]).
+    pub async fn delete_topic(
+        &self,
+        which: &Deletion,
+        wait: Wait,
+    ) -> Result<TopicImage, WriteRefused> {
+        let _one = self.writing.lock().await;
+        self.check_controller()?;
+        let topic = which
+            .find(&self.image.read())
+            .cloned()
+            .ok_or(WriteRefused::Unknown)?;
+        let record = MetadataRecord::DeleteTopic {
+            name: topic.name.clone(),
+            id: topic.id,
+        };
+        self.write(&record, wait).await?;
+        if wait.applied && self.image.read().topic_by_id(topic.id).is_some() {
+            // Not possible while this node leads and writes one record at a time; said rather
+            // than answered as done.
+            return Err(WriteRefused::Raft(format!(
+                "topic {} is still in the image after its deletion was applied",
+                topic.name
+            )));
+        }
+        Ok(topic)
+    }
+
+    /// Grows topic `name` on the controller: `grow` decides the new partitions' replicas from
+    /// the topic as the image holds it (or refuses); with `validate_only` nothing is written.
+    /// Answers the topic as grown (as it would be, when only validated).
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        grow: impl FnOnce(&TopicImage) -> Result<Vec<Vec<i32>>, (ResponseError, String)>,
+        validate_only: bool,
+        timeout: Duration,
+    ) -> Result<TopicImage, WriteRefused> {
+        let _one = self.writing.lock().await;
+        self.check_controller()?;
+        let mut topic = self
+            .image
+            .read()
+            .topic(name)
+            .cloned()
+            .ok_or(WriteRefused::Unknown)?;
+        let added = grow(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
+        let first = topic.replicas.len() as i32;
+        if validate_only {
+            topic.replicas.extend(added);
+            return Ok(topic);
+        }
+        let record = MetadataRecord::AddPartitions {
+            name: topic.name.clone(),
+            id: topic.id,
+            first,
+            replicas: added,
+        };
+        let wait = Wait {
+            within: timeout,
+            applied: true,
+        };
+        self.write(&record, wait).await?;
+        match self.image.read().topic_by_id(topic.id) {
+            Some(t) if t.replicas.len() as i32 > first => Ok(t.clone()),
+            _ => Err(WriteRefused::Unknown),
+        }
+    }
+
+    fn check_controller(&self) -> Result<(), WriteRefused> {
+        if self.controller() == Some(self.me()) {
+            Ok(())
+        } else {
+            Err(WriteRefused::NotController(self.controller()))
+        }
+    }
+
+    /// Appends `record` to the metadata log (the caller holds [`Cluster::writing`]) and waits
+    /// for this node's image to apply it, as `wait` says.
+    async fn write(&self, record: &MetadataRecord, wait: Wait) -> Result<(), WriteRefused> {
+        let metadata = self
+            .host
+            .replica(&metadata_group())
+            .map_err(|_| WriteRefused::NotController(self.controller()))?;
+        let batch = metadata_batch(record).map_err(WriteRefused::Raft)?;
+        let written = async {
+            let last = match metadata.append(batch).await {
+                Ok(Ack::Appended { last_offset, .. }) | Ok(Ack::Duplicate { last_offset, .. }) => {
+                    last_offset
+                }
+                Err(ReplicaError::NotLeader { leader }) => {
+                    return Err(WriteRefused::NotController(leader.map(|l| l as i32)))
+                }
+                Err(e) => return Err(WriteRefused::Raft(e.to_string())),
+            };
+            if wait.applied {
+                let mut applied = self.applied.subscribe();
+                if applied.wait_for(|next| *next > last).await.is_err() {
+                    return Err(WriteRefused::Timeout);
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(wait.within, written)
+            .await
+            .unwrap_or(Err(WriteRefused::Timeout))
+    }
+
+    /// Acts on what the image changed, in offset order: opens this node's replicas of a new
+    /// topic's or a growth's partitions, removes its replicas of a deleted topic's. Only once
+    /// the image has applied everything the metadata replica holds (`caught_up`), so that a
+    /// node replaying its log after a restart never opens a topic a later record deletes;
+    /// then, once after it started, removes the partitions on disk the image does not give
+    /// it.
+    pub(super) async fn follow_image(&self, caught_up: bool) {
+        if !caught_up {
+            return;
+        }
+        let changes = std::mem::take(&mut *self.changes.lock());
+        for (offset, change) in changes {
+            match change {
+                Applied::Nothing => {}
+                Applied::Created(topic) => self.open_replicas(offset, &topic, 0).await,
+                Applied::Grown { topic, first } => self.open_replicas(offset, &topic, first).await,
+                Applied::Deleted(topic) => self.remove_replicas(&topic).await,
+            }
+        }
+        if !self.reconciled.load(Ordering::Acquire) && self.rejoin_applied() {
+            self.remove_strays().await;
+            self.reconciled.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether a rejoining node's image reached what the other nodes held when it began (a
+    /// wiped node's image knows none of its partitions before then).
+    fn rejoin_applied(&self) -> bool {
+        match &self.rejoining {
+            Some(r) => self.image.read().next_offset >= r.record().metadata_end,
+            None => true,
+        }
+    }
+
+    /// Opens this node's replica of each partition of `topic` from `first` on (made by the
+    /// metadata record at `offset`) it is assigned, with the topic's settings; through the
+    /// rejoin steps if the record predates a rejoin. Not if the topic left the image since
+    /// (a later record deleted it).
+    async fn open_replicas(&self, offset: i64, topic: &TopicImage, first: usize) {
+        if self.image.read().topic_by_id(topic.id).is_none() {
+            return;
+        }
+        for (p, replicas) in topic.replicas.iter().enumerate().skip(first) {
+            if !replicas.contains(&self.me()) {
+                continue;
+            }
+            let members: Vec<u64> = replicas.iter().map(|r| *r as u64).collect();
+            let group = GroupId::new(topic.name.clone(), p as i32);
+            let opened = match &self.rejoining {
+                Some(r) if r.predates(offset) => r
+                    .open(&self.host, group.clone(), &members, topic.config.clone())
+                    .await
+                    .map_err(|e| e.to_string()),
+                _ => self
+                    .host
+                    .add_group_with(group.clone(), &members, topic.config.clone())
+                    .await
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(e) = opened {
+                tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
+            }
+        }
+    }
+
+    /// Stops and deletes this node's replica of each partition of the deleted `topic` (a
+    /// partition on disk not hosted too: a node that was down replays the deletion).
+    async fn remove_replicas(&self, topic: &TopicImage) {
+        let mut removed = 0;
+        for p in 0..topic.replicas.len() {
+            if self
+                .remove_partition(&GroupId::new(topic.name.clone(), p as i32))
+                .await
+            {
+                removed += 1;
+            }
+        }
+        self.remote.write().retain(|g, _| g.topic != topic.name);
+        // A replay after a restart finds nothing left to remove: said only when something was.
+        if removed > 0 {
+            tracing::info!(topic = %topic.name, id = %topic.id, removed, "deleted topic's replicas removed");
+        }
+    }
+
+    /// Whether a replica or partition directory of `group` was there to remove.
+    async fn remove_partition(&self, group: &GroupId) -> bool {
+        match self.host.remove_group(group).await {
+            Ok(removed) => removed,
+            Err(e) => {
+                tracing::error!(partition = %group, error = %e, "cannot remove a replica");
+                false
+            }
+        }
+    }
+
+    /// Removes the partitions on disk that the image gives no replica of here (a crash part
+    /// way through a deletion, or a deletion this node's log holds but it never acted on):
+    /// never the metadata and offsets groups'.
+    async fn remove_strays(&self) {
+        let on_disk = match self.host.partitions_on_disk() {
+            Ok(on_disk) => on_disk,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list the partitions on disk");
+                return;
+            }
+        };
+        let strays: Vec<GroupId> = {
+            let image = self.image.read();
+            on_disk
+                .into_iter()
+                .filter(|g| *g != metadata_group() && *g != offsets_group())
+                .filter(|g| !assigned_here(&image, g, self.me()))
+                .collect()
+        };
+        for group in strays {
+            tracing::warn!(
+                partition = %group,
+                "a partition on disk that the cluster image gives no replica of here: removed"
+            );
+            self.remove_partition(&group).await;
+        }
+    }
+}
+
+/// Whether the image gives node `me` a replica of `group`.
+fn assigned_here(image: &Image, group: &GroupId, me: i32) -> bool {
+    image
+        .topic(&group.topic)
+        .and_then(|t| {
+            usize::try_from(group.partition)
+                .ok()
+                .and_then(|p| t.replicas.get(p))
+        })
+        .is_some_and(|r| r.contains(&me))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_is_kept_only_where_the_image_assigns_it() {
+        let mut image = Image::default();
+        let record = MetadataRecord::Topic {
+            name: "t".into(),
+            id: Uuid::from_u128(1),
+            replicas: vec![vec![1, 2], vec![2, 3]],
+            configs: BTreeMap::new(),
+        };
+        image
+            .apply(0, &serde_json::to_vec(&record).unwrap())
+            .unwrap();
+        assert!(assigned_here(&image, &GroupId::new("t", 0), 1));
+        assert!(!assigned_here(&image, &GroupId::new("t", 1), 1));
+        assert!(!assigned_here(&image, &GroupId::new("t", 2), 2));
+        assert!(!assigned_here(&image, &GroupId::new("t", -1), 2));
+        assert!(!assigned_here(&image, &GroupId::new("gone", 0), 1));
+    }
+}
