@@ -20,7 +20,7 @@ Then Kafka's ConsoleConsumer reads every partition from its start (assigned, no 
   reaches the partition's end (the committed offsets survived the coordinator's moves).
 
 (Fetch is served by leaders only, so that every replica holds the same batches is checked by
-crates/broker/tests/cluster.rs, which reads each node's log directory.)
+crates/broker/tests/cluster/kills.rs, which reads each node's log directory.)
 
 Prints one JSON line with the counts, and exits 1 on any loss or duplicate.
 

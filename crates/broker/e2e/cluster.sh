@@ -33,7 +33,7 @@ fi
 # CI run it once read no record; the probable cause, found and fixed since: a JoinGroup waiting
 # when the offsets group's leadership moved (the balancer moves it to node 1 soon after start;
 # a kill moves it) was answered as joined with no member id and no protocol, on which the Java
-# consumer throws (tests/cluster_partition.rs reproduces the move). cluster.py prints the
+# consumer throws (tests/cluster/partition.rs reproduces the move). cluster.py prints the
 # consumer's stderr on a failure.
 export ONCELOG_CLUSTER_GROUP="${ONCELOG_CLUSTER_GROUP:-$group}"
 bin="${ONCELOG_BROKER_BIN:-}"

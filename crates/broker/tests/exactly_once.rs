@@ -16,7 +16,7 @@ use common::{topic, BrokerProcess};
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(240);
-const MESSAGES: usize = 120;
+const MESSAGES: usize = 60;
 
 fn at(e: &Value) -> (i64, i64, String) {
     (

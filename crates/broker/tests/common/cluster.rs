@@ -1,4 +1,4 @@
-//! A cluster of broker processes for tests/cluster.rs (cluster mode, docs/design.md "A cluster
+//! A cluster of broker processes for the suites of tests/cluster/ (cluster mode, docs/design.md "A cluster
 //! of brokers"): three nodes on loopback, a raw-protocol client that never panics on a killed
 //! broker, an idempotent producer that retries with the same sequence, and readers of what the
 //! leaders serve and the replicas store.

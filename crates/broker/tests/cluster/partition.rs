@@ -9,16 +9,14 @@
 //! Rounds: `ONCELOG_CLUSTER_ROUNDS` (default 1 per test; the first cuts off the leader of everything), each cut for
 //! `ONCELOG_PARTITION_MS` (default 3000, several election timeouts of 300-600 ms).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::common::cluster::*;
+use crate::common::netsplit::{Cut, Links};
+use crate::common::wire::str_bytes;
 use bytes::Bytes;
-use common::cluster::*;
-use common::netsplit::{Cut, Links};
-use common::wire::str_bytes;
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
 

@@ -8,7 +8,7 @@
 //! node is down waits, saying so, and completes without loss once that node is back (and once
 //! more after a crash right after it).
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::cluster::*;
+use crate::common::cluster::*;
 
 const REJOINED: i32 = 3;
 

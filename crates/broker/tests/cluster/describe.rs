@@ -8,14 +8,14 @@
 //! against the cluster: `kafka-transactions` list, describe and describe-producers,
 //! `kafka-log-dirs --describe`, `kafka-cluster cluster-id` and `kafka-broker-api-versions`.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::clients::kafka_tool;
-use common::cluster::*;
-use common::wire::{advertised, str_bytes, topic_name, Wire};
+use crate::common::clients::kafka_tool;
+use crate::common::cluster::*;
+use crate::common::wire::{advertised, str_bytes, topic_name, Wire};
 use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::*;

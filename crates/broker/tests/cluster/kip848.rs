@@ -7,15 +7,13 @@
 //! epoch with the same assignments (no rebalance after a move), the members carry on at their
 //! epochs, every committed offset survives, and every record is consumed.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::time::{Duration, Instant};
 
-use common::cluster::*;
-use common::groups::{assignment, beat_request, join_request, Owned};
-use common::wire::{str_bytes, topic_name};
+use crate::common::cluster::*;
+use crate::common::groups::{assignment, beat_request, join_request, Owned};
+use crate::common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
@@ -462,7 +460,7 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
 /// end.
 #[test]
 fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
-    use common::clients::{group_consumer, Client, Produce};
+    use crate::common::clients::{group_consumer, Client, Produce};
     let rounds = rounds(2);
     let mut c = Cluster::start();
     let controller = c.controller();

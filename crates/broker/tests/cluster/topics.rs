@@ -5,12 +5,10 @@
 //! third once it restarts and replays the deletion; the name created again is a new topic
 //! (a new id, empty partitions); and each refusal is Kafka's.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::cluster::*;
+use crate::common::cluster::*;
 use uuid::Uuid;
 
 const INVALID_PARTITIONS: i16 = 37;

@@ -8,16 +8,14 @@
 //! stable offset reaches the high watermark), and a read_committed fetch serves exactly the
 //! committed records.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::common::cluster::*;
+use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
-use common::cluster::*;
-use common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};

@@ -5,15 +5,13 @@
 //! holds on whichever node leads, before and after a SIGKILL of the leader. Configs a raft
 //! partition cannot honour are refused with INVALID_CONFIG and create nothing.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::common::cluster::*;
+use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
-use common::cluster::*;
-use common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;

@@ -9,15 +9,15 @@
 //! a follower with the leader named, NOT_CONTROLLER, a refused replication factor, and the
 //! refusals of what is not replicated yet.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use crate::common::cluster::*;
+use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
-use common::cluster::*;
-use common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
@@ -286,7 +286,7 @@ fn a_cluster_answers_as_kafka_does() {
     assert_eq!((first.error_code, again.error_code), (0, 0));
     assert_eq!(again.base_offset, first.base_offset);
     // The transaction coordinator is the group coordinator's node (both on the offsets
-    // group's leader, tests/cluster_txn.rs); the share coordinator (key type 2) is not
+    // group's leader, tests/cluster/txn.rs); the share coordinator (key type 2) is not
     // replicated yet.
     let find = |s: &mut std::net::TcpStream, key_type: i8| -> FindCoordinatorResponse {
         call(
@@ -393,7 +393,7 @@ fn the_java_producer_keeps_every_message_through_leader_kills() {
 }
 
 fn real_producer_through_leader_kills(client: common::clients::Client) {
-    use common::clients::{Client, Produce};
+    use crate::common::clients::{Client, Produce};
     let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
@@ -527,7 +527,7 @@ fn committed_offsets_survive_coordinator_kills() {
 /// partition's end.
 #[test]
 fn a_real_consumer_group_commits_through_coordinator_kills() {
-    use common::clients::{group_consumer, Client, Produce};
+    use crate::common::clients::{group_consumer, Client, Produce};
     let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();

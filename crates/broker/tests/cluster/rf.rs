@@ -6,15 +6,15 @@
 //! epoch. Kafka's Java producer runs through a SIGKILL of a leader; Kafka's own
 //! `kafka-consumer-groups` lists, describes and deletes groups of the cluster.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::cluster::*;
+use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
-use common::cluster::*;
-use common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
@@ -163,7 +163,7 @@ fn a_node_without_a_replica_names_the_partitions_leader() {
 /// once the balancer moved the partition back it names the new leader and epoch.
 #[test]
 fn the_java_producer_keeps_every_message_through_a_kill_with_two_replicas() {
-    use common::clients::{Client, Produce};
+    use crate::common::clients::{Client, Produce};
     let mut c = start_with_rf2();
     let before = agreed(&c);
     let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
