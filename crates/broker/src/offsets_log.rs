@@ -302,6 +302,10 @@ impl OffsetsLog {
                 if key.starts_with(&crate::txn_coordinator::CLUSTER_KEY_VERSION.to_be_bytes()) {
                     continue;
                 }
+                // And so does its share coordinator.
+                if key.starts_with(&crate::share::state_log::CLUSTER_KEY_VERSION.to_be_bytes()) {
+                    continue;
+                }
                 each(r.offset, key, r.value.as_deref()).map_err(|problem| {
                     OffsetsLogError::Record {
                         path: self.path.clone(),

@@ -5,6 +5,7 @@ mod admin_topics;
 mod api_versions;
 mod cluster_admin;
 mod cluster_data;
+mod cluster_share;
 mod cluster_txn;
 mod consumer_groups;
 mod fetch;
@@ -17,6 +18,7 @@ mod metadata;
 mod produce;
 mod share_admin;
 mod share_groups;
+mod share_logs;
 mod txn;
 mod txn_admin;
 

@@ -44,6 +44,23 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 /// Kafka's message for an acknowledgement of another member's records.
 pub const NOT_OWNER: &str = "Member is not the owner of batch record";
 
+/// What separates a member id from the node a forwarded session came through.
+const FORWARDED_SEPARATOR: &str = "\u{0}via-node-";
+
+/// The name of the share session a cluster node `via` forwards for `member` (docs/design.md,
+/// "Share groups in a cluster"): a client keeps one session per broker it fetches from, so
+/// the coordinator keeps one per (member, forwarding node), not one per member.
+pub fn forwarded_session(member: &str, via: i32) -> String {
+    format!("{member}{FORWARDED_SEPARATOR}{via}")
+}
+
+/// The member a session name belongs to.
+fn session_member(session: &str) -> &str {
+    session
+        .split_once(FORWARDED_SEPARATOR)
+        .map_or(session, |(member, _)| member)
+}
+
 /// The ShareFetch and ShareAcknowledge epoch that opens a share session.
 pub const INITIAL_EPOCH: i32 = 0;
 /// The epoch that closes it.
@@ -126,6 +143,34 @@ struct Inner {
     configs: BTreeMap<String, GroupConfigs>,
 }
 
+impl Inner {
+    /// The state a replay of the state log left.
+    fn restored(stored: state_log::Stored) -> Inner {
+        let mut inner = Inner {
+            configs: stored.configs,
+            groups: stored.groups,
+            ..Inner::default()
+        };
+        for (key, snapshot) in stored.states {
+            inner.groups.entry(key.0.clone()).or_default();
+            inner
+                .partitions
+                .insert(key, SharePartition::restore(&snapshot));
+        }
+        inner
+    }
+}
+
+/// What a failed state write answers: a cluster node whose replicated append failed is no
+/// longer (or not yet) the coordinator (NOT_COORDINATOR: the client looks it up again); the
+/// single broker's own log failed (KAFKA_STORAGE_ERROR).
+fn write_failed(e: &ShareStateLogError) -> ResponseError {
+    match e {
+        ShareStateLogError::Replica { .. } => ResponseError::NotCoordinator,
+        _ => ResponseError::KafkaStorageError,
+    }
+}
+
 /// A group's `share.auto.offset.reset`.
 pub const AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 /// A group's `share.record.lock.duration.ms`.
@@ -147,22 +192,39 @@ impl ShareGroups {
         settings: ShareSettings,
     ) -> Result<ShareGroups, ShareStateLogError> {
         let (log, stored) = ShareStateLog::open(data_dir)?;
-        let mut inner = Inner {
-            configs: stored.configs,
-            groups: stored.groups,
-            ..Inner::default()
-        };
-        for (key, snapshot) in stored.states {
-            inner.groups.entry(key.0.clone()).or_default();
-            inner
-                .partitions
-                .insert(key, SharePartition::restore(&snapshot));
-        }
         Ok(ShareGroups {
-            inner: Mutex::new(inner),
+            inner: Mutex::new(Inner::restored(stored)),
             log,
             settings,
         })
+    }
+
+    /// The share groups of a cluster node, kept in its replica of the coordinators' raft
+    /// group ([`ShareStateLog::replicated`]): empty until the node becomes the coordinator
+    /// and loads them ([`ShareGroups::load`]).
+    pub fn replicated(log: ShareStateLog, settings: ShareSettings) -> ShareGroups {
+        ShareGroups {
+            inner: Mutex::new(Inner::default()),
+            log,
+            settings,
+        }
+    }
+
+    /// Replays the replicated log into every group, its members at their epochs and its
+    /// share-partitions, as the single broker's open does: a record acquired under the
+    /// previous coordinator comes back Available with its delivery count (the members'
+    /// share sessions, kept in memory, are gone: SHARE_SESSION_NOT_FOUND has them open new
+    /// ones). Called by a node that became the coordinator, after the offsets' load committed
+    /// the barrier that puts every earlier coordinator's record in its log. Blocking.
+    pub fn load(&self) -> Result<(), ShareStateLogError> {
+        let stored = self.log.load()?;
+        *self.lock() = Inner::restored(stored);
+        Ok(())
+    }
+
+    /// Forgets every group, share-partition and session: this node stopped coordinating.
+    pub fn unload(&self) {
+        *self.lock() = Inner::default();
     }
 
     pub fn settings(&self) -> ShareSettings {
@@ -215,7 +277,7 @@ impl ShareGroups {
         let stored = (!configs.is_empty()).then_some(&configs);
         self.log.write_configs(group, stored).map_err(|e| {
             tracing::error!(error = %e, "cannot write the group configuration");
-            ResponseError::KafkaStorageError
+            write_failed(&e)
         })?;
         if configs.is_empty() {
             inner.configs.remove(group);
@@ -239,7 +301,7 @@ impl ShareGroups {
             .collect();
         self.log.write(&states).map_err(|e| {
             tracing::error!(error = %e, "cannot write the share-partition state");
-            ResponseError::KafkaStorageError
+            write_failed(&e)
         })
     }
 
@@ -249,7 +311,7 @@ impl ShareGroups {
             .write_group(group, inner.groups.get(group))
             .map_err(|e| {
                 tracing::error!(error = %e, "cannot write the share group's membership");
-                ResponseError::KafkaStorageError
+                write_failed(&e)
             })
     }
 
@@ -331,11 +393,11 @@ impl ShareGroups {
         Ok(answer)
     }
 
-    /// A member left or was removed: its session closes and its records are released.
+    /// A member left or was removed: its sessions close and its records are released.
     fn member_gone(&self, inner: &mut Inner, group: &str, member: &str) {
         inner
             .sessions
-            .remove(&(group.to_string(), member.to_string()));
+            .retain(|(g, s), _| g != group || session_member(s) != member);
         let limits = self.limits(inner, group);
         let released: Vec<ShareKey> = inner
             .partitions
@@ -441,9 +503,31 @@ impl ShareGroups {
 
     /// Closes a member's session (epoch -1, after its acknowledgements): what it still holds
     /// is released. Blocking.
-    pub fn close_session(&self, group: &str, member: &str) {
+    ///
+    /// `session` names the session: the member id itself for a client's own, or
+    /// [`forwarded_session`]'s name for one a cluster node forwards, whose close releases only
+    /// the records of that session's partitions (the member's other sessions, through the
+    /// other partitions' leaders, go on).
+    pub fn close_session(&self, group: &str, member: &str, session: &str) {
         let mut inner = self.lock();
-        self.member_gone(&mut inner, group, member);
+        if session == member {
+            self.member_gone(&mut inner, group, member);
+            return;
+        }
+        let Some(closed) = inner
+            .sessions
+            .remove(&(group.to_string(), session.to_string()))
+        else {
+            return;
+        };
+        let limits = self.limits(&inner, group);
+        let released: Vec<ShareKey> = inner
+            .partitions
+            .iter_mut()
+            .filter(|(k, _)| k.0 == group && closed.partitions.contains(&(k.1, k.2)))
+            .filter_map(|(k, p)| p.release_member(member, limits).then(|| k.clone()))
+            .collect();
+        let _ = self.persist(&mut inner, &released);
     }
 
     /// Applies one partition's acknowledgement batches for `member`, `(first, last, types)`;
@@ -661,5 +745,23 @@ impl ShareGroups {
     /// Flushes and closes the state log. Blocking.
     pub fn close(&self) -> Result<(), ShareStateLogError> {
         self.log.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member's sessions through different cluster nodes are distinct, and each names its
+    /// member (so a member's leave closes every one of them).
+    #[test]
+    fn forwarded_sessions_are_apart_and_name_their_member() {
+        let via_1 = forwarded_session("m", 1);
+        let via_2 = forwarded_session("m", 2);
+        assert_ne!(via_1, via_2);
+        assert_ne!(via_1, "m");
+        assert_eq!(session_member(&via_1), "m");
+        assert_eq!(session_member(&via_2), "m");
+        assert_eq!(session_member("m"), "m");
     }
 }

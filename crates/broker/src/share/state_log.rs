@@ -33,10 +33,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
+use oncelog_raft::{Ack, Replica};
 use uuid::Uuid;
 
 use super::group::{ShareGroup, ShareMember};
@@ -61,12 +63,71 @@ pub struct Stored {
     pub groups: BTreeMap<String, ShareGroup>,
 }
 
+impl Stored {
+    /// Replays one record (its key without the cluster prefix): the latest value per key is
+    /// the state, a null value removes it.
+    fn apply(&mut self, key: &[u8], value: Option<&[u8]>, now: Instant) -> Result<(), String> {
+        if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
+            let group = decode_config_key(key)?;
+            match value {
+                Some(value) => {
+                    self.groups.insert(group, decode_group(value, now)?);
+                }
+                None => {
+                    self.groups.remove(&group);
+                }
+            }
+            return Ok(());
+        }
+        if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
+            let group = decode_config_key(key)?;
+            match value {
+                Some(value) => {
+                    self.configs.insert(group, decode_configs(value)?);
+                }
+                None => {
+                    self.configs.remove(&group);
+                }
+            }
+            return Ok(());
+        }
+        let key = decode_key(key)?;
+        match value {
+            Some(value) => {
+                self.states.insert(key, decode_value(value)?);
+            }
+            None => {
+                self.states.remove(&key);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The key version that marks a share record in a cluster's replicated coordinators' log
+/// (`0x7368`, "sh"; beyond Kafka's 0 to 8 and apart from the transaction states' `0x7478`):
+/// the single broker's key follows it.
+pub const CLUSTER_KEY_VERSION: i16 = 0x7368;
+
+/// The single broker's key inside a cluster's share record; `None` for another record.
+fn cluster_key(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(&CLUSTER_KEY_VERSION.to_be_bytes()[..])
+}
+
 /// Why the share state log could not be opened, read or written.
 pub type ShareStateLogError = StateLogError;
 
 pub struct ShareStateLog {
-    log: Log,
+    log: Backing,
     path: PathBuf,
+}
+
+/// Where the records go: the single broker's own log, fsynced before an answer (boxed: a
+/// `Log` is large), or a cluster node's replica of the coordinators' raft group, whose append
+/// returns once a majority holds it.
+enum Backing {
+    Local(Box<Log>),
+    Replicated(Arc<Replica>),
 }
 
 impl std::fmt::Debug for ShareStateLog {
@@ -86,43 +147,74 @@ impl ShareStateLog {
         // A restored member's session starts at the load, as Kafka's coordinator does.
         let now = Instant::now();
         let log = open_replayed(&path, |r| {
-            let key = r.key.as_deref().unwrap_or_default();
-            if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
-                let group = decode_config_key(key)?;
-                match r.value.as_deref() {
-                    Some(value) => {
-                        stored.groups.insert(group, decode_group(value, now)?);
-                    }
-                    None => {
-                        stored.groups.remove(&group);
-                    }
-                }
-                return Ok(());
-            }
-            if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
-                let group = decode_config_key(key)?;
-                match r.value.as_deref() {
-                    Some(value) => {
-                        stored.configs.insert(group, decode_configs(value)?);
-                    }
-                    None => {
-                        stored.configs.remove(&group);
-                    }
-                }
-                return Ok(());
-            }
-            let key = decode_key(key)?;
-            match r.value.as_deref() {
-                Some(value) => {
-                    stored.states.insert(key, decode_value(value)?);
-                }
-                None => {
-                    stored.states.remove(&key);
-                }
-            }
-            Ok(())
+            stored.apply(
+                r.key.as_deref().unwrap_or_default(),
+                r.value.as_deref(),
+                now,
+            )
         })?;
-        Ok((ShareStateLog { log, path }, stored))
+        Ok((
+            ShareStateLog {
+                log: Backing::Local(Box::new(log)),
+                path,
+            },
+            stored,
+        ))
+    }
+
+    /// The share state of a cluster node: records of its replica of the coordinators' raft
+    /// group (docs/design.md, "Share groups in a cluster"), each key behind
+    /// [`CLUSTER_KEY_VERSION`]. Nothing is read here: the coordinator replays them
+    /// ([`ShareStateLog::load`]) once the offsets' load committed its barrier. `path` names it
+    /// in errors.
+    pub fn replicated(replica: Arc<Replica>, path: PathBuf) -> ShareStateLog {
+        ShareStateLog {
+            log: Backing::Replicated(replica),
+            path,
+        }
+    }
+
+    /// Every share record of the replicated log, replayed in offset order (the other
+    /// coordinators' records are skipped): what a node that becomes the coordinator loads.
+    /// Nothing for the single broker's own log, replayed at open. Blocking.
+    pub fn load(&self) -> Result<Stored, ShareStateLogError> {
+        let mut stored = Stored::default();
+        let Backing::Replicated(replica) = &self.log else {
+            return Ok(stored);
+        };
+        let now = Instant::now();
+        let log = replica.log();
+        let mut next = log.log_start_offset();
+        loop {
+            let fetched = log
+                .fetch(next, 1 << 20)
+                .map_err(|e| ShareStateLogError::Log {
+                    path: self.path.clone(),
+                    source: e.into(),
+                })?;
+            if fetched.bytes.is_empty() {
+                break;
+            }
+            for r in fetched.records() {
+                let r = r.map_err(|e| ShareStateLogError::Record {
+                    path: self.path.clone(),
+                    offset: next,
+                    problem: e.to_string(),
+                })?;
+                let Some(key) = r.key.as_deref().and_then(cluster_key) else {
+                    continue;
+                };
+                stored
+                    .apply(key, r.value.as_deref(), now)
+                    .map_err(|problem| ShareStateLogError::Record {
+                        path: self.path.clone(),
+                        offset: r.offset,
+                        problem,
+                    })?;
+            }
+            next = fetched.next_offset;
+        }
+        Ok(stored)
     }
 
     /// Writes a group's configuration (`None`: a tombstone) and makes it durable. Blocking.
@@ -168,7 +260,9 @@ impl ShareStateLog {
         self.append(&records)
     }
 
-    /// Appends the records as one batch and makes it durable. Blocking.
+    /// Appends the records as one batch and makes it durable: fsynced to the own log, or
+    /// committed by the cluster's raft group (keys behind [`CLUSTER_KEY_VERSION`]). Blocking
+    /// (a replicated append waits for raft; called off the reactor).
     fn append(&self, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), ShareStateLogError> {
         let err = |source: oncelog::Error| ShareStateLogError::Log {
             path: self.path.clone(),
@@ -177,24 +271,56 @@ impl ShareStateLog {
         let now = crate::clock::now_ms();
         let mut b = BatchBuilder::new();
         for (key, value) in records {
-            b.append(now, Some(key), value.as_deref(), &[]);
+            match &self.log {
+                Backing::Local(_) => {
+                    b.append(now, Some(key), value.as_deref(), &[]);
+                }
+                Backing::Replicated(_) => {
+                    let mut prefixed = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+                    prefixed.extend_from_slice(key);
+                    b.append(now, Some(&prefixed), value.as_deref(), &[]);
+                }
+            }
         }
         let bytes = b
             .build()
             .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        match &self.log {
+            Backing::Local(log) => {
+                log.append(&bytes).map_err(|e| err(e.into()))?;
+                log.flush().map_err(|e| err(e.into()))?;
+                Ok(())
+            }
+            Backing::Replicated(replica) => {
+                let appended = tokio::runtime::Handle::current()
+                    .block_on(replica.append(bytes::Bytes::from(bytes)));
+                match appended {
+                    Ok(Ack::Appended { .. }) | Ok(Ack::Duplicate { .. }) => Ok(()),
+                    Err(e) => Err(ShareStateLogError::Replica {
+                        path: self.path.clone(),
+                        error: e.to_string(),
+                    }),
+                }
+            }
+        }
     }
 
     /// Compacts the log if a round is due. Blocking.
+    /// The replicated log is not compacted (raft's partitions delete only; docs/design.md).
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, ShareStateLogError> {
-        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+        match &self.log {
+            Backing::Local(log) => internal_log::compact_if_due(log, &self.path, now_ms),
+            Backing::Replicated(_) => Ok(0),
+        }
     }
 
     /// Flushes and closes the log. Blocking.
+    /// A cluster node's replica is closed with its raft host.
     pub fn close(&self) -> Result<(), ShareStateLogError> {
-        self.log.close().map_err(|e| ShareStateLogError::Log {
+        let Backing::Local(log) = &self.log else {
+            return Ok(());
+        };
+        log.close().map_err(|e| ShareStateLogError::Log {
             path: self.path.clone(),
             source: e.into(),
         })
