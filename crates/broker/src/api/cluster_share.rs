@@ -59,6 +59,12 @@ pub async fn handle(
     cluster: &Cluster,
     request: &Request,
 ) -> Result<Reply, HandleError> {
+    if matches!(
+        request.api_key,
+        ApiKey::IncrementalAlterConfigs | ApiKey::DescribeConfigs
+    ) {
+        coordinator_settled(cluster).await;
+    }
     if cluster.coordinating() {
         return match request.api_key {
             ApiKey::ShareGroupHeartbeat => {
@@ -119,6 +125,23 @@ pub async fn handle(
         }
     }
 }
+
+/// Waits (at most [`CONFIG_WAIT`]) until this node coordinates or knows another node that
+/// leads the offsets group. For a share group's settings: an admin client takes a resource's
+/// COORDINATOR_NOT_AVAILABLE as the answer and does not ask again (franz-go's tests set a
+/// group's settings right after the cluster starts, before the coordinators' group elected).
+async fn coordinator_settled(cluster: &Cluster) {
+    let until = tokio::time::Instant::now() + CONFIG_WAIT;
+    while tokio::time::Instant::now() < until
+        && !cluster.coordinating()
+        && cluster.coordinator().is_none_or(|c| c == cluster.me())
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How long a share group's settings wait for a coordinator.
+const CONFIG_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs a share handler's synchronous part off the reactor. In a cluster the share state's
 /// lock is held across a replicated write, which waits for raft, and raft needs the reactor:

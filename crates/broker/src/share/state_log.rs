@@ -6,6 +6,10 @@
 //! removes a share-partition (DeleteGroups). A record is durable before the request that
 //! changed the state (an acknowledgement, a release) is answered; on start the log is replayed.
 //!
+//! On a cluster node the same records go to its replica of the coordinators' raft group
+//! (`__oncelog_offsets-0`), each key behind the two bytes of [`CLUSTER_KEY_VERSION`], and are
+//! replayed by the node that becomes the coordinator ([`ShareStateLog::load`]).
+//!
 //! | part  | layout (big-endian)                                                          |
 //! |-------|------------------------------------------------------------------------------|
 //! | key   | version i16 = 0, group (i16 length + UTF-8), topic id (16 bytes), partition i32 |
