@@ -524,6 +524,34 @@ fn decode_value(bytes: &[u8]) -> Result<Snapshot, String> {
 mod tests {
     use super::*;
 
+    /// A cluster's share records are the single broker's behind their own key version, and
+    /// replay into the same state; the other coordinators' records are not theirs.
+    #[test]
+    fn a_cluster_share_record_replays_as_the_single_brokers() {
+        let key = ("g".to_string(), Uuid::from_u128(7), 3);
+        let s = Snapshot {
+            start_offset: 12,
+            state_epoch: 0,
+            batches: vec![(12, 14, RecordState::Acknowledged, 1)],
+        };
+        let mut cluster = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+        cluster.extend_from_slice(&encode_key(&key));
+        let inner = cluster_key(&cluster).unwrap();
+        let mut stored = Stored::default();
+        stored
+            .apply(inner, Some(&encode_value(&s)), Instant::now())
+            .unwrap();
+        assert_eq!(stored.states[&key], s);
+        stored.apply(inner, None, Instant::now()).unwrap();
+        assert!(stored.states.is_empty());
+        let mut txn = crate::txn_coordinator::CLUSTER_KEY_VERSION
+            .to_be_bytes()
+            .to_vec();
+        txn.extend_from_slice(b"tx");
+        assert_eq!(cluster_key(&txn), None);
+        assert_eq!(cluster_key(&encode_key(&key)), None);
+    }
+
     #[test]
     fn key_and_value_round_trip() {
         let key = ("g".to_string(), Uuid::from_u128(7), 3);
