@@ -221,53 +221,19 @@ impl ShareStateLog {
         Ok(stored)
     }
 
-    /// Writes a group's configuration (`None`: a tombstone) and makes it durable. Blocking.
-    pub fn write_configs(
-        &self,
-        group: &str,
-        configs: Option<&GroupConfigs>,
-    ) -> Result<(), ShareStateLogError> {
-        let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
-        put_string(&mut key, group);
-        let value = configs.map(|c| {
-            let mut out = 0i16.to_be_bytes().to_vec();
-            out.extend_from_slice(&(c.len() as i32).to_be_bytes());
-            for (name, value) in c {
-                put_string(&mut out, name);
-                put_string(&mut out, value);
-            }
-            out
-        });
-        self.append(&[(key, value)])
-    }
-
-    /// Writes a group's membership (`None`: a tombstone) and makes it durable. Blocking.
-    pub fn write_group(
-        &self,
-        group: &str,
-        value: Option<&ShareGroup>,
-    ) -> Result<(), ShareStateLogError> {
-        let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
-        put_string(&mut key, group);
-        self.append(&[(key, value.map(encode_group))])
-    }
-
-    /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
-    pub fn write(&self, states: &[(ShareKey, Option<Snapshot>)]) -> Result<(), ShareStateLogError> {
-        if states.is_empty() {
+    /// Writes the records (from [`configs_record`], [`group_record`], [`state_records`]) as
+    /// one batch, in order, and makes them durable; nothing when there are none. Blocking.
+    pub fn write(&self, records: &[Record]) -> Result<(), ShareStateLogError> {
+        if records.is_empty() {
             return Ok(());
         }
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = states
-            .iter()
-            .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
-            .collect();
-        self.append(&records)
+        self.append(records)
     }
 
     /// Appends the records as one batch and makes it durable: fsynced to the own log, or
     /// committed by the cluster's raft group (keys behind [`CLUSTER_KEY_VERSION`]). Blocking
     /// (a replicated append waits for raft; called off the reactor).
-    fn append(&self, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), ShareStateLogError> {
+    fn append(&self, records: &[Record]) -> Result<(), ShareStateLogError> {
         let err = |source: oncelog::Error| ShareStateLogError::Log {
             path: self.path.clone(),
             source,
@@ -329,6 +295,40 @@ impl ShareStateLog {
             source: e.into(),
         })
     }
+}
+
+/// One record of the log: key and value (`None`: a tombstone).
+pub type Record = (Vec<u8>, Option<Vec<u8>>);
+
+/// A group's configuration record (`None`: a tombstone).
+pub fn configs_record(group: &str, configs: Option<&GroupConfigs>) -> Record {
+    let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
+    put_string(&mut key, group);
+    let value = configs.map(|c| {
+        let mut out = 0i16.to_be_bytes().to_vec();
+        out.extend_from_slice(&(c.len() as i32).to_be_bytes());
+        for (name, value) in c {
+            put_string(&mut out, name);
+            put_string(&mut out, value);
+        }
+        out
+    });
+    (key, value)
+}
+
+/// A group's membership record (`None`: a tombstone).
+pub fn group_record(group: &str, value: Option<&ShareGroup>) -> Record {
+    let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
+    put_string(&mut key, group);
+    (key, value.map(encode_group))
+}
+
+/// Share-partition snapshot records (`None`: a tombstone).
+pub fn state_records(states: &[(ShareKey, Option<Snapshot>)]) -> Vec<Record> {
+    states
+        .iter()
+        .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
+        .collect()
 }
 
 /// The key version of a group configuration record.
