@@ -99,6 +99,15 @@ pub async fn handle(
     }
     let coordinator = cluster.coordinator();
     let loading = coordinator == Some(cluster.me());
+    // A request another node forwarded here, thinking this node coordinates, is not sent on:
+    // two nodes with different views of a move would pass it back and forth.
+    let forwarded = request
+        .client_id
+        .as_deref()
+        .is_some_and(|c| c.starts_with(FORWARD_CLIENT_ID));
+    if forwarded && !loading {
+        return refuse(request, ResponseError::CoordinatorNotAvailable);
+    }
     match request.api_key {
         ApiKey::ShareFetch
         | ApiKey::ShareAcknowledge
@@ -144,10 +153,9 @@ async fn coordinator_settled(cluster: &Cluster) {
 const CONFIG_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs a share handler's synchronous part off the reactor. In a cluster the share state's
-/// lock is held across a replicated write, which waits for raft, and raft needs the reactor:
-/// a worker blocked on that lock (a ShareFetch's session check, a describe) while every
-/// worker is is how a node stops whole (seen with franz-go's share consumers on two workers,
-/// as with the transaction coordinator's locks).
+/// writer's turn is held across a replicated write, which waits for raft, and raft needs the
+/// reactor: every worker blocked on a share lock is how a node stops whole (seen with
+/// franz-go's share consumers on two workers, as with the transaction coordinator's locks).
 async fn off_reactor(
     broker: &Arc<Broker>,
     request: &Request,
