@@ -302,6 +302,10 @@ impl OffsetsLog {
                 if key.starts_with(&crate::txn_coordinator::CLUSTER_KEY_VERSION.to_be_bytes()) {
                     continue;
                 }
+                // And so does its share coordinator.
+                if key.starts_with(&crate::share::state_log::CLUSTER_KEY_VERSION.to_be_bytes()) {
+                    continue;
+                }
                 each(r.offset, key, r.value.as_deref()).map_err(|problem| {
                     OffsetsLogError::Record {
                         path: self.path.clone(),
@@ -517,11 +521,12 @@ pub fn decode(key: Option<&Bytes>, value: Option<&Bytes>) -> Result<OffsetRecord
 mod tests {
     use super::*;
 
-    /// A cluster's transaction coordinator writes its states into the same replicated log
-    /// (key version [`crate::txn_coordinator::CLUSTER_KEY_VERSION`]): every offsets replay
-    /// passes over them, where any other unknown key version is refused.
+    /// A cluster's transaction and share coordinators write their states into the same
+    /// replicated log (key versions [`crate::txn_coordinator::CLUSTER_KEY_VERSION`] and
+    /// [`crate::share::state_log::CLUSTER_KEY_VERSION`]): every offsets replay passes over
+    /// them, where any other unknown key version is refused.
     #[test]
-    fn the_transaction_states_sharing_the_log_are_passed_over_by_every_replay() {
+    fn the_transaction_and_share_states_sharing_the_log_are_passed_over_by_every_replay() {
         let dir = tempfile::tempdir().unwrap();
         let (log, _) = OffsetsLog::open(dir.path()).unwrap();
         let commit = Committed {
@@ -538,6 +543,12 @@ mod tests {
         key.extend_from_slice(b"copier-0");
         let mut b = BatchBuilder::new();
         b.append(1, Some(&key), Some(br#"{"state":"ongoing"}"#), &[]);
+        // And so does the share coordinator (docs/design.md, "Share groups in a cluster").
+        let mut share = crate::share::state_log::CLUSTER_KEY_VERSION
+            .to_be_bytes()
+            .to_vec();
+        share.extend_from_slice(&[0, 0, 0, 1, b's']);
+        b.append(1, Some(&share), Some(&[0, 0]), &[]);
         log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
         let offsets = log.stored_offsets().unwrap();
         assert_eq!(offsets.len(), 1);
@@ -550,7 +561,7 @@ mod tests {
         log.append_bytes(Bytes::from(b.build().unwrap())).unwrap();
         assert!(matches!(
             log.stored_offsets(),
-            Err(OffsetsLogError::Record { offset: 2, .. })
+            Err(OffsetsLogError::Record { offset: 3, .. })
         ));
     }
 

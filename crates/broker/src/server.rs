@@ -157,6 +157,20 @@ impl Server {
             }
             None => txns,
         };
+        // And so does its share coordinator.
+        let shares = match &cluster {
+            Some(c) => {
+                let log = c.share_state_log().map_err(|error| {
+                    StartError::Cluster(crate::cluster::ClusterError::Host {
+                        dir: data_dir.display().to_string(),
+                        error,
+                    })
+                })?;
+                let _ = shares.close();
+                ShareGroups::replicated(log, share_settings)
+            }
+            None => shares,
+        };
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -282,7 +296,14 @@ impl Server {
                 let _ = tokio::task::spawn_blocking(move || {
                     b.offsets.store_groups(&b.groups);
                     // Share groups: expired acquisition locks and member sessions.
-                    b.shares.tick(&crate::api::topic_infos(&b.store));
+                    // Only where they are coordinated: a deposed node writes no expiry.
+                    match &b.cluster {
+                        None => b.shares.tick(&crate::api::topic_infos(&b.store)),
+                        Some(c) if c.coordinating() => {
+                            b.shares.tick(&crate::api::cluster_topic_infos(c))
+                        }
+                        Some(_) => {}
+                    }
                     for ending in b.txns.expired() {
                         let abort = {
                             let b = Arc::clone(&b);

@@ -24,8 +24,8 @@ use kafka_protocol::ResponseError;
 use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{
-    api_versions, cluster_data, cluster_describe, cluster_topics, cluster_txn, respond,
-    HandleError, Reply,
+    api_versions, cluster_data, cluster_describe, cluster_share, cluster_topics, cluster_txn,
+    respond, HandleError, Reply,
 };
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, TopicImage, WriteRefused, MAX_NODE_ID, METADATA_TOPIC};
@@ -35,8 +35,7 @@ use oncelog::format::TimestampType;
 use oncelog::{CleanupPolicy, PartitionConfig};
 use oncelog_raft::Host;
 
-/// The APIs a cluster node answers (and advertises in ApiVersions). The others (the share
-/// coordinator)
+/// The APIs a cluster node answers (and advertises in ApiVersions). The others
 /// are not advertised, and a request for one closes the
 /// connection as an unsupported API does: their state is one broker's files.
 pub const CLUSTER_APIS: &[ApiKey] = &[
@@ -52,8 +51,7 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     // broker's defaults (kafka-topics --describe asks for them).
     ApiKey::DescribeConfigs,
     // The group coordinator (classic groups and committed offsets) on the offsets group's
-    // leader, which is also the transaction coordinator; the share coordinator is answered
-    // with a typed error.
+    // leader, which is also the transaction and the share coordinator.
     ApiKey::FindCoordinator,
     ApiKey::JoinGroup,
     ApiKey::SyncGroup,
@@ -78,6 +76,17 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     ApiKey::EndTxn,
     ApiKey::TxnOffsetCommit,
     ApiKey::WriteTxnMarkers,
+    // Share groups (KIP-932, cluster_share.rs) on the same coordinator, their state records
+    // in the replicated log: ShareGroupHeartbeat, ShareGroupDescribe and the share offsets'
+    // admin APIs there, NOT_COORDINATOR elsewhere; ShareFetch and ShareAcknowledge on any
+    // node (clients send them to the partitions' leaders), forwarded to the coordinator.
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
     // The describe-only admin APIs (cluster_describe.rs): DescribeCluster from any node,
     // DescribeLogDirs per node for its own replicas, DescribeProducers on the partition's
     // leader, the transactions' on the transaction coordinator.
@@ -123,6 +132,9 @@ pub async fn handle(
         ApiKey::InitProducerId => init_producer_id(broker, cluster, request).await,
         ApiKey::CreateTopics => create_topics(broker, cluster, request).await,
         ApiKey::OffsetForLeaderEpoch => cluster_data::offset_for_leader_epoch(cluster, request),
+        ApiKey::DescribeConfigs if cluster_share::group_configs_only(request)? => {
+            cluster_share::handle(broker, cluster, request).await
+        }
         ApiKey::DescribeConfigs => {
             let own = |name: &str| Ok(cluster.image().topic(name).map(|t| t.config.clone()));
             super::admin_topics::describe_configs_of(broker, request, &own, false)
@@ -140,6 +152,13 @@ pub async fn handle(
         | ApiKey::OffsetDelete
         | ApiKey::ConsumerGroupHeartbeat
         | ApiKey::ConsumerGroupDescribe => coordinated(broker, cluster, request).await,
+        ApiKey::ShareGroupHeartbeat
+        | ApiKey::ShareGroupDescribe
+        | ApiKey::ShareFetch
+        | ApiKey::ShareAcknowledge
+        | ApiKey::DescribeShareGroupOffsets
+        | ApiKey::AlterShareGroupOffsets
+        | ApiKey::DeleteShareGroupOffsets => cluster_share::handle(broker, cluster, request).await,
         ApiKey::DescribeCluster => cluster_describe::describe_cluster(cluster, request),
         ApiKey::DescribeLogDirs => cluster_describe::describe_log_dirs(cluster, request),
         ApiKey::DescribeProducers => cluster_describe::describe_producers(cluster, request).await,
@@ -152,6 +171,9 @@ pub async fn handle(
         ApiKey::DeleteTopics => cluster_topics::delete_topics(cluster, request).await,
         ApiKey::CreatePartitions => cluster_topics::create_partitions(cluster, request).await,
         ApiKey::DeleteRecords => delete_records(request),
+        ApiKey::IncrementalAlterConfigs if cluster_share::group_configs_only(request)? => {
+            cluster_share::handle(broker, cluster, request).await
+        }
         ApiKey::IncrementalAlterConfigs => alter_configs(request),
         other => {
             tracing::warn!(api = ?other, "{NOT_REPLICATED}");
@@ -539,14 +561,16 @@ async fn init_producer_id(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-/// FindCoordinator's key types: groups (0) and transactions (1) are answered; share groups
-/// (2) are refused.
+/// FindCoordinator's key types: groups (0), transactions (1) and share-partitions (2,
+/// KIP-932's `group:topicId:partition`) are answered.
 const GROUP_KEY: i8 = 0;
 const TRANSACTION_KEY: i8 = 1;
+const SHARE_KEY: i8 = 2;
 
 /// A group's coordinator and a transactional id's are the offsets group's leader (every group
 /// and every transactional id maps to its one partition); COORDINATOR_NOT_AVAILABLE while none
-/// is known. The share coordinator is not replicated yet: COORDINATOR_NOT_AVAILABLE.
+/// is known. The share coordinator is the same node (every share-partition's state is in that
+/// group's log too).
 fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, HandleError> {
     let body: FindCoordinatorRequest = request.body()?;
     let answer = |key_type: i8| -> Coordinator {
@@ -557,8 +581,14 @@ fn find_coordinator(cluster: &Cluster, request: &Request) -> Result<Reply, Handl
                 .with_error_code(ResponseError::CoordinatorNotAvailable.code())
                 .with_error_message(Some(StrBytes::from_string(message)))
         };
-        if key_type != GROUP_KEY && key_type != TRANSACTION_KEY {
-            return unavailable(format!("the share coordinator is {NOT_REPLICATED}"));
+        if ![GROUP_KEY, TRANSACTION_KEY, SHARE_KEY].contains(&key_type) {
+            return Coordinator::default()
+                .with_node_id(BrokerId(-1))
+                .with_port(-1)
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(Some(StrBytes::from_string(format!(
+                    "Unknown coordinator type {key_type}"
+                ))));
         }
         let leader = cluster.coordinator();
         match leader.and_then(|id| cluster.nodes.nodes.get(&id).map(|a| (id, a))) {

@@ -6,6 +6,7 @@ mod api_versions;
 mod cluster_admin;
 mod cluster_data;
 mod cluster_describe;
+mod cluster_share;
 mod cluster_topics;
 mod cluster_txn;
 mod consumer_groups;
@@ -19,6 +20,7 @@ mod metadata;
 mod produce;
 mod share_admin;
 mod share_groups;
+mod share_logs;
 mod txn;
 mod txn_admin;
 

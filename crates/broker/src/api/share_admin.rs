@@ -22,6 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::share_groups::other_group_type;
+use super::share_logs::ShareLogs;
 use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::Request;
@@ -232,18 +233,17 @@ pub async fn alter_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Re
             Some(format!("Group {group} is not a share group.")),
         );
     }
+    let logs = ShareLogs::of(broker);
     let mut offsets = Vec::new();
     let mut answers = Vec::new();
     for t in &body.topics {
-        let topic = broker.store.topic(&t.topic_name);
-        let topic_id = topic.as_ref().map(|t| t.id).unwrap_or_default();
+        let topic_id = logs.topic_id(&t.topic_name).unwrap_or_default();
+        let count = logs.partition_count(&t.topic_name).unwrap_or(0);
         let partitions: Vec<(i32, Option<ResponseError>)> = t
             .partitions
             .iter()
             .map(|p| {
-                let exists = topic
-                    .as_ref()
-                    .is_some_and(|t| t.partition(p.partition_index).is_some());
+                let exists = (0..count).contains(&p.partition_index);
                 if !exists {
                     return (
                         p.partition_index,
@@ -294,6 +294,7 @@ pub async fn alter_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Re
 /// -1 and no error, as Kafka 4.4 answers.
 pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
     let body: DescribeShareGroupOffsetsRequest = request.body()?;
+    let logs = ShareLogs::of(broker);
     let groups = body
         .groups
         .into_iter()
@@ -301,10 +302,10 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
             let id = g.group_id.0.to_string();
             let states = broker.shares.describe_offsets(&id).unwrap_or_default();
             let partition = |topic_id: uuid::Uuid, index: i32| {
-                let log_end = broker
-                    .store
-                    .topic_by_id(topic_id)
-                    .and_then(|t| t.partition(index).map(|p| p.log_end_offset()));
+                let log_end = logs
+                    .partition(topic_id, index)
+                    .ok()
+                    .map(|p| p.log_end_offset());
                 let answer = DescribeShareGroupOffsetsResponsePartition::default()
                     .with_partition_index(index)
                     .with_leader_epoch(0);
@@ -319,11 +320,7 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
                 Some(topics) => topics
                     .into_iter()
                     .map(|t| {
-                        let topic_id = broker
-                            .store
-                            .topic(&t.topic_name)
-                            .map(|t| t.id)
-                            .unwrap_or_default();
+                        let topic_id = logs.topic_id(&t.topic_name).unwrap_or_default();
                         DescribeShareGroupOffsetsResponseTopic::default()
                             .with_topic_id(topic_id)
                             .with_partitions(
@@ -338,7 +335,7 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
                 None => {
                     let mut topics: Vec<DescribeShareGroupOffsetsResponseTopic> = Vec::new();
                     for &(topic_id, index) in states.keys() {
-                        let Some(topic) = broker.store.topic_by_id(topic_id) else {
+                        let Some(name) = logs.topic_name(topic_id) else {
                             continue;
                         };
                         let answer = partition(topic_id, index);
@@ -346,7 +343,7 @@ pub fn describe_offsets(broker: &Arc<Broker>, request: &Request) -> Result<Reply
                             Some(t) => t.partitions.push(answer),
                             None => topics.push(
                                 DescribeShareGroupOffsetsResponseTopic::default()
-                                    .with_topic_name(TopicName(str_bytes(topic.name.clone())))
+                                    .with_topic_name(TopicName(str_bytes(name)))
                                     .with_topic_id(topic_id)
                                     .with_partitions(vec![answer]),
                             ),
@@ -380,15 +377,11 @@ pub async fn delete_offsets(broker: &Arc<Broker>, request: &Request) -> Result<R
     if group.is_empty() {
         return refuse(ResponseError::InvalidGroupId, None);
     }
+    let logs = ShareLogs::of(broker);
     let named: Vec<(TopicName, Option<uuid::Uuid>)> = body
         .topics
         .iter()
-        .map(|t| {
-            (
-                t.topic_name.clone(),
-                broker.store.topic(&t.topic_name).map(|t| t.id),
-            )
-        })
+        .map(|t| (t.topic_name.clone(), logs.topic_id(&t.topic_name)))
         .collect();
     let ids: Vec<uuid::Uuid> = named.iter().filter_map(|(_, id)| *id).collect();
     let b = Arc::clone(broker);

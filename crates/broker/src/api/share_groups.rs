@@ -29,7 +29,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::{respond, topic_infos, HandleError, Reply};
+use super::share_logs::{ShareLog, ShareLogs, REPLICA_POLL};
+use super::{respond, HandleError, Reply};
 use crate::broker::Broker;
 use crate::codec::{self, Request};
 use crate::consumer_group::Partitions;
@@ -37,8 +38,7 @@ use crate::errors;
 use crate::share::group::ShareHeartbeat;
 use crate::share::partition::{Acquired, FetchedBatch};
 use crate::share::state_log::ShareKey;
-use crate::share::{SessionView, ShareGroups};
-use crate::store::Partition;
+use crate::share::{forwarded_session, SessionView, ShareGroups};
 use crate::wait;
 
 /// The operations a client may do on a group without an authorizer (READ, DELETE, DESCRIBE).
@@ -137,11 +137,10 @@ pub fn heartbeat(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handl
         let interval = broker.shares.settings().heartbeat_interval.as_millis() as i32;
         // A new share-partition's state is durable before it is answered: off the reactor.
         let answer = tokio::task::spawn_blocking(move || {
-            let topics = topic_infos(&broker.store);
-            let store = &broker.store;
+            let logs = ShareLogs::of(&broker);
+            let topics = logs.topic_infos();
             broker.shares.heartbeat(&group, hb, &topics, |id, index| {
-                let topic = store.topic_by_id(id)?;
-                let partition = topic.partition(index)?;
+                let partition = logs.partition(id, index).ok()?;
                 Some((partition.log_start_offset(), partition.log_end_offset()))
             })
         })
@@ -182,6 +181,7 @@ pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handle
     } else {
         OPERATIONS_NOT_ASKED
     };
+    let logs = ShareLogs::of(broker);
     let groups = body
         .group_ids
         .into_iter()
@@ -207,7 +207,7 @@ pub fn describe(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Handle
                         .assignment
                         .into_iter()
                         .filter_map(|(tid, ps)| {
-                            let name = broker.store.topic_by_id(tid)?.name.clone();
+                            let name = logs.topic_name(tid)?;
                             Some(
                                 DescribedTopic::default()
                                     .with_topic_id(tid)
@@ -282,22 +282,30 @@ fn valid_acks(batches: &AckBatches, renew_allowed: bool) -> bool {
 struct SharePart {
     topic_id: Uuid,
     index: i32,
-    partition: Result<Arc<Partition>, ResponseError>,
+    partition: Result<ShareLog, ResponseError>,
     acks: AckBatches,
     /// Whether `acks` passed [`valid_acks`].
     acks_valid: bool,
 }
 
-fn resolve(broker: &Broker, topic_id: Uuid, index: i32) -> Result<Arc<Partition>, ResponseError> {
-    let topic = broker
-        .store
-        .topic_by_id(topic_id)
-        .ok_or(ResponseError::UnknownTopicId)?;
-    topic
-        .partition(index)
-        .cloned()
-        .ok_or(ResponseError::UnknownTopicOrPartition)
+/// The name of the share session a request is in: the member's own, or where a cluster node
+/// forwarded it for a client ([`FORWARD_CLIENT_ID`]), the one that node keeps for the member
+/// ([`forwarded_session`]).
+fn session_name(request: &Request, member: &str) -> String {
+    let via = request
+        .client_id
+        .as_deref()
+        .and_then(|c| c.strip_prefix(FORWARD_CLIENT_ID))
+        .and_then(|n| n.parse::<i32>().ok());
+    match via {
+        Some(node) => forwarded_session(member, node),
+        None => member.to_string(),
+    }
 }
+
+/// The client id a cluster node forwards a ShareFetch or ShareAcknowledge to the coordinator
+/// with, followed by its node id.
+pub const FORWARD_CLIENT_ID: &str = "oncelog-share-forward-";
 
 /// The group and member a ShareFetch or ShareAcknowledge names: an empty group is
 /// INVALID_GROUP_ID, an empty member INVALID_REQUEST, as Kafka answers them.
@@ -353,6 +361,8 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
     {
         return refuse(ResponseError::InvalidRequest);
     }
+    let logs = ShareLogs::of(broker);
+    let session_member = session_name(request, &member);
     let mut parts = Vec::new();
     let mut fetch_keys = Vec::new();
     let mut has_acks = false;
@@ -370,7 +380,7 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
             parts.push(SharePart {
                 topic_id: t.topic_id,
                 index: p.partition_index,
-                partition: resolve(broker, t.topic_id, p.partition_index),
+                partition: logs.partition(t.topic_id, p.partition_index),
                 acks,
                 acks_valid,
             });
@@ -383,7 +393,7 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
         .collect();
     let session = match broker.shares.fetch_session(
         &group,
-        &member,
+        &session_member,
         body.share_session_epoch,
         &fetch_keys,
         &forget,
@@ -395,15 +405,28 @@ pub fn fetch(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleErr
     let (correlation_id, version) = (request.correlation_id, request.version);
     let broker = Arc::clone(broker);
     Ok(Reply::Later(tokio::spawn(async move {
-        let response = share_fetch(broker, group, member, body, parts, session, lock_ms).await;
+        let owner = Owner {
+            group,
+            member,
+            session: session_member,
+        };
+        let response = share_fetch(broker, logs, owner, body, parts, session, lock_ms).await;
         codec::encode(correlation_id, version, &response, &[])
     })))
 }
 
-async fn share_fetch(
-    broker: Arc<Broker>,
+/// Who a ShareFetch or ShareAcknowledge is for: the group, the member (who owns what it
+/// acquires) and the share session's name ([`session_name`]).
+struct Owner {
     group: String,
     member: String,
+    session: String,
+}
+
+async fn share_fetch(
+    broker: Arc<Broker>,
+    logs: ShareLogs,
+    owner: Owner,
     body: ShareFetchRequest,
     mut parts: Vec<SharePart>,
     session: SessionView,
@@ -414,12 +437,17 @@ async fn share_fetch(
     let listed: std::collections::BTreeSet<(Uuid, i32)> =
         parts.iter().map(|p| (p.topic_id, p.index)).collect();
     let listed_count = parts.len();
+    let Owner {
+        group,
+        member,
+        session: session_member,
+    } = owner;
     if !session.closing {
         for &(topic_id, index) in session.partitions.difference(&listed) {
             parts.push(SharePart {
                 topic_id,
                 index,
-                partition: resolve(&broker, topic_id, index),
+                partition: logs.partition(topic_id, index),
                 acks: Vec::new(),
                 acks_valid: true,
             });
@@ -449,8 +477,12 @@ async fn share_fetch(
     loop {
         let mut listeners: Vec<_> = parts
             .iter()
-            .filter_map(|p| p.partition.as_ref().ok().map(|p| p.listen()))
+            .filter_map(|p| p.partition.as_ref().ok().and_then(|p| p.listen()))
             .collect();
+        // A replica has no append signal: it is looked at again every REPLICA_POLL.
+        let polled = parts
+            .iter()
+            .any(|p| matches!(p.partition, Ok(ShareLog::Replica(_))));
         let (b, g, m, ps) = (
             Arc::clone(&broker),
             group.clone(),
@@ -484,12 +516,19 @@ async fn share_fetch(
         if got || !acquiring || now >= deadline {
             break;
         }
-        let poll = deadline.min(now + Duration::from_millis(100));
-        wait::any_append(&mut listeners, poll).await;
+        if polled {
+            tokio::time::sleep_until(deadline.min(now + REPLICA_POLL).into()).await;
+        } else {
+            let poll = deadline.min(now + Duration::from_millis(100));
+            wait::any_append(&mut listeners, poll).await;
+        }
     }
     if session.closing {
         let b = Arc::clone(&broker);
-        let _ = tokio::task::spawn_blocking(move || b.shares.close_session(&group, &member)).await;
+        let (g, m) = (group.clone(), member.clone());
+        let _ =
+            tokio::task::spawn_blocking(move || b.shares.close_session(&g, &m, &session_member))
+                .await;
     }
     let mut topics: Vec<ShareFetchableTopicResponse> = Vec::new();
     for (i, (part, piece)) in parts
@@ -607,9 +646,9 @@ fn acquire_one(
     };
     let bytes = match partition.read(offset, max_bytes) {
         Ok(bytes) => bytes,
-        Err(refused) => {
+        Err(error) => {
             return Piece {
-                error: Some(errors::read_error(&refused)),
+                error: Some(error),
                 ..Piece::default()
             }
         }
@@ -664,6 +703,8 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
         Ok(owner) => owner,
         Err(error) => return refuse(error),
     };
+    let logs = ShareLogs::of(broker);
+    let session_member = session_name(request, &member);
     let mut parts = Vec::new();
     for t in &body.topics {
         for p in &t.partitions {
@@ -676,19 +717,20 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
             parts.push(SharePart {
                 topic_id: t.topic_id,
                 index: p.partition_index,
-                partition: resolve(broker, t.topic_id, p.partition_index),
+                partition: logs.partition(t.topic_id, p.partition_index),
                 acks,
                 acks_valid,
             });
         }
     }
-    let closing = match broker
-        .shares
-        .acknowledge_session(&group, &member, body.share_session_epoch)
-    {
-        Ok(closing) => closing,
-        Err(e) => return refuse(e),
-    };
+    let closing =
+        match broker
+            .shares
+            .acknowledge_session(&group, &session_member, body.share_session_epoch)
+        {
+            Ok(closing) => closing,
+            Err(e) => return refuse(e),
+        };
     let (correlation_id, version) = (request.correlation_id, request.version);
     let broker = Arc::clone(broker);
     Ok(Reply::Later(tokio::spawn(async move {
@@ -697,7 +739,7 @@ pub fn acknowledge(broker: &Arc<Broker>, request: &Request) -> Result<Reply, Han
         let (parts, errors) = tokio::task::spawn_blocking(move || {
             let errors = acknowledge_all(&b.shares, &g, &m, &parts);
             if closing {
-                b.shares.close_session(&g, &m);
+                b.shares.close_session(&g, &m, &session_member);
             }
             (parts, errors)
         })

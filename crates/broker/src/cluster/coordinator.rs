@@ -1,6 +1,7 @@
-//! The group and transaction coordinators of a cluster (docs/design.md, "The group
-//! coordinator in a cluster", "The transaction coordinator in a cluster"): the node that
-//! leads the offsets group ([`super::OFFSETS_TOPIC`]) loads both coordinators' state from the
+//! The group, transaction and share coordinators of a cluster (docs/design.md, "The group
+//! coordinator in a cluster", "The transaction coordinator in a cluster", "Share groups in a
+//! cluster"): the node that leads the offsets group ([`super::OFFSETS_TOPIC`]) loads the
+//! coordinators' state from the
 //! replicated log before it answers as coordinator, completes the transactions whose end was
 //! decided, and forgets it all when it stops leading. The coordinators' code is the single
 //! broker's; only their log is replicated
@@ -41,7 +42,9 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                     b.offsets
                         .load(&b.groups, &topics)
                         .map_err(|e| e.to_string())?;
-                    b.txns.load(term).map_err(|e| e.to_string())
+                    let endings = b.txns.load(term).map_err(|e| e.to_string())?;
+                    b.shares.load().map_err(|e| e.to_string())?;
+                    Ok::<_, String>(endings)
                 })
                 .await;
                 match done {
@@ -51,7 +54,7 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                             term,
                             took_ms = started.elapsed().as_millis() as u64,
                             decided = endings.len(),
-                            "group and transaction coordinators loaded"
+                            "group, transaction and share coordinators loaded"
                         );
                         // The transactions whose end a previous coordinator decided are
                         // completed now; their ids answer CONCURRENT_TRANSACTIONS meanwhile.
@@ -82,6 +85,7 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                 let unloaded = tokio::task::spawn_blocking(move || {
                     b.offsets.unload(&b.groups);
                     b.txns.unload();
+                    b.shares.unload();
                 })
                 .await;
                 if let Err(e) = unloaded {
@@ -89,7 +93,7 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
                 }
                 tracing::info!(
                     term = status.term,
-                    "group and transaction coordinators unloaded"
+                    "group, transaction and share coordinators unloaded"
                 );
             }
         }

@@ -352,6 +352,16 @@ impl Cluster {
         Ok(crate::txn_coordinator::Txns::replicated(replica, path))
     }
 
+    /// The share coordinator's state log on this node: its replica of the offsets group,
+    /// which the group coordinator's records share.
+    pub fn share_state_log(&self) -> Result<crate::share::state_log::ShareStateLog, HostError> {
+        let replica = self.host.replica(&offsets_group())?;
+        let path = self.dir.join(format!("{}-{}", OFFSETS_TOPIC, 0));
+        Ok(crate::share::state_log::ShareStateLog::replicated(
+            replica, path,
+        ))
+    }
+
     /// Whether partition `index` of `topic` is in the image.
     pub fn partition_exists(&self, topic: &str, index: i32) -> bool {
         self.replicas_of(topic, index).is_some()

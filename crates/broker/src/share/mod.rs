@@ -5,8 +5,10 @@
 //!
 //! [`ShareGroups`] holds all of it behind one lock. A change that must outlive a restart (an
 //! acknowledgement, a release, an expired lock, a new share-partition, a membership change, a
-//! group setting) is written to the state log under that lock, so two records of one key are
-//! never written out of order; callers run these operations off the reactor. A restart keeps
+//! group setting) is made under that lock and written to the state log right after it is let
+//! go, within a writer's turn taken before it, so two records of one key are never written
+//! out of order and readers never wait for a write (in a cluster a write waits for raft);
+//! callers run these operations off the reactor. A restart keeps
 //! every group with its members at their epochs (their session timers start at the load) and
 //! every share-partition's state; share sessions, like Kafka's, live in memory only.
 //!
@@ -43,6 +45,23 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 
 /// Kafka's message for an acknowledgement of another member's records.
 pub const NOT_OWNER: &str = "Member is not the owner of batch record";
+
+/// What separates a member id from the node a forwarded session came through.
+const FORWARDED_SEPARATOR: &str = "\u{0}via-node-";
+
+/// The name of the share session a cluster node `via` forwards for `member` (docs/design.md,
+/// "Share groups in a cluster"): a client keeps one session per broker it fetches from, so
+/// the coordinator keeps one per (member, forwarding node), not one per member.
+pub fn forwarded_session(member: &str, via: i32) -> String {
+    format!("{member}{FORWARDED_SEPARATOR}{via}")
+}
+
+/// The member a session name belongs to.
+fn session_member(session: &str) -> &str {
+    session
+        .split_once(FORWARDED_SEPARATOR)
+        .map_or(session, |(member, _)| member)
+}
 
 /// The ShareFetch and ShareAcknowledge epoch that opens a share session.
 pub const INITIAL_EPOCH: i32 = 0;
@@ -124,6 +143,37 @@ struct Inner {
     sessions: HashMap<(String, String), ShareSession>,
     /// Group configurations set with IncrementalAlterConfigs (GROUP resources).
     configs: BTreeMap<String, GroupConfigs>,
+    /// The records of the changes made under the lock, written once it is let go
+    /// ([`ShareGroups::write_pending`]).
+    pending: Vec<state_log::Record>,
+}
+
+impl Inner {
+    /// The state a replay of the state log left.
+    fn restored(stored: state_log::Stored) -> Inner {
+        let mut inner = Inner {
+            configs: stored.configs,
+            groups: stored.groups,
+            ..Inner::default()
+        };
+        for (key, snapshot) in stored.states {
+            inner.groups.entry(key.0.clone()).or_default();
+            inner
+                .partitions
+                .insert(key, SharePartition::restore(&snapshot));
+        }
+        inner
+    }
+}
+
+/// What a failed state write answers: a cluster node whose replicated append failed is no
+/// longer (or not yet) the coordinator (NOT_COORDINATOR: the client looks it up again); the
+/// single broker's own log failed (KAFKA_STORAGE_ERROR).
+fn write_failed(e: &ShareStateLogError) -> ResponseError {
+    match e {
+        ShareStateLogError::Replica { .. } => ResponseError::NotCoordinator,
+        _ => ResponseError::KafkaStorageError,
+    }
 }
 
 /// A group's `share.auto.offset.reset`.
@@ -135,6 +185,12 @@ pub const RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
 #[derive(Debug)]
 pub struct ShareGroups {
     inner: Mutex<Inner>,
+    /// Taken by every change before `inner` and held until its records are written, so the
+    /// records of one key go to the log in the order of the changes, while `inner` itself is
+    /// let go before the write: in a cluster the write waits for raft, which needs the
+    /// reactor, and readers of `inner` run there (a session check, ListGroups, a classic
+    /// group's type check); holding `inner` across the write could block every worker.
+    writing: Mutex<()>,
     log: ShareStateLog,
     settings: ShareSettings,
 }
@@ -147,21 +203,58 @@ impl ShareGroups {
         settings: ShareSettings,
     ) -> Result<ShareGroups, ShareStateLogError> {
         let (log, stored) = ShareStateLog::open(data_dir)?;
-        let mut inner = Inner {
-            configs: stored.configs,
-            groups: stored.groups,
-            ..Inner::default()
-        };
-        for (key, snapshot) in stored.states {
-            inner.groups.entry(key.0.clone()).or_default();
-            inner
-                .partitions
-                .insert(key, SharePartition::restore(&snapshot));
-        }
         Ok(ShareGroups {
-            inner: Mutex::new(inner),
+            inner: Mutex::new(Inner::restored(stored)),
+            writing: Mutex::new(()),
             log,
             settings,
+        })
+    }
+
+    /// The share groups of a cluster node, kept in its replica of the coordinators' raft
+    /// group ([`ShareStateLog::replicated`]): empty until the node becomes the coordinator
+    /// and loads them ([`ShareGroups::load`]).
+    pub fn replicated(log: ShareStateLog, settings: ShareSettings) -> ShareGroups {
+        ShareGroups {
+            inner: Mutex::new(Inner::default()),
+            writing: Mutex::new(()),
+            log,
+            settings,
+        }
+    }
+
+    /// Replays the replicated log into every group, its members at their epochs and its
+    /// share-partitions, as the single broker's open does: a record acquired under the
+    /// previous coordinator comes back Available with its delivery count (the members'
+    /// share sessions, kept in memory, are gone: SHARE_SESSION_NOT_FOUND has them open new
+    /// ones). Called by a node that became the coordinator, after the offsets' load committed
+    /// the barrier that puts every earlier coordinator's record in its log. Blocking.
+    pub fn load(&self) -> Result<(), ShareStateLogError> {
+        let _turn = self.turn();
+        let stored = self.log.load()?;
+        *self.lock() = Inner::restored(stored);
+        Ok(())
+    }
+
+    /// Forgets every group, share-partition and session: this node stopped coordinating.
+    pub fn unload(&self) {
+        *self.lock() = Inner::default();
+    }
+
+    /// The writer's turn (see `writing`): taken before `inner`.
+    fn turn(&self) -> MutexGuard<'_, ()> {
+        self.writing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets `inner` go and writes the records its changes queued, in order, durable before it
+    /// returns (the caller holds its turn). A write failure is logged and answered: the
+    /// caller refuses the request as Kafka refuses one whose state write failed.
+    fn write_pending(&self, mut inner: MutexGuard<'_, Inner>) -> Result<(), ResponseError> {
+        let records = std::mem::take(&mut inner.pending);
+        drop(inner);
+        self.log.write(&records).map_err(|e| {
+            tracing::error!(error = %e, "cannot write the share state");
+            write_failed(&e)
         })
     }
 
@@ -211,12 +304,16 @@ impl ShareGroups {
     /// Replaces `group`'s configuration (already validated), durable before it returns.
     /// Blocking.
     pub fn set_configs(&self, group: &str, configs: GroupConfigs) -> Result<(), ResponseError> {
-        let mut inner = self.lock();
+        let _turn = self.turn();
+        // Written first: a setting refused by the log is not applied.
         let stored = (!configs.is_empty()).then_some(&configs);
-        self.log.write_configs(group, stored).map_err(|e| {
-            tracing::error!(error = %e, "cannot write the group configuration");
-            ResponseError::KafkaStorageError
-        })?;
+        self.log
+            .write(&[state_log::configs_record(group, stored)])
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot write the group configuration");
+                write_failed(&e)
+            })?;
+        let mut inner = self.lock();
         if configs.is_empty() {
             inner.configs.remove(group);
         } else {
@@ -229,28 +326,21 @@ impl ShareGroups {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the snapshots of `keys` (tombstones for those gone). A write failure is logged
-    /// and answered: the caller refuses the request as Kafka refuses one whose state write
-    /// failed.
-    fn persist(&self, inner: &mut Inner, keys: &[ShareKey]) -> Result<(), ResponseError> {
+    /// Queues the snapshots of `keys` (tombstones for those gone), written by
+    /// [`Self::write_pending`].
+    fn persist(&self, inner: &mut Inner, keys: &[ShareKey]) {
         let states: Vec<(ShareKey, Option<Snapshot>)> = keys
             .iter()
             .map(|k| (k.clone(), inner.partitions.get_mut(k).map(|p| p.snapshot())))
             .collect();
-        self.log.write(&states).map_err(|e| {
-            tracing::error!(error = %e, "cannot write the share-partition state");
-            ResponseError::KafkaStorageError
-        })
+        let records = state_log::state_records(&states);
+        inner.pending.extend(records);
     }
 
-    /// Writes `group`'s membership (a tombstone once it is gone). Failures as [`Self::persist`].
-    fn persist_group(&self, inner: &Inner, group: &str) -> Result<(), ResponseError> {
-        self.log
-            .write_group(group, inner.groups.get(group))
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot write the share group's membership");
-                ResponseError::KafkaStorageError
-            })
+    /// Queues `group`'s membership (a tombstone once it is gone), as [`Self::persist`].
+    fn persist_group(&self, inner: &mut Inner, group: &str) {
+        let record = state_log::group_record(group, inner.groups.get(group));
+        inner.pending.push(record);
     }
 
     pub fn is_share_group(&self, group: &str) -> bool {
@@ -286,6 +376,7 @@ impl ShareGroups {
         log_range: impl Fn(Uuid, i32) -> Option<(i64, i64)>,
     ) -> Result<ShareHeartbeatAnswer, (ResponseError, Option<String>)> {
         let now = Instant::now();
+        let _turn = self.turn();
         let mut inner = self.lock();
         let leaving = hb.member_epoch == group::LEAVE_EPOCH;
         let member = hb.member_id.clone();
@@ -307,11 +398,11 @@ impl ShareGroups {
         // The membership is durable before the member learns of it, as Kafka's records are.
         let after = inner.groups.get(group_id).map(state_log::encode_group);
         if before != after {
-            self.persist_group(&inner, group_id)
-                .map_err(|e| (e, None))?;
+            self.persist_group(&mut inner, group_id);
         }
         if leaving {
             self.member_gone(&mut inner, group_id, &member);
+            self.write_pending(inner).map_err(|e| (e, None))?;
             return Ok(answer);
         }
         let mut new = Vec::new();
@@ -327,15 +418,16 @@ impl ShareGroups {
                 }
             }
         }
-        self.persist(&mut inner, &new).map_err(|e| (e, None))?;
+        self.persist(&mut inner, &new);
+        self.write_pending(inner).map_err(|e| (e, None))?;
         Ok(answer)
     }
 
-    /// A member left or was removed: its session closes and its records are released.
+    /// A member left or was removed: its sessions close and its records are released.
     fn member_gone(&self, inner: &mut Inner, group: &str, member: &str) {
         inner
             .sessions
-            .remove(&(group.to_string(), member.to_string()));
+            .retain(|(g, s), _| g != group || session_member(s) != member);
         let limits = self.limits(inner, group);
         let released: Vec<ShareKey> = inner
             .partitions
@@ -343,7 +435,7 @@ impl ShareGroups {
             .filter(|(k, _)| k.0 == group)
             .filter_map(|(k, p)| p.release_member(member, limits).then(|| k.clone()))
             .collect();
-        let _ = self.persist(inner, &released);
+        self.persist(inner, &released);
     }
 
     /// The session check of a ShareFetch (Kafka's `SharePartitionManager.newContext`).
@@ -441,9 +533,34 @@ impl ShareGroups {
 
     /// Closes a member's session (epoch -1, after its acknowledgements): what it still holds
     /// is released. Blocking.
-    pub fn close_session(&self, group: &str, member: &str) {
+    ///
+    /// `session` names the session: the member id itself for a client's own, or
+    /// [`forwarded_session`]'s name for one a cluster node forwards, whose close releases only
+    /// the records of that session's partitions (the member's other sessions, through the
+    /// other partitions' leaders, go on).
+    pub fn close_session(&self, group: &str, member: &str, session: &str) {
+        let _turn = self.turn();
         let mut inner = self.lock();
-        self.member_gone(&mut inner, group, member);
+        if session == member {
+            self.member_gone(&mut inner, group, member);
+            let _ = self.write_pending(inner);
+            return;
+        }
+        let Some(closed) = inner
+            .sessions
+            .remove(&(group.to_string(), session.to_string()))
+        else {
+            return;
+        };
+        let limits = self.limits(&inner, group);
+        let released: Vec<ShareKey> = inner
+            .partitions
+            .iter_mut()
+            .filter(|(k, _)| k.0 == group && closed.partitions.contains(&(k.1, k.2)))
+            .filter_map(|(k, p)| p.release_member(member, limits).then(|| k.clone()))
+            .collect();
+        self.persist(&mut inner, &released);
+        let _ = self.write_pending(inner);
     }
 
     /// Applies one partition's acknowledgement batches for `member`, `(first, last, types)`;
@@ -457,6 +574,7 @@ impl ShareGroups {
         batches: &[(i64, i64, Vec<i8>)],
     ) -> Result<(), (ResponseError, Option<&'static str>)> {
         let now = Instant::now();
+        let _turn = self.turn();
         let mut inner = self.lock();
         let limits = self.limits(&inner, &key.0);
         let Some(p) = inner.partitions.get_mut(key) else {
@@ -477,8 +595,8 @@ impl ShareGroups {
                 break;
             }
         }
-        self.persist(&mut inner, std::slice::from_ref(key))
-            .map_err(|e| (e, None))?;
+        self.persist(&mut inner, std::slice::from_ref(key));
+        self.write_pending(inner).map_err(|e| (e, None))?;
         result
     }
 
@@ -486,14 +604,19 @@ impl ShareGroups {
     /// `log_end` if the group never had it), or `None` when nothing is to be acquired.
     /// Blocking (a new share-partition's state is written).
     pub fn fetch_offset(&self, key: &ShareKey, log_start: i64, log_end: i64) -> Option<i64> {
-        let mut inner = self.lock();
-        if !inner.partitions.contains_key(key) {
-            let start = Self::start_offset(&inner, &key.0, log_start, log_end);
-            inner
-                .partitions
-                .insert(key.clone(), SharePartition::new(start));
-            let _ = self.persist(&mut inner, std::slice::from_ref(key));
+        if !self.lock().partitions.contains_key(key) {
+            let _turn = self.turn();
+            let mut inner = self.lock();
+            if !inner.partitions.contains_key(key) {
+                let start = Self::start_offset(&inner, &key.0, log_start, log_end);
+                inner
+                    .partitions
+                    .insert(key.clone(), SharePartition::new(start));
+                self.persist(&mut inner, std::slice::from_ref(key));
+                let _ = self.write_pending(inner);
+            }
         }
+        let mut inner = self.lock();
         let p = inner.partitions.get_mut(key)?;
         p.truncate_to(log_start);
         p.fetch_offset(log_end)
@@ -525,6 +648,7 @@ impl ShareGroups {
     /// Deletes an Empty share group and its state (DeleteGroups). `Ok(false)`: no such share
     /// group. A group with members is NON_EMPTY_GROUP. Blocking.
     pub fn delete(&self, group: &str) -> Result<bool, ResponseError> {
+        let _turn = self.turn();
         let mut inner = self.lock();
         match inner.groups.get(group) {
             None => return Ok(false),
@@ -541,9 +665,10 @@ impl ShareGroups {
             inner.partitions.remove(k);
         }
         inner.sessions.retain(|(g, _), _| g != group);
-        self.persist(&mut inner, &keys)?;
+        self.persist(&mut inner, &keys);
         inner.groups.remove(group);
-        self.persist_group(&inner, group)?;
+        self.persist_group(&mut inner, group);
+        self.write_pending(inner)?;
         Ok(true)
     }
 
@@ -555,6 +680,7 @@ impl ShareGroups {
         group: &str,
         offsets: &[(ShareKey, i64)],
     ) -> Result<(), ResponseError> {
+        let _turn = self.turn();
         let mut inner = self.lock();
         if inner
             .groups
@@ -567,7 +693,7 @@ impl ShareGroups {
             inner
                 .groups
                 .insert(group.to_string(), ShareGroup::default());
-            self.persist_group(&inner, group)?;
+            self.persist_group(&mut inner, group);
         }
         for (key, offset) in offsets {
             inner
@@ -575,7 +701,8 @@ impl ShareGroups {
                 .insert(key.clone(), SharePartition::new(*offset));
         }
         let keys: Vec<ShareKey> = offsets.iter().map(|(k, _)| k.clone()).collect();
-        self.persist(&mut inner, &keys)
+        self.persist(&mut inner, &keys);
+        self.write_pending(inner)
     }
 
     /// DescribeShareGroupOffsets: every share-partition of `group` with its start offset and
@@ -597,6 +724,7 @@ impl ShareGroups {
     /// before it returns). `Ok(false)`: no such share group; a group with members is
     /// NON_EMPTY_GROUP. Blocking.
     pub fn delete_offsets(&self, group: &str, topics: &[Uuid]) -> Result<bool, ResponseError> {
+        let _turn = self.turn();
         let mut inner = self.lock();
         match inner.groups.get(group) {
             None => return Ok(false),
@@ -612,7 +740,8 @@ impl ShareGroups {
         for k in &keys {
             inner.partitions.remove(k);
         }
-        self.persist(&mut inner, &keys)?;
+        self.persist(&mut inner, &keys);
+        self.write_pending(inner)?;
         Ok(true)
     }
 
@@ -620,6 +749,7 @@ impl ShareGroups {
     /// releases are written).
     pub fn tick(&self, topics: &[TopicInfo]) {
         let now = Instant::now();
+        let _turn = self.turn();
         let mut inner = self.lock();
         let limits: BTreeMap<String, Limits> = inner
             .groups
@@ -635,7 +765,7 @@ impl ShareGroups {
                 p.expire_locks(limits, now).then(|| k.clone())
             })
             .collect();
-        let _ = self.persist(&mut inner, &expired);
+        self.persist(&mut inner, &expired);
         let timeout = self.settings.session_timeout;
         let mut gone = Vec::new();
         for (id, g) in inner.groups.iter_mut() {
@@ -649,8 +779,9 @@ impl ShareGroups {
             self.member_gone(&mut inner, &group, &member);
         }
         for group in changed {
-            let _ = self.persist_group(&inner, &group);
+            self.persist_group(&mut inner, &group);
         }
+        let _ = self.write_pending(inner);
     }
 
     /// Compacts the state log if a round is due. Blocking.
@@ -661,5 +792,23 @@ impl ShareGroups {
     /// Flushes and closes the state log. Blocking.
     pub fn close(&self) -> Result<(), ShareStateLogError> {
         self.log.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member's sessions through different cluster nodes are distinct, and each names its
+    /// member (so a member's leave closes every one of them).
+    #[test]
+    fn forwarded_sessions_are_apart_and_name_their_member() {
+        let via_1 = forwarded_session("m", 1);
+        let via_2 = forwarded_session("m", 2);
+        assert_ne!(via_1, via_2);
+        assert_ne!(via_1, "m");
+        assert_eq!(session_member(&via_1), "m");
+        assert_eq!(session_member(&via_2), "m");
+        assert_eq!(session_member("m"), "m");
     }
 }

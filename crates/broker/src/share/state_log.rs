@@ -6,6 +6,10 @@
 //! removes a share-partition (DeleteGroups). A record is durable before the request that
 //! changed the state (an acknowledgement, a release) is answered; on start the log is replayed.
 //!
+//! On a cluster node the same records go to its replica of the coordinators' raft group
+//! (`__oncelog_offsets-0`), each key behind the two bytes of [`CLUSTER_KEY_VERSION`], and are
+//! replayed by the node that becomes the coordinator ([`ShareStateLog::load`]).
+//!
 //! | part  | layout (big-endian)                                                          |
 //! |-------|------------------------------------------------------------------------------|
 //! | key   | version i16 = 0, group (i16 length + UTF-8), topic id (16 bytes), partition i32 |
@@ -33,10 +37,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use oncelog::format::BatchBuilder;
 use oncelog::Log;
+use oncelog_raft::{Ack, Replica};
 use uuid::Uuid;
 
 use super::group::{ShareGroup, ShareMember};
@@ -61,12 +67,71 @@ pub struct Stored {
     pub groups: BTreeMap<String, ShareGroup>,
 }
 
+impl Stored {
+    /// Replays one record (its key without the cluster prefix): the latest value per key is
+    /// the state, a null value removes it.
+    fn apply(&mut self, key: &[u8], value: Option<&[u8]>, now: Instant) -> Result<(), String> {
+        if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
+            let group = decode_config_key(key)?;
+            match value {
+                Some(value) => {
+                    self.groups.insert(group, decode_group(value, now)?);
+                }
+                None => {
+                    self.groups.remove(&group);
+                }
+            }
+            return Ok(());
+        }
+        if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
+            let group = decode_config_key(key)?;
+            match value {
+                Some(value) => {
+                    self.configs.insert(group, decode_configs(value)?);
+                }
+                None => {
+                    self.configs.remove(&group);
+                }
+            }
+            return Ok(());
+        }
+        let key = decode_key(key)?;
+        match value {
+            Some(value) => {
+                self.states.insert(key, decode_value(value)?);
+            }
+            None => {
+                self.states.remove(&key);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The key version that marks a share record in a cluster's replicated coordinators' log
+/// (`0x7368`, "sh"; beyond Kafka's 0 to 8 and apart from the transaction states' `0x7478`):
+/// the single broker's key follows it.
+pub const CLUSTER_KEY_VERSION: i16 = 0x7368;
+
+/// The single broker's key inside a cluster's share record; `None` for another record.
+fn cluster_key(key: &[u8]) -> Option<&[u8]> {
+    key.strip_prefix(&CLUSTER_KEY_VERSION.to_be_bytes()[..])
+}
+
 /// Why the share state log could not be opened, read or written.
 pub type ShareStateLogError = StateLogError;
 
 pub struct ShareStateLog {
-    log: Log,
+    log: Backing,
     path: PathBuf,
+}
+
+/// Where the records go: the single broker's own log, fsynced before an answer (boxed: a
+/// `Log` is large), or a cluster node's replica of the coordinators' raft group, whose append
+/// returns once a majority holds it.
+enum Backing {
+    Local(Box<Log>),
+    Replicated(Arc<Replica>),
 }
 
 impl std::fmt::Debug for ShareStateLog {
@@ -86,90 +151,89 @@ impl ShareStateLog {
         // A restored member's session starts at the load, as Kafka's coordinator does.
         let now = Instant::now();
         let log = open_replayed(&path, |r| {
-            let key = r.key.as_deref().unwrap_or_default();
-            if key.starts_with(&GROUP_KEY_VERSION.to_be_bytes()) {
-                let group = decode_config_key(key)?;
-                match r.value.as_deref() {
-                    Some(value) => {
-                        stored.groups.insert(group, decode_group(value, now)?);
-                    }
-                    None => {
-                        stored.groups.remove(&group);
-                    }
-                }
-                return Ok(());
-            }
-            if key.starts_with(&CONFIG_KEY_VERSION.to_be_bytes()) {
-                let group = decode_config_key(key)?;
-                match r.value.as_deref() {
-                    Some(value) => {
-                        stored.configs.insert(group, decode_configs(value)?);
-                    }
-                    None => {
-                        stored.configs.remove(&group);
-                    }
-                }
-                return Ok(());
-            }
-            let key = decode_key(key)?;
-            match r.value.as_deref() {
-                Some(value) => {
-                    stored.states.insert(key, decode_value(value)?);
-                }
-                None => {
-                    stored.states.remove(&key);
-                }
-            }
-            Ok(())
+            stored.apply(
+                r.key.as_deref().unwrap_or_default(),
+                r.value.as_deref(),
+                now,
+            )
         })?;
-        Ok((ShareStateLog { log, path }, stored))
+        Ok((
+            ShareStateLog {
+                log: Backing::Local(Box::new(log)),
+                path,
+            },
+            stored,
+        ))
     }
 
-    /// Writes a group's configuration (`None`: a tombstone) and makes it durable. Blocking.
-    pub fn write_configs(
-        &self,
-        group: &str,
-        configs: Option<&GroupConfigs>,
-    ) -> Result<(), ShareStateLogError> {
-        let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
-        put_string(&mut key, group);
-        let value = configs.map(|c| {
-            let mut out = 0i16.to_be_bytes().to_vec();
-            out.extend_from_slice(&(c.len() as i32).to_be_bytes());
-            for (name, value) in c {
-                put_string(&mut out, name);
-                put_string(&mut out, value);
+    /// The share state of a cluster node: records of its replica of the coordinators' raft
+    /// group (docs/design.md, "Share groups in a cluster"), each key behind
+    /// [`CLUSTER_KEY_VERSION`]. Nothing is read here: the coordinator replays them
+    /// ([`ShareStateLog::load`]) once the offsets' load committed its barrier. `path` names it
+    /// in errors.
+    pub fn replicated(replica: Arc<Replica>, path: PathBuf) -> ShareStateLog {
+        ShareStateLog {
+            log: Backing::Replicated(replica),
+            path,
+        }
+    }
+
+    /// Every share record of the replicated log, replayed in offset order (the other
+    /// coordinators' records are skipped): what a node that becomes the coordinator loads.
+    /// Nothing for the single broker's own log, replayed at open. Blocking.
+    pub fn load(&self) -> Result<Stored, ShareStateLogError> {
+        let mut stored = Stored::default();
+        let Backing::Replicated(replica) = &self.log else {
+            return Ok(stored);
+        };
+        let now = Instant::now();
+        let log = replica.log();
+        let mut next = log.log_start_offset();
+        loop {
+            let fetched = log
+                .fetch(next, 1 << 20)
+                .map_err(|e| ShareStateLogError::Log {
+                    path: self.path.clone(),
+                    source: e.into(),
+                })?;
+            if fetched.bytes.is_empty() {
+                break;
             }
-            out
-        });
-        self.append(&[(key, value)])
+            for r in fetched.records() {
+                let r = r.map_err(|e| ShareStateLogError::Record {
+                    path: self.path.clone(),
+                    offset: next,
+                    problem: e.to_string(),
+                })?;
+                let Some(key) = r.key.as_deref().and_then(cluster_key) else {
+                    continue;
+                };
+                stored
+                    .apply(key, r.value.as_deref(), now)
+                    .map_err(|problem| ShareStateLogError::Record {
+                        path: self.path.clone(),
+                        offset: r.offset,
+                        problem,
+                    })?;
+            }
+            next = fetched.next_offset;
+        }
+        Ok(stored)
     }
 
-    /// Writes a group's membership (`None`: a tombstone) and makes it durable. Blocking.
-    pub fn write_group(
-        &self,
-        group: &str,
-        value: Option<&ShareGroup>,
-    ) -> Result<(), ShareStateLogError> {
-        let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
-        put_string(&mut key, group);
-        self.append(&[(key, value.map(encode_group))])
-    }
-
-    /// Writes the snapshots (`None`: a tombstone) as one batch and makes it durable. Blocking.
-    pub fn write(&self, states: &[(ShareKey, Option<Snapshot>)]) -> Result<(), ShareStateLogError> {
-        if states.is_empty() {
+    /// Writes the records (from [`configs_record`], [`group_record`], [`state_records`]) as
+    /// one batch, in order, and makes them durable; nothing when there are none. Blocking.
+    pub fn write(&self, records: &[Record]) -> Result<(), ShareStateLogError> {
+        if records.is_empty() {
             return Ok(());
         }
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = states
-            .iter()
-            .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
-            .collect();
-        self.append(&records)
+        self.append(records)
     }
 
-    /// Appends the records as one batch and makes it durable. Blocking.
-    fn append(&self, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), ShareStateLogError> {
+    /// Appends the records as one batch and makes it durable: fsynced to the own log, or
+    /// committed by the cluster's raft group (keys behind [`CLUSTER_KEY_VERSION`]). Blocking
+    /// (a replicated append waits for raft; called off the reactor).
+    fn append(&self, records: &[Record]) -> Result<(), ShareStateLogError> {
         let err = |source: oncelog::Error| ShareStateLogError::Log {
             path: self.path.clone(),
             source,
@@ -177,28 +241,94 @@ impl ShareStateLog {
         let now = crate::clock::now_ms();
         let mut b = BatchBuilder::new();
         for (key, value) in records {
-            b.append(now, Some(key), value.as_deref(), &[]);
+            match &self.log {
+                Backing::Local(_) => {
+                    b.append(now, Some(key), value.as_deref(), &[]);
+                }
+                Backing::Replicated(_) => {
+                    let mut prefixed = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+                    prefixed.extend_from_slice(key);
+                    b.append(now, Some(&prefixed), value.as_deref(), &[]);
+                }
+            }
         }
         let bytes = b
             .build()
             .map_err(|e| err(oncelog::Error::Append(oncelog::AppendError::Batch(e))))?;
-        self.log.append(&bytes).map_err(|e| err(e.into()))?;
-        self.log.flush().map_err(|e| err(e.into()))?;
-        Ok(())
+        match &self.log {
+            Backing::Local(log) => {
+                log.append(&bytes).map_err(|e| err(e.into()))?;
+                log.flush().map_err(|e| err(e.into()))?;
+                Ok(())
+            }
+            Backing::Replicated(replica) => {
+                let appended = tokio::runtime::Handle::current()
+                    .block_on(replica.append(bytes::Bytes::from(bytes)));
+                match appended {
+                    Ok(Ack::Appended { .. }) | Ok(Ack::Duplicate { .. }) => Ok(()),
+                    Err(e) => Err(ShareStateLogError::Replica {
+                        path: self.path.clone(),
+                        error: e.to_string(),
+                    }),
+                }
+            }
+        }
     }
 
     /// Compacts the log if a round is due. Blocking.
+    /// The replicated log is not compacted (raft's partitions delete only; docs/design.md).
     pub fn compact_if_due(&self, now_ms: i64) -> Result<u64, ShareStateLogError> {
-        internal_log::compact_if_due(&self.log, &self.path, now_ms)
+        match &self.log {
+            Backing::Local(log) => internal_log::compact_if_due(log, &self.path, now_ms),
+            Backing::Replicated(_) => Ok(0),
+        }
     }
 
     /// Flushes and closes the log. Blocking.
+    /// A cluster node's replica is closed with its raft host.
     pub fn close(&self) -> Result<(), ShareStateLogError> {
-        self.log.close().map_err(|e| ShareStateLogError::Log {
+        let Backing::Local(log) = &self.log else {
+            return Ok(());
+        };
+        log.close().map_err(|e| ShareStateLogError::Log {
             path: self.path.clone(),
             source: e.into(),
         })
     }
+}
+
+/// One record of the log: key and value (`None`: a tombstone).
+pub type Record = (Vec<u8>, Option<Vec<u8>>);
+
+/// A group's configuration record (`None`: a tombstone).
+pub fn configs_record(group: &str, configs: Option<&GroupConfigs>) -> Record {
+    let mut key = CONFIG_KEY_VERSION.to_be_bytes().to_vec();
+    put_string(&mut key, group);
+    let value = configs.map(|c| {
+        let mut out = 0i16.to_be_bytes().to_vec();
+        out.extend_from_slice(&(c.len() as i32).to_be_bytes());
+        for (name, value) in c {
+            put_string(&mut out, name);
+            put_string(&mut out, value);
+        }
+        out
+    });
+    (key, value)
+}
+
+/// A group's membership record (`None`: a tombstone).
+pub fn group_record(group: &str, value: Option<&ShareGroup>) -> Record {
+    let mut key = GROUP_KEY_VERSION.to_be_bytes().to_vec();
+    put_string(&mut key, group);
+    (key, value.map(encode_group))
+}
+
+/// Share-partition snapshot records (`None`: a tombstone).
+pub fn state_records(states: &[(ShareKey, Option<Snapshot>)]) -> Vec<Record> {
+    states
+        .iter()
+        .map(|(key, snapshot)| (encode_key(key), snapshot.as_ref().map(encode_value)))
+        .collect()
 }
 
 /// The key version of a group configuration record.
@@ -393,6 +523,34 @@ fn decode_value(bytes: &[u8]) -> Result<Snapshot, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster's share records are the single broker's behind their own key version, and
+    /// replay into the same state; the other coordinators' records are not theirs.
+    #[test]
+    fn a_cluster_share_record_replays_as_the_single_brokers() {
+        let key = ("g".to_string(), Uuid::from_u128(7), 3);
+        let s = Snapshot {
+            start_offset: 12,
+            state_epoch: 0,
+            batches: vec![(12, 14, RecordState::Acknowledged, 1)],
+        };
+        let mut cluster = CLUSTER_KEY_VERSION.to_be_bytes().to_vec();
+        cluster.extend_from_slice(&encode_key(&key));
+        let inner = cluster_key(&cluster).unwrap();
+        let mut stored = Stored::default();
+        stored
+            .apply(inner, Some(&encode_value(&s)), Instant::now())
+            .unwrap();
+        assert_eq!(stored.states[&key], s);
+        stored.apply(inner, None, Instant::now()).unwrap();
+        assert!(stored.states.is_empty());
+        let mut txn = crate::txn_coordinator::CLUSTER_KEY_VERSION
+            .to_be_bytes()
+            .to_vec();
+        txn.extend_from_slice(b"tx");
+        assert_eq!(cluster_key(&txn), None);
+        assert_eq!(cluster_key(&encode_key(&key)), None);
+    }
 
     #[test]
     fn key_and_value_round_trip() {

@@ -285,9 +285,8 @@ fn a_cluster_answers_as_kafka_does() {
     );
     assert_eq!((first.error_code, again.error_code), (0, 0));
     assert_eq!(again.base_offset, first.base_offset);
-    // The transaction coordinator is the group coordinator's node (both on the offsets
-    // group's leader, tests/cluster/txn.rs); the share coordinator (key type 2) is not
-    // replicated yet.
+    // The transaction and share coordinators are the group coordinator's node (all on the
+    // offsets group's leader, tests/cluster/txn.rs, tests/cluster/share.rs).
     let find = |s: &mut std::net::TcpStream, key_type: i8| -> FindCoordinatorResponse {
         call(
             s,
@@ -310,9 +309,11 @@ fn a_cluster_answers_as_kafka_does() {
         assert!(Instant::now() < deadline, "no coordinator: {group:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let share = find(&mut s, 2);
+    assert_eq!(share.coordinators[0].error_code, 0, "{share:?}");
     assert_eq!(
-        find(&mut s, 2).coordinators[0].error_code,
-        COORDINATOR_NOT_AVAILABLE
+        share.coordinators[0].node_id,
+        find(&mut s, 0).coordinators[0].node_id
     );
 
     // What is not replicated yet: typed refusals, and not advertised.

@@ -15,5 +15,6 @@ mod kip848;
 mod partition;
 mod rejoin;
 mod rf;
+mod share;
 mod topics;
 mod txn;

@@ -62,6 +62,21 @@ pub fn fetch(
     parts: &[Part],
     max_wait_ms: i32,
 ) -> ShareFetchResponse {
+    wire.call(
+        ApiKey::ShareFetch,
+        V2,
+        &fetch_request(group, member, epoch, parts, max_wait_ms),
+    )
+}
+
+/// The body of a ShareFetch v2 ([`fetch`]), for the tests that send it their own way.
+pub fn fetch_request(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    parts: &[Part],
+    max_wait_ms: i32,
+) -> ShareFetchRequest {
     let mut topics: Vec<FetchTopic> = Vec::new();
     for (topic_id, index, acks) in parts {
         let partition = FetchPartition::default()
@@ -85,20 +100,16 @@ pub fn fetch(
             ),
         }
     }
-    wire.call(
-        ApiKey::ShareFetch,
-        V2,
-        &ShareFetchRequest::default()
-            .with_group_id(Some(GroupId(str_bytes(group))))
-            .with_member_id(Some(str_bytes(member)))
-            .with_share_session_epoch(epoch)
-            .with_max_wait_ms(max_wait_ms)
-            .with_min_bytes(1)
-            .with_max_bytes(1 << 20)
-            .with_max_records(500)
-            .with_batch_size(500)
-            .with_topics(topics),
-    )
+    ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(str_bytes(group))))
+        .with_member_id(Some(str_bytes(member)))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_max_records(500)
+        .with_batch_size(500)
+        .with_topics(topics)
 }
 
 /// A ShareAcknowledge v2 of one partition.
@@ -111,29 +122,50 @@ pub fn acknowledge(
     partition: i32,
     batches: &[(i64, i64, Vec<i8>)],
 ) -> ShareAcknowledgeResponse {
+    let parts = [(topic_id, partition, batches.to_vec())];
     wire.call(
         ApiKey::ShareAcknowledge,
         V2,
-        &ShareAcknowledgeRequest::default()
-            .with_group_id(Some(GroupId(str_bytes(group))))
-            .with_member_id(Some(str_bytes(member)))
-            .with_share_session_epoch(epoch)
-            .with_topics(vec![AcknowledgeTopic::default()
-                .with_topic_id(topic_id)
-                .with_partitions(vec![AcknowledgePartition::default()
-                    .with_partition_index(partition)
-                    .with_acknowledgement_batches(
-                        batches
-                            .iter()
-                            .map(|(first, last, types)| {
-                                AckBatch::default()
-                                    .with_first_offset(*first)
-                                    .with_last_offset(*last)
-                                    .with_acknowledge_types(types.clone())
-                            })
-                            .collect(),
-                    )])]),
+        &acknowledge_request(group, member, epoch, &parts),
     )
+}
+
+/// The body of a ShareAcknowledge v2 of `parts` ([`acknowledge`]).
+pub fn acknowledge_request(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    parts: &[Part],
+) -> ShareAcknowledgeRequest {
+    let mut topics: Vec<AcknowledgeTopic> = Vec::new();
+    for (topic_id, index, batches) in parts {
+        let partition = AcknowledgePartition::default()
+            .with_partition_index(*index)
+            .with_acknowledgement_batches(
+                batches
+                    .iter()
+                    .map(|(first, last, types)| {
+                        AckBatch::default()
+                            .with_first_offset(*first)
+                            .with_last_offset(*last)
+                            .with_acknowledge_types(types.clone())
+                    })
+                    .collect(),
+            );
+        match topics.iter_mut().find(|t| t.topic_id == *topic_id) {
+            Some(t) => t.partitions.push(partition),
+            None => topics.push(
+                AcknowledgeTopic::default()
+                    .with_topic_id(*topic_id)
+                    .with_partitions(vec![partition]),
+            ),
+        }
+    }
+    ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(str_bytes(group))))
+        .with_member_id(Some(str_bytes(member)))
+        .with_share_session_epoch(epoch)
+        .with_topics(topics)
 }
 
 /// Every acquired range of a ShareFetch answer: `(partition, first, last, delivery count)`.
