@@ -1,32 +1,56 @@
-//! Raft entries as the partition's batches (docs/design.md, "Replication on openraft"): an
-//! entry is a run of RecordBatch v2 batches that starts with a control batch of this crate
-//! (its *head*), its term the batches' partitionLeaderEpoch. The clients' batches of an entry
-//! follow its head (type [`RAFT_RUN`]), as the leader's log wrote them; openraft's own entries
-//! (the blank entry a new leader writes, a membership change) are a head alone. Heads are
-//! control batches of types Kafka does not define, which consumers skip like every control
-//! batch; they are built from the entry alone, so every replica writes the same bytes at the
-//! same offset. So where each entry starts is in the log itself: at each head.
+//! Raft entries beside the partition's batches (docs/design.md, "Replication on openraft"):
+//! the log holds only the clients' batches and transaction markers, at the offsets a Kafka
+//! partition would give them; what raft needs to know of each entry (its index, its term, the
+//! offsets its batches span, and for a membership change the membership) is a record in
+//! `raft-entries` ([`ENTRIES_FILE`]), in the partition directory. openraft's own entries (the
+//! blank entry a new leader writes, a membership change) take no offset, and an entry of
+//! client batches is those batches alone (none when the leader's log refused or recognised as
+//! a duplicate each of them).
+//!
+//! The file is a sequence of records, each framed and checksummed on its own
+//! (docs/format.md, "raft-entries"):
+//!
+//! | off | size | field                                                    |
+//! |----:|-----:|----------------------------------------------------------|
+//! |   0 |    4 | length of the body, big-endian                           |
+//! |   4 |    4 | CRC-32C (Castagnoli) of the body, big-endian             |
+//! |   8 |    1 | body: version (1)                                        |
+//! |   9 |    1 | kind: 0 blank, 1 membership, 2 run of batches            |
+//! |  10 |    8 | index, big-endian                                        |
+//! |  18 |    8 | term, big-endian                                         |
+//! |  26 |    8 | start offset (of the entry's first batch), big-endian    |
+//! |  34 |    8 | end offset (after its last batch), big-endian            |
+//! |  42 |  ... | a membership's JSON (kind 1 only)                        |
+//!
+//! A record is written after its batches are durable and synced before its entry is reported
+//! persisted, so recovery reads records up to the first that is cut or damaged (a torn write
+//! of the tail) and trusts no record without its batches ([`crate::store`]).
 
-use bytes::Bytes;
-use oncelog::format::{BatchBuilder, BatchIter, ControlRecordKey, ControlType, RecordBatch};
-use openraft::{CommittedLeaderId, EntryPayload, LogId, Membership};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::{Node, NodeId, Request, TypeConfig};
+use oncelog::io::{File, FileSystem, OpenMode};
+use openraft::{CommittedLeaderId, LogId, Membership};
 
-/// Control record type of a blank entry: the one a new leader appends to commit its term.
-pub const RAFT_BLANK: i16 = 100;
-/// Control record type of a membership entry; the record's value is the membership as JSON.
-pub const RAFT_MEMBERSHIP: i16 = 101;
-/// Control record type of the head of an entry of client batches: the batches after it, up
-/// to the next head, are the entry's (none if the leader's log wrote none of them: each was
-/// refused or a duplicate).
-pub const RAFT_RUN: i16 = 102;
-
-/// The largest control record this crate reads back (a membership of many nodes fits).
-const MAX_CONTROL_BYTES: usize = 1 << 20;
+use crate::{Node, NodeId, TypeConfig};
 
 /// An entry of the raft log.
 pub type Entry = openraft::Entry<TypeConfig>;
+
+/// The file beside the segments that records the raft entries.
+pub const ENTRIES_FILE: &str = "raft-entries";
+/// The record format's version.
+const VERSION: u8 = 1;
+/// The frame before a record's body: its length and its checksum.
+const FRAME: usize = 8;
+/// A body without a membership.
+const BODY: usize = 34;
+/// The largest body read back (a membership of many nodes fits).
+const MAX_BODY: usize = 1 << 20;
+/// The file grows by this much at a time, allocated and written with zeros ahead of the
+/// records, so that syncing a record commits no change of the file's size (zeros read as the
+/// end of the records).
+const GROW: u64 = 64 << 10;
 
 /// The log id of index `index` written in `term`.
 pub fn log_id(term: u64, index: u64) -> LogId<NodeId> {
@@ -38,138 +62,309 @@ pub fn epoch_of(term: u64) -> Result<i32, String> {
     i32::try_from(term).map_err(|_| format!("term {term} does not fit a partitionLeaderEpoch"))
 }
 
-/// The head of an entry at `offset`: the blank or membership entry whole, or the control batch
-/// before the client batches of a normal entry.
-pub fn head_batch(
-    offset: i64,
-    term: u64,
-    payload: &EntryPayload<TypeConfig>,
-) -> Result<Vec<u8>, String> {
-    let (kind, value) = match payload {
-        EntryPayload::Blank => (RAFT_BLANK, Vec::new()),
-        EntryPayload::Membership(m) => (
-            RAFT_MEMBERSHIP,
-            serde_json::to_vec(m).map_err(|e| format!("membership does not encode: {e}"))?,
-        ),
-        EntryPayload::Normal(_) => (RAFT_RUN, Vec::new()),
-    };
-    let key = ControlRecordKey {
-        version: 0,
-        control_type: ControlType::from_id(kind),
-    }
-    .encode();
-    let mut builder = BatchBuilder::new()
-        .base_offset(offset)
-        .partition_leader_epoch(epoch_of(term)?)
-        .control(true)
-        .max_timestamp(-1);
-    // No wall-clock time: every replica must build the same bytes.
-    builder.append(-1, Some(&key), Some(&value), &[]);
-    builder.build().map_err(|e| e.to_string())
+/// What an entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// openraft's blank entry (a new leader's first): no batches.
+    Blank,
+    /// A membership change: no batches.
+    Membership(Membership<NodeId, Node>),
+    /// Client batches or a transaction marker, as the leader's log wrote them (maybe none).
+    Run,
 }
 
-/// The entry at `index` whose batches are `bytes` (its head and the batches after it, whole,
-/// as the log stores them).
-pub fn from_bytes(index: u64, bytes: Bytes) -> Result<Entry, String> {
-    let head = RecordBatch::parse(&bytes).map_err(|e| format!("entry {index}: {e}"))?;
-    let term = u64::try_from(head.partition_leader_epoch()).map_err(|_| {
-        format!(
-            "entry {index}: batch at offset {} has no leader epoch",
-            head.base_offset()
-        )
-    })?;
-    let alone = |kind: &str| {
-        if head.size() == bytes.len() {
-            Ok(())
-        } else {
-            Err(format!(
-                "entry {index}: a {kind} entry at offset {} followed by other batches",
-                head.base_offset()
-            ))
+impl Kind {
+    fn code(&self) -> u8 {
+        match self {
+            Kind::Blank => 0,
+            Kind::Membership(_) => 1,
+            Kind::Run => 2,
         }
-    };
-    let payload = match raft_control(&head).map_err(|e| format!("entry {index}: {e}"))? {
-        Some((RAFT_BLANK, _)) => {
-            alone("blank")?;
-            EntryPayload::Blank
-        }
-        Some((RAFT_MEMBERSHIP, value)) => {
-            alone("membership")?;
-            EntryPayload::Membership(decode_membership(&value).map_err(|e| {
-                format!(
-                    "entry {index}: membership at offset {}: {e}",
-                    head.base_offset()
-                )
-            })?)
-        }
-        Some(_) => {
-            for item in BatchIter::new(&bytes) {
-                let (_, b) = item.map_err(|e| format!("entry {index}: {e:?}"))?;
-                if i64::from(b.partition_leader_epoch()) != i64::from(head.partition_leader_epoch())
-                {
-                    return Err(format!(
-                        "entry {index}: the batch at offset {} has leader epoch {}, its head {}",
-                        b.base_offset(),
-                        b.partition_leader_epoch(),
-                        head.partition_leader_epoch()
-                    ));
-                }
+    }
+}
+
+/// One entry's record in [`ENTRIES_FILE`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The entry's raft index.
+    pub index: u64,
+    /// The term it was written in (its batches' partitionLeaderEpoch).
+    pub term: u64,
+    /// The offset of its first batch (the log end when it was written, if it has none).
+    pub start: i64,
+    /// The offset after its last batch (`start` if it has none).
+    pub end: i64,
+    /// What it is.
+    pub kind: Kind,
+}
+
+impl Record {
+    /// The record's bytes, framed.
+    pub fn encode(&self) -> Result<Vec<u8>, String> {
+        let membership = match &self.kind {
+            Kind::Membership(m) => {
+                serde_json::to_vec(m).map_err(|e| format!("membership does not encode: {e}"))?
             }
-            EntryPayload::Normal(Request::Stored(bytes.clone()))
+            _ => Vec::new(),
+        };
+        let mut body = Vec::with_capacity(BODY + membership.len());
+        body.push(VERSION);
+        body.push(self.kind.code());
+        body.extend_from_slice(&self.index.to_be_bytes());
+        body.extend_from_slice(&self.term.to_be_bytes());
+        body.extend_from_slice(&self.start.to_be_bytes());
+        body.extend_from_slice(&self.end.to_be_bytes());
+        body.extend_from_slice(&membership);
+        let mut out = Vec::with_capacity(FRAME + body.len());
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// The record framed at the start of `bytes` and its framed length; `None` when no whole
+    /// record with a good checksum is there (the end of what was written, or a torn write).
+    /// A record whose checksum holds but whose body is not a record is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Option<(Record, usize)>, String> {
+        let Some(frame) = bytes.get(..FRAME) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_be_bytes(frame[4..].try_into().expect("4 bytes"));
+        if !(BODY..=MAX_BODY).contains(&len) {
+            return Ok(None);
         }
-        None => {
+        let Some(body) = bytes.get(FRAME..FRAME + len) else {
+            return Ok(None);
+        };
+        if crc32c::crc32c(body) != crc {
+            return Ok(None);
+        }
+        if body[0] != VERSION {
+            return Err(format!("record version {} is not known", body[0]));
+        }
+        let be = |at: usize| u64::from_be_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+        let (index, term) = (be(2), be(10));
+        let (start, end) = (be(18) as i64, be(26) as i64);
+        let rest = &body[BODY..];
+        let kind = match body[1] {
+            0 => Kind::Blank,
+            1 => Kind::Membership(
+                serde_json::from_slice(rest)
+                    .map_err(|e| format!("entry {index}: membership: {e}"))?,
+            ),
+            2 => Kind::Run,
+            other => return Err(format!("entry {index}: unknown kind {other}")),
+        };
+        if !matches!(kind, Kind::Membership(_)) && !rest.is_empty() {
             return Err(format!(
-                "entry {index}: the batch at offset {} is not the head of a raft entry",
-                head.base_offset()
-            ))
+                "entry {index}: {} bytes after a record of kind {}",
+                rest.len(),
+                body[1]
+            ));
         }
-    };
-    Ok(Entry {
-        log_id: log_id(term, index),
-        payload,
-    })
-}
-
-/// The type of a batch that heads a raft entry ([`RAFT_BLANK`], [`RAFT_MEMBERSHIP`],
-/// [`RAFT_RUN`]); `None` for a client batch.
-pub fn head_kind(batch: &RecordBatch<'_>) -> Result<Option<i16>, String> {
-    Ok(raft_control(batch)?.map(|(kind, _)| kind))
-}
-
-/// The membership a batch holds, if it is a membership entry.
-pub fn membership_of(batch: &RecordBatch<'_>) -> Result<Option<Membership<NodeId, Node>>, String> {
-    match raft_control(batch)? {
-        Some((RAFT_MEMBERSHIP, value)) => decode_membership(&value).map(Some),
-        _ => Ok(None),
+        if start < 0 || end < start || (kind != Kind::Run && end != start) {
+            return Err(format!(
+                "entry {index}: offsets {start}..{end} for an entry of kind {}",
+                body[1]
+            ));
+        }
+        Ok(Some((
+            Record {
+                index,
+                term,
+                start,
+                end,
+                kind,
+            },
+            FRAME + len,
+        )))
     }
 }
 
-fn decode_membership(value: &[u8]) -> Result<Membership<NodeId, Node>, String> {
-    serde_json::from_slice(value).map_err(|e| e.to_string())
+/// [`ENTRIES_FILE`], open for appending records.
+pub struct EntriesFile {
+    fs: Arc<dyn FileSystem>,
+    path: PathBuf,
+    file: Arc<dyn File>,
+    /// Where the next record goes: the end of the records read or written.
+    len: u64,
+    /// Whether anything but zeros followed the last whole record when the file was opened (a
+    /// torn write), until cut.
+    torn: bool,
+    /// The file's size: records, then zeros.
+    allocated: u64,
 }
 
-/// The type and value of a raft control batch (no producer, a control record of this crate's
-/// types); `None` for every other batch.
-fn raft_control(batch: &RecordBatch<'_>) -> Result<Option<(i16, Vec<u8>)>, String> {
-    if !batch.is_control() || batch.producer_id() >= 0 || batch.records_count() != 1 {
-        return Ok(None);
+impl std::fmt::Debug for EntriesFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntriesFile")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .finish()
     }
-    let buf = batch
-        .records_buf_limited(MAX_CONTROL_BYTES)
-        .map_err(|e| e.to_string())?;
-    let record = match batch.iter_records(&buf).next() {
-        Some(r) => r.map_err(|e| e.to_string())?,
-        None => return Ok(None),
-    };
-    let Some(key) = record.key else {
-        return Ok(None);
-    };
-    let key = ControlRecordKey::decode(key).map_err(|e| e.to_string())?;
-    let kind = key.control_type.id();
-    if !matches!(kind, RAFT_BLANK | RAFT_MEMBERSHIP | RAFT_RUN) {
-        return Ok(None);
+}
+
+/// The records read from an [`EntriesFile`], with where each starts in the file.
+pub type Read = Vec<(u64, Record)>;
+
+impl EntriesFile {
+    /// The file's path in partition directory `dir`.
+    pub fn path_in(dir: &Path) -> PathBuf {
+        dir.join(ENTRIES_FILE)
     }
-    Ok(Some((kind, record.value.unwrap_or_default().to_vec())))
+
+    /// Creates the file, empty, durably (its directory entry too): a partition's batches are
+    /// never written before the file that records their entries exists.
+    pub fn create(fs: Arc<dyn FileSystem>, dir: &Path) -> Result<EntriesFile, String> {
+        let path = EntriesFile::path_in(dir);
+        fs.write_atomically(&path, &[])
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        EntriesFile::open(fs, dir).map(|(file, _)| file)
+    }
+
+    /// Opens the file and reads its records, up to the first that is cut or damaged: what
+    /// follows was a torn write, never reported written, and is cut by [`EntriesFile::keep`]
+    /// once the caller accepts the records (a refusal changes nothing).
+    pub fn open(fs: Arc<dyn FileSystem>, dir: &Path) -> Result<(EntriesFile, Read), String> {
+        let path = EntriesFile::path_in(dir);
+        let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+        let file: Arc<dyn File> =
+            Arc::from(fs.open(&path, OpenMode::ReadWrite).map_err(|e| at(&e))?);
+        let size = file.len().map_err(|e| at(&e))?;
+        let mut bytes = vec![0; size as usize];
+        let mut got = 0;
+        while got < bytes.len() {
+            match file
+                .read_at(&mut bytes[got..], got as u64)
+                .map_err(|e| at(&e))?
+            {
+                0 => break,
+                n => got += n,
+            }
+        }
+        bytes.truncate(got);
+        let mut records = Vec::new();
+        let mut pos = 0;
+        while let Some((record, n)) =
+            Record::decode(&bytes[pos..]).map_err(|e| at(&format!("at byte {pos}: {e}")))?
+        {
+            records.push((pos as u64, record));
+            pos += n;
+        }
+        let entries = EntriesFile {
+            fs,
+            path,
+            file,
+            len: pos as u64,
+            torn: bytes[pos..].iter().any(|&b| b != 0),
+            allocated: size,
+        };
+        Ok((entries, records))
+    }
+
+    /// Keeps the records before `pos` (the start of a record read on open) and nothing after:
+    /// what follows (dropped records, a torn write) is cut off the file, durably, before any
+    /// record is written again, so no stale record can be read after a new one. Zeros
+    /// allocated ahead are kept.
+    pub fn keep(&mut self, pos: u64) -> Result<(), String> {
+        if pos == self.len && !self.torn {
+            return Ok(());
+        }
+        self.file
+            .set_len(pos)
+            .map_err(|e| format!("{}: cutting at {pos}: {e}", self.path.display()))?;
+        self.len = pos;
+        self.torn = false;
+        self.allocated = pos;
+        self.sync()
+    }
+
+    /// The file's length: where the next record goes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Writes records after the last (not durable until [`EntriesFile::sync`]); answers where
+    /// each starts.
+    pub fn append(&mut self, records: &[Record]) -> Result<Vec<u64>, String> {
+        let mut buf = Vec::new();
+        let mut at = Vec::with_capacity(records.len());
+        for r in records {
+            at.push(self.len + buf.len() as u64);
+            buf.extend(r.encode()?);
+        }
+        if buf.is_empty() {
+            return Ok(at);
+        }
+        let need = self.len + buf.len() as u64;
+        if need > self.allocated {
+            let to = need.div_ceil(GROW) * GROW;
+            self.file
+                .write_zeros(self.allocated, to - self.allocated)
+                .map_err(|e| format!("{}: growing to {to} bytes: {e}", self.path.display()))?;
+            self.allocated = to;
+        }
+        self.file
+            .write_all_at(&buf, self.len)
+            .map_err(|e| format!("{}: writing at {}: {e}", self.path.display(), self.len))?;
+        self.len += buf.len() as u64;
+        Ok(at)
+    }
+
+    /// The open file, to make what was written durable without holding the `EntriesFile`
+    /// (a sync on a handle a rewrite replaced is harmless: the rewrite was durable).
+    pub fn handle(&self) -> Arc<dyn File> {
+        Arc::clone(&self.file)
+    }
+
+    /// Makes what was written durable.
+    pub fn sync(&self) -> Result<(), String> {
+        self.file
+            .sync_data()
+            .map_err(|e| format!("{}: fsync: {e}", self.path.display()))
+    }
+
+    /// Cuts the records at `pos` (the start of a record), durably: zeros over those after it,
+    /// the file's size kept (a torn tail read on open is cut off the file instead).
+    pub fn cut(&mut self, pos: u64) -> Result<(), String> {
+        if pos < self.len {
+            let zeros = vec![0; (self.len - pos) as usize];
+            self.file
+                .write_all_at(&zeros, pos)
+                .map_err(|e| format!("{}: cutting at {pos}: {e}", self.path.display()))?;
+        }
+        self.len = pos;
+        self.sync()
+    }
+
+    /// Replaces the file with `records` alone, atomically (a crash leaves the old file or the
+    /// new one); answers where each starts.
+    pub fn rewrite(&mut self, records: &[Record]) -> Result<Vec<u64>, String> {
+        let mut buf = Vec::new();
+        let mut at = Vec::with_capacity(records.len());
+        for r in records {
+            at.push(buf.len() as u64);
+            buf.extend(r.encode()?);
+        }
+        self.fs
+            .write_atomically(&self.path, &buf)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.file = Arc::from(
+            self.fs
+                .open(&self.path, OpenMode::ReadWrite)
+                .map_err(|e| format!("{}: {e}", self.path.display()))?,
+        );
+        self.len = buf.len() as u64;
+        self.torn = false;
+        self.allocated = self.len;
+        Ok(at)
+    }
 }
 
 #[cfg(test)]
@@ -178,91 +373,144 @@ mod tests {
 
     use super::*;
 
-    fn data_batch(offset: i64, epoch: i32) -> Vec<u8> {
-        let mut b = BatchBuilder::new()
-            .base_offset(offset)
-            .partition_leader_epoch(epoch);
-        b.append(1_000, Some(b"k"), Some(b"v"), &[]);
-        b.build().unwrap()
-    }
-
-    fn run_head(offset: i64, term: u64) -> Vec<u8> {
-        head_batch(
-            offset,
-            term,
-            &EntryPayload::Normal(Request::Produce {
-                batches: Vec::new(),
-                notice: 0,
-            }),
-        )
-        .unwrap()
+    fn run(index: u64, start: i64, end: i64) -> Record {
+        Record {
+            index,
+            term: 3,
+            start,
+            end,
+            kind: Kind::Run,
+        }
     }
 
     #[test]
-    fn a_membership_entry_reads_back_as_written() {
+    fn records_read_back_as_written() {
         let m = Membership::<NodeId, Node>::new(vec![BTreeSet::from([1, 2, 3])], None);
-        let bytes = head_batch(42, 7, &EntryPayload::Membership(m.clone())).unwrap();
-        let entry = from_bytes(9, Bytes::from(bytes.clone())).unwrap();
-        assert_eq!(entry.log_id, log_id(7, 9));
-        assert!(matches!(entry.payload, EntryPayload::Membership(ref got) if *got == m));
-        // Deterministic: another replica builds the same bytes.
-        assert_eq!(
-            head_batch(42, 7, &EntryPayload::Membership(m)).unwrap(),
-            bytes
-        );
-        let batch = RecordBatch::parse(&bytes).unwrap();
-        assert_eq!(batch.base_offset(), 42);
-        assert_eq!(batch.partition_leader_epoch(), 7);
-        assert!(batch.is_control());
-        assert_eq!(head_kind(&batch).unwrap(), Some(RAFT_MEMBERSHIP));
+        for r in [
+            run(7, 10, 15),
+            run(8, 15, 15),
+            Record {
+                index: 9,
+                term: 4,
+                start: 15,
+                end: 15,
+                kind: Kind::Blank,
+            },
+            Record {
+                index: 10,
+                term: 4,
+                start: 15,
+                end: 15,
+                kind: Kind::Membership(m.clone()),
+            },
+        ] {
+            let bytes = r.encode().unwrap();
+            assert_eq!(Record::decode(&bytes).unwrap(), Some((r, bytes.len())));
+        }
     }
 
     #[test]
-    fn a_blank_entry_and_a_run_of_batches_read_back() {
-        let blank = head_batch(0, 1, &EntryPayload::Blank).unwrap();
-        assert!(matches!(
-            from_bytes(0, Bytes::from(blank)).unwrap().payload,
-            EntryPayload::Blank
-        ));
-        let mut run = run_head(5, 2);
-        run.extend(data_batch(6, 2));
-        run.extend(data_batch(7, 2));
-        let run = Bytes::from(run);
-        let e = from_bytes(3, run.clone()).unwrap();
-        assert_eq!(e.log_id, log_id(2, 3));
-        assert!(matches!(e.payload, EntryPayload::Normal(Request::Stored(ref got)) if *got == run));
-        // A head alone: every batch of the entry was refused or a duplicate.
-        let alone = Bytes::from(run_head(5, 2));
-        assert!(matches!(
-            from_bytes(3, alone).unwrap().payload,
-            EntryPayload::Normal(Request::Stored(_))
-        ));
+    fn a_cut_or_damaged_record_ends_the_file() {
+        let bytes = run(7, 10, 15).encode().unwrap();
+        for n in 0..bytes.len() {
+            assert_eq!(Record::decode(&bytes[..n]).unwrap(), None, "cut at {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            assert_eq!(Record::decode(&b).unwrap(), None, "bit flipped in byte {i}");
+        }
+        // Zeros (a preallocated or sparse tail) are no record.
+        assert_eq!(Record::decode(&[0; 64]).unwrap(), None);
     }
 
+    /// A record whose checksum holds but whose body is not one is damage, not a tail.
     #[test]
-    fn what_is_not_an_entry_is_refused() {
-        // A client batch without a head before it.
-        let err = from_bytes(3, Bytes::from(data_batch(5, 2))).unwrap_err();
-        assert!(err.contains("not the head of a raft entry"), "{err}");
-        // A blank entry with batches after it.
-        let mut b = head_batch(5, 2, &EntryPayload::Blank).unwrap();
-        b.extend(data_batch(6, 2));
-        let err = from_bytes(3, Bytes::from(b)).unwrap_err();
-        assert!(err.contains("followed by other batches"), "{err}");
-        // A run whose batch carries another term than its head.
-        let mut run = run_head(5, 2);
-        run.extend(data_batch(6, 3));
-        let err = from_bytes(3, Bytes::from(run)).unwrap_err();
-        assert!(err.contains("leader epoch 3, its head 2"), "{err}");
-        // A head without a leader epoch.
-        let mut b = BatchBuilder::new().base_offset(5);
-        b.append(1_000, None, Some(b"v"), &[]);
-        let err = from_bytes(3, Bytes::from(b.build().unwrap())).unwrap_err();
-        assert!(err.contains("no leader epoch"), "{err}");
+    fn a_checksummed_body_that_is_no_record_is_an_error() {
+        let reframe = |mut body: Vec<u8>| {
+            let mut out = (body.len() as u32).to_be_bytes().to_vec();
+            out.extend(crc32c::crc32c(&body).to_be_bytes());
+            out.append(&mut body);
+            out
+        };
+        let good = run(7, 10, 15).encode().unwrap()[FRAME..].to_vec();
+        let mut b = good.clone();
+        b[0] = 9;
+        assert!(Record::decode(&reframe(b))
+            .unwrap_err()
+            .contains("version 9"));
+        let mut b = good.clone();
+        b[1] = 7;
+        assert!(Record::decode(&reframe(b))
+            .unwrap_err()
+            .contains("unknown kind"));
+        let bad = run(7, 15, 10).encode().unwrap();
+        assert!(Record::decode(&bad).unwrap_err().contains("offsets 15..10"));
+        let blank = Record {
+            kind: Kind::Blank,
+            ..run(7, 10, 11)
+        };
+        let bad = blank.encode().unwrap();
+        assert!(Record::decode(&bad).unwrap_err().contains("kind 0"));
+        let mut b = good;
+        b.push(1);
+        assert!(Record::decode(&reframe(b))
+            .unwrap_err()
+            .contains("1 bytes after"));
+    }
+
+    /// Records after a torn one are cut before new ones are written: a stale record at the
+    /// place where the new ones end is never read back after them.
+    #[test]
+    fn nothing_after_a_torn_record_outlives_the_records_written_after_it() {
+        let fs = oncelog::io::SimFs::new();
+        let dir = Path::new("/sim/p");
+        fs.as_dyn().create_dir_all(dir).unwrap();
+        let mut file = EntriesFile::create(fs.as_dyn(), dir).unwrap();
+        let old: Vec<Record> = (0..4).map(|i| run(i, i as i64, i as i64 + 1)).collect();
+        let at = file.append(&old).unwrap();
+        file.sync().unwrap();
+        // The second record torn: the third and fourth are whole but follow it.
+        let path = EntriesFile::path_in(dir);
+        let mut bytes = fs.read_live(&path).unwrap();
+        bytes[at[1] as usize + 12] ^= 1;
+        fs.as_dyn().write_atomically(&path, &bytes).unwrap();
+        let (mut file, read) = EntriesFile::open(fs.as_dyn(), dir).unwrap();
+        assert_eq!(read, vec![(0, old[0].clone())]);
+        file.keep(file.len()).unwrap();
+        // Two new records of the same size end where the stale fourth one starts.
+        let new = [run(1, 1, 3), run(2, 3, 5)];
+        file.append(&new).unwrap();
+        file.sync().unwrap();
+        let (_, read) = EntriesFile::open(fs.as_dyn(), dir).unwrap();
+        let read: Vec<Record> = read.into_iter().map(|(_, r)| r).collect();
+        assert_eq!(read, vec![old[0].clone(), new[0].clone(), new[1].clone()]);
+    }
+
+    /// The file grows ahead of its records in zeros, which read as their end; a truncation
+    /// zeros the records cut and keeps the size.
+    #[test]
+    fn zeros_ahead_and_cut_records_read_as_the_end() {
+        let fs = oncelog::io::SimFs::new();
+        let dir = Path::new("/sim/p");
+        fs.as_dyn().create_dir_all(dir).unwrap();
+        let mut file = EntriesFile::create(fs.as_dyn(), dir).unwrap();
+        let records: Vec<Record> = (0..3).map(|i| run(i, i as i64, i as i64 + 1)).collect();
+        let at = file.append(&records).unwrap();
+        file.sync().unwrap();
+        let path = EntriesFile::path_in(dir);
+        assert_eq!(fs.read_live(&path).unwrap().len() as u64, GROW);
+        file.cut(at[1]).unwrap();
+        assert_eq!(fs.read_live(&path).unwrap().len() as u64, GROW);
+        let (file, read) = EntriesFile::open(fs.as_dyn(), dir).unwrap();
+        assert_eq!(read, vec![(0, records[0].clone())]);
+        assert_eq!(file.len(), at[1]);
+        assert!(!file.torn);
     }
 
     #[test]
     fn a_term_beyond_an_epoch_is_refused() {
-        assert!(head_batch(0, u64::from(u32::MAX), &EntryPayload::Blank).is_err());
+        assert!(epoch_of(u64::from(u32::MAX)).is_err());
+        assert_eq!(epoch_of(7), Ok(7));
     }
 }

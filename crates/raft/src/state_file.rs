@@ -11,12 +11,11 @@
 //!   "vote": {...} | null,          openraft's Vote
 //!   "purged": {...} | null,        [`Purged`]
 //!   "installing": {...} | null,    openraft's SnapshotMeta
-//!   "anchors": [{"index": 7, "offset": 120}, ...],
 //!   "crc32c": 2864434397           CRC-32C (Castagnoli) of the canonical rest
 //! }
 //! ```
 //!
-//! The canonical rest is the four fields serialized as compact JSON in this order
+//! The canonical rest is the three fields serialized as compact JSON in this order
 //! (`serde_json::to_vec` of [`StateFile`]): the checksum is checked against the values read,
 //! so whitespace is free and any change of a value is caught. A file without `crc32c` (written
 //! before it existed) is refused like any other missing field: there are no deployed replicas
@@ -40,7 +39,7 @@ pub const MAX_STATE_FILE: u64 = 1 << 20;
 /// The checksum's field.
 pub const CHECKSUM_FIELD: &str = "crc32c";
 /// The fields of the state, in the order of the canonical form.
-pub const FIELDS: [&str; 4] = ["vote", "purged", "installing", "anchors"];
+pub const FIELDS: [&str; 3] = ["vote", "purged", "installing"];
 
 /// What raft has forgotten: entries up to `log_id` (their batches may still be in the log).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,20 +63,6 @@ pub struct StateFile {
     pub purged: Option<Purged>,
     /// A snapshot being installed (its image is in [`crate::store::INSTALL_FILE`]).
     pub installing: Option<SnapshotMeta<NodeId, Node>>,
-    /// Batches whose raft index is not one more than the batch before's (the first entry of a
-    /// log that came with an index above 0, an entry after a hole): openraft never makes a
-    /// hole, but its storage suite does, and the index must survive a reopen all the same.
-    pub anchors: Vec<Anchor>,
-}
-
-/// The raft index of the batch at an offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Anchor {
-    /// Its raft index.
-    pub index: u64,
-    /// Its batch's base offset.
-    pub offset: i64,
 }
 
 /// A `raft-state.json` that cannot be used. The replica refuses to open with it: a vote it
@@ -211,12 +196,7 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateFileError> {
             field,
         })
     };
-    let values = [
-        take(FIELDS[0])?,
-        take(FIELDS[1])?,
-        take(FIELDS[2])?,
-        take(FIELDS[3])?,
-    ];
+    let values = [take(FIELDS[0])?, take(FIELDS[1])?, take(FIELDS[2])?];
     let stored = take(CHECKSUM_FIELD)?;
     let stored = stored
         .as_u64()
@@ -226,12 +206,11 @@ pub fn decode(path: &Path, bytes: &[u8]) -> Result<StateFile, StateFileError> {
             field: CHECKSUM_FIELD,
             reason: format!("{stored} is not a 32-bit unsigned integer"),
         })?;
-    let [vote, purged, installing, anchors] = values;
+    let [vote, purged, installing] = values;
     let state = StateFile {
         vote: field(path, FIELDS[0], vote)?,
         purged: field(path, FIELDS[1], purged)?,
         installing: field(path, FIELDS[2], installing)?,
-        anchors: field(path, FIELDS[3], anchors)?,
     };
     let computed = crc32c::crc32c(&canonical(&state));
     if computed != stored {

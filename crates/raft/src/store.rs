@@ -1,15 +1,22 @@
 //! openraft's log storage and state machine over one oncelog partition (docs/design.md,
-//! "Replication on openraft"). The partition log is the raft log: entry `i` is the `i`-th run
-//! of batches after the purge point, each run starting with a head (a control batch of this
-//! crate, [`entry`]), its term the batches' partitionLeaderEpoch. What raft needs
-//! beside the batches lives in `raft-state.json` in the partition directory: the vote and the
-//! purge point (its log id, the offset after it, the membership at it).
+//! "Replication on openraft"). The partition log is the raft log's data: an entry of client
+//! batches is those batches, at the offsets the leader's log gave them, and openraft's own
+//! entries (blank, membership) take no offset, so a partition's offsets are a Kafka
+//! partition's. What raft needs beside the batches lives in two files in the partition
+//! directory: `raft-entries` ([`entry::EntriesFile`]), a record per entry (its index, term,
+//! the offsets its batches span, a membership), and `raft-state.json`, the vote and the purge
+//! point (its log id, the offset after it, the membership at it).
 //!
-//! The index of each live entry (its head's offset and term, 16 bytes) is kept in memory,
-//! rebuilt on open by reading the batch headers after the purge point; openraft purges after
-//! each snapshot, so it covers a bounded number of entries (`Config::snapshot_policy` plus
+//! The records of the live entries are kept in memory, read from `raft-entries` on open and
+//! checked against the batch headers after the purge point; openraft purges after each
+//! snapshot, so they are a bounded number (`Config::snapshot_policy` plus
 //! `max_in_snapshot_log_to_keep`). Purging is raft's: it forgets entries, the batches stay for
 //! consumers until retention, which never deletes past the purge point, removes them.
+//!
+//! Recovery trusts neither file alone: a record is written after its batches and synced after
+//! them, so a record whose batches are not all in the log was never reported persisted and is
+//! dropped with those after it, and batches no record covers were never reported persisted
+//! either and are cut; a truncation cuts the records, durably, before the batches.
 //!
 //! The state machine is the partition itself: applying entries moves the high watermark to the
 //! end of the last one. A snapshot is an image of the partition as of an applied entry: the
@@ -28,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use oncelog::format::BatchIter;
+use oncelog::format::{BatchIter, RecordBatch};
 use oncelog::io::FileSystem;
 use oncelog::{AppendError, Log};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -38,9 +45,9 @@ use openraft::{
 };
 use parking_lot::Mutex;
 
-use crate::entry::{self, Entry};
+use crate::entry::{self, EntriesFile, Entry, Kind, Record, ENTRIES_FILE};
 use crate::state_file;
-pub use crate::state_file::{Anchor, Purged, StateFile, StateFileError, STATE_FILE};
+pub use crate::state_file::{Purged, StateFile, StateFileError, STATE_FILE};
 use crate::{Ack, Answer, Node, NodeId, Request, Response, TypeConfig};
 
 /// A snapshot image received and not yet installed: an install cut by a crash is completed
@@ -51,6 +58,9 @@ const READ_CHUNK: usize = 1 << 20;
 /// How long a purge beyond the last entry waits for the snapshot install that covers it
 /// before it fails (it only fails if the state machine's worker has stopped).
 const INSTALL_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+/// `raft-entries` is rewritten without the records of forgotten entries once they take more
+/// than this many bytes and more than the live ones.
+const REWRITE_AFTER: u64 = 64 << 10;
 
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
 type Membership = openraft::Membership<NodeId, Node>;
@@ -92,7 +102,7 @@ impl Written {
     }
 
     /// Tells the waiters of each entry written (its notice and the leader's answers).
-    fn tell(&self, written: Vec<(u64, Vec<Answer>)>) {
+    fn tell(&self, written: Vec<Told>) {
         if written.is_empty() {
             return;
         }
@@ -107,6 +117,9 @@ impl Written {
     }
 }
 
+/// An entry's notice and the leader's own answers to its batches ([`Written`]).
+type Told = (u64, Vec<Answer>);
+
 /// What [`Partition::purge_upto`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Purge {
@@ -117,14 +130,52 @@ enum Purge {
     AwaitInstall,
 }
 
+/// What kind of entry a live one is (a membership's value is in [`Inner::memberships`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    Blank,
+    Membership,
+    Run,
+}
+
+/// A live entry: its record, without a membership's value, and where the record is in
+/// `raft-entries`.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    term: u64,
+    start: i64,
+    end: i64,
+    kind: SlotKind,
+    /// Where its record starts in the file.
+    pos: u64,
+}
+
+impl Slot {
+    fn of(record: &Record, pos: u64) -> Slot {
+        Slot {
+            term: record.term,
+            start: record.start,
+            end: record.end,
+            kind: match record.kind {
+                Kind::Blank => SlotKind::Blank,
+                Kind::Membership(_) => SlotKind::Membership,
+                Kind::Run => SlotKind::Run,
+            },
+            pos,
+        }
+    }
+}
+
 struct Inner {
     /// The lowest index an entry may have: the one after the purge point.
     first: u64,
-    /// Base offset and term of every live entry, by index.
-    view: BTreeMap<u64, (i64, u64)>,
+    /// Every live entry, by index.
+    view: BTreeMap<u64, Slot>,
     /// The offset after the last entry (the log end).
     end: i64,
     state: StateFile,
+    /// `raft-entries`; open once the partition is.
+    file: Option<EntriesFile>,
     /// Membership entries among the live ones.
     memberships: Vec<(LogId<NodeId>, Membership)>,
     applied: Option<LogId<NodeId>>,
@@ -151,18 +202,21 @@ impl Inner {
 
     fn last_log_id(&self) -> Option<LogId<NodeId>> {
         match self.view.last_key_value() {
-            Some((&index, &(_, term))) => Some(entry::log_id(term, index)),
+            Some((&index, slot)) => Some(entry::log_id(slot.term, index)),
             None => self.state.purged.as_ref().map(|p| p.log_id),
         }
     }
 
-    /// The offset after entry `index`'s batch.
+    /// The offset after entry `index`'s batches.
     fn end_of(&self, index: u64) -> i64 {
         if index < self.first {
             return self.purge_end();
         }
+        if let Some(slot) = self.view.get(&index) {
+            return slot.end;
+        }
         match self.view.range(index + 1..).next() {
-            Some((_, &(offset, _))) => offset,
+            Some((_, slot)) => slot.start,
             None => self.end,
         }
     }
@@ -173,7 +227,7 @@ impl Inner {
             None => self
                 .view
                 .first_key_value()
-                .map_or(self.end, |(_, &(o, _))| o),
+                .map_or(self.end, |(_, slot)| slot.start),
         }
     }
 
@@ -194,12 +248,36 @@ impl Inner {
                 .unwrap_or_default(),
         }
     }
+
+    /// What a live entry is, with a membership's value.
+    fn kind_of(&self, index: u64, slot: &Slot) -> Kind {
+        match slot.kind {
+            SlotKind::Blank => Kind::Blank,
+            SlotKind::Run => Kind::Run,
+            SlotKind::Membership => Kind::Membership(
+                self.memberships
+                    .iter()
+                    .find(|(id, _)| id.index == index)
+                    .map(|(_, m)| m.clone())
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+
+    fn file(&mut self) -> StoreResult<&mut EntriesFile> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE} is not open")))
+    }
 }
 
-/// An entry [`Partition::read_wanted`] reads: its index and the offsets it spans.
-#[derive(Debug, Clone, Copy)]
+/// An entry [`Partition::read_wanted`] reads: its index, term and kind, and the offsets it
+/// spans.
+#[derive(Debug, Clone)]
 struct Wanted {
     index: u64,
+    term: u64,
+    kind: Kind,
     start: i64,
     end: i64,
 }
@@ -213,10 +291,6 @@ struct EntryBytes {
 }
 
 impl EntryBytes {
-    fn is_empty(&self) -> bool {
-        self.parts.is_empty()
-    }
-
     /// Adds `chunk[lo..hi]` of read number `read`, which follows what is there.
     fn push(&mut self, read: u64, chunk: &Bytes, lo: usize, hi: usize) {
         match self.parts.last_mut() {
@@ -239,6 +313,75 @@ impl EntryBytes {
     }
 }
 
+/// A batch a [`Batches`] found: where it is in the chunk, its offsets and its leader epoch.
+#[derive(Debug, Clone, Copy)]
+struct BatchAt {
+    read: u64,
+    lo: usize,
+    hi: usize,
+    base: i64,
+    last: i64,
+    epoch: i32,
+}
+
+/// The log's batches in offset order, read a chunk at a time.
+struct Batches<'a> {
+    log: &'a Log,
+    chunk: Bytes,
+    /// Where the next batch starts in the chunk.
+    at: usize,
+    /// The number of the chunk's read.
+    reads: u64,
+}
+
+impl<'a> Batches<'a> {
+    fn new(log: &'a Log) -> Batches<'a> {
+        Batches {
+            log,
+            chunk: Bytes::new(),
+            at: 0,
+            reads: 0,
+        }
+    }
+
+    /// The first batch that ends at or after `offset`, or `None` past the log end. The
+    /// caller moves past it with [`Batches::consume`].
+    fn next(&mut self, offset: i64) -> Result<Option<BatchAt>, String> {
+        loop {
+            if self.at < self.chunk.len() {
+                let batch = RecordBatch::parse(&self.chunk[self.at..])
+                    .map_err(|e| format!("reading offset {offset}: {e}"))?;
+                let (lo, hi) = (self.at, self.at + batch.size());
+                if batch.last_offset() < offset {
+                    self.at = hi;
+                    continue;
+                }
+                return Ok(Some(BatchAt {
+                    read: self.reads,
+                    lo,
+                    hi,
+                    base: batch.base_offset(),
+                    last: batch.last_offset(),
+                    epoch: batch.partition_leader_epoch(),
+                }));
+            }
+            self.chunk = self
+                .log
+                .read(offset, READ_CHUNK)
+                .map_err(|e| format!("reading offset {offset}: {e}"))?;
+            self.at = 0;
+            self.reads += 1;
+            if self.chunk.is_empty() {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn consume(&mut self, batch: &BatchAt) {
+        self.at = batch.hi;
+    }
+}
+
 fn io_error(
     subject: ErrorSubject<NodeId>,
     verb: ErrorVerb,
@@ -253,7 +396,7 @@ fn logs_error(verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<NodeId
 
 impl Partition {
     /// Opens raft's view of `log`: reads `raft-state.json`, completes an install a crash cut,
-    /// and indexes the batches after the purge point.
+    /// and reads the records of the entries after the purge point.
     pub fn open(log: Log, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
         Partition::open_shared(Arc::new(log), fs)
     }
@@ -273,6 +416,7 @@ impl Partition {
                 view: BTreeMap::new(),
                 end: 0,
                 state,
+                file: None,
                 memberships: Vec::new(),
                 applied: None,
                 applied_membership: Stored::default(),
@@ -298,7 +442,7 @@ impl Partition {
                 )
             })?;
         }
-        partition.index()?;
+        partition.load()?;
         {
             let inner = partition.inner.lock();
             tracing::debug!(
@@ -369,109 +513,134 @@ impl Partition {
         Ok(())
     }
 
-    /// Reads the batches after the purge point into the index.
-    fn index(&self) -> Result<(), String> {
+    /// Reads `raft-entries` (creating it for a new partition) and checks its records against
+    /// the log: the records after the purge point must follow one another, offset after
+    /// offset, from the purge point's end; a record whose batches are not all in the log is
+    /// dropped with those after it, and the log is cut where the last record kept ends. Each
+    /// batch there must lie within an entry of client batches of its leader epoch.
+    fn load(&self) -> Result<(), String> {
         let mut inner = self.inner.lock();
+        let dir = self.dir.display();
         let start = self.log.log_start_offset();
         let (first, anchor) = match &inner.state.purged {
             Some(p) => (p.log_id.index + 1, p.end_offset),
             None => (0, start),
         };
-        let anchors: HashMap<i64, u64> = inner
-            .state
-            .anchors
-            .iter()
-            .map(|a| (a.offset, a.index))
-            .collect();
-        let mut next = first;
         if start > anchor {
             return Err(format!(
-                "{}: the log starts at offset {start}, above the raft purge point's end {anchor}: \
-                 entries raft still holds are gone",
-                self.dir.display()
+                "{dir}: the log starts at offset {start}, above the raft purge point's end \
+                 {anchor}: entries raft still holds are gone"
             ));
         }
         let end = self.log.log_end_offset();
         if anchor > end {
             return Err(format!(
-                "{}: the raft purge point ends at offset {anchor}, above the log end {end}",
-                self.dir.display()
+                "{dir}: the raft purge point ends at offset {anchor}, above the log end {end}"
             ));
         }
-        inner.first = first;
-        inner.view.clear();
-        inner.memberships.clear();
-        let mut offset = anchor;
-        // The term of the run whose client batches are being read, if the last head was one.
-        let mut run = None;
-        while offset < end {
-            let bytes = self
-                .log
-                .read(offset, READ_CHUNK)
-                .map_err(|e| format!("{}: reading offset {offset}: {e}", self.dir.display()))?;
-            if bytes.is_empty() {
-                return Err(format!(
-                    "{}: no batch at offset {offset} below the log end {end}",
-                    self.dir.display()
-                ));
-            }
-            for item in BatchIter::new(&bytes) {
-                let (_, batch) = item.map_err(|e| format!("{}: {e:?}", self.dir.display()))?;
-                if batch.last_offset() < offset {
-                    continue;
-                }
-                if batch.base_offset() != offset {
+        inner.file = None;
+        let path = EntriesFile::path_in(&self.dir);
+        let exists = self
+            .fs
+            .exists(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let (file, read) = if exists {
+            EntriesFile::open(Arc::clone(&self.fs), &self.dir)?
+        } else if end > anchor {
+            return Err(format!(
+                "{dir}: {ENTRIES_FILE} is missing, and the log holds batches after the raft \
+                 purge point (offsets {anchor}..{end}): the file was removed, or the partition \
+                 was written by an oncelog-raft that kept raft's entries in the log; remove \
+                 the partition's directory and the replica is caught up from the others"
+            ));
+        } else {
+            (
+                EntriesFile::create(Arc::clone(&self.fs), &self.dir)?,
+                Vec::new(),
+            )
+        };
+        let mut file = file;
+        let mut view = BTreeMap::new();
+        let mut memberships = Vec::new();
+        // Where the last record kept ends: the log is cut there.
+        let mut recorded = anchor;
+        let mut before: Option<&Record> = None;
+        let mut drop_from = None;
+        for (pos, record) in &read {
+            if let Some(b) = before {
+                if record.index <= b.index || record.term < b.term {
                     return Err(format!(
-                        "{}: the batch after offset {offset} starts at {}: raft entries must be \
-                         dense",
-                        self.dir.display(),
-                        batch.base_offset()
+                        "{}: entry {} of term {} after entry {} of term {}: the records are \
+                         damaged",
+                        path.display(),
+                        record.index,
+                        record.term,
+                        b.index,
+                        b.term
                     ));
                 }
-                let term = u64::try_from(batch.partition_leader_epoch()).map_err(|_| {
-                    format!(
-                        "{}: the batch at offset {offset} has no leader epoch: not a raft entry",
-                        self.dir.display()
-                    )
-                })?;
-                let kind = entry::head_kind(&batch)
-                    .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?;
-                match kind {
-                    Some(kind) => {
-                        let index = anchors.get(&offset).copied().unwrap_or(next);
-                        next = index + 1;
-                        if let Some(m) = entry::membership_of(&batch)
-                            .map_err(|e| format!("{}: offset {offset}: {e}", self.dir.display()))?
-                        {
-                            inner.memberships.push((entry::log_id(term, index), m));
-                        }
-                        inner.view.insert(index, (offset, term));
-                        run = (kind == entry::RAFT_RUN).then_some(term);
-                    }
-                    // A client batch: it belongs to the entry whose head is the last one.
-                    None if run == Some(term) => {}
-                    None => {
-                        return Err(format!(
-                            "{}: the batch at offset {offset} (leader epoch {term}) follows no \
-                             head of a run of that term: not a raft entry",
-                            self.dir.display()
-                        ))
-                    }
-                }
-                offset = batch.last_offset() + 1;
             }
+            before = Some(record);
+            if record.index < first {
+                // Forgotten by raft; the record stays until the file is rewritten.
+                continue;
+            }
+            if record.end > end {
+                // Its batches are not all in the log: it was never reported persisted.
+                drop_from = Some(*pos);
+                break;
+            }
+            if record.start != recorded {
+                return Err(format!(
+                    "{}: entry {} starts at offset {}, where the entry before it ends at {}: \
+                     the records are damaged",
+                    path.display(),
+                    record.index,
+                    record.start,
+                    recorded
+                ));
+            }
+            recorded = record.end;
+            if let Kind::Membership(m) = &record.kind {
+                memberships.push((entry::log_id(record.term, record.index), m.clone()));
+            }
+            view.insert(record.index, Slot::of(record, *pos));
         }
-        inner.end = end;
+        // Batches no record covers were never reported persisted; but what the high watermark
+        // covers was committed, and is never cut.
+        let hw = self.log.high_watermark();
+        if hw > recorded {
+            return Err(format!(
+                "{dir}: the high watermark {hw} is past the end of the last entry \
+                 {ENTRIES_FILE} records ({recorded}): records of committed entries are missing"
+            ));
+        }
+        self.check_batches(&view, anchor, recorded)?;
+        // Accepted: what recovery drops goes now.
+        if let Some(pos) = drop_from {
+            tracing::info!(dir = %dir, pos, end, "raft-entries: dropping records past the log end");
+        }
+        file.keep(drop_from.unwrap_or(file.len()))?;
+        if recorded < end {
+            tracing::info!(dir = %dir, recorded, end, "raft: cutting batches no entry records");
+            self.log
+                .replica()
+                .truncate_to(recorded)
+                .map_err(|e| format!("{dir}: cutting the log at {recorded}: {e}"))?;
+        }
+        inner.first = first;
+        inner.view = view;
+        inner.memberships = memberships;
+        inner.file = Some(file);
+        inner.end = recorded;
         // What raft purged was committed: the high watermark (written lazily, with flushes) is
         // never left below it, or a crash would hide committed batches that raft, having
         // forgotten their entries, would never apply again.
         if self.log.high_watermark() < anchor {
-            self.log.replica().set_high_watermark(anchor).map_err(|e| {
-                format!(
-                    "{}: raising the high watermark to {anchor}: {e}",
-                    self.dir.display()
-                )
-            })?;
+            self.log
+                .replica()
+                .set_high_watermark(anchor)
+                .map_err(|e| format!("{dir}: raising the high watermark to {anchor}: {e}"))?;
         }
         // Applied: what the high watermark covers, and never below the purge point.
         let hw = self.log.high_watermark();
@@ -479,13 +648,66 @@ impl Partition {
             .view
             .iter()
             .rev()
-            .find(|(&index, _)| inner.end_of(index) <= hw)
-            .map(|(&index, &(_, term))| entry::log_id(term, index));
+            .find(|(_, slot)| slot.end <= hw)
+            .map(|(&index, slot)| entry::log_id(slot.term, index));
         inner.applied = covered.or_else(|| inner.state.purged.as_ref().map(|p| p.log_id));
         inner.applied_membership = match inner.applied {
             Some(id) => inner.membership_at(id.index),
             None => Stored::default(),
         };
+        Ok(())
+    }
+
+    /// Checks that the batches in `[from, to)` are dense and each lies within an entry of
+    /// client batches of its leader epoch.
+    fn check_batches(&self, view: &BTreeMap<u64, Slot>, from: i64, to: i64) -> Result<(), String> {
+        let dir = self.dir.display();
+        let mut runs = view
+            .iter()
+            .filter(|(_, s)| s.start < s.end)
+            .map(|(&i, s)| (i, *s))
+            .peekable();
+        let mut batches = Batches::new(&self.log);
+        let mut offset = from;
+        while offset < to {
+            let Some(batch) = batches.next(offset).map_err(|e| format!("{dir}: {e}"))? else {
+                return Err(format!(
+                    "{dir}: no batch at offset {offset} below the log end {to}"
+                ));
+            };
+            batches.consume(&batch);
+            if batch.base != offset {
+                return Err(format!(
+                    "{dir}: the batch after offset {offset} starts at {}: raft entries must be \
+                     dense",
+                    batch.base
+                ));
+            }
+            while runs.peek().is_some_and(|(_, s)| s.end <= offset) {
+                runs.next();
+            }
+            let within = runs
+                .peek()
+                .filter(|(_, s)| s.start <= batch.base && batch.last < s.end);
+            match within {
+                Some((_, s)) if i64::from(batch.epoch) == s.term as i64 => {}
+                Some((index, s)) => {
+                    return Err(format!(
+                        "{dir}: the batch at offset {offset} has leader epoch {}, its entry \
+                         {index} term {}",
+                        batch.epoch, s.term
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "{dir}: the batch at offsets {}..={} lies in no entry {ENTRIES_FILE} \
+                         records",
+                        batch.base, batch.last
+                    ))
+                }
+            }
+            offset = batch.last + 1;
+        }
         Ok(())
     }
 
@@ -513,25 +735,24 @@ impl Partition {
             if lo >= hi || rewritten(&inner) {
                 return Ok(Vec::new());
             }
-            let range = inner
-                .view
-                .range(lo..hi)
-                .map(|(&index, &(start, _))| Wanted {
-                    index,
-                    start,
-                    end: inner.end_of(index),
-                });
+            let range = inner.view.range(lo..hi).map(|(&index, slot)| Wanted {
+                index,
+                term: slot.term,
+                kind: inner.kind_of(index, slot),
+                start: slot.start,
+                end: slot.end,
+            });
             if stream.is_some() {
                 range
                     .zip(lo..)
-                    .take_while(|&(w, want)| w.index == want)
+                    .take_while(|(w, want)| w.index == *want)
                     .map(|(w, _)| w)
                     .collect()
             } else {
                 range.collect()
             }
         };
-        let out = self.read_wanted(&wanted)?;
+        let out = self.read_wanted(wanted)?;
         if rewritten(&self.inner.lock()) {
             // Rewritten during the read: what was read may not follow the entry before `lo`.
             return Ok(Vec::new());
@@ -539,57 +760,49 @@ impl Partition {
         Ok(out)
     }
 
-    /// The entries wanted, read back from the log (each its head and the batches up to the
-    /// next entry's); fewer if the log moved under the read.
-    fn read_wanted(&self, wanted: &[Wanted]) -> StoreResult<Vec<Entry>> {
-        let Some(first) = wanted.first() else {
-            return Ok(Vec::new());
-        };
+    /// The entries wanted, read back from the log (an entry of client batches with the
+    /// batches it spans); fewer if the log moved under the read.
+    fn read_wanted(&self, wanted: Vec<Wanted>) -> StoreResult<Vec<Entry>> {
         let mut out = Vec::with_capacity(wanted.len());
-        // The batches read so far of the entry `out.len()`.
+        let mut batches = Batches::new(&self.log);
         let mut parts = EntryBytes::default();
-        let mut offset = first.start;
-        let mut reads = 0;
-        'read: while out.len() < wanted.len() {
-            reads += 1;
-            let bytes = self
-                .log
-                .read(offset, READ_CHUNK)
-                .map_err(|e| logs_error(ErrorVerb::Read, e))?;
-            if bytes.is_empty() {
-                break;
-            }
-            for item in BatchIter::new(&bytes) {
-                let (at, batch) =
-                    item.map_err(|e| logs_error(ErrorVerb::Read, format!("{e:?}")))?;
-                if batch.last_offset() < offset {
-                    continue;
-                }
-                let Some(w) = wanted.get(out.len()) else {
-                    break 'read;
+        for w in wanted {
+            let mut offset = w.start;
+            while offset < w.end {
+                let Some(batch) = batches
+                    .next(offset)
+                    .map_err(|e| logs_error(ErrorVerb::Read, e))?
+                else {
+                    return Ok(out);
                 };
-                let moved = batch.base_offset() != offset
-                    || (parts.is_empty() && offset != w.start)
-                    || batch.last_offset() >= w.end;
+                let moved = batch.base != offset
+                    || batch.last >= w.end
+                    || i64::from(batch.epoch) != w.term as i64;
                 if moved {
                     // The log moved under the read (a truncation): what was read stands.
-                    break 'read;
+                    return Ok(out);
                 }
-                parts.push(reads, &bytes, at, at + batch.size());
-                offset = batch.last_offset() + 1;
-                if offset == w.end {
-                    let e = entry::from_bytes(w.index, parts.take())
-                        .map_err(|e| logs_error(ErrorVerb::Read, e))?;
-                    out.push(e);
-                }
+                batches.consume(&batch);
+                parts.push(batch.read, &batches.chunk, batch.lo, batch.hi);
+                offset = batch.last + 1;
             }
+            let payload = match w.kind {
+                Kind::Blank => EntryPayload::Blank,
+                Kind::Membership(m) => EntryPayload::Membership(m),
+                Kind::Run => EntryPayload::Normal(Request::Stored(parts.take())),
+            };
+            out.push(Entry {
+                log_id: entry::log_id(w.term, w.index),
+                payload,
+            });
         }
         Ok(out)
     }
 
-    /// Writes entries at the log end (made durable by the caller); answers the leader's own
-    /// answers to its entries of client batches, by notice.
-    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<Vec<(u64, Vec<Answer>)>> {
+    /// Writes entries at the log end, and their records after the last in `raft-entries`
+    /// (made durable by the caller, [`Partition::persist`]); answers the leader's own answers
+    /// to its entries of client batches, by notice, and whether it wrote records.
+    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<(Vec<Told>, bool)> {
         let mut written = Vec::new();
         let mut inner = self.inner.lock();
         tracing::debug!(
@@ -599,6 +812,8 @@ impl Partition {
             end = inner.end,
             "append"
         );
+        let mut records = Vec::with_capacity(entries.len());
+        let wrote = !entries.is_empty();
         for e in entries {
             let index = e.log_id.index;
             let term = e.log_id.leader_id.term;
@@ -609,34 +824,20 @@ impl Partition {
                 continue;
             }
             if index < inner.next_index() {
-                // An entry written again replaces it and those after it.
+                // An entry written again replaces it and those after it (and the records not
+                // yet written of this call's earlier entries: none, openraft's entries of one
+                // call follow one another).
+                self.write_records(&mut inner, &mut records)?;
                 drop(inner);
                 self.truncate_from(e.log_id)?;
                 inner = self.inner.lock();
             }
-            if index > inner.next_index() {
-                // A hole: the anchor keeps this entry's index across a reopen.
-                let mut state = inner.state.clone();
-                state.anchors.push(Anchor {
-                    index,
-                    offset: self.log.log_end_offset(),
-                });
-                self.write_state(&state)?;
-                inner.state = state;
-            }
-            let offset = self.log.log_end_offset();
+            let start = self.log.log_end_offset();
             let epoch =
                 entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
-            match &e.payload {
+            let kind = match &e.payload {
                 EntryPayload::Normal(Request::Produce { batches, notice }) => {
-                    if self.log.replica().leader_epoch() < epoch {
-                        self.log
-                            .replica()
-                            .set_leader_epoch(epoch)
-                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    }
-                    // The head first: the client batches after it are the entry's.
-                    self.append_head(offset, term, &e.payload)
+                    self.lead_epoch(epoch)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     let mut answers = Vec::with_capacity(batches.len());
                     for batch in batches {
@@ -651,15 +852,10 @@ impl Partition {
                     }
                     written.push((*notice, answers.clone()));
                     inner.outcomes.insert(index, Response::Answers(answers));
+                    Kind::Run
                 }
                 EntryPayload::Normal(Request::Marker(marker)) => {
-                    if self.log.replica().leader_epoch() < epoch {
-                        self.log
-                            .replica()
-                            .set_leader_epoch(epoch)
-                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    }
-                    self.append_head(offset, term, &e.payload)
+                    self.lead_epoch(epoch)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     let answer = match self.log.append_marker(&oncelog::TxnMarker::from(*marker)) {
                         Ok(info) => Answer::Acked(Ack::Appended {
@@ -675,72 +871,116 @@ impl Partition {
                     inner
                         .outcomes
                         .insert(index, Response::Answers(vec![answer]));
+                    Kind::Run
                 }
                 EntryPayload::Normal(Request::Stored(bytes)) => {
-                    let head = oncelog::format::RecordBatch::parse(bytes)
-                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    if head.base_offset() != offset
-                        || entry::head_kind(&head) != Ok(Some(entry::RAFT_RUN))
-                    {
-                        return Err(io_error(
-                            subject(),
-                            ErrorVerb::Write,
-                            format!(
-                                "replicated entry starting with a batch at offset {} for an entry \
-                                 at offset {offset}, or not with the head of a run",
-                                head.base_offset()
-                            ),
-                        ));
-                    }
+                    let mut next = start;
                     for item in BatchIter::new(bytes) {
                         let (_, b) = item.map_err(|err| {
                             io_error(subject(), ErrorVerb::Write, format!("{err:?}"))
                         })?;
-                        if i64::from(b.partition_leader_epoch()) != i64::from(epoch) {
+                        if b.base_offset() != next || b.partition_leader_epoch() != epoch {
                             return Err(io_error(
                                 subject(),
                                 ErrorVerb::Write,
                                 format!(
-                                    "replicated batch at offset {} epoch {} for an entry of term \
-                                     {term}",
+                                    "replicated batch at offset {} of leader epoch {} where \
+                                     the entry of term {term} expects offset {next}",
                                     b.base_offset(),
                                     b.partition_leader_epoch()
                                 ),
                             ));
                         }
+                        next = b.last_offset() + 1;
                     }
-                    self.log
-                        .replica()
-                        .append(bytes)
-                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                }
-                payload => {
-                    self.append_head(offset, term, payload)
-                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    if let EntryPayload::Membership(m) = payload {
-                        inner.memberships.push((e.log_id, m.clone()));
+                    if !bytes.is_empty() {
+                        self.log
+                            .replica()
+                            .append(bytes)
+                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     }
+                    Kind::Run
                 }
-            }
-            inner.view.insert(index, (offset, term));
-            inner.end = self.log.log_end_offset();
+                EntryPayload::Blank => Kind::Blank,
+                EntryPayload::Membership(m) => {
+                    inner.memberships.push((e.log_id, m.clone()));
+                    Kind::Membership(m.clone())
+                }
+            };
+            let record = Record {
+                index,
+                term,
+                start,
+                end: self.log.log_end_offset(),
+                kind,
+            };
+            // Where its record goes is set when it is written, below.
+            inner.view.insert(index, Slot::of(&record, 0));
+            inner.end = record.end;
+            records.push(record);
         }
-        Ok(written)
+        self.write_records(&mut inner, &mut records)?;
+        Ok((written, wrote))
     }
 
-    /// Writes the head of an entry at `offset` (the whole entry, unless it is client batches).
-    fn append_head(
-        &self,
-        offset: i64,
-        term: u64,
-        payload: &EntryPayload<TypeConfig>,
-    ) -> Result<(), String> {
-        let bytes = entry::head_batch(offset, term, payload)?;
-        self.log
-            .replica()
-            .append(&bytes)
-            .map_err(|e| e.to_string())?;
+    /// Sets the leader epoch the leader's log stamps on client batches to `epoch`, if lower.
+    fn lead_epoch(&self, epoch: i32) -> Result<(), String> {
+        if self.log.replica().leader_epoch() < epoch {
+            self.log
+                .replica()
+                .set_leader_epoch(epoch)
+                .map_err(|e| e.to_string())?;
+        }
         Ok(())
+    }
+
+    /// Writes `records` (of live entries) after the last in `raft-entries`, not durably, and
+    /// notes where each is.
+    fn write_records(&self, inner: &mut Inner, records: &mut Vec<Record>) -> StoreResult<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let at = inner
+            .file()?
+            .append(records)
+            .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        for (r, pos) in records.drain(..).zip(at) {
+            if let Some(slot) = inner.view.get_mut(&r.index) {
+                slot.pos = pos;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes what [`Partition::append_entries`] wrote durable: the log's batches and, if it
+    /// wrote any (`records`), the records, synced side by side (recovery drops a record whose
+    /// batches did not make it, and cuts batches whose record did not).
+    fn persist(&self, records: bool) -> StoreResult<()> {
+        let file = if records {
+            let file = self.inner.lock().file.as_ref().map(EntriesFile::handle);
+            Some(file.ok_or_else(|| {
+                logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE} is not open"))
+            })?)
+        } else {
+            None
+        };
+        let (flushed, synced) = std::thread::scope(|s| {
+            let synced = file.map(|f| s.spawn(move || f.sync_data()));
+            let flushed = self.log.flush();
+            (flushed, synced.map(|h| h.join()))
+        });
+        flushed.map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        match synced {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(logs_error(
+                ErrorVerb::Write,
+                format!("{ENTRIES_FILE}: fsync: {e}"),
+            )),
+            Some(Err(_)) => Err(logs_error(
+                ErrorVerb::Write,
+                format!("{ENTRIES_FILE}: the fsync's thread panicked"),
+            )),
+        }
     }
 
     fn truncate_from(&self, log_id: LogId<NodeId>) -> StoreResult<()> {
@@ -759,20 +999,19 @@ impl Partition {
                 ),
             ));
         }
-        let Some((_, &(offset, _))) = inner.view.range(index..).next() else {
+        let Some((_, &slot)) = inner.view.range(index..).next() else {
             return Ok(());
         };
-        if inner.state.anchors.iter().any(|a| a.offset >= offset) {
-            let mut state = inner.state.clone();
-            state.anchors.retain(|a| a.offset < offset);
-            self.write_state(&state)?;
-            inner.state = state;
-        }
-        tracing::debug!(dir = %self.dir.display(), index, offset, "truncate");
+        tracing::debug!(dir = %self.dir.display(), index, offset = slot.start, "truncate");
         inner.rewrites += 1;
+        // The records first, durably: a record never outlives its batches' truncation.
+        inner
+            .file()?
+            .cut(slot.pos)
+            .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
         self.log
             .replica()
-            .truncate_to(offset)
+            .truncate_to(slot.start)
             .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
         inner.view.split_off(&index);
         inner.memberships.retain(|(id, _)| id.index < index);
@@ -821,16 +1060,43 @@ impl Partition {
             membership: inner.membership_at(log_id.index),
         };
         let mut state = inner.state.clone();
-        state
-            .anchors
-            .retain(|a| a.offset >= purged.end_offset && a.index > log_id.index);
         state.purged = Some(purged);
         self.write_state(&state)?;
         inner.state = state;
         inner.view = inner.view.split_off(&(log_id.index + 1));
         inner.first = log_id.index + 1;
         inner.memberships.retain(|(id, _)| id.index > log_id.index);
+        self.drop_forgotten_records(&mut inner)?;
         Ok(Purge::Done)
+    }
+
+    /// Rewrites `raft-entries` without the records of forgotten entries once they outweigh
+    /// the live ones (a crash leaves the old file, whose forgotten records are skipped).
+    fn drop_forgotten_records(&self, inner: &mut Inner) -> StoreResult<()> {
+        let len = inner.file()?.len();
+        let live = inner.view.first_key_value().map_or(len, |(_, s)| s.pos);
+        if live < REWRITE_AFTER || live < len - live {
+            return Ok(());
+        }
+        let records: Vec<Record> = inner
+            .view
+            .iter()
+            .map(|(&index, slot)| Record {
+                index,
+                term: slot.term,
+                start: slot.start,
+                end: slot.end,
+                kind: inner.kind_of(index, slot),
+            })
+            .collect();
+        let at = inner
+            .file()?
+            .rewrite(&records)
+            .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        for (slot, pos) in inner.view.values_mut().zip(at) {
+            slot.pos = pos;
+        }
+        Ok(())
     }
 
     /// [`Partition::purge_upto`], waiting for the install that covers a purge point past the
@@ -962,7 +1228,7 @@ impl Partition {
             .ok_or_else(|| io_error(sm(), ErrorVerb::Write, "a snapshot without a last log id"))?;
         let holds_last = {
             let inner = self.inner.lock();
-            let live = inner.view.get(&last.index).map(|&(_, term)| term);
+            let live = inner.view.get(&last.index).map(|slot| slot.term);
             // Purged up to exactly it: openraft ran the purge of this install first.
             let purged = inner.state.purged.as_ref().map(|p| p.log_id);
             inner.state.installing.is_none()
@@ -1021,9 +1287,16 @@ impl Partition {
         self.log
             .flush()
             .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        // No entry is live after an install: its records go before the install is recorded
+        // done (a crash in between completes the install again on open).
+        let file = match inner.file.take() {
+            Some(mut file) => file.rewrite(&[]).map(|_| file),
+            None => EntriesFile::create(Arc::clone(&self.fs), &self.dir),
+        }
+        .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+        inner.file = Some(file);
         let mut state = inner.state.clone();
         state.installing = None;
-        state.anchors.clear();
         state.purged = Some(Purged {
             log_id: last,
             end_offset: end,
@@ -1232,13 +1505,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let result = self
             .0
             .append_entries(entries.into_iter().collect())
-            .and_then(|written| {
-                self.0
-                    .log
-                    .flush()
-                    .map(|()| written)
-                    .map_err(|e| logs_error(ErrorVerb::Write, e))
-            });
+            .and_then(|(written, records)| self.0.persist(records).map(|()| written));
         match result {
             Ok(written) => {
                 callback.log_io_completed(Ok(()));

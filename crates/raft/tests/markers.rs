@@ -105,9 +105,9 @@ async fn a_marker_through_the_leader_completes_the_transaction_on_every_replica(
             .await,
         Err(ReplicaError::Refused { .. })
     ));
-    // Only the entry's head was written (as for a refused client batch): the transaction is
-    // still open.
-    assert_eq!(on_leader.log().log_end_offset(), end_before + 1);
+    // Nothing was written (as for a refused client batch: the entry takes no offset): the
+    // transaction is still open.
+    assert_eq!(on_leader.log().log_end_offset(), end_before);
     assert!(on_leader.log().last_stable_offset() <= data_at);
 
     let at = on_leader.append_marker(&commit).await.unwrap().offsets().0;

@@ -534,8 +534,16 @@ pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Pr
     for p in 0..PARTITIONS {
         let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
         let found = batches(&bytes);
-        // Dense: each batch starts where the one before it ended (the raft heads are control
-        // batches among the data).
+        // A Kafka partition's offsets: from 0, dense, each batch starting where the one before
+        // it ended, and nothing but the producer's batches (raft's entries take no offset).
+        assert!(
+            found.first().is_none_or(|b| b.0 == 0),
+            "partition {p}: {found:?}"
+        );
+        assert!(
+            found.iter().all(|b| !b.2),
+            "partition {p}: a control batch among an idempotent producer's"
+        );
         for w in found.windows(2) {
             assert_eq!(
                 w[1].0,
