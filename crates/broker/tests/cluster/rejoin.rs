@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -74,57 +74,9 @@ fn new_producer_id(c: &Cluster, id: i32) -> i64 {
     }
 }
 
-/// Every acknowledged batch once at its acknowledged offset, dense offsets, nothing that was
-/// not acknowledged; per partition, the high watermark and the leader's bytes.
-fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, Vec<u8>)> {
-    let leaders = preferred_leaders(c);
-    let mut ends = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
-        let found = batches(&bytes);
-        for w in found.windows(2) {
-            assert_eq!(
-                w[1].0,
-                w[0].1 + 1,
-                "partition {p}: a gap or overlap at {:?}",
-                w[1]
-            );
-        }
-        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
-        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
-        assert_eq!(
-            sequences.len(),
-            data.len(),
-            "partition {p}: a batch stored twice"
-        );
-        let acked = &producer.acked[&p];
-        for (sequence, base) in acked {
-            assert!(
-                data.iter()
-                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
-                "partition {p}: acknowledged seq {sequence} at {base} not found"
-            );
-        }
-        assert_eq!(
-            data.len(),
-            acked.len(),
-            "partition {p}: unacknowledged batches stored"
-        );
-        ends.insert(p, (high_watermark, bytes));
-    }
-    ends
-}
-
 #[test]
 fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(
-        created.topics[0].error_code, 0,
-        "{:?}",
-        created.topics[0].error_message
-    );
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -183,34 +135,16 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
         producer.acked.values().map(Vec::len).sum::<usize>(),
         producer.retries
     );
-    let ends = check_acknowledged(&c, &producer);
+    let ends = check_acknowledged_once(&c, &preferred_leaders(&c), &producer);
     assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
 
     // The rejoined node's logs are the others', byte for byte.
-    std::thread::sleep(Duration::from_secs(1));
-    for node in c.nodes.values_mut() {
-        assert!(node.terminate().success());
-    }
-    for (p, (end, leader_bytes)) in &ends {
-        for (id, dir) in &c.dirs {
-            assert!(
-                replica_bytes(dir, *p, *end) == *leader_bytes,
-                "node {id} partition {p}: another log than the leader's"
-            );
-        }
-    }
+    check_replicas_agree(&mut c, &ends);
 }
 
 #[test]
 fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(
-        created.topics[0].error_code, 0,
-        "{:?}",
-        created.topics[0].error_message
-    );
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -278,5 +212,5 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
         .exists());
     c.launch(REJOINED);
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(400));
-    check_acknowledged(&c, &producer);
+    check_acknowledged_once(&c, &preferred_leaders(&c), &producer);
 }

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
+use crate::common::cluster_clients::check_delivered_stored_once;
 use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -215,28 +216,7 @@ fn the_java_producer_keeps_every_message_through_a_kill_with_two_replicas() {
     );
 
     let delivered = run.delivered(Duration::from_secs(180));
-    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
-    assert_eq!(delivered.offsets.len(), count);
-    let mut stored: BTreeMap<String, (i32, i64)> = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, _) = fetch_all(&c, after[&p], p);
-        for r in oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0) {
-            let r = r.unwrap();
-            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-            let at = (p, r.offset);
-            if let Some(first) = stored.insert(value.clone(), at) {
-                panic!("{value} stored twice: at {first:?} and {at:?}");
-            }
-        }
-    }
-    for (i, at) in &delivered.offsets {
-        assert_eq!(stored.get(&format!("m-{i}")), Some(at), "message {i}");
-    }
-    assert_eq!(
-        stored.len(),
-        count,
-        "messages stored never reported delivered"
-    );
+    check_delivered_stored_once(&c, &after, &delivered, count);
     // The outsider of partition 0 held none of its records.
     assert!(
         !c.dirs[&outsider].join(format!("{TOPIC}-0")).exists(),
