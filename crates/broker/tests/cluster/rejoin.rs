@@ -32,25 +32,13 @@ fn produce_for(c: &Cluster, producer: &mut Producer, next: &mut i32, time: Durat
 /// `p + 1`), where the balancer settles: a read from a leader then stays on it.
 fn preferred_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
     let preferred: BTreeMap<i32, i32> = (0..PARTITIONS).map(|p| (p, p + 1)).collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let leaders = c.leaders(TOPIC, PARTITIONS);
-        if leaders == preferred {
-            return leaders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "leaders never settled: {leaders:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_for_leaders(&preferred, Duration::from_secs(30))
 }
 
 /// A new producer id from node `id`, retried while it answers COORDINATOR_LOAD_IN_PROGRESS (a
 /// rejoined node that does not know its producer-id incarnation yet).
 fn new_producer_id(c: &Cluster, id: i32) -> i64 {
-    use kafka_protocol::messages::ProducerId;
-    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut s = connect(c.kafka[&id]).unwrap();
@@ -58,10 +46,7 @@ fn new_producer_id(c: &Cluster, id: i32) -> i64 {
             &mut s,
             ApiKey::InitProducerId,
             4,
-            &InitProducerIdRequest::default()
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
+            &init_producer_id_request(),
         )
         .unwrap();
         match granted.error_code {

@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
 use crate::common::cluster_clients::check_delivered_stored_once;
-use crate::common::wire::{str_bytes, topic_name};
+use crate::common::wire::{fetch_request, str_bytes, topic_name};
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
 
@@ -45,18 +44,7 @@ fn start_with_rf2() -> Cluster {
 
 fn wait_preferred(c: &Cluster) -> BTreeMap<i32, i32> {
     let preferred: BTreeMap<i32, i32> = (0..PARTITIONS).map(|p| (p, replicas_of(p)[0])).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaders = c.leaders(TOPIC, PARTITIONS);
-        if leaders == preferred {
-            return leaders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not led by the preferred replicas: {leaders:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_for_leaders(&preferred, Duration::from_secs(60))
 }
 
 /// Each partition as node `id` describes it: (leader, epoch, replicas, error).
@@ -136,15 +124,7 @@ fn a_node_without_a_replica_names_the_partitions_leader() {
     assert_eq!(r.node_endpoints.len(), 1);
     assert_eq!(r.node_endpoints[0].node_id.0, leader);
     assert_eq!(r.node_endpoints[0].port, i32::from(c.kafka[&leader].port()));
-    let fetch = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch_request(TOPIC, 0, 0)).unwrap();
     let part = &r.responses[0].partitions[0];
     assert_eq!(part.error_code, NOT_LEADER_OR_FOLLOWER);
     assert_eq!(
@@ -459,16 +439,7 @@ fn signal(pid: u32, signal: &str) {
 /// Partition 0's high watermark, as its leader `leader` answers a Fetch.
 fn high_watermark(c: &Cluster, leader: i32) -> i64 {
     let mut s = connect(c.kafka[&leader]).unwrap();
-    let fetch = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch_request(TOPIC, 0, 0)).unwrap();
     let p = &r.responses[0].partitions[0];
     assert_eq!(p.error_code, 0, "{p:?}");
     p.high_watermark

@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kafka_protocol::ResponseError;
 use oncelog::format::{BatchBuilder, BatchIter};
 
-use super::wire::{str_bytes, topic_name};
+use super::wire::{fetch_request, str_bytes, topic_name};
 use super::BrokerProcess;
 pub const TOPIC: &str = "events";
 pub const PARTITIONS: i32 = 3;
@@ -350,6 +349,28 @@ impl Cluster {
         }
     }
 
+    /// The leaders of [`TOPIC`]'s partitions once every running node names `wanted` (each
+    /// partition led by its preferred replica, where the balancer settles: a read from a
+    /// leader then stays on it); `timeout` at most.
+    pub fn wait_for_leaders(
+        &self,
+        wanted: &BTreeMap<i32, i32>,
+        timeout: Duration,
+    ) -> BTreeMap<i32, i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let leaders = self.leaders(TOPIC, PARTITIONS);
+            if leaders == *wanted {
+                return leaders;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not led by the preferred replicas: {leaders:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn leaders(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i32> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -399,6 +420,14 @@ pub fn produce_request(version_partition: i32, records: Bytes) -> ProduceRequest
                 .with_records(Some(records))])])
 }
 
+/// InitProducerId of an idempotent (not transactional) producer: a new producer id.
+pub fn init_producer_id_request() -> InitProducerIdRequest {
+    InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
 /// An idempotent producer over the raw protocol: one batch in flight, sent to the leader it
 /// last learned, re-sent with the same sequence after NOT_LEADER_OR_FOLLOWER, a timeout or a
 /// lost connection.
@@ -427,10 +456,7 @@ impl Producer {
             &mut s,
             ApiKey::InitProducerId,
             4,
-            &InitProducerIdRequest::default()
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
+            &init_producer_id_request(),
         )
         .unwrap();
         assert_eq!(granted.error_code, 0);
@@ -674,16 +700,7 @@ pub fn fetch_from(c: &Cluster, leader: i32, partition: i32, from: i64) -> (Vec<u
             &mut s,
             ApiKey::Fetch,
             12,
-            &FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_max_bytes(1 << 20)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(topic_name(TOPIC))
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20)])]),
+            &fetch_request(TOPIC, partition, offset),
         )
         .unwrap();
         let p = &r.responses[0].partitions[0];

@@ -5,12 +5,11 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
 
-use super::wire::{str_bytes as s, topic_name as name, Wire};
+use super::wire::{fetch_request, str_bytes as s, topic_name as name, Wire};
 
 /// Record timestamps of the batches these tests write.
 pub const TS: i64 = 1_700_000_000_000;
@@ -124,20 +123,8 @@ pub fn fetch_committed(wire: &mut Wire, topic: &str, partition: i32) -> Partitio
     p
 }
 
-/// A consumer's read_committed Fetch (v11 and later: no session) of `topic`-`partition` from
-/// `offset`, answered at once, up to 1 MiB.
+/// A consumer's read_committed Fetch of `topic`-`partition` from `offset`, answered at once,
+/// up to 1 MiB.
 pub fn read_committed_request(topic: &str, partition: i32, offset: i64) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])])
+    fetch_request(topic, partition, offset).with_isolation_level(1)
 }
