@@ -98,15 +98,7 @@ impl OffsetsLog {
         let path = data_dir.join(DIR_NAME);
         let mut offsets = BTreeMap::new();
         let log = open_replayed(&path, |r| {
-            match decode(r.key.as_ref(), r.value.as_ref())? {
-                OffsetRecord::Offset(key, Some(c)) => {
-                    offsets.insert(key, c);
-                }
-                OffsetRecord::Offset(key, None) => {
-                    offsets.remove(&key);
-                }
-                OffsetRecord::GroupMetadata(_) | OffsetRecord::ConsumerGroup(_) => {}
-            }
+            replay(&mut offsets, decode(r.key.as_ref(), r.value.as_ref())?);
             Ok(())
         })?;
         Ok((
@@ -152,15 +144,7 @@ impl OffsetsLog {
         self.scan(|_, key, value| {
             let key = Bytes::copy_from_slice(key);
             let value = value.map(Bytes::copy_from_slice);
-            match decode(Some(&key), value.as_ref())? {
-                OffsetRecord::Offset(key, Some(c)) => {
-                    offsets.insert(key, c);
-                }
-                OffsetRecord::Offset(key, None) => {
-                    offsets.remove(&key);
-                }
-                OffsetRecord::GroupMetadata(_) | OffsetRecord::ConsumerGroup(_) => {}
-            }
+            replay(&mut offsets, decode(Some(&key), value.as_ref())?);
             Ok(())
         })?;
         Ok(offsets)
@@ -447,6 +431,22 @@ impl Reader<'_> {
             self.take(size, what)?;
         }
         Ok(())
+    }
+}
+
+/// The replay rule of committed offsets, the same for the single broker's log at start and a
+/// cluster coordinator's load of its replica: a commit sets its key's offset (the later one
+/// wins), a tombstone deletes it, and the groups' own records leave the offsets as they are
+/// (their replays are [`OffsetsLog::stored_groups`] and [`OffsetsLog::stored_consumer_groups`]).
+fn replay(offsets: &mut BTreeMap<OffsetKey, Committed>, record: OffsetRecord) {
+    match record {
+        OffsetRecord::Offset(key, Some(c)) => {
+            offsets.insert(key, c);
+        }
+        OffsetRecord::Offset(key, None) => {
+            offsets.remove(&key);
+        }
+        OffsetRecord::GroupMetadata(_) | OffsetRecord::ConsumerGroup(_) => {}
     }
 }
 

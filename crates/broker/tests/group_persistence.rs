@@ -647,16 +647,7 @@ fn a_librdkafka_member_carries_on_through_a_broker_crash_without_a_rebalance() {
         1,
         "one assignment, no rebalance: {assigned:?}"
     );
-    let read: std::collections::BTreeSet<(i64, i64)> = events
-        .iter()
-        .filter(|e| e["event"] == "consumed")
-        .map(|e| {
-            (
-                e["partition"].as_i64().unwrap(),
-                e["offset"].as_i64().unwrap(),
-            )
-        })
-        .collect();
+    let read = common::clients::consumed_positions(&events);
     assert_eq!(read.len(), 300, "every record read");
     broker.wait_for_log("group loaded", Duration::from_secs(5));
 }

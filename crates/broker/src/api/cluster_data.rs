@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::FetchTopic;
-use kafka_protocol::messages::fetch_response::{
-    self, AbortedTransaction, FetchableTopicResponse, PartitionData,
-};
+use kafka_protocol::messages::fetch_response::{self, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -25,7 +23,7 @@ use oncelog::format::BatchIter;
 use oncelog::{IsolationLevel, ReadError};
 use oncelog_raft::{Ack, Replica, ReplicaError, Submitted};
 
-use super::{respond, HandleError, Reply};
+use super::{fetch, log_admin, respond, HandleError, Reply};
 use crate::cluster::{Cluster, PartitionView, Route};
 use crate::codec::{self, Request};
 use crate::errors;
@@ -289,10 +287,8 @@ pub fn fetch(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply, HandleE
     let request = request.clone();
     let cluster = Arc::clone(cluster);
     Ok(Reply::Later(tokio::spawn(async move {
-        if body.session_id != 0 && body.session_epoch > 0 {
-            let response = FetchResponse::default()
-                .with_error_code(ResponseError::FetchSessionIdNotFound.code());
-            return codec::encode(request.correlation_id, request.version, &response, &[]);
+        if let Some(refused) = fetch::refused_session(&request, &body) {
+            return refused;
         }
         let deadline = Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
         let isolation = if body.isolation_level == READ_COMMITTED {
@@ -423,73 +419,48 @@ fn answer_fetch(
     read: Vec<Vec<Option<Piece>>>,
 ) -> Result<codec::ResponseFrame, codec::EncodeError> {
     let version = request.version;
-    let mut pass_through = Vec::new();
     let mut leaders = Leaders::default();
-    let responses = body
-        .topics
-        .iter()
-        .zip(wanted)
-        .zip(read)
-        .map(|((topic, wanted), pieces)| {
-            let partitions = wanted
-                .iter()
-                .zip(pieces)
-                .map(|(w, piece)| {
-                    let data = PartitionData::default()
-                        .with_partition_index(w.index)
-                        .with_high_watermark(-1)
-                        .with_last_stable_offset(-1)
-                        .with_log_start_offset(-1)
-                        .with_records(Some(Bytes::new()));
-                    let data = match (&w.route, piece) {
-                        (Err((error, view)), _) => {
-                            let mut data = data.with_error_code(error.code());
-                            if let (Some(view), true) = (view, version >= 12) {
-                                leaders.note(view);
-                                data = data.with_current_leader(
-                                    fetch_response::LeaderIdAndEpoch::default()
-                                        .with_leader_id(BrokerId(view.leader.unwrap_or(-1)))
-                                        .with_leader_epoch(view.epoch),
-                                );
-                            }
-                            data
-                        }
-                        (Ok(replica), None) => {
-                            let log = replica.log();
-                            data.with_high_watermark(log.high_watermark())
-                                .with_last_stable_offset(
-                                    log.last_stable_offset().min(log.high_watermark()),
-                                )
-                                .with_log_start_offset(log.log_start_offset())
-                        }
-                        (Ok(_), Some(Err(error))) => data.with_error_code(error.code()),
-                        (Ok(_), Some(Ok(r))) => {
-                            pass_through.push(r.bytes.clone());
-                            let aborted = r.aborted_transactions.map(|a| {
-                                a.into_iter()
-                                    .map(|t| {
-                                        AbortedTransaction::default()
-                                            .with_producer_id(ProducerId(t.producer_id))
-                                            .with_first_offset(t.first_offset)
-                                    })
-                                    .collect()
-                            });
-                            data.with_high_watermark(r.high_watermark)
-                                .with_last_stable_offset(r.last_stable_offset)
-                                .with_log_start_offset(r.log_start_offset)
-                                .with_aborted_transactions(aborted)
-                                .with_records(Some(r.bytes))
-                        }
-                    };
-                    data
-                })
-                .collect();
-            FetchableTopicResponse::default()
-                .with_topic(topic.topic.clone())
-                .with_topic_id(topic.topic_id)
-                .with_partitions(partitions)
-        })
-        .collect();
+    let (responses, pass_through) = fetch::answer_topics(&body.topics, wanted, read, |w, piece| {
+        let data = PartitionData::default()
+            .with_partition_index(w.index)
+            .with_high_watermark(-1)
+            .with_last_stable_offset(-1)
+            .with_log_start_offset(-1)
+            .with_records(Some(Bytes::new()));
+        match (&w.route, piece) {
+            (Err((error, view)), _) => {
+                let mut data = data.with_error_code(error.code());
+                if let (Some(view), true) = (view, version >= 12) {
+                    leaders.note(view);
+                    data = data.with_current_leader(
+                        fetch_response::LeaderIdAndEpoch::default()
+                            .with_leader_id(BrokerId(view.leader.unwrap_or(-1)))
+                            .with_leader_epoch(view.epoch),
+                    );
+                }
+                data
+            }
+            (Ok(replica), None) => {
+                let log = replica.log();
+                data.with_high_watermark(log.high_watermark())
+                    .with_last_stable_offset(log.last_stable_offset().min(log.high_watermark()))
+                    .with_log_start_offset(log.log_start_offset())
+            }
+            (Ok(_), Some(Err(error))) => data.with_error_code(error.code()),
+            (Ok(_), Some(Ok(r))) => {
+                let aborted = r.aborted_transactions.map(|a| {
+                    fetch::aborted_transactions(
+                        a.into_iter().map(|t| (t.producer_id, t.first_offset)),
+                    )
+                });
+                data.with_high_watermark(r.high_watermark)
+                    .with_last_stable_offset(r.last_stable_offset)
+                    .with_log_start_offset(r.log_start_offset)
+                    .with_aborted_transactions(aborted)
+                    .with_records(Some(r.bytes))
+            }
+        }
+    });
     let mut response = FetchResponse::default().with_responses(responses);
     if version >= 16 {
         response = response.with_node_endpoints(
@@ -578,47 +549,14 @@ pub fn offset_for_leader_epoch(
     cluster: &Arc<Cluster>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
-    use kafka_protocol::messages::offset_for_leader_epoch_response::{
-        EpochEndOffset, OffsetForLeaderTopicResult,
-    };
-    let body: OffsetForLeaderEpochRequest = request.body()?;
-    let topics = body
-        .topics
-        .into_iter()
-        .map(|t| {
-            let partitions = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    let answer = EpochEndOffset::default()
-                        .with_partition(p.partition)
-                        .with_leader_epoch(-1)
-                        .with_end_offset(-1);
-                    let replica = match cluster.route(&t.topic, p.partition) {
-                        Route::Leader(replica) => replica,
-                        Route::Elsewhere(_) => {
-                            return answer
-                                .with_error_code(ResponseError::NotLeaderOrFollower.code())
-                        }
-                        Route::Unknown => {
-                            return answer
-                                .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                        }
-                    };
-                    if let Err(e) = check_epoch(&replica, p.current_leader_epoch) {
-                        return answer.with_error_code(e.code());
-                    }
-                    let e = replica.log().replica().end_offset_for_epoch(p.leader_epoch);
-                    answer
-                        .with_leader_epoch(e.leader_epoch)
-                        .with_end_offset(e.end_offset)
-                })
-                .collect();
-            OffsetForLeaderTopicResult::default()
-                .with_topic(t.topic)
-                .with_partitions(partitions)
-        })
-        .collect();
-    let response = OffsetForLeaderEpochResponse::default().with_topics(topics);
-    Ok(Reply::Now(respond(request, &response)?))
+    log_admin::leader_epoch_answer(request, |topic, p| {
+        let replica = match cluster.route(topic, p.partition) {
+            Route::Leader(replica) => replica,
+            Route::Elsewhere(_) => return Err(ResponseError::NotLeaderOrFollower),
+            Route::Unknown => return Err(ResponseError::UnknownTopicOrPartition),
+        };
+        check_epoch(&replica, p.current_leader_epoch)?;
+        let e = replica.log().replica().end_offset_for_epoch(p.leader_epoch);
+        Ok((e.leader_epoch, e.end_offset))
+    })
 }

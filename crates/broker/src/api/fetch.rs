@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
 use super::{HandleError, Reply};
@@ -104,11 +106,8 @@ async fn fetch(
     wanted: Vec<Vec<Wanted>>,
 ) -> Result<ResponseFrame, EncodeError> {
     let wanted = Arc::new(wanted);
-    // An incremental request names a session this broker never created.
-    if body.session_id != 0 && body.session_epoch > 0 {
-        let response =
-            FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
-        return codec::encode(request.correlation_id, request.version, &response, &[]);
+    if let Some(refused) = refused_session(&request, &body) {
+        return refused;
     }
     let deadline = Instant::now() + Duration::from_millis(body.max_wait_ms.max(0) as u64);
     let min_bytes = body.min_bytes.max(0) as usize;
@@ -222,24 +221,58 @@ fn read_all(wanted: &[Vec<Wanted>], max_bytes: usize, read_committed: bool) -> R
     }
 }
 
+/// The answer to a fetch that names an incremental session (KIP-227): none is kept, so every
+/// such session is one this broker never created, FETCH_SESSION_ID_NOT_FOUND, and the client
+/// falls back to full fetches. `None` for a full fetch.
+pub fn refused_session(
+    request: &Request,
+    body: &FetchRequest,
+) -> Option<Result<ResponseFrame, EncodeError>> {
+    (body.session_id != 0 && body.session_epoch > 0).then(|| {
+        let response =
+            FetchResponse::default().with_error_code(ResponseError::FetchSessionIdNotFound.code());
+        codec::encode(request.correlation_id, request.version, &response, &[])
+    })
+}
+
 fn answer(
     request: &Request,
     body: &FetchRequest,
     wanted: &[Vec<Wanted>],
     read: Read,
 ) -> Result<ResponseFrame, EncodeError> {
+    let (responses, pass_through) =
+        answer_topics(&body.topics, wanted, read.results, partition_data);
+    let response = FetchResponse::default().with_responses(responses);
+    codec::encode(
+        request.correlation_id,
+        request.version,
+        &response,
+        &pass_through,
+    )
+}
+
+/// Fetch's answer to every topic asked for, in the request's order, and the records it hands
+/// out (passed through without a copy): `partition` answers one partition from its line of
+/// `wanted` and what was read of it. The single broker's and a cluster node's Fetch share it;
+/// they differ only in where a partition is read.
+pub fn answer_topics<W, R>(
+    topics: &[FetchTopic],
+    wanted: &[Vec<W>],
+    read: Vec<Vec<R>>,
+    mut partition: impl FnMut(&W, R) -> PartitionData,
+) -> (Vec<FetchableTopicResponse>, Vec<Bytes>) {
     let mut pass_through = Vec::new();
-    let responses = body
-        .topics
+    let responses = topics
         .iter()
         .zip(wanted)
-        .zip(read.results)
+        .zip(read)
         .map(|((topic, wanted), results)| {
             let partitions = wanted
                 .iter()
                 .zip(results)
                 .map(|(w, result)| {
-                    let data = partition_data(w, result);
+                    let data = partition(w, result);
                     if let Some(records) = &data.records {
                         pass_through.push(records.clone());
                     }
@@ -252,18 +285,24 @@ fn answer(
                 .with_partitions(partitions)
         })
         .collect();
-    let response = FetchResponse::default().with_responses(responses);
-    codec::encode(
-        request.correlation_id,
-        request.version,
-        &response,
-        &pass_through,
-    )
+    (responses, pass_through)
+}
+
+/// A read_committed answer's aborted transactions, from (producer id, first offset) pairs.
+pub fn aborted_transactions(
+    aborted: impl IntoIterator<Item = (i64, i64)>,
+) -> Vec<AbortedTransaction> {
+    aborted
+        .into_iter()
+        .map(|(producer_id, first_offset)| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_first_offset(first_offset)
+        })
+        .collect()
 }
 
 fn partition_data(wanted: &Wanted, result: Result<Piece, ReadRefused>) -> PartitionData {
-    use kafka_protocol::messages::fetch_response::AbortedTransaction;
-    use kafka_protocol::messages::ProducerId;
     let data = PartitionData::default().with_partition_index(wanted.index);
     let partition = match &wanted.partition {
         Ok(partition) => partition,
@@ -287,16 +326,7 @@ fn partition_data(wanted: &Wanted, result: Result<Piece, ReadRefused>) -> Partit
             committed: Some((lso, aborted)),
         }) => data
             .with_last_stable_offset(lso)
-            .with_aborted_transactions(Some(
-                aborted
-                    .into_iter()
-                    .map(|(producer_id, first_offset)| {
-                        AbortedTransaction::default()
-                            .with_producer_id(ProducerId(producer_id))
-                            .with_first_offset(first_offset)
-                    })
-                    .collect(),
-            ))
+            .with_aborted_transactions(Some(aborted_transactions(aborted)))
             .with_records(Some(records)),
         Ok(Piece {
             records,

@@ -12,6 +12,7 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
+use kafka_protocol::messages::offset_for_leader_epoch_request::OffsetForLeaderPartition;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
@@ -114,6 +115,32 @@ pub fn offset_for_leader_epoch(
     broker: &Arc<Broker>,
     request: &Request,
 ) -> Result<Reply, HandleError> {
+    leader_epoch_answer(request, |topic, p| {
+        let partition = broker
+            .store
+            .partition(topic, p.partition)
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        if partition.offline().is_some() {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        match p.current_leader_epoch {
+            NO_EPOCH => {}
+            e if e < LEADER_EPOCH => return Err(ResponseError::FencedLeaderEpoch),
+            e if e > LEADER_EPOCH => return Err(ResponseError::UnknownLeaderEpoch),
+            _ => {}
+        }
+        Ok(partition.end_offset_for_epoch(p.leader_epoch))
+    })
+}
+
+/// OffsetForLeaderEpoch's answer, partition by partition in the request's order: `end_of`
+/// answers the (leader epoch, end offset) of one partition asked about (its topic and the
+/// request's line), or the error it is answered with (and -1, -1). The single broker's and a
+/// cluster node's answer: they differ only in where a partition's leader-epoch cache is.
+pub fn leader_epoch_answer(
+    request: &Request,
+    mut end_of: impl FnMut(&str, &OffsetForLeaderPartition) -> Result<(i32, i64), ResponseError>,
+) -> Result<Reply, HandleError> {
     let body: OffsetForLeaderEpochRequest = request.body()?;
     let topics = body
         .topics
@@ -124,30 +151,9 @@ pub fn offset_for_leader_epoch(
                 .iter()
                 .map(|p| {
                     let answer = EpochEndOffset::default().with_partition(p.partition);
-                    let error = match broker.store.partition(&t.topic, p.partition) {
-                        None => Err(ResponseError::UnknownTopicOrPartition),
-                        Some(partition) if partition.offline().is_some() => {
-                            Err(ResponseError::KafkaStorageError)
-                        }
-                        Some(_) if p.current_leader_epoch == NO_EPOCH => Ok(()),
-                        Some(_) if p.current_leader_epoch < LEADER_EPOCH => {
-                            Err(ResponseError::FencedLeaderEpoch)
-                        }
-                        Some(_) if p.current_leader_epoch > LEADER_EPOCH => {
-                            Err(ResponseError::UnknownLeaderEpoch)
-                        }
-                        Some(_) => Ok(()),
-                    };
-                    match error {
+                    match end_of(&t.topic, p) {
+                        Ok((epoch, end)) => answer.with_leader_epoch(epoch).with_end_offset(end),
                         Err(e) => answer.with_error_code(e.code()),
-                        Ok(()) => {
-                            let partition = broker
-                                .store
-                                .partition(&t.topic, p.partition)
-                                .expect("checked above");
-                            let (epoch, end) = partition.end_offset_for_epoch(p.leader_epoch);
-                            answer.with_leader_epoch(epoch).with_end_offset(end)
-                        }
                     }
                 })
                 .collect();

@@ -16,6 +16,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
+use crate::common::cluster_clients::{
+    check_delivered_stored_once, consumer_group_through_coordinator_kills, GroupProtocol,
+};
 use crate::common::wire::{str_bytes, topic_name};
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -25,14 +28,7 @@ use oncelog::format::BatchBuilder;
 #[test]
 fn acknowledged_records_survive_leader_kills_once_each_and_replicas_agree() {
     let rounds = rounds(3);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(
-        created.topics[0].error_code, 0,
-        "{:?}",
-        created.topics[0].error_message
-    );
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut next_partition = 0;
     let mut produce_for = |c: &Cluster, producer: &mut Producer, time: Duration| {
@@ -396,11 +392,7 @@ fn the_java_producer_keeps_every_message_through_leader_kills() {
 fn real_producer_through_leader_kills(client: common::clients::Client) {
     use crate::common::clients::{Client, Produce};
     let rounds = rounds(3);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
-    c.leaders(TOPIC, PARTITIONS);
+    let mut c = Cluster::start_with_topic();
     let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
     let count = 1500 * rounds.max(1);
     let mut run = client.produce(
@@ -427,30 +419,8 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
         c.leaders(TOPIC, PARTITIONS);
     }
     let delivered = run.delivered(Duration::from_secs(180));
-    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
-    assert_eq!(delivered.offsets.len(), count);
-
     let leaders = c.leaders(TOPIC, PARTITIONS);
-    let mut stored: BTreeMap<String, (i32, i64)> = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, _) = fetch_all(&c, leaders[&p], p);
-        for r in oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0) {
-            let r = r.unwrap();
-            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-            let at = (p, r.offset);
-            if let Some(first) = stored.insert(value.clone(), at) {
-                panic!("{value} stored twice: at {first:?} and {at:?}");
-            }
-        }
-    }
-    for (i, at) in &delivered.offsets {
-        assert_eq!(stored.get(&format!("m-{i}")), Some(at), "message {i}");
-    }
-    assert_eq!(
-        stored.len(),
-        count,
-        "messages stored that were never reported delivered"
-    );
+    let stored = check_delivered_stored_once(&c, &leaders, &delivered, count);
 
     // librdkafka's consumer (assigned partitions, nothing committed) reads them all, each once.
     if client == Client::Confluent {
@@ -477,10 +447,7 @@ fn real_producer_through_leader_kills(client: common::clients::Client) {
 #[test]
 fn committed_offsets_survive_coordinator_kills() {
     let rounds = rounds(3);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let mut c = Cluster::start_with_topic();
     let mut member = GroupMember::join(&c, "g");
     let mut committed = BTreeMap::new();
     for round in 0..rounds {
@@ -528,81 +495,13 @@ fn committed_offsets_survive_coordinator_kills() {
 /// partition's end.
 #[test]
 fn a_real_consumer_group_commits_through_coordinator_kills() {
-    use crate::common::clients::{group_consumer, Client, Produce};
-    let rounds = rounds(3);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
-    c.leaders(TOPIC, PARTITIONS);
-    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
-    let bootstrap = bootstrap.join(",");
-    let count = 200 * (rounds + 1);
-    let delivered = Client::Confluent
-        .produce(
-            &bootstrap,
-            TOPIC,
-            count,
-            &Produce {
-                spread: true,
-                ..Produce::default()
-            },
-        )
-        .delivered(Duration::from_secs(60));
-    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
-    assert_eq!(delivered.offsets.len(), count);
-    // Slow enough that every kill lands while it consumes.
-    let mut consumer = group_consumer(
-        &bootstrap,
-        TOPIC,
+    let (c, ends) = consumer_group_through_coordinator_kills(
+        GroupProtocol::Classic,
         "real",
-        &["--pace-ms", "10", "--idle", "15", "--timeout", "240"],
+        rounds(3),
+        |_, _| {},
     );
-    consumer.wait_event("committed", Duration::from_secs(60));
-    for round in 0..rounds {
-        let victim = c.group_coordinator("real").unwrap();
-        eprintln!("round {round}: SIGKILL node {victim}, the group coordinator");
-        c.nodes.get_mut(&victim).unwrap().crash();
-        c.nodes.remove(&victim);
-        std::thread::sleep(Duration::from_secs(2));
-        consumer.wait_event("committed", Duration::from_secs(60));
-        c.launch(victim);
-        std::thread::sleep(Duration::from_secs(1));
-        consumer.wait_event("committed", Duration::from_secs(60));
-    }
-    let events = consumer.finish(Duration::from_secs(300));
-    let consumed: BTreeSet<(i64, i64)> = events
-        .iter()
-        .filter(|e| e["event"] == "consumed")
-        .map(|e| {
-            (
-                e["partition"].as_i64().unwrap(),
-                e["offset"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    let count_of = |name: &str| events.iter().filter(|e| e["event"] == name).count();
-    eprintln!(
-        "{count} messages: {} reads ({} distinct), {} commits, {} commits refused, {} errors",
-        count_of("consumed"),
-        consumed.len(),
-        count_of("committed"),
-        count_of("commit_failed"),
-        count_of("error"),
-    );
-    for (i, (p, o)) in &delivered.offsets {
-        assert!(
-            consumed.contains(&(i64::from(*p), *o)),
-            "message {i} at {p}/{o} never consumed"
-        );
-    }
-    // The group's committed offsets, from whichever node coordinates now: each partition's
-    // end (the offset after its last delivered message).
-    let mut ends = BTreeMap::new();
-    for (p, o) in delivered.offsets.values() {
-        let end = ends.entry(*p).or_insert(0);
-        *end = (*end).max(o + 1);
-    }
+    // The group's committed offsets, from whichever node coordinates now.
     let mut reader = GroupMember {
         group: "real".to_string(),
         member_id: String::new(),

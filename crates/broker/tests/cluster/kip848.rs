@@ -12,10 +12,10 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
+use crate::common::cluster_clients::{consumer_group_through_coordinator_kills, GroupProtocol};
 use crate::common::groups::{assignment, beat_request, join_request, Owned};
 use crate::common::wire::{str_bytes, topic_name};
 use kafka_protocol::messages::consumer_group_describe_response::DescribedGroup;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchIter;
 
@@ -192,59 +192,19 @@ fn committed(c: &Cluster, asker: &mut Member) -> BTreeMap<i32, i64> {
 }
 
 /// The offsets of the records of `partition` from `from` up to its high watermark, read from
-/// its leader (looked up again after a failure: the leader may be the killed node), and the
-/// position after them. Control batches (the raft leaders' blanks) are skipped, as a consumer
-/// skips them.
+/// its leader, and the position after them. Control batches (the raft leaders' blanks) are
+/// skipped, as a consumer skips them.
 fn consume(c: &Cluster, partition: i32, from: i64) -> (Vec<i64>, i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = c.leaders(TOPIC, PARTITIONS)[&partition];
+    let (bytes, end) = fetch_from(c, leader, partition, from);
     let mut offsets = Vec::new();
-    let mut next = from;
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "partition {partition} unreadable"
-        );
-        let leader = c.leaders(TOPIC, PARTITIONS)[&partition];
-        let fetched = connect(c.kafka[&leader]).and_then(|mut s| {
-            call::<_, FetchResponse>(
-                &mut s,
-                ApiKey::Fetch,
-                12,
-                &FetchRequest::default()
-                    .with_replica_id(BrokerId(-1))
-                    .with_max_wait_ms(0)
-                    .with_max_bytes(1 << 20)
-                    .with_topics(vec![FetchTopic::default()
-                        .with_topic(topic_name(TOPIC))
-                        .with_partitions(vec![FetchPartition::default()
-                            .with_partition(partition)
-                            .with_fetch_offset(next)
-                            .with_partition_max_bytes(1 << 20)])]),
-            )
-        });
-        let r = match fetched {
-            Ok(r) if r.responses[0].partitions[0].error_code == 0 => r,
-            Ok(_) | Err(_) => {
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-        };
-        let p = &r.responses[0].partitions[0];
-        let records = p.records.clone().unwrap_or_default();
-        if records.is_empty() {
-            assert_eq!(next, p.high_watermark);
-            return (offsets, next);
-        }
-        for item in BatchIter::new(&records) {
-            let (_, b) = item.unwrap();
-            if b.last_offset() >= next {
-                if !b.is_control() {
-                    offsets.extend(b.base_offset().max(next)..=b.last_offset());
-                }
-                next = b.last_offset() + 1;
-            }
+    for item in BatchIter::new(&bytes) {
+        let (_, b) = item.unwrap();
+        if !b.is_control() && b.last_offset() >= from {
+            offsets.extend(b.base_offset().max(from)..=b.last_offset());
         }
     }
+    (offsets, end)
 }
 
 /// Heartbeats both members until the group is stable: both at the group's epoch, their
@@ -293,10 +253,7 @@ fn shape(g: &DescribedGroup) -> (i32, i32, BTreeMap<String, (i32, String, String
 #[test]
 fn a_consumer_group_keeps_its_epoch_assignment_and_offsets_through_coordinator_kills() {
     let rounds = rounds(2);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut members = [Member::new("member-a"), Member::new("member-b")];
     settle(&c, &mut members);
@@ -460,101 +417,31 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
 /// end.
 #[test]
 fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
-    use crate::common::clients::{group_consumer, Client, Produce};
-    let rounds = rounds(2);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
-    c.leaders(TOPIC, PARTITIONS);
-    let bootstrap: Vec<String> = c.kafka.values().map(|a| a.to_string()).collect();
-    let bootstrap = bootstrap.join(",");
-    let count = 200 * (rounds + 1);
-    let delivered = Client::Confluent
-        .produce(
-            &bootstrap,
-            TOPIC,
-            count,
-            &Produce {
-                spread: true,
-                ..Produce::default()
-            },
-        )
-        .delivered(Duration::from_secs(60));
-    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
-    assert_eq!(delivered.offsets.len(), count);
-    // Slow enough that every kill lands while it consumes.
-    let mut consumer = group_consumer(
-        &bootstrap,
-        TOPIC,
-        GROUP,
-        &[
-            "--group-protocol",
-            "consumer",
-            "--pace-ms",
-            "10",
-            "--idle",
-            "15",
-            "--timeout",
-            "240",
-        ],
-    );
-    consumer.wait_event("committed", Duration::from_secs(60));
     let mut observer = Member::new("observer");
-    let joined = describe(&c, &mut observer);
-    assert_eq!(joined.members.len(), 1, "{joined:?}");
-    let epoch = joined.group_epoch;
-    for round in 0..rounds {
-        let victim = c.group_coordinator(GROUP).unwrap();
-        eprintln!("round {round}: SIGKILL node {victim}, the group coordinator");
-        c.nodes.get_mut(&victim).unwrap().crash();
-        c.nodes.remove(&victim);
-        std::thread::sleep(Duration::from_secs(2));
-        consumer.wait_event("committed", Duration::from_secs(60));
-        let g = describe(&c, &mut observer);
-        assert_eq!(
-            (g.group_epoch, g.members.len()),
-            (epoch, 1),
-            "round {round}: the group was rebalanced: {g:?}"
-        );
-        assert_eq!(g.members[0].member_epoch, epoch, "round {round}: {g:?}");
-        c.launch(victim);
-        std::thread::sleep(Duration::from_secs(1));
-        consumer.wait_event("committed", Duration::from_secs(60));
-    }
-    let events = consumer.finish(Duration::from_secs(300));
-    let consumed: BTreeSet<(i64, i64)> = events
-        .iter()
-        .filter(|e| e["event"] == "consumed")
-        .map(|e| {
-            (
-                e["partition"].as_i64().unwrap(),
-                e["offset"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    let count_of = |name: &str| events.iter().filter(|e| e["event"] == name).count();
-    eprintln!(
-        "{count} messages: {} reads ({} distinct), {} commits, {} commits refused, {} errors; \
-         coordinators answering the observer: {:?}",
-        count_of("consumed"),
-        consumed.len(),
-        count_of("committed"),
-        count_of("commit_failed"),
-        count_of("error"),
-        observer.coordinators,
+    let mut epoch = -1;
+    let (c, ends) = consumer_group_through_coordinator_kills(
+        GroupProtocol::Consumer,
+        GROUP,
+        rounds(2),
+        |c, round| {
+            let g = describe(c, &mut observer);
+            let Some(round) = round else {
+                assert_eq!(g.members.len(), 1, "{g:?}");
+                epoch = g.group_epoch;
+                return;
+            };
+            assert_eq!(
+                (g.group_epoch, g.members.len()),
+                (epoch, 1),
+                "round {round}: the group was rebalanced: {g:?}"
+            );
+            assert_eq!(g.members[0].member_epoch, epoch, "round {round}: {g:?}");
+        },
     );
-    for (i, (p, o)) in &delivered.offsets {
-        assert!(
-            consumed.contains(&(i64::from(*p), *o)),
-            "message {i} at {p}/{o} never consumed"
-        );
-    }
-    let mut ends: BTreeMap<i32, i64> = (0..PARTITIONS).map(|p| (p, -1)).collect();
-    for (p, o) in delivered.offsets.values() {
-        let end = ends.entry(*p).or_insert(0);
-        *end = (*end).max(o + 1);
-    }
+    eprintln!(
+        "coordinators answering the observer: {:?}",
+        observer.coordinators
+    );
     assert_eq!(committed(&c, &mut observer), ends);
     assert!(
         observer.coordinators.len() > 1,

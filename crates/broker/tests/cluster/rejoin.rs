@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -32,25 +32,13 @@ fn produce_for(c: &Cluster, producer: &mut Producer, next: &mut i32, time: Durat
 /// `p + 1`), where the balancer settles: a read from a leader then stays on it.
 fn preferred_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
     let preferred: BTreeMap<i32, i32> = (0..PARTITIONS).map(|p| (p, p + 1)).collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let leaders = c.leaders(TOPIC, PARTITIONS);
-        if leaders == preferred {
-            return leaders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "leaders never settled: {leaders:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_for_leaders(&preferred, Duration::from_secs(30))
 }
 
 /// A new producer id from node `id`, retried while it answers COORDINATOR_LOAD_IN_PROGRESS (a
 /// rejoined node that does not know its producer-id incarnation yet).
 fn new_producer_id(c: &Cluster, id: i32) -> i64 {
-    use kafka_protocol::messages::ProducerId;
-    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    use kafka_protocol::messages::{ApiKey, InitProducerIdResponse};
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut s = connect(c.kafka[&id]).unwrap();
@@ -58,10 +46,7 @@ fn new_producer_id(c: &Cluster, id: i32) -> i64 {
             &mut s,
             ApiKey::InitProducerId,
             4,
-            &InitProducerIdRequest::default()
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
+            &init_producer_id_request(),
         )
         .unwrap();
         match granted.error_code {
@@ -74,57 +59,9 @@ fn new_producer_id(c: &Cluster, id: i32) -> i64 {
     }
 }
 
-/// Every acknowledged batch once at its acknowledged offset, dense offsets, nothing that was
-/// not acknowledged; per partition, the high watermark and the leader's bytes.
-fn check_acknowledged(c: &Cluster, producer: &Producer) -> BTreeMap<i32, (i64, Vec<u8>)> {
-    let leaders = preferred_leaders(c);
-    let mut ends = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
-        let found = batches(&bytes);
-        for w in found.windows(2) {
-            assert_eq!(
-                w[1].0,
-                w[0].1 + 1,
-                "partition {p}: a gap or overlap at {:?}",
-                w[1]
-            );
-        }
-        let data: Vec<_> = found.iter().filter(|b| !b.2).collect();
-        let sequences: BTreeSet<i32> = data.iter().map(|b| b.4).collect();
-        assert_eq!(
-            sequences.len(),
-            data.len(),
-            "partition {p}: a batch stored twice"
-        );
-        let acked = &producer.acked[&p];
-        for (sequence, base) in acked {
-            assert!(
-                data.iter()
-                    .any(|b| b.4 == *sequence && b.0 == *base && b.3 == producer.producer_id),
-                "partition {p}: acknowledged seq {sequence} at {base} not found"
-            );
-        }
-        assert_eq!(
-            data.len(),
-            acked.len(),
-            "partition {p}: unacknowledged batches stored"
-        );
-        ends.insert(p, (high_watermark, bytes));
-    }
-    ends
-}
-
 #[test]
 fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(
-        created.topics[0].error_code, 0,
-        "{:?}",
-        created.topics[0].error_message
-    );
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -183,34 +120,16 @@ fn a_wiped_node_rejoins_catches_up_and_serves_when_the_others_die() {
         producer.acked.values().map(Vec::len).sum::<usize>(),
         producer.retries
     );
-    let ends = check_acknowledged(&c, &producer);
+    let ends = check_acknowledged_once(&c, &preferred_leaders(&c), &producer);
     assert_eq!(member.fetch(&c, TOPIC, PARTITIONS), committed);
 
     // The rejoined node's logs are the others', byte for byte.
-    std::thread::sleep(Duration::from_secs(1));
-    for node in c.nodes.values_mut() {
-        assert!(node.terminate().success());
-    }
-    for (p, (end, leader_bytes)) in &ends {
-        for (id, dir) in &c.dirs {
-            assert!(
-                replica_bytes(dir, *p, *end) == *leader_bytes,
-                "node {id} partition {p}: another log than the leader's"
-            );
-        }
-    }
+    check_replicas_agree(&mut c, &ends);
 }
 
 #[test]
 fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(
-        created.topics[0].error_code, 0,
-        "{:?}",
-        created.topics[0].error_message
-    );
+    let mut c = Cluster::start_with_topic();
     let mut producer = Producer::new(&c);
     let mut next = 0;
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(800));
@@ -278,5 +197,5 @@ fn a_rejoin_while_another_node_is_down_waits_and_loses_nothing() {
         .exists());
     c.launch(REJOINED);
     produce_for(&c, &mut producer, &mut next, Duration::from_millis(400));
-    check_acknowledged(&c, &producer);
+    check_acknowledged_once(&c, &preferred_leaders(&c), &producer);
 }

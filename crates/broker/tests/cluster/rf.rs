@@ -13,9 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
-use crate::common::wire::{str_bytes, topic_name};
+use crate::common::cluster_clients::check_delivered_stored_once;
+use crate::common::wire::{fetch_request, str_bytes, topic_name};
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use oncelog::format::BatchBuilder;
 
@@ -44,18 +44,7 @@ fn start_with_rf2() -> Cluster {
 
 fn wait_preferred(c: &Cluster) -> BTreeMap<i32, i32> {
     let preferred: BTreeMap<i32, i32> = (0..PARTITIONS).map(|p| (p, replicas_of(p)[0])).collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaders = c.leaders(TOPIC, PARTITIONS);
-        if leaders == preferred {
-            return leaders;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not led by the preferred replicas: {leaders:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_for_leaders(&preferred, Duration::from_secs(60))
 }
 
 /// Each partition as node `id` describes it: (leader, epoch, replicas, error).
@@ -135,15 +124,7 @@ fn a_node_without_a_replica_names_the_partitions_leader() {
     assert_eq!(r.node_endpoints.len(), 1);
     assert_eq!(r.node_endpoints[0].node_id.0, leader);
     assert_eq!(r.node_endpoints[0].port, i32::from(c.kafka[&leader].port()));
-    let fetch = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch_request(TOPIC, 0, 0)).unwrap();
     let part = &r.responses[0].partitions[0];
     assert_eq!(part.error_code, NOT_LEADER_OR_FOLLOWER);
     assert_eq!(
@@ -215,28 +196,7 @@ fn the_java_producer_keeps_every_message_through_a_kill_with_two_replicas() {
     );
 
     let delivered = run.delivered(Duration::from_secs(180));
-    assert!(delivered.failed.is_empty(), "{:?}", delivered.failed);
-    assert_eq!(delivered.offsets.len(), count);
-    let mut stored: BTreeMap<String, (i32, i64)> = BTreeMap::new();
-    for p in 0..PARTITIONS {
-        let (bytes, _) = fetch_all(&c, after[&p], p);
-        for r in oncelog::format::ConsumerRecordIter::new(Bytes::from(bytes), 0) {
-            let r = r.unwrap();
-            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-            let at = (p, r.offset);
-            if let Some(first) = stored.insert(value.clone(), at) {
-                panic!("{value} stored twice: at {first:?} and {at:?}");
-            }
-        }
-    }
-    for (i, at) in &delivered.offsets {
-        assert_eq!(stored.get(&format!("m-{i}")), Some(at), "message {i}");
-    }
-    assert_eq!(
-        stored.len(),
-        count,
-        "messages stored never reported delivered"
-    );
+    check_delivered_stored_once(&c, &after, &delivered, count);
     // The outsider of partition 0 held none of its records.
     assert!(
         !c.dirs[&outsider].join(format!("{TOPIC}-0")).exists(),
@@ -479,16 +439,7 @@ fn signal(pid: u32, signal: &str) {
 /// Partition 0's high watermark, as its leader `leader` answers a Fetch.
 fn high_watermark(c: &Cluster, leader: i32) -> i64 {
     let mut s = connect(c.kafka[&leader]).unwrap();
-    let fetch = FetchRequest::default()
-        .with_replica_id(BrokerId(-1))
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(topic_name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch).unwrap();
+    let r: FetchResponse = call(&mut s, ApiKey::Fetch, 12, &fetch_request(TOPIC, 0, 0)).unwrap();
     let p = &r.responses[0].partitions[0];
     assert_eq!(p.error_code, 0, "{p:?}");
     p.high_watermark

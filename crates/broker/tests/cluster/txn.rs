@@ -14,11 +14,11 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
-use crate::common::wire::{str_bytes, topic_name};
+use crate::common::txn::{
+    add_partitions_request, end_txn_request, init_txn_request, read_committed_request,
+};
+use crate::common::wire::str_bytes;
 use bytes::Bytes;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use oncelog::format::{BatchBuilder, BatchIter, RecordBatch};
 
@@ -49,46 +49,13 @@ impl TxnProducer {
             coordinators: Vec::new(),
         };
         let granted: InitProducerIdResponse = p.coordinated(c, "InitProducerId", |s, id| {
-            let r: InitProducerIdResponse = call(
-                s,
-                ApiKey::InitProducerId,
-                4,
-                &InitProducerIdRequest::default()
-                    .with_transactional_id(Some(TransactionalId(str_bytes(id))))
-                    .with_transaction_timeout_ms(60_000)
-                    .with_producer_id(ProducerId(-1))
-                    .with_producer_epoch(-1),
-            )?;
+            let r: InitProducerIdResponse =
+                call(s, ApiKey::InitProducerId, 4, &init_txn_request(id, 60_000))?;
             Ok((r.error_code, r))
         });
         p.producer_id = granted.producer_id.0;
         p.epoch = granted.producer_epoch;
         p
-    }
-
-    /// The transaction coordinator, as the first live node that answers FindCoordinator says.
-    fn coordinator(&self, c: &Cluster) -> io::Result<i32> {
-        let mut last = io::Error::other("no live node");
-        for node in c.nodes.keys() {
-            let answer = connect(c.kafka[node]).and_then(|mut s| {
-                call::<_, FindCoordinatorResponse>(
-                    &mut s,
-                    ApiKey::FindCoordinator,
-                    4,
-                    &FindCoordinatorRequest::default()
-                        .with_key_type(1)
-                        .with_coordinator_keys(vec![str_bytes(&self.id)]),
-                )
-            });
-            match answer {
-                Ok(r) if r.coordinators[0].error_code == 0 => {
-                    return Ok(r.coordinators[0].node_id.0)
-                }
-                Ok(r) => last = io::Error::other(format!("{:?}", r.coordinators[0])),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
     }
 
     /// Sends a coordinator request until it is answered without a coordinator error, looking
@@ -102,7 +69,7 @@ impl TxnProducer {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             assert!(Instant::now() < deadline, "{what} never answered");
-            let answer = self.coordinator(c).and_then(|node| {
+            let answer = c.txn_coordinator(&self.id).and_then(|node| {
                 if self.coordinators.last() != Some(&node) {
                     self.coordinators.push(node);
                 }
@@ -129,17 +96,12 @@ impl TxnProducer {
     fn add_partitions(&mut self, c: &Cluster) {
         let (pid, epoch) = (self.producer_id, self.epoch);
         self.coordinated(c, "AddPartitionsToTxn", |s, id| {
+            let all: Vec<i32> = (0..PARTITIONS).collect();
             let r: AddPartitionsToTxnResponse = call(
                 s,
                 ApiKey::AddPartitionsToTxn,
                 3,
-                &AddPartitionsToTxnRequest::default()
-                    .with_v3_and_below_transactional_id(TransactionalId(str_bytes(id)))
-                    .with_v3_and_below_producer_id(ProducerId(pid))
-                    .with_v3_and_below_producer_epoch(epoch)
-                    .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-                        .with_name(topic_name(TOPIC))
-                        .with_partitions((0..PARTITIONS).collect())]),
+                &add_partitions_request(id, (pid, epoch), TOPIC, &all),
             )?;
             let codes: BTreeSet<i16> = r.results_by_topic_v3_and_below[0]
                 .results_by_partition
@@ -157,11 +119,7 @@ impl TxnProducer {
                 s,
                 ApiKey::EndTxn,
                 3,
-                &EndTxnRequest::default()
-                    .with_transactional_id(TransactionalId(str_bytes(id)))
-                    .with_producer_id(ProducerId(pid))
-                    .with_producer_epoch(epoch)
-                    .with_committed(commit),
+                &end_txn_request(id, (pid, epoch), commit),
             )?;
             Ok((r.error_code, ()))
         });
@@ -189,15 +147,8 @@ impl TxnProducer {
                     &mut s,
                     ApiKey::Produce,
                     9,
-                    &ProduceRequest::default()
-                        .with_transactional_id(Some(TransactionalId(str_bytes(&self.id))))
-                        .with_acks(-1)
-                        .with_timeout_ms(30_000)
-                        .with_topic_data(vec![TopicProduceData::default()
-                            .with_name(topic_name(TOPIC))
-                            .with_partition_data(vec![PartitionProduceData::default()
-                                .with_index(partition)
-                                .with_records(Some(records.clone()))])]),
+                    &produce_request(partition, records.clone())
+                        .with_transactional_id(Some(TransactionalId(str_bytes(&self.id)))),
                 )
             });
             match answer.map(|r| r.responses[0].partition_responses[0].error_code) {
@@ -207,33 +158,13 @@ impl TxnProducer {
                     return;
                 }
                 Ok(code) => assert!(
-                    matches!(
-                        code,
-                        NOT_LEADER_OR_FOLLOWER
-                            | REQUEST_TIMED_OUT
-                            | LEADER_NOT_AVAILABLE
-                            | NOT_ENOUGH_REPLICAS
-                            | UNKNOWN_TOPIC_OR_PARTITION
-                    ),
+                    retriable_produce_error(code),
                     "partition {partition} seq {sequence}: error {code}"
                 ),
                 Err(_) => {}
             }
             std::thread::sleep(Duration::from_millis(50));
-            self.refresh(c);
-        }
-    }
-
-    fn refresh(&mut self, c: &Cluster) {
-        for id in c.nodes.keys() {
-            if let Ok(m) = c.metadata(*id, Some(&[TOPIC])) {
-                for p in &m.topics[0].partitions {
-                    if p.leader_id.0 >= 0 {
-                        self.leaders.insert(p.partition_index, p.leader_id.0);
-                    }
-                }
-                return;
-            }
+            self.leaders.extend(newest_leaders(c));
         }
     }
 }
@@ -302,18 +233,7 @@ fn read_committed(c: &Cluster, leader: i32, partition: i32) -> (Vec<String>, i64
             &mut s,
             ApiKey::Fetch,
             11,
-            &FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_max_bytes(1 << 20)
-                .with_isolation_level(1)
-                .with_session_epoch(-1)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(topic_name(TOPIC))
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20)])]),
+            &read_committed_request(TOPIC, partition, offset),
         )
         .unwrap();
         let p = &r.responses[0].partitions[0];
@@ -365,10 +285,7 @@ fn read_committed(c: &Cluster, leader: i32, partition: i32) -> (Vec<String>, i64
 #[test]
 fn transactions_commit_and_abort_through_coordinator_and_leader_kills() {
     let rounds = rounds(3);
-    let mut c = Cluster::start();
-    let controller = c.controller();
-    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
-    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let mut c = Cluster::start_with_topic();
     let mut p = TxnProducer::init(&c, "copier-1");
     assert_eq!(
         p.producer_id % 1024,
@@ -391,7 +308,7 @@ fn transactions_commit_and_abort_through_coordinator_and_leader_kills() {
         };
         let values = write(&mut p, &c, "commit");
         let victim = if round % 2 == 0 {
-            p.coordinator(&c).unwrap()
+            c.txn_coordinator(&p.id).unwrap()
         } else {
             c.leaders(TOPIC, PARTITIONS)[&(round as i32 % PARTITIONS)]
         };

@@ -1,7 +1,7 @@
 //! The real Kafka clients, run as child processes that print one JSON object per line
 //! (tests/clients/*.py, tests/java/OncelogClient.java).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -346,6 +346,20 @@ pub fn group_consumer(bootstrap: &str, topic: &str, group: &str, extra: &[&str])
     .args(["group", bootstrap, topic, group])
     .args(extra);
     Run::spawn(Client::Confluent, c)
+}
+
+/// The (partition, offset) of every record a consumer's `events` say it consumed.
+pub fn consumed_positions(events: &[Value]) -> BTreeSet<(i64, i64)> {
+    events
+        .iter()
+        .filter(|e| e["event"] == "consumed")
+        .map(|e| {
+            (
+                e["partition"].as_i64().unwrap(),
+                e["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 impl Run {

@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 use kafka_protocol::ResponseError;
 use oncelog::format::{BatchBuilder, BatchIter};
 
-use super::wire::{str_bytes, topic_name};
+use super::wire::{fetch_request, str_bytes, topic_name};
 use super::BrokerProcess;
 pub const TOPIC: &str = "events";
 pub const PARTITIONS: i32 = 3;
@@ -104,6 +103,18 @@ impl Cluster {
     pub fn start() -> Cluster {
         let mut c = Cluster::configure();
         c.launch_all();
+        c
+    }
+
+    /// Three nodes started, and [`TOPIC`] created on the controller with [`PARTITIONS`]
+    /// partitions of three replicas, each led as every node says.
+    pub fn start_with_topic() -> Cluster {
+        let c = Cluster::start();
+        let controller = c.controller();
+        let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+        let t = &created.topics[0];
+        assert_eq!(t.error_code, 0, "{:?}", t.error_message);
+        c.leaders(TOPIC, PARTITIONS);
         c
     }
 
@@ -338,6 +349,28 @@ impl Cluster {
         }
     }
 
+    /// The leaders of [`TOPIC`]'s partitions once every running node names `wanted` (each
+    /// partition led by its preferred replica, where the balancer settles: a read from a
+    /// leader then stays on it); `timeout` at most.
+    pub fn wait_for_leaders(
+        &self,
+        wanted: &BTreeMap<i32, i32>,
+        timeout: Duration,
+    ) -> BTreeMap<i32, i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let leaders = self.leaders(TOPIC, PARTITIONS);
+            if leaders == *wanted {
+                return leaders;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not led by the preferred replicas: {leaders:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn leaders(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i32> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -387,6 +420,14 @@ pub fn produce_request(version_partition: i32, records: Bytes) -> ProduceRequest
                 .with_records(Some(records))])])
 }
 
+/// InitProducerId of an idempotent (not transactional) producer: a new producer id.
+pub fn init_producer_id_request() -> InitProducerIdRequest {
+    InitProducerIdRequest::default()
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1)
+}
+
 /// An idempotent producer over the raw protocol: one batch in flight, sent to the leader it
 /// last learned, re-sent with the same sequence after NOT_LEADER_OR_FOLLOWER, a timeout or a
 /// lost connection.
@@ -415,10 +456,7 @@ impl Producer {
             &mut s,
             ApiKey::InitProducerId,
             4,
-            &InitProducerIdRequest::default()
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
+            &init_producer_id_request(),
         )
         .unwrap();
         assert_eq!(granted.error_code, 0);
@@ -460,14 +498,7 @@ impl Producer {
                     return;
                 }
                 Ok((code, _)) => assert!(
-                    matches!(
-                        code,
-                        NOT_LEADER_OR_FOLLOWER
-                            | REQUEST_TIMED_OUT
-                            | LEADER_NOT_AVAILABLE
-                            | NOT_ENOUGH_REPLICAS
-                            | UNKNOWN_TOPIC_OR_PARTITION
-                    ),
+                    retriable_produce_error(code),
                     "partition {partition} seq {sequence}: error {code}"
                 ),
                 Err(_) => {
@@ -500,28 +531,48 @@ impl Producer {
         Ok((p.error_code, p.base_offset))
     }
 
-    /// Learns the leaders from the nodes that answer: for each partition the leader named
-    /// with the highest leader epoch, as Kafka's clients keep the newest epoch they saw
-    /// (KIP-320), so a leader cut off from the others, which still names itself at its old
-    /// epoch, does not hold the producer once a majority elected another.
+    /// Learns the leaders from the nodes that answer ([`newest_leaders`]).
     pub fn refresh(&mut self, c: &Cluster) {
-        let mut newest: BTreeMap<i32, (i32, i32)> = BTreeMap::new();
-        for id in c.kafka.keys() {
-            if let Ok(m) = c.metadata(*id, Some(&[TOPIC])) {
-                for p in &m.topics[0].partitions {
-                    let seen = newest.entry(p.partition_index).or_insert((-1, -1));
-                    if p.leader_id.0 >= 0 && p.leader_epoch > seen.0 {
-                        *seen = (p.leader_epoch, p.leader_id.0);
-                    }
+        self.leaders.extend(newest_leaders(c));
+    }
+}
+
+/// Whether a produce refused with `code` is retried by a producer (with the same sequence,
+/// once it learned the leaders again): the leader moved or has none yet, the majority was not
+/// reached in time, or the node does not know the topic yet.
+pub fn retriable_produce_error(code: i16) -> bool {
+    matches!(
+        code,
+        NOT_LEADER_OR_FOLLOWER
+            | REQUEST_TIMED_OUT
+            | LEADER_NOT_AVAILABLE
+            | NOT_ENOUGH_REPLICAS
+            | UNKNOWN_TOPIC_OR_PARTITION
+    )
+}
+
+/// The leader of each partition of [`TOPIC`] that some node names, as the nodes that answer
+/// Metadata name them: for each partition the leader named with the highest leader epoch, as
+/// Kafka's clients keep the newest epoch they saw (KIP-320), so a leader cut off from the
+/// others, which still names itself at its old epoch, does not hold a producer once a majority
+/// elected another.
+pub fn newest_leaders(c: &Cluster) -> BTreeMap<i32, i32> {
+    let mut newest: BTreeMap<i32, (i32, i32)> = BTreeMap::new();
+    for id in c.kafka.keys() {
+        if let Ok(m) = c.metadata(*id, Some(&[TOPIC])) {
+            for p in &m.topics[0].partitions {
+                let seen = newest.entry(p.partition_index).or_insert((-1, -1));
+                if p.leader_id.0 >= 0 && p.leader_epoch > seen.0 {
+                    *seen = (p.leader_epoch, p.leader_id.0);
                 }
             }
         }
-        for (partition, (_, leader)) in newest {
-            if leader >= 0 {
-                self.leaders.insert(partition, leader);
-            }
-        }
     }
+    newest
+        .into_iter()
+        .filter(|(_, (_, leader))| *leader >= 0)
+        .map(|(partition, (_, leader))| (partition, leader))
+        .collect()
 }
 
 /// What `producer` wrote, checked once the cluster is whole again: on each partition's
@@ -530,6 +581,19 @@ impl Producer {
 /// stopped cleanly and each replica's log byte for byte the leader's.
 pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Producer) {
     let leaders = c.leaders(TOPIC, PARTITIONS);
+    let ends = check_acknowledged_once(c, &leaders, producer);
+    check_replicas_agree(c, &ends);
+}
+
+/// On each partition's leader (`leaders`: where to ask first) every batch `producer`
+/// acknowledged, once, at its acknowledged offset, nothing else of a producer (an append no
+/// one acknowledged is not there), offsets dense. Answers each partition's high watermark and
+/// the leader's bytes below it.
+pub fn check_acknowledged_once(
+    c: &Cluster,
+    leaders: &BTreeMap<i32, i32>,
+    producer: &Producer,
+) -> BTreeMap<i32, (i64, Vec<u8>)> {
     let mut ends = BTreeMap::new();
     for p in 0..PARTITIONS {
         let (bytes, high_watermark) = fetch_all(c, leaders[&p], p);
@@ -576,13 +640,18 @@ pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Pr
         );
         ends.insert(p, (high_watermark, bytes));
     }
+    ends
+}
 
-    // Every replica holds the same batches: stop the nodes cleanly, read their logs.
+/// Every replica holds the same batches as the leader (`ends`: per partition, the high
+/// watermark and the leader's bytes below it): every node stopped cleanly, each replica's log
+/// read from its directory, byte for byte.
+pub fn check_replicas_agree(c: &mut Cluster, ends: &BTreeMap<i32, (i64, Vec<u8>)>) {
     std::thread::sleep(Duration::from_secs(1));
     for node in c.nodes.values_mut() {
         assert!(node.terminate().success());
     }
-    for (p, (end, leader_bytes)) in &ends {
+    for (p, (end, leader_bytes)) in ends {
         for (id, dir) in &c.dirs {
             let bytes = replica_bytes(dir, *p, *end);
             if bytes != *leader_bytes {
@@ -623,26 +692,23 @@ pub fn check_acknowledged_once_and_replicas_agree(c: &mut Cluster, producer: &Pr
 /// `leader` is where to ask first: when leadership moves meanwhile (a restarted node takes its
 /// preferred partitions back), the read starts again from the partition's new leader.
 pub fn fetch_all(c: &Cluster, leader: i32, partition: i32) -> (Vec<u8>, i64) {
+    fetch_from(c, leader, partition, 0)
+}
+
+/// The batches of a partition from the one holding offset `from` up to the high watermark,
+/// fetched as [`fetch_all`] fetches them, and the high watermark.
+pub fn fetch_from(c: &Cluster, leader: i32, partition: i32, from: i64) -> (Vec<u8>, i64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut leader = leader;
     let mut s = connect(c.kafka[&leader]).unwrap();
     let mut bytes = Vec::new();
-    let mut offset = 0;
+    let mut offset = from;
     loop {
         let r: FetchResponse = call(
             &mut s,
             ApiKey::Fetch,
             12,
-            &FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
-                .with_max_bytes(1 << 20)
-                .with_topics(vec![FetchTopic::default()
-                    .with_topic(topic_name(TOPIC))
-                    .with_partitions(vec![FetchPartition::default()
-                        .with_partition(partition)
-                        .with_fetch_offset(offset)
-                        .with_partition_max_bytes(1 << 20)])]),
+            &fetch_request(TOPIC, partition, offset),
         )
         .unwrap();
         let p = &r.responses[0].partitions[0];
@@ -656,7 +722,7 @@ pub fn fetch_all(c: &Cluster, leader: i32, partition: i32) -> (Vec<u8>, i64) {
             leader = c.current_leader(partition);
             s = connect(c.kafka[&leader]).unwrap();
             bytes.clear();
-            offset = 0;
+            offset = from;
             continue;
         }
         assert_eq!(
@@ -720,6 +786,10 @@ pub fn replica_bytes(dir: &Path, partition: i32, end: i64) -> Vec<u8> {
     }
     bytes
 }
+
+/// FindCoordinator's key types.
+pub const GROUP_KEY: i8 = 0;
+pub const TRANSACTION_KEY: i8 = 1;
 
 pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
 pub const NOT_COORDINATOR: i16 = 16;
@@ -937,6 +1007,18 @@ impl GroupMember {
 impl Cluster {
     /// The group's coordinator, as the first live node that answers FindCoordinator says.
     pub fn group_coordinator(&self, group: &str) -> io::Result<i32> {
+        self.coordinator(GROUP_KEY, group)
+    }
+
+    /// The transaction coordinator of transactional id `id`, as the first live node that
+    /// answers FindCoordinator says.
+    pub fn txn_coordinator(&self, id: &str) -> io::Result<i32> {
+        self.coordinator(TRANSACTION_KEY, id)
+    }
+
+    /// The coordinator of `key` (of FindCoordinator's `key_type`), as the first live node that
+    /// answers says.
+    fn coordinator(&self, key_type: i8, key: &str) -> io::Result<i32> {
         let mut last = io::Error::other("no live node");
         for id in self.nodes.keys() {
             let answer = connect(self.kafka[id]).and_then(|mut s| {
@@ -945,8 +1027,8 @@ impl Cluster {
                     ApiKey::FindCoordinator,
                     4,
                     &FindCoordinatorRequest::default()
-                        .with_key_type(0)
-                        .with_coordinator_keys(vec![str_bytes(group)]),
+                        .with_key_type(key_type)
+                        .with_coordinator_keys(vec![str_bytes(key)]),
                 )
             });
             match answer {

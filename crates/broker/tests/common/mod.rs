@@ -4,6 +4,7 @@
 
 pub mod clients;
 pub mod cluster;
+pub mod cluster_clients;
 pub mod groups;
 pub mod netsplit;
 pub mod proxy;

@@ -111,6 +111,29 @@ pub fn topic_name(text: &str) -> kafka_protocol::messages::TopicName {
     kafka_protocol::messages::TopicName(str_bytes(text))
 }
 
+/// A consumer's Fetch (replica -1, read_uncommitted, no session) of `topic`-`partition` from
+/// `offset`, answered at once, up to 1 MiB.
+pub fn fetch_request(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest};
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic_name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])])
+}
+
 /// Creates `topic` the way a client does without the admin APIs: a Metadata v12 request that
 /// allows auto-creation. Returns the broker's answer for it (the caller asserts what it needs).
 pub fn auto_create_topic(
