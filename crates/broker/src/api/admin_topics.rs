@@ -34,8 +34,8 @@ use crate::codec::Request;
 use crate::store::{StoreError, RESERVED_TOPICS};
 
 /// Kafka's `ConfigResource.Type` codes.
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
 
 /// Kafka's `DescribeConfigsResponse.ConfigSource` codes.
 const SOURCE_TOPIC: i8 = 1;
@@ -806,7 +806,7 @@ pub fn describe_configs_of(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-fn unsupported_resource(resource_type: i8) -> Refusal {
+pub(super) fn unsupported_resource(resource_type: i8) -> Refusal {
     (
         ResponseError::InvalidRequest,
         format!("resource type {resource_type} is not served: this broker has topic (2), broker (4) and group (32) configurations"),
@@ -1016,23 +1016,7 @@ pub async fn incremental_alter_configs(
                 .await
                 .unwrap_or_else(|e| Err((ResponseError::UnknownServerError, e.to_string())))
             }
-            // Kafka's answer for a setting that is not dynamic: the broker's settings are its
-            // command-line flags, and none is dynamic.
-            RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
-                let names: Vec<String> = resource
-                    .configs
-                    .iter()
-                    .map(|c| c.name.to_string())
-                    .collect();
-                Err((
-                    ResponseError::InvalidRequest,
-                    format!(
-                        "Cannot update these configs dynamically: [{}] (this broker's settings \
-                         are its command-line flags)",
-                        names.join(", ")
-                    ),
-                ))
-            }),
+            RESOURCE_BROKER => alter_broker(broker, &resource),
             other => Err(unsupported_resource(other)),
         };
         let response = AlterConfigsResourceResponse::default()
@@ -1049,6 +1033,36 @@ pub async fn incremental_alter_configs(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// A broker resource's change: Kafka's answer for a setting that is not dynamic (the broker's
+/// settings are its command-line flags, and none is dynamic). The same in cluster mode.
+pub(super) fn alter_broker(
+    broker: &Broker,
+    resource: &AlterConfigsResource,
+) -> Result<(), Refusal> {
+    check_broker_name(broker, &resource.resource_name)?;
+    let names: Vec<String> = resource
+        .configs
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    Err((
+        ResponseError::InvalidRequest,
+        format!(
+            "Cannot update these configs dynamically: [{}] (this broker's settings are its \
+             command-line flags)",
+            names.join(", ")
+        ),
+    ))
+}
+
+/// The topic `name` is not known: Kafka's answer.
+pub(super) fn unknown_topic(name: &str) -> Refusal {
+    (
+        ResponseError::UnknownTopicOrPartition,
+        format!("The topic '{name}' does not exist."),
+    )
+}
+
 async fn alter_topic(
     broker: &Arc<Broker>,
     resource: &AlterConfigsResource,
@@ -1056,14 +1070,52 @@ async fn alter_topic(
 ) -> Result<(), Refusal> {
     let name = resource.resource_name.to_string();
     if broker.store.topic(&name).is_none() {
-        return Err((
-            ResponseError::UnknownTopicOrPartition,
-            format!("The topic '{name}' does not exist."),
-        ));
+        return Err(unknown_topic(&name));
     }
     let own = broker.store.topic_settings(&name).map_err(store_refusal)?;
     let defaults = Defaults::of(broker)?;
-    let mut pairs = own_pairs(&own);
+    let (_, config) = altered_settings(&own, resource, &defaults)?;
+    if validate_only {
+        return Ok(());
+    }
+    let store = Arc::clone(&broker.store);
+    let topic_name = name.clone();
+    blocking(move || store.set_topic_settings(&topic_name, &config))
+        .await
+        .map_err(store_refusal)?;
+    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs), applied live");
+    Ok(())
+}
+
+/// [`altered_settings`] for cluster mode's controller (api/cluster_configs.rs): checked over
+/// the broker's defaults as a single broker checks them, and over `log_defaults` (the raft
+/// host's, which the replicas' logs resolve them over). The settings cluster mode refuses are
+/// the caller's to refuse.
+pub fn cluster_altered_settings(
+    broker: &Broker,
+    own: &PartitionConfig,
+    resource: &AlterConfigsResource,
+    log_defaults: &ManagerConfig,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let defaults = Defaults::of(broker)?;
+    let (pairs, config) = altered_settings(own, resource, &defaults)?;
+    config
+        .resolve(log_defaults)
+        .log
+        .validate()
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    Ok((pairs, config))
+}
+
+/// A topic's whole set of own settings after `resource`'s operations (SET, DELETE, APPEND,
+/// SUBTRACT, each key once) over `own`, and what the engine reads them as, checked over
+/// `defaults`: Kafka's answers for an unknown name, a bad value or operation.
+fn altered_settings(
+    own: &PartitionConfig,
+    resource: &AlterConfigsResource,
+    defaults: &Defaults,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let mut pairs = own_pairs(own);
     let mut seen = HashSet::new();
     for alter in &resource.configs {
         let key = alter.name.to_string();
@@ -1110,7 +1162,7 @@ async fn alter_topic(
                 let current = pairs
                     .get(&key)
                     .cloned()
-                    .unwrap_or_else(|| (s.value)(&Effective::of(&own, &defaults)));
+                    .unwrap_or_else(|| (s.value)(&Effective::of(own, defaults)));
                 let mut items: Vec<String> = current
                     .split(',')
                     .map(|v| v.trim().to_string())
@@ -1133,18 +1185,9 @@ async fn alter_topic(
             }
         }
     }
-    let pairs: Vec<(String, String)> = pairs.into_iter().collect();
-    let config = parse_settings(&pairs, &defaults)?;
-    if validate_only {
-        return Ok(());
-    }
-    let store = Arc::clone(&broker.store);
-    let topic_name = name.clone();
-    blocking(move || store.set_topic_settings(&topic_name, &config))
-        .await
-        .map_err(store_refusal)?;
-    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs), applied live");
-    Ok(())
+    let list: Vec<(String, String)> = pairs.clone().into_iter().collect();
+    let config = parse_settings(&list, defaults)?;
+    Ok((pairs, config))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,8 +4,10 @@
 mod admin_topics;
 mod api_versions;
 mod cluster_admin;
+mod cluster_configs;
 mod cluster_data;
 mod cluster_describe;
+mod cluster_records;
 mod cluster_share;
 mod cluster_topics;
 mod cluster_txn;
@@ -21,6 +23,7 @@ mod produce;
 mod share_admin;
 mod share_groups;
 mod share_logs;
+mod to_controller;
 mod txn;
 mod txn_admin;
 
