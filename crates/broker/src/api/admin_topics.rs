@@ -1055,6 +1055,88 @@ pub(super) fn alter_broker(
     ))
 }
 
+/// A legacy AlterConfigs resource, which replaces a resource's whole set of settings, as
+/// IncrementalAlterConfigs' operations over the topic's own settings `own`: SET for each
+/// setting given, DELETE for each one the topic sets that is not given. The checks are then
+/// IncrementalAlterConfigs' (a key twice and a null value INVALID_REQUEST, unknown names and
+/// bad values INVALID_CONFIG).
+pub(super) fn replacing(
+    own: &PartitionConfig,
+    resource: &alter_configs_request::AlterConfigsResource,
+) -> AlterConfigsResource {
+    use incremental_alter_configs_request::AlterableConfig;
+    let given: HashSet<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
+    let mut configs: Vec<AlterableConfig> = resource
+        .configs
+        .iter()
+        .map(|c| {
+            AlterableConfig::default()
+                .with_name(c.name.clone())
+                .with_config_operation(OP_SET)
+                .with_value(c.value.clone())
+        })
+        .collect();
+    for key in own_pairs(own).into_keys() {
+        if !given.contains(key.as_str()) {
+            configs.push(
+                AlterableConfig::default()
+                    .with_name(text(key))
+                    .with_config_operation(OP_DELETE)
+                    .with_value(None),
+            );
+        }
+    }
+    AlterConfigsResource::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone())
+        .with_configs(configs)
+}
+
+/// The legacy AlterConfigs (API 33): each TOPIC resource's settings replaced by those given
+/// (IncrementalAlterConfigs' checks and application, [`replacing`]), BROKER resources refused
+/// as IncrementalAlterConfigs refuses them.
+pub async fn alter_configs(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: AlterConfigsRequest = request.body()?;
+    let mut responses = Vec::with_capacity(body.resources.len());
+    for resource in body.resources {
+        let name = resource.resource_name.to_string();
+        let outcome = match resource.resource_type {
+            RESOURCE_TOPIC => match broker.store.topic(&name) {
+                None => Err(unknown_topic(&name)),
+                Some(_) => match broker.store.topic_settings(&name) {
+                    Ok(own) => {
+                        alter_topic(broker, &replacing(&own, &resource), body.validate_only).await
+                    }
+                    Err(e) => Err(store_refusal(e)),
+                },
+            },
+            RESOURCE_BROKER => {
+                alter_broker(broker, &replacing(&PartitionConfig::default(), &resource))
+            }
+            other => Err(unsupported_resource(other)),
+        };
+        responses.push(legacy_answer(&resource, outcome));
+    }
+    let response = AlterConfigsResponse::default().with_responses(responses);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// One resource's line of an AlterConfigs answer.
+pub(super) fn legacy_answer(
+    resource: &alter_configs_request::AlterConfigsResource,
+    outcome: Result<(), Refusal>,
+) -> alter_configs_response::AlterConfigsResourceResponse {
+    let line = alter_configs_response::AlterConfigsResourceResponse::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone());
+    match outcome {
+        Ok(()) => line.with_error_message(None),
+        Err((error, message)) => line
+            .with_error_code(error.code())
+            .with_error_message(Some(text(message))),
+    }
+}
+
 /// The topic `name` is not known: Kafka's answer.
 pub(super) fn unknown_topic(name: &str) -> Refusal {
     (

@@ -99,6 +99,7 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     // (cluster_configs.rs, cluster_records.rs); sent elsewhere, forwarded to it.
     ApiKey::DeleteRecords,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::AlterConfigs,
 ];
 
 /// What the refusals say.
@@ -174,6 +175,7 @@ pub async fn handle(
         ApiKey::IncrementalAlterConfigs => {
             cluster_configs::incremental_alter_configs(broker, cluster, request)
         }
+        ApiKey::AlterConfigs => cluster_configs::alter_configs(broker, cluster, request),
         other => {
             tracing::warn!(api = ?other, "{NOT_REPLICATED}");
             Err(HandleError::UnsupportedApi(other))

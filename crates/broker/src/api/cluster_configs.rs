@@ -1,5 +1,6 @@
 //! Topic config changes in a cluster (docs/design.md, "Topic configs in a cluster"):
-//! IncrementalAlterConfigs on TOPIC resources is decided by the controller, which checks the
+//! IncrementalAlterConfigs (and the legacy AlterConfigs, a topic's whole set replaced: the
+//! same operations, [`replacing`]) on TOPIC resources is decided by the controller, which checks the
 //! change as a single broker does (api/admin_topics.rs: unknown names, bad values and
 //! operations, the resolved log configuration, `validate_only`), refuses what a raft partition
 //! cannot honour ([`super::cluster_admin::raft_refusal`]), and writes the topic's whole new
@@ -17,11 +18,12 @@ use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsRe
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use oncelog::PartitionConfig;
 use oncelog_raft::Host;
 
 use super::admin_topics::{
-    alter_broker, cluster_altered_settings, unknown_topic, unsupported_resource, Refusal,
-    RESOURCE_BROKER, RESOURCE_TOPIC,
+    alter_broker, cluster_altered_settings, legacy_answer, replacing, unknown_topic,
+    unsupported_resource, Refusal, RESOURCE_BROKER, RESOURCE_TOPIC,
 };
 use super::cluster_admin::{not_controller, raft_refusal};
 use super::to_controller::{self, Forwarded};
@@ -33,6 +35,39 @@ use crate::codec::Request;
 /// How long a change waits for the controller and for its record to be applied.
 const ALTER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A resource of either config change API.
+#[derive(Clone)]
+enum Change {
+    /// IncrementalAlterConfigs: operations on some settings.
+    Incremental(AlterConfigsResource),
+    /// The legacy AlterConfigs: the resource's whole set of settings.
+    Replace(alter_configs_request::AlterConfigsResource),
+}
+
+impl Change {
+    fn resource_type(&self) -> i8 {
+        match self {
+            Change::Incremental(r) => r.resource_type,
+            Change::Replace(r) => r.resource_type,
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Change::Incremental(r) => r.resource_name.to_string(),
+            Change::Replace(r) => r.resource_name.to_string(),
+        }
+    }
+
+    /// As IncrementalAlterConfigs' operations over the resource's settings `own`.
+    fn over(&self, own: &PartitionConfig) -> AlterConfigsResource {
+        match self {
+            Change::Incremental(r) => r.clone(),
+            Change::Replace(r) => replacing(own, r),
+        }
+    }
+}
+
 /// IncrementalAlterConfigs on a cluster node.
 pub fn incremental_alter_configs(
     broker: &Arc<Broker>,
@@ -42,91 +77,13 @@ pub fn incremental_alter_configs(
     let body: IncrementalAlterConfigsRequest = request.body()?;
     let (broker, cluster, request) = (Arc::clone(broker), Arc::clone(cluster), request.clone());
     Ok(Reply::Later(tokio::spawn(async move {
-        let mut answers: Vec<Option<Result<(), Refusal>>> = body
+        let changes = body
             .resources
             .iter()
-            .map(|r| match r.resource_type {
-                RESOURCE_TOPIC => None,
-                RESOURCE_BROKER => Some(alter_broker(&broker, r)),
-                super::share_admin::RESOURCE_GROUP => Some(Err((
-                    ResponseError::InvalidRequest,
-                    "a share group's settings go to the share coordinator in a request of their \
-                     own, not with other resources"
-                        .to_string(),
-                ))),
-                other => Some(Err(unsupported_resource(other))),
-            })
+            .cloned()
+            .map(Change::Incremental)
             .collect();
-        let topics: Vec<usize> = (0..answers.len())
-            .filter(|i| answers[*i].is_none())
-            .collect();
-        if !topics.is_empty() {
-            let here =
-                to_controller::forwarded(&request) || cluster.controller() == Some(cluster.me());
-            let decided = if here {
-                None
-            } else {
-                let forward = IncrementalAlterConfigsRequest::default()
-                    .with_validate_only(body.validate_only)
-                    .with_resources(topics.iter().map(|i| body.resources[*i].clone()).collect());
-                let moved = |r: &IncrementalAlterConfigsResponse| {
-                    r.responses
-                        .iter()
-                        .all(|a| a.error_code == ResponseError::NotController.code())
-                };
-                match to_controller::send(&cluster, request.version, &forward, ALTER_TIMEOUT, moved)
-                    .await
-                {
-                    Forwarded::Answered(r) if r.responses.len() == topics.len() => Some(
-                        r.responses
-                            .into_iter()
-                            .map(|a| match ResponseError::try_from_code(a.error_code) {
-                                None => Ok(()),
-                                Some(e) => Err((
-                                    e,
-                                    a.error_message.map(|m| m.to_string()).unwrap_or_default(),
-                                )),
-                            })
-                            .collect::<Vec<_>>(),
-                    ),
-                    Forwarded::Answered(r) => Some(vec![
-                        Err((
-                            ResponseError::UnknownServerError,
-                            format!(
-                                "the controller answered {} resources of {}",
-                                r.responses.len(),
-                                topics.len()
-                            ),
-                        ));
-                        topics.len()
-                    ]),
-                    Forwarded::Here => None,
-                    Forwarded::Failed(why) => Some(vec![
-                        Err((
-                            ResponseError::RequestTimedOut,
-                            format!("no controller took the change: {why}"),
-                        ));
-                        topics.len()
-                    ]),
-                }
-            };
-            let decided = match decided {
-                Some(d) => d,
-                None => {
-                    let mut d = Vec::with_capacity(topics.len());
-                    for i in &topics {
-                        d.push(
-                            alter_topic(&broker, &cluster, &body.resources[*i], body.validate_only)
-                                .await,
-                        );
-                    }
-                    d
-                }
-            };
-            for (i, answer) in topics.into_iter().zip(decided) {
-                answers[i] = Some(answer);
-            }
-        }
+        let answers = answer(&broker, &cluster, &request, changes, body.validate_only).await;
         let responses = body
             .resources
             .into_iter()
@@ -135,10 +92,7 @@ pub fn incremental_alter_configs(
                 let line = AlterConfigsResourceResponse::default()
                     .with_resource_type(r.resource_type)
                     .with_resource_name(r.resource_name);
-                match answer.unwrap_or(Err((
-                    ResponseError::UnknownServerError,
-                    "not answered".into(),
-                ))) {
+                match answer {
                     Ok(()) => line.with_error_message(None),
                     Err((error, message)) => line
                         .with_error_code(error.code())
@@ -151,15 +105,196 @@ pub fn incremental_alter_configs(
     })))
 }
 
+/// The legacy AlterConfigs on a cluster node: a topic's whole set of settings replaced, as a
+/// single broker replaces it, through the controller.
+pub fn alter_configs(
+    broker: &Arc<Broker>,
+    cluster: &Arc<Cluster>,
+    request: &Request,
+) -> Result<Reply, HandleError> {
+    let body: AlterConfigsRequest = request.body()?;
+    let (broker, cluster, request) = (Arc::clone(broker), Arc::clone(cluster), request.clone());
+    Ok(Reply::Later(tokio::spawn(async move {
+        let changes = body
+            .resources
+            .iter()
+            .cloned()
+            .map(Change::Replace)
+            .collect();
+        let answers = answer(&broker, &cluster, &request, changes, body.validate_only).await;
+        let responses = body
+            .resources
+            .iter()
+            .zip(answers)
+            .map(|(r, answer)| legacy_answer(r, answer))
+            .collect();
+        let response = AlterConfigsResponse::default().with_responses(responses);
+        respond(&request, &response)
+    })))
+}
+
+/// Each resource's answer: BROKER and other resources here, TOPIC resources on the controller
+/// (this node, or through a forward).
+async fn answer(
+    broker: &Broker,
+    cluster: &Cluster,
+    request: &Request,
+    changes: Vec<Change>,
+    validate_only: bool,
+) -> Vec<Result<(), Refusal>> {
+    let mut answers: Vec<Option<Result<(), Refusal>>> = changes
+        .iter()
+        .map(|c| match c.resource_type() {
+            RESOURCE_TOPIC => None,
+            RESOURCE_BROKER => Some(alter_broker(broker, &c.over(&PartitionConfig::default()))),
+            super::share_admin::RESOURCE_GROUP => Some(Err((
+                ResponseError::InvalidRequest,
+                "a share group's settings go to the share coordinator in an \
+                 IncrementalAlterConfigs of their own, not with other resources"
+                    .to_string(),
+            ))),
+            other => Some(Err(unsupported_resource(other))),
+        })
+        .collect();
+    let topics: Vec<usize> = (0..answers.len())
+        .filter(|i| answers[*i].is_none())
+        .collect();
+    if !topics.is_empty() {
+        let here = to_controller::forwarded(request) || cluster.controller() == Some(cluster.me());
+        let forwarded = if here {
+            Forwarded::Here
+        } else {
+            let changes: Vec<&Change> = topics.iter().map(|i| &changes[*i]).collect();
+            forward(cluster, request.version, &changes, validate_only).await
+        };
+        let decided = match forwarded {
+            Forwarded::Answered(a) if a.len() == topics.len() => a,
+            Forwarded::Answered(a) => vec![
+                Err((
+                    ResponseError::UnknownServerError,
+                    format!(
+                        "the controller answered {} resources of {}",
+                        a.len(),
+                        topics.len()
+                    ),
+                ));
+                topics.len()
+            ],
+            Forwarded::Failed(why) => vec![
+                Err((
+                    ResponseError::RequestTimedOut,
+                    format!("no controller took the change: {why}"),
+                ));
+                topics.len()
+            ],
+            Forwarded::Here => {
+                let mut decided = Vec::with_capacity(topics.len());
+                for i in &topics {
+                    decided.push(alter_topic(broker, cluster, &changes[*i], validate_only).await);
+                }
+                decided
+            }
+        };
+        for (i, answer) in topics.into_iter().zip(decided) {
+            answers[i] = Some(answer);
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| {
+            a.unwrap_or(Err((
+                ResponseError::UnknownServerError,
+                "not answered".into(),
+            )))
+        })
+        .collect()
+}
+
+/// A forwarded resource's answer as the controller gave it.
+fn outcome(code: i16, message: Option<&StrBytes>) -> Result<(), Refusal> {
+    match ResponseError::try_from_code(code) {
+        None => Ok(()),
+        Some(e) => Err((e, message.map(|m| m.to_string()).unwrap_or_default())),
+    }
+}
+
+/// Sends the topic `changes` (all of one API) to the controller as a request of their own;
+/// each one's answer.
+async fn forward(
+    cluster: &Cluster,
+    version: i16,
+    changes: &[&Change],
+    validate_only: bool,
+) -> Forwarded<Vec<Result<(), Refusal>>> {
+    let not_controller = ResponseError::NotController.code();
+    let incremental: Vec<AlterConfigsResource> = changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Incremental(r) => Some(r.clone()),
+            Change::Replace(_) => None,
+        })
+        .collect();
+    let answered: Forwarded<Vec<(i16, Option<StrBytes>)>> = if incremental.len() == changes.len() {
+        let body = IncrementalAlterConfigsRequest::default()
+            .with_validate_only(validate_only)
+            .with_resources(incremental);
+        let moved = |r: &IncrementalAlterConfigsResponse| {
+            r.responses.iter().all(|a| a.error_code == not_controller)
+        };
+        match to_controller::send(cluster, version, &body, ALTER_TIMEOUT, moved).await {
+            Forwarded::Answered(r) => Forwarded::Answered(
+                r.responses
+                    .into_iter()
+                    .map(|a| (a.error_code, a.error_message))
+                    .collect(),
+            ),
+            Forwarded::Here => Forwarded::Here,
+            Forwarded::Failed(why) => Forwarded::Failed(why),
+        }
+    } else {
+        let replace: Vec<alter_configs_request::AlterConfigsResource> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Replace(r) => Some(r.clone()),
+                Change::Incremental(_) => None,
+            })
+            .collect();
+        let body = AlterConfigsRequest::default()
+            .with_validate_only(validate_only)
+            .with_resources(replace);
+        let moved =
+            |r: &AlterConfigsResponse| r.responses.iter().all(|a| a.error_code == not_controller);
+        match to_controller::send(cluster, version, &body, ALTER_TIMEOUT, moved).await {
+            Forwarded::Answered(r) => Forwarded::Answered(
+                r.responses
+                    .into_iter()
+                    .map(|a| (a.error_code, a.error_message))
+                    .collect(),
+            ),
+            Forwarded::Here => Forwarded::Here,
+            Forwarded::Failed(why) => Forwarded::Failed(why),
+        }
+    };
+    match answered {
+        Forwarded::Answered(a) => Forwarded::Answered(
+            a.iter()
+                .map(|(code, message)| outcome(*code, message.as_ref()))
+                .collect(),
+        ),
+        Forwarded::Here => Forwarded::Here,
+        Forwarded::Failed(why) => Forwarded::Failed(why),
+    }
+}
+
 /// One topic's change on the controller: the single broker's checks over the topic's
 /// settings as the image holds them, cluster mode's refusals, then the metadata record.
 async fn alter_topic(
     broker: &Broker,
     cluster: &Cluster,
-    resource: &AlterConfigsResource,
+    change: &Change,
     validate_only: bool,
 ) -> Result<(), Refusal> {
-    let name = resource.resource_name.to_string();
+    let name = change.name();
     let log_defaults = Host::manager_config().map_err(|e| {
         (
             ResponseError::UnknownServerError,
@@ -167,8 +302,9 @@ async fn alter_topic(
         )
     })?;
     let decide = |topic: &crate::cluster::TopicImage| {
+        let resource = change.over(&topic.config);
         let (given, config) =
-            cluster_altered_settings(broker, &topic.config, resource, &log_defaults)?;
+            cluster_altered_settings(broker, &topic.config, &resource, &log_defaults)?;
         match raft_refusal(&config) {
             Some(why) => Err((ResponseError::InvalidConfig, why)),
             None => Ok(given),

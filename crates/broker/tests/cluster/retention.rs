@@ -111,6 +111,37 @@ fn alter(
     )
 }
 
+/// The legacy AlterConfigs (v2) of topic `name` on node `on`: `configs` become its whole
+/// set. The resource's error code and message.
+fn alter_legacy(c: &Cluster, on: i32, name: &str, configs: &[(&str, &str)]) -> (i16, String) {
+    use alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let mut s = connect(c.kafka[&on]).unwrap();
+    let r: AlterConfigsResponse = call(
+        &mut s,
+        ApiKey::AlterConfigs,
+        2,
+        &AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(str_bytes(name))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        AlterableConfig::default()
+                            .with_name(str_bytes(k))
+                            .with_value(Some(str_bytes(v)))
+                    })
+                    .collect(),
+            )]),
+    )
+    .unwrap();
+    let a = &r.responses[0];
+    (
+        a.error_code,
+        a.error_message.as_deref().unwrap_or_default().to_string(),
+    )
+}
+
 /// ListOffsets (v7) of one partition on node `on` at `timestamp` (-2 earliest, -1 latest):
 /// the error code and the offset.
 fn list_offset(c: &Cluster, on: i32, topic: &str, partition: i32, timestamp: i64) -> (i16, i64) {
@@ -320,6 +351,18 @@ fn config_changes_go_through_the_controller_to_every_node_and_replica() {
     let leader = c.leaders("altered", 1)[&0];
     assert_eq!(produce(&c, leader, "altered", -1, batch_of(4000)), 0);
 
+    // The legacy AlterConfigs, elsewhere too: the settings given become the topic's whole set
+    // (retention.ms, set above, is back to its default).
+    let (error, message) = alter_legacy(&c, other, "altered", &[("retention.bytes", "4096")]);
+    assert_eq!(error, 0, "{message}");
+    for id in 1..=3 {
+        eventually(&format!("node {id} describes the replacement"), || {
+            let d = described(&c, id, "altered");
+            d["retention.bytes"] == ("4096".into(), SOURCE_TOPIC)
+                && d["retention.ms"].1 != SOURCE_TOPIC
+        });
+    }
+
     // What cluster mode refuses, on the controller and elsewhere, with validate_only or not;
     // nothing changes.
     for on in [controller, other] {
@@ -374,6 +417,31 @@ fn config_changes_go_through_the_controller_to_every_node_and_replica() {
     }
 }
 
+/// Waits until every replica of partition 0 of `topic` has deleted its segments below
+/// `beyond` (its first segment starts at or above it, and above 0), and checks that none
+/// starts above its raft purge point. The lowest first segment.
+fn trimmed_everywhere(c: &Cluster, topic: &str, beyond: i64) -> i64 {
+    let mut lowest = i64::MAX;
+    for id in 1..=3 {
+        eventually(
+            &format!("node {id} deletes segments below {beyond}"),
+            || {
+                segments(&c.dirs[&id], topic, 0)
+                    .first()
+                    .is_some_and(|b| *b > 0 && *b >= beyond)
+            },
+        );
+        let first = segments(&c.dirs[&id], topic, 0)[0];
+        let purged = purge_end(&c.dirs[&id], topic, 0);
+        assert!(
+            first <= purged,
+            "node {id}: log starts at {first}, raft purged to {purged}"
+        );
+        lowest = lowest.min(first);
+    }
+    lowest
+}
+
 #[test]
 fn retention_deletes_old_segments_on_every_replica_but_never_above_the_purge_point() {
     let mut c = quick_cluster();
@@ -387,7 +455,6 @@ fn retention_deletes_old_segments_on_every_replica_but_never_above_the_purge_poi
     );
     fill(&c, "aged", 60, 100);
     let leader = c.leaders("aged", 1)[&0];
-    let (_, end) = list_offset(&c, leader, "aged", 0, -1);
     // The job ran a few times and kept everything.
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(list_offset(&c, leader, "aged", 0, -2), (0, 0));
@@ -395,30 +462,33 @@ fn retention_deletes_old_segments_on_every_replica_but_never_above_the_purge_poi
         assert_eq!(segments(&c.dirs[&id], "aged", 0)[0], 0, "node {id}");
     }
 
+    // retention.bytes: every replica deletes its oldest segments, none reaching above its
+    // purge point.
     let (error, message) = alter(
         &c,
         leader,
         "aged",
-        &[("retention.ms", 0, Some("86400000"))],
+        &[("retention.bytes", 0, Some("3072"))],
         false,
     );
     assert_eq!(error, 0, "{message}");
-    // Every replica deletes its old segments, none at or above its purge point.
-    for id in 1..=3 {
-        eventually(&format!("node {id} deletes old segments"), || {
-            segments(&c.dirs[&id], "aged", 0)
-                .first()
-                .is_some_and(|b| *b > 0)
-        });
-    }
-    for id in 1..=3 {
-        let first = segments(&c.dirs[&id], "aged", 0)[0];
-        let purged = purge_end(&c.dirs[&id], "aged", 0);
-        assert!(
-            first <= purged,
-            "node {id}: log starts at {first}, raft purged to {purged}"
-        );
-    }
+    let trimmed = trimmed_everywhere(&c, "aged", 0);
+    // retention.ms instead: the purge point moves on with more batches, and everything
+    // below it is older than a day.
+    let (error, message) = alter(
+        &c,
+        leader,
+        "aged",
+        &[
+            ("retention.bytes", 1, None),
+            ("retention.ms", 0, Some("86400000")),
+        ],
+        false,
+    );
+    assert_eq!(error, 0, "{message}");
+    fill(&c, "aged", 30, 100);
+    trimmed_everywhere(&c, "aged", trimmed + 1);
+    let (_, end) = list_offset(&c, c.leaders("aged", 1)[&0], "aged", 0, -1);
     // Clients see it: ListOffsets earliest moves, Fetch below it is out of range.
     let leader = c.leaders("aged", 1)[&0];
     let (error, earliest) = list_offset(&c, leader, "aged", 0, -2);
