@@ -603,6 +603,19 @@ fn delete_records_raises_the_log_start_of_every_replica_and_clients_see_it_at_on
         let first = segments(&c.dirs[&id], "trimmed", 0)[0];
         assert!(first <= purge_end(&c.dirs[&id], "trimmed", 0), "node {id}");
     }
+    // A partition led by a node that is not the controller: its leader has the controller
+    // write the new start (a forward), and answers once its own reads honour it.
+    create(&c, "split", 2, &[]);
+    let controller = c.controller();
+    eventually("partition 1 of split led off the controller", || {
+        c.leaders("split", 2)[&1] != controller
+    });
+    let away = c.leaders("split", 2)[&1];
+    let (_, hw) = list_offset(&c, away, "split", 1, -1);
+    assert!(hw > 0, "a new partition's raft heads take offsets");
+    assert_eq!(delete_records(&c, away, "split", &[(1, -1)])[&1], (0, hw));
+    assert_eq!(list_offset(&c, away, "split", 1, -2), (0, hw));
+
     // A new leader answers the same start: the image, not the old leader's memory.
     c.nodes.get_mut(&leader).unwrap().crash();
     c.nodes.remove(&leader);
