@@ -256,6 +256,24 @@ async fn on_controller(
     body: &DeleteRecordsRequest,
     within: Duration,
 ) -> Vec<DeleteRecordsTopicResult> {
+    // A node that no longer controls answers so before it looks at its image (which may lag):
+    // the forwarding node then asks the controller it learns of next.
+    if cluster.controller() != Some(cluster.me()) {
+        return body
+            .topics
+            .iter()
+            .map(|t| {
+                DeleteRecordsTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| result(p.partition_index, Err(ResponseError::NotController)))
+                            .collect(),
+                    )
+            })
+            .collect();
+    }
     let mut topics = Vec::with_capacity(body.topics.len());
     for t in &body.topics {
         let name = t.name.0.as_str();
