@@ -415,7 +415,9 @@ impl Host {
     /// rewritten durably and the open log takes them live (`LogManager::alter_config`; only
     /// settings [`oncelog::Log::reconfigure`] lets change, which are every topic setting a
     /// broker takes). The cleanup policy must stay `delete` ([`Replica::open_log`]): a
-    /// compacting config is refused and changes nothing. Answers whether the partition is here.
+    /// compacting config is refused and changes nothing. A partition that already runs with
+    /// these settings is left as it is (no file written). Answers whether the partition is
+    /// here.
     pub fn alter_group_config(
         &self,
         group: &GroupId,
@@ -434,6 +436,13 @@ impl Host {
         let Some(manager) = manager.as_ref() else {
             return Err(HostError::Config("the host is closed".into()));
         };
+        let wanted = config.resolve(manager.config());
+        if manager
+            .partition_config(&group.topic, group.partition)
+            .is_ok_and(|now| now == wanted)
+        {
+            return Ok(true);
+        }
         match manager.alter_config(&group.topic, group.partition, config) {
             Ok(_) => Ok(true),
             Err(ManagerError::UnknownPartition { .. }) => Ok(false),

@@ -138,7 +138,8 @@ pub struct Cluster {
     /// order.
     changes: parking_lot::Mutex<Vec<(i64, Applied)>>,
     /// Whether this node removed the partitions on disk the image no longer gives it, once
-    /// after it started ([`topics`]).
+    /// after it started ([`topics`]): it has followed its whole image, so the retention job
+    /// ([`retention`]) may run.
     reconciled: std::sync::atomic::AtomicBool,
     /// The leaders of the partitions this node holds no replica of, as their replicas said
     /// last ([`remote::keep_asking`]).

@@ -50,6 +50,12 @@ impl Cluster {
     /// start raised toward what DeleteRecords decided, then the retention rules, each as far
     /// as raft's purge point allows.
     pub fn enforce_retention(&self) {
+        // Not before this node followed its whole image once after it started: until then a
+        // replica opened from disk may still have its file's older settings (a change made
+        // while the node was down, reapplied by the replay).
+        if !self.reconciled.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let now = oncelog::SystemClock.now_ms();
         let held: Vec<(GroupId, Arc<Replica>, i64)> = {
             let image = self.image.read();

@@ -316,6 +316,12 @@ impl Cluster {
             };
             if let Err(e) = opened {
                 tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
+                continue;
+            }
+            // A partition already on disk opened with its own file's settings, which a change
+            // made while this node was down has replaced: the image's, at once.
+            if let Err(e) = self.host.alter_group_config(&group, config.clone()) {
+                tracing::error!(partition = %group, error = %e, "cannot reconfigure this node's replica");
             }
         }
     }
