@@ -252,6 +252,20 @@ pub struct Args {
     /// listener stay as --cluster names them. Needs --cluster.
     #[arg(long, value_name = "ID=HOST:PORT,...", requires = "cluster")]
     pub cluster_dial: Option<String>,
+
+    /// How often retention runs on every partition (`log.retention.check.interval.ms`): the
+    /// log manager's job on a single broker, each node's job over its replicas in cluster mode.
+    #[arg(long, default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub retention_check_interval_ms: u64,
+
+    /// Cluster mode: raft takes a snapshot of a partition every this many entries and keeps
+    /// as many after it; each snapshot lets raft purge what it covers, and retention and
+    /// DeleteRecords delete bytes only below raft's purge point (docs/design.md, "Retention
+    /// and DeleteRecords in a cluster"). Smaller lets them delete sooner, at the cost of
+    /// sending a lagging replica an image more often.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..),
+          requires = "cluster")]
+    pub raft_snapshot_entries: u64,
 }
 
 /// The read cache's default budget (`--tier-cache-bytes`).
@@ -322,6 +336,8 @@ pub struct LogSettings {
     pub recovery_mode: RecoveryMode,
     /// Tiered storage; `None`: off.
     pub tier: Option<TierSettings>,
+    /// How often retention runs (`log.retention.check.interval.ms`).
+    pub retention_check: Duration,
 }
 
 impl Default for LogSettings {
@@ -337,6 +353,7 @@ impl Default for LogSettings {
             message_timestamp_type: TimestampType::CreateTime,
             recovery_mode: RecoveryMode::TolerateTail,
             tier: None,
+            retention_check: Duration::from_secs(300),
         }
     }
 }
@@ -361,6 +378,9 @@ pub struct BrokerConfig {
     pub share_groups: crate::share::ShareSettings,
     /// Cluster mode: every node; `None`: a single broker.
     pub cluster: Option<ClusterNodes>,
+    /// Cluster mode: raft's snapshot interval and the entries kept after it
+    /// (`--raft-snapshot-entries`).
+    pub raft_snapshot_entries: u64,
 }
 
 /// A flag value the broker cannot run with.
@@ -446,7 +466,9 @@ impl Args {
                 message_timestamp_type: self.message_timestamp_type,
                 recovery_mode: self.recovery_mode,
                 tier,
+                retention_check: Duration::from_millis(self.retention_check_interval_ms),
             },
+            raft_snapshot_entries: self.raft_snapshot_entries,
         })
     }
 

@@ -125,7 +125,13 @@ impl Server {
             .await
             .map_err(|e| StartError::Task(e.to_string()))??;
         let cluster = match config.cluster.clone() {
-            Some(nodes) => Some(crate::cluster::Cluster::start(&data_dir, nodes).await?),
+            Some(nodes) => {
+                let tuning = crate::cluster::ClusterTuning {
+                    retention_check: config.log.retention_check,
+                    raft_snapshot_entries: config.raft_snapshot_entries,
+                };
+                Some(crate::cluster::Cluster::start(&data_dir, nodes, tuning).await?)
+            }
             None => None,
         };
         // A cluster node's coordinator writes to and loads from its replica of the offsets

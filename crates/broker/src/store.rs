@@ -878,6 +878,7 @@ impl Store {
             }),
         };
         let jobs = oncelog::JobIntervals::default()
+            .with_retention(Some(settings.retention_check))
             .with_tiering(settings.tier.as_ref().map(|t| t.interval));
         let manager = LogManager::open(
             &[dir],

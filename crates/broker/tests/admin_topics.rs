@@ -873,3 +873,90 @@ fn incremental_alter_configs_applies_settings_to_the_open_partitions() {
         "back to the default, live"
     );
 }
+
+/// The legacy AlterConfigs (v2) of one resource: `configs` become its whole set.
+fn alter_legacy(
+    wire: &mut Wire,
+    resource_type: i8,
+    resource: &str,
+    configs: &[(&str, Option<&str>)],
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    use kafka_protocol::messages::alter_configs_request;
+    let response: AlterConfigsResponse = wire.call(
+        ApiKey::AlterConfigs,
+        2,
+        &AlterConfigsRequest::default()
+            .with_validate_only(validate_only)
+            .with_resources(vec![alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(s(resource))
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|(k, v)| {
+                            alter_configs_request::AlterableConfig::default()
+                                .with_name(s(k))
+                                .with_value(v.map(s))
+                        })
+                        .collect(),
+                )]),
+    );
+    let r = &response.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+#[test]
+fn alter_configs_replaces_a_topics_whole_set_of_settings() {
+    let (_dir, _broker, mut wire) = start();
+    create_one(
+        &mut wire,
+        topic(
+            "t",
+            1,
+            1,
+            &[("retention.bytes", "5000"), ("segment.ms", "60000")],
+        ),
+    );
+    // The settings given replace the topic's: those not given are back to their defaults.
+    assert_eq!(
+        alter_legacy(
+            &mut wire,
+            TOPIC,
+            "t",
+            &[("retention.ms", Some("1000"))],
+            false
+        ),
+        (0, None)
+    );
+    assert_eq!(config(&mut wire, "t", "retention.ms"), ("1000".into(), 1));
+    assert_eq!(config(&mut wire, "t", "retention.bytes"), ("-1".into(), 5));
+    assert_eq!(config(&mut wire, "t", "segment.ms").1, 5);
+    // validate_only changes nothing; refusals are IncrementalAlterConfigs'.
+    assert_eq!(
+        alter_legacy(&mut wire, TOPIC, "t", &[("segment.ms", Some("5000"))], true),
+        (0, None)
+    );
+    assert_eq!(config(&mut wire, "t", "retention.ms"), ("1000".into(), 1));
+    let (error, message) = alter_legacy(&mut wire, TOPIC, "t", &[("no.such", Some("1"))], false);
+    assert_eq!(error, 40, "{message:?}");
+    let (error, _) = alter_legacy(&mut wire, TOPIC, "t", &[("segment.ms", None)], false);
+    assert_eq!(error, 42);
+    let (error, _) = alter_legacy(&mut wire, TOPIC, "absent", &[], false);
+    assert_eq!(error, 3);
+    let (error, message) = alter_legacy(
+        &mut wire,
+        BROKER,
+        "",
+        &[("log.retention.ms", Some("1000"))],
+        false,
+    );
+    assert_eq!(error, 42);
+    assert!(message
+        .unwrap()
+        .contains("Cannot update these configs dynamically"));
+    assert_eq!(config(&mut wire, "t", "retention.ms"), ("1000".into(), 1));
+}

@@ -505,6 +505,21 @@ fn encode_body(api: ApiKey, version: i16) -> BytesMut {
                 ])
             )
         }
+        ApiKey::AlterConfigs => {
+            use alter_configs_request::*;
+            let config = AlterableConfig::default()
+                .with_name(s("retention.ms"))
+                .with_value(Some(s("1000")));
+            enc!(AlterConfigsRequest::default().with_resources(vec![
+                AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s("t"))
+                    .with_configs(vec![config.clone(), config]),
+                AlterConfigsResource::default()
+                    .with_resource_type(4)
+                    .with_resource_name(s("1")),
+            ]))
+        }
         ApiKey::DescribeCluster => enc!(DescribeClusterRequest::default()),
         ApiKey::DescribeGroups => enc!(fill(
             DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g")), GroupId(s("h"))]),
@@ -799,6 +814,7 @@ const NESTED: &[ApiKey] = &[
     ApiKey::DescribeConfigs,
     ApiKey::CreatePartitions,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::AlterConfigs,
     ApiKey::DeleteRecords,
     ApiKey::OffsetForLeaderEpoch,
     ApiKey::DescribeLogDirs,

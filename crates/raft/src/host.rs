@@ -410,6 +410,46 @@ impl Host {
         }
     }
 
+    /// Replaces the settings of this node's partition of `group` (hosted or only on disk) with
+    /// `config`, as Kafka applies a topic's altered configuration: its `oncelog.properties` is
+    /// rewritten durably and the open log takes them live (`LogManager::alter_config`; only
+    /// settings [`oncelog::Log::reconfigure`] lets change, which are every topic setting a
+    /// broker takes). The cleanup policy must stay `delete` ([`Replica::open_log`]): a
+    /// compacting config is refused and changes nothing. A partition that already runs with
+    /// these settings is left as it is (no file written). Answers whether the partition is
+    /// here.
+    pub fn alter_group_config(
+        &self,
+        group: &GroupId,
+        config: PartitionConfig,
+    ) -> Result<bool, HostError> {
+        if config
+            .cleanup_policy
+            .is_some_and(|p| p != oncelog::CleanupPolicy::Delete)
+        {
+            return Err(HostError::Config(format!(
+                "partition {group}: the cleanup policy must stay delete (compaction is not \
+                 replicated)"
+            )));
+        }
+        let manager = self.manager.lock();
+        let Some(manager) = manager.as_ref() else {
+            return Err(HostError::Config("the host is closed".into()));
+        };
+        let wanted = config.resolve(manager.config());
+        if manager
+            .partition_config(&group.topic, group.partition)
+            .is_ok_and(|now| now == wanted)
+        {
+            return Ok(true);
+        }
+        match manager.alter_config(&group.topic, group.partition, config) {
+            Ok(_) => Ok(true),
+            Err(ManagerError::UnknownPartition { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The partitions in the log dir, hosted or not (a node reconciles them with what its
     /// groups should be when it starts).
     pub fn partitions_on_disk(&self) -> Result<Vec<GroupId>, HostError> {

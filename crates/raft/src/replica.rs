@@ -425,6 +425,43 @@ impl Replica {
             .map_err(|e| ReplicaError::Storage(e.to_string()))
     }
 
+    /// Raises this replica's log start toward `offset` (Kafka's DeleteRecords, decided for the
+    /// partition elsewhere and applied by every replica: docs/design.md, "Retention and
+    /// DeleteRecords in a cluster"), as far as is safe now: never past raft's purge point
+    /// (what openraft may still send to a lagging follower stays readable, and a restart
+    /// finds the log starting at or below the purge point, as the store requires), and only
+    /// to the start of a batch (a snapshot image starts at the log start, and its producer
+    /// state is rebuilt at a batch boundary). Called again as the purge point moves, it
+    /// reaches `offset` in the end. Durable before it returns ([`Log::delete_records`]); the
+    /// segments wholly below the new start go at the next [`Replica::enforce_retention`].
+    /// Answers the log start after.
+    pub fn raise_log_start(&self, offset: i64) -> Result<i64, ReplicaError> {
+        let log = self.partition.log();
+        let start = log.log_start_offset();
+        let bound = offset.min(self.partition.purge_end());
+        if bound <= start {
+            return Ok(start);
+        }
+        let storage = |e: &dyn std::fmt::Display| {
+            ReplicaError::Storage(format!(
+                "raising the log start of {} to {bound}: {e}",
+                log.dir().display()
+            ))
+        };
+        // The batch that holds `bound` starts at or below it (the log end, when `bound` is
+        // there, is a boundary too).
+        let bytes = log.read(bound, 1).map_err(|e| storage(&e))?;
+        let boundary = match oncelog::format::BatchIter::new(&bytes).next() {
+            Some(Ok((_, batch))) => batch.base_offset().min(bound),
+            Some(Err(e)) => return Err(storage(&format!("{e:?}"))),
+            None => bound,
+        };
+        if boundary <= start {
+            return Ok(start);
+        }
+        log.delete_records(boundary).map_err(|e| storage(&e))
+    }
+
     /// This replica's id.
     pub fn id(&self) -> NodeId {
         self.id

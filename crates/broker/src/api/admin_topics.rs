@@ -34,8 +34,8 @@ use crate::codec::Request;
 use crate::store::{StoreError, RESERVED_TOPICS};
 
 /// Kafka's `ConfigResource.Type` codes.
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
 
 /// Kafka's `DescribeConfigsResponse.ConfigSource` codes.
 const SOURCE_TOPIC: i8 = 1;
@@ -806,7 +806,7 @@ pub fn describe_configs_of(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
-fn unsupported_resource(resource_type: i8) -> Refusal {
+pub(super) fn unsupported_resource(resource_type: i8) -> Refusal {
     (
         ResponseError::InvalidRequest,
         format!("resource type {resource_type} is not served: this broker has topic (2), broker (4) and group (32) configurations"),
@@ -1016,23 +1016,7 @@ pub async fn incremental_alter_configs(
                 .await
                 .unwrap_or_else(|e| Err((ResponseError::UnknownServerError, e.to_string())))
             }
-            // Kafka's answer for a setting that is not dynamic: the broker's settings are its
-            // command-line flags, and none is dynamic.
-            RESOURCE_BROKER => check_broker_name(broker, &resource.resource_name).and_then(|()| {
-                let names: Vec<String> = resource
-                    .configs
-                    .iter()
-                    .map(|c| c.name.to_string())
-                    .collect();
-                Err((
-                    ResponseError::InvalidRequest,
-                    format!(
-                        "Cannot update these configs dynamically: [{}] (this broker's settings \
-                         are its command-line flags)",
-                        names.join(", ")
-                    ),
-                ))
-            }),
+            RESOURCE_BROKER => alter_broker(broker, &resource),
             other => Err(unsupported_resource(other)),
         };
         let response = AlterConfigsResourceResponse::default()
@@ -1049,6 +1033,118 @@ pub async fn incremental_alter_configs(
     Ok(Reply::Now(respond(request, &response)?))
 }
 
+/// A broker resource's change: Kafka's answer for a setting that is not dynamic (the broker's
+/// settings are its command-line flags, and none is dynamic). The same in cluster mode.
+pub(super) fn alter_broker(
+    broker: &Broker,
+    resource: &AlterConfigsResource,
+) -> Result<(), Refusal> {
+    check_broker_name(broker, &resource.resource_name)?;
+    let names: Vec<String> = resource
+        .configs
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    Err((
+        ResponseError::InvalidRequest,
+        format!(
+            "Cannot update these configs dynamically: [{}] (this broker's settings are its \
+             command-line flags)",
+            names.join(", ")
+        ),
+    ))
+}
+
+/// A legacy AlterConfigs resource, which replaces a resource's whole set of settings, as
+/// IncrementalAlterConfigs' operations over the topic's own settings `own`: SET for each
+/// setting given, DELETE for each one the topic sets that is not given. The checks are then
+/// IncrementalAlterConfigs' (a key twice and a null value INVALID_REQUEST, unknown names and
+/// bad values INVALID_CONFIG).
+pub(super) fn replacing(
+    own: &PartitionConfig,
+    resource: &alter_configs_request::AlterConfigsResource,
+) -> AlterConfigsResource {
+    use incremental_alter_configs_request::AlterableConfig;
+    let given: HashSet<&str> = resource.configs.iter().map(|c| c.name.as_str()).collect();
+    let mut configs: Vec<AlterableConfig> = resource
+        .configs
+        .iter()
+        .map(|c| {
+            AlterableConfig::default()
+                .with_name(c.name.clone())
+                .with_config_operation(OP_SET)
+                .with_value(c.value.clone())
+        })
+        .collect();
+    for key in own_pairs(own).into_keys() {
+        if !given.contains(key.as_str()) {
+            configs.push(
+                AlterableConfig::default()
+                    .with_name(text(key))
+                    .with_config_operation(OP_DELETE)
+                    .with_value(None),
+            );
+        }
+    }
+    AlterConfigsResource::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone())
+        .with_configs(configs)
+}
+
+/// The legacy AlterConfigs (API 33): each TOPIC resource's settings replaced by those given
+/// (IncrementalAlterConfigs' checks and application, [`replacing`]), BROKER resources refused
+/// as IncrementalAlterConfigs refuses them.
+pub async fn alter_configs(broker: &Arc<Broker>, request: &Request) -> Result<Reply, HandleError> {
+    let body: AlterConfigsRequest = request.body()?;
+    let mut responses = Vec::with_capacity(body.resources.len());
+    for resource in body.resources {
+        let name = resource.resource_name.to_string();
+        let outcome = match resource.resource_type {
+            RESOURCE_TOPIC => match broker.store.topic(&name) {
+                None => Err(unknown_topic(&name)),
+                Some(_) => match broker.store.topic_settings(&name) {
+                    Ok(own) => {
+                        alter_topic(broker, &replacing(&own, &resource), body.validate_only).await
+                    }
+                    Err(e) => Err(store_refusal(e)),
+                },
+            },
+            RESOURCE_BROKER => {
+                alter_broker(broker, &replacing(&PartitionConfig::default(), &resource))
+            }
+            other => Err(unsupported_resource(other)),
+        };
+        responses.push(legacy_answer(&resource, outcome));
+    }
+    let response = AlterConfigsResponse::default().with_responses(responses);
+    Ok(Reply::Now(respond(request, &response)?))
+}
+
+/// One resource's line of an AlterConfigs answer.
+pub(super) fn legacy_answer(
+    resource: &alter_configs_request::AlterConfigsResource,
+    outcome: Result<(), Refusal>,
+) -> alter_configs_response::AlterConfigsResourceResponse {
+    let line = alter_configs_response::AlterConfigsResourceResponse::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone());
+    match outcome {
+        Ok(()) => line.with_error_message(None),
+        Err((error, message)) => line
+            .with_error_code(error.code())
+            .with_error_message(Some(text(message))),
+    }
+}
+
+/// The topic `name` is not known: Kafka's answer.
+pub(super) fn unknown_topic(name: &str) -> Refusal {
+    (
+        ResponseError::UnknownTopicOrPartition,
+        format!("The topic '{name}' does not exist."),
+    )
+}
+
 async fn alter_topic(
     broker: &Arc<Broker>,
     resource: &AlterConfigsResource,
@@ -1056,14 +1152,52 @@ async fn alter_topic(
 ) -> Result<(), Refusal> {
     let name = resource.resource_name.to_string();
     if broker.store.topic(&name).is_none() {
-        return Err((
-            ResponseError::UnknownTopicOrPartition,
-            format!("The topic '{name}' does not exist."),
-        ));
+        return Err(unknown_topic(&name));
     }
     let own = broker.store.topic_settings(&name).map_err(store_refusal)?;
     let defaults = Defaults::of(broker)?;
-    let mut pairs = own_pairs(&own);
+    let (_, config) = altered_settings(&own, resource, &defaults)?;
+    if validate_only {
+        return Ok(());
+    }
+    let store = Arc::clone(&broker.store);
+    let topic_name = name.clone();
+    blocking(move || store.set_topic_settings(&topic_name, &config))
+        .await
+        .map_err(store_refusal)?;
+    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs), applied live");
+    Ok(())
+}
+
+/// [`altered_settings`] for cluster mode's controller (api/cluster_configs.rs): checked over
+/// the broker's defaults as a single broker checks them, and over `log_defaults` (the raft
+/// host's, which the replicas' logs resolve them over). The settings cluster mode refuses are
+/// the caller's to refuse.
+pub fn cluster_altered_settings(
+    broker: &Broker,
+    own: &PartitionConfig,
+    resource: &AlterConfigsResource,
+    log_defaults: &ManagerConfig,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let defaults = Defaults::of(broker)?;
+    let (pairs, config) = altered_settings(own, resource, &defaults)?;
+    config
+        .resolve(log_defaults)
+        .log
+        .validate()
+        .map_err(|e| (ResponseError::InvalidConfig, e.to_string()))?;
+    Ok((pairs, config))
+}
+
+/// A topic's whole set of own settings after `resource`'s operations (SET, DELETE, APPEND,
+/// SUBTRACT, each key once) over `own`, and what the engine reads them as, checked over
+/// `defaults`: Kafka's answers for an unknown name, a bad value or operation.
+fn altered_settings(
+    own: &PartitionConfig,
+    resource: &AlterConfigsResource,
+    defaults: &Defaults,
+) -> Result<(BTreeMap<String, String>, PartitionConfig), Refusal> {
+    let mut pairs = own_pairs(own);
     let mut seen = HashSet::new();
     for alter in &resource.configs {
         let key = alter.name.to_string();
@@ -1110,7 +1244,7 @@ async fn alter_topic(
                 let current = pairs
                     .get(&key)
                     .cloned()
-                    .unwrap_or_else(|| (s.value)(&Effective::of(&own, &defaults)));
+                    .unwrap_or_else(|| (s.value)(&Effective::of(own, defaults)));
                 let mut items: Vec<String> = current
                     .split(',')
                     .map(|v| v.trim().to_string())
@@ -1133,18 +1267,9 @@ async fn alter_topic(
             }
         }
     }
-    let pairs: Vec<(String, String)> = pairs.into_iter().collect();
-    let config = parse_settings(&pairs, &defaults)?;
-    if validate_only {
-        return Ok(());
-    }
-    let store = Arc::clone(&broker.store);
-    let topic_name = name.clone();
-    blocking(move || store.set_topic_settings(&topic_name, &config))
-        .await
-        .map_err(store_refusal)?;
-    tracing::info!(topic = %name, "altered topic settings (IncrementalAlterConfigs), applied live");
-    Ok(())
+    let list: Vec<(String, String)> = pairs.clone().into_iter().collect();
+    let config = parse_settings(&list, defaults)?;
+    Ok((pairs, config))
 }
 
 // ---------------------------------------------------------------------------------------------

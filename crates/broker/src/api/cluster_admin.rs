@@ -9,11 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
-use kafka_protocol::messages::delete_records_response::{
-    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
-};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
-use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -24,8 +20,8 @@ use kafka_protocol::ResponseError;
 use super::admin_topics::ClusterSettings;
 use super::metadata::{OFFSETS_TOPIC, OFFSETS_TOPIC_ID};
 use super::{
-    api_versions, cluster_data, cluster_describe, cluster_share, cluster_topics, cluster_txn,
-    respond, HandleError, Reply,
+    api_versions, cluster_configs, cluster_data, cluster_describe, cluster_records, cluster_share,
+    cluster_topics, cluster_txn, respond, HandleError, Reply,
 };
 use crate::broker::Broker;
 use crate::cluster::{assign, Cluster, TopicImage, WriteRefused, MAX_NODE_ID, METADATA_TOPIC};
@@ -99,9 +95,11 @@ pub const CLUSTER_APIS: &[ApiKey] = &[
     // (cluster_topics.rs).
     ApiKey::DeleteTopics,
     ApiKey::CreatePartitions,
-    // Answered with a typed error: not replicated yet.
+    // Decided by the controller as a record of the metadata log every node applies
+    // (cluster_configs.rs, cluster_records.rs); sent elsewhere, forwarded to it.
     ApiKey::DeleteRecords,
     ApiKey::IncrementalAlterConfigs,
+    ApiKey::AlterConfigs,
 ];
 
 /// What the refusals say.
@@ -170,11 +168,14 @@ pub async fn handle(
         }
         ApiKey::DeleteTopics => cluster_topics::delete_topics(cluster, request).await,
         ApiKey::CreatePartitions => cluster_topics::create_partitions(cluster, request).await,
-        ApiKey::DeleteRecords => delete_records(request),
+        ApiKey::DeleteRecords => cluster_records::delete_records(cluster, request),
         ApiKey::IncrementalAlterConfigs if cluster_share::group_configs_only(request)? => {
             cluster_share::handle(broker, cluster, request).await
         }
-        ApiKey::IncrementalAlterConfigs => alter_configs(request),
+        ApiKey::IncrementalAlterConfigs => {
+            cluster_configs::incremental_alter_configs(broker, cluster, request)
+        }
+        ApiKey::AlterConfigs => cluster_configs::alter_configs(broker, cluster, request),
         other => {
             tracing::warn!(api = ?other, "{NOT_REPLICATED}");
             Err(HandleError::UnsupportedApi(other))
@@ -440,7 +441,7 @@ fn topic_settings(
 /// Why a raft partition cannot take `config`, if it cannot: each setting whose limit would
 /// not hold, or that would make the replicas' logs differ (docs/design.md, "Topic configs
 /// in a cluster").
-fn raft_refusal(config: &PartitionConfig) -> Option<String> {
+pub(super) fn raft_refusal(config: &PartitionConfig) -> Option<String> {
     if let Some(policy) = config
         .cleanup_policy
         .filter(|p| *p != CleanupPolicy::Delete)
@@ -455,13 +456,6 @@ fn raft_refusal(config: &PartitionConfig) -> Option<String> {
         return Some(
             "message.timestamp.type=LogAppendTime: every replica would stamp a batch with its \
              own clock, and the replicas' logs would differ; only CreateTime in cluster mode"
-                .into(),
-        );
-    }
-    if config.retention_ms.is_some() || config.retention_bytes.is_some() {
-        return Some(
-            "retention.ms and retention.bytes: retention does not run on a raft partition in \
-             cluster mode, so the limit would not hold"
                 .into(),
         );
     }
@@ -812,49 +806,4 @@ fn not_coordinator(request: &Request, error: ResponseError) -> Result<Reply, Han
         other => return Err(HandleError::UnsupportedApi(other)),
     };
     Ok(Reply::Now(bytes))
-}
-
-fn delete_records(request: &Request) -> Result<Reply, HandleError> {
-    let body: DeleteRecordsRequest = request.body()?;
-    // The answer has no message: the code says the request is one this broker does not take.
-    let topics = body
-        .topics
-        .into_iter()
-        .map(|t| {
-            DeleteRecordsTopicResult::default()
-                .with_name(t.name)
-                .with_partitions(
-                    t.partitions
-                        .iter()
-                        .map(|p| {
-                            DeleteRecordsPartitionResult::default()
-                                .with_partition_index(p.partition_index)
-                                .with_low_watermark(-1)
-                                .with_error_code(ResponseError::InvalidRequest.code())
-                        })
-                        .collect(),
-                )
-        })
-        .collect();
-    let response = DeleteRecordsResponse::default().with_topics(topics);
-    Ok(Reply::Now(respond(request, &response)?))
-}
-
-fn alter_configs(request: &Request) -> Result<Reply, HandleError> {
-    let body: IncrementalAlterConfigsRequest = request.body()?;
-    let responses = body
-        .resources
-        .into_iter()
-        .map(|r| {
-            AlterConfigsResourceResponse::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name)
-                .with_error_code(ResponseError::InvalidRequest.code())
-                .with_error_message(Some(StrBytes::from_string(format!(
-                    "config changes are {NOT_REPLICATED}"
-                ))))
-        })
-        .collect();
-    let response = IncrementalAlterConfigsResponse::default().with_responses(responses);
-    Ok(Reply::Now(respond(request, &response)?))
 }

@@ -177,8 +177,9 @@ pub async fn produce(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply,
                         Ok(Ack::Appended { first_offset, .. })
                         | Ok(Ack::Duplicate { first_offset, .. }) => {
                             answered.push(
-                                line.with_base_offset(first_offset)
-                                    .with_log_start_offset(replica.log().log_start_offset()),
+                                line.with_base_offset(first_offset).with_log_start_offset(
+                                    cluster.log_start(&name, index, &replica),
+                                ),
                             );
                             continue;
                         }
@@ -273,6 +274,8 @@ fn check_epoch(replica: &Replica, current_leader_epoch: i32) -> Result<(), Respo
 struct Wanted {
     index: i32,
     fetch_offset: i64,
+    /// The partition's log start as clients see it (DeleteRecords' included), when led here.
+    log_start: i64,
     max_bytes: usize,
     route: Result<Arc<Replica>, (ResponseError, Option<PartitionView>)>,
 }
@@ -320,11 +323,8 @@ fn resolve_fetch(cluster: &Cluster, version: i16, t: &FetchTopic) -> Vec<Wanted>
     };
     t.partitions
         .iter()
-        .map(|p| Wanted {
-            index: p.partition,
-            fetch_offset: p.fetch_offset,
-            max_bytes: p.partition_max_bytes.max(0) as usize,
-            route: match &name {
+        .map(|p| {
+            let route = match &name {
                 Err(e) => Err((*e, None)),
                 Ok(name) => match cluster.route(name, p.partition) {
                     Route::Leader(replica) => match check_epoch(&replica, p.current_leader_epoch) {
@@ -334,7 +334,18 @@ fn resolve_fetch(cluster: &Cluster, version: i16, t: &FetchTopic) -> Vec<Wanted>
                     Route::Elsewhere(view) => Err((ResponseError::NotLeaderOrFollower, Some(view))),
                     Route::Unknown => Err((ResponseError::UnknownTopicOrPartition, None)),
                 },
-            },
+            };
+            let log_start = match (&name, &route) {
+                (Ok(name), Ok(replica)) => cluster.log_start(name, p.partition, replica),
+                _ => 0,
+            };
+            Wanted {
+                index: p.partition,
+                fetch_offset: p.fetch_offset,
+                log_start,
+                max_bytes: p.partition_max_bytes.max(0) as usize,
+                route,
+            }
         })
         .collect()
 }
@@ -360,6 +371,12 @@ fn read_all(
                         failed = true;
                         return None;
                     };
+                    // Below the log start DeleteRecords set (the bytes may still be on disk
+                    // until raft lets them go): out of range, as Kafka answers.
+                    if w.fetch_offset < w.log_start {
+                        failed = true;
+                        return Some(Err(ResponseError::OffsetOutOfRange));
+                    }
                     let limit = w.max_bytes.min(left);
                     if limit == 0 && bytes > 0 {
                         return None;
@@ -444,7 +461,7 @@ fn answer_fetch(
                 let log = replica.log();
                 data.with_high_watermark(log.high_watermark())
                     .with_last_stable_offset(log.last_stable_offset().min(log.high_watermark()))
-                    .with_log_start_offset(log.log_start_offset())
+                    .with_log_start_offset(log.log_start_offset().max(w.log_start))
             }
             (Ok(_), Some(Err(error))) => data.with_error_code(error.code()),
             (Ok(_), Some(Ok(r))) => {
@@ -455,7 +472,7 @@ fn answer_fetch(
                 });
                 data.with_high_watermark(r.high_watermark)
                     .with_last_stable_offset(r.last_stable_offset)
-                    .with_log_start_offset(r.log_start_offset)
+                    .with_log_start_offset(r.log_start_offset.max(w.log_start))
                     .with_aborted_transactions(aborted)
                     .with_records(Some(r.bytes))
             }
@@ -517,12 +534,20 @@ pub fn list_offsets(cluster: &Arc<Cluster>, request: &Request) -> Result<Reply, 
                             line.with_offset(log.last_stable_offset().min(high_watermark))
                         }
                         LATEST => line.with_offset(high_watermark),
-                        EARLIEST | EARLIEST_LOCAL => line.with_offset(log.log_start_offset()),
+                        EARLIEST | EARLIEST_LOCAL => line.with_offset(cluster.log_start(
+                            &topic.name,
+                            p.partition_index,
+                            &replica,
+                        )),
                         // Nothing is tiered in cluster mode.
                         LATEST_TIERED => line,
                         t if t >= 0 => match log.offset_for_timestamp(t) {
                             Ok(Some(found)) if found.offset < high_watermark => line
-                                .with_offset(found.offset)
+                                .with_offset(found.offset.max(cluster.log_start(
+                                    &topic.name,
+                                    p.partition_index,
+                                    &replica,
+                                )))
                                 .with_timestamp(found.timestamp),
                             Ok(_) => line,
                             Err(e) => line.with_error_code(read_error(&e).code()),

@@ -397,7 +397,7 @@ impl Via {
 
 /// Sends one request to the Kafka listener at `host:port` on a connection of its own and
 /// reads its answer, within `wait` plus [`FORWARD_SLACK`].
-async fn round_trip<Q, R>(
+pub(super) async fn round_trip<Q, R>(
     host: &str,
     port: u16,
     client_id: &str,

@@ -287,6 +287,7 @@ mod tests {
             id: Uuid::from_u128(1),
             replicas,
             config: PartitionConfig::default(),
+            log_starts: Default::default(),
         }
     }
 

@@ -4,8 +4,10 @@
 mod admin_topics;
 mod api_versions;
 mod cluster_admin;
+mod cluster_configs;
 mod cluster_data;
 mod cluster_describe;
+mod cluster_records;
 mod cluster_share;
 mod cluster_topics;
 mod cluster_txn;
@@ -21,6 +23,7 @@ mod produce;
 mod share_admin;
 mod share_groups;
 mod share_logs;
+mod to_controller;
 mod txn;
 mod txn_admin;
 
@@ -76,6 +79,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    // The legacy form: a resource's whole set replaced.
+    (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
     // v4 adds the volume's total and usable bytes, which this broker does not measure.
     (ApiKey::DescribeLogDirs, 1, 3),
@@ -195,6 +200,7 @@ pub async fn handle(
         ApiKey::IncrementalAlterConfigs => {
             admin_topics::incremental_alter_configs(broker, &request).await
         }
+        ApiKey::AlterConfigs => admin_topics::alter_configs(broker, &request).await,
         ApiKey::DescribeCluster => admin_topics::describe_cluster(broker, &request),
         ApiKey::DescribeGroups => group_admin::describe_groups(broker, &request),
         ApiKey::ListGroups => group_admin::list_groups(broker, &request),
@@ -265,6 +271,7 @@ pub fn decode_frame(frame: Bytes) -> Result<Request, HandleError> {
         ApiKey::DescribeConfigs => body::<DescribeConfigsRequest>(&request),
         ApiKey::CreatePartitions => body::<CreatePartitionsRequest>(&request),
         ApiKey::IncrementalAlterConfigs => body::<IncrementalAlterConfigsRequest>(&request),
+        ApiKey::AlterConfigs => body::<AlterConfigsRequest>(&request),
         ApiKey::DescribeCluster => body::<DescribeClusterRequest>(&request),
         ApiKey::DescribeGroups => body::<DescribeGroupsRequest>(&request),
         ApiKey::ListGroups => body::<ListGroupsRequest>(&request),

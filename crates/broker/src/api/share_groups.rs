@@ -482,7 +482,7 @@ async fn share_fetch(
         // A replica has no append signal: it is looked at again every REPLICA_POLL.
         let polled = parts
             .iter()
-            .any(|p| matches!(p.partition, Ok(ShareLog::Replica(_))));
+            .any(|p| matches!(p.partition, Ok(ShareLog::Replica(..))));
         let (b, g, m, ps) = (
             Arc::clone(&broker),
             group.clone(),

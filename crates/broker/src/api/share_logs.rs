@@ -97,11 +97,12 @@ impl ShareLogs {
                     }
                     topic.name.clone()
                 };
-                cluster
+                let replica = cluster
                     .host()
-                    .replica(&GroupId::new(name, index))
-                    .map(ShareLog::Replica)
-                    .map_err(|_| ResponseError::NotLeaderOrFollower)
+                    .replica(&GroupId::new(name.clone(), index))
+                    .map_err(|_| ResponseError::NotLeaderOrFollower)?;
+                let start = cluster.log_start(&name, index, &replica);
+                Ok(ShareLog::Replica(replica, start))
             }
         }
     }
@@ -112,15 +113,16 @@ impl ShareLogs {
 pub enum ShareLog {
     Local(Arc<Partition>),
     /// This node's replica: read up to its high watermark (raft's commit), so only records a
-    /// majority holds are handed out, whichever replica this is.
-    Replica(Arc<Replica>),
+    /// majority holds are handed out, whichever replica this is; and from the partition's log
+    /// start as clients see it (the one DeleteRecords set, when it is above the replica's own).
+    Replica(Arc<Replica>, i64),
 }
 
 impl ShareLog {
     pub fn log_start_offset(&self) -> i64 {
         match self {
             ShareLog::Local(p) => p.log_start_offset(),
-            ShareLog::Replica(r) => r.log().log_start_offset(),
+            ShareLog::Replica(r, start) => r.log().log_start_offset().max(*start),
         }
     }
 
@@ -129,7 +131,7 @@ impl ShareLog {
     pub fn log_end_offset(&self) -> i64 {
         match self {
             ShareLog::Local(p) => p.log_end_offset(),
-            ShareLog::Replica(r) => r.log().high_watermark(),
+            ShareLog::Replica(r, _) => r.log().high_watermark(),
         }
     }
 
@@ -139,7 +141,8 @@ impl ShareLog {
             ShareLog::Local(p) => p
                 .read(offset, max_bytes)
                 .map_err(|refused| errors::read_error(&refused)),
-            ShareLog::Replica(r) => r
+            ShareLog::Replica(_, start) if offset < *start => Err(ResponseError::OffsetOutOfRange),
+            ShareLog::Replica(r, _) => r
                 .log()
                 .fetch(offset, max_bytes.max(1))
                 .map(|fetched| fetched.bytes)
@@ -156,7 +159,7 @@ impl ShareLog {
     pub fn listen(&self) -> Option<AppendListener> {
         match self {
             ShareLog::Local(p) => Some(p.listen()),
-            ShareLog::Replica(_) => None,
+            ShareLog::Replica(..) => None,
         }
     }
 }

@@ -36,6 +36,23 @@ pub enum MetadataRecord {
         first: i32,
         replicas: Vec<Vec<i32>>,
     },
+    /// The settings of the topic `name` whose id is `id` were changed (IncrementalAlterConfigs):
+    /// `configs` is the whole new set of its own settings (not a difference), so applying it
+    /// twice or after a restart gives the same image. Every node reconfigures its replicas.
+    AlterConfigs {
+        name: String,
+        id: Uuid,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        configs: BTreeMap<String, String>,
+    },
+    /// DeleteRecords on the topic `name` whose id is `id`: per partition, the offset its log
+    /// start moves up to (`[partition, offset]` pairs). A log start only ever rises: an offset
+    /// at or below the image's start of that partition changes nothing.
+    DeleteRecords {
+        name: String,
+        id: Uuid,
+        offsets: Vec<(i32, i64)>,
+    },
 }
 
 /// A topic of the image.
@@ -47,6 +64,17 @@ pub struct TopicImage {
     pub replicas: Vec<Vec<i32>>,
     /// The topic's own settings: every replica opens its partitions with them.
     pub config: PartitionConfig,
+    /// The log start offsets DeleteRecords set, by partition (absent: never set). What
+    /// clients see as a partition's log start is the greater of this and its replica's own
+    /// (docs/design.md, "Retention and DeleteRecords in a cluster").
+    pub log_starts: BTreeMap<i32, i64>,
+}
+
+impl TopicImage {
+    /// The log start DeleteRecords set for `partition` (0 if none).
+    pub fn log_start(&self, partition: i32) -> i64 {
+        self.log_starts.get(&partition).copied().unwrap_or(0)
+    }
 }
 
 /// Why a record of the metadata log was not applied. Every node applies the same records in
@@ -84,6 +112,11 @@ pub enum Applied {
     Deleted(TopicImage),
     /// A topic grew: its partitions from `first` on are new.
     Grown { topic: TopicImage, first: usize },
+    /// A topic's settings changed (as it is now).
+    Altered(TopicImage),
+    /// DeleteRecords raised some of a topic's log starts (the image holds them; the
+    /// replicas follow them in their retention job).
+    RecordsDeleted,
 }
 
 impl Applied {
@@ -145,6 +178,40 @@ impl Image {
                     first: first as usize,
                 })
             }
+            MetadataRecord::AlterConfigs { name, id, configs } => {
+                let config = topic_config(&configs).map_err(|reason| invalid(&name, &reason))?;
+                let Some(topic) = self.topics.get_mut(&name).filter(|t| t.id == id) else {
+                    return Ok(Applied::Nothing);
+                };
+                topic.config = config;
+                Ok(Applied::Altered(topic.clone()))
+            }
+            MetadataRecord::DeleteRecords { name, id, offsets } => {
+                if offsets.iter().any(|(p, o)| *p < 0 || *o < 0) {
+                    return Err(invalid(&name, "a negative partition or offset"));
+                }
+                let Some(topic) = self.topics.get_mut(&name).filter(|t| t.id == id) else {
+                    return Ok(Applied::Nothing);
+                };
+                let mut raised = false;
+                for (p, offset) in offsets {
+                    // A partition the topic does not have (never: the controller checks) is
+                    // left out, as the same on every node.
+                    if p as usize >= topic.replicas.len() {
+                        continue;
+                    }
+                    let start = topic.log_starts.entry(p).or_insert(0);
+                    if offset > *start {
+                        *start = offset;
+                        raised = true;
+                    }
+                }
+                Ok(if raised {
+                    Applied::RecordsDeleted
+                } else {
+                    Applied::Nothing
+                })
+            }
             MetadataRecord::Topic {
                 name,
                 id,
@@ -163,6 +230,7 @@ impl Image {
                     id,
                     replicas,
                     config,
+                    log_starts: BTreeMap::new(),
                 };
                 self.by_id.insert(id, name.clone());
                 self.topics.insert(name, topic.clone());
@@ -356,6 +424,100 @@ mod tests {
             image.apply(offset as i64, text.as_bytes()).unwrap();
         }
         assert_eq!(image.topics().count(), 0);
+    }
+
+    #[test]
+    fn a_config_change_replaces_the_named_incarnations_settings_whole() {
+        let mut image = Image::default();
+        created(&mut image, 0, "t", 1, vec![vec![1, 2]]);
+        let alter = |id, configs: &[(&str, &str)]| MetadataRecord::AlterConfigs {
+            name: "t".into(),
+            id: Uuid::from_u128(id),
+            configs: configs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let Applied::Altered(topic) = apply(
+            &mut image,
+            1,
+            &alter(
+                1,
+                &[("max.message.bytes", "2048"), ("retention.ms", "1000")],
+            ),
+        ) else {
+            panic!("not altered")
+        };
+        assert_eq!(topic.config.max_message_bytes, Some(2048));
+        // The whole set: a setting left out is back to the default.
+        apply(&mut image, 2, &alter(1, &[("retention.ms", "5000")]));
+        let config = &image.topic("t").unwrap().config;
+        assert_eq!(
+            (config.max_message_bytes, config.retention_ms),
+            (None, Some(Some(5000)))
+        );
+        // Another incarnation's change is ignored; one the engine cannot read is refused.
+        assert_eq!(
+            apply(&mut image, 3, &alter(9, &[("retention.ms", "1")])),
+            Applied::Nothing
+        );
+        let bad = serde_json::to_vec(&alter(1, &[("no.such.config", "1")])).unwrap();
+        assert!(matches!(
+            image.apply(4, &bad),
+            Err(ImageError::Invalid { offset: 4, .. })
+        ));
+        assert_eq!(
+            image.topic("t").unwrap().config.retention_ms,
+            Some(Some(5000))
+        );
+    }
+
+    #[test]
+    fn deleted_records_only_ever_raise_a_partitions_log_start() {
+        let mut image = Image::default();
+        created(&mut image, 0, "t", 1, vec![vec![1], vec![2]]);
+        let delete = |id, offsets: Vec<(i32, i64)>| MetadataRecord::DeleteRecords {
+            name: "t".into(),
+            id: Uuid::from_u128(id),
+            offsets,
+        };
+        assert_eq!(
+            apply(&mut image, 1, &delete(1, vec![(0, 40), (1, 7)])),
+            Applied::RecordsDeleted
+        );
+        // Lower than the start (a leader's stale view, a replay): nothing moves.
+        assert_eq!(
+            apply(&mut image, 2, &delete(1, vec![(0, 30)])),
+            Applied::Nothing
+        );
+        // Another incarnation, a partition the topic lacks: ignored.
+        assert_eq!(
+            apply(&mut image, 3, &delete(2, vec![(0, 90)])),
+            Applied::Nothing
+        );
+        assert_eq!(
+            apply(&mut image, 4, &delete(1, vec![(5, 90)])),
+            Applied::Nothing
+        );
+        let t = image.topic("t").unwrap();
+        assert_eq!((t.log_start(0), t.log_start(1), t.log_start(2)), (40, 7, 0));
+        let negative = serde_json::to_vec(&delete(1, vec![(0, -1)])).unwrap();
+        assert!(matches!(
+            image.apply(5, &negative),
+            Err(ImageError::Invalid { offset: 5, .. })
+        ));
+        // Spelled as docs/format.md says.
+        let text = r#"{"type":"delete_records","name":"t","id":"00000000-0000-0000-0000-000000000001","offsets":[[1,9]]}"#;
+        assert_eq!(
+            image.apply(6, text.as_bytes()).unwrap(),
+            Applied::RecordsDeleted
+        );
+        assert_eq!(image.topic("t").unwrap().log_start(1), 9);
+        let record: MetadataRecord = serde_json::from_str(text).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), text);
+        let altered = r#"{"type":"alter_configs","name":"t","id":"00000000-0000-0000-0000-000000000001","configs":{"retention.ms":"1000"}}"#;
+        let record: MetadataRecord = serde_json::from_str(altered).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), altered);
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod markers;
 mod nodes;
 pub mod rejoin;
 pub mod remote;
+mod retention;
 mod topics;
 
 use std::collections::BTreeMap;
@@ -44,6 +45,26 @@ pub const OFFSETS_TOPIC: &str = "__oncelog_offsets";
 /// moved to the preferred replicas.
 const APPLY_EVERY: Duration = Duration::from_millis(20);
 const BALANCE_EVERY: Duration = Duration::from_secs(1);
+
+/// How a node runs beyond who the nodes are.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterTuning {
+    /// How often the node enforces retention on its replicas ([`retention`]).
+    pub retention_check: Duration,
+    /// raft's snapshot interval (in entries) and the entries it keeps after a snapshot: how
+    /// far behind the log end raft's purge point trails, below which alone retention and
+    /// DeleteRecords delete bytes.
+    pub raft_snapshot_entries: u64,
+}
+
+impl Default for ClusterTuning {
+    fn default() -> Self {
+        ClusterTuning {
+            retention_check: Duration::from_secs(300),
+            raft_snapshot_entries: 4096,
+        }
+    }
+}
 
 /// Why cluster mode did not start.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +138,8 @@ pub struct Cluster {
     /// order.
     changes: parking_lot::Mutex<Vec<(i64, Applied)>>,
     /// Whether this node removed the partitions on disk the image no longer gives it, once
-    /// after it started ([`topics`]).
+    /// after it started ([`topics`]): it has followed its whole image, so the retention job
+    /// ([`retention`]) may run.
     reconciled: std::sync::atomic::AtomicBool,
     /// The leaders of the partitions this node holds no replica of, as their replicas said
     /// last ([`remote::keep_asking`]).
@@ -134,7 +156,11 @@ pub struct Cluster {
 impl Cluster {
     /// Opens the data directory `dir` as the node's raft host, listens for its peers, joins
     /// the metadata group and starts applying it.
-    pub async fn start(dir: &Path, nodes: ClusterNodes) -> Result<Arc<Cluster>, ClusterError> {
+    pub async fn start(
+        dir: &Path,
+        nodes: ClusterNodes,
+        tuning: ClusterTuning,
+    ) -> Result<Arc<Cluster>, ClusterError> {
         let me = nodes.me;
         let peers: BTreeMap<u64, Node> = nodes
             .nodes
@@ -145,12 +171,21 @@ impl Cluster {
             dir: dir.display().to_string(),
             error,
         };
+        let mut replica_config = ReplicaConfig::default();
+        replica_config.raft.snapshot_policy =
+            oncelog_raft::openraft::SnapshotPolicy::LogsSinceLast(tuning.raft_snapshot_entries);
+        replica_config.raft.max_in_snapshot_log_to_keep = tuning.raft_snapshot_entries;
+        // openraft purges only once this many entries can go at once.
+        replica_config.raft.purge_batch_size = replica_config
+            .raft
+            .purge_batch_size
+            .min(tuning.raft_snapshot_entries);
         let host = Host::start(
             dir,
             Environment::default(),
             me as u64,
             peers,
-            ReplicaConfig::default(),
+            replica_config,
         )
         .map_err(host_error)?;
         for (id, addr) in &nodes.dial {
@@ -212,10 +247,11 @@ impl Cluster {
         });
         let balancing = host.keep_balanced(BALANCE_EVERY);
         let asking = remote::keep_asking(Arc::clone(&cluster));
+        let retaining = retention::keep_enforcing(Arc::clone(&cluster), tuning.retention_check);
         cluster
             .tasks
             .lock()
-            .extend([serving, applying, balancing, asking]);
+            .extend([serving, applying, balancing, asking, retaining]);
         Ok(cluster)
     }
 

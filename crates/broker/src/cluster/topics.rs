@@ -163,7 +163,46 @@ impl Cluster {
         }
     }
 
-    fn check_controller(&self) -> Result<(), WriteRefused> {
+    /// Changes topic `name`'s settings on the controller: `decide` gives its whole new set of
+    /// own settings from the topic as the image holds it (or refuses); with `validate_only`
+    /// nothing is written. Answers once this node's image applied the record; every node then
+    /// reconfigures its replicas ([`Cluster::follow_image`]).
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        decide: impl FnOnce(&TopicImage) -> Result<BTreeMap<String, String>, (ResponseError, String)>,
+        validate_only: bool,
+        timeout: Duration,
+    ) -> Result<(), WriteRefused> {
+        let _one = self.writing.lock().await;
+        self.check_controller()?;
+        let topic = self
+            .image
+            .read()
+            .topic(name)
+            .cloned()
+            .ok_or(WriteRefused::Unknown)?;
+        let configs = decide(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
+        if validate_only {
+            return Ok(());
+        }
+        let record = MetadataRecord::AlterConfigs {
+            name: topic.name.clone(),
+            id: topic.id,
+            configs,
+        };
+        let wait = Wait {
+            within: timeout,
+            applied: true,
+        };
+        self.write(&record, wait).await?;
+        match self.image.read().topic_by_id(topic.id) {
+            Some(_) => Ok(()),
+            None => Err(WriteRefused::Unknown),
+        }
+    }
+
+    pub(super) fn check_controller(&self) -> Result<(), WriteRefused> {
         if self.controller() == Some(self.me()) {
             Ok(())
         } else {
@@ -173,7 +212,11 @@ impl Cluster {
 
     /// Appends `record` to the metadata log (the caller holds [`Cluster::writing`]) and waits
     /// for this node's image to apply it, as `wait` says.
-    async fn write(&self, record: &MetadataRecord, wait: Wait) -> Result<(), WriteRefused> {
+    pub(super) async fn write(
+        &self,
+        record: &MetadataRecord,
+        wait: Wait,
+    ) -> Result<(), WriteRefused> {
         let metadata = self
             .host
             .replica(&metadata_group())
@@ -219,6 +262,10 @@ impl Cluster {
                 Applied::Created(topic) => self.open_replicas(offset, &topic, 0).await,
                 Applied::Grown { topic, first } => self.open_replicas(offset, &topic, first).await,
                 Applied::Deleted(topic) => self.remove_replicas(&topic).await,
+                Applied::Altered(topic) => self.reconfigure_replicas(&topic),
+                // The image holds the new log starts: reads honour them at once, and the
+                // retention job deletes the bytes below them ([`super::retention`]).
+                Applied::RecordsDeleted => {}
             }
         }
         if !self.reconciled.load(Ordering::Acquire) && self.rejoin_applied() {
@@ -241,9 +288,15 @@ impl Cluster {
     /// rejoin steps if the record predates a rejoin. Not if the topic left the image since
     /// (a later record deleted it).
     async fn open_replicas(&self, offset: i64, topic: &TopicImage, first: usize) {
-        if self.image.read().topic_by_id(topic.id).is_none() {
+        // The settings as they are now (a later record may have changed them).
+        let Some(config) = self
+            .image
+            .read()
+            .topic_by_id(topic.id)
+            .map(|t| t.config.clone())
+        else {
             return;
-        }
+        };
         for (p, replicas) in topic.replicas.iter().enumerate().skip(first) {
             if !replicas.contains(&self.me()) {
                 continue;
@@ -252,19 +305,54 @@ impl Cluster {
             let group = GroupId::new(topic.name.clone(), p as i32);
             let opened = match &self.rejoining {
                 Some(r) if r.predates(offset) => r
-                    .open(&self.host, group.clone(), &members, topic.config.clone())
+                    .open(&self.host, group.clone(), &members, config.clone())
                     .await
                     .map_err(|e| e.to_string()),
                 _ => self
                     .host
-                    .add_group_with(group.clone(), &members, topic.config.clone())
+                    .add_group_with(group.clone(), &members, config.clone())
                     .await
                     .map_err(|e| e.to_string()),
             };
             if let Err(e) = opened {
                 tracing::error!(partition = %group, error = %e, "cannot open this node's replica");
+                continue;
+            }
+            // A partition already on disk opened with its own file's settings, which a change
+            // made while this node was down has replaced: the image's, at once.
+            if let Err(e) = self.host.alter_group_config(&group, config.clone()) {
+                tracing::error!(partition = %group, error = %e, "cannot reconfigure this node's replica");
             }
         }
+    }
+
+    /// Gives this node's replicas of `topic`'s partitions the topic's settings as the image
+    /// holds them now (the image has applied everything the metadata replica holds, so a
+    /// replay after a restart lands on the newest settings, never an older one that a later
+    /// record replaced): each partition's `oncelog.properties` rewritten and its log
+    /// reconfigured live.
+    fn reconfigure_replicas(&self, topic: &TopicImage) {
+        let Some(config) = self
+            .image
+            .read()
+            .topic_by_id(topic.id)
+            .map(|t| t.config.clone())
+        else {
+            return;
+        };
+        for (p, replicas) in topic.replicas.iter().enumerate() {
+            if !replicas.contains(&self.me()) {
+                continue;
+            }
+            let group = GroupId::new(topic.name.clone(), p as i32);
+            match self.host.alter_group_config(&group, config.clone()) {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(partition = %group, error = %e, "cannot reconfigure this node's replica")
+                }
+            }
+        }
+        tracing::info!(topic = %topic.name, "topic settings changed; replicas reconfigured");
     }
 
     /// Stops and deletes this node's replica of each partition of the deleted `topic` (a

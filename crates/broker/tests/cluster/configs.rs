@@ -19,12 +19,12 @@ use oncelog::format::BatchBuilder;
 use oncelog_broker::cluster::image::{Image, ImageError, MetadataRecord};
 use uuid::Uuid;
 
-const MESSAGE_TOO_LARGE: i16 = 10;
-const INVALID_CONFIG: i16 = 40;
+pub(crate) const MESSAGE_TOO_LARGE: i16 = 10;
+pub(crate) const INVALID_CONFIG: i16 = 40;
 
 /// Kafka's `DescribeConfigsResponse.ConfigSource`: the topic's own, and built-in defaults.
-const SOURCE_TOPIC: i8 = 1;
-const SOURCE_DEFAULT: i8 = 5;
+pub(crate) const SOURCE_TOPIC: i8 = 1;
+pub(crate) const SOURCE_DEFAULT: i8 = 5;
 
 /// CreateTopics of one topic of one partition on three replicas with `configs` on node `on`.
 fn create(
@@ -61,7 +61,11 @@ fn create(
 }
 
 /// Topic `name`'s settings as node `id` describes them: name -> (value, source).
-fn describe(c: &Cluster, id: i32, name: &str) -> std::io::Result<BTreeMap<String, (String, i8)>> {
+pub(crate) fn describe(
+    c: &Cluster,
+    id: i32,
+    name: &str,
+) -> std::io::Result<BTreeMap<String, (String, i8)>> {
     let mut s = connect(c.kafka[&id])?;
     let r: DescribeConfigsResponse = call(
         &mut s,
@@ -97,7 +101,7 @@ fn describe(c: &Cluster, id: i32, name: &str) -> std::io::Result<BTreeMap<String
 }
 
 /// [`describe`] once node `id`'s image has the topic.
-fn described(c: &Cluster, id: i32, name: &str) -> BTreeMap<String, (String, i8)> {
+pub(crate) fn described(c: &Cluster, id: i32, name: &str) -> BTreeMap<String, (String, i8)> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         match describe(c, id, name) {
@@ -109,7 +113,7 @@ fn described(c: &Cluster, id: i32, name: &str) -> BTreeMap<String, (String, i8)>
 }
 
 /// A batch of one record whose value is `size` bytes.
-fn batch_of(size: usize) -> Bytes {
+pub(crate) fn batch_of(size: usize) -> Bytes {
     let mut b = BatchBuilder::new();
     b.append(1_700_000_000_000, None, Some(&vec![b'x'; size]), &[]);
     Bytes::from(b.build().unwrap())
@@ -117,7 +121,7 @@ fn batch_of(size: usize) -> Bytes {
 
 /// Produces `records` to partition 0 of `topic` on node `on` with `acks`: the partition's
 /// error code.
-fn produce(c: &Cluster, on: i32, topic: &str, acks: i16, records: Bytes) -> i16 {
+pub(crate) fn produce(c: &Cluster, on: i32, topic: &str, acks: i16, records: Bytes) -> i16 {
     let mut s = connect(c.kafka[&on]).unwrap();
     let r: ProduceResponse = call(
         &mut s,
@@ -137,7 +141,7 @@ fn produce(c: &Cluster, on: i32, topic: &str, acks: i16, records: Bytes) -> i16 
 }
 
 /// Every `oncelog.properties` of a partition directory `<topic>-0` under `dir`.
-fn properties_of(dir: &Path, topic: &str) -> Vec<PathBuf> {
+pub(crate) fn properties_of(dir: &Path, topic: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
@@ -301,8 +305,6 @@ fn configs_a_raft_partition_cannot_honour_are_refused_and_nothing_is_created() {
         ("cleanup.policy", Some("compact"), "compacted"),
         ("cleanup.policy", Some("compact,delete"), "compacted"),
         ("message.timestamp.type", Some("LogAppendTime"), "own clock"),
-        ("retention.ms", Some("60000"), "retention"),
-        ("retention.bytes", Some("1048576"), "retention"),
         ("flush.messages", Some("1"), "durable"),
         ("flush.ms", Some("10"), "durable"),
         ("remote.storage.enable", Some("false"), "tiered"),

@@ -7,7 +7,7 @@
 //! holds the same batches. The same with librdkafka's and Kafka's Java idempotent producers. Plus Kafka's
 //! answers: Metadata's shape, NOT_LEADER_OR_FOLLOWER from
 //! a follower with the leader named, NOT_CONTROLLER, a refused replication factor, and the
-//! refusals of what is not replicated yet.
+//! refusals of what cluster mode does not take.
 
 use crate::common;
 
@@ -312,15 +312,21 @@ fn a_cluster_answers_as_kafka_does() {
         find(&mut s, 0).coordinators[0].node_id
     );
 
-    // What is not replicated yet: typed refusals, and not advertised.
+    // A broker's settings are its flags, none dynamic: refused as a single broker refuses
+    // them (a topic's settings change through the controller: tests/cluster/retention.rs).
     let r: IncrementalAlterConfigsResponse = call(
         &mut s,
         ApiKey::IncrementalAlterConfigs,
         1,
         &IncrementalAlterConfigsRequest::default().with_resources(vec![
             incremental_alter_configs_request::AlterConfigsResource::default()
-                .with_resource_type(2)
-                .with_resource_name(str_bytes("t")),
+                .with_resource_type(4)
+                .with_resource_name(str_bytes(""))
+                .with_configs(vec![
+                    incremental_alter_configs_request::AlterableConfig::default()
+                        .with_name(str_bytes("log.retention.ms"))
+                        .with_value(Some(str_bytes("1000"))),
+                ]),
         ]),
     )
     .unwrap();
@@ -329,7 +335,7 @@ fn a_cluster_answers_as_kafka_does() {
         .error_message
         .as_deref()
         .unwrap()
-        .contains("not replicated"));
+        .contains("Cannot update these configs dynamically"));
     let r: ApiVersionsResponse = call(
         &mut s,
         ApiKey::ApiVersions,

@@ -14,6 +14,7 @@ mod kills;
 mod kip848;
 mod partition;
 mod rejoin;
+mod retention;
 mod rf;
 mod share;
 mod topics;
