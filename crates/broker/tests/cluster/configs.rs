@@ -122,6 +122,18 @@ pub(crate) fn batch_of(size: usize) -> Bytes {
 /// Produces `records` to partition 0 of `topic` on node `on` with `acks`: the partition's
 /// error code.
 pub(crate) fn produce(c: &Cluster, on: i32, topic: &str, acks: i16, records: Bytes) -> i16 {
+    produce_to(c, on, topic, 0, acks, records)
+}
+
+/// [`produce`] to partition `partition`.
+pub(crate) fn produce_to(
+    c: &Cluster,
+    on: i32,
+    topic: &str,
+    partition: i32,
+    acks: i16,
+    records: Bytes,
+) -> i16 {
     let mut s = connect(c.kafka[&on]).unwrap();
     let r: ProduceResponse = call(
         &mut s,
@@ -133,7 +145,7 @@ pub(crate) fn produce(c: &Cluster, on: i32, topic: &str, acks: i16, records: Byt
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(topic_name(topic))
                 .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(0)
+                    .with_index(partition)
                     .with_records(Some(records))])]),
     )
     .unwrap();

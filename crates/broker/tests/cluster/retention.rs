@@ -17,7 +17,7 @@ use crate::common::cluster::*;
 use crate::common::wire::{str_bytes, topic_name};
 use crate::configs::INVALID_CONFIG;
 use crate::configs::{
-    batch_of, described, produce, properties_of, MESSAGE_TOO_LARGE, SOURCE_TOPIC,
+    batch_of, described, produce, produce_to, properties_of, MESSAGE_TOO_LARGE, SOURCE_TOPIC,
 };
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -611,8 +611,14 @@ fn delete_records_raises_the_log_start_of_every_replica_and_clients_see_it_at_on
         c.leaders("split", 2)[&1] != controller
     });
     let away = c.leaders("split", 2)[&1];
+    for _ in 0..3 {
+        assert_eq!(produce_to(&c, away, "split", 1, -1, batch_of(100)), 0);
+    }
     let (_, hw) = list_offset(&c, away, "split", 1, -1);
-    assert!(hw > 0, "a new partition's raft heads take offsets");
+    assert_eq!(
+        hw, 3,
+        "three records from offset 0: raft's entries take none"
+    );
     assert_eq!(delete_records(&c, away, "split", &[(1, -1)])[&1], (0, hw));
     assert_eq!(list_offset(&c, away, "split", 1, -2), (0, hw));
 
