@@ -528,7 +528,7 @@ fn committed_offsets_survive_coordinator_kills() {
 /// partition's end.
 #[test]
 fn a_real_consumer_group_commits_through_coordinator_kills() {
-    use crate::common::clients::{group_consumer, Client, Produce};
+    use crate::common::clients::{group_consumer, wait_until, Client, Produce};
     let rounds = rounds(3);
     let mut c = Cluster::start();
     let controller = c.controller();
@@ -570,7 +570,12 @@ fn a_real_consumer_group_commits_through_coordinator_kills() {
         std::thread::sleep(Duration::from_secs(1));
         consumer.wait_event("committed", Duration::from_secs(60));
     }
-    let events = consumer.finish(Duration::from_secs(300));
+    // Stopped once it read every message and committed each partition's last, rather than
+    // after its idle timeout.
+    wait_until(&mut [&mut consumer], Duration::from_secs(300), |runs| {
+        delivered.all_read_and_committed(runs[0])
+    });
+    let events = consumer.stop(Duration::from_secs(60));
     let consumed: BTreeSet<(i64, i64)> = events
         .iter()
         .filter(|e| e["event"] == "consumed")

@@ -460,7 +460,7 @@ fn only_the_coordinator_serves_the_consumer_protocol() -> io::Result<()> {
 /// end.
 #[test]
 fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
-    use crate::common::clients::{group_consumer, Client, Produce};
+    use crate::common::clients::{group_consumer, wait_until, Client, Produce};
     let rounds = rounds(2);
     let mut c = Cluster::start();
     let controller = c.controller();
@@ -522,7 +522,12 @@ fn librdkafka_in_a_consumer_group_keeps_its_epoch_through_coordinator_kills() {
         std::thread::sleep(Duration::from_secs(1));
         consumer.wait_event("committed", Duration::from_secs(60));
     }
-    let events = consumer.finish(Duration::from_secs(300));
+    // Stopped once it read every message and committed each partition's last, rather than
+    // after its idle timeout.
+    wait_until(&mut [&mut consumer], Duration::from_secs(300), |runs| {
+        delivered.all_read_and_committed(runs[0])
+    });
+    let events = consumer.stop(Duration::from_secs(60));
     let consumed: BTreeSet<(i64, i64)> = events
         .iter()
         .filter(|e| e["event"] == "consumed")
