@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use oncelog::format::{BatchBuilder, BatchIter};
-use oncelog::io::sim::SplitMix64;
+use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::Clock;
 use oncelog::{AppendOutcome, AppendWrites, Environment, Log, LogConfig, OpenError, Preallocation};
@@ -51,6 +51,83 @@ pub fn sweep_seeds(
     }
     eprintln!("{points} {what}, seeds {first_seed}..{seed}");
     points
+}
+
+/// What kinds of work one seed's round did: the kinds of file operation it performed (as
+/// [`op_kinds_since`] names them) and whatever else its test names (the kind of rewrite, a
+/// configuration that changes which files are touched).
+pub type Kinds = std::collections::BTreeSet<String>;
+
+/// The kinds of file operation `fs` performed since `before` (an earlier `counters().by_kind`).
+pub fn op_kinds_since(fs: &SimFs, before: &BTreeMap<OpKind, u64>) -> Kinds {
+    fs.counters()
+        .by_kind
+        .iter()
+        .filter(|(kind, n)| before.get(kind).copied().unwrap_or(0) < **n)
+        .map(|(kind, _)| format!("{kind:?}"))
+        .collect()
+}
+
+/// A crash sweep over every file operation of one round per seed, whose full size is too long
+/// for every `cargo test`: by default a sample of it that still crashes at every kind of work
+/// the full sweep's rounds do.
+///
+/// `round(seed, crash)` runs one seed's round without faults and returns its crash points (its
+/// file operations plus one) and its [`Kinds`]; with `crash` it then also crashes at each of
+/// those points and checks the reopened log. `ONCELOG_CRASH_SEED`-style `seed_var` replays one
+/// seed; `points_var` runs the sweep of that many points (`full_points`, the full sweep, or
+/// more: seeds from `first_seed` until the points are covered, as [`sweep_seeds`] does).
+/// Without either: the seeds of the full sweep are found by their fault-free rounds alone
+/// (cheap), and every crash point of a seed is swept if the sample has fewer than
+/// `default_points` yet or the seed's round does a kind of work no swept seed did. So the
+/// sample covers at least `default_points`, and every kind of work of the full sweep, each at
+/// every one of its file operations in some round.
+#[allow(clippy::too_many_arguments)]
+pub fn sweep_every_op_sampled(
+    seed_var: &str,
+    points_var: &str,
+    full_points: u64,
+    default_points: u64,
+    first_seed: u64,
+    what: &str,
+    mut round: impl FnMut(u64, bool) -> (u64, Kinds),
+) -> u64 {
+    if let Some(seed) = env_u64(seed_var) {
+        return round(seed, true).0;
+    }
+    if let Some(target) = env_u64(points_var) {
+        return sweep_seeds(seed_var, points_var, target, first_seed, what, |seed| {
+            round(seed, true).0
+        });
+    }
+    let mut full = Vec::new();
+    let mut full_kinds = Kinds::new();
+    let mut points = 0;
+    let mut seed = first_seed;
+    while points < full_points {
+        let (p, kinds) = round(seed, false);
+        points += p;
+        full_kinds.extend(kinds.iter().cloned());
+        full.push((seed, kinds));
+        seed += 1;
+    }
+    let mut covered = Kinds::new();
+    let mut swept = 0;
+    let mut seeds = 0;
+    for (seed, kinds) in &full {
+        if swept < default_points || !kinds.is_subset(&covered) {
+            swept += round(*seed, true).0;
+            seeds += 1;
+            covered.extend(kinds.iter().cloned());
+        }
+    }
+    assert_eq!(covered, full_kinds, "the sample misses a kind of work");
+    eprintln!(
+        "{swept} {what} over {seeds} of the full sweep's {} seeds ({points} points: \
+         {points_var}={full_points}), covering every kind of its rounds: {covered:?}",
+        full.len()
+    );
+    swept
 }
 
 /// A clock that moves one millisecond per reading: deterministic, and never triggers a time roll.

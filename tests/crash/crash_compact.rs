@@ -11,21 +11,29 @@
 //! is a `Duplicate` with its original offsets, and a compaction of the reopened log (no
 //! faults) gives the state after.
 //!
+//! Every crash point of a seed's round is swept. The full sweep is the rounds of the seeds
+//! from 1 until 5,000 crash points; by default `cargo test` sweeps a sample of those seeds, at
+//! least 1,000 points, that still includes every kind of file operation the full sweep's
+//! rounds perform and both kinds of segment deletion (at once and delayed), each at every one
+//! of its operations in some round (`common_sim::sweep_every_op_sampled`, which checks it).
+//!
 //! Environment:
-//! * `ONCELOG_COMPACT_CRASH_POINTS=<n>`: crash points (default 5,000).
+//! * `ONCELOG_COMPACT_CRASH_POINTS=<n>`: the sweep of `n` crash points (5,000: the full one).
 //! * `ONCELOG_CRASH_SEED=<n>`: replay one seed only (every failure prints its seed).
 
 use crate::common_sim;
 
 use std::sync::Arc;
 
-use common_sim::{open, sweep_seeds, Ctx, StepClock};
+use common_sim::{op_kinds_since, open, sweep_every_op_sampled, Ctx, Kinds, StepClock};
 use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{AppendOutcome, CleanupPolicy, Log, LogConfig, TxnMarker};
 
-const DEFAULT_POINTS: u64 = 5_000;
+/// The full sweep's crash points, and the least the default sample sweeps.
+const FULL_POINTS: u64 = 5_000;
+const DEFAULT_POINTS: u64 = 1_000;
 const T0: i64 = 1_700_000_000_000;
 
 /// Every batch readable from the log start: `(base, last, bytes)`.
@@ -165,17 +173,26 @@ fn expect_dedup(ctx: &Ctx, log: &Log, sent: &[Sent]) {
     }
 }
 
-fn crash_every_op(seed: u64) -> u64 {
+/// One seed: a round without faults gives the state after, the number of file operations and
+/// the kinds of work; then, with `crash`, a crash at each of those operations.
+fn crash_every_op(seed: u64, crash: bool) -> (u64, Kinds) {
     let mut ctx = Ctx::in_file(seed, "crash_compact", "every_file_operation_of_a_round");
     let b = build(seed, &mut ctx);
     let before = state(&ctx, &b.log);
     let ops_before = b.fs.counters().ops;
+    let kinds_before = b.fs.counters().by_kind;
     let report = b
         .log
         .maintenance()
         .compact(NOW)
         .unwrap_or_else(|e| ctx.fail(format!("compact without faults: {e}")));
     let ops = b.fs.counters().ops - ops_before;
+    let mut kinds = op_kinds_since(&b.fs, &kinds_before);
+    kinds.insert(if b.cfg.file_delete_delay_ms == 0 {
+        "segments deleted at once".to_string()
+    } else {
+        "segments deleted after a delay".to_string()
+    });
     let after = state(&ctx, &b.log);
     ctx.note(format!("{report:?}"));
     if report.passes != 1 {
@@ -184,6 +201,9 @@ fn crash_every_op(seed: u64) -> u64 {
     expect_dedup(&ctx, &b.log, &b.sent);
     b.log.abandon();
     drop(b.fs);
+    if !crash {
+        return (ops + 1, kinds);
+    }
     for n in 1..=ops + 1 {
         let mut ctx = Ctx::in_file(seed, "crash_compact", "every_file_operation_of_a_round");
         let mut b = build(seed, &mut ctx);
@@ -231,14 +251,15 @@ fn crash_every_op(seed: u64) -> u64 {
         }
         log.abandon();
     }
-    ops + 1
+    (ops + 1, kinds)
 }
 
 #[test]
 fn every_file_operation_of_a_round() {
-    sweep_seeds(
+    sweep_every_op_sampled(
         "ONCELOG_CRASH_SEED",
         "ONCELOG_COMPACT_CRASH_POINTS",
+        FULL_POINTS,
         DEFAULT_POINTS,
         1,
         "compaction crash points",

@@ -12,8 +12,15 @@
 //! retry of a removed one is appended again; after retention, every retry is still a duplicate
 //! (dedup outlives data).
 //!
+//! Every crash point of a seed's rewrite is swept. The full sweep of each test is the rewrites
+//! of its seeds until 3,000 crash points; by default `cargo test` sweeps a sample of those
+//! seeds, at least 800 points, that still includes every kind of rewrite of the test and every
+//! kind of file operation the full sweep's rewrites perform, each at every one of its
+//! operations in some round (`common_sim::sweep_every_op_sampled`, which checks it).
+//!
 //! Environment:
-//! * `ONCELOG_REWRITE_CRASH_POINTS=<n>`: crash points per test (default 3,000).
+//! * `ONCELOG_REWRITE_CRASH_POINTS=<n>`: the sweep of `n` crash points per test (3,000: the
+//!   full one).
 //! * `ONCELOG_CRASH_SEED=<n>`: replay one seed only (every failure prints its seed).
 
 use crate::common_sim;
@@ -21,14 +28,17 @@ use crate::common_sim;
 use std::sync::Arc;
 
 use common_sim::{
-    client_batch, open, sweep_seeds, Ctx, Model, ProducerSeq, StepClock, Stored, DEDUP_WINDOW,
+    client_batch, op_kinds_since, open, sweep_every_op_sampled, Ctx, Kinds, Model, ProducerSeq,
+    StepClock, Stored, DEDUP_WINDOW,
 };
 use oncelog::format::BatchIter;
 use oncelog::io::sim::{OpKind, SplitMix64};
 use oncelog::io::SimFs;
 use oncelog::{AppendOutcome, EpochEntry, Log, LogConfig};
 
-const DEFAULT_POINTS: u64 = 3_000;
+/// The full sweep's crash points per test, and the least the default sample sweeps.
+const FULL_POINTS: u64 = 3_000;
+const DEFAULT_POINTS: u64 = 800;
 const T0: i64 = 1_700_000_000_000;
 
 /// One rewrite and its arguments.
@@ -223,9 +233,10 @@ fn run(log: &Log, rewrite: Rewrite) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-/// One seed: a reference run without faults gives the state after and the number of file
-/// operations; then a crash at each of them.
-fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64]) -> u64 {
+/// One seed: a reference run without faults gives the state after, the number of file
+/// operations and the kinds of work (the rewrite's and its file operations'); then, with
+/// `crash`, a crash at each of those operations.
+fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64], crash: bool) -> (u64, Kinds) {
     let mut ctx = Ctx::in_file(seed, "crash_rewrite", test);
     let Built {
         fs,
@@ -236,6 +247,7 @@ fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64]) -> u64 {
     } = build(seed, &mut ctx, kinds);
     let before = State::of(&ctx, &log);
     let ops_before = fs.counters().ops;
+    let kinds_before = fs.counters().by_kind;
     // DeleteRecords and the retention after it are two calls, each durable on its own: a
     // crash between them leaves the log start raised and the segments below it still there.
     let mut between = None;
@@ -253,10 +265,23 @@ fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64]) -> u64 {
         ctx.fail(format!("{rewrite:?} without faults: {e}"));
     }
     let ops = fs.counters().ops - ops_before;
+    let mut work = op_kinds_since(&fs, &kinds_before);
+    work.insert(
+        match rewrite {
+            Rewrite::Truncate(_) => "Truncate",
+            Rewrite::TruncateFully(_) => "TruncateFully",
+            Rewrite::DeleteRecords(_) => "DeleteRecords",
+            Rewrite::Retention(_) => "Retention",
+        }
+        .to_string(),
+    );
     let after = State::of(&ctx, &log);
     check_after_is_the_rewrite(&ctx, &model, &after, rewrite);
     log.abandon();
     drop(fs);
+    if !crash {
+        return (ops + 1, work);
+    }
     for n in 1..=ops + 1 {
         let mut ctx = Ctx::in_file(seed, "crash_rewrite", test);
         let mut b = build(seed, &mut ctx, kinds);
@@ -297,7 +322,7 @@ fn crash_every_op(seed: u64, test: &'static str, kinds: &[u64]) -> u64 {
         }
         log.abandon();
     }
-    ops + 1
+    (ops + 1, work)
 }
 
 fn summary(s: &State) -> String {
@@ -426,17 +451,19 @@ fn expect_producers_after(ctx: &Ctx, log: &Log, model: &Model, after: &State, re
 
 #[test]
 fn a_crash_at_any_file_operation_of_a_truncation_leaves_the_log_before_or_after() {
-    let points = sweep_seeds(
+    let points = sweep_every_op_sampled(
         "ONCELOG_CRASH_SEED",
         "ONCELOG_REWRITE_CRASH_POINTS",
+        FULL_POINTS,
         DEFAULT_POINTS,
         0,
         "truncation crash points",
-        |seed| {
+        |seed, crash| {
             crash_every_op(
                 seed,
                 "a_crash_at_any_file_operation_of_a_truncation_leaves_the_log_before_or_after",
                 &[0, 0, 0, 1],
+                crash,
             )
         },
     );
@@ -445,17 +472,19 @@ fn a_crash_at_any_file_operation_of_a_truncation_leaves_the_log_before_or_after(
 
 #[test]
 fn a_crash_at_any_file_operation_of_retention_leaves_the_log_before_or_after() {
-    let points = sweep_seeds(
+    let points = sweep_every_op_sampled(
         "ONCELOG_CRASH_SEED",
         "ONCELOG_REWRITE_CRASH_POINTS",
+        FULL_POINTS,
         DEFAULT_POINTS,
         1 << 32,
         "retention crash points",
-        |seed| {
+        |seed, crash| {
             crash_every_op(
                 seed,
                 "a_crash_at_any_file_operation_of_retention_leaves_the_log_before_or_after",
                 &[2, 3],
+                crash,
             )
         },
     );

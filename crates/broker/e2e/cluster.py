@@ -206,12 +206,22 @@ try:
         raise SystemExit(f"cluster.py: VerifiableProducer failed; see {WORK}/producer.log")
     wait_led()
     consumed = {}
-    for p in range(3):
-        out = tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
-                   BOOTSTRAP, "--topic", TOPIC, "--partition", str(p), "--offset", "earliest",
-                   "--timeout-ms", "10000", "--property", "print.offset=true",
-                   "--property", "print.partition=true", timeout=120)
-        for line in out.stdout.splitlines():
+    # The three partitions are read at once: each reader ends 10 s after its last record, and
+    # one after another those idle ends added up.
+    readers = [subprocess.Popen(
+        command("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                BOOTSTRAP, "--topic", TOPIC, "--partition", str(p), "--offset", "earliest",
+                "--timeout-ms", "10000", "--property", "print.offset=true",
+                "--property", "print.partition=true"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(3)]
+    for reader in readers:
+        try:
+            stdout, _ = reader.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for r in readers:
+                r.kill()
+            raise
+        for line in stdout.splitlines():
             m = re.match(r"Partition:(\d+)\s+Offset:(\d+)\s+(.*)$", line)
             if m:
                 consumed[(int(m[1]), int(m[2]))] = m[3]

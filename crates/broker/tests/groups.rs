@@ -10,7 +10,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::clients::{group_consumer, Client, Produce};
+use common::clients::{group_consumer, wait_until, Client, Produce};
 use common::{topic, BrokerProcess};
 use serde_json::Value;
 
@@ -45,6 +45,13 @@ fn consumed(events: &[Value]) -> (Vec<Read>, BTreeSet<(i64, i64)>) {
     (records, refused)
 }
 
+/// (partition, offset) of every record the consumers printed as consumed.
+fn distinct<'a>(runs: impl Iterator<Item = &'a [Value]>) -> BTreeSet<(i64, i64)> {
+    runs.flat_map(|events| consumed(events).0)
+        .map(|(p, o, _)| (p, o))
+        .collect()
+}
+
 /// `count` records spread over the topic's partitions: a member's share of the partitions
 /// then holds about its share of the records (a member that must read some before it hangs
 /// could otherwise be dealt nearly empty partitions, read them and leave idle).
@@ -72,7 +79,7 @@ fn a_group_shares_the_partitions_and_its_commits_survive_a_broker_crash() {
     let group = format!("{topic}-readers");
     produce(&broker.bootstrap(), &topic, 300);
 
-    let members: Vec<_> = (0..3)
+    let mut members: Vec<_> = (0..3)
         // Paced (30 ms a record: 9 s to drain the topic alone), so that the first member to
         // join cannot read everything before the others are in the group.
         .map(|_| {
@@ -84,11 +91,18 @@ fn a_group_shares_the_partitions_and_its_commits_survive_a_broker_crash() {
             )
         })
         .collect();
+    // Once every record was read and committed the members are stopped, rather than each
+    // sitting out its idle timeout.
+    wait_until(
+        &mut members.iter_mut().collect::<Vec<_>>(),
+        TIMEOUT,
+        |runs| distinct(runs.iter().copied()).len() == 300,
+    );
     let mut seen: BTreeMap<(i64, i64), usize> = BTreeMap::new();
     let mut refused = BTreeSet::new();
     let mut busy = 0;
     for m in members {
-        let (records, r) = consumed(&m.finish(TIMEOUT));
+        let (records, r) = consumed(&m.stop(TIMEOUT));
         busy += usize::from(!records.is_empty());
         for (p, o, _) in records {
             *seen.entry((p, o)).or_default() += 1;
@@ -111,9 +125,15 @@ fn a_group_shares_the_partitions_and_its_commits_survive_a_broker_crash() {
     broker.crash();
     let broker = broker.restart();
     produce(&broker.bootstrap(), &topic, 60);
-    let (records, _) = consumed(
-        &group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "6"]).finish(TIMEOUT),
-    );
+    let mut resumed = group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "6"]);
+    wait_until(&mut [&mut resumed], TIMEOUT, |runs| {
+        distinct(runs.iter().copied())
+            .iter()
+            .filter(|at| !seen.contains_key(at))
+            .count()
+            == 60
+    });
+    let (records, _) = consumed(&resumed.stop(TIMEOUT));
     let old: Vec<_> = records
         .iter()
         .filter(|r| seen.contains_key(&(r.0, r.1)))
@@ -139,7 +159,7 @@ fn a_member_killed_before_its_commit_has_the_record_redelivered_to_another() {
         &group,
         &["--idle", "25", "--hang-after", "5"],
     );
-    let others: Vec<_> = (0..2)
+    let mut others: Vec<_> = (0..2)
         .map(|_| group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "25"]))
         .collect();
     let hang = victim.wait_event("hanging", TIMEOUT);
@@ -153,9 +173,21 @@ fn a_member_killed_before_its_commit_has_the_record_redelivered_to_another() {
     for (p, o, _) in &victim_records {
         *seen.entry((*p, *o)).or_default() += 1;
     }
+    // The others are stopped once every record was read by some member and the lost one
+    // again by one of them, rather than each sitting out its idle timeout.
+    wait_until(
+        &mut others.iter_mut().collect::<Vec<_>>(),
+        TIMEOUT,
+        |runs| {
+            let mut read = distinct(runs.iter().copied());
+            let again = read.contains(&lost);
+            read.extend(seen.keys().copied());
+            again && read.len() == 300
+        },
+    );
     let mut redelivered_to_other = false;
     for m in others {
-        let (records, _) = consumed(&m.finish(TIMEOUT));
+        let (records, _) = consumed(&m.stop(TIMEOUT));
         for (p, o, _) in records {
             redelivered_to_other |= (p, o) == lost;
             *seen.entry((p, o)).or_default() += 1;
@@ -200,8 +232,15 @@ fn a_broker_crash_mid_rebalance_keeps_every_commit_made_before_it() {
     }
     assert!(!committed.is_empty());
     let broker = broker.restart();
-    let events =
-        group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "15"]).finish(TIMEOUT);
+    let mut resumed = group_consumer(&broker.bootstrap(), &topic, &group, &["--idle", "15"]);
+    // Stopped once every record was read before the crash or now, rather than after its idle
+    // timeout.
+    wait_until(&mut [&mut resumed], TIMEOUT, |runs| {
+        let mut all = distinct(runs.iter().copied());
+        all.extend(read_before.iter().copied());
+        all.len() == 2000
+    });
+    let events = resumed.stop(TIMEOUT);
     let (records, _) = consumed(&events);
     for (p, o, _) in &records {
         if let Some(c) = committed.get(p) {

@@ -1,42 +1,27 @@
-//! `raft-entries` and the log recover together (docs/design.md, "Raft's entries beside the
-//! log"): appends cut by a power failure at every file operation in turn (oncelog's SimFs: a
+//! `raft-entries` and the log recover together (docs/design.md, "Entries beside the
+//! batches"): appends cut by a power failure at every file operation in turn (oncelog's SimFs: a
 //! crash keeps what was synced and a seeded choice of the rest, so a record can survive
 //! without its batches and batches without their record) reopen with every acknowledged batch
 //! at its offset and the offsets a Kafka partition's (the first record at 0, dense); and a
 //! damaged or missing file is refused, naming it, with nothing changed.
 
+#[path = "one_disk/mod.rs"]
+mod one_disk;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use oncelog::format::{BatchBuilder, BatchIter};
 use oncelog::io::SimFs;
 use oncelog::io::SimOp as OpKind;
-use oncelog::{Environment, FlushPolicy, HighWatermarkPolicy, Log, LogConfig, SystemClock};
+use oncelog::{Log, LogConfig};
 use oncelog_raft::entry::{Record, ENTRIES_FILE};
 use oncelog_raft::network::mem::Router;
-use oncelog_raft::store::Partition;
 use oncelog_raft::{Replica, ReplicaConfig};
+use one_disk::{env, open_partition, DIR};
 use openraft::BasicNode;
-
-const DIR: &str = "/sim/topic-0";
-
-fn env(fs: &SimFs) -> Environment {
-    Environment::default()
-        .with_fs(fs.as_dyn())
-        .with_clock(Arc::new(SystemClock))
-}
-
-fn log_config() -> LogConfig {
-    LogConfig::builder()
-        .segment_bytes(4 * 1024)
-        .high_watermark(HighWatermarkPolicy::SetByCaller)
-        .flush_policy(FlushPolicy::Manual)
-        .build()
-        .unwrap()
-}
 
 fn batch(seq: i32) -> Bytes {
     let mut b = BatchBuilder::new().producer(1, 0, seq);
@@ -45,10 +30,6 @@ fn batch(seq: i32) -> Bytes {
     Bytes::from(b.build().unwrap())
 }
 
-fn open_partition(fs: &SimFs) -> Result<Partition, String> {
-    let log = Log::open_in(env(fs), Path::new(DIR), log_config()).map_err(|e| e.to_string())?;
-    Partition::open(log, fs.as_dyn())
-}
 
 /// A one-replica group on `fs` that took `batches` batches (its acks).
 async fn leader(fs: &SimFs, batches: i32) -> (Replica, Vec<(i64, i64)>) {

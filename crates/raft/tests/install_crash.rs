@@ -4,6 +4,9 @@
 //! install that returned is never undone. The image is kept in `raft-install.image` until
 //! the install is complete, so a reopen finishes what the crash cut.
 
+#[path = "one_disk/mod.rs"]
+mod one_disk;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,31 +15,13 @@ use bytes::Bytes;
 use oncelog::format::BatchBuilder;
 use oncelog::io::SimFs;
 use oncelog::io::SimOp as OpKind;
-use oncelog::{
-    AppendOutcome, Environment, FlushPolicy, HighWatermarkPolicy, Log, LogConfig, SystemClock,
-};
+use oncelog::{AppendOutcome, LogConfig};
 use oncelog_raft::network::mem::Router;
-use oncelog_raft::store::{Image, Partition, StateMachine};
+use oncelog_raft::store::{Image, StateMachine};
 use oncelog_raft::{Replica, ReplicaConfig};
+use one_disk::{env, open_partition, DIR};
 use openraft::storage::RaftStateMachine;
 use openraft::{BasicNode, RaftSnapshotBuilder};
-
-const DIR: &str = "/sim/topic-0";
-
-fn env(fs: &SimFs) -> Environment {
-    Environment::default()
-        .with_fs(fs.as_dyn())
-        .with_clock(Arc::new(SystemClock))
-}
-
-fn log_config() -> LogConfig {
-    LogConfig::builder()
-        .segment_bytes(4 * 1024)
-        .high_watermark(HighWatermarkPolicy::SetByCaller)
-        .flush_policy(FlushPolicy::Manual)
-        .build()
-        .unwrap()
-}
 
 fn batch(pid: i64, seq: i32) -> Bytes {
     let mut b = BatchBuilder::new().producer(pid, 0, seq);
@@ -44,10 +29,6 @@ fn batch(pid: i64, seq: i32) -> Bytes {
     Bytes::from(b.build().unwrap())
 }
 
-fn open_partition(fs: &SimFs) -> Result<Partition, String> {
-    let log = Log::open_in(env(fs), Path::new(DIR), log_config()).map_err(|e| e.to_string())?;
-    Partition::open(log, fs.as_dyn())
-}
 
 #[test]
 fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {

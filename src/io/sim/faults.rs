@@ -18,6 +18,7 @@ impl State {
     /// Counts an operation and fires an injected fault if one is due.
     pub(super) fn op(&mut self, kind: OpKind) -> io::Result<()> {
         self.counters.ops += 1;
+        *self.counters.by_kind.entry(kind).or_default() += 1;
         let mut errno = None;
         for f in &mut self.faults {
             if f.kind != OpKind::Any && f.kind != kind {

@@ -60,7 +60,7 @@ use file::SimFile;
 pub use rng::SplitMix64;
 
 /// The kinds of operation counted and failed by the simulator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OpKind {
     /// Matches every kind (for [`SimFs::fail_next`] / [`SimFs::fail_from`]).
     Any,
@@ -89,6 +89,9 @@ pub enum OpKind {
 pub struct Counters {
     /// Every operation, of every kind.
     pub ops: u64,
+    /// The same by kind (a crash sweep's sample checks it performs every kind the full sweep
+    /// does).
+    pub by_kind: std::collections::BTreeMap<OpKind, u64>,
     pub data_syncs: u64,
     pub dir_syncs: u64,
     pub msyncs: u64,

@@ -13,10 +13,13 @@ line.
       N-th applied record, prints {"event":"hanging"} and sleeps before committing (the test
       kills it there: after its side effect, before its commit). --no-store: the plain
       at-least-once consumer, every delivery applied (the control).
+      SIGTERM: stops as the idle timeout does (the record in hand is finished and committed
+      first), so a test can stop it as soon as it has what it waits for.
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -89,11 +92,13 @@ def main():
                 store.close()
         out(event="revoked", partitions=sorted(tp.partition for tp in partitions))
 
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     c.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
     applied = 0
     start = time.time()
     last = None
-    while time.time() - start < a.timeout:
+    while not stopping and time.time() - start < a.timeout:
         if last is not None and time.time() - last > a.idle:
             break
         msg = c.poll(0.2)

@@ -18,9 +18,12 @@ object per line.
       --hang-after N: after N records, prints {"event":"hanging"} and sleeps without
       committing the next record it read (a consumer killed between its side effect and its
       commit: the test kills it there).
+      SIGTERM: stops as the idle timeout does (the record in hand is finished and committed
+      first), so a test can stop it as soon as it has what it waits for.
 """
 import argparse
 import json
+import signal
 import time
 
 from confluent_kafka import Consumer, KafkaException
@@ -63,11 +66,13 @@ def main():
     def on_assign(consumer, partitions):
         out(event="assigned", partitions=sorted(tp.partition for tp in partitions))
 
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     c.subscribe([a.topic], on_assign=on_assign)
     consumed = 0
     start = time.time()
     last = None
-    while time.time() - start < a.timeout:
+    while not stopping and time.time() - start < a.timeout:
         if last is not None and time.time() - last > a.idle:
             break
         msg = c.poll(0.2)

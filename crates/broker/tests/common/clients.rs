@@ -334,6 +334,39 @@ pub struct Delivered {
     pub failed: Vec<String>,
 }
 
+impl Delivered {
+    /// Whether a group consumer's events (group_client.py) show every delivered message read
+    /// and, in each partition, a commit of its last one: with no producer left, there is
+    /// nothing more for the group to read.
+    pub fn all_read_and_committed(&self, events: &[Value]) -> bool {
+        let at = |e: &Value| {
+            (
+                e["partition"].as_i64().unwrap_or(-1) as i32,
+                e["offset"].as_i64().unwrap_or(-1),
+            )
+        };
+        let read: std::collections::BTreeSet<(i32, i64)> = events
+            .iter()
+            .filter(|e| e["event"] == "consumed")
+            .map(at)
+            .collect();
+        let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+        for (p, o) in events.iter().filter(|e| e["event"] == "committed").map(at) {
+            let c = committed.entry(p).or_insert(o);
+            *c = (*c).max(o);
+        }
+        let mut last: BTreeMap<i32, i64> = BTreeMap::new();
+        for &(p, o) in self.offsets.values() {
+            let l = last.entry(p).or_insert(o);
+            *l = (*l).max(o);
+        }
+        self.offsets.values().all(|at| read.contains(at))
+            && last
+                .iter()
+                .all(|(p, l)| committed.get(p).is_some_and(|c| c >= l))
+    }
+}
+
 /// A librdkafka consumer in `group` (tests/clients/group_client.py): subscribe(), manual
 /// commits after each record; `extra` are its options (`--idle`, `--stop-after`, ...).
 pub fn group_consumer(bootstrap: &str, topic: &str, group: &str, extra: &[&str]) -> Run {
@@ -380,6 +413,15 @@ impl Run {
         }
     }
 
+    /// Stops the client with SIGTERM and returns every event it printed. The group consumers
+    /// (group_client.py, eos_consumer.py) take it as their idle timeout: they finish the record
+    /// in hand (its side effect and its commit), leave the group and exit 0, which
+    /// [`Run::finish`] checks.
+    pub fn stop(self, timeout: Duration) -> Vec<Value> {
+        super::send_signal(self.child.id(), libc::SIGTERM);
+        self.finish(timeout)
+    }
+
     /// Kills the client (SIGKILL) and returns every event it printed.
     pub fn kill(mut self) -> Vec<Value> {
         let _ = self.child.kill();
@@ -388,6 +430,39 @@ impl Run {
             self.seen.push(e);
         }
         std::mem::take(&mut self.seen)
+    }
+}
+
+/// Waits until `done` holds of the events `runs` printed so far (one slice per run, in the
+/// order of `runs`), or until every run has exited (its own `--idle` or `--timeout` ended it:
+/// the caller's assertions then say what is missing); panics after `timeout`. A test stops
+/// its consumers here once everything it waits for was read and committed, rather than
+/// letting each sit out an idle timeout.
+pub fn wait_until(runs: &mut [&mut Run], timeout: Duration, done: impl Fn(&[&[Value]]) -> bool) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut running = 0;
+        for run in runs.iter_mut() {
+            loop {
+                match run.events.try_recv() {
+                    Ok(e) => run.seen.push(e),
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                        running += 1;
+                        break;
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                }
+            }
+        }
+        let seen: Vec<&[Value]> = runs.iter().map(|r| r.seen.as_slice()).collect();
+        if done(&seen) || running == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the clients did not get there within {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -403,11 +478,23 @@ pub fn txn_client(args: &[&str]) -> Run {
     Run::spawn(Client::Confluent, c)
 }
 
-/// The `oncelog` CLI of the workspace (its `processed serve` runs the consumers' stores),
-/// built next to the broker binary if it is not there yet.
+/// The `oncelog` CLI of the workspace (its `processed serve` runs the consumers' stores):
+/// `$ONCELOG_CLI_BIN` if set (CI passes the one its `cargo test --workspace` built, which is
+/// current: cargo builds every target before it runs a test), else built next to the broker
+/// binary with `cargo build -p oncelog-cli` (its dependencies' features are not the
+/// workspace's, so that is a build of its own).
 pub fn oncelog_bin() -> &'static PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("ONCELOG_CLI_BIN") {
+            let bin = PathBuf::from(bin);
+            assert!(
+                bin.is_file(),
+                "ONCELOG_CLI_BIN={} is not a file",
+                bin.display()
+            );
+            return bin;
+        }
         let dir = std::path::Path::new(super::broker_bin())
             .parent()
             .expect("the target directory")

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::clients::{consumed_positions, group_consumer, Client, Delivered, Produce};
+use super::clients::{
+    consumed_positions, group_consumer, wait_until, Client, Delivered, Produce,
+};
 use super::cluster::{fetch_all, Cluster, PARTITIONS, TOPIC};
 
 /// Every one of the `count` messages a client producer ran (`m-<i>`, as tests/clients name
@@ -127,7 +129,12 @@ pub fn consumer_group_through_coordinator_kills(
         std::thread::sleep(Duration::from_secs(1));
         consumer.wait_event("committed", Duration::from_secs(60));
     }
-    let events = consumer.finish(Duration::from_secs(300));
+    // Stopped once it read every message and committed each partition's last, rather than
+    // after its idle timeout.
+    wait_until(&mut [&mut consumer], Duration::from_secs(300), |runs| {
+        delivered.all_read_and_committed(runs[0])
+    });
+    let events = consumer.stop(Duration::from_secs(60));
     let consumed = consumed_positions(&events);
     let count_of = |name: &str| events.iter().filter(|e| e["event"] == name).count();
     eprintln!(

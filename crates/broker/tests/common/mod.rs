@@ -201,7 +201,7 @@ impl Drop for BrokerProcess {
     }
 }
 
-fn send_signal(pid: u32, signal: i32) {
+pub(crate) fn send_signal(pid: u32, signal: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own live child.
     #[allow(unsafe_code)]
     unsafe {
