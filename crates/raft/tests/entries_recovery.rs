@@ -30,7 +30,6 @@ fn batch(seq: i32) -> Bytes {
     Bytes::from(b.build().unwrap())
 }
 
-
 /// A one-replica group on `fs` that took `batches` batches (its acks).
 async fn leader(fs: &SimFs, batches: i32) -> (Replica, Vec<(i64, i64)>) {
     let router = Router::new(1);

@@ -29,7 +29,6 @@ fn batch(pid: i64, seq: i32) -> Bytes {
     Bytes::from(b.build().unwrap())
 }
 
-
 #[test]
 fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -123,19 +123,32 @@ fn describe_transactions(
     r.transaction_states
 }
 
-/// The transaction coordinator once it has loaded: it answers DescribeTransactions of an id
-/// it never saw with TRANSACTIONAL_ID_NOT_FOUND (COORDINATOR_LOAD_IN_PROGRESS before).
+/// The transaction coordinator once it has loaded (it answers DescribeTransactions of an id
+/// it never saw with TRANSACTIONAL_ID_NOT_FOUND, COORDINATOR_LOAD_IN_PROGRESS before) and
+/// stayed for 4 s: a new cluster's coordinators' group may first be led by another replica
+/// than its preferred one, and the balancer moves it there after 3 s; the test's steps must
+/// all meet the same coordinator.
 fn loaded_coordinator(c: &Cluster) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut since: Option<(i32, Instant)> = None;
     loop {
-        if let Ok(id) = c.group_coordinator("any") {
-            let states = describe_transactions(c, id, &["nobody"]);
-            if states[0].error_code == TRANSACTIONAL_ID_NOT_FOUND {
-                return id;
+        let loaded = c.group_coordinator("any").ok().filter(|&id| {
+            describe_transactions(c, id, &["nobody"])[0].error_code == TRANSACTIONAL_ID_NOT_FOUND
+        });
+        match (loaded, since) {
+            (Some(id), Some((was, at))) if id == was => {
+                if at.elapsed() >= Duration::from_secs(4) {
+                    return id;
+                }
             }
+            (Some(id), _) => since = Some((id, Instant::now())),
+            (None, _) => since = None,
         }
-        assert!(Instant::now() < deadline, "no coordinator loaded");
-        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator loaded and settled"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

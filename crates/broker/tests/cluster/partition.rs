@@ -63,15 +63,6 @@ fn partitioned_cluster() -> (Cluster, Links) {
     (c, links)
 }
 
-/// `until` holds within 30 s, asked every 100 ms.
-fn eventually(what: &str, mut until: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !until() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The coordinator of `group` as node `on` names it (-1: none).
 fn coordinator_named_by(c: &Cluster, on: i32, group: &str) -> i32 {
     let answer = connect(c.kafka[&on]).and_then(|mut s| {

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::clients::kafka_tool;
 use crate::common::cluster::*;
@@ -264,15 +264,6 @@ fn purge_end(dir: &Path, topic: &str, partition: i32) -> i64 {
     };
     let state: serde_json::Value = serde_json::from_str(&text).unwrap();
     state["purged"]["end_offset"].as_i64().unwrap_or(0)
-}
-
-/// Waits (at most 30 s) until `done` holds, saying `what` if it never does.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// `count` batches of one record (`size` bytes) to partition 0 of `topic` through its leader.

@@ -360,18 +360,27 @@ fn every_node_names_the_share_coordinator() -> io::Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     };
     for id in c.nodes.keys() {
-        let mut s = connect(c.kafka[id])?;
-        let r: FindCoordinatorResponse = call(
-            &mut s,
-            ApiKey::FindCoordinator,
-            4,
-            &FindCoordinatorRequest::default()
-                .with_key_type(2)
-                .with_coordinator_keys(vec![str_bytes(&format!(
-                    "{GROUP}:{}:0",
-                    Uuid::from_u128(1)
-                ))]),
-        )?;
+        // Each node names it, once it knows the offsets group's leader.
+        let named = || -> io::Result<FindCoordinatorResponse> {
+            let mut s = connect(c.kafka[id])?;
+            call(
+                &mut s,
+                ApiKey::FindCoordinator,
+                4,
+                &FindCoordinatorRequest::default()
+                    .with_key_type(2)
+                    .with_coordinator_keys(vec![str_bytes(&format!(
+                        "{GROUP}:{}:0",
+                        Uuid::from_u128(1)
+                    ))]),
+            )
+        };
+        let mut r = named()?;
+        let until = Instant::now() + Duration::from_secs(30);
+        while r.coordinators[0].error_code != 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+            r = named()?;
+        }
         assert_eq!(r.coordinators[0].error_code, 0, "{r:?}");
         assert_eq!(r.coordinators[0].node_id.0, coordinator);
         let r = describe(*id)?;

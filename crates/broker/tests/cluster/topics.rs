@@ -6,22 +6,12 @@
 //! (a new id, empty partitions); and each refusal is Kafka's.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
 use crate::common::cluster::*;
 use uuid::Uuid;
 
 const INVALID_PARTITIONS: i16 = 37;
 const UNKNOWN_TOPIC_ID: i16 = 100;
-
-/// Waits until `check` holds, saying `what` if it never does.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// The error Metadata on node `id` answers for [`TOPIC`].
 fn topic_error(c: &Cluster, id: i32) -> i16 {
@@ -199,9 +189,18 @@ fn a_wiped_node_never_recreates_a_deleted_topic_and_strays_on_disk_are_removed()
     c.leaders(TOPIC, PARTITIONS);
     // A timeout of 0: answered once the deletion is committed (Kafka's "start it and
     // return"), applied by every node soon after.
-    let r = c
-        .delete_topics(controller, &[(Some(TOPIC), Uuid::nil())], 0)
-        .unwrap();
+    // At the controller, followed if it moved since (NOT_CONTROLLER changes nothing).
+    let mut r = None;
+    eventually("the controller takes the deletion", || {
+        let at = c.controller();
+        let answer = c
+            .delete_topics(at, &[(Some(TOPIC), Uuid::nil())], 0)
+            .unwrap();
+        let moved = answer.responses[0].error_code == NOT_CONTROLLER;
+        r = Some(answer);
+        !moved
+    });
+    let r = r.unwrap();
     assert_eq!(r.responses[0].error_code, 0, "{r:?}");
     for id in 1..=3 {
         eventually("every node forgets the topic", || {

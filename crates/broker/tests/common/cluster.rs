@@ -1042,3 +1042,12 @@ impl Cluster {
         Err(last)
     }
 }
+
+/// Waits (at most 30 s, asking every 50 ms) until `done` holds, saying `what` if it never does.
+pub fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::clients::{
-    consumed_positions, group_consumer, wait_until, Client, Delivered, Produce,
-};
+use super::clients::{consumed_positions, group_consumer, wait_until, Client, Delivered, Produce};
 use super::cluster::{fetch_all, Cluster, PARTITIONS, TOPIC};
 
 /// Every one of the `count` messages a client producer ran (`m-<i>`, as tests/clients name
