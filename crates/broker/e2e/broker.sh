@@ -50,13 +50,8 @@ start_cluster() {
     shift
     local bin ports spec n
     bin="$(broker_bin)" || return 1
-    # Six free ports at once (each bound while the others are found, so all differ).
-    ports=($(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(6)]
-for s in ss:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))'))
+    # Six free ports at once, all different and none ephemeral (ports.py says why).
+    ports=($(python3 "$(dirname "${BASH_SOURCE[0]}")/ports.py" 6)) || return 1
     spec="1=127.0.0.1:${ports[0]}:${ports[1]},2=127.0.0.1:${ports[2]}:${ports[3]},3=127.0.0.1:${ports[4]}:${ports[5]}"
     BROKER_ADDR="127.0.0.1:${ports[0]},127.0.0.1:${ports[2]},127.0.0.1:${ports[4]}"
     CLUSTER_PIDS=()

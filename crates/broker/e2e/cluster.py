@@ -32,6 +32,8 @@ $KAFKA_SH).
 """
 import json, os, re, shutil, signal, socket, struct, subprocess, sys, time
 
+from ports import free_ports
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
 LIB = os.environ.get("KAFKA_TOOLS_LIB")
@@ -55,13 +57,8 @@ def tool(*a, timeout=60):
     return subprocess.run(command(*a), capture_output=True, text=True, timeout=timeout)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-ports = {n: (free_port(), free_port()) for n in NODES}
+_six = iter(free_ports(6))
+ports = {n: (next(_six), next(_six)) for n in NODES}
 CLUSTER = ",".join(f"{n}=127.0.0.1:{k}:{r}" for n, (k, r) in ports.items())
 BOOTSTRAP = ",".join(f"127.0.0.1:{k}" for k, _ in ports.values())
 procs = {}

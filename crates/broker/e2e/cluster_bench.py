@@ -16,7 +16,9 @@ and ports. Prints one line per run and a last JSON line with the medians and
 
 BROKER_BIN is a release build (`cargo build --release -p oncelog-broker`).
 """
-import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, time
+import argparse, json, os, re, shutil, signal, statistics, subprocess, time
+
+from ports import free_ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
@@ -37,12 +39,6 @@ LIB = subprocess.run(["bash", K, "lib"], capture_output=True, text=True, check=T
 def java(*a, **kw):
     return subprocess.run(["java", "-Xmx512m", "-cp", os.path.join(LIB, "*"), *a],
                           capture_output=True, text=True, **kw)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create_topic(bootstrap):
@@ -76,7 +72,8 @@ def perf(bootstrap):
 
 
 def kafka_cluster(work):
-    ports = {n: (free_port(), free_port()) for n in (1, 2, 3)}
+    _six = iter(free_ports(6))
+    ports = {n: (next(_six), next(_six)) for n in (1, 2, 3)}
     voters = ",".join(f"{n}@127.0.0.1:{c}" for n, (_, c) in ports.items())
     cid = java("kafka.tools.StorageTool", "random-uuid").stdout.strip().splitlines()[-1]
     for n, (p, c) in ports.items():
@@ -116,7 +113,8 @@ group.initial.rebalance.delay.ms=0
 
 
 def oncelog_cluster(work):
-    ports = {n: (free_port(), free_port()) for n in (1, 2, 3)}
+    _six = iter(free_ports(6))
+    ports = {n: (next(_six), next(_six)) for n in (1, 2, 3)}
     spec = ",".join(f"{n}=127.0.0.1:{k}:{r}" for n, (k, r) in ports.items())
     procs = [subprocess.Popen([args.bin, "--node-id", str(n), "--cluster", spec,
                                "--data", f"{work}/oncelog{n}"],

@@ -16,6 +16,8 @@ oncelog-broker` first) or $ONCELOG_BROKER_BIN; with `--kafka`, Kafka 4.4 itself
 folder of jars), else kafka.sh's class runner.
 """
 import json, os, signal, socket, subprocess, sys, time
+
+from ports import free_ports
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 K = os.environ.get("KAFKA_SH", os.path.join(ROOT, "..", "shared", "kafka-oracle", "kafka.sh"))
 LIB = os.environ.get("KAFKA_TOOLS_LIB")
@@ -25,7 +27,7 @@ args = [a for a in args if a != "--kafka"]
 work = os.path.abspath(args[0]); N = int(args[1]) if len(args) > 1 else 2000
 KILL_AFTER = float(os.environ.get("KILL_AFTER", "8"))
 os.makedirs(work, exist_ok=True)
-s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+port = free_ports(1)[0]  # restarted on this port: never an ephemeral one (ports.py)
 B = f"127.0.0.1:{port}"
 BIN = os.environ.get("ONCELOG_BROKER_BIN") or os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "debug", "oncelog-broker")
 

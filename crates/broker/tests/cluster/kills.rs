@@ -524,7 +524,7 @@ fn a_node_that_cannot_start_says_why() {
     let tmp = tempfile::tempdir().unwrap();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let raft = taken.local_addr().unwrap().port();
-    let spec = format!("1=127.0.0.1:{}:{raft}", free_port());
+    let spec = format!("1=127.0.0.1:{}:{raft}", common::ports::free_port());
     let run = |args: &[&str]| {
         let out = std::process::Command::new(common::broker_bin())
             .args(args)
@@ -544,4 +544,37 @@ fn a_node_that_cannot_start_says_why() {
     assert_eq!(status.code(), Some(2));
     assert!(stderr.contains("does not name this node"), "{stderr}");
     drop(taken);
+}
+
+/// Ports handed to nodes before they start are all different, even when clusters of tests
+/// are configured side by side, and none is ephemeral, so no outgoing connection takes one
+/// while its node is down (a CI run once gave one node 37483 for both its listeners).
+#[test]
+fn ports_handed_to_nodes_are_distinct_and_never_ephemeral() {
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let picks: Vec<u16> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| common::ports::free_ports(6)))
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
+    let distinct: BTreeSet<u16> = picks.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        picks.len(),
+        "a port handed out twice: {picks:?}"
+    );
+    assert!(
+        picks.iter().all(|&p| p < low),
+        "an ephemeral port: {picks:?}"
+    );
+    for &p in &picks {
+        TcpListener::bind(("127.0.0.1", p)).expect("a handed-out port is free");
+    }
 }

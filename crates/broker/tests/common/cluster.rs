@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -77,13 +77,7 @@ pub fn rounds(default: usize) -> usize {
         .unwrap_or(default)
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use super::ports::free_ports;
 
 /// Three broker processes of one cluster.
 pub struct Cluster {
@@ -124,8 +118,9 @@ impl Cluster {
         let mut kafka = BTreeMap::new();
         let mut raft = BTreeMap::new();
         let mut entries = Vec::new();
-        for id in 1..=3 {
-            let (k, r) = (free_port(), free_port());
+        let ports = free_ports(6);
+        for (id, pair) in (1..=3).zip(ports.chunks(2)) {
+            let (k, r) = (pair[0], pair[1]);
             kafka.insert(id, SocketAddr::from(([127, 0, 0, 1], k)));
             raft.insert(id, SocketAddr::from(([127, 0, 0, 1], r)));
             entries.push(format!("{id}=127.0.0.1:{k}:{r}"));

@@ -7,6 +7,8 @@ pub mod cluster;
 pub mod cluster_clients;
 pub mod groups;
 pub mod netsplit;
+#[path = "../../../raft/tests/ports/mod.rs"]
+pub mod ports;
 pub mod proxy;
 pub mod share;
 pub mod txn;
@@ -24,6 +26,10 @@ pub fn broker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_oncelog-broker")
 }
 
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
 /// A running `oncelog-broker`, killed when dropped.
 pub struct BrokerProcess {
     child: Child,
@@ -34,9 +40,11 @@ pub struct BrokerProcess {
 }
 
 impl BrokerProcess {
-    /// Starts a broker on a free loopback port over `data`.
+    /// Starts a broker on a free loopback port over `data`: one of [`ports::free_port`], never
+    /// an ephemeral one, so a restart on the same port cannot find it taken by an outgoing
+    /// connection.
     pub fn start(data: &Path, extra: &[&str]) -> BrokerProcess {
-        Self::spawn(data, "127.0.0.1:0".parse().unwrap(), extra)
+        Self::spawn(data, loopback(ports::free_port()), extra)
     }
 
     /// Starts a broker on a free loopback port over `data`, with at most `address_space`
@@ -54,7 +62,7 @@ impl BrokerProcess {
             // glibc reserves 64 MiB of address space per malloc arena, up to eight per core:
             // a few arenas keep the limit about the broker's own allocations on any machine.
             .env("MALLOC_ARENA_MAX", "2");
-        Self::spawn_command(command, data, "127.0.0.1:0".parse().unwrap(), extra)
+        Self::spawn_command(command, data, loopback(ports::free_port()), extra)
     }
 
     /// Starts a broker over `data` on a given address (a restart on the same port).

@@ -84,16 +84,9 @@ impl Drop for Cluster {
     }
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    // All bound at once, so they are distinct; released just before the nodes bind them.
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
+#[path = "../ports/mod.rs"]
+mod ports;
+use ports::free_ports;
 
 impl Cluster {
     /// Three processes, each one replica of one partition (`partitions: None`) or a host of
