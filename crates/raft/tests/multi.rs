@@ -4,6 +4,8 @@
 //! its leader, across a node's shutdown and restart, are on every caught-up replica exactly
 //! once at their acknowledged offsets, and retries are answered Duplicate with them.
 
+mod ports;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -444,12 +446,7 @@ async fn unknown_partitions_and_bad_host_configs_are_typed() {
 async fn node_processes_of_many_partitions_survive_a_sigkill() {
     const KILL_PARTITIONS: i32 = 20;
     let tmp = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = {
-        let ls: Vec<_> = (0..2 * NODES)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
-    };
+    let ports = ports::free_ports(2 * NODES as usize);
     let raft_addr = |id: NodeId| format!("127.0.0.1:{}", ports[2 * (id as usize - 1)]);
     let clients: BTreeMap<NodeId, String> = (1..=NODES)
         .map(|id| {
