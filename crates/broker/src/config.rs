@@ -266,7 +266,20 @@ pub struct Args {
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..),
           requires = "cluster")]
     pub raft_snapshot_entries: u64,
+
+    /// Cluster mode: how often a partition's raft leader heartbeats each follower, in ms; a
+    /// follower that hears nothing for 6 to 12 heartbeats stands for election, and an
+    /// AppendEntries answer later than one heartbeat is retried. Every partition heartbeats on
+    /// its own, so a node's heartbeats grow with its partitions: shorter fails over and moves
+    /// leaders back to their preferred replicas sooner, longer costs less CPU on a node with
+    /// many partitions (docs/design.md, "Heartbeats and elections").
+    #[arg(long, default_value_t = DEFAULT_RAFT_HEARTBEAT_MS,
+          value_parser = clap::value_parser!(u64).range(10..=10_000), requires = "cluster")]
+    pub raft_heartbeat_ms: u64,
 }
+
+/// `--raft-heartbeat-ms`'s default.
+pub const DEFAULT_RAFT_HEARTBEAT_MS: u64 = 50;
 
 /// The read cache's default budget (`--tier-cache-bytes`).
 pub const DEFAULT_TIER_CACHE_BYTES: u64 = 256 << 20;
@@ -381,6 +394,8 @@ pub struct BrokerConfig {
     /// Cluster mode: raft's snapshot interval and the entries kept after it
     /// (`--raft-snapshot-entries`).
     pub raft_snapshot_entries: u64,
+    /// Cluster mode: raft's heartbeat interval (`--raft-heartbeat-ms`).
+    pub raft_heartbeat: Duration,
 }
 
 /// A flag value the broker cannot run with.
@@ -469,6 +484,7 @@ impl Args {
                 retention_check: Duration::from_millis(self.retention_check_interval_ms),
             },
             raft_snapshot_entries: self.raft_snapshot_entries,
+            raft_heartbeat: Duration::from_millis(self.raft_heartbeat_ms),
         })
     }
 
@@ -897,6 +913,26 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:9093".parse().unwrap());
         assert_eq!(c.advertised_listener, Some(("127.0.0.1".into(), 9093)));
         assert!(config(&[]).unwrap().cluster.is_none());
+    }
+
+    #[test]
+    fn the_raft_heartbeat_is_a_cluster_flag_within_bounds() {
+        let three = "1=127.0.0.1:9092:9192,2=127.0.0.1:9093:9193,3=127.0.0.1:9094:9194";
+        let cluster = |more: &[&'static str]| {
+            let mut flags = vec!["--data", "d", "--node-id", "1", "--cluster", three];
+            flags.extend(more);
+            let args = ["oncelog-broker"].into_iter().chain(flags);
+            Args::try_parse_from(args).map(|a| a.into_config().unwrap())
+        };
+        let default = Duration::from_millis(DEFAULT_RAFT_HEARTBEAT_MS);
+        assert_eq!(cluster(&[]).unwrap().raft_heartbeat, default);
+        let set = cluster(&["--raft-heartbeat-ms", "40"]).unwrap();
+        assert_eq!(set.raft_heartbeat, Duration::from_millis(40));
+        for bad in ["0", "9", "10001", "x"] {
+            assert!(cluster(&["--raft-heartbeat-ms", bad]).is_err(), "{bad}");
+        }
+        let single = ["oncelog-broker", "--raft-heartbeat-ms", "100"];
+        assert!(Args::try_parse_from(single).is_err(), "needs --cluster");
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl Server {
                 let tuning = crate::cluster::ClusterTuning {
                     retention_check: config.log.retention_check,
                     raft_snapshot_entries: config.raft_snapshot_entries,
+                    raft_heartbeat: config.raft_heartbeat,
                 };
                 Some(crate::cluster::Cluster::start(&data_dir, nodes, tuning).await?)
             }

@@ -20,8 +20,6 @@ use crate::{GroupId, Node, NodeId, Replica, ReplicaConfig, ReplicaError};
 const BALANCE_BACKOFF: Duration = Duration::from_secs(3);
 /// How long the other replicas of a new group leave its first election to the preferred one.
 const FIRST_ELECTION_WINDOW: Duration = Duration::from_millis(1500);
-/// How often the preferred replica of a new group stands again until a leader is known.
-const FIRST_ELECTION_RETRY: Duration = Duration::from_millis(100);
 
 /// Why a host refused or failed an operation.
 #[derive(Debug, thiserror::Error)]
@@ -724,41 +722,65 @@ enum Opening {
 }
 
 /// Makes a new group's first leader its preferred replica, as Kafka's controller names a new
-/// partition's leader: the preferred one stands at once (again each [`FIRST_ELECTION_RETRY`]
-/// until a leader is known: the others may not host the group yet when it first asks), the
-/// others do not stand until a leader is known or [`FIRST_ELECTION_WINDOW`] went by (the
+/// partition's leader: the preferred one stands at once, and again each election timeout
+/// (openraft's `election_timeout_min`) while no leader is known (the others may not host the
+/// group yet when it first asks); the others do not stand until a leader is known or the
+/// window ([`FIRST_ELECTION_WINDOW`], or three election timeouts if longer) went by (the
 /// preferred one may be down). Without it the first replica to time out leads, and the
 /// balancer moves the leadership a second later, while clients already use the partition.
+///
+/// Each candidacy is given a whole election timeout to gather its votes. Standing again at the
+/// first change of raft's metrics (which the candidacy itself makes: a new term) cancelled each
+/// candidacy a millisecond after it began, before any peer could answer: on a loaded node the
+/// preferred replica then stood hundreds of times a second and never won, and its ever higher
+/// terms kept the others from winning too (docs/design.md, "Heartbeats and elections").
 fn first_leader_preferred(replica: &Replica, preferred: bool) {
     let raft = replica.raft().clone();
+    let retry = Duration::from_millis(raft.config().election_timeout_min);
+    let window = FIRST_ELECTION_WINDOW.max(3 * retry);
     if !preferred {
         raft.runtime_config().elect(false);
     }
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + FIRST_ELECTION_WINDOW;
+        let deadline = tokio::time::Instant::now() + window;
         let mut metrics = raft.metrics();
         loop {
-            if metrics.borrow_and_update().current_leader.is_some() {
-                break;
-            }
             if preferred {
                 let _ = raft.trigger().elect().await;
             }
-            let wait = if preferred {
-                FIRST_ELECTION_RETRY
+            let until = if preferred {
+                (tokio::time::Instant::now() + retry).min(deadline)
             } else {
-                deadline.saturating_duration_since(tokio::time::Instant::now())
+                deadline
             };
-            match tokio::time::timeout(wait, metrics.changed()).await {
-                Ok(Err(_)) => return,
-                _ if tokio::time::Instant::now() >= deadline => break,
-                _ => {}
+            match leader_known_by(&mut metrics, until).await {
+                Some(false) if tokio::time::Instant::now() < deadline => {}
+                Some(_) => break,
+                None => return,
             }
         }
         if !preferred {
             raft.runtime_config().elect(true);
         }
     });
+}
+
+/// Waits until raft knows a leader (`Some(true)`) or `until` (`Some(false)`); `None` once the
+/// raft is gone.
+async fn leader_known_by(
+    metrics: &mut tokio::sync::watch::Receiver<openraft::RaftMetrics<NodeId, Node>>,
+    until: tokio::time::Instant,
+) -> Option<bool> {
+    loop {
+        if metrics.borrow_and_update().current_leader.is_some() {
+            return Some(true);
+        }
+        match tokio::time::timeout_at(until, metrics.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return None,
+            Err(_) => return Some(false),
+        }
+    }
 }
 
 /// Keeps `replica` from standing for election until it applied an entry at or above `floor`

@@ -106,6 +106,86 @@ async fn a_new_group_is_first_led_by_its_preferred_member() {
     }
 }
 
+/// A TCP proxy to `target` that holds every chunk it reads `delay` before passing it on: a
+/// slow link, or a loaded peer that answers late. Answers the address to dial.
+async fn slow_link(target: String, delay: Duration) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let target = target.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                let (from_in, to_in) = inbound.into_split();
+                let (from_out, to_out) = outbound.into_split();
+                tokio::spawn(delayed_copy(from_in, to_out, delay));
+                tokio::spawn(delayed_copy(from_out, to_in, delay));
+            });
+        }
+    });
+    addr
+}
+
+async fn delayed_copy(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    delay: Duration,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 << 10];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        tokio::time::sleep(delay).await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A new group's preferred member wins its first election when every vote is answered late
+/// (each link holds each chunk 40 ms: a loaded cluster). Its first candidacy must be given
+/// time to gather the votes: a preferred member that stood again at every change of raft's
+/// metrics (its own new term among them) cancelled each candidacy before an answer came, stood
+/// hundreds of times a second, and with its ever higher terms kept the others from winning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_groups_first_election_ends_when_votes_are_answered_late() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (peers, listeners) = three_nodes().await;
+    let hosts: Vec<Arc<Host>> = (1..=3)
+        .map(|id| open_host(tmp.path(), id, &peers))
+        .collect();
+    for (id, h) in (1..=3).zip(&hosts) {
+        for (peer, node) in &peers {
+            if *peer != id {
+                let link = slow_link(node.addr.clone(), Duration::from_millis(40)).await;
+                h.dial_through(*peer, link);
+            }
+        }
+    }
+    let serving: Vec<_> = listeners
+        .into_values()
+        .zip(&hosts)
+        .map(|(l, h)| h.serve_raft(l))
+        .collect();
+    let group = GroupId::new("late", 0);
+    let members = [2, 3, 1];
+    for h in hosts.iter().rev() {
+        h.add_group(group.clone(), &members).await.unwrap();
+    }
+    for h in &hosts {
+        assert_eq!(leader_of(h, &group).await, 2);
+        let term = h.status(&group).unwrap().term;
+        assert!(term < 10, "elected in term {term}: an election storm");
+    }
+    for h in &hosts {
+        h.close().await.unwrap();
+    }
+    for s in serving {
+        s.abort();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_added_at_run_time_form_without_one_member_and_describe_themselves() {
     let tmp = tempfile::tempdir().unwrap();

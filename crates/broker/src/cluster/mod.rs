@@ -55,6 +55,9 @@ pub struct ClusterTuning {
     /// far behind the log end raft's purge point trails, below which alone retention and
     /// DeleteRecords delete bytes.
     pub raft_snapshot_entries: u64,
+    /// raft's heartbeat interval, which is also openraft's AppendEntries timeout; a follower
+    /// stands for election after 6 to 12 of them without a word from its leader.
+    pub raft_heartbeat: Duration,
 }
 
 impl Default for ClusterTuning {
@@ -62,6 +65,7 @@ impl Default for ClusterTuning {
         ClusterTuning {
             retention_check: Duration::from_secs(300),
             raft_snapshot_entries: 4096,
+            raft_heartbeat: Duration::from_millis(crate::config::DEFAULT_RAFT_HEARTBEAT_MS),
         }
     }
 }
@@ -180,6 +184,10 @@ impl Cluster {
             .raft
             .purge_batch_size
             .min(tuning.raft_snapshot_entries);
+        let heartbeat = tuning.raft_heartbeat.as_millis() as u64;
+        replica_config.raft.heartbeat_interval = heartbeat;
+        replica_config.raft.election_timeout_min = 6 * heartbeat;
+        replica_config.raft.election_timeout_max = 12 * heartbeat;
         let host = Host::start(
             dir,
             Environment::default(),
