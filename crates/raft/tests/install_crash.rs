@@ -118,21 +118,17 @@ fn an_install_cut_at_any_point_leaves_the_old_state_or_the_image() {
                     other => panic!("cut at op {n}: retry answered {other:?}"),
                 }
             } else {
-                if log.log_end_offset() != 0 {
-                    let st = fs
-                        .read_live(&Path::new(DIR).join(oncelog_raft::store::STATE_FILE))
-                        .map(|b| String::from_utf8_lossy(&b).to_string());
-                    eprintln!(
-                        "DEBUG n={n} result={result:?} state={st:?} applied={:?} start={} hw={}",
-                        reopened.applied(),
-                        log.log_start_offset(),
-                        log.high_watermark()
-                    );
-                }
+                // The message (read only on a failure) says what the reopened replica holds.
                 assert_eq!(
                     log.log_end_offset(),
                     0,
-                    "cut at op {n}: a partial install is visible"
+                    "cut at op {n}: a partial install is visible (install answered {result:?}; \
+                     state file {:?}; applied {:?}, log start {}, high watermark {})",
+                    fs.read_live(&Path::new(DIR).join(oncelog_raft::store::STATE_FILE))
+                        .map(|b| String::from_utf8_lossy(&b).to_string()),
+                    reopened.applied(),
+                    log.log_start_offset(),
+                    log.high_watermark()
                 );
                 assert_eq!(reopened.applied(), None, "cut at op {n}");
             }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::ResponseError;
 use oncelog::PartitionConfig;
 use oncelog_raft::Host;
@@ -75,34 +75,33 @@ pub fn incremental_alter_configs(
     request: &Request,
 ) -> Result<Reply, HandleError> {
     let body: IncrementalAlterConfigsRequest = request.body()?;
-    let (broker, cluster, request) = (Arc::clone(broker), Arc::clone(cluster), request.clone());
-    Ok(Reply::Later(tokio::spawn(async move {
-        let changes = body
-            .resources
-            .iter()
-            .cloned()
-            .map(Change::Incremental)
-            .collect();
-        let answers = answer(&broker, &cluster, &request, changes, body.validate_only).await;
-        let responses = body
-            .resources
-            .into_iter()
-            .zip(answers)
-            .map(|(r, answer)| {
-                let line = AlterConfigsResourceResponse::default()
-                    .with_resource_type(r.resource_type)
-                    .with_resource_name(r.resource_name);
-                match answer {
-                    Ok(()) => line.with_error_message(None),
-                    Err((error, message)) => line
-                        .with_error_code(error.code())
-                        .with_error_message(Some(StrBytes::from_string(message))),
-                }
-            })
-            .collect();
-        let response = IncrementalAlterConfigsResponse::default().with_responses(responses);
-        respond(&request, &response)
-    })))
+    let changes = body.resources.iter().cloned().map(Change::Incremental);
+    Ok(answer_later(
+        broker,
+        cluster,
+        request,
+        changes.collect(),
+        body.validate_only,
+        move |answers| {
+            let responses = body
+                .resources
+                .into_iter()
+                .zip(answers)
+                .map(|(r, answer)| {
+                    let line = AlterConfigsResourceResponse::default()
+                        .with_resource_type(r.resource_type)
+                        .with_resource_name(r.resource_name);
+                    match answer {
+                        Ok(()) => line.with_error_message(None),
+                        Err((error, message)) => line
+                            .with_error_code(error.code())
+                            .with_error_message(Some(StrBytes::from_string(message))),
+                    }
+                })
+                .collect();
+            IncrementalAlterConfigsResponse::default().with_responses(responses)
+        },
+    ))
 }
 
 /// The legacy AlterConfigs on a cluster node: a topic's whole set of settings replaced, as a
@@ -113,24 +112,41 @@ pub fn alter_configs(
     request: &Request,
 ) -> Result<Reply, HandleError> {
     let body: AlterConfigsRequest = request.body()?;
+    let changes = body.resources.iter().cloned().map(Change::Replace);
+    Ok(answer_later(
+        broker,
+        cluster,
+        request,
+        changes.collect(),
+        body.validate_only,
+        move |answers| {
+            let responses = body
+                .resources
+                .iter()
+                .zip(answers)
+                .map(|(r, answer)| legacy_answer(r, answer))
+                .collect();
+            AlterConfigsResponse::default().with_responses(responses)
+        },
+    ))
+}
+
+/// Decides `changes` ([`answer`]) on a task of their own and encodes the response `reply`
+/// builds from each resource's answer, in the request's order: the shape both config change
+/// APIs share.
+fn answer_later<R: Encodable + HeaderVersion>(
+    broker: &Arc<Broker>,
+    cluster: &Arc<Cluster>,
+    request: &Request,
+    changes: Vec<Change>,
+    validate_only: bool,
+    reply: impl FnOnce(Vec<Result<(), Refusal>>) -> R + Send + 'static,
+) -> Reply {
     let (broker, cluster, request) = (Arc::clone(broker), Arc::clone(cluster), request.clone());
-    Ok(Reply::Later(tokio::spawn(async move {
-        let changes = body
-            .resources
-            .iter()
-            .cloned()
-            .map(Change::Replace)
-            .collect();
-        let answers = answer(&broker, &cluster, &request, changes, body.validate_only).await;
-        let responses = body
-            .resources
-            .iter()
-            .zip(answers)
-            .map(|(r, answer)| legacy_answer(r, answer))
-            .collect();
-        let response = AlterConfigsResponse::default().with_responses(responses);
-        respond(&request, &response)
-    })))
+    Reply::Later(tokio::spawn(async move {
+        let answers = answer(&broker, &cluster, &request, changes, validate_only).await;
+        respond(&request, &reply(answers))
+    }))
 }
 
 /// Each resource's answer: BROKER and other resources here, TOPIC resources on the controller

@@ -104,13 +104,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        self.check_controller()?;
-        let found = self
-            .image
-            .read()
-            .topic(topic)
-            .cloned()
-            .ok_or(WriteRefused::Unknown)?;
+        let found = self.topic_on_controller(topic)?;
         let record = MetadataRecord::DeleteRecords {
             name: found.name.clone(),
             id: found.id,

@@ -122,6 +122,17 @@ impl Cluster {
         Ok(topic)
     }
 
+    /// Topic `name` as this node's image holds it, if this node is the controller: what a
+    /// change to a topic starts from, under the write lock.
+    pub(super) fn topic_on_controller(&self, name: &str) -> Result<TopicImage, WriteRefused> {
+        self.check_controller()?;
+        self.image
+            .read()
+            .topic(name)
+            .cloned()
+            .ok_or(WriteRefused::Unknown)
+    }
+
     /// Grows topic `name` on the controller: `grow` decides the new partitions' replicas from
     /// the topic as the image holds it (or refuses); with `validate_only` nothing is written.
     /// Answers the topic as grown (as it would be, when only validated).
@@ -133,13 +144,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        self.check_controller()?;
-        let mut topic = self
-            .image
-            .read()
-            .topic(name)
-            .cloned()
-            .ok_or(WriteRefused::Unknown)?;
+        let mut topic = self.topic_on_controller(name)?;
         let added = grow(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
         let first = topic.replicas.len() as i32;
         if validate_only {
@@ -175,13 +180,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<(), WriteRefused> {
         let _one = self.writing.lock().await;
-        self.check_controller()?;
-        let topic = self
-            .image
-            .read()
-            .topic(name)
-            .cloned()
-            .ok_or(WriteRefused::Unknown)?;
+        let topic = self.topic_on_controller(name)?;
         let configs = decide(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
         if validate_only {
             return Ok(());
