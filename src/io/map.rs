@@ -438,6 +438,12 @@ pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
 /// metadata is written and no cache flush is issued, so nothing is made durable. Where it is
 /// not supported (EINVAL, ENOSYS, ESPIPE) nothing happens: it only moves work earlier.
 pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
+    written_back(file, offset, len).map(|_| ())
+}
+
+/// [`write_back`], answering whether the pages were written back (false where
+/// `sync_file_range` is not supported).
+pub(super) fn written_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<bool> {
     use std::os::unix::io::AsRawFd;
     let (Ok(offset), Ok(len)) = (
         libc::off64_t::try_from(offset),
@@ -453,13 +459,29 @@ pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Res
         | libc::SYNC_FILE_RANGE_WAIT_AFTER;
     // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
     if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) } == 0 {
-        return Ok(());
+        return Ok(true);
     }
     let err = io::Error::last_os_error();
     match err.raw_os_error() {
-        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(()),
+        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(false),
         _ => Err(err),
     }
+}
+
+/// The magic number of the file system `file` is on (`fstatfs`'s `f_type`).
+pub(super) fn file_system_magic(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::unix::io::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: fstatfs writes one `statfs` into the struct it is given, which lives here, on a
+    // descriptor that `file` keeps open.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded, so it filled the struct (zeroed before, so every field is
+    // initialized either way).
+    let st = unsafe { st.assume_init() };
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets
+    Ok(st.f_type as u64)
 }
 
 /// A fixed-size heap allocation that stands in for the page cache of a mapped file in the

@@ -197,6 +197,20 @@ pub trait File: Send + Sync + Debug {
         let _ = (offset, len);
         Ok(())
     }
+    /// Writes `[offset, offset + len)` back to the device and waits for it, so that the next
+    /// cache flush of the device makes it durable: a data sync of any file of the same file
+    /// system issues one (one device flush for two files, docs/design.md, "One device flush a
+    /// round"). Answers `true` only where that is promised: the range lies within the file's
+    /// durable length, in blocks allocated and written before and synced since (an overwrite
+    /// in place, which needs no metadata), on a file system that overwrites data in place
+    /// (ext4 without `data=journal`, XFS). Anywhere else it answers `false`, having made
+    /// nothing durable, and the caller syncs the file itself.
+    ///
+    /// The default promises nothing.
+    fn write_back_for_flush(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let _ = (offset, len);
+        Ok(false)
+    }
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, growing the file if it ends before.

@@ -164,6 +164,71 @@ struct RealFile {
     writable: bool,
 }
 
+/// `f_type` of ext4 (and ext2/3, which share it).
+const EXT4_MAGIC: u64 = 0xEF53;
+/// `f_type` of XFS.
+const XFS_MAGIC: u64 = 0x5846_5342;
+
+/// Whether the device cache flush of a data sync makes what another file of `file`'s file
+/// system wrote back durable ([`File::write_back_for_flush`]): on ext4 without `data=journal`
+/// and on XFS, whose overwrites of written blocks go to those blocks, with no metadata. Not on
+/// copy-on-write file systems (btrfs, ZFS: an overwrite is new blocks and metadata), nor on
+/// ext4 with `data=journal` (data goes through the journal), nor where the mount cannot be
+/// identified. Known once per device.
+fn flush_covers_write_back(file: &fs::File) -> io::Result<bool> {
+    use std::collections::BTreeMap;
+    use std::os::unix::fs::MetadataExt;
+    static KNOWN: parking_lot::Mutex<BTreeMap<u64, bool>> =
+        parking_lot::Mutex::new(BTreeMap::new());
+    let dev = file.metadata()?.dev();
+    if let Some(&known) = KNOWN.lock().get(&dev) {
+        return Ok(known);
+    }
+    let covers = match super::map::file_system_magic(file)? {
+        XFS_MAGIC => true,
+        EXT4_MAGIC => fs::read_to_string("/proc/self/mountinfo")
+            .map(|info| ext4_writes_data_in_place(&info, dev))
+            .unwrap_or(false),
+        _ => false,
+    };
+    KNOWN.lock().insert(dev, covers);
+    Ok(covers)
+}
+
+/// Whether `/proc/self/mountinfo` (`info`) shows the ext4 file system of device `dev` mounted
+/// without `data=journal`; false if it does not show it at all.
+fn ext4_writes_data_in_place(info: &str, dev: u64) -> bool {
+    // glibc's encoding of a `dev_t`.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let id = format!("{major}:{minor}");
+    let mut seen = false;
+    for line in info.lines() {
+        // `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`:
+        // the device is the third field; the file system's own options come last, after " - ".
+        if line.split_whitespace().nth(2) != Some(id.as_str()) {
+            continue;
+        }
+        let Some((_, fs_part)) = line.split_once(" - ") else {
+            return false;
+        };
+        let mut fields = fs_part.split_whitespace();
+        let (Some(fstype), _, options) = (fields.next(), fields.next(), fields.next()) else {
+            return false;
+        };
+        if !fstype.starts_with("ext")
+            || options
+                .unwrap_or("")
+                .split(',')
+                .any(|o| o == "data=journal")
+        {
+            return false;
+        }
+        seen = true;
+    }
+    seen
+}
+
 impl File for RealFile {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
@@ -207,6 +272,13 @@ impl File for RealFile {
 
     fn write_back(&self, offset: u64, len: u64) -> io::Result<()> {
         super::map::write_back(&self.file, offset, len)
+    }
+
+    fn write_back_for_flush(&self, offset: u64, len: u64) -> io::Result<bool> {
+        if !flush_covers_write_back(&self.file)? {
+            return Ok(false);
+        }
+        super::map::written_back(&self.file, offset, len)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -283,5 +355,56 @@ impl File for RealFile {
             writable,
             writable_end,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dev_t` of major 254, minor 0 (glibc's encoding).
+    const VDA: u64 = 254 << 8;
+
+    #[test]
+    fn an_ext4_mount_writes_data_in_place_unless_it_journals_data() {
+        let info = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                    27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard,resuid=65534\n";
+        assert!(ext4_writes_data_in_place(info, VDA));
+        let journalled = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,data=journal\n";
+        assert!(!ext4_writes_data_in_place(journalled, VDA));
+        // Bind mounts of the same device: one journalling line is enough to refuse.
+        let both = format!("{info}31 27 254:0 /srv /srv rw - ext4 /dev/vda rw,data=journal\n");
+        assert!(!ext4_writes_data_in_place(&both, VDA));
+        // A device the table does not show, and a line without the file system's part.
+        assert!(!ext4_writes_data_in_place(info, 8 << 8));
+        assert!(!ext4_writes_data_in_place("27 1 254:0 / / rw\n", VDA));
+    }
+
+    #[test]
+    fn a_device_number_splits_as_glibc_encodes_it() {
+        // major 259, minor 300: minor's high bits above bit 19, major's above bit 43.
+        let dev: u64 = (259 & 0xfff) << 8 | (300 & 0xff) | ((300 & !0xff) << 12);
+        let info = "40 1 259:300 / /data rw - xfs /dev/nvme0n1p300 rw\n";
+        // XFS is decided by its magic alone; the ext4 rule must not take an xfs line.
+        assert!(!ext4_writes_data_in_place(info, dev));
+        let ext = "40 1 259:300 / /data rw - ext4 /dev/nvme0n1p300 rw\n";
+        assert!(ext4_writes_data_in_place(ext, dev));
+    }
+
+    #[test]
+    fn a_written_back_range_is_promised_only_on_a_file_system_that_overwrites_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFs;
+        let path = dir.path().join("f");
+        let f = fs.open(&path, OpenMode::Create).unwrap();
+        f.write_all_at(&[7; 8192], 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(&[8; 100], 10).unwrap();
+        let promised = f.write_back_for_flush(0, 4096).unwrap();
+        let plain = std::fs::File::open(&path).unwrap();
+        let magic = super::super::map::file_system_magic(&plain).unwrap();
+        if magic != EXT4_MAGIC && magic != XFS_MAGIC {
+            assert!(!promised, "file system {magic:#x} promised a write-back");
+        }
     }
 }

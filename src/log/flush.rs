@@ -12,11 +12,31 @@ use crate::io::{IoError, IoResultExt};
 use crate::producer::snapshot_files;
 use crate::segment::Segment;
 
+/// What one [`Log::sync_once`] did.
+pub(super) struct Synced {
+    /// Where the next flush of the active segment starts: its base offset and position.
+    pub(super) base: i64,
+    pub(super) position: usize,
+    /// Whether sealed segments became durable.
+    pub(super) sealed_flushed: bool,
+    /// Whether it synced a file (false when there was nothing to sync).
+    pub(super) synced: bool,
+}
+
 impl Log {
     /// Makes every append so far durable: msync + fdatasync of what was written since the last
     /// flush (and of sealed segments with their indexes), then moves the recovery point.
     pub fn flush(&self) -> Result<(), FlushError> {
         self.flush_to(i64::MAX)
+    }
+
+    /// [`Log::flush`], answering whether it synced a file of the log (the log's bytes written
+    /// since the last flush, or a sealed segment): a sync that began after this call did, whose
+    /// device cache flush also made durable what another file had written back to the same
+    /// device before the call ([`crate::io::File::write_back_for_flush`]). False when there was
+    /// nothing to sync.
+    pub fn flush_synced(&self) -> Result<bool, FlushError> {
+        self.flush_to_inner(i64::MAX, false)
     }
 
     /// Makes every append below `offset` durable, and returns once it is (at once if it
@@ -31,7 +51,7 @@ impl Log {
     /// anything but the disk. `FlushPolicy::Always` is this, called by every append.
     pub fn flush_to(&self, offset: i64) -> Result<(), FlushError> {
         let entered = Instant::now();
-        let result = self.flush_to_inner(offset, offset != i64::MAX);
+        let result = self.flush_to_inner(offset, offset != i64::MAX).map(|_| ());
         if offset != i64::MAX {
             self.metrics.durable_wait(entered.elapsed());
         }
@@ -42,11 +62,12 @@ impl Log {
     /// its group before it wrote them: its sync starts at once. (The group records each
     /// appender's wait.)
     pub(super) fn flush_group(&self, offset: i64) -> Result<(), FlushError> {
-        self.flush_to_inner(offset, false)
+        self.flush_to_inner(offset, false).map(|_| ())
     }
 
-    /// `delay`: whether a new leader first lets the appends under way finish writing.
-    fn flush_to_inner(&self, offset: i64, delay: bool) -> Result<(), FlushError> {
+    /// `delay`: whether a new leader first lets the appends under way finish writing. Answers
+    /// whether this call's own sync synced a file (false when another's covered `offset`).
+    fn flush_to_inner(&self, offset: i64, delay: bool) -> Result<bool, FlushError> {
         // One thread syncs (without holding the lock) while the others wait, each parked on its
         // own wake-up. When the sync is done the leader wakes those it covered directly, and
         // hands the lead to the first one it did not (it appended while the sync ran): that
@@ -56,7 +77,7 @@ impl Log {
         let mut fst = self.flush.lock();
         loop {
             if offset != i64::MAX && self.recovery_point() >= offset {
-                return Ok(());
+                return Ok(false);
             }
             if !fst.in_progress {
                 fst.in_progress = true;
@@ -72,7 +93,7 @@ impl Log {
             if !lead && offset != i64::MAX && self.recovery_point() >= offset {
                 // Covered: back to appending without contending for the lock the leader
                 // holds while it wakes the others and hands the turn on.
-                return Ok(());
+                return Ok(false);
             }
             fst = self.flush.lock();
             if lead {
@@ -89,13 +110,13 @@ impl Log {
         let result = self.sync_once(from_base, from_position);
         self.metrics.synced(syncing.elapsed(), result.is_ok());
         let mut fst = self.flush.lock();
-        let sealed_flushed = match &result {
-            Ok((base, position, sealed_flushed)) => {
-                fst.segment_base = *base;
-                fst.position = *position;
-                *sealed_flushed
+        let (sealed_flushed, synced) = match &result {
+            Ok(done) => {
+                fst.segment_base = done.base;
+                fst.position = done.position;
+                (done.sealed_flushed, done.synced)
             }
-            Err(_) => false,
+            Err(_) => (false, false),
         };
         self.hand_over(&mut fst, result.is_ok());
         drop(fst);
@@ -106,7 +127,7 @@ impl Log {
             // log read-only.
             self.write_checkpoint(false)?;
         }
-        Ok(())
+        Ok(synced)
     }
 
     /// What an appender about to lead a sync (or a write group) does first: lets the appends
@@ -170,13 +191,12 @@ impl Log {
     }
 
     /// One sync by the flush leader: takes what is unflushed under the append lock, makes it
-    /// durable, and moves the recovery point. Returns where the next flush of the active
-    /// segment starts, and whether sealed segments became durable.
+    /// durable, and moves the recovery point.
     pub(super) fn sync_once(
         &self,
         from_base: i64,
         from_position: usize,
-    ) -> Result<(i64, usize, bool), FlushError> {
+    ) -> Result<Synced, FlushError> {
         let (sealed, active, end_position, log_end, dir_dirty, pending) = {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {
@@ -206,7 +226,7 @@ impl Log {
         } else {
             0
         };
-        let result = (|| -> Result<(), IoError> {
+        let result = (|| -> Result<bool, IoError> {
             for s in &sealed {
                 // What the checkpoint will record of it, before the map may go.
                 s.compute_header_digest()?;
@@ -220,26 +240,34 @@ impl Log {
                     .sync_dir(&self.dir)
                     .ctx("fsync directory", &self.dir)?;
             }
-            active.flush_log(from, end_position)?;
+            let synced = active.flush_log(from, end_position)?;
             if !pending.is_empty() {
                 for snapshot in pending {
                     snapshot.finish(self.env.fs.as_ref())?;
                 }
                 self.remove_stray_snapshots()?;
             }
-            Ok(())
+            Ok(synced || !sealed.is_empty())
         })();
-        if let Err(e) = result {
-            // After a failed fsync the kernel may have dropped the dirty pages: writing on could
-            // lose acknowledged data silently, so the log becomes read-only.
-            let cause = Arc::new(e);
-            self.append.lock().failure = Some(Arc::clone(&cause));
-            return Err(FlushError::ReadOnly { cause });
-        }
+        let synced = match result {
+            Ok(synced) => synced,
+            Err(e) => {
+                // After a failed fsync the kernel may have dropped the dirty pages: writing on
+                // could lose acknowledged data silently, so the log becomes read-only.
+                let cause = Arc::new(e);
+                self.append.lock().failure = Some(Arc::clone(&cause));
+                return Err(FlushError::ReadOnly { cause });
+            }
+        };
         self.recovery_point.fetch_max(log_end, Ordering::AcqRel);
         // The high watermark follows the recovery point by default: readers waiting on it wake.
         self.notify_waiters();
-        Ok((active.base_offset(), end_position, !sealed.is_empty()))
+        Ok(Synced {
+            base: active.base_offset(),
+            position: end_position,
+            sealed_flushed: !sealed.is_empty(),
+            synced,
+        })
     }
 
     /// Keeps one snapshot per segment base offset plus the newest (docs/format.md, "Producer

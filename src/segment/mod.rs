@@ -577,8 +577,9 @@ impl Segment {
     /// Makes `[from, to)` of the log durable (the active segment's appends since the last
     /// flush): one ranged sync (msync `MS_SYNC`), which writes the range, the file's length and
     /// its extents if they changed, and waits for no other write-back of the file, such as the
-    /// zeros written ahead of the writer (docs/performance.md, "Durable appends").
-    pub fn flush_log(&self, from: usize, to: usize) -> Result<(), IoError> {
+    /// zeros written ahead of the writer (docs/performance.md, "Durable appends"). Answers
+    /// whether there was anything to sync.
+    pub fn flush_log(&self, from: usize, to: usize) -> Result<bool, IoError> {
         let view = self.view()?;
         let to = to.min(view.log.published());
         if to > from {
@@ -586,7 +587,7 @@ impl Segment {
                 .sync(from, to - from)
                 .ctx("msync", &self.log_path)?;
         }
-        Ok(())
+        Ok(to > from)
     }
 
     /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the

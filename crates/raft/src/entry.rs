@@ -22,9 +22,10 @@
 //! |  34 |    8 | end offset (after its last batch), big-endian            |
 //! |  42 |  ... | a membership's JSON (kind 1 only)                        |
 //!
-//! A record is written after its batches are durable and synced before its entry is reported
-//! persisted, so recovery reads records up to the first that is cut or damaged (a torn write
-//! of the tail) and trusts no record without its batches ([`crate::store`]).
+//! A record is written after its batches and made durable with them (one device flush, where
+//! the file system allows it: [`EntriesFile::stage`]) before its entry is reported persisted,
+//! so recovery reads records up to the first that is cut or damaged (a torn write of the
+//! tail) and trusts no record without its batches ([`crate::store`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -194,6 +195,26 @@ pub struct EntriesFile {
     torn: bool,
     /// The file's size: records, then zeros.
     allocated: u64,
+    /// The records before this position are durable, or written back for the caller's device
+    /// flush ([`EntriesFile::stage`]).
+    staged: u64,
+    /// Whether the file's size or blocks may have changed since its last sync (it grew, or was
+    /// opened after what may have been a crash): its next records are then synced, not
+    /// written back, so that the sync commits the size and the extents.
+    grown: bool,
+}
+
+/// How to make the records written since the last [`EntriesFile::stage`] durable.
+#[derive(Debug)]
+pub struct Staged {
+    /// The open file.
+    pub file: Arc<dyn File>,
+    /// Where the records not yet staged start.
+    pub from: u64,
+    /// How many bytes they take (none: nothing to do).
+    pub len: u64,
+    /// Whether only a sync of the file will do (it grew): a write-back would promise nothing.
+    pub sync: bool,
 }
 
 impl std::fmt::Debug for EntriesFile {
@@ -259,6 +280,8 @@ impl EntriesFile {
             len: pos as u64,
             torn: bytes[pos..].iter().any(|&b| b != 0),
             allocated: size,
+            staged: pos as u64,
+            grown: true,
         };
         Ok((entries, records))
     }
@@ -277,7 +300,11 @@ impl EntriesFile {
         self.len = pos;
         self.torn = false;
         self.allocated = pos;
-        self.sync()
+        self.staged = pos;
+        self.grown = true;
+        self.sync()?;
+        self.grown = false;
+        Ok(())
     }
 
     /// The file's length: where the next record goes.
@@ -290,7 +317,8 @@ impl EntriesFile {
         self.len == 0
     }
 
-    /// Writes records after the last (not durable until [`EntriesFile::sync`]); answers where
+    /// Writes records after the last (not durable until staged and flushed, or synced);
+    /// answers where
     /// each starts.
     pub fn append(&mut self, records: &[Record]) -> Result<Vec<u64>, String> {
         let mut buf = Vec::new();
@@ -309,6 +337,7 @@ impl EntriesFile {
                 .write_zeros(self.allocated, to - self.allocated)
                 .map_err(|e| format!("{}: growing to {to} bytes: {e}", self.path.display()))?;
             self.allocated = to;
+            self.grown = true;
         }
         self.file
             .write_all_at(&buf, self.len)
@@ -317,10 +346,24 @@ impl EntriesFile {
         Ok(at)
     }
 
-    /// The open file, to make what was written durable without holding the `EntriesFile`
-    /// (a sync on a handle a rewrite replaced is harmless: the rewrite was durable).
-    pub fn handle(&self) -> Arc<dyn File> {
-        Arc::clone(&self.file)
+    /// The records written since the last call, for the caller to make durable without
+    /// holding the `EntriesFile` (a sync or write-back on a handle a rewrite replaced is
+    /// harmless: the rewrite was durable): either a write-back that the caller's device flush
+    /// then covers, or, after the file grew, a sync (docs/design.md, "One device flush a
+    /// round"). From then on they count as durable; a failure to make them so is the caller's
+    /// to report, and stops the store.
+    pub fn stage(&mut self) -> Staged {
+        let staged = Staged {
+            file: Arc::clone(&self.file),
+            from: self.staged,
+            len: self.len.saturating_sub(self.staged),
+            sync: self.grown,
+        };
+        self.staged = self.len;
+        if staged.len > 0 {
+            self.grown = false;
+        }
+        staged
     }
 
     /// Makes what was written durable.
@@ -340,7 +383,10 @@ impl EntriesFile {
                 .map_err(|e| format!("{}: cutting at {pos}: {e}", self.path.display()))?;
         }
         self.len = pos;
-        self.sync()
+        self.sync()?;
+        self.staged = pos;
+        self.grown = false;
+        Ok(())
     }
 
     /// Replaces the file with `records` alone, atomically (a crash leaves the old file or the
@@ -363,6 +409,8 @@ impl EntriesFile {
         self.len = buf.len() as u64;
         self.torn = false;
         self.allocated = self.len;
+        self.staged = self.len;
+        self.grown = false;
         Ok(at)
     }
 }

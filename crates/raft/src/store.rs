@@ -953,34 +953,42 @@ impl Partition {
     }
 
     /// Makes what [`Partition::append_entries`] wrote durable: the log's batches and, if it
-    /// wrote any (`records`), the records, synced side by side (recovery drops a record whose
-    /// batches did not make it, and cuts batches whose record did not).
+    /// wrote any (`records`), the records, with one device flush where the file system allows
+    /// it (docs/design.md, "One device flush a round"): the records are written back first, and
+    /// the log's sync that follows flushes the device's cache over both. Where that is not
+    /// promised (the records' file grew, no batch was written, another file system), the
+    /// records' file is synced after the log. Recovery drops a record whose batches did not
+    /// make it, and cuts batches whose record did not.
     fn persist(&self, records: bool) -> StoreResult<()> {
-        let file = if records {
-            let file = self.inner.lock().file.as_ref().map(EntriesFile::handle);
-            Some(file.ok_or_else(|| {
+        let staged = if records {
+            let mut inner = self.inner.lock();
+            let file = inner.file.as_mut().ok_or_else(|| {
                 logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE} is not open"))
-            })?)
+            })?;
+            Some(file.stage()).filter(|s| s.len > 0)
         } else {
             None
         };
-        let (flushed, synced) = std::thread::scope(|s| {
-            let synced = file.map(|f| s.spawn(move || f.sync_data()));
-            let flushed = self.log.flush();
-            (flushed, synced.map(|h| h.join()))
-        });
-        flushed.map_err(|e| logs_error(ErrorVerb::Write, e))?;
-        match synced {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(e))) => Err(logs_error(
-                ErrorVerb::Write,
-                format!("{ENTRIES_FILE}: fsync: {e}"),
-            )),
-            Some(Err(_)) => Err(logs_error(
-                ErrorVerb::Write,
-                format!("{ENTRIES_FILE}: the fsync's thread panicked"),
-            )),
+        let records_error = |e: std::io::Error, what: &str| {
+            logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE}: {what}: {e}"))
+        };
+        let written_back = match &staged {
+            Some(s) if !s.sync => s
+                .file
+                .write_back_for_flush(s.from, s.len)
+                .map_err(|e| records_error(e, "sync_file_range"))?,
+            _ => false,
+        };
+        let flushed = self
+            .log
+            .flush_synced()
+            .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        if let Some(s) = staged {
+            if !(written_back && flushed) {
+                s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
+            }
         }
+        Ok(())
     }
 
     fn truncate_from(&self, log_id: LogId<NodeId>) -> StoreResult<()> {

@@ -32,10 +32,15 @@ fn batch(seq: i32) -> Bytes {
 
 /// A one-replica group on `fs` that took `batches` batches (its acks).
 async fn leader(fs: &SimFs, batches: i32) -> (Replica, Vec<(i64, i64)>) {
+    leader_with(fs, batches, 4 * 1024).await
+}
+
+/// [`leader`] with segments of `segment_bytes`.
+async fn leader_with(fs: &SimFs, batches: i32, segment_bytes: usize) -> (Replica, Vec<(i64, i64)>) {
     let router = Router::new(1);
     let config = ReplicaConfig {
         log: LogConfig::builder()
-            .segment_bytes(4 * 1024)
+            .segment_bytes(segment_bytes)
             .build()
             .unwrap(),
         ..ReplicaConfig::default()
@@ -154,6 +159,33 @@ fn appends_cut_at_any_point_keep_every_acknowledged_batch_at_kafka_offsets() {
             "the appends made {cut_points} file operations"
         );
         eprintln!("appends cut at {cut_points} points");
+    });
+}
+
+/// An entry's record takes no sync of its own: written back before the log's sync, it is made
+/// durable by that sync's device flush (docs/design.md, "One device flush a round"), which the
+/// cut-at-every-operation test above holds to its promise.
+#[test]
+fn an_append_costs_one_device_flush_not_one_per_file() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let fs = SimFs::new();
+        // Past the first appends, which sync the records' file once to commit its growth.
+        let (replica, _) = leader_with(&fs, 4, 1 << 20).await;
+        let before = fs.counters().data_syncs;
+        let appends = 10;
+        for seq in 4..4 + appends {
+            replica.append(batch(seq * 2)).await.unwrap();
+        }
+        let syncs = fs.counters().data_syncs - before;
+        assert_eq!(
+            syncs, appends as u64,
+            "{appends} appends took {syncs} data syncs"
+        );
+        replica.shutdown().await.unwrap();
     });
 }
 

@@ -33,6 +33,8 @@ impl SimFs {
         let mut report = CrashReport::default();
         let mut st = self.state.lock();
         st.counters.crashes += 1;
+        // What sat in the device's cache unflushed is an unsynced change like any other.
+        st.written_back.clear();
         crash_dirs(&mut st, &mut rng, &mut report);
         let mut survivors: Vec<u64> = st
             .dirs

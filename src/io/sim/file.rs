@@ -178,7 +178,35 @@ impl File for SimFile {
         // Mapped writes reach the live image by msync, or by writeback once no writer is left.
         let _ = inode.detach();
         inode.durable = inode.live.clone();
+        st.flush_device();
         Ok(())
+    }
+
+    /// Counted as a write (faults aimed at writes hit it). The range's live bytes are set
+    /// aside for the next device flush; an error past the durable length (the engine's
+    /// mistake: nothing could promise it there).
+    fn write_back_for_flush(&self, offset: u64, len: u64) -> io::Result<bool> {
+        let mut st = self.begin(OpKind::Write)?;
+        let (start, end) = (offset as usize, (offset + len) as usize);
+        let inode = st.inode(self.id)?;
+        if inode.attached.is_some() && inode.detach().is_err() {
+            return Err(sim_error(format!(
+                "{}: write_back_for_flush of a file mapped for writing",
+                self.path.display()
+            )));
+        }
+        if end > inode.durable.len() || end > inode.live.len() {
+            // Past the durable length the write-back would need the length committed: only
+            // a sync of the file does that, and the engine must not ask for a promise here.
+            return Err(sim_error(format!(
+                "{}: write_back_for_flush of [{start}, {end}) past the durable length {}",
+                self.path.display(),
+                inode.durable.len()
+            )));
+        }
+        let bytes = inode.live[start..end].to_vec();
+        st.written_back.push((self.id, start, bytes));
+        Ok(true)
     }
 
     fn map(&self, len: usize, mode: MapMode) -> io::Result<Mapping> {
@@ -329,6 +357,7 @@ impl MsyncSink {
             let len = inode.live.len();
             inode.durable.resize(len, 0);
             inode.durable[offset..end].copy_from_slice(bytes);
+            st.flush_device();
         }
         Ok(())
     }

@@ -9,6 +9,11 @@
 //! * `write_all_at`, `set_len`, `allocate` and `write_zeros` change the live image. `sync_data`
 //!   copies the file's live content and length to the durable image; a durable msync
 //!   (`MS_SYNC`, a ranged fdatasync) copies the synced range and the length.
+//! * `write_back_for_flush` copies a range of the live image aside, as the device holds it in
+//!   its volatile cache: the next data sync of *any* file (a cache flush of the one device)
+//!   copies it to the durable image, within the durable length; a crash before that loses
+//!   it or not, like any unsynced change. A range past the durable length is an error: it
+//!   would need the length committed, which no write-back does.
 //! * A writable map is a [`SharedBuffer`] over the file's first bytes (and zeros past its end,
 //!   for a map that reserves room for the file to grow into); the engine writes it
 //!   through a `MapWriter`. Those writes reach the file's live image only through `msync`
@@ -178,6 +183,26 @@ struct State {
     /// Directories removed while their parent's removal entry is not durable: their path and
     /// entries, by the number of the removal, to bring back if a crash loses it.
     removed_dirs: BTreeMap<u64, (PathBuf, Dir)>,
+    /// Ranges written back to the device by `write_back_for_flush` and not yet flushed: the
+    /// inode, the offset, and the bytes as they were written back. The next data sync (of any
+    /// file: the device's cache flush) makes them durable.
+    written_back: Vec<(u64, usize, Vec<u8>)>,
+}
+
+impl State {
+    /// A device cache flush: what was written back before it becomes durable, within each
+    /// file's durable length (a write-back commits no length).
+    fn flush_device(&mut self) {
+        for (id, offset, bytes) in std::mem::take(&mut self.written_back) {
+            let Some(inode) = self.inodes.get_mut(&id) else {
+                continue;
+            };
+            let end = (offset + bytes.len()).min(inode.durable.len());
+            if offset < end {
+                inode.durable[offset..end].copy_from_slice(&bytes[..end - offset]);
+            }
+        }
+    }
 }
 
 fn sim_error(msg: impl Into<String>) -> io::Error {
