@@ -122,10 +122,11 @@ pub struct Host {
 
 impl Host {
     /// The manager configuration raft needs: every partition's log with the high watermark set
-    /// by raft, flushed by raft, `delete` only; the retention job off (retention must stop at
+    /// by raft, flushed by raft at every entry (zeroed steps, writes through the file:
+    /// [`crate::synced_every_entry`]), `delete` only; the retention job off (retention must stop at
     /// raft's purge point: [`Replica::enforce_retention`]).
     pub fn manager_config() -> Result<ManagerConfig, HostError> {
-        let log = LogConfig::default()
+        let log = crate::replica::synced_every_entry(LogConfig::default())
             .into_builder()
             .high_watermark(HighWatermarkPolicy::SetByCaller)
             .flush_policy(FlushPolicy::Manual)

@@ -35,7 +35,7 @@ pub mod store;
 pub use host::{GroupStatus, Host, HostError, RejoinFloor};
 /// The consensus engine, for the types its answers carry (log ids, votes).
 pub use openraft;
-pub use replica::{Ack, Replica, ReplicaConfig, ReplicaError, Submitted};
+pub use replica::{synced_every_entry, Ack, Replica, ReplicaConfig, ReplicaError, Submitted};
 
 /// A raft group of a process that hosts many ([`Host`]): a partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use oncelog::{
-    AppendOutcome, CleanupPolicy, Environment, FlushPolicy, HighWatermarkPolicy, Log, LogConfig,
+    AppendOutcome, AppendWrites, CleanupPolicy, Environment, FlushPolicy, HighWatermarkPolicy, Log,
+    LogConfig, Preallocation,
 };
 use openraft::error::ClientWriteError;
 use openraft::{RaftNetworkFactory, SnapshotPolicy};
@@ -237,9 +238,7 @@ impl Replica {
                 config.log.cleanup_policy.name()
             )));
         }
-        let log_config = config
-            .log
-            .clone()
+        let log_config = synced_every_entry(config.log.clone())
             .into_builder()
             .high_watermark(HighWatermarkPolicy::SetByCaller)
             .flush_policy(FlushPolicy::Manual)
@@ -647,4 +646,50 @@ async fn propose_run(
         }
         drop(slot);
     });
+}
+
+/// `log` with the choices a log synced at every entry wants, where they were left to
+/// [`Preallocation::Auto`] and [`AppendWrites::Auto`]: raft's store syncs each entry before
+/// it is reported persisted, as [`FlushPolicy::Always`] syncs each append, but under
+/// [`FlushPolicy::Manual`], so `Auto` would resolve to what suits rare syncs. Zeroed steps
+/// make a sync write only data (a reserved step's first sync also converts its extents, one
+/// more device flush), and writes through the file spare each sync the page-table walk of a
+/// map's write-back (docs/design.md, "Append writes" and "Segment space"; the gain is in
+/// docs/benchmarks.md, "One device flush a round").
+pub fn synced_every_entry(mut log: LogConfig) -> LogConfig {
+    if log.preallocation == Preallocation::Auto {
+        log.preallocation = Preallocation::Zeroed;
+    }
+    if log.append_writes == AppendWrites::Auto {
+        log.append_writes = AppendWrites::File;
+    }
+    log
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_synced_every_entry_zeroes_ahead_and_writes_through_its_file_unless_told_otherwise() {
+        let auto = synced_every_entry(LogConfig::default());
+        assert_eq!(auto.preallocation, Preallocation::Zeroed);
+        assert_eq!(auto.append_writes, AppendWrites::File);
+        // Under raft's Manual flush, Auto alone would have chosen what suits rare syncs.
+        let manual = LogConfig::default()
+            .into_builder()
+            .flush_policy(FlushPolicy::Manual)
+            .build()
+            .unwrap();
+        assert!(!manual.zeroes_ahead() && !manual.writes_through_file());
+        let resolved = synced_every_entry(manual);
+        assert!(resolved.zeroes_ahead() && resolved.writes_through_file());
+        // An explicit choice is the embedder's.
+        let mut chosen = LogConfig::default();
+        chosen.preallocation = Preallocation::Reserved;
+        chosen.append_writes = AppendWrites::Map;
+        let kept = synced_every_entry(chosen);
+        assert_eq!(kept.preallocation, Preallocation::Reserved);
+        assert_eq!(kept.append_writes, AppendWrites::Map);
+    }
 }

@@ -11,12 +11,12 @@
 //! tests share this file (`#[path]`).
 #![allow(dead_code)]
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::sync::Mutex;
 
 /// Ports this process handed out: never handed out again.
-static TAKEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+static TAKEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// The lowest port of the ephemeral range (`ip_local_port_range`), 32768 if unreadable.
 fn ephemeral_low() -> u16 {
@@ -33,7 +33,6 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     let (low, high) = (10_000u32, u32::from(ephemeral_low()).max(10_001));
     let span = high - low;
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    let taken = taken.get_or_insert_with(HashSet::new);
     // Start at a point that differs between processes and runs, then walk the range.
     let seed = std::process::id()
         ^ std::time::SystemTime::now()
