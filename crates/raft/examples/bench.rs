@@ -23,6 +23,8 @@
 //! `LogManager`, a thread per producer; and `multi-tcp`, 3 `oncelog-raft-node` processes
 //! hosting the N partitions (`--topic bench --partitions N`), each producer a connection to
 //! its partition's leader. The last line then has `multi_replicated_vs_single`.
+//!
+//! Before each run, `sync(1)` writes back what the runs before it left dirty.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -403,12 +405,15 @@ async fn run(args: Args) {
         let on = |m: &str| args.modes.is_empty() || args.modes.iter().any(|x| x == m);
         let mut runs = Vec::new();
         if on("single") {
+            settle_disk();
             runs.push(single(&d.join("single"), clients, per_client));
         }
         if on("raft-mem") {
+            settle_disk();
             runs.push(raft_mem(&d.join("mem"), clients, per_client, args.entries_in_flight).await);
         }
         if (args.tcp && args.modes.is_empty()) || args.modes.iter().any(|x| x == "raft-tcp") {
+            settle_disk();
             runs.push(raft_tcp(&d.join("tcp"), clients, per_client).await);
         }
         for mut run in runs {
@@ -422,15 +427,22 @@ async fn run(args: Args) {
     if let Some(n) = args.partitions.filter(|&n| n > 0) {
         let per = args.batches.div_ceil(n);
         let d = tmp.path().join("multi");
-        for mut run in [
-            multi_single(&d.join("single"), n, per),
-            multi_tcp(&d.join("tcp"), n, per).await,
-        ] {
+        settle_disk();
+        let single = multi_single(&d.join("single"), n, per);
+        settle_disk();
+        let replicated = multi_tcp(&d.join("tcp"), n, per).await;
+        for mut run in [single, replicated] {
             run.print();
             multi.insert(run.mode, run);
         }
     }
     println!("{}", summary(most, &last, args.partitions, &multi));
+}
+
+/// Writes back what the runs before left dirty (`sync(1)`; its zeros written ahead, its
+/// segments) before the next run is timed, so that no mode pays for the one before it.
+fn settle_disk() {
+    let _ = std::process::Command::new("sync").status();
 }
 
 /// `partitions` durable logs of one manager, one producer thread each.
