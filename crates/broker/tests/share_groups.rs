@@ -399,7 +399,7 @@ fn an_expired_acquisition_lock_redelivers_to_another_member() {
 fn the_delivery_count_limit_archives_a_record() {
     let dir = tempfile::tempdir().unwrap();
     let topic = common::topic("share-limit");
-    let (_broker, mut wire, id) = start(&dir, &["--group-share-delivery-count-limit", "2"], &topic);
+    let (broker, mut wire, id) = start(&dir, &["--group-share-delivery-count-limit", "2"], &topic);
     share::join(&mut wire, "g-limit", "a", &[&topic]);
     share::produce(&mut wire, &topic, 0, 1);
     let first = share::fetch(&mut wire, "g-limit", "a", 0, &[(id, 0, vec![])], 5_000);
@@ -424,6 +424,15 @@ fn the_delivery_count_limit_archives_a_record() {
     );
     assert_eq!(share::ack_error(&third, 0), 0);
     assert_eq!(share::acquired(&third), vec![]);
+    // The log says so: a consumer waiting for it would wait for ever.
+    let warned = broker.wait_for_log(
+        "share records archived at the delivery count limit",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(
+        warned.contains("g-limit") && warned.contains("first=0 last=0"),
+        "{warned}"
+    );
     // The next record is delivered as usual.
     share::produce(&mut wire, &topic, 0, 1);
     let fourth = share::fetch(&mut wire, "g-limit", "a", 3, &[], 5_000);

@@ -329,6 +329,25 @@ impl ShareGroups {
     /// Queues the snapshots of `keys` (tombstones for those gone), written by
     /// [`Self::write_pending`].
     fn persist(&self, inner: &mut Inner, keys: &[ShareKey]) {
+        for key in keys {
+            let Some(p) = inner.partitions.get_mut(key) else {
+                continue;
+            };
+            // A record archived at the delivery limit is never delivered again: a consumer
+            // waiting for it waits for ever, so say which (Kafka warns of a last delivery).
+            let exhausted = p.take_exhausted();
+            if let (Some(first), Some(last)) = (exhausted.iter().min(), exhausted.iter().max()) {
+                tracing::warn!(
+                    group = %key.0,
+                    topic_id = %key.1,
+                    partition = key.2,
+                    records = exhausted.len(),
+                    first,
+                    last,
+                    "share records archived at the delivery count limit"
+                );
+            }
+        }
         let states: Vec<(ShareKey, Option<Snapshot>)> = keys
             .iter()
             .map(|k| (k.clone(), inner.partitions.get_mut(k).map(|p| p.snapshot())))

@@ -133,6 +133,9 @@ pub struct SharePartition {
     /// Bumped by every snapshot written (Kafka's state epoch).
     state_epoch: i32,
     in_flight: BTreeMap<i64, InFlight>,
+    /// Offsets archived at the delivery count limit since [`SharePartition::take_exhausted`]
+    /// (not persisted: for the log, as Kafka warns of a record's last delivery).
+    exhausted: Vec<i64>,
 }
 
 impl SharePartition {
@@ -144,6 +147,7 @@ impl SharePartition {
             next_fetch: start_offset,
             state_epoch: 0,
             in_flight: BTreeMap::new(),
+            exhausted: Vec::new(),
         }
     }
 
@@ -174,6 +178,7 @@ impl SharePartition {
             next_fetch,
             state_epoch: snapshot.state_epoch,
             in_flight,
+            exhausted: Vec::new(),
         };
         p.advance_start();
         p
@@ -398,7 +403,11 @@ impl SharePartition {
             match type_of(offset) {
                 AckType::Accept => settle(r, RecordState::Acknowledged),
                 AckType::Reject | AckType::Gap => settle(r, RecordState::Archived),
-                AckType::Release => release(r, limits.delivery_count_limit),
+                AckType::Release => {
+                    if release(r, limits.delivery_count_limit) {
+                        self.exhausted.push(offset);
+                    }
+                }
                 AckType::Renew => r.deadline = Some(now + limits.lock_duration),
             }
         }
@@ -418,9 +427,11 @@ impl SharePartition {
     /// Answers whether any was.
     pub fn release_member(&mut self, member: &str, limits: Limits) -> bool {
         let mut any = false;
-        for r in self.in_flight.values_mut() {
+        for (&offset, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.owner.as_deref() == Some(member) {
-                release(r, limits.delivery_count_limit);
+                if release(r, limits.delivery_count_limit) {
+                    self.exhausted.push(offset);
+                }
                 any = true;
             }
         }
@@ -431,14 +442,22 @@ impl SharePartition {
     /// Ends every acquisition lock past its deadline. Answers whether any was.
     pub fn expire_locks(&mut self, limits: Limits, now: Instant) -> bool {
         let mut any = false;
-        for r in self.in_flight.values_mut() {
+        for (&offset, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.deadline.is_some_and(|d| d <= now) {
-                release(r, limits.delivery_count_limit);
+                if release(r, limits.delivery_count_limit) {
+                    self.exhausted.push(offset);
+                }
                 any = true;
             }
         }
         self.advance_start();
         any
+    }
+
+    /// The offsets archived at the delivery count limit since the last call, in the order
+    /// they were.
+    pub fn take_exhausted(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.exhausted)
     }
 
     /// Moves the start offset past the log start (records removed by retention are done
@@ -541,14 +560,16 @@ fn settle(r: &mut InFlight, state: RecordState) {
 }
 
 /// An acquired record given back: Available for another delivery, or Archived once it was
-/// delivered `limit` times.
-fn release(r: &mut InFlight, limit: i16) {
-    let state = if r.delivery_count >= limit {
+/// delivered `limit` times. Answers whether it was archived so.
+fn release(r: &mut InFlight, limit: i16) -> bool {
+    let exhausted = r.delivery_count >= limit;
+    let state = if exhausted {
         RecordState::Archived
     } else {
         RecordState::Available
     };
     settle(r, state);
+    exhausted
 }
 
 #[cfg(test)]
@@ -778,6 +799,8 @@ mod tests {
         p.acknowledge("m5", 1, 1, &[AckType::Release], KAFKA_LIMITS, now)
             .unwrap();
         assert!(p.release_member("m5", KAFKA_LIMITS));
+        assert_eq!(p.take_exhausted(), vec![1, 2]);
+        assert_eq!(p.take_exhausted(), Vec::<i64>::new());
         assert_eq!(p.start_offset(), 3);
         assert_eq!(p.record(3), Some((RecordState::Available, 4)));
         assert_eq!(
