@@ -399,7 +399,7 @@ fn an_expired_acquisition_lock_redelivers_to_another_member() {
 fn the_delivery_count_limit_archives_a_record() {
     let dir = tempfile::tempdir().unwrap();
     let topic = common::topic("share-limit");
-    let (_broker, mut wire, id) = start(&dir, &["--group-share-delivery-count-limit", "2"], &topic);
+    let (broker, mut wire, id) = start(&dir, &["--group-share-delivery-count-limit", "2"], &topic);
     share::join(&mut wire, "g-limit", "a", &[&topic]);
     share::produce(&mut wire, &topic, 0, 1);
     let first = share::fetch(&mut wire, "g-limit", "a", 0, &[(id, 0, vec![])], 5_000);
@@ -424,6 +424,15 @@ fn the_delivery_count_limit_archives_a_record() {
     );
     assert_eq!(share::ack_error(&third, 0), 0);
     assert_eq!(share::acquired(&third), vec![]);
+    // The log says so: a consumer waiting for it would wait for ever.
+    let warned = broker.wait_for_log(
+        "share records archived at the delivery count limit",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(
+        warned.contains("g-limit") && warned.contains("first=0 last=0"),
+        "{warned}"
+    );
     // The next record is delivered as usual.
     share::produce(&mut wire, &topic, 0, 1);
     let fourth = share::fetch(&mut wire, "g-limit", "a", 3, &[], 5_000);
@@ -787,6 +796,69 @@ fn a_leaving_member_and_a_closed_session_release_what_they_hold() {
     );
     let a = share::fetch(&mut wire, "g-leave", "a", 0, &[(id, 0, vec![])], 1_000);
     assert_eq!(share::acquired(&a), vec![(0, 1, 1, 3)]);
+}
+
+/// Records that members leave holding are handed out again until acknowledged, with Kafka's
+/// delivery counts, and, as Kafka 4.4 does, sparingly once delivered often (from the 4th
+/// delivery of the default limit of 5): half a batch per fetch, nothing after it, a record on
+/// its last delivery alone. Handing whole batches out to the end let members that leave (or
+/// are killed) with a large acquisition burn the last delivery of every record of it: franz-go's
+/// TestShareGroupETL lost 137 records that way and waited for them for ever.
+#[test]
+fn records_members_leave_holding_are_redelivered_sparingly_as_kafka_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = common::topic("share-throttle");
+    let (_broker, mut wire, id) = start(&dir, &[], &topic);
+    let group = "g-throttle";
+    share::join(&mut wire, group, "m1", &[&topic]);
+    share::produce(&mut wire, &topic, 0, 8);
+    let leave = |wire: &mut Wire, member: &str| {
+        let left = share::heartbeat(wire, group, member, -1, None);
+        assert_eq!(left.error_code, 0, "{:?}", left.error_message);
+    };
+    // Three members each take the whole batch and leave without acknowledging it.
+    for round in 1..=3 {
+        let member = format!("m{round}");
+        if round > 1 {
+            share::join(&mut wire, group, &member, &[&topic]);
+        }
+        let got = share::fetch(&mut wire, group, &member, 0, &[(id, 0, vec![])], 5_000);
+        assert_eq!(share::acquired(&got), vec![(0, 0, 7, round)]);
+        leave(&mut wire, &member);
+    }
+    // The 4th delivery: half the batch per fetch, and nothing after it in the same fetch
+    // (the new batch 8..=9 comes in a fetch of its own).
+    share::produce(&mut wire, &topic, 0, 2);
+    share::join(&mut wire, group, "m4", &[&topic]);
+    let mut got = Vec::new();
+    for epoch in 0..3 {
+        let fetched = share::fetch(&mut wire, group, "m4", epoch, &[(id, 0, vec![])], 5_000);
+        got.push(share::acquired(&fetched));
+    }
+    assert_eq!(
+        got,
+        vec![vec![(0, 0, 3, 4)], vec![(0, 4, 7, 4)], vec![(0, 8, 9, 1)]]
+    );
+    leave(&mut wire, "m4");
+    // The last delivery: one record per fetch. An accepted one is done with; one its member
+    // leaves holding is archived; the others wait for their turn.
+    share::join(&mut wire, group, "m5", &[&topic]);
+    let first = share::fetch(&mut wire, group, "m5", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&first), vec![(0, 0, 0, 5)]);
+    let second = share::fetch(
+        &mut wire,
+        group,
+        "m5",
+        1,
+        &[(id, 0, vec![(0, 0, vec![ACCEPT])])],
+        5_000,
+    );
+    assert_eq!(share::ack_error(&second, 0), 0);
+    assert_eq!(share::acquired(&second), vec![(0, 1, 1, 5)]);
+    leave(&mut wire, "m5");
+    share::join(&mut wire, group, "m6", &[&topic]);
+    let rest = share::fetch(&mut wire, group, "m6", 0, &[(id, 0, vec![])], 5_000);
+    assert_eq!(share::acquired(&rest), vec![(0, 2, 2, 5)]);
 }
 
 #[test]

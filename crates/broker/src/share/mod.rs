@@ -329,6 +329,25 @@ impl ShareGroups {
     /// Queues the snapshots of `keys` (tombstones for those gone), written by
     /// [`Self::write_pending`].
     fn persist(&self, inner: &mut Inner, keys: &[ShareKey]) {
+        for key in keys {
+            let Some(p) = inner.partitions.get_mut(key) else {
+                continue;
+            };
+            // A record archived at the delivery limit is never delivered again: a consumer
+            // waiting for it waits for ever, so say which (Kafka warns of a last delivery).
+            let exhausted = p.take_exhausted();
+            if let (Some(first), Some(last)) = (exhausted.iter().min(), exhausted.iter().max()) {
+                tracing::warn!(
+                    group = %key.0,
+                    topic_id = %key.1,
+                    partition = key.2,
+                    records = exhausted.len(),
+                    first,
+                    last,
+                    "share records archived at the delivery count limit"
+                );
+            }
+        }
         let states: Vec<(ShareKey, Option<Snapshot>)> = keys
             .iter()
             .map(|k| (k.clone(), inner.partitions.get_mut(k).map(|p| p.snapshot())))
@@ -532,20 +551,18 @@ impl ShareGroups {
     }
 
     /// Closes a member's session (epoch -1, after its acknowledgements): what it still holds
-    /// is released. Blocking.
+    /// of the session's partitions is released, as Kafka's `SharePartitionManager
+    /// .releaseSession` releases only the partitions of the session closed. Blocking.
     ///
     /// `session` names the session: the member id itself for a client's own, or
-    /// [`forwarded_session`]'s name for one a cluster node forwards, whose close releases only
-    /// the records of that session's partitions (the member's other sessions, through the
-    /// other partitions' leaders, go on).
+    /// [`forwarded_session`]'s name for one a cluster node forwards. Either way the member's
+    /// other sessions, and what they hold, go on: in a cluster a client keeps one session per
+    /// node and closes them one at a time, and the one on the coordinator's own node is no more
+    /// the member's last than any other (ending them all with it would refuse the other
+    /// sessions' closing acknowledgements, and hand their records out again).
     pub fn close_session(&self, group: &str, member: &str, session: &str) {
         let _turn = self.turn();
         let mut inner = self.lock();
-        if session == member {
-            self.member_gone(&mut inner, group, member);
-            let _ = self.write_pending(inner);
-            return;
-        }
         let Some(closed) = inner
             .sessions
             .remove(&(group.to_string(), session.to_string()))

@@ -133,6 +133,9 @@ pub struct SharePartition {
     /// Bumped by every snapshot written (Kafka's state epoch).
     state_epoch: i32,
     in_flight: BTreeMap<i64, InFlight>,
+    /// Offsets archived at the delivery count limit since [`SharePartition::take_exhausted`]
+    /// (not persisted: for the log, as Kafka warns of a record's last delivery).
+    exhausted: Vec<i64>,
 }
 
 impl SharePartition {
@@ -144,6 +147,7 @@ impl SharePartition {
             next_fetch: start_offset,
             state_epoch: 0,
             in_flight: BTreeMap::new(),
+            exhausted: Vec::new(),
         }
     }
 
@@ -174,6 +178,7 @@ impl SharePartition {
             next_fetch,
             state_epoch: snapshot.state_epoch,
             in_flight,
+            exhausted: Vec::new(),
         };
         p.advance_start();
         p
@@ -247,6 +252,13 @@ impl SharePartition {
     /// the limit to end at a batch boundary), or, `strict` (the record-limit mode of KIP-1206),
     /// never more than `max_records`. Control batches are archived as they pass. Answers the
     /// acquired runs; the batches that hold none of them need not be sent.
+    ///
+    /// Records delivered often are handed out sparingly, as Kafka 4.4's `SharePartition`
+    /// does ([`Throttle`]): a batch holding an Available record delivered at least
+    /// [`throttle_limit`] times is acquired only at the start of a fetch, and ends it; of it,
+    /// half the batch is acquired, a quarter the next time, and so on, and a record on its last
+    /// delivery is acquired alone. So a member that leaves, or lets its locks run out, holding
+    /// a large acquisition burns the last deliveries of few records, not of a whole batch.
     pub fn acquire(
         &mut self,
         member: &str,
@@ -262,10 +274,19 @@ impl SharePartition {
         if max_records == 0 {
             return acquired;
         }
+        let throttle = Throttle::new(limits.delivery_count_limit);
         for batch in batches {
             if count >= max_records {
                 break;
             }
+            let throttled = throttle.holds(self, batch);
+            if throttled && count > 0 {
+                // Kafka hands a batch of often delivered records out first in a fetch only.
+                break;
+            }
+            let batch_len = (batch.last - batch.first + 1) as usize;
+            let mut in_batch = 0usize;
+            let mut batch_limit: Option<usize> = None;
             for offset in batch.first.max(self.start_offset)..=batch.last {
                 if strict && count >= max_records {
                     break;
@@ -298,17 +319,33 @@ impl SharePartition {
                     r.state = RecordState::Archived;
                     continue;
                 }
+                if throttle.last_delivery(r.delivery_count) && in_batch > 0 {
+                    // Its last delivery: alone, in the next fetch.
+                    break;
+                }
+                if batch_limit.is_none() {
+                    batch_limit = throttle.batch_limit(r.delivery_count, batch_len);
+                }
                 r.state = RecordState::Acquired;
                 r.delivery_count = r.delivery_count.saturating_add(1);
                 r.owner = Some(member.to_string());
                 r.deadline = Some(deadline);
                 count += 1;
+                in_batch += 1;
                 match acquired.last_mut() {
                     Some(last) if last.1 + 1 == offset && last.2 == r.delivery_count => {
                         last.1 = offset
                     }
                     _ => acquired.push((offset, offset, r.delivery_count)),
                 }
+                if throttle.delivered_last(r.delivery_count)
+                    || batch_limit.is_some_and(|limit| in_batch >= limit)
+                {
+                    break;
+                }
+            }
+            if throttled && in_batch > 0 {
+                break;
             }
         }
         self.advance_start();
@@ -366,7 +403,11 @@ impl SharePartition {
             match type_of(offset) {
                 AckType::Accept => settle(r, RecordState::Acknowledged),
                 AckType::Reject | AckType::Gap => settle(r, RecordState::Archived),
-                AckType::Release => release(r, limits.delivery_count_limit),
+                AckType::Release => {
+                    if release(r, limits.delivery_count_limit) {
+                        self.exhausted.push(offset);
+                    }
+                }
                 AckType::Renew => r.deadline = Some(now + limits.lock_duration),
             }
         }
@@ -386,9 +427,11 @@ impl SharePartition {
     /// Answers whether any was.
     pub fn release_member(&mut self, member: &str, limits: Limits) -> bool {
         let mut any = false;
-        for r in self.in_flight.values_mut() {
+        for (&offset, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.owner.as_deref() == Some(member) {
-                release(r, limits.delivery_count_limit);
+                if release(r, limits.delivery_count_limit) {
+                    self.exhausted.push(offset);
+                }
                 any = true;
             }
         }
@@ -399,14 +442,22 @@ impl SharePartition {
     /// Ends every acquisition lock past its deadline. Answers whether any was.
     pub fn expire_locks(&mut self, limits: Limits, now: Instant) -> bool {
         let mut any = false;
-        for r in self.in_flight.values_mut() {
+        for (&offset, r) in self.in_flight.iter_mut() {
             if r.state == RecordState::Acquired && r.deadline.is_some_and(|d| d <= now) {
-                release(r, limits.delivery_count_limit);
+                if release(r, limits.delivery_count_limit) {
+                    self.exhausted.push(offset);
+                }
                 any = true;
             }
         }
         self.advance_start();
         any
+    }
+
+    /// The offsets archived at the delivery count limit since the last call, in the order
+    /// they were.
+    pub fn take_exhausted(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.exhausted)
     }
 
     /// Moves the start offset past the log start (records removed by retention are done
@@ -435,6 +486,73 @@ impl SharePartition {
     }
 }
 
+/// The delivery count from which a share-partition hands records out sparingly for a group's
+/// `group.share.delivery.count.limit`: half the limit rounded up, at least 2 (Kafka 4.4's
+/// `SharePartition.throttleRecordsDeliveryLimit`; 3 for the default limit of 5).
+fn throttle_limit(delivery_count_limit: i16) -> i16 {
+    ((delivery_count_limit as i32 + 1) / 2).max(2) as i16
+}
+
+/// Kafka 4.4's throttled delivery of records delivered often (`SharePartition.acquire`,
+/// `shouldThrottleRecordsDelivery`, `acquireSubsetBatchRecords`), for one acquisition. With
+/// `limit` the delivery count limit and `from` its [`throttle_limit`]:
+///
+/// - a batch that holds an Available record delivered `from` times or more is *throttled*: it
+///   is acquired only if nothing was acquired before it in the fetch, and nothing after it is;
+/// - of such a batch, at the first record delivered `d >= from` times, at most
+///   `max(1, batch length >> (d - from + 1))` records are acquired (half the batch on the
+///   `from + 1`th delivery, a quarter on the next, ...);
+/// - a record on its last delivery (delivered `limit - 1` times, `limit > 2`) is acquired
+///   alone: not after other records of its batch, and nothing after it.
+///
+/// Kafka counts the length of its in-flight batch; here the log batch the record is in, which
+/// is what Kafka's in-flight batches are cut from.
+#[derive(Debug, Clone, Copy)]
+struct Throttle {
+    limit: i16,
+    from: i16,
+}
+
+impl Throttle {
+    fn new(limit: i16) -> Throttle {
+        Throttle {
+            limit,
+            from: throttle_limit(limit),
+        }
+    }
+
+    /// Whether `batch` holds an Available record of `p` delivered `from` times or more.
+    fn holds(&self, p: &SharePartition, batch: &FetchedBatch) -> bool {
+        let first = batch.first.max(p.start_offset);
+        first <= batch.last
+            && p.in_flight
+                .range(first..=batch.last)
+                .any(|(_, r)| r.state == RecordState::Available && r.delivery_count >= self.from)
+    }
+
+    /// Whether a record delivered `delivery_count` times is on its last delivery, to be
+    /// acquired alone.
+    fn last_delivery(&self, delivery_count: i16) -> bool {
+        self.limit > 2 && delivery_count == self.limit - 1
+    }
+
+    /// Whether a record now delivered `delivery_count` times just had its last delivery, which
+    /// ends its batch.
+    fn delivered_last(&self, delivery_count: i16) -> bool {
+        self.limit > 2 && delivery_count == self.limit
+    }
+
+    /// How many records of a batch of `batch_len` records to acquire, when its first
+    /// Available record was delivered `delivery_count` times: `None`, no bound.
+    fn batch_limit(&self, delivery_count: i16, batch_len: usize) -> Option<usize> {
+        if delivery_count < self.from {
+            return None;
+        }
+        let shift = (delivery_count - self.from + 1) as u32;
+        Some(batch_len.checked_shr(shift).unwrap_or(0).max(1))
+    }
+}
+
 fn settle(r: &mut InFlight, state: RecordState) {
     r.state = state;
     r.owner = None;
@@ -442,14 +560,16 @@ fn settle(r: &mut InFlight, state: RecordState) {
 }
 
 /// An acquired record given back: Available for another delivery, or Archived once it was
-/// delivered `limit` times.
-fn release(r: &mut InFlight, limit: i16) {
-    let state = if r.delivery_count >= limit {
+/// delivered `limit` times. Answers whether it was archived so.
+fn release(r: &mut InFlight, limit: i16) -> bool {
+    let exhausted = r.delivery_count >= limit;
+    let state = if exhausted {
         RecordState::Archived
     } else {
         RecordState::Available
     };
     settle(r, state);
+    exhausted
 }
 
 #[cfg(test)]
@@ -595,6 +715,98 @@ mod tests {
         );
         assert_eq!(got, vec![(0, 1, 1)]);
         assert_eq!(p.record(2), Some((RecordState::Archived, 0)));
+    }
+
+    /// Kafka's default `group.share.delivery.count.limit`: throttled from the 4th delivery.
+    const KAFKA_LIMITS: Limits = Limits {
+        lock_duration: Duration::from_secs(30),
+        delivery_count_limit: 5,
+    };
+
+    #[test]
+    fn the_throttle_starts_at_half_the_delivery_limit() {
+        assert_eq!(throttle_limit(5), 3);
+        assert_eq!(throttle_limit(6), 3);
+        assert_eq!(throttle_limit(10), 5);
+        assert_eq!(throttle_limit(2), 2);
+        assert_eq!(throttle_limit(1), 2);
+    }
+
+    /// Delivers `0..=7` three times, each member leaving with the whole batch.
+    fn delivered_three_times(p: &mut SharePartition, now: Instant) {
+        for (round, member) in ["m1", "m2", "m3"].into_iter().enumerate() {
+            assert_eq!(
+                p.acquire(member, &[batch(0, 7)], 500, false, KAFKA_LIMITS, now),
+                vec![(0, 7, round as i16 + 1)]
+            );
+            assert!(p.release_member(member, KAFKA_LIMITS));
+        }
+    }
+
+    #[test]
+    fn records_delivered_often_are_acquired_half_a_batch_at_a_time() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        delivered_three_times(&mut p, now);
+        // The 4th delivery: half the batch, and nothing after it in the same fetch.
+        let batches = [batch(0, 7), batch(8, 9)];
+        assert_eq!(
+            p.acquire("m4", &batches, 500, false, KAFKA_LIMITS, now),
+            vec![(0, 3, 4)]
+        );
+        assert_eq!(
+            p.acquire("m4", &batches, 500, false, KAFKA_LIMITS, now),
+            vec![(4, 7, 4)]
+        );
+        assert_eq!(
+            p.acquire("m4", &batches, 500, false, KAFKA_LIMITS, now),
+            vec![(8, 9, 1)]
+        );
+        assert!(p.release_member("m4", KAFKA_LIMITS));
+        // A throttled batch waits for a fetch of its own: not after fresh records.
+        assert_eq!(
+            p.acquire(
+                "m5",
+                &[batch(8, 9), batch(0, 7)],
+                500,
+                false,
+                KAFKA_LIMITS,
+                now
+            ),
+            vec![(8, 9, 2)]
+        );
+    }
+
+    #[test]
+    fn a_record_on_its_last_delivery_is_acquired_alone() {
+        let mut p = SharePartition::new(0);
+        let now = Instant::now();
+        delivered_three_times(&mut p, now);
+        p.acquire("m4", &[batch(0, 7)], 500, false, KAFKA_LIMITS, now);
+        p.acquire("m4", &[batch(0, 7)], 500, false, KAFKA_LIMITS, now);
+        assert!(p.release_member("m4", KAFKA_LIMITS));
+        assert_eq!(p.record(7), Some((RecordState::Available, 4)));
+        for offset in 0..3 {
+            assert_eq!(
+                p.acquire("m5", &[batch(0, 7)], 500, false, KAFKA_LIMITS, now),
+                vec![(offset, offset, 5)]
+            );
+        }
+        // Released on its last delivery (acknowledged, or by a member leaving): archived.
+        // Accepted: done with. The rest of the batch is still delivered, one at a time.
+        p.acknowledge("m5", 0, 0, &[AckType::Accept], KAFKA_LIMITS, now)
+            .unwrap();
+        p.acknowledge("m5", 1, 1, &[AckType::Release], KAFKA_LIMITS, now)
+            .unwrap();
+        assert!(p.release_member("m5", KAFKA_LIMITS));
+        assert_eq!(p.take_exhausted(), vec![1, 2]);
+        assert_eq!(p.take_exhausted(), Vec::<i64>::new());
+        assert_eq!(p.start_offset(), 3);
+        assert_eq!(p.record(3), Some((RecordState::Available, 4)));
+        assert_eq!(
+            p.acquire("m6", &[batch(0, 7)], 500, false, KAFKA_LIMITS, now),
+            vec![(3, 3, 5)]
+        );
     }
 
     #[test]

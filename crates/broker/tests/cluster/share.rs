@@ -86,8 +86,20 @@ impl ShareConsumer {
     /// delivery count)`, or why none (an I/O failure, or a top-level error that resets the
     /// session, as clients reset theirs).
     fn fetch(&mut self, c: &Cluster, node: i32) -> Result<Vec<(i32, i64, i64, i16)>, String> {
+        let parts = self.parts();
+        self.fetch_parts(c, node, &parts)
+    }
+
+    /// [`ShareConsumer::fetch`] of `parts` only, as a client fetches from a broker the
+    /// partitions it leads.
+    fn fetch_parts(
+        &mut self,
+        c: &Cluster,
+        node: i32,
+        parts: &[Part],
+    ) -> Result<Vec<(i32, i64, i64, i16)>, String> {
         let epoch = *self.epochs.get(&node).unwrap_or(&0);
-        let request = fetch_request(GROUP, MEMBER, epoch, &self.parts(), 200);
+        let request = fetch_request(GROUP, MEMBER, epoch, parts, 200);
         let answer = connect(c.kafka[&node]).and_then(|mut s| {
             call::<_, ShareFetchResponse>(&mut s, ApiKey::ShareFetch, V2, &request)
         });
@@ -331,6 +343,70 @@ fn a_share_consumer_reads_every_record_once_through_coordinator_kills() {
         acknowledged.len()
     );
     assert!(twice <= rounds * (PARTITIONS as usize * RECORDS_PER_BATCH as usize) * 2);
+}
+
+/// Closing a member's session on one node ends that session only, as a client closes its
+/// sessions one broker at a time (Kafka's `SharePartitionManager.releaseSession` releases the
+/// closed session's partitions): closing the one on the coordinator's own node releases what
+/// it holds there, while the member's session through another node, and the records it
+/// holds, go on, so that session's acknowledgements are taken. franz-go's TestShareGroupETL
+/// saw them refused on the cluster, its records handed out again, accepted twice and burning
+/// deliveries.
+#[test]
+fn closing_the_session_on_the_coordinators_node_leaves_the_others_alone() {
+    let c = Cluster::start();
+    let controller = c.controller();
+    let created = c.create_topic(controller, TOPIC, PARTITIONS, 3).unwrap();
+    assert_eq!(created.topics[0].error_code, 0, "{created:?}");
+    let topic_id = created.topics[0].topic_id;
+    c.leaders(TOPIC, PARTITIONS);
+    let mut consumer = ShareConsumer {
+        topic_id,
+        epochs: BTreeMap::new(),
+        member_epoch: 0,
+    };
+    consumer.heartbeat(&c, Some(&[TOPIC]));
+    let coordinator = c.group_coordinator(GROUP).unwrap();
+    let other = *c.nodes.keys().find(|&&n| n != coordinator).unwrap();
+    let mut producer = Producer::new(&c);
+    producer.produce(&c, 0);
+    producer.produce(&c, 1);
+    // Partition 0 through the other node's session, partition 1 through the coordinator's.
+    let mut take_all = |node: i32, partition: i32| {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < until, "partition {partition} never came");
+            let got = consumer.fetch_parts(&c, node, &[(topic_id, partition, Vec::new())]);
+            match got {
+                Ok(got) if !got.is_empty() => {
+                    assert_eq!(got, vec![(partition, 0, RECORDS_PER_BATCH as i64 - 1, 1)]);
+                    return got;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    };
+    let via_other = take_all(other, 0);
+    take_all(coordinator, 1);
+    let mut s = connect(c.kafka[&coordinator]).unwrap();
+    let closed: ShareAcknowledgeResponse = call(
+        &mut s,
+        ApiKey::ShareAcknowledge,
+        V2,
+        &acknowledge_request(GROUP, MEMBER, -1, &[]),
+    )
+    .unwrap();
+    assert_eq!(closed.error_code, 0, "{closed:?}");
+    consumer.epochs.insert(coordinator, 0);
+    // The other node's session still holds partition 0's records: its acceptance is taken.
+    consumer
+        .accept(&c, other, &via_other)
+        .unwrap_or_else(|e| panic!("the other session ended with the coordinator's: {e}"));
+    // Partition 1's records were released by the close: handed out again, delivered twice.
+    let again = consumer
+        .fetch_parts(&c, other, &[(topic_id, 1, Vec::new())])
+        .unwrap();
+    assert_eq!(again, vec![(1, 0, RECORDS_PER_BATCH as i64 - 1, 2)]);
 }
 
 /// FindCoordinator names the share coordinator (key type 2, `group:topicId:partition`): the
