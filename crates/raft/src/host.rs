@@ -644,6 +644,31 @@ impl Host {
         self.mux.leaders(node, &peer.addr, groups).await
     }
 
+    /// An index at or past every entry of `group` committed before the call, as `leader`
+    /// (this node or a peer) vouches for it: its last entry, if it leads the group and has
+    /// applied every entry it holds ([`GroupLeader::settled`]); `None` otherwise (ask again).
+    /// A replica that applied up to it applied everything committed before the call: a read
+    /// barrier, where this replica's own high watermark is no proof (written lazily, a
+    /// restarted replica's lags what it knew; and a leader openraft restores in its own term
+    /// after a restart appends no entry of its own to commit).
+    ///
+    /// [`GroupLeader::settled`]: crate::network::mux::GroupLeader::settled
+    pub async fn settled_at(
+        &self,
+        group: &GroupId,
+        leader: NodeId,
+    ) -> std::io::Result<Option<u64>> {
+        let answers = if leader == self.id {
+            self.groups.leaders(std::slice::from_ref(group))
+        } else {
+            self.peer_leaders(leader, vec![group.clone()]).await?
+        };
+        Ok(answers
+            .into_iter()
+            .find(|a| &a.group == group && a.leader == Some(leader))
+            .and_then(|a| a.settled))
+    }
+
     /// Dials peer `node` at `addr` instead of the address its groups' memberships name (a
     /// test's proxy in between, to cut the link); the memberships, replicated and the same
     /// on every node, stay as they are.

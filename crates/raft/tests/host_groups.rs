@@ -267,6 +267,27 @@ async fn groups_added_at_run_time_form_without_one_member_and_describe_themselve
     );
     assert!(h1.peer_leaders(9, vec![group.clone()]).await.is_err());
 
+    // A read barrier: the leader, idle and having applied all it holds, vouches for its last
+    // entry, asked by a peer or by itself; a replica that applied up to it holds every
+    // batch committed before. A node that does not lead vouches for nothing.
+    let settled = h1.settled_at(&group, 2).await.unwrap();
+    let on_2 = h2.status(&group).unwrap();
+    assert!(
+        settled.is_some() && settled == on_2.applied,
+        "{settled:?} {on_2:?}"
+    );
+    assert_eq!(h2.settled_at(&group, 2).await.unwrap(), settled);
+    assert_eq!(h2.settled_at(&group, 3).await.unwrap(), None);
+    while h3.status(&group).unwrap().applied < settled {
+        assert!(
+            Instant::now() < deadline,
+            "node 3 never applied {settled:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(r3.log().high_watermark() > ack.offsets().1);
+    assert!(h1.settled_at(&group, 9).await.is_err());
+
     // Refusals: a group this node is not a member of, a member twice, an unknown node.
     for bad in [&[2, 3][..], &[1, 1, 2][..], &[1, 9][..]] {
         assert!(

@@ -30,7 +30,7 @@ pub fn keep_coordinating(broker: Arc<Broker>, cluster: Arc<Cluster>) -> JoinHand
             };
             let leading = status.leader == Some(cluster.me() as u64);
             let loaded = cluster.coordinating.load(Ordering::Acquire);
-            if leading && loaded != status.term && cluster.image_caught_up() {
+            if leading && loaded != status.term && cluster.image_caught_up().await {
                 let b = Arc::clone(&broker);
                 let started = std::time::Instant::now();
                 let term = status.term;

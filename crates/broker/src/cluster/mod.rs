@@ -369,15 +369,32 @@ impl Cluster {
         }
     }
 
-    /// Whether this node's image has applied what its metadata replica holds as committed,
-    /// with a controller known (a restarted node learns the commit from it): the coordinator
-    /// checks committed partitions against the image, so it waits for it before it loads.
-    pub fn image_caught_up(&self) -> bool {
-        let Ok(replica) = self.host.replica(&metadata_group()) else {
+    /// Whether this node's image has applied everything the metadata log committed before
+    /// the call: the coordinator checks committed partitions against the image, so it waits
+    /// for this before it loads.
+    ///
+    /// A read barrier through the controller ([`Host::settled_at`]): its last entry once it
+    /// has applied all it holds, reached by this node's replica and then by its image. This
+    /// node's own high watermark is no proof: written lazily, a restarted node's may miss a
+    /// topic created long before, and openraft restores a restarted controller in its own
+    /// term, with no entry of its own to commit first. A coordinator loaded on such an image
+    /// answered a member's commits UNKNOWN_TOPIC_OR_PARTITION (seen in CI after a node
+    /// restarted; `kills::a_restarted_cluster_coordinates_only_once_its_image_knows_the_topics`).
+    pub async fn image_caught_up(&self) -> bool {
+        let group = metadata_group();
+        let (Ok(replica), Some(controller)) = (self.host.replica(&group), self.controller()) else {
             return false;
         };
-        self.controller().is_some()
-            && self.image.read().next_offset >= replica.log().high_watermark()
+        let settled = tokio::time::timeout(
+            Duration::from_secs(1),
+            self.host.settled_at(&group, controller as u64),
+        )
+        .await;
+        let Ok(Ok(Some(settled))) = settled else {
+            return false;
+        };
+        let applied = self.host.status(&group).ok().and_then(|s| s.applied);
+        applied >= Some(settled) && self.image.read().next_offset >= replica.log().high_watermark()
     }
 
     /// The coordinator's log on this node: its replica of the offsets group.

@@ -119,6 +119,7 @@ mod tests {
             group: GroupId::new("t", 0),
             leader,
             term,
+            settled: None,
         }
     }
 

@@ -119,6 +119,10 @@ pub struct GroupLeader {
     pub leader: Option<NodeId>,
     /// The term the peer's replica is in.
     pub term: u64,
+    /// When the peer leads the group and has applied every entry it holds: its last entry's
+    /// index. A leader's log holds every committed entry, so everything committed when it
+    /// answered is at or below it; `None` otherwise (ask again).
+    pub settled: Option<u64>,
 }
 
 /// Frames and writes of one side of the connections, to see that frames are coalesced.
@@ -505,10 +509,13 @@ impl Groups {
             .filter_map(|group| {
                 let m = rafts.get(group)?.metrics();
                 let m = m.borrow();
+                let leads = m.current_leader == Some(m.id);
+                let applied = m.last_applied.map(|l| l.index);
                 Some(GroupLeader {
                     group: group.clone(),
                     leader: m.current_leader,
                     term: m.current_term,
+                    settled: applied.filter(|a| leads && Some(*a) == m.last_log_index),
                 })
             })
             .collect()
