@@ -658,15 +658,24 @@ impl Host {
         group: &GroupId,
         leader: NodeId,
     ) -> std::io::Result<Option<u64>> {
-        let answers = if leader == self.id {
-            self.groups.leaders(std::slice::from_ref(group))
-        } else {
-            self.peer_leaders(leader, vec![group.clone()]).await?
-        };
+        if leader == self.id {
+            return Ok(self.settled_here(group));
+        }
+        let answers = self.peer_leaders(leader, vec![group.clone()]).await?;
         Ok(answers
             .into_iter()
             .find(|a| &a.group == group && a.leader == Some(leader))
             .and_then(|a| a.settled))
+    }
+
+    /// [`Host::settled_at`] with this node as the leader: its last entry of `group`, if it
+    /// leads the group and has applied every entry it holds.
+    pub fn settled_here(&self, group: &GroupId) -> Option<u64> {
+        self.groups
+            .leaders(std::slice::from_ref(group))
+            .into_iter()
+            .find(|a| a.leader == Some(self.id))
+            .and_then(|a| a.settled)
     }
 
     /// Dials peer `node` at `addr` instead of the address its groups' memberships name (a
