@@ -201,34 +201,12 @@ impl Cluster {
         }
     }
 
-    /// Whether this node is the controller, ready to decide a metadata write: it leads the
-    /// metadata group, and in this term its image reached every entry its replica holds
-    /// ([`Host::settled_here`]). Until then it answers NOT_CONTROLLER, as a KRaft controller
-    /// does until it has replayed its log, and clients ask again: a controller restored in
-    /// its own term after a restart has a lazily written high watermark and no entry of its
-    /// own to commit first, so its image may miss a topic created long before, and it
-    /// answered a CreateTopics of that topic as created
-    /// (`kills::a_restarted_cluster_coordinates_only_once_its_image_knows_the_topics`).
-    ///
-    /// [`Host::settled_here`]: oncelog_raft::Host::settled_here
     pub(super) fn check_controller(&self) -> Result<(), WriteRefused> {
-        let group = metadata_group();
-        let term = match self.host.status(&group) {
-            Ok(s) if s.leader == Some(self.me() as u64) => s.term,
-            _ => return Err(WriteRefused::NotController(self.controller())),
-        };
-        if self.controller_ready.load(Ordering::Acquire) == term {
-            return Ok(());
+        if self.controller() == Some(self.me()) {
+            Ok(())
+        } else {
+            Err(WriteRefused::NotController(self.controller()))
         }
-        let ready = match (self.host.replica(&group), self.host.settled_here(&group)) {
-            (Ok(replica), Some(settled)) => self.image_reached(&replica, settled),
-            _ => false,
-        };
-        if !ready {
-            return Err(WriteRefused::NotController(None));
-        }
-        self.controller_ready.store(term, Ordering::Release);
-        Ok(())
     }
 
     /// Appends `record` to the metadata log (the caller holds [`Cluster::writing`]) and waits
