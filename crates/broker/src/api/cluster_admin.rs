@@ -484,7 +484,9 @@ pub(super) fn not_controller(controller: Option<i32>) -> (ResponseError, String)
         ResponseError::NotController,
         match controller {
             Some(c) => format!("node {c} is the controller"),
-            None => "no controller is known yet".into(),
+            None => {
+                "no controller is ready yet (elected, and caught up with the metadata log)".into()
+            }
         },
     )
 }

@@ -151,6 +151,9 @@ pub struct Cluster {
     /// The offsets group's term in which this node loaded the coordinator's state (0: not
     /// loaded; raft's terms start at 1).
     coordinating: AtomicU64,
+    /// The metadata group's term in which this node, its leader, saw its image reach the
+    /// metadata log's end ([`Cluster::check_controller`]; 0: not yet).
+    controller_ready: AtomicU64,
     dir: PathBuf,
     /// Set when this node lost its data and rejoined ([`rejoin`]).
     rejoining: Option<rejoin::Rejoining>,
@@ -242,6 +245,7 @@ impl Cluster {
             reconciled: Default::default(),
             remote: Default::default(),
             coordinating: AtomicU64::new(0),
+            controller_ready: AtomicU64::new(0),
             dir: dir.to_path_buf(),
             rejoining,
             tasks: Default::default(),
@@ -393,7 +397,17 @@ impl Cluster {
         let Ok(Ok(Some(settled))) = settled else {
             return false;
         };
-        let applied = self.host.status(&group).ok().and_then(|s| s.applied);
+        self.image_reached(&replica, settled)
+    }
+
+    /// Whether this node's replica of the metadata group applied entry `settled` and its
+    /// image everything the replica applied.
+    fn image_reached(&self, replica: &Replica, settled: u64) -> bool {
+        let applied = self
+            .host
+            .status(&metadata_group())
+            .ok()
+            .and_then(|s| s.applied);
         applied >= Some(settled) && self.image.read().next_offset >= replica.log().high_watermark()
     }
 

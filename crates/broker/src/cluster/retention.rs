@@ -104,7 +104,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        let found = self.topic_on_controller(topic)?;
+        let found = self.topic_on_controller(topic).await?;
         let record = MetadataRecord::DeleteRecords {
             name: found.name.clone(),
             id: found.id,

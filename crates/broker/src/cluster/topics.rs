@@ -16,6 +16,10 @@ use uuid::Uuid;
 use super::{metadata_batch, metadata_group, offsets_group, Applied, Cluster, MetadataRecord};
 use super::{Image, TopicImage};
 
+/// How long a newly elected controller holds a metadata write while its image catches up
+/// with the metadata log ([`Cluster::check_controller`]) before it answers NOT_CONTROLLER.
+pub(super) const CONTROLLER_READY_WAIT: Duration = Duration::from_secs(5);
+
 /// Why the controller did not write (or did not finish writing) a topic's record.
 #[derive(Debug)]
 pub enum WriteRefused {
@@ -70,7 +74,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        self.check_controller()?;
+        self.check_controller().await?;
         if self.image.read().topic(name).is_some() {
             return Err(WriteRefused::Exists);
         }
@@ -101,7 +105,7 @@ impl Cluster {
         wait: Wait,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        self.check_controller()?;
+        self.check_controller().await?;
         let topic = which
             .find(&self.image.read())
             .cloned()
@@ -124,8 +128,8 @@ impl Cluster {
 
     /// Topic `name` as this node's image holds it, if this node is the controller: what a
     /// change to a topic starts from, under the write lock.
-    pub(super) fn topic_on_controller(&self, name: &str) -> Result<TopicImage, WriteRefused> {
-        self.check_controller()?;
+    pub(super) async fn topic_on_controller(&self, name: &str) -> Result<TopicImage, WriteRefused> {
+        self.check_controller().await?;
         self.image
             .read()
             .topic(name)
@@ -144,7 +148,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<TopicImage, WriteRefused> {
         let _one = self.writing.lock().await;
-        let mut topic = self.topic_on_controller(name)?;
+        let mut topic = self.topic_on_controller(name).await?;
         let added = grow(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
         let first = topic.replicas.len() as i32;
         if validate_only {
@@ -180,7 +184,7 @@ impl Cluster {
         timeout: Duration,
     ) -> Result<(), WriteRefused> {
         let _one = self.writing.lock().await;
-        let topic = self.topic_on_controller(name)?;
+        let topic = self.topic_on_controller(name).await?;
         let configs = decide(&topic).map_err(|(e, why)| WriteRefused::Invalid(e, why))?;
         if validate_only {
             return Ok(());
@@ -201,11 +205,42 @@ impl Cluster {
         }
     }
 
-    pub(super) fn check_controller(&self) -> Result<(), WriteRefused> {
-        if self.controller() == Some(self.me()) {
-            Ok(())
-        } else {
-            Err(WriteRefused::NotController(self.controller()))
+    /// Whether this node is the controller, ready to decide a metadata write: it leads the
+    /// metadata group, and in this term its image reached every entry its replica holds
+    /// ([`Host::settled_here`]). A controller restored in its own term after a restart has a
+    /// lazily written high watermark and no entry of its own to commit first, so its image
+    /// may miss a topic created long before, and it answered a CreateTopics of that topic as
+    /// created (`kills::a_restarted_cluster_coordinates_only_once_its_image_knows_the_topics`).
+    ///
+    /// A leader not ready yet holds the request for up to [`CONTROLLER_READY_WAIT`], as a
+    /// KRaft controller queues writes until it has replayed its log, and answers
+    /// NOT_CONTROLLER, naming no controller, only if it is still not ready then; a node that
+    /// does not lead answers NOT_CONTROLLER at once, naming the leader it knows.
+    ///
+    /// [`Host::settled_here`]: oncelog_raft::Host::settled_here
+    pub(super) async fn check_controller(&self) -> Result<(), WriteRefused> {
+        let group = metadata_group();
+        let deadline = tokio::time::Instant::now() + CONTROLLER_READY_WAIT;
+        loop {
+            let term = match self.host.status(&group) {
+                Ok(s) if s.leader == Some(self.me() as u64) => s.term,
+                _ => return Err(WriteRefused::NotController(self.controller())),
+            };
+            if self.controller_ready.load(Ordering::Acquire) == term {
+                return Ok(());
+            }
+            let ready = match (self.host.replica(&group), self.host.settled_here(&group)) {
+                (Ok(replica), Some(settled)) => self.image_reached(&replica, settled),
+                _ => false,
+            };
+            if ready {
+                self.controller_ready.store(term, Ordering::Release);
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(WriteRefused::NotController(None));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -515,7 +515,9 @@ fn committed_offsets_survive_coordinator_kills() {
 /// miss the topic's creation, so each image starts without the topic. The first coordinator
 /// must load only once its image holds everything the metadata log committed, or it answers
 /// the member's commit UNKNOWN_TOPIC_OR_PARTITION (seen in CI after a coordinator's node was
-/// restarted). The member commits as soon as a coordinator answers, at every 20 ms.
+/// restarted); the controller likewise decides nothing before, or it answers a CreateTopics of
+/// the topic as created. The member commits as soon as a coordinator answers, at every 20 ms,
+/// and the topic is created again as soon as the nodes listen.
 #[test]
 fn a_restarted_cluster_coordinates_only_once_its_image_knows_the_topics() {
     let rounds = rounds(3);
@@ -532,6 +534,29 @@ fn a_restarted_cluster_coordinates_only_once_its_image_knows_the_topics() {
         }
         c.nodes.clear();
         c.launch_all();
+        // Every node is asked (node 1, the preferred controller, first); each answers
+        // NOT_CONTROLLER until one is ready, which must know the topic.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let answer = 'asked: loop {
+            for id in [1, 2, 3] {
+                let created = c.create_topic(id, TOPIC, PARTITIONS, 3);
+                if let Ok(created) = created {
+                    let t = &created.topics[0];
+                    if t.error_code != NOT_CONTROLLER {
+                        break 'asked (t.error_code, t.error_message.clone());
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no controller answered"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            answer.0, TOPIC_ALREADY_EXISTS,
+            "round {round}: the topic created again after a restart: {answer:?}"
+        );
         let next: BTreeMap<i32, i64> = committed.iter().map(|(p, o)| (*p, o + 1)).collect();
         let errors = member.commit(&c, TOPIC, &next);
         assert!(
