@@ -2,8 +2,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use oncelog::{
@@ -335,6 +339,7 @@ impl Replica {
             raft.clone(),
             partition.written(),
             waiting,
+            proposals.downgrade(),
             config.max_entry_bytes,
             config.max_entries_in_flight.max(1),
         ));
@@ -505,45 +510,95 @@ impl Replica {
     }
 }
 
+/// How long an entry proposed right after one was answered waits for the batches it expects
+/// ([`propose`]); tokio's timer rounds it up to its next millisecond.
+const LINGER: Duration = Duration::from_micros(500);
+
 /// Proposes the client batches waiting as entries, in the order they came: each entry takes
 /// every batch waiting when a slot of `in_flight` frees (up to `max_bytes`), so under load one
 /// durable write and one replication round serve many batches.
+///
+/// The entry proposed when an answered one gives its slot back also waits, for up to
+/// [`LINGER`], until it holds as many batches as were waiting or being answered then: the
+/// appenders just answered send their next batches after a hop (over a network, a round trip
+/// to the client), and without the wait the entry would leave before them, they would wait
+/// out its whole round for the next, and the appenders would settle in two cohorts, each
+/// entry carrying half of them (docs/benchmarks.md, "Entries as runs of batches"). A closed
+/// loop of appenders comes back within the hop, so the wait ends on the count, not the timer;
+/// an appender that does not come back costs one wait, since the next entry expects only what
+/// came.
 async fn propose(
     raft: Raft,
     written: Written,
     mut waiting: mpsc::Receiver<Proposal>,
+    queue: mpsc::WeakSender<Proposal>,
     max_bytes: usize,
     in_flight: usize,
 ) {
     let slots = Arc::new(Semaphore::new(in_flight));
+    // How many batches the next entry expects: set when an entry is answered.
+    let expected = Arc::new(AtomicUsize::new(0));
     // Each entry's notice: the key of its waiters for the leader's own answers.
     let mut notices = 0u64;
     let mut propose_run = |run, slot| {
         notices += 1;
-        propose_run(&raft, &written, notices, run, slot)
+        let returning = Returning {
+            queue: queue.clone(),
+            expected: Arc::clone(&expected),
+        };
+        propose_run(&raft, &written, notices, run, slot, returning)
     };
     while let Some(first) = waiting.recv().await {
         // A slot first: the batches that come while entries are in flight join this one.
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
+        let want = expected.swap(0, Ordering::Relaxed);
+        let linger = Instant::now() + LINGER;
         let mut bytes = first.batch.len();
         let mut run = vec![first];
         while bytes < max_bytes {
-            match waiting.try_recv() {
-                Ok(p) if bytes + p.batch.len() <= max_bytes => {
-                    bytes += p.batch.len();
-                    run.push(p);
-                }
-                Ok(p) => {
-                    // Too large for this entry: it leads the next (kept in order).
-                    propose_run(std::mem::replace(&mut run, vec![p]), None).await;
-                    bytes = run[0].batch.len();
+            let next = match waiting.try_recv() {
+                Ok(p) => p,
+                Err(TryRecvError::Empty) if run.len() < want => {
+                    match tokio::time::timeout_at(linger, waiting.recv()).await {
+                        Ok(Some(p)) => p,
+                        _ => break,
+                    }
                 }
                 Err(_) => break,
+            };
+            if bytes + next.batch.len() <= max_bytes {
+                bytes += next.batch.len();
+                run.push(next);
+            } else {
+                // Too large for this entry: it leads the next (kept in order).
+                propose_run(std::mem::replace(&mut run, vec![next]), None).await;
+                bytes = run[0].batch.len();
             }
         }
         propose_run(run, Some(slot)).await;
+    }
+}
+
+/// What an answered entry tells the next ([`propose`]): how many batches to expect.
+struct Returning {
+    /// The proposals' queue, to count the batches waiting in it.
+    queue: mpsc::WeakSender<Proposal>,
+    /// Where the count goes.
+    expected: Arc<AtomicUsize>,
+}
+
+impl Returning {
+    /// Sets the next entry's expectation: `answering` batches about to be answered and those
+    /// waiting now (counted before the answers go out, so none is counted twice).
+    fn expect(&self, answering: usize) {
+        let waiting = self
+            .queue
+            .upgrade()
+            .map_or(0, |q| q.max_capacity() - q.capacity());
+        self.expected
+            .store(answering + waiting, Ordering::Relaxed);
     }
 }
 
@@ -555,6 +610,7 @@ async fn propose_run(
     notice: u64,
     run: Vec<Proposal>,
     slot: Option<OwnedSemaphorePermit>,
+    returning: Returning,
 ) {
     let mut batches = Vec::with_capacity(run.len());
     let mut answers = Vec::with_capacity(run.len());
@@ -627,6 +683,9 @@ async fn propose_run(
                 "the entry's answer was lost: {e}"
             ))),
         };
+        if slot.is_some() && reply.is_ok() {
+            returning.expect(answers.len());
+        }
         match reply {
             Ok(each) => {
                 for (a, answer) in answers.into_iter().zip(each) {
@@ -691,5 +750,77 @@ mod tests {
         let kept = synced_every_entry(chosen);
         assert_eq!(kept.preallocation, Preallocation::Reserved);
         assert_eq!(kept.append_writes, AppendWrites::Map);
+    }
+
+    /// 16 appenders in a closed loop, each coming back after a hop of its own length (its
+    /// index in yields to the scheduler, so they come back one by one): every entry after the
+    /// first waits for them all, where without the wait each would leave with the first few
+    /// back and the rest would wait out its round. Counted in the leader's raft entries.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn an_entry_after_an_answered_one_waits_for_the_appenders_it_answered() {
+        use oncelog::format::BatchBuilder;
+        use oncelog::io::SimFs;
+        use oncelog::{Environment, SystemClock};
+        use openraft::BasicNode;
+
+        const APPENDERS: i64 = 16;
+        const EACH: i32 = 20;
+        let router = crate::network::mem::Router::new(3);
+        let mut replicas = BTreeMap::new();
+        for id in 1..=3 {
+            // Apart on the paused clock, or two may draw the same election timeout.
+            tokio::time::sleep(Duration::from_millis(7)).await;
+            let env = Environment::default()
+                .with_fs(SimFs::new().as_dyn())
+                .with_clock(Arc::new(SystemClock));
+            let r = Replica::open(
+                id,
+                "/sim/t-0",
+                env,
+                ReplicaConfig::default(),
+                router.endpoint(id),
+            )
+            .await
+            .unwrap();
+            router.add(id, r.raft().clone());
+            replicas.insert(id, Arc::new(r));
+        }
+        let members = (1..=3).map(|i| (i, BasicNode::default())).collect();
+        replicas[&1].initialize(members).await.unwrap();
+        let leader = loop {
+            if let Some(l) = replicas[&1].leader().await {
+                if replicas[&l].raft().ensure_linearizable().await.is_ok() {
+                    break Arc::clone(&replicas[&l]);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let entries = |r: &Replica| r.raft().metrics().borrow().last_log_index.unwrap();
+        let before = entries(&leader);
+        let appenders: Vec<_> = (0..APPENDERS)
+            .map(|pid| {
+                let leader = Arc::clone(&leader);
+                tokio::spawn(async move {
+                    for seq in 0..EACH {
+                        let mut b = BatchBuilder::new().producer(pid, 0, seq);
+                        b.append(1_000, None, Some(b"v"), &[]);
+                        let ack = leader.append(Bytes::from(b.build().unwrap())).await;
+                        assert!(matches!(ack, Ok(Ack::Appended { .. })), "{ack:?}");
+                        for _ in 0..pid {
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for a in appenders {
+            a.await.unwrap();
+        }
+        let used = entries(&leader) - before;
+        // One entry for each round of all 16, and a few while they first line up.
+        assert!(
+            used <= EACH as u64 + 4,
+            "{used} entries for {EACH} rounds of {APPENDERS} appenders"
+        );
     }
 }
