@@ -597,8 +597,7 @@ impl Returning {
             .queue
             .upgrade()
             .map_or(0, |q| q.max_capacity() - q.capacity());
-        self.expected
-            .store(answering + waiting, Ordering::Relaxed);
+        self.expected.store(answering + waiting, Ordering::Relaxed);
     }
 }
 
@@ -759,32 +758,18 @@ mod tests {
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn an_entry_after_an_answered_one_waits_for_the_appenders_it_answered() {
         use oncelog::format::BatchBuilder;
-        use oncelog::io::SimFs;
-        use oncelog::{Environment, SystemClock};
         use openraft::BasicNode;
 
         const APPENDERS: i64 = 16;
         const EACH: i32 = 20;
         let router = crate::network::mem::Router::new(3);
-        let mut replicas = BTreeMap::new();
-        for id in 1..=3 {
-            // Apart on the paused clock, or two may draw the same election timeout.
-            tokio::time::sleep(Duration::from_millis(7)).await;
-            let env = Environment::default()
-                .with_fs(SimFs::new().as_dyn())
-                .with_clock(Arc::new(SystemClock));
-            let r = Replica::open(
-                id,
-                "/sim/t-0",
-                env,
-                ReplicaConfig::default(),
-                router.endpoint(id),
-            )
+        let replicas: BTreeMap<NodeId, Arc<Replica>> = router
+            .open_replicas(&[1, 2, 3], &ReplicaConfig::default())
             .await
-            .unwrap();
-            router.add(id, r.raft().clone());
-            replicas.insert(id, Arc::new(r));
-        }
+            .unwrap()
+            .into_iter()
+            .map(|(id, r)| (id, Arc::new(r)))
+            .collect();
         let members = (1..=3).map(|i| (i, BasicNode::default())).collect();
         replicas[&1].initialize(members).await.unwrap();
         let leader = loop {

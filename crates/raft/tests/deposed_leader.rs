@@ -5,13 +5,10 @@
 //! old leader is a duplicate with its original offsets.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use oncelog::format::BatchBuilder;
-use oncelog::io::SimFs;
-use oncelog::{Environment, SystemClock};
 use oncelog_raft::network::mem::Router;
 use oncelog_raft::{Ack, NodeId, Replica, ReplicaConfig};
 use openraft::BasicNode;
@@ -65,27 +62,10 @@ fn all_bytes(r: &Replica) -> Vec<u8> {
 async fn a_deposed_leaders_uncommitted_tail_is_truncated_and_never_answered() {
     let router = Router::new(7);
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let mut replicas = BTreeMap::new();
-    for &id in &ids {
-        // Replicas started at the same instant of the paused clock tick together, and
-        // openraft 0.9 draws each one's election timeout once: two with the same draw split
-        // every vote forever. Real replicas never start in the same microsecond.
-        tokio::time::sleep(Duration::from_millis(7)).await;
-        let env = Environment::default()
-            .with_fs(SimFs::new().as_dyn())
-            .with_clock(Arc::new(SystemClock));
-        let r = Replica::open(
-            id,
-            "/sim/t-0",
-            env,
-            ReplicaConfig::default(),
-            router.endpoint(id),
-        )
+    let replicas = router
+        .open_replicas(&ids, &ReplicaConfig::default())
         .await
         .unwrap();
-        router.add(id, r.raft().clone());
-        replicas.insert(id, r);
-    }
     let members = ids.iter().map(|&i| (i, BasicNode::default())).collect();
     replicas[&1].initialize(members).await.unwrap();
     let old = leader_among(&replicas, &ids).await;
@@ -168,24 +148,10 @@ async fn a_deposed_leaders_uncommitted_tail_is_truncated_and_never_answered() {
 async fn acks_1_is_answered_by_the_leaders_own_write_and_lost_with_a_deposed_leader() {
     let router = Router::new(11);
     let ids: Vec<NodeId> = vec![1, 2, 3];
-    let mut replicas = BTreeMap::new();
-    for &id in &ids {
-        tokio::time::sleep(Duration::from_millis(7)).await;
-        let env = Environment::default()
-            .with_fs(SimFs::new().as_dyn())
-            .with_clock(Arc::new(SystemClock));
-        let r = Replica::open(
-            id,
-            "/sim/t-0",
-            env,
-            ReplicaConfig::default(),
-            router.endpoint(id),
-        )
+    let replicas = router
+        .open_replicas(&ids, &ReplicaConfig::default())
         .await
         .unwrap();
-        router.add(id, r.raft().clone());
-        replicas.insert(id, r);
-    }
     let members = ids.iter().map(|&i| (i, BasicNode::default())).collect();
     replicas[&1].initialize(members).await.unwrap();
     let old = leader_among(&replicas, &ids).await;

@@ -2,7 +2,7 @@
 //! delayed (and so reordered), links cut by a partition, healed. Each RPC is a call on the
 //! target's `Raft` after the fault plan has decided its fate.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,6 +68,31 @@ impl Router {
     /// Makes `raft` reachable as `id` (after it started, or restarted).
     pub fn add(&self, id: NodeId, raft: Raft) {
         self.0.nodes.lock().insert(id, raft);
+    }
+
+    /// Opens a replica of partition `/sim/t-0` for each of `ids`, each on a simulated disk of
+    /// its own, with `config`, and makes it reachable here: a group the caller initializes.
+    /// They open 7 ms apart: on a paused clock, replicas started at the same instant tick
+    /// together, and openraft 0.9 draws each one's election timeout once, so two with the
+    /// same draw would split every vote forever (real replicas never start in the same
+    /// microsecond).
+    pub async fn open_replicas(
+        &self,
+        ids: &[NodeId],
+        config: &crate::ReplicaConfig,
+    ) -> Result<BTreeMap<NodeId, crate::Replica>, crate::ReplicaError> {
+        let mut replicas = BTreeMap::new();
+        for &id in ids {
+            tokio::time::sleep(Duration::from_millis(7)).await;
+            let env = oncelog::Environment::default()
+                .with_fs(oncelog::io::SimFs::new().as_dyn())
+                .with_clock(Arc::new(oncelog::SystemClock));
+            let r = crate::Replica::open(id, "/sim/t-0", env, config.clone(), self.endpoint(id))
+                .await?;
+            self.add(id, r.raft().clone());
+            replicas.insert(id, r);
+        }
+        Ok(replicas)
     }
 
     /// Makes `id` unreachable (it crashed or stopped).
