@@ -12,8 +12,8 @@
 //! after the whole answer was read, so an RPC openraft abandons (its timeout drops the future)
 //! closes the connection instead of leaving an answer behind for the next request to read. A
 //! failed connect, send or receive drops the connection and is
-//! [`RPCError::Unreachable`](openraft::error::RPCError::Unreachable): openraft backs off
-//! ([`RaftNetwork::backoff`]) and the next RPC connects again.
+//! [`RPCError::Unreachable`]: openraft backs off
+//! ([`RaftNetwork::backoff`](openraft::network::RaftNetwork::backoff)) and the next RPC connects again.
 //!
 //! The server side ([`serve`]) accepts connections and answers each frame by calling the local
 //! [`Raft`]: `append_entries`, `vote`, `install_snapshot`, one frame after the other per
