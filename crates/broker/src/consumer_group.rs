@@ -7,7 +7,7 @@
 //!   subscribed topic gains partitions. The **target assignment** is recomputed for the group
 //!   epoch ([`assign`], `uniform` or `range`), and its epoch is the **assignment epoch**.
 //! - Each member has a **member epoch**: the target epoch it has reconciled to. A member
-//!   reaches it through Kafka's `CurrentAssignmentBuilder` ([`Member::reconcile`]): partitions
+//!   reaches it through Kafka's `CurrentAssignmentBuilder` (`Member::reconcile`): partitions
 //!   it keeps stay; partitions it must give up are revoked first (the member stays in its epoch
 //!   with them "pending revocation", and gets the others only once a heartbeat no longer lists
 //!   them); partitions another member still owns (assigned or pending revocation) are held
@@ -678,7 +678,7 @@ pub struct ConsumerGroups {
 
 impl ConsumerGroups {
     /// The groups of the latest consumer-group records of the offsets log (tombstones
-    /// applied), as a restarted coordinator finds them ([`Group::restore`]).
+    /// applied), as a restarted coordinator finds them (`Group::restore`).
     pub fn restore(
         records: BTreeMap<RecordKey, RecordValue>,
         topics: &[TopicInfo],

@@ -13,10 +13,10 @@
 //! |      |                     | server assignor; tag 0 classic member metadata                 |
 //! | 6    | group               | `ConsumerGroupTargetAssignmentMetadataValue`: assignment epoch;|
 //! |      |                     | tag 0 assignmentTimestamp                                      |
-//! | 7    | group, member       | `ConsumerGroupTargetAssignmentMemberValue`: [topic id, [p]]    |
+//! | 7    | group, member       | `ConsumerGroupTargetAssignmentMemberValue`: \[topic id, \[p\]\]  |
 //! | 8    | group, member       | `ConsumerGroupCurrentMemberAssignmentValue`: member epoch,     |
 //! |      |                     | previous epoch, state, assigned and pending-revocation         |
-//! |      |                     | [topic id, [p]; tag 0 assignmentEpochs]                        |
+//! |      |                     | \[topic id, \[p\]; tag 0 assignmentEpochs\]                    |
 //!
 //! A null value is a tombstone. What is written matches Kafka 4.4's bytes except for tagged
 //! fields this broker has no value for, which are left out, as a field at its default is: the

@@ -410,7 +410,7 @@ impl Partition {
 
     /// Whole batches from the one holding `offset`, up to `max_bytes` but at least one batch,
     /// as `Bytes` over the log's mapped segment (no copy). Empty at the log end. Every batch
-    /// is checked before it is handed out ([`Partition::check_served`]).
+    /// is checked before it is handed out (`Partition::check_served`).
     ///
     /// Below the local log start of a tiered partition the batches come from the remote
     /// segment that holds `offset` (`oncelog::tier::read`: whole batches of that one segment,

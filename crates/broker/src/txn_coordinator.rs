@@ -338,7 +338,7 @@ pub struct Ending {
 
 impl Txns {
     /// Opens the log under `data_dir` and replays it; the transactions left unsettled by a
-    /// crash are returned to be settled ([`Txns::settle`]). Blocking.
+    /// crash are returned, each with the marker it ends with, to be written. Blocking.
     pub fn open(data_dir: &Path) -> Result<(Txns, Vec<Ending>), TxnLogError> {
         let path = data_dir.join(DIR_NAME);
         let mut txns = HashMap::new();

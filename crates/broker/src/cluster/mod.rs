@@ -49,7 +49,7 @@ const BALANCE_EVERY: Duration = Duration::from_secs(1);
 /// How a node runs beyond who the nodes are.
 #[derive(Debug, Clone, Copy)]
 pub struct ClusterTuning {
-    /// How often the node enforces retention on its replicas ([`retention`]).
+    /// How often the node enforces retention on its replicas (`cluster::retention`).
     pub retention_check: Duration,
     /// raft's snapshot interval (in entries) and the entries it keeps after a snapshot: how
     /// far behind the log end raft's purge point trails, below which alone retention and
@@ -143,7 +143,7 @@ pub struct Cluster {
     changes: parking_lot::Mutex<Vec<(i64, Applied)>>,
     /// Whether this node removed the partitions on disk the image no longer gives it, once
     /// after it started ([`topics`]): it has followed its whole image, so the retention job
-    /// ([`retention`]) may run.
+    /// (`cluster::retention`) may run.
     reconciled: std::sync::atomic::AtomicBool,
     /// The leaders of the partitions this node holds no replica of, as their replicas said
     /// last ([`remote::keep_asking`]).

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 /// The largest node id: producer ids are handed out as `n * 1024 + node id`
-/// ([`crate::cluster::Cluster::producer_id`]), unique across nodes only below this.
+/// ([`crate::cluster::Cluster::producer_id_range`]), unique across nodes only below this.
 pub const MAX_NODE_ID: i32 = 1023;
 
 /// Where one node listens.

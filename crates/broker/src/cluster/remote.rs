@@ -47,7 +47,7 @@ pub fn merge(answers: &[GroupLeader]) -> Option<RemoteLeader> {
 }
 
 /// Asks, every [`ASK_EVERY`], each peer about the partitions of the image it holds a replica
-/// of and this node does not, and replaces [`Cluster::remote`] with the merged answers. A
+/// of and this node does not, and replaces `Cluster::remote` with the merged answers. A
 /// partition none of whose replicas answered is left out (its leader is not known here).
 pub fn keep_asking(cluster: Arc<Cluster>) -> JoinHandle<()> {
     tokio::spawn(async move {

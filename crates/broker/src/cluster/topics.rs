@@ -98,7 +98,7 @@ impl Cluster {
 
     /// Deletes a topic on the controller: appends its deletion record and answers (with the
     /// topic as it was) once this node's image applied it, as `wait` says. Every node then
-    /// removes its replicas ([`Cluster::follow_image`]).
+    /// removes its replicas (`Cluster::follow_image`).
     pub async fn delete_topic(
         &self,
         which: &Deletion,
@@ -175,7 +175,7 @@ impl Cluster {
     /// Changes topic `name`'s settings on the controller: `decide` gives its whole new set of
     /// own settings from the topic as the image holds it (or refuses); with `validate_only`
     /// nothing is written. Answers once this node's image applied the record; every node then
-    /// reconfigures its replicas ([`Cluster::follow_image`]).
+    /// reconfigures its replicas (`Cluster::follow_image`).
     pub async fn alter_topic_configs(
         &self,
         name: &str,

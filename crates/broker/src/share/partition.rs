@@ -254,8 +254,8 @@ impl SharePartition {
     /// acquired runs; the batches that hold none of them need not be sent.
     ///
     /// Records delivered often are handed out sparingly, as Kafka 4.4's `SharePartition`
-    /// does ([`Throttle`]): a batch holding an Available record delivered at least
-    /// [`throttle_limit`] times is acquired only at the start of a fetch, and ends it; of it,
+    /// does (`Throttle`): a batch holding an Available record delivered at least
+    /// `throttle_limit` times is acquired only at the start of a fetch, and ends it; of it,
     /// half the batch is acquired, a quarter the next time, and so on, and a record on its last
     /// delivery is acquired alone. So a member that leaves, or lets its locks run out, holding
     /// a large acquisition burns the last deliveries of few records, not of a whole batch.
