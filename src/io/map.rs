@@ -33,6 +33,11 @@ pub trait MapBacking: Send + Sync + 'static {
     /// Makes `[offset, offset + len)` durable: its pages and the metadata needed to read them
     /// back (msync `MS_SYNC`, a ranged `fdatasync`).
     fn sync(&self, offset: usize, len: usize) -> io::Result<()>;
+    /// Starts writing the dirty pages of `[offset, offset + len)` back to the device without
+    /// waiting for them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), where the map is written
+    /// through a file it holds: a sync that follows then finds them under way. A hint: doing
+    /// nothing is correct.
+    fn start_write_back(&self, _offset: usize, _len: usize) {}
     /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
     fn writer_dropped(&self) {}
     /// Faults in the pages of `[offset, offset + len)` ahead of the writer, readable (`write`
@@ -223,6 +228,14 @@ impl Mapping {
         self.backing.flush(offset, len)
     }
 
+    /// Starts writing the published range `[offset, offset + len)` back without waiting
+    /// ([`MapBacking::start_write_back`]); a hint, ignored past the published bytes.
+    pub(crate) fn start_write_back(&self, offset: usize, len: usize) {
+        if len > 0 && self.check_published(offset, len).is_ok() {
+            self.backing.start_write_back(offset, len);
+        }
+    }
+
     /// Makes the published range `[offset, offset + len)` durable with the metadata needed to
     /// read it (msync `MS_SYNC`: a ranged `fdatasync`, which waits for no other write-back of
     /// the file). Published only, as [`Mapping::flush`].
@@ -335,6 +348,14 @@ impl MapBacking for RealMap {
         self.raw.flush_range(offset, len)
     }
 
+    fn start_write_back(&self, offset: usize, len: usize) {
+        // Only a map written through its file has pages the file's write-back sees dirty
+        // without a sync of the map (pages dirtied through the map reach the file at msync).
+        if let Some(file) = self.file.lock().as_ref() {
+            start_write_back(file, offset as u64, len as u64);
+        }
+    }
+
     fn populate(&self, offset: usize, len: usize, write: bool) {
         const PAGE: usize = 4096;
         let start = offset & !(PAGE - 1);
@@ -439,6 +460,24 @@ pub(super) fn fallocate(file: &std::fs::File, len: u64) -> io::Result<()> {
 /// not supported (EINVAL, ENOSYS, ESPIPE) nothing happens: it only moves work earlier.
 pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<()> {
     written_back(file, offset, len).map(|_| ())
+}
+
+/// Starts writing the dirty pages of `[offset, offset + len)` back to the device and returns
+/// without waiting (`SYNC_FILE_RANGE_WRITE` alone: the requests are queued, no metadata, no
+/// cache flush). A hint for a sync or a [`written_back`] that follows and waits: failures are
+/// theirs to report, so they are ignored here.
+pub(super) fn start_write_back(file: &std::fs::File, offset: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    let (Ok(offset), Ok(len)) = (
+        libc::off64_t::try_from(offset),
+        libc::off64_t::try_from(len),
+    ) else {
+        return;
+    };
+    // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+    }
 }
 
 /// [`write_back`], answering whether the pages were written back (false where

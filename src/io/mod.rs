@@ -211,6 +211,14 @@ pub trait File: Send + Sync + Debug {
         let _ = (offset, len);
         Ok(false)
     }
+    /// Starts writing `[offset, offset + len)` back to the device without waiting
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that a [`File::write_back_for_flush`]
+    /// of it that follows, after another file's write-back was started too, waits for both
+    /// writes at once rather than one after the other. A hint: failures are the later call's
+    /// to report, and the default does nothing.
+    fn start_write_back(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, growing the file if it ends before.

@@ -274,6 +274,10 @@ impl File for RealFile {
         super::map::write_back(&self.file, offset, len)
     }
 
+    fn start_write_back(&self, offset: u64, len: u64) {
+        super::map::start_write_back(&self.file, offset, len);
+    }
+
     fn write_back_for_flush(&self, offset: u64, len: u64) -> io::Result<bool> {
         if !flush_covers_write_back(&self.file)? {
             return Ok(false);
@@ -389,6 +393,36 @@ mod tests {
         assert!(!ext4_writes_data_in_place(info, dev));
         let ext = "40 1 259:300 / /data rw - ext4 /dev/nvme0n1p300 rw\n";
         assert!(ext4_writes_data_in_place(ext, dev));
+    }
+
+    #[test]
+    fn a_started_write_back_changes_no_byte_and_no_promise() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = RealFs;
+        let path = dir.path().join("f");
+        let f = fs.open(&path, OpenMode::Create).unwrap();
+        f.write_all_at(&[7; 8192], 0).unwrap();
+        f.sync_data().unwrap();
+        f.write_all_at(&[8; 100], 10).unwrap();
+        let plain = std::fs::File::open(&path).unwrap();
+        let in_place = matches!(
+            super::super::map::file_system_magic(&plain).unwrap(),
+            EXT4_MAGIC | XFS_MAGIC
+        );
+        // A hint, past the end and of nothing included: never an error, never a panic.
+        f.start_write_back(0, 4096);
+        f.start_write_back(1 << 40, 4096);
+        f.start_write_back(0, 0);
+        f.start_write_back(u64::MAX, u64::MAX);
+        let promised = f.write_back_for_flush(0, 4096).unwrap();
+        if !in_place {
+            assert!(!promised);
+        }
+        let mut buf = [0u8; 120];
+        assert_eq!(f.read_at(&mut buf, 0).unwrap(), 120);
+        assert_eq!(buf[..10], [7; 10]);
+        assert_eq!(buf[10..110], [8; 100]);
+        assert_eq!(buf[110..], [7; 10]);
     }
 
     #[test]

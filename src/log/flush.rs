@@ -39,6 +39,34 @@ impl Log {
         self.flush_to_inner(i64::MAX, false)
     }
 
+    /// Starts writing the active segment's bytes appended since the last flush back to the
+    /// device, and returns without waiting: a hint for a caller that makes another file
+    /// durable by the device flush of this log's next sync (the other file's
+    /// [`File::write_back_for_flush`](crate::io::File::write_back_for_flush), then
+    /// [`Log::flush_synced`]). Started before the other file's write-back is waited for, the
+    /// two files' writes reach the device together, and the sync finds this log's under way:
+    /// one wait for both, not one after the other (docs/design.md, "One device flush a
+    /// round"). Makes nothing durable; doing nothing would be as correct.
+    pub fn start_write_back(&self) {
+        let (base, position) = {
+            let fst = self.flush.lock();
+            (fst.segment_base, fst.position)
+        };
+        let (segment, size) = {
+            let st = self.append.lock();
+            let Some(w) = st.active.as_ref() else {
+                return;
+            };
+            (Arc::clone(w.segment()), w.size())
+        };
+        let from = if base == segment.base_offset() {
+            position
+        } else {
+            0
+        };
+        segment.start_write_back(from, size);
+    }
+
     /// Makes every append below `offset` durable, and returns once it is (at once if it
     /// already is): the wait an `acks=all` answer needs, for a caller that appends under
     /// [`FlushPolicy::Manual`](super::FlushPolicy) and decides itself when to wait, e.g. after

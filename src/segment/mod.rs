@@ -590,6 +590,17 @@ impl Segment {
         Ok(to > from)
     }
 
+    /// Starts writing `[from, to)` of the log back without waiting (a hint for the
+    /// [`Segment::flush_log`] that follows: see [`crate::Log::start_write_back`]).
+    pub fn start_write_back(&self, from: usize, to: usize) {
+        if let Ok(view) = self.view() {
+            let to = to.min(view.log.published());
+            if to > from {
+                view.log.start_write_back(from, to - from);
+            }
+        }
+    }
+
     /// Makes the whole segment durable: log and both indexes (for a sealed segment, before the
     /// recovery point moves past it), and the length it was trimmed to.
     pub fn flush_all(&self) -> Result<(), IoError> {

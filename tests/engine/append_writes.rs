@@ -82,6 +82,12 @@ fn every_way_of_writing_shows_each_batch_at_once_and_after_reopen() {
                     (info.first_offset, info.last_offset)
                 );
                 expected.push(read[0]);
+                if i % 3 == 0 {
+                    // A hint that a sync follows (the replicated store's persist): it starts
+                    // the write-back of what is unflushed, and changes nothing a reader or a
+                    // reopen sees.
+                    log.start_write_back();
+                }
                 if policy == FlushPolicy::Manual && i % 10 == 0 {
                     log.flush_to(info.last_offset + 1).unwrap();
                 }

@@ -972,6 +972,13 @@ impl Partition {
         let records_error = |e: std::io::Error, what: &str| {
             logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE}: {what}: {e}"))
         };
+        // Both files' writes go to the device before either is waited for: the records'
+        // write-back is started, then the log's, then the records' is waited for (and the
+        // log's by its sync), so the device takes them together.
+        if let Some(s) = staged.as_ref().filter(|s| !s.sync) {
+            s.file.start_write_back(s.from, s.len);
+        }
+        self.log.start_write_back();
         let written_back = match &staged {
             Some(s) if !s.sync => s
                 .file

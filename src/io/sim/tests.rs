@@ -483,6 +483,27 @@ fn a_range_written_back_is_durable_after_the_next_sync_of_any_file() {
 }
 
 #[test]
+fn a_write_back_only_started_is_made_durable_by_no_flush() {
+    let fs = fs_with_dir();
+    let records = write(&fs, "records", &[0u8; PAGE]);
+    let log = write(&fs, "log", &[0u8; PAGE]);
+    records.sync_data().expect("sync");
+    log.sync_data().expect("sync");
+    fs.sync_dir(Path::new(DIR)).expect("sync dir");
+    records.write_all_at(b"entry 1", 100).expect("write");
+    // Started, never waited for: the device may not have it when the flush is issued, so a
+    // flush promises nothing of it (File::start_write_back is a hint; a write_back_for_flush
+    // that waits is what a flush covers).
+    records.start_write_back(0, PAGE as u64);
+    log.write_all_at(b"batch", 0).expect("write");
+    log.sync_data().expect("sync");
+    assert_eq!(fs.read_durable(&p("records")).expect("durable")[100..107], [0u8; 7]);
+    assert!(records.write_back_for_flush(0, PAGE as u64).expect("write back"));
+    log.sync_data().expect("sync");
+    assert_eq!(&fs.read_durable(&p("records")).expect("durable")[100..107], b"entry 1");
+}
+
+#[test]
 fn a_range_written_back_and_never_flushed_may_be_lost_in_a_crash() {
     let (mut lost, mut kept) = (0, 0);
     for seed in 0..100 {
