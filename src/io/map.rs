@@ -467,22 +467,31 @@ pub(super) fn write_back(file: &std::fs::File, offset: u64, len: u64) -> io::Res
 /// cache flush). A hint for a sync or a [`written_back`] that follows and waits: failures are
 /// theirs to report, so they are ignored here.
 pub(super) fn start_write_back(file: &std::fs::File, offset: u64, len: u64) {
-    use std::os::unix::io::AsRawFd;
-    let (Ok(offset), Ok(len)) = (
-        libc::off64_t::try_from(offset),
-        libc::off64_t::try_from(len),
-    ) else {
-        return;
-    };
-    // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
-    unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
-    }
+    let _ = sync_file_range(file, offset, len, libc::SYNC_FILE_RANGE_WRITE);
 }
 
 /// [`write_back`], answering whether the pages were written back (false where
 /// `sync_file_range` is not supported).
 pub(super) fn written_back(file: &std::fs::File, offset: u64, len: u64) -> io::Result<bool> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    let Err(err) = sync_file_range(file, offset, len, flags) else {
+        return Ok(true);
+    };
+    match err.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// `sync_file_range(2)` of `[offset, offset + len)` of `file` with `flags`.
+fn sync_file_range(
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    flags: libc::c_uint,
+) -> io::Result<()> {
     use std::os::unix::io::AsRawFd;
     let (Ok(offset), Ok(len)) = (
         libc::off64_t::try_from(offset),
@@ -493,17 +502,11 @@ pub(super) fn written_back(file: &std::fs::File, offset: u64, len: u64) -> io::R
             "range too large",
         ));
     };
-    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-        | libc::SYNC_FILE_RANGE_WRITE
-        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
     // SAFETY: a plain syscall on a descriptor that `file` keeps open; no memory is passed.
     if unsafe { libc::sync_file_range(file.as_raw_fd(), offset, len, flags) } == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::EINVAL | libc::ENOSYS | libc::ESPIPE) => Ok(false),
-        _ => Err(err),
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -23,6 +23,17 @@ pub(super) struct Synced {
     pub(super) synced: bool,
 }
 
+/// Where the unflushed bytes of the active `segment` start, given where the last sync of the
+/// active segment ended (`base`, `position`): there if that sync was of this segment, else at
+/// its start (it rolled since).
+fn unflushed_from(segment: &Segment, base: i64, position: usize) -> usize {
+    if base == segment.base_offset() {
+        position
+    } else {
+        0
+    }
+}
+
 impl Log {
     /// Makes every append so far durable: msync + fdatasync of what was written since the last
     /// flush (and of sealed segments with their indexes), then moves the recovery point.
@@ -59,12 +70,7 @@ impl Log {
             };
             (Arc::clone(w.segment()), w.size())
         };
-        let from = if base == segment.base_offset() {
-            position
-        } else {
-            0
-        };
-        segment.start_write_back(from, size);
+        segment.start_write_back(unflushed_from(&segment, base, position), size);
     }
 
     /// Makes every append below `offset` durable, and returns once it is (at once if it
@@ -249,11 +255,7 @@ impl Log {
                 pending,
             )
         };
-        let from = if from_base == active.base_offset() {
-            from_position
-        } else {
-            0
-        };
+        let from = unflushed_from(&active, from_base, from_position);
         let result = (|| -> Result<bool, IoError> {
             for s in &sealed {
                 // What the checkpoint will record of it, before the map may go.
