@@ -22,6 +22,20 @@
 //! |  34 |    8 | end offset (after its last batch), big-endian            |
 //! |  42 |  ... | a membership's JSON (kind 1 only)                        |
 //!
+//! The entry of a partition set (docs/design.md, "Partition sets") spans offsets in each of
+//! its partitions' logs, so its record has one span per partition, in the set's order
+//! (version 2; a set of one partition writes version 1, as above):
+//!
+//! | off | size | field                                                    |
+//! |----:|-----:|----------------------------------------------------------|
+//! |   8 |    1 | body: version (2)                                        |
+//! |   9 |    1 | kind, as in version 1                                    |
+//! |  10 |    8 | index, big-endian                                        |
+//! |  18 |    8 | term, big-endian                                         |
+//! |  26 |    4 | number of partitions N (2 or more), big-endian           |
+//! |  30 | 16 N | each partition's start and end offsets, big-endian       |
+//! | ... |  ... | a membership's JSON (kind 1 only)                        |
+//!
 //! A record is written after its batches and made durable with them (one device flush, where
 //! the file system allows it: [`EntriesFile::stage`]) before its entry is reported persisted,
 //! so recovery reads records up to the first that is cut or damaged (a torn write of the
@@ -40,8 +54,14 @@ pub type Entry = openraft::Entry<TypeConfig>;
 
 /// The file beside the segments that records the raft entries.
 pub const ENTRIES_FILE: &str = "raft-entries";
-/// The record format's version.
+/// The record format's version for an entry of one partition.
 const VERSION: u8 = 1;
+/// The record format's version for an entry of a partition set.
+const VERSION_SET: u8 = 2;
+/// A version-2 body before its spans and membership.
+const BODY_SET: usize = 22;
+/// The most partitions a set's record names.
+pub const MAX_SPANS: usize = 1 << 12;
 /// The frame before a record's body: its length and its checksum.
 const FRAME: usize = 8;
 /// A body without a membership.
@@ -91,15 +111,25 @@ pub struct Record {
     pub index: u64,
     /// The term it was written in (its batches' partitionLeaderEpoch).
     pub term: u64,
-    /// The offset of its first batch (the log end when it was written, if it has none).
-    pub start: i64,
-    /// The offset after its last batch (`start` if it has none).
-    pub end: i64,
+    /// For each partition of the group (one, or a set's, in the set's order): the offset of
+    /// the entry's first batch there and the offset after its last (both the log end when it
+    /// was written, if it has none there). Never empty.
+    pub spans: Vec<(i64, i64)>,
     /// What it is.
     pub kind: Kind,
 }
 
 impl Record {
+    /// The record of an entry of one partition that spans `start..end`.
+    pub fn single(index: u64, term: u64, start: i64, end: i64, kind: Kind) -> Record {
+        Record {
+            index,
+            term,
+            spans: vec![(start, end)],
+            kind,
+        }
+    }
+
     /// The record's bytes, framed.
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let membership = match &self.kind {
@@ -108,13 +138,22 @@ impl Record {
             }
             _ => Vec::new(),
         };
-        let mut body = Vec::with_capacity(BODY + membership.len());
-        body.push(VERSION);
+        let n = self.spans.len();
+        if n == 0 || n > MAX_SPANS {
+            return Err(format!("entry {}: a record of {n} spans", self.index));
+        }
+        let mut body = Vec::with_capacity(BODY_SET + 16 * n + membership.len());
+        body.push(if n == 1 { VERSION } else { VERSION_SET });
         body.push(self.kind.code());
         body.extend_from_slice(&self.index.to_be_bytes());
         body.extend_from_slice(&self.term.to_be_bytes());
-        body.extend_from_slice(&self.start.to_be_bytes());
-        body.extend_from_slice(&self.end.to_be_bytes());
+        if n > 1 {
+            body.extend_from_slice(&(n as u32).to_be_bytes());
+        }
+        for (start, end) in &self.spans {
+            body.extend_from_slice(&start.to_be_bytes());
+            body.extend_from_slice(&end.to_be_bytes());
+        }
         body.extend_from_slice(&membership);
         let mut out = Vec::with_capacity(FRAME + body.len());
         out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -132,7 +171,7 @@ impl Record {
         };
         let len = u32::from_be_bytes(frame[..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_be_bytes(frame[4..].try_into().expect("4 bytes"));
-        if !(BODY..=MAX_BODY).contains(&len) {
+        if !(BODY_SET..=MAX_BODY).contains(&len) {
             return Ok(None);
         }
         let Some(body) = bytes.get(FRAME..FRAME + len) else {
@@ -141,13 +180,26 @@ impl Record {
         if crc32c::crc32c(body) != crc {
             return Ok(None);
         }
-        if body[0] != VERSION {
-            return Err(format!("record version {} is not known", body[0]));
-        }
         let be = |at: usize| u64::from_be_bytes(body[at..at + 8].try_into().expect("8 bytes"));
         let (index, term) = (be(2), be(10));
-        let (start, end) = (be(18) as i64, be(26) as i64);
-        let rest = &body[BODY..];
+        let (n, at) = match body[0] {
+            VERSION if len >= BODY => (1, 18),
+            VERSION_SET => {
+                let n = u32::from_be_bytes(body[18..22].try_into().expect("4 bytes")) as usize;
+                if !(2..=MAX_SPANS).contains(&n) || len < BODY_SET + 16 * n {
+                    return Err(format!(
+                        "entry {index}: a set's record of {n} spans in {len} bytes"
+                    ));
+                }
+                (n, BODY_SET)
+            }
+            VERSION => return Err(format!("entry {index}: a record of {len} bytes")),
+            other => return Err(format!("record version {other} is not known")),
+        };
+        let spans: Vec<(i64, i64)> = (0..n)
+            .map(|i| (be(at + 16 * i) as i64, be(at + 16 * i + 8) as i64))
+            .collect();
+        let rest = &body[at + 16 * n..];
         let kind = match body[1] {
             0 => Kind::Blank,
             1 => Kind::Membership(
@@ -164,18 +216,24 @@ impl Record {
                 body[1]
             ));
         }
-        if start < 0 || end < start || (kind != Kind::Run && end != start) {
-            return Err(format!(
-                "entry {index}: offsets {start}..{end} for an entry of kind {}",
-                body[1]
-            ));
+        for (k, &(start, end)) in spans.iter().enumerate() {
+            if start < 0 || end < start || (kind != Kind::Run && end != start) {
+                let of = if n > 1 {
+                    format!(" of partition {k} of the set")
+                } else {
+                    String::new()
+                };
+                return Err(format!(
+                    "entry {index}: offsets {start}..{end}{of} for an entry of kind {}",
+                    body[1]
+                ));
+            }
         }
         Ok(Some((
             Record {
                 index,
                 term,
-                start,
-                end,
+                spans,
                 kind,
             },
             FRAME + len,
@@ -422,13 +480,7 @@ mod tests {
     use super::*;
 
     fn run(index: u64, start: i64, end: i64) -> Record {
-        Record {
-            index,
-            term: 3,
-            start,
-            end,
-            kind: Kind::Run,
-        }
+        Record::single(index, 3, start, end, Kind::Run)
     }
 
     #[test]
@@ -437,18 +489,18 @@ mod tests {
         for r in [
             run(7, 10, 15),
             run(8, 15, 15),
+            Record::single(9, 4, 15, 15, Kind::Blank),
+            Record::single(10, 4, 15, 15, Kind::Membership(m.clone())),
             Record {
-                index: 9,
+                index: 11,
                 term: 4,
-                start: 15,
-                end: 15,
-                kind: Kind::Blank,
+                spans: vec![(15, 20), (0, 0), (7, 9)],
+                kind: Kind::Run,
             },
             Record {
-                index: 10,
+                index: 12,
                 term: 4,
-                start: 15,
-                end: 15,
+                spans: vec![(20, 20), (0, 0)],
                 kind: Kind::Membership(m.clone()),
             },
         ] {

@@ -75,22 +75,25 @@ pub enum Request {
     /// its offsets and checks its producer. Only in the leader's hands: every entry read back
     /// from a log is `Stored`.
     Produce {
-        /// The batches.
-        batches: Vec<Bytes>,
+        /// The batches, each with the partition of the group it is for (its place in a
+        /// partition set, docs/design.md "Partition sets"; 0 for a partition of its own).
+        batches: Vec<(u32, Bytes)>,
         /// Where the leader's own answers go once the entry is durable in its log, before any
         /// follower has it (acks=1, [`crate::Submitted::written`]): a number the proposer
         /// registered with [`store::Partition`]; a number nobody registered is told nothing.
         notice: u64,
     },
-    /// An entry's batches as the log stores them (offsets and leader epoch assigned, its head
-    /// first): what followers get.
-    Stored(Bytes),
+    /// An entry's batches as the logs store them (offsets and leader epoch assigned, its head
+    /// first), one run per partition of the group, in its order (one for a partition of its
+    /// own; empty where the entry wrote nothing): what followers get.
+    Stored(Vec<Bytes>),
     /// A transaction coordinator's COMMIT or ABORT marker ([`Replica::append_marker`]): the
     /// leader's log writes it as Kafka's control batch after the entry's head, with the
     /// producer checks of a marker. Like `Produce`, only in the leader's hands (followers get
     /// the written batch, `Stored`). A client's batch never becomes one: the log refuses a
-    /// control batch from a producer.
-    Marker(Marker),
+    /// control batch from a producer. For the partition of the group it names (0 for a
+    /// partition of its own).
+    Marker(u32, Marker),
 }
 
 /// A COMMIT or ABORT marker as a raft entry carries it ([`oncelog::TxnMarker`]'s fields).

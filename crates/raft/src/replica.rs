@@ -394,7 +394,7 @@ impl Replica {
     pub async fn append_marker(&self, marker: &oncelog::TxnMarker) -> Result<Ack, ReplicaError> {
         let written = self
             .raft
-            .client_write(Request::Marker(crate::Marker::from(marker)))
+            .client_write(Request::Marker(0, crate::Marker::from(marker)))
             .await;
         match written {
             Ok(w) => match w.data {
@@ -621,7 +621,10 @@ async fn propose_run(
     }
     waiters.expect(notice, told);
     let written = match raft
-        .client_write_ff(Request::Produce { batches, notice })
+        .client_write_ff(Request::Produce {
+            batches: batches.into_iter().map(|b| (0, b)).collect(),
+            notice,
+        })
         .await
     {
         Ok(written) => written,

@@ -47,10 +47,28 @@ pub const FIELDS: [&str; 3] = ["vote", "purged", "installing"];
 pub struct Purged {
     /// The last entry forgotten.
     pub log_id: LogId<NodeId>,
-    /// The offset after its batch: where the first live entry's batch starts.
+    /// The offset after its batch: where the first live entry's batch starts (in a
+    /// partition set, in its first partition).
     pub end_offset: i64,
     /// The last membership at or below it.
     pub membership: StoredMembership<NodeId, Node>,
+    /// In a partition set (docs/design.md, "Partition sets"), the offset after it in each of
+    /// the set's other partitions, in the set's order; absent for one partition (so its file
+    /// is as before sets). A set refuses a purge point whose ends do not name each of its
+    /// partitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_end_offsets: Vec<i64>,
+}
+
+impl Purged {
+    /// The offset after the purge point in partition `member` of the group (0 for a group of
+    /// one partition), if it names it.
+    pub fn end_in(&self, member: usize) -> Option<i64> {
+        match member {
+            0 => Some(self.end_offset),
+            m => self.more_end_offsets.get(m - 1).copied(),
+        }
+    }
 }
 
 /// The contents of `raft-state.json` (without its checksum).

@@ -66,9 +66,14 @@ type StoreResult<T> = Result<T, StorageError<NodeId>>;
 type Membership = openraft::Membership<NodeId, Node>;
 type Stored = StoredMembership<NodeId, Node>;
 
-/// One partition as raft sees it, shared by the log store and the state machine.
+/// One partition as raft sees it, or a partition set (docs/design.md, "Partition sets":
+/// several partitions replicated by one group, an entry spanning batches of any of them),
+/// shared by the log store and the state machine.
 pub struct Partition {
-    log: Arc<Log>,
+    /// The partitions' logs, in the set's order (one for a partition of its own). The first
+    /// one's directory holds raft's files (`raft-entries`, `raft-state.json`, a snapshot being
+    /// installed).
+    logs: Vec<Arc<Log>>,
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
@@ -140,11 +145,11 @@ enum SlotKind {
 
 /// A live entry: its record, without a membership's value, and where the record is in
 /// `raft-entries`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Slot {
     term: u64,
-    start: i64,
-    end: i64,
+    /// The offsets its batches span in each partition ([`Record::spans`]).
+    spans: Box<[(i64, i64)]>,
     kind: SlotKind,
     /// Where its record starts in the file.
     pos: u64,
@@ -154,8 +159,7 @@ impl Slot {
     fn of(record: &Record, pos: u64) -> Slot {
         Slot {
             term: record.term,
-            start: record.start,
-            end: record.end,
+            spans: record.spans.clone().into_boxed_slice(),
             kind: match record.kind {
                 Kind::Blank => SlotKind::Blank,
                 Kind::Membership(_) => SlotKind::Membership,
@@ -171,8 +175,8 @@ struct Inner {
     first: u64,
     /// Every live entry, by index.
     view: BTreeMap<u64, Slot>,
-    /// The offset after the last entry (the log end).
-    end: i64,
+    /// The offset after the last entry (the log end), in each partition.
+    ends: Vec<i64>,
     state: StateFile,
     /// `raft-entries`; open once the partition is.
     file: Option<EntriesFile>,
@@ -207,27 +211,35 @@ impl Inner {
         }
     }
 
-    /// The offset after entry `index`'s batches.
-    fn end_of(&self, index: u64) -> i64 {
+    /// The offset after entry `index`'s batches in partition `m`.
+    fn end_of(&self, index: u64, m: usize) -> i64 {
         if index < self.first {
-            return self.purge_end();
+            return self.purge_end(m);
         }
         if let Some(slot) = self.view.get(&index) {
-            return slot.end;
+            return slot.spans[m].1;
         }
         match self.view.range(index + 1..).next() {
-            Some((_, slot)) => slot.start,
-            None => self.end,
+            Some((_, slot)) => slot.spans[m].0,
+            None => self.ends[m],
         }
     }
 
-    fn purge_end(&self) -> i64 {
-        match &self.state.purged {
-            Some(p) => p.end_offset,
+    /// [`Inner::end_of`] in every partition.
+    fn ends_of(&self, index: u64) -> Vec<i64> {
+        (0..self.ends.len())
+            .map(|m| self.end_of(index, m))
+            .collect()
+    }
+
+    /// The offset below which raft has forgotten the entries, in partition `m`.
+    fn purge_end(&self, m: usize) -> i64 {
+        match self.state.purged.as_ref().and_then(|p| p.end_in(m)) {
+            Some(end) => end,
             None => self
                 .view
                 .first_key_value()
-                .map_or(self.end, |(_, slot)| slot.start),
+                .map_or(self.ends[m], |(_, slot)| slot.spans[m].0),
         }
     }
 
@@ -272,14 +284,13 @@ impl Inner {
 }
 
 /// An entry [`Partition::read_wanted`] reads: its index, term and kind, and the offsets it
-/// spans.
+/// spans in each partition.
 #[derive(Debug, Clone)]
 struct Wanted {
     index: u64,
     term: u64,
     kind: Kind,
-    start: i64,
-    end: i64,
+    spans: Box<[(i64, i64)]>,
 }
 
 /// The bytes of one entry as they are read, batch by batch: ranges of the chunks read from the
@@ -403,10 +414,29 @@ impl Partition {
 
     /// [`Partition::open`] on a log others hold too (a `LogManager`'s partition).
     pub fn open_shared(log: Arc<Log>, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
-        let dir = log.dir().to_path_buf();
+        Partition::open_set(vec![log], fs)
+    }
+
+    /// Opens raft's view of a partition set (docs/design.md, "Partition sets"): the logs of
+    /// its partitions, in the set's order, which the set's every replica gives them; raft's
+    /// files are in the first one's directory. A set of one is [`Partition::open_shared`].
+    pub fn open_set(logs: Vec<Arc<Log>>, fs: Arc<dyn FileSystem>) -> Result<Partition, String> {
+        let Some(first) = logs.first() else {
+            return Err("a partition set of no partition".into());
+        };
+        if logs.len() > entry::MAX_SPANS {
+            return Err(format!(
+                "{}: a partition set of {} partitions, more than {}",
+                first.dir().display(),
+                logs.len(),
+                entry::MAX_SPANS
+            ));
+        }
+        let dir = first.dir().to_path_buf();
         let state = state_file::read(fs.as_ref(), &dir).map_err(|e| e.to_string())?;
+        let members = logs.len();
         let partition = Partition {
-            log,
+            logs,
             fs,
             dir,
             installs: tokio::sync::watch::Sender::new(0),
@@ -414,7 +444,7 @@ impl Partition {
             inner: Mutex::new(Inner {
                 first: 0,
                 view: BTreeMap::new(),
-                end: 0,
+                ends: vec![0; members],
                 state,
                 file: None,
                 memberships: Vec::new(),
@@ -449,8 +479,8 @@ impl Partition {
                 dir = %partition.dir.display(),
                 first = inner.first,
                 last = ?inner.last_log_id(),
-                end = inner.end,
-                purged = ?inner.state.purged.as_ref().map(|p| (p.log_id, p.end_offset)),
+                ends = ?inner.ends,
+                purged = ?inner.state.purged.as_ref().map(|p| p.log_id),
                 applied = ?inner.applied,
                 "raft partition opened"
             );
@@ -463,14 +493,28 @@ impl Partition {
         self.written.clone()
     }
 
-    /// The partition log.
+    /// The partition log (a set's first partition's).
     pub fn log(&self) -> &Log {
-        &self.log
+        &self.logs[0]
     }
 
-    /// The offset below which raft has forgotten the entries: retention may delete below it.
+    /// The logs of the set's partitions, in its order (one for a partition of its own).
+    pub fn logs(&self) -> &[Arc<Log>] {
+        &self.logs
+    }
+
+    /// The offset below which raft has forgotten the entries: retention may delete below it
+    /// (a set's first partition's).
     pub fn purge_end(&self) -> i64 {
-        self.inner.lock().purge_end()
+        self.purge_end_in(0)
+    }
+
+    /// [`Partition::purge_end`] of partition `member` of a set.
+    ///
+    /// # Panics
+    /// If the set has no partition `member`.
+    pub fn purge_end_in(&self, member: usize) -> i64 {
+        self.inner.lock().purge_end(member)
     }
 
     /// Snapshot images this process installed (a follower caught up from an image rather than
@@ -514,30 +558,54 @@ impl Partition {
     }
 
     /// Reads `raft-entries` (creating it for a new partition) and checks its records against
-    /// the log: the records after the purge point must follow one another, offset after
-    /// offset, from the purge point's end; a record whose batches are not all in the log is
-    /// dropped with those after it, and the log is cut where the last record kept ends. Each
-    /// batch there must lie within an entry of client batches of its leader epoch.
+    /// the logs: the records after the purge point must follow one another, offset after
+    /// offset, from the purge point's end, in each partition; a record whose batches are not
+    /// all in the logs (in a set, in every partition it names) is dropped with those after
+    /// it, and each log is cut where the last record kept ends in it. Each batch there must
+    /// lie within an entry of client batches of its leader epoch.
     fn load(&self) -> Result<(), String> {
         let mut inner = self.inner.lock();
         let dir = self.dir.display();
-        let start = self.log.log_start_offset();
-        let (first, anchor) = match &inner.state.purged {
-            Some(p) => (p.log_id.index + 1, p.end_offset),
-            None => (0, start),
-        };
-        if start > anchor {
-            return Err(format!(
-                "{dir}: the log starts at offset {start}, above the raft purge point's end \
-                 {anchor}: entries raft still holds are gone"
-            ));
+        let members = self.logs.len();
+        let of = |m: usize| self.member_name(m);
+        let first = inner
+            .state
+            .purged
+            .as_ref()
+            .map_or(0, |p| p.log_id.index + 1);
+        let mut anchors = Vec::with_capacity(members);
+        for (m, log) in self.logs.iter().enumerate() {
+            let start = log.log_start_offset();
+            let anchor = match &inner.state.purged {
+                Some(p) => {
+                    if p.more_end_offsets.len() + 1 != members {
+                        return Err(format!(
+                            "{dir}: the raft purge point names the ends of {} partitions, the \
+                             group has {members}: {STATE_FILE} is not this group's",
+                            p.more_end_offsets.len() + 1
+                        ));
+                    }
+                    p.end_in(m).unwrap_or(start)
+                }
+                None => start,
+            };
+            if start > anchor {
+                return Err(format!(
+                    "{}: the log starts at offset {start}, above the raft purge point's end \
+                     {anchor}: entries raft still holds are gone",
+                    of(m)
+                ));
+            }
+            let end = log.log_end_offset();
+            if anchor > end {
+                return Err(format!(
+                    "{}: the raft purge point ends at offset {anchor}, above the log end {end}",
+                    of(m)
+                ));
+            }
+            anchors.push(anchor);
         }
-        let end = self.log.log_end_offset();
-        if anchor > end {
-            return Err(format!(
-                "{dir}: the raft purge point ends at offset {anchor}, above the log end {end}"
-            ));
-        }
+        let ends: Vec<i64> = self.logs.iter().map(|l| l.log_end_offset()).collect();
         inner.file = None;
         let path = EntriesFile::path_in(&self.dir);
         let exists = self
@@ -546,12 +614,15 @@ impl Partition {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let (file, read) = if exists {
             EntriesFile::open(Arc::clone(&self.fs), &self.dir)?
-        } else if end > anchor {
+        } else if let Some(m) = (0..members).find(|&m| ends[m] > anchors[m]) {
             return Err(format!(
-                "{dir}: {ENTRIES_FILE} is missing, and the log holds batches after the raft \
-                 purge point (offsets {anchor}..{end}): the file was removed, or the partition \
+                "{}: {ENTRIES_FILE} is missing from {dir}, and the log holds batches after the \
+                 raft purge point (offsets {}..{}): the file was removed, or the partition \
                  was written by an oncelog-raft that kept raft's entries in the log; remove \
-                 the partition's directory and the replica is caught up from the others"
+                 the partition's directory and the replica is caught up from the others",
+                of(m),
+                anchors[m],
+                ends[m]
             ));
         } else {
             (
@@ -562,8 +633,8 @@ impl Partition {
         let mut file = file;
         let mut view = BTreeMap::new();
         let mut memberships = Vec::new();
-        // Where the last record kept ends: the log is cut there.
-        let mut recorded = anchor;
+        // Where the last record kept ends, in each partition: the logs are cut there.
+        let mut recorded = anchors.clone();
         let mut before: Option<&Record> = None;
         let mut drop_from = None;
         for (pos, record) in &read {
@@ -585,70 +656,96 @@ impl Partition {
                 // Forgotten by raft; the record stays until the file is rewritten.
                 continue;
             }
-            if record.end > end {
-                // Its batches are not all in the log: it was never reported persisted.
+            if record.spans.len() != members {
+                return Err(format!(
+                    "{}: entry {} spans {} partitions, the group has {members}: the records \
+                     are not this group's",
+                    path.display(),
+                    record.index,
+                    record.spans.len()
+                ));
+            }
+            if record.spans.iter().zip(&ends).any(|(s, &end)| s.1 > end) {
+                // Its batches are not all in the logs: it was never reported persisted.
                 drop_from = Some(*pos);
                 break;
             }
-            if record.start != recorded {
-                return Err(format!(
-                    "{}: entry {} starts at offset {}, where the entry before it ends at {}: \
-                     the records are damaged",
-                    path.display(),
-                    record.index,
-                    record.start,
-                    recorded
-                ));
+            for (m, &(start, end)) in record.spans.iter().enumerate() {
+                if start != recorded[m] {
+                    return Err(format!(
+                        "{}: entry {} starts at offset {start} of {}, where the entry before \
+                         it ends at {}: the records are damaged",
+                        path.display(),
+                        record.index,
+                        of(m),
+                        recorded[m]
+                    ));
+                }
+                recorded[m] = end;
             }
-            recorded = record.end;
             if let Kind::Membership(m) = &record.kind {
                 memberships.push((entry::log_id(record.term, record.index), m.clone()));
             }
             view.insert(record.index, Slot::of(record, *pos));
         }
-        // Batches no record covers were never reported persisted; but what the high watermark
-        // covers was committed, and is never cut.
-        let hw = self.log.high_watermark();
-        if hw > recorded {
-            return Err(format!(
-                "{dir}: the high watermark {hw} is past the end of the last entry \
-                 {ENTRIES_FILE} records ({recorded}): records of committed entries are missing"
-            ));
+        for (m, log) in self.logs.iter().enumerate() {
+            // Batches no record covers were never reported persisted; but what the high
+            // watermark covers was committed, and is never cut.
+            let hw = log.high_watermark();
+            if hw > recorded[m] {
+                return Err(format!(
+                    "{}: the high watermark {hw} is past the end of the last entry \
+                     {ENTRIES_FILE} records ({}): records of committed entries are missing",
+                    of(m),
+                    recorded[m]
+                ));
+            }
+            self.check_batches(&view, m, anchors[m], recorded[m])?;
         }
-        self.check_batches(&view, anchor, recorded)?;
         // Accepted: what recovery drops goes now.
         if let Some(pos) = drop_from {
-            tracing::info!(dir = %dir, pos, end, "raft-entries: dropping records past the log end");
+            tracing::info!(dir = %dir, pos, ?ends, "raft-entries: dropping records past the log end");
         }
         file.keep(drop_from.unwrap_or(file.len()))?;
-        if recorded < end {
-            tracing::info!(dir = %dir, recorded, end, "raft: cutting batches no entry records");
-            self.log
-                .replica()
-                .truncate_to(recorded)
-                .map_err(|e| format!("{dir}: cutting the log at {recorded}: {e}"))?;
+        for (m, log) in self.logs.iter().enumerate() {
+            if recorded[m] < ends[m] {
+                tracing::info!(
+                    dir = %log.dir().display(),
+                    recorded = recorded[m],
+                    end = ends[m],
+                    "raft: cutting batches no entry records"
+                );
+                log.replica()
+                    .truncate_to(recorded[m])
+                    .map_err(|e| format!("{}: cutting the log at {}: {e}", of(m), recorded[m]))?;
+            }
         }
         inner.first = first;
         inner.view = view;
         inner.memberships = memberships;
         inner.file = Some(file);
-        inner.end = recorded;
-        // What raft purged was committed: the high watermark (written lazily, with flushes) is
-        // never left below it, or a crash would hide committed batches that raft, having
-        // forgotten their entries, would never apply again.
-        if self.log.high_watermark() < anchor {
-            self.log
-                .replica()
-                .set_high_watermark(anchor)
-                .map_err(|e| format!("{dir}: raising the high watermark to {anchor}: {e}"))?;
+        inner.ends = recorded;
+        for (m, log) in self.logs.iter().enumerate() {
+            // What raft purged was committed: the high watermark (written lazily, with
+            // flushes) is never left below it, or a crash would hide committed batches that
+            // raft, having forgotten their entries, would never apply again.
+            if log.high_watermark() < anchors[m] {
+                log.replica().set_high_watermark(anchors[m]).map_err(|e| {
+                    format!(
+                        "{}: raising the high watermark to {}: {e}",
+                        of(m),
+                        anchors[m]
+                    )
+                })?;
+            }
         }
-        // Applied: what the high watermark covers, and never below the purge point.
-        let hw = self.log.high_watermark();
+        // Applied: what the high watermarks cover, and never below the purge point.
+        let hws: Vec<i64> = self.logs.iter().map(|l| l.high_watermark()).collect();
         let covered = inner
             .view
             .iter()
             .rev()
-            .find(|(_, slot)| slot.end <= hw)
+            .find(|(_, slot)| slot.spans.iter().zip(&hws).all(|(s, &hw)| s.1 <= hw))
             .map(|(&index, slot)| entry::log_id(slot.term, index));
         inner.applied = covered.or_else(|| inner.state.purged.as_ref().map(|p| p.log_id));
         inner.applied_membership = match inner.applied {
@@ -658,16 +755,27 @@ impl Partition {
         Ok(())
     }
 
-    /// Checks that the batches in `[from, to)` are dense and each lies within an entry of
-    /// client batches of its leader epoch.
-    fn check_batches(&self, view: &BTreeMap<u64, Slot>, from: i64, to: i64) -> Result<(), String> {
-        let dir = self.dir.display();
+    /// How errors name partition `m` of the group: its directory.
+    fn member_name(&self, m: usize) -> String {
+        self.logs[m].dir().display().to_string()
+    }
+
+    /// Checks that the batches of partition `m` in `[from, to)` are dense and each lies
+    /// within an entry of client batches of its leader epoch.
+    fn check_batches(
+        &self,
+        view: &BTreeMap<u64, Slot>,
+        m: usize,
+        from: i64,
+        to: i64,
+    ) -> Result<(), String> {
+        let dir = self.member_name(m);
         let mut runs = view
             .iter()
-            .filter(|(_, s)| s.start < s.end)
-            .map(|(&i, s)| (i, *s))
+            .map(|(&i, s)| (i, s.term, s.spans[m]))
+            .filter(|(_, _, (start, end))| start < end)
             .peekable();
-        let mut batches = Batches::new(&self.log);
+        let mut batches = Batches::new(&self.logs[m]);
         let mut offset = from;
         while offset < to {
             let Some(batch) = batches.next(offset).map_err(|e| format!("{dir}: {e}"))? else {
@@ -683,19 +791,19 @@ impl Partition {
                     batch.base
                 ));
             }
-            while runs.peek().is_some_and(|(_, s)| s.end <= offset) {
+            while runs.peek().is_some_and(|(_, _, (_, end))| *end <= offset) {
                 runs.next();
             }
             let within = runs
                 .peek()
-                .filter(|(_, s)| s.start <= batch.base && batch.last < s.end);
+                .filter(|(_, _, (start, end))| *start <= batch.base && batch.last < *end);
             match within {
-                Some((_, s)) if i64::from(batch.epoch) == s.term as i64 => {}
-                Some((index, s)) => {
+                Some((_, term, _)) if i64::from(batch.epoch) == *term as i64 => {}
+                Some((index, term, _)) => {
                     return Err(format!(
                         "{dir}: the batch at offset {offset} has leader epoch {}, its entry \
-                         {index} term {}",
-                        batch.epoch, s.term
+                         {index} term {term}",
+                        batch.epoch
                     ))
                 }
                 None => {
@@ -739,8 +847,7 @@ impl Partition {
                 index,
                 term: slot.term,
                 kind: inner.kind_of(index, slot),
-                start: slot.start,
-                end: slot.end,
+                spans: slot.spans.clone(),
             });
             if stream.is_some() {
                 range
@@ -760,36 +867,41 @@ impl Partition {
         Ok(out)
     }
 
-    /// The entries wanted, read back from the log (an entry of client batches with the
-    /// batches it spans); fewer if the log moved under the read.
+    /// The entries wanted, read back from the logs (an entry of client batches with the
+    /// batches it spans in each partition); fewer if a log moved under the read.
     fn read_wanted(&self, wanted: Vec<Wanted>) -> StoreResult<Vec<Entry>> {
         let mut out = Vec::with_capacity(wanted.len());
-        let mut batches = Batches::new(&self.log);
-        let mut parts = EntryBytes::default();
+        let mut batches: Vec<Batches> = self.logs.iter().map(|l| Batches::new(l)).collect();
+        let mut parts: Vec<EntryBytes> = self.logs.iter().map(|_| EntryBytes::default()).collect();
         for w in wanted {
-            let mut offset = w.start;
-            while offset < w.end {
-                let Some(batch) = batches
-                    .next(offset)
-                    .map_err(|e| logs_error(ErrorVerb::Read, e))?
-                else {
-                    return Ok(out);
-                };
-                let moved = batch.base != offset
-                    || batch.last >= w.end
-                    || i64::from(batch.epoch) != w.term as i64;
-                if moved {
-                    // The log moved under the read (a truncation): what was read stands.
-                    return Ok(out);
+            for (m, &(start, end)) in w.spans.iter().enumerate() {
+                let (batches, parts) = (&mut batches[m], &mut parts[m]);
+                let mut offset = start;
+                while offset < end {
+                    let Some(batch) = batches
+                        .next(offset)
+                        .map_err(|e| logs_error(ErrorVerb::Read, e))?
+                    else {
+                        return Ok(out);
+                    };
+                    let moved = batch.base != offset
+                        || batch.last >= end
+                        || i64::from(batch.epoch) != w.term as i64;
+                    if moved {
+                        // The log moved under the read (a truncation): what was read stands.
+                        return Ok(out);
+                    }
+                    batches.consume(&batch);
+                    parts.push(batch.read, &batches.chunk, batch.lo, batch.hi);
+                    offset = batch.last + 1;
                 }
-                batches.consume(&batch);
-                parts.push(batch.read, &batches.chunk, batch.lo, batch.hi);
-                offset = batch.last + 1;
             }
             let payload = match w.kind {
                 Kind::Blank => EntryPayload::Blank,
                 Kind::Membership(m) => EntryPayload::Membership(m),
-                Kind::Run => EntryPayload::Normal(Request::Stored(parts.take())),
+                Kind::Run => EntryPayload::Normal(Request::Stored(
+                    parts.iter_mut().map(|p| p.take()).collect(),
+                )),
             };
             out.push(Entry {
                 log_id: entry::log_id(w.term, w.index),
@@ -799,17 +911,17 @@ impl Partition {
         Ok(out)
     }
 
-    /// Writes entries at the log end, and their records after the last in `raft-entries`
+    /// Writes entries at the logs' ends, and their records after the last in `raft-entries`
     /// (made durable by the caller, [`Partition::persist`]); answers the leader's own answers
     /// to its entries of client batches, by notice, and whether it wrote records.
-    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<(Vec<Told>, bool)> {
+    fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<Appended> {
         let mut written = Vec::new();
         let mut inner = self.inner.lock();
         tracing::debug!(
             dir = %self.dir.display(),
             entries = ?entries.iter().map(|e| e.log_id).collect::<Vec<_>>(),
             next = inner.next_index(),
-            end = inner.end,
+            ends = ?inner.ends,
             "append"
         );
         let mut records = Vec::with_capacity(entries.len());
@@ -832,16 +944,29 @@ impl Partition {
                 self.truncate_from(e.log_id)?;
                 inner = self.inner.lock();
             }
-            let start = self.log.log_end_offset();
+            let starts: Vec<i64> = self.logs.iter().map(|l| l.log_end_offset()).collect();
             let epoch =
                 entry::epoch_of(term).map_err(|m| io_error(subject(), ErrorVerb::Write, m))?;
+            let member = |m: u32| {
+                self.logs.get(m as usize).ok_or_else(|| {
+                    io_error(
+                        subject(),
+                        ErrorVerb::Write,
+                        format!(
+                            "a batch for partition {m} of a group of {}",
+                            self.logs.len()
+                        ),
+                    )
+                })
+            };
             let kind = match &e.payload {
                 EntryPayload::Normal(Request::Produce { batches, notice }) => {
-                    self.lead_epoch(epoch)
-                        .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
                     let mut answers = Vec::with_capacity(batches.len());
-                    for batch in batches {
-                        answers.push(match self.log.append(batch) {
+                    for (m, batch) in batches {
+                        let log = member(*m)?;
+                        self.lead_epoch(log, epoch)
+                            .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                        answers.push(match log.append(batch) {
                             Ok(outcome) => Answer::Acked(Ack::from(&outcome)),
                             Err(err) if is_refusal(&err) => Answer::Refused {
                                 kind: err.kind().to_string(),
@@ -854,10 +979,11 @@ impl Partition {
                     inner.outcomes.insert(index, Response::Answers(answers));
                     Kind::Run
                 }
-                EntryPayload::Normal(Request::Marker(marker)) => {
-                    self.lead_epoch(epoch)
+                EntryPayload::Normal(Request::Marker(m, marker)) => {
+                    let log = member(*m)?;
+                    self.lead_epoch(log, epoch)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
-                    let answer = match self.log.append_marker(&oncelog::TxnMarker::from(*marker)) {
+                    let answer = match log.append_marker(&oncelog::TxnMarker::from(*marker)) {
                         Ok(info) => Answer::Acked(Ack::Appended {
                             first_offset: info.first_offset,
                             last_offset: info.last_offset,
@@ -873,31 +999,31 @@ impl Partition {
                         .insert(index, Response::Answers(vec![answer]));
                     Kind::Run
                 }
-                EntryPayload::Normal(Request::Stored(bytes)) => {
-                    let mut next = start;
-                    for item in BatchIter::new(bytes) {
-                        let (_, b) = item.map_err(|err| {
-                            io_error(subject(), ErrorVerb::Write, format!("{err:?}"))
-                        })?;
-                        if b.base_offset() != next || b.partition_leader_epoch() != epoch {
-                            return Err(io_error(
-                                subject(),
-                                ErrorVerb::Write,
-                                format!(
-                                    "replicated batch at offset {} of leader epoch {} where \
-                                     the entry of term {term} expects offset {next}",
-                                    b.base_offset(),
-                                    b.partition_leader_epoch()
-                                ),
-                            ));
-                        }
-                        next = b.last_offset() + 1;
+                EntryPayload::Normal(Request::Stored(parts)) => {
+                    if parts.len() != self.logs.len() {
+                        return Err(io_error(
+                            subject(),
+                            ErrorVerb::Write,
+                            format!(
+                                "a replicated entry of {} partitions' batches for a group of {}",
+                                parts.len(),
+                                self.logs.len()
+                            ),
+                        ));
                     }
-                    if !bytes.is_empty() {
-                        self.log
-                            .replica()
-                            .append(bytes)
+                    // Every part is checked before any is written: a refused entry changes
+                    // no log.
+                    for (m, bytes) in parts.iter().enumerate() {
+                        check_stored(bytes, starts[m], epoch, term)
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    }
+                    for (m, bytes) in parts.iter().enumerate() {
+                        if !bytes.is_empty() {
+                            self.logs[m]
+                                .replica()
+                                .append(bytes)
+                                .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                        }
                     }
                     Kind::Run
                 }
@@ -907,27 +1033,29 @@ impl Partition {
                     Kind::Membership(m.clone())
                 }
             };
+            let ends: Vec<i64> = self.logs.iter().map(|l| l.log_end_offset()).collect();
             let record = Record {
                 index,
                 term,
-                start,
-                end: self.log.log_end_offset(),
+                spans: starts.into_iter().zip(ends.iter().copied()).collect(),
                 kind,
             };
             // Where its record goes is set when it is written, below.
             inner.view.insert(index, Slot::of(&record, 0));
-            inner.end = record.end;
+            inner.ends = ends;
             records.push(record);
         }
         self.write_records(&mut inner, &mut records)?;
-        Ok((written, wrote))
+        Ok(Appended {
+            written,
+            records: wrote,
+        })
     }
 
-    /// Sets the leader epoch the leader's log stamps on client batches to `epoch`, if lower.
-    fn lead_epoch(&self, epoch: i32) -> Result<(), String> {
-        if self.log.replica().leader_epoch() < epoch {
-            self.log
-                .replica()
+    /// Sets the leader epoch the leader's `log` stamps on client batches to `epoch`, if lower.
+    fn lead_epoch(&self, log: &Log, epoch: i32) -> Result<(), String> {
+        if log.replica().leader_epoch() < epoch {
+            log.replica()
                 .set_leader_epoch(epoch)
                 .map_err(|e| e.to_string())?;
         }
@@ -952,13 +1080,17 @@ impl Partition {
         Ok(())
     }
 
-    /// Makes what [`Partition::append_entries`] wrote durable: the log's batches and, if it
-    /// wrote any (`records`), the records, with one device flush where the file system allows
-    /// it (docs/design.md, "One device flush a round"): the records are written back first, and
-    /// the log's sync that follows flushes the device's cache over both. Where that is not
-    /// promised (the records' file grew, no batch was written, another file system), the
-    /// records' file is synced after the log. Recovery drops a record whose batches did not
-    /// make it, and cuts batches whose record did not.
+    /// Makes what [`Partition::append_entries`] wrote durable: the logs' batches (of every
+    /// partition of a set: a log with nothing new costs a look) and, if it wrote any
+    /// (`records`), the records, with one device
+    /// flush where the file system allows it (docs/design.md, "One device flush a round"):
+    /// the records are written back first, and a log's sync that follows flushes the device's
+    /// cache over both. Where that is not promised (the records' file grew, no batch was
+    /// written, another file system), the records' file is synced after the logs. Recovery
+    /// drops a record whose batches did not make it, and cuts batches whose record did not.
+    ///
+    /// A set's logs are each synced (their write-backs all started first, so the device takes
+    /// them together); one device flush for the whole set is a later pass.
     fn persist(&self, records: bool) -> StoreResult<()> {
         let staged = if records {
             let mut inner = self.inner.lock();
@@ -972,13 +1104,15 @@ impl Partition {
         let records_error = |e: std::io::Error, what: &str| {
             logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE}: {what}: {e}"))
         };
-        // Both files' writes go to the device before either is waited for: the records'
-        // write-back is started, then the log's, then the records' is waited for (and the
+        // Every file's writes go to the device before any is waited for: the records'
+        // write-back is started, then each log's, then the records' is waited for (and each
         // log's by its sync), so the device takes them together.
         if let Some(s) = staged.as_ref().filter(|s| !s.sync) {
             s.file.start_write_back(s.from, s.len);
         }
-        self.log.start_write_back();
+        for log in &self.logs {
+            log.start_write_back();
+        }
         let written_back = match &staged {
             Some(s) if !s.sync => s
                 .file
@@ -986,10 +1120,12 @@ impl Partition {
                 .map_err(|e| records_error(e, "sync_file_range"))?,
             _ => false,
         };
-        let flushed = self
-            .log
-            .flush_synced()
-            .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        let mut flushed = false;
+        for log in &self.logs {
+            flushed |= log
+                .flush_synced()
+                .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        }
         if let Some(s) = staged {
             if !(written_back && flushed) {
                 s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
@@ -1014,24 +1150,26 @@ impl Partition {
                 ),
             ));
         }
-        let Some((_, &slot)) = inner.view.range(index..).next() else {
+        let Some((_, slot)) = inner.view.range(index..).next() else {
             return Ok(());
         };
-        tracing::debug!(dir = %self.dir.display(), index, offset = slot.start, "truncate");
+        let (pos, spans) = (slot.pos, slot.spans.clone());
+        tracing::debug!(dir = %self.dir.display(), index, offsets = ?spans, "truncate");
         inner.rewrites += 1;
         // The records first, durably: a record never outlives its batches' truncation.
         inner
             .file()?
-            .cut(slot.pos)
+            .cut(pos)
             .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
-        self.log
-            .replica()
-            .truncate_to(slot.start)
-            .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
+        for (log, &(start, _)) in self.logs.iter().zip(spans.iter()) {
+            log.replica()
+                .truncate_to(start)
+                .map_err(|e| io_error(ErrorSubject::Log(log_id), ErrorVerb::Delete, e))?;
+        }
         inner.view.split_off(&index);
         inner.memberships.retain(|(id, _)| id.index < index);
         inner.outcomes.retain(|&k, _| k < index);
-        inner.end = self.log.log_end_offset();
+        inner.ends = self.logs.iter().map(|l| l.log_end_offset()).collect();
         Ok(())
     }
 
@@ -1069,10 +1207,12 @@ impl Partition {
         if log_id.index >= inner.next_index() && !applied && inner.receiving {
             return Ok(Purge::AwaitInstall);
         }
+        let ends = inner.ends_of(log_id.index);
         let purged = Purged {
             log_id,
-            end_offset: inner.end_of(log_id.index),
+            end_offset: ends[0],
             membership: inner.membership_at(log_id.index),
+            more_end_offsets: ends[1..].to_vec(),
         };
         let mut state = inner.state.clone();
         state.purged = Some(purged);
@@ -1099,8 +1239,7 @@ impl Partition {
             .map(|(&index, slot)| Record {
                 index,
                 term: slot.term,
-                start: slot.start,
-                end: slot.end,
+                spans: slot.spans.to_vec(),
                 kind: inner.kind_of(index, slot),
             })
             .collect();
@@ -1159,63 +1298,36 @@ impl Partition {
         if let Some(last) = entries.last() {
             let index = last.log_id.index;
             if inner.view.contains_key(&index) {
-                let hw = inner.end_of(index);
-                if hw > self.log.high_watermark() {
-                    self.log.replica().set_high_watermark(hw).map_err(|e| {
-                        io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e)
-                    })?;
+                for (m, log) in self.logs.iter().enumerate() {
+                    let hw = inner.end_of(index, m);
+                    if hw > log.high_watermark() {
+                        log.replica().set_high_watermark(hw).map_err(|e| {
+                            io_error(ErrorSubject::Apply(last.log_id), ErrorVerb::Write, e)
+                        })?;
+                    }
                 }
             }
         }
         Ok(out)
     }
 
-    /// The image of the partition as of `meta`: the retained batches up to its last entry and
-    /// the producer state at the first of them.
+    /// The image of the partition (of each partition of a set) as of `meta`: the retained
+    /// batches up to its last entry and the producer state at the first of them.
     fn image(&self, meta: &SnapshotMeta<NodeId, Node>) -> StoreResult<Vec<u8>> {
-        let stop = {
+        let stops: Vec<i64> = {
             let inner = self.inner.lock();
             match meta.last_log_id {
-                Some(id) => inner.end_of(id.index),
-                None => self.log.log_start_offset(),
+                Some(id) => inner.ends_of(id.index),
+                None => self.logs.iter().map(|l| l.log_start_offset()).collect(),
             }
         };
-        let sm = || ErrorSubject::StateMachine;
-        let start = self.log.log_start_offset().min(stop);
-        let producers = self
-            .log
-            .replica()
-            .producer_snapshot_at(start)
-            .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
-        let mut batches = Vec::new();
-        let mut offset = start;
-        while offset < stop {
-            let bytes = self
-                .log
-                .read(offset, READ_CHUNK)
-                .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
-            if bytes.is_empty() {
-                break;
-            }
-            for item in BatchIter::new(&bytes) {
-                let (at, batch) =
-                    item.map_err(|e| io_error(sm(), ErrorVerb::Read, format!("{e:?}")))?;
-                if batch.last_offset() < offset {
-                    continue;
-                }
-                if batch.base_offset() >= stop {
-                    break;
-                }
-                batches.extend_from_slice(&bytes[at..at + batch.size()]);
-                offset = batch.last_offset() + 1;
-            }
-        }
-        Ok(Image {
-            start,
-            producers,
-            batches,
-        }
-        .encode())
+        let images = self
+            .logs
+            .iter()
+            .zip(stops)
+            .map(|(log, stop)| image_of(log, stop))
+            .collect::<StoreResult<Vec<Image>>>()?;
+        Ok(Image::encode_set(&images))
     }
 
     /// Makes the partition the image `bytes` of `meta`. Durable before it returns; a crash in
@@ -1226,7 +1338,7 @@ impl Partition {
             dir = %self.dir.display(),
             last = ?meta.last_log_id,
             ok = result.is_ok(),
-            end = self.log.log_end_offset(),
+            end = self.logs[0].log_end_offset(),
             "snapshot installed"
         );
         self.inner.lock().receiving = false;
@@ -1237,7 +1349,8 @@ impl Partition {
 
     fn install_image(&self, meta: &SnapshotMeta<NodeId, Node>, bytes: &[u8]) -> StoreResult<()> {
         let sm = || ErrorSubject::StateMachine;
-        let image = Image::decode(bytes).map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+        let images = Image::decode_set(bytes, self.logs.len())
+            .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
         let last = meta
             .last_log_id
             .ok_or_else(|| io_error(sm(), ErrorVerb::Write, "a snapshot without a last log id"))?;
@@ -1256,12 +1369,13 @@ impl Partition {
             let purge = self.purge_upto(last)?;
             debug_assert_eq!(purge, Purge::Done, "the log holds {last}");
             let mut inner = self.inner.lock();
-            let end = inner.end_of(last.index);
-            if self.log.high_watermark() < end {
-                self.log
-                    .replica()
-                    .set_high_watermark(end)
-                    .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            for (m, log) in self.logs.iter().enumerate() {
+                let end = inner.end_of(last.index, m);
+                if log.high_watermark() < end {
+                    log.replica()
+                        .set_high_watermark(end)
+                        .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+                }
             }
             if inner.applied < Some(last) {
                 inner.applied = Some(last);
@@ -1282,26 +1396,26 @@ impl Partition {
             inner.state = state;
         }
         inner.rewrites += 1;
-        self.log
-            .replica()
-            .truncate_fully_and_start_with(image.start, &image.producers)
-            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
-        if !image.batches.is_empty() {
-            self.log
-                .replica()
-                .append(&image.batches)
+        let mut ends = Vec::with_capacity(self.logs.len());
+        for (log, image) in self.logs.iter().zip(&images) {
+            log.replica()
+                .truncate_fully_and_start_with(image.start, &image.producers)
                 .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            if !image.batches.is_empty() {
+                log.replica()
+                    .append(&image.batches)
+                    .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            }
+            let end = log.log_end_offset();
+            // Everything in the image is committed; the flush makes the batches and the high
+            // watermark durable together.
+            log.replica()
+                .set_high_watermark(end)
+                .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            log.flush()
+                .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
+            ends.push(end);
         }
-        let end = self.log.log_end_offset();
-        // Everything in the image is committed; the flush makes the batches and the high
-        // watermark durable together.
-        self.log
-            .replica()
-            .set_high_watermark(end)
-            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
-        self.log
-            .flush()
-            .map_err(|e| io_error(sm(), ErrorVerb::Write, e))?;
         // No entry is live after an install: its records go before the install is recorded
         // done (a crash in between completes the install again on open).
         let file = match inner.file.take() {
@@ -1314,8 +1428,9 @@ impl Partition {
         state.installing = None;
         state.purged = Some(Purged {
             log_id: last,
-            end_offset: end,
+            end_offset: ends[0],
             membership: meta.last_membership.clone(),
+            more_end_offsets: ends[1..].to_vec(),
         });
         self.write_state(&state)?;
         inner.state = state;
@@ -1325,13 +1440,79 @@ impl Partition {
         inner.view.clear();
         inner.memberships.clear();
         inner.outcomes.clear();
-        inner.end = end;
+        inner.ends = ends;
         inner.applied = Some(last);
         inner.applied_membership = meta.last_membership.clone();
         inner.snapshot = Some(meta.clone());
         inner.images_installed += 1;
         Ok(())
     }
+}
+
+/// What [`Partition::append_entries`] did, for [`Partition::persist`] and the leader's own
+/// answers.
+struct Appended {
+    /// The leader's own answers, by entry notice.
+    written: Vec<Told>,
+    /// Whether it wrote records.
+    records: bool,
+}
+
+/// Checks that `bytes`, a replicated entry's batches for one partition, are whole batches
+/// starting at offset `start`, dense, of leader epoch `epoch` (the entry's `term`).
+fn check_stored(bytes: &Bytes, start: i64, epoch: i32, term: u64) -> Result<(), String> {
+    let mut next = start;
+    for item in BatchIter::new(bytes) {
+        let (_, b) = item.map_err(|err| format!("{err:?}"))?;
+        if b.base_offset() != next || b.partition_leader_epoch() != epoch {
+            return Err(format!(
+                "replicated batch at offset {} of leader epoch {} where the entry of term \
+                 {term} expects offset {next}",
+                b.base_offset(),
+                b.partition_leader_epoch()
+            ));
+        }
+        next = b.last_offset() + 1;
+    }
+    Ok(())
+}
+
+/// The image of `log` up to offset `stop`: its retained batches below it and the producer
+/// state at the first of them.
+fn image_of(log: &Log, stop: i64) -> StoreResult<Image> {
+    let sm = || ErrorSubject::StateMachine;
+    let start = log.log_start_offset().min(stop);
+    let producers = log
+        .replica()
+        .producer_snapshot_at(start)
+        .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+    let mut batches = Vec::new();
+    let mut offset = start;
+    while offset < stop {
+        let bytes = log
+            .read(offset, READ_CHUNK)
+            .map_err(|e| io_error(sm(), ErrorVerb::Read, e))?;
+        if bytes.is_empty() {
+            break;
+        }
+        for item in BatchIter::new(&bytes) {
+            let (at, batch) =
+                item.map_err(|e| io_error(sm(), ErrorVerb::Read, format!("{e:?}")))?;
+            if batch.last_offset() < offset {
+                continue;
+            }
+            if batch.base_offset() >= stop {
+                break;
+            }
+            batches.extend_from_slice(&bytes[at..at + batch.size()]);
+            offset = batch.last_offset() + 1;
+        }
+    }
+    Ok(Image {
+        start,
+        producers,
+        batches,
+    })
 }
 
 /// Client batches the leader's log refuses are answered, not fatal: the log is unchanged.
@@ -1368,6 +1549,16 @@ pub struct Image {
 
 const IMAGE_MAGIC: &[u8; 4] = b"OLRI";
 const IMAGE_HEADER: usize = 17;
+/// A partition set's image: each partition's image, in the set's order.
+///
+/// | off | size | field                                              |
+/// |----:|-----:|----------------------------------------------------|
+/// |   0 |    4 | magic `OLRS`                                       |
+/// |   4 |    1 | version (1)                                        |
+/// |   5 |    4 | number of partitions N (2 or more), big-endian     |
+/// |   9 |  ... | N times: the image's length (8 bytes, big-endian), then the image |
+const SET_IMAGE_MAGIC: &[u8; 4] = b"OLRS";
+const SET_IMAGE_HEADER: usize = 9;
 
 impl Image {
     /// The image's bytes.
@@ -1380,6 +1571,72 @@ impl Image {
         out.extend_from_slice(&self.producers);
         out.extend_from_slice(&self.batches);
         out
+    }
+
+    /// The image of a group of `images.len()` partitions: the image itself for one, a set's
+    /// image (every partition's, in order) for more.
+    pub fn encode_set(images: &[Image]) -> Vec<u8> {
+        if let [one] = images {
+            return one.encode();
+        }
+        let mut out = Vec::new();
+        out.extend_from_slice(SET_IMAGE_MAGIC);
+        out.push(1);
+        out.extend_from_slice(&(images.len() as u32).to_be_bytes());
+        for image in images {
+            let bytes = image.encode();
+            out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+            out.extend_from_slice(&bytes);
+        }
+        out
+    }
+
+    /// Reads the image of a group of `members` partitions ([`Image::encode_set`]), refusing
+    /// one that is cut, not an image, or of another number of partitions.
+    pub fn decode_set(bytes: &[u8], members: usize) -> Result<Vec<Image>, String> {
+        if members == 1 {
+            return Image::decode(bytes).map(|i| vec![i]);
+        }
+        if bytes.len() < SET_IMAGE_HEADER || &bytes[..4] != SET_IMAGE_MAGIC {
+            return Err(format!(
+                "not a snapshot image of a set of {members} partitions (bad magic or {} bytes)",
+                bytes.len()
+            ));
+        }
+        if bytes[4] != 1 {
+            return Err(format!(
+                "set snapshot image version {} is not known",
+                bytes[4]
+            ));
+        }
+        let n = u32::from_be_bytes(bytes[5..9].try_into().expect("4 bytes")) as usize;
+        if n != members {
+            return Err(format!(
+                "a snapshot image of a set of {n} partitions, for a set of {members}"
+            ));
+        }
+        let mut images = Vec::with_capacity(n);
+        let mut at = SET_IMAGE_HEADER;
+        for k in 0..n {
+            let len = bytes
+                .get(at..at + 8)
+                .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")));
+            let image = len
+                .and_then(|len| usize::try_from(len).ok())
+                .and_then(|len| Some((len, bytes.get(at + 8..(at + 8).checked_add(len)?)?)));
+            let Some((len, image)) = image else {
+                return Err(format!("set snapshot image cut in partition {k}'s image"));
+            };
+            images.push(Image::decode(image).map_err(|e| format!("partition {k}: {e}"))?);
+            at += 8 + len;
+        }
+        if at != bytes.len() {
+            return Err(format!(
+                "set snapshot image: {} bytes after the last partition's image",
+                bytes.len() - at
+            ));
+        }
+        Ok(images)
     }
 
     /// Reads an image, refusing one that is cut or not an image.
@@ -1520,7 +1777,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let result = self
             .0
             .append_entries(entries.into_iter().collect())
-            .and_then(|(written, records)| self.0.persist(records).map(|()| written));
+            .and_then(|a| self.0.persist(a.records).map(|()| a.written));
         match result {
             Ok(written) => {
                 callback.log_io_completed(Ok(()));

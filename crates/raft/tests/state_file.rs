@@ -37,6 +37,7 @@ fn full() -> StateFile {
             log_id: LogId::new(CommittedLeaderId::new(4, 2), 40),
             end_offset: 1234,
             membership: membership(),
+            more_end_offsets: Vec::new(),
         }),
         installing: Some(SnapshotMeta {
             last_log_id: Some(LogId::new(CommittedLeaderId::new(5, 2), 60)),
@@ -50,9 +51,18 @@ fn assert_names_file(e: &StateFileError) {
     assert!(e.to_string().contains(STATE_FILE), "{e}");
 }
 
+/// [`full`] for a partition set of three partitions.
+fn full_set() -> StateFile {
+    let mut state = full();
+    if let Some(p) = state.purged.as_mut() {
+        p.more_end_offsets = vec![7, 0];
+    }
+    state
+}
+
 #[test]
 fn a_written_state_reads_back_as_written() {
-    for state in [StateFile::default(), full()] {
+    for state in [StateFile::default(), full(), full_set()] {
         let bytes = encode(&state).unwrap();
         assert_eq!(decode(path(), &bytes).unwrap(), state);
         // Readable JSON, the checksum a field of it.
