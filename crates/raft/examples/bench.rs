@@ -22,7 +22,9 @@
 //! shared among them): `multi-single`, N durable logs (`FlushPolicy::Always`) of one
 //! `LogManager`, a thread per producer; and `multi-tcp`, 3 `oncelog-raft-node` processes
 //! hosting the N partitions (`--topic bench --partitions N`), each producer a connection to
-//! its partition's leader. The last line then has `multi_replicated_vs_single`.
+//! its partition's leader. The last line then has `multi_replicated_vs_single`. With
+//! `--set-size S` the nodes replicate the partitions in sets of up to S (docs/design.md,
+//! "Partition sets"; `--set-size 34` puts 100 partitions in 3 groups, one led by each node).
 //!
 //! Before each run, `sync(1)` writes back what the runs before it left dirty.
 
@@ -73,6 +75,9 @@ struct Args {
     /// `multi-single`; needs target/release/oncelog-raft-node).
     #[arg(long)]
     partitions: Option<usize>,
+    /// With --partitions: the nodes' `--set-size` (partitions per raft group).
+    #[arg(long, default_value_t = 1)]
+    set_size: usize,
 }
 
 fn batch(producer: i64, n: i32) -> Bytes {
@@ -259,7 +264,8 @@ struct Procs(Vec<Child>);
 
 /// Starts 3 `oncelog-raft-node` processes on loopback (hosting `partitions` partitions of
 /// topic `bench` if given): the processes and their client addresses.
-fn spawn_nodes(dir: &Path, partitions: Option<usize>) -> (Procs, Vec<String>) {
+/// 3 node processes, hosting `partitions` (the number, and the set size) if given.
+fn spawn_nodes(dir: &Path, partitions: Option<(usize, usize)>) -> (Procs, Vec<String>) {
     let bin = std::env::current_exe()
         .expect("this executable")
         .parent()
@@ -303,8 +309,9 @@ fn spawn_nodes(dir: &Path, partitions: Option<usize>) -> (Procs, Vec<String>) {
         if i == 0 {
             cmd.arg("--init");
         }
-        if let Some(n) = partitions {
+        if let Some((n, set_size)) = partitions {
             cmd.args(["--topic", "bench", "--partitions", &n.to_string()]);
+            cmd.args(["--set-size", &set_size.to_string()]);
         }
         procs.0.push(cmd.spawn().expect("spawn a replica"));
     }
@@ -430,13 +437,14 @@ async fn run(args: Args) {
         settle_disk();
         let single = multi_single(&d.join("single"), n, per);
         settle_disk();
-        let replicated = multi_tcp(&d.join("tcp"), n, per).await;
+        let replicated = multi_tcp(&d.join("tcp"), n, args.set_size, per).await;
         for mut run in [single, replicated] {
             run.print();
             multi.insert(run.mode, run);
         }
     }
-    println!("{}", summary(most, &last, args.partitions, &multi));
+    let partitions = args.partitions.map(|n| (n, args.set_size));
+    println!("{}", summary(most, &last, partitions, &multi));
 }
 
 /// Writes back what the runs before left dirty (`sync(1)`; its zeros written ahead, its
@@ -508,8 +516,8 @@ fn multi_single(dir: &Path, partitions: usize, per_client: usize) -> Run {
 
 /// 3 node processes hosting `partitions` partitions, one producer per partition on a
 /// connection to its leader (following the leader if it moves).
-async fn multi_tcp(dir: &Path, partitions: usize, per_client: usize) -> Run {
-    let (procs, clients_addrs) = spawn_nodes(dir, Some(partitions));
+async fn multi_tcp(dir: &Path, partitions: usize, set_size: usize, per_client: usize) -> Run {
+    let (procs, clients_addrs) = spawn_nodes(dir, Some((partitions, set_size)));
     let to = |p: usize, r: ClientRequest| ClientRequest::To {
         topic: "bench".into(),
         partition: p as i32,
@@ -601,17 +609,17 @@ async fn multi_tcp(dir: &Path, partitions: usize, per_client: usize) -> Run {
 fn summary(
     clients: usize,
     runs: &BTreeMap<&'static str, Run>,
-    partitions: Option<usize>,
+    partitions: Option<(usize, usize)>,
     multi: &BTreeMap<&'static str, Run>,
 ) -> String {
     let mut fields = vec![format!("\"clients\":{clients}")];
-    if let (Some(n), Some(single), Some(tcp)) = (
+    if let (Some((n, set_size)), Some(single), Some(tcp)) = (
         partitions,
         multi.get("multi-single"),
         multi.get("multi-tcp"),
     ) {
         fields.push(format!(
-            "\"partitions\":{n},\"multi_single_records_per_s\":{:.0},\"multi_tcp_records_per_s\":{:.0},\"multi_tcp_p99_ms\":{:.3},\"multi_replicated_vs_single\":{:.3}",
+            "\"partitions\":{n},\"set_size\":{set_size},\"multi_single_records_per_s\":{:.0},\"multi_tcp_records_per_s\":{:.0},\"multi_tcp_p99_ms\":{:.3},\"multi_replicated_vs_single\":{:.3}",
             single.records_per_sec(),
             tcp.records_per_sec(),
             tcp.quantile(0.99).as_secs_f64() * 1e3,

@@ -161,8 +161,8 @@ impl Serves for Host {
                 }
             }
         };
-        match self.replica(&group) {
-            Ok(replica) => handle(&replica, request).await,
+        match self.route(&group) {
+            Ok((replica, member)) => handle_in(&replica, member, request).await,
             Err(_) => ClientReply::UnknownPartition {
                 topic: group.topic,
                 partition: group.partition,
@@ -173,17 +173,26 @@ impl Serves for Host {
 
 /// Answers one request on `replica`.
 pub async fn handle(replica: &Replica, request: ClientRequest) -> ClientReply {
+    handle_in(replica, 0, request).await
+}
+
+/// Answers one request for partition `member` of `replica`'s set (0 for a partition of its
+/// own).
+pub async fn handle_in(replica: &Replica, member: usize, request: ClientRequest) -> ClientReply {
+    let Some(log) = replica.log_of(member) else {
+        return ClientReply::Error(format!(
+            "partition {member} of a set of {}",
+            replica.members()
+        ));
+    };
     match request {
         ClientRequest::To { .. } => {
             ClientReply::Error("a request for a partition to a node of one replica".into())
         }
-        ClientRequest::Produce(batch) => replica.append(batch).await.into(),
+        ClientRequest::Produce(batch) => replica.append_to(member, batch).await.into(),
         // At most half a frame, so the answer always fits in one.
         ClientRequest::Read { offset, max_bytes } => {
-            match replica
-                .log()
-                .fetch(offset, max_bytes.min(MAX_FRAME / 2) as usize)
-            {
+            match log.fetch(offset, max_bytes.min(MAX_FRAME / 2) as usize) {
                 Ok(f) => ClientReply::Batches {
                     bytes: f.bytes,
                     next_offset: f.next_offset,
@@ -193,14 +202,18 @@ pub async fn handle(replica: &Replica, request: ClientRequest) -> ClientReply {
                 Err(e) => ClientReply::Error(format!("read at offset {offset}: {e}")),
             }
         }
-        ClientRequest::Status => ClientReply::Status(status(replica)),
+        ClientRequest::Status => ClientReply::Status(status_of(replica, log)),
     }
 }
 
 /// `replica`'s status now.
 pub fn status(replica: &Replica) -> Status {
+    status_of(replica, replica.log())
+}
+
+/// `replica`'s status now, with the offsets of `log` (the partition of its set asked about).
+fn status_of(replica: &Replica, log: &oncelog::Log) -> Status {
     let m = replica.raft().metrics().borrow().clone();
-    let log = replica.log();
     Status {
         id: replica.id(),
         leader: m.current_leader,

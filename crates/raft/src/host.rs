@@ -1,6 +1,7 @@
 //! Many partitions' replicas in one process (docs/design.md, "Many partitions per process"):
-//! one openraft group per partition over one `oncelog::LogManager`, one connection per peer
-//! node shared by all groups ([`crate::network::mux`]), leaders spread over the nodes.
+//! one openraft group per partition, or per partition set (docs/design.md, "Partition sets"),
+//! over one `oncelog::LogManager`, one connection per peer node shared by all groups
+//! ([`crate::network::mux`]), leaders spread over the nodes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -52,8 +53,13 @@ pub struct HostConfig {
     pub peers: BTreeMap<NodeId, Node>,
     /// The topic whose partitions are hosted.
     pub topic: String,
-    /// How many: the groups `topic-0` .. `topic-(partitions - 1)`.
+    /// How many: the partitions `topic-0` .. `topic-(partitions - 1)`.
     pub partitions: i32,
+    /// The most partitions one raft group replicates (docs/design.md, "Partition sets"): 1,
+    /// a group per partition; more, the partitions that prefer the same leader go in sets of
+    /// up to this many (partition `p` with `p mod n` on `n` nodes), each set one group named
+    /// by its first partition, whose entries carry the batches of all of them.
+    pub set_size: usize,
     /// Each replica's configuration (its `log` field is not used: the manager's is).
     pub replica: ReplicaConfig,
 }
@@ -63,6 +69,29 @@ struct Hosted {
     replica: Arc<Replica>,
     /// Its members in assignment order: the first is the preferred leader.
     members: Vec<NodeId>,
+    /// The partitions it replicates, in the set's order (the first names the group).
+    partitions: Vec<GroupId>,
+}
+
+/// The partitions of `topic` that [`Host::open`] puts in each group: those that prefer the
+/// same node (`p mod nodes`), in order, in sets of at most `set_size`.
+pub fn partition_sets(
+    topic: &str,
+    partitions: i32,
+    nodes: usize,
+    set_size: usize,
+) -> Vec<Vec<GroupId>> {
+    let (nodes, set_size) = (nodes.max(1), set_size.max(1));
+    let mut sets = Vec::new();
+    for residue in 0..nodes.min(partitions.max(0) as usize) {
+        let preferring: Vec<GroupId> = (0..partitions)
+            .filter(|p| p.unsigned_abs() as usize % nodes == residue)
+            .map(|p| GroupId::new(topic, p))
+            .collect();
+        sets.extend(preferring.chunks(set_size).map(|c| c.to_vec()));
+    }
+    sets.sort_by_key(|set| set[0].partition);
+    sets
 }
 
 /// A group as this node's replica sees it now (from raft's metrics), for answers such as
@@ -116,6 +145,8 @@ pub struct Host {
     mux: Mux,
     groups: Arc<Groups>,
     replicas: Arc<parking_lot::RwLock<BTreeMap<GroupId, Hosted>>>,
+    /// Each hosted partition's group and its place in the group's set.
+    routes: parking_lot::RwLock<BTreeMap<GroupId, (GroupId, usize)>>,
     /// Held while a group is added: two adds of one group open one replica.
     adding: tokio::sync::Mutex<()>,
 }
@@ -157,18 +188,20 @@ impl Host {
                 config.partitions
             )));
         }
+        if config.set_size < 1 || config.set_size > crate::entry::MAX_SPANS {
+            return Err(HostError::Config(format!(
+                "a set size of {}: from 1 to {}",
+                config.set_size,
+                crate::entry::MAX_SPANS
+            )));
+        }
         let host = Host::start(dir, env, config.id, config.peers, config.replica)?;
         let ids: Vec<NodeId> = host.peers.keys().copied().collect();
-        for p in 0..config.partitions {
-            let first = p.unsigned_abs() as usize % ids.len();
+        for set in partition_sets(&config.topic, config.partitions, ids.len(), config.set_size) {
+            let first = set[0].partition.unsigned_abs() as usize % ids.len();
             let members: Vec<NodeId> = ids[first..].iter().chain(&ids[..first]).copied().collect();
-            host.open_group(
-                GroupId::new(config.topic.clone(), p),
-                &members,
-                Opening::Join,
-                PartitionConfig::default(),
-            )
-            .await?;
+            host.open_group(set, &members, Opening::Join, PartitionConfig::default())
+                .await?;
         }
         Ok(host)
     }
@@ -202,6 +235,7 @@ impl Host {
             mux: Mux::new(Duration::from_millis(200)),
             groups: Arc::new(Groups::default()),
             replicas: Default::default(),
+            routes: Default::default(),
             adding: Default::default(),
         };
         let (replicas, manager, fs) = (
@@ -260,7 +294,7 @@ impl Host {
         floor: RejoinFloor,
         config: PartitionConfig,
     ) -> Result<(), HostError> {
-        self.open_group(group, members, Opening::Rejoin(floor), config)
+        self.open_group(vec![group], members, Opening::Rejoin(floor), config)
             .await
     }
 
@@ -296,16 +330,43 @@ impl Host {
         members: &[NodeId],
         config: PartitionConfig,
     ) -> Result<(), HostError> {
-        self.open_group(group, members, Opening::Form, config).await
+        self.open_group(vec![group], members, Opening::Form, config)
+            .await
+    }
+
+    /// Hosts the group of the partition set `partitions` (docs/design.md, "Partition sets";
+    /// in the set's order, which every member must give alike: the group is named by the
+    /// first) with `members`, as [`Host::add_group_with`] hosts one partition's: each
+    /// partition created if missing with `config`, raft started on their logs, the group
+    /// formed if it is new. A group already hosted is left as it is; a partition hosted in
+    /// another group is refused.
+    pub async fn add_set_with(
+        &self,
+        partitions: Vec<GroupId>,
+        members: &[NodeId],
+        config: PartitionConfig,
+    ) -> Result<(), HostError> {
+        self.open_group(partitions, members, Opening::Form, config)
+            .await
     }
 
     async fn open_group(
         &self,
-        group: GroupId,
+        partitions: Vec<GroupId>,
         members: &[NodeId],
         opening: Opening,
         config: PartitionConfig,
     ) -> Result<(), HostError> {
+        let Some(group) = partitions.first().cloned() else {
+            return Err(HostError::Config("a partition set of no partition".into()));
+        };
+        let distinct: BTreeSet<&GroupId> = partitions.iter().collect();
+        if distinct.len() != partitions.len() || partitions.len() > crate::entry::MAX_SPANS {
+            return Err(HostError::Config(format!(
+                "partition set {partitions:?}: its partitions must be distinct, at most {}",
+                crate::entry::MAX_SPANS
+            )));
+        }
         let unique: BTreeSet<NodeId> = members.iter().copied().collect();
         if unique.len() != members.len() || !unique.contains(&self.id) {
             return Err(HostError::Config(format!(
@@ -325,19 +386,30 @@ impl Host {
         if self.replicas.read().contains_key(&group) {
             return Ok(());
         }
-        let log = {
+        if let Some((p, (other, _))) = partitions
+            .iter()
+            .find_map(|p| self.routes.read().get(p).map(|r| (p.clone(), r.clone())))
+        {
+            return Err(HostError::Config(format!(
+                "partition {p} is replicated by the group of {other} already"
+            )));
+        }
+        let mut logs = Vec::with_capacity(partitions.len());
+        {
             let manager = self.manager.lock();
             let Some(manager) = manager.as_ref() else {
                 return Err(HostError::Config("the host is closed".into()));
             };
-            match manager.get(&group.topic, group.partition) {
-                Ok(log) => log,
-                Err(ManagerError::UnknownPartition { .. }) => {
-                    manager.create(&group.topic, group.partition, config)?
-                }
-                Err(e) => return Err(e.into()),
+            for p in &partitions {
+                logs.push(match manager.get(&p.topic, p.partition) {
+                    Ok(log) => log,
+                    Err(ManagerError::UnknownPartition { .. }) => {
+                        manager.create(&p.topic, p.partition, config.clone())?
+                    }
+                    Err(e) => return Err(e.into()),
+                });
             }
-        };
+        }
         let (fs, config, network) = (
             Arc::clone(&self.fs),
             self.replica_config.clone(),
@@ -346,9 +418,9 @@ impl Host {
         let opened = match &opening {
             Opening::Rejoin(floor) => {
                 let vote = openraft::Vote::new(floor.term, self.id);
-                Replica::open_log_with_vote(self.id, log, fs, config, network, vote).await
+                Replica::open_set_with_vote(self.id, logs, fs, config, network, vote).await
             }
-            _ => Replica::open_log(self.id, log, fs, config, network).await,
+            _ => Replica::open_set(self.id, logs, fs, config, network).await,
         };
         let replica = opened.map_err(|error| HostError::Replica {
             group: group.clone(),
@@ -365,11 +437,18 @@ impl Host {
             }
         }
         self.groups.add(group.clone(), replica.raft().clone());
+        {
+            let mut routes = self.routes.write();
+            for (m, p) in partitions.iter().enumerate() {
+                routes.insert(p.clone(), (group.clone(), m));
+            }
+        }
         self.replicas.write().insert(
             group,
             Hosted {
                 replica: Arc::new(replica),
                 members: members.to_vec(),
+                partitions,
             },
         );
         Ok(())
@@ -388,6 +467,15 @@ impl Host {
         let hosted = self.replicas.write().remove(group);
         self.groups.remove(group);
         self.asked.lock().remove(group);
+        let partitions = hosted
+            .as_ref()
+            .map_or_else(|| vec![group.clone()], |h| h.partitions.clone());
+        {
+            let mut routes = self.routes.write();
+            for p in &partitions {
+                routes.remove(p);
+            }
+        }
         if let Some(hosted) = &hosted {
             hosted
                 .replica
@@ -402,11 +490,15 @@ impl Host {
         let Some(manager) = manager.as_ref() else {
             return Err(HostError::Config("the host is closed".into()));
         };
-        match manager.delete(&group.topic, group.partition) {
-            Ok(()) => Ok(true),
-            Err(ManagerError::UnknownPartition { .. }) => Ok(hosted.is_some()),
-            Err(e) => Err(e.into()),
+        let mut removed = hosted.is_some();
+        for p in &partitions {
+            match manager.delete(&p.topic, p.partition) {
+                Ok(()) => removed = true,
+                Err(ManagerError::UnknownPartition { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        Ok(removed)
     }
 
     /// Replaces the settings of this node's partition of `group` (hosted or only on disk) with
@@ -518,7 +610,29 @@ impl Host {
         &self.peers
     }
 
-    /// The replica of a partition.
+    /// The group that replicates `partition` and the partition's place in its set (0 for a
+    /// partition of its own).
+    pub fn route(&self, partition: &GroupId) -> Result<(Arc<Replica>, usize), HostError> {
+        let (group, member) = self
+            .routes
+            .read()
+            .get(partition)
+            .cloned()
+            .ok_or_else(|| HostError::UnknownPartition(partition.clone()))?;
+        Ok((self.replica(&group)?, member))
+    }
+
+    /// The partitions each hosted group replicates, by group (a set's in its order).
+    pub fn sets(&self) -> BTreeMap<GroupId, Vec<GroupId>> {
+        self.replicas
+            .read()
+            .iter()
+            .map(|(g, h)| (g.clone(), h.partitions.clone()))
+            .collect()
+    }
+
+    /// The replica of a group (of a partition of its own, or of a set, named by its first
+    /// partition: [`Host::route`] finds any partition's).
     pub fn replica(&self, group: &GroupId) -> Result<Arc<Replica>, HostError> {
         self.replicas
             .read()
@@ -546,12 +660,16 @@ impl Host {
     }
 
     /// A group as this node's replica sees it now: its leader, term, members and, on the
-    /// leader, each member's matched entry.
+    /// leader, each member's matched entry. For a partition of a set, its set's group.
     pub fn status(&self, group: &GroupId) -> Result<GroupStatus, HostError> {
+        let group = match self.routes.read().get(group) {
+            Some((g, _)) => g.clone(),
+            None => group.clone(),
+        };
         let (replica, members) = {
             let replicas = self.replicas.read();
             let h = replicas
-                .get(group)
+                .get(&group)
                 .ok_or_else(|| HostError::UnknownPartition(group.clone()))?;
             (Arc::clone(&h.replica), h.members.clone())
         };

@@ -61,6 +61,12 @@ struct Args {
     /// preferred node (partition i: the (i mod n)-th of --peers) when it can be.
     #[arg(long, default_value_t = 1, requires = "topic")]
     partitions: i32,
+    /// With --topic: the most partitions one raft group replicates (docs/design.md, "Partition
+    /// sets"). 1: a group per partition; more: the partitions that prefer the same node go
+    /// in sets of up to this many, one consensus round and one flush per replica carrying the
+    /// batches waiting for any of them. Every node must be given the same.
+    #[arg(long, default_value_t = 1, requires = "topic", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    set_size: u16,
 }
 
 fn parse_peers(s: &str) -> Result<BTreeMap<NodeId, Node>, String> {
@@ -199,6 +205,7 @@ async fn run_host(
         peers: args.peers.clone(),
         topic,
         partitions: args.partitions,
+        set_size: usize::from(args.set_size),
         replica: ReplicaConfig::default(),
     };
     let host = Host::open(&args.dir, Environment::default(), config)
@@ -214,14 +221,18 @@ async fn run_host(
         eprintln!(
             "node {}: {} groups formed with {:?}",
             args.id,
-            args.partitions,
+            host.sets().len(),
             args.peers.keys()
         );
     }
     let balancer = host.keep_balanced(std::time::Duration::from_secs(1));
     eprintln!(
-        "node {} serving {} partitions: raft on {} and clients on {}",
-        args.id, args.partitions, args.listen, args.client
+        "node {} serving {} partitions in {} groups: raft on {} and clients on {}",
+        args.id,
+        args.partitions,
+        host.sets().len(),
+        args.listen,
+        args.client
     );
     tokio::select! {
         _ = term.recv() => {}
@@ -269,7 +280,17 @@ mod tests {
             .unwrap();
         assert_eq!((a.topic.as_deref(), a.partitions), (Some("t"), 4));
         let a = Args::try_parse_from(base).unwrap();
-        assert_eq!((a.topic, a.partitions), (None, 1));
+        assert_eq!((a.topic, a.partitions, a.set_size), (None, 1, 1));
+        let e = Args::try_parse_from(base.iter().chain(&["--set-size", "4"])).unwrap_err();
+        assert!(e.to_string().contains("--topic"), "{e}");
+        for bad in ["0", "4097", "x"] {
+            let e = Args::try_parse_from(base.iter().chain(&["--topic", "t", "--set-size", bad]))
+                .unwrap_err();
+            assert!(e.to_string().contains("--set-size"), "{bad}: {e}");
+        }
+        let a =
+            Args::try_parse_from(base.iter().chain(&["--topic", "t", "--set-size", "34"])).unwrap();
+        assert_eq!(a.set_size, 34);
     }
 
     #[test]

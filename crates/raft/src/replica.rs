@@ -1,4 +1,6 @@
-//! One replica of a partition: its log, raft over it, and what a broker calls.
+//! One replica of a partition (or of a partition set, docs/design.md "Partition sets": several
+//! partitions replicated by one raft group): its logs, raft over them, and what a broker
+//! calls.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -164,7 +166,7 @@ impl ReplicaError {
     }
 }
 
-/// One replica of a partition.
+/// One replica of a partition, or of a partition set.
 pub struct Replica {
     id: NodeId,
     raft: Raft,
@@ -175,6 +177,8 @@ pub struct Replica {
 
 /// A client batch waiting to go into an entry, and where its answers go.
 struct Proposal {
+    /// The partition of the group it is for (its place in the set).
+    member: u32,
     batch: Bytes,
     answer: oneshot::Sender<Result<Ack, ReplicaError>>,
     /// The leader's own answer, once the entry is durable in its log.
@@ -236,6 +240,21 @@ impl Replica {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
+        Replica::open_dirs(id, &[dir.as_ref()], env, config, network).await
+    }
+
+    /// [`Replica::open`] for a partition set (docs/design.md, "Partition sets"): the logs in
+    /// `dirs`, in the set's order (raft's files in the first), one raft group over them all.
+    pub async fn open_dirs<N>(
+        id: NodeId,
+        dirs: &[&Path],
+        env: Environment,
+        config: ReplicaConfig,
+        network: N,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
         if config.log.cleanup_policy != CleanupPolicy::Delete {
             return Err(ReplicaError::Config(format!(
                 "cleanup_policy {} is not replicated: only delete",
@@ -249,8 +268,15 @@ impl Replica {
             .build()
             .map_err(oncelog::OpenError::from)?;
         let fs = Arc::clone(&env.fs);
-        let log = Log::open_in(env, dir, log_config)?;
-        Replica::start(id, Arc::new(log), fs, config, network, None).await
+        let mut logs = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            logs.push(Arc::new(Log::open_in(
+                env.clone(),
+                dir,
+                log_config.clone(),
+            )?));
+        }
+        Replica::start(id, logs, fs, config, network, None).await
     }
 
     /// Starts raft on a partition log opened elsewhere (a `LogManager`'s, docs/design.md
@@ -268,23 +294,42 @@ impl Replica {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
-        let c = log.config();
-        let wrong = if c.high_watermark != HighWatermarkPolicy::SetByCaller {
-            Some("the high watermark policy must be SetByCaller")
-        } else if c.flush_policy != FlushPolicy::Manual {
-            Some("the flush policy must be Manual")
-        } else if c.cleanup_policy != CleanupPolicy::Delete {
-            Some("the cleanup policy must be delete (compaction is not replicated)")
-        } else {
-            None
-        };
-        if let Some(why) = wrong {
-            return Err(ReplicaError::Config(format!(
-                "the log in {}: {why}",
-                log.dir().display()
-            )));
+        Replica::open_set(id, vec![log], fs, config, network).await
+    }
+
+    /// [`Replica::open_log`] for a partition set (docs/design.md, "Partition sets"): one raft
+    /// group over the logs of several partitions, in the set's order, which every replica of
+    /// the set gives them (raft's files are in the first one's directory). Each log's
+    /// configuration must be as [`Replica::open_log`] requires.
+    pub async fn open_set<N>(
+        id: NodeId,
+        logs: Vec<Arc<Log>>,
+        fs: Arc<dyn oncelog::io::FileSystem>,
+        config: ReplicaConfig,
+        network: N,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        for log in &logs {
+            let c = log.config();
+            let wrong = if c.high_watermark != HighWatermarkPolicy::SetByCaller {
+                Some("the high watermark policy must be SetByCaller")
+            } else if c.flush_policy != FlushPolicy::Manual {
+                Some("the flush policy must be Manual")
+            } else if c.cleanup_policy != CleanupPolicy::Delete {
+                Some("the cleanup policy must be delete (compaction is not replicated)")
+            } else {
+                None
+            };
+            if let Some(why) = wrong {
+                return Err(ReplicaError::Config(format!(
+                    "the log in {}: {why}",
+                    log.dir().display()
+                )));
+            }
         }
-        Replica::start(id, log, fs, config, network, None).await
+        Replica::start(id, logs, fs, config, network, None).await
     }
 
     /// [`Replica::open_log`] for a member that lost its data and rejoins (docs/design.md, "A
@@ -301,12 +346,27 @@ impl Replica {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
-        Replica::start(id, log, fs, config, network, Some(vote)).await
+        Replica::start(id, vec![log], fs, config, network, Some(vote)).await
+    }
+
+    /// [`Replica::open_log_with_vote`] for a partition set ([`Replica::open_set`]).
+    pub async fn open_set_with_vote<N>(
+        id: NodeId,
+        logs: Vec<Arc<Log>>,
+        fs: Arc<dyn oncelog::io::FileSystem>,
+        config: ReplicaConfig,
+        network: N,
+        vote: openraft::Vote<NodeId>,
+    ) -> Result<Replica, ReplicaError>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+    {
+        Replica::start(id, logs, fs, config, network, Some(vote)).await
     }
 
     async fn start<N>(
         id: NodeId,
-        log: Arc<Log>,
+        logs: Vec<Arc<Log>>,
         fs: Arc<dyn oncelog::io::FileSystem>,
         config: ReplicaConfig,
         network: N,
@@ -315,7 +375,7 @@ impl Replica {
     where
         N: RaftNetworkFactory<TypeConfig>,
     {
-        let partition = Arc::new(Partition::open_shared(log, fs).map_err(ReplicaError::Storage)?);
+        let partition = Arc::new(Partition::open_set(logs, fs).map_err(ReplicaError::Storage)?);
         if let Some(vote) = vote {
             partition.raise_vote(vote).map_err(ReplicaError::Storage)?;
         }
@@ -368,15 +428,29 @@ impl Replica {
         self.submit(batch).await?.answer().await
     }
 
+    /// [`Replica::append`] to partition `member` of a set (its place in the set's order; 0 for
+    /// a partition of its own): batches for any partition of the set go together in one
+    /// entry. A `member` the set does not have is refused.
+    pub async fn append_to(&self, member: usize, batch: Bytes) -> Result<Ack, ReplicaError> {
+        self.submit_to(member, batch).await?.answer().await
+    }
+
     /// [`Replica::append`] in two steps: queues the batch (batches queued one after the other
     /// go into the log in that order, which a pipelining idempotent producer needs: a broker
     /// queues a connection's batches in request order and waits for the answers alongside),
     /// then [`Submitted::answer`] waits for raft's answer.
     pub async fn submit(&self, batch: Bytes) -> Result<Submitted, ReplicaError> {
+        self.submit_to(0, batch).await
+    }
+
+    /// [`Replica::submit`] to partition `member` of a set ([`Replica::append_to`]).
+    pub async fn submit_to(&self, member: usize, batch: Bytes) -> Result<Submitted, ReplicaError> {
+        let member = self.member(member)?;
         let (answer, answered) = oneshot::channel();
         let (told, written) = oneshot::channel();
         self.proposals
             .send(Proposal {
+                member,
                 batch,
                 answer,
                 written: told,
@@ -392,9 +466,19 @@ impl Replica {
     /// producer or coordinator epoch). An outcome raft does not know is safe to retry: a marker
     /// written twice completes nothing the second time.
     pub async fn append_marker(&self, marker: &oncelog::TxnMarker) -> Result<Ack, ReplicaError> {
+        self.append_marker_to(0, marker).await
+    }
+
+    /// [`Replica::append_marker`] to partition `member` of a set.
+    pub async fn append_marker_to(
+        &self,
+        member: usize,
+        marker: &oncelog::TxnMarker,
+    ) -> Result<Ack, ReplicaError> {
+        let member = self.member(member)?;
         let written = self
             .raft
-            .client_write(Request::Marker(0, crate::Marker::from(marker)))
+            .client_write(Request::Marker(member, crate::Marker::from(marker)))
             .await;
         match written {
             Ok(w) => match w.data {
@@ -421,9 +505,18 @@ impl Replica {
     /// Deletes what the log's retention rules (`retention_bytes`, `retention_ms`) let go,
     /// never past raft's purge point: what openraft may still send a lagging follower stays.
     pub fn enforce_retention(&self, now_ms: i64) -> Result<oncelog::RetentionReport, ReplicaError> {
-        let bound = self.partition.purge_end();
-        self.partition
-            .log()
+        self.enforce_retention_in(0, now_ms)
+    }
+
+    /// [`Replica::enforce_retention`] on partition `member` of a set.
+    pub fn enforce_retention_in(
+        &self,
+        member: usize,
+        now_ms: i64,
+    ) -> Result<oncelog::RetentionReport, ReplicaError> {
+        let m = self.member(member)? as usize;
+        let bound = self.partition.purge_end_in(m);
+        self.partition.logs()[m]
             .maintenance()
             .enforce_retention_below(now_ms, bound)
             .map_err(|e| ReplicaError::Storage(e.to_string()))
@@ -440,9 +533,15 @@ impl Replica {
     /// segments wholly below the new start go at the next [`Replica::enforce_retention`].
     /// Answers the log start after.
     pub fn raise_log_start(&self, offset: i64) -> Result<i64, ReplicaError> {
-        let log = self.partition.log();
+        self.raise_log_start_in(0, offset)
+    }
+
+    /// [`Replica::raise_log_start`] on partition `member` of a set.
+    pub fn raise_log_start_in(&self, member: usize, offset: i64) -> Result<i64, ReplicaError> {
+        let m = self.member(member)? as usize;
+        let log = &self.partition.logs()[m];
         let start = log.log_start_offset();
-        let bound = offset.min(self.partition.purge_end());
+        let bound = offset.min(self.partition.purge_end_in(m));
         if bound <= start {
             return Ok(start);
         }
@@ -471,9 +570,32 @@ impl Replica {
         self.id
     }
 
-    /// The partition log (reads: [`Log::fetch`] serves what is committed).
+    /// The partition log (reads: [`Log::fetch`] serves what is committed); a set's first
+    /// partition's.
     pub fn log(&self) -> &Log {
         self.partition.log()
+    }
+
+    /// The log of partition `member` of a set, if it has one.
+    pub fn log_of(&self, member: usize) -> Option<&Log> {
+        self.partition.logs().get(member).map(|l| &**l)
+    }
+
+    /// How many partitions the replica's group replicates (one, or a set's).
+    pub fn members(&self) -> usize {
+        self.partition.logs().len()
+    }
+
+    /// `member` as an entry names it, if the set has it.
+    fn member(&self, member: usize) -> Result<u32, ReplicaError> {
+        if member < self.members() {
+            Ok(member as u32)
+        } else {
+            Err(ReplicaError::Config(format!(
+                "partition {member} of a set of {}",
+                self.members()
+            )))
+        }
     }
 
     /// raft's view of the partition.
@@ -615,16 +737,13 @@ async fn propose_run(
     let mut answers = Vec::with_capacity(run.len());
     let mut told = Vec::with_capacity(run.len());
     for p in run {
-        batches.push(p.batch);
+        batches.push((p.member, p.batch));
         answers.push(p.answer);
         told.push(p.written);
     }
     waiters.expect(notice, told);
     let written = match raft
-        .client_write_ff(Request::Produce {
-            batches: batches.into_iter().map(|b| (0, b)).collect(),
-            notice,
-        })
+        .client_write_ff(Request::Produce { batches, notice })
         .await
     {
         Ok(written) => written,

@@ -916,6 +916,7 @@ impl Partition {
     /// to its entries of client batches, by notice, and whether it wrote records.
     fn append_entries(&self, entries: Vec<Entry>) -> StoreResult<Appended> {
         let mut written = Vec::new();
+        let mut touched = vec![false; self.logs.len()];
         let mut inner = self.inner.lock();
         tracing::debug!(
             dir = %self.dir.display(),
@@ -966,6 +967,7 @@ impl Partition {
                         let log = member(*m)?;
                         self.lead_epoch(log, epoch)
                             .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                        touched[*m as usize] = true;
                         answers.push(match log.append(batch) {
                             Ok(outcome) => Answer::Acked(Ack::from(&outcome)),
                             Err(err) if is_refusal(&err) => Answer::Refused {
@@ -983,6 +985,7 @@ impl Partition {
                     let log = member(*m)?;
                     self.lead_epoch(log, epoch)
                         .map_err(|err| io_error(subject(), ErrorVerb::Write, err))?;
+                    touched[*m as usize] = true;
                     let answer = match log.append_marker(&oncelog::TxnMarker::from(*marker)) {
                         Ok(info) => Answer::Acked(Ack::Appended {
                             first_offset: info.first_offset,
@@ -1019,6 +1022,7 @@ impl Partition {
                     }
                     for (m, bytes) in parts.iter().enumerate() {
                         if !bytes.is_empty() {
+                            touched[m] = true;
                             self.logs[m]
                                 .replica()
                                 .append(bytes)
@@ -1049,6 +1053,7 @@ impl Partition {
         Ok(Appended {
             written,
             records: wrote,
+            touched,
         })
     }
 
@@ -1080,18 +1085,18 @@ impl Partition {
         Ok(())
     }
 
-    /// Makes what [`Partition::append_entries`] wrote durable: the logs' batches (of every
-    /// partition of a set: a log with nothing new costs a look) and, if it wrote any
-    /// (`records`), the records, with one device
-    /// flush where the file system allows it (docs/design.md, "One device flush a round"):
-    /// the records are written back first, and a log's sync that follows flushes the device's
-    /// cache over both. Where that is not promised (the records' file grew, no batch was
-    /// written, another file system), the records' file is synced after the logs. Recovery
-    /// drops a record whose batches did not make it, and cuts batches whose record did not.
+    /// Makes what [`Partition::append_entries`] wrote durable: the logs' batches and, if it
+    /// wrote any (`records`), the records, with one device flush where the file system allows
+    /// it (docs/design.md, "One device flush a round"): the records are written back first,
+    /// and a log's sync that follows flushes the device's cache over both. Where that is not
+    /// promised (the records' file grew, no batch was written, another file system), the
+    /// records' file is synced after the logs. Recovery drops a record whose batches did not
+    /// make it, and cuts batches whose record did not.
     ///
-    /// A set's logs are each synced (their write-backs all started first, so the device takes
-    /// them together); one device flush for the whole set is a later pass.
-    fn persist(&self, records: bool) -> StoreResult<()> {
+    /// A partition set syncs the logs the call wrote to (`touched`), each with its own sync,
+    /// all issued at once from the runtime's blocking threads so that the device takes them
+    /// together (docs/design.md, "Partition sets"); a partition of its own syncs its log here.
+    async fn persist(&self, records: bool, touched: &[bool]) -> StoreResult<()> {
         let staged = if records {
             let mut inner = self.inner.lock();
             let file = inner.file.as_mut().ok_or_else(|| {
@@ -1104,13 +1109,23 @@ impl Partition {
         let records_error = |e: std::io::Error, what: &str| {
             logs_error(ErrorVerb::Write, format!("{ENTRIES_FILE}: {what}: {e}"))
         };
+        let logs: Vec<&Arc<Log>> = if self.logs.len() == 1 {
+            self.logs.iter().collect()
+        } else {
+            self.logs
+                .iter()
+                .zip(touched)
+                .filter(|(_, &t)| t)
+                .map(|(log, _)| log)
+                .collect()
+        };
         // Every file's writes go to the device before any is waited for: the records'
         // write-back is started, then each log's, then the records' is waited for (and each
         // log's by its sync), so the device takes them together.
         if let Some(s) = staged.as_ref().filter(|s| !s.sync) {
             s.file.start_write_back(s.from, s.len);
         }
-        for log in &self.logs {
+        for log in &logs {
             log.start_write_back();
         }
         let written_back = match &staged {
@@ -1120,12 +1135,34 @@ impl Partition {
                 .map_err(|e| records_error(e, "sync_file_range"))?,
             _ => false,
         };
-        let mut flushed = false;
-        for log in &self.logs {
-            flushed |= log
+        let flushed = match logs[..] {
+            [] => false,
+            [log] => log
                 .flush_synced()
-                .map_err(|e| logs_error(ErrorVerb::Write, e))?;
-        }
+                .map_err(|e| logs_error(ErrorVerb::Write, e))?,
+            _ => {
+                let syncs: Vec<_> = logs
+                    .iter()
+                    .map(|log| {
+                        let log = Arc::clone(log);
+                        tokio::task::spawn_blocking(move || log.flush_synced())
+                    })
+                    .collect();
+                let mut flushed = false;
+                let mut failed = None;
+                for sync in syncs {
+                    match sync.await {
+                        Ok(Ok(synced)) => flushed |= synced,
+                        Ok(Err(e)) => failed = failed.or(Some(e.to_string())),
+                        Err(e) => failed = failed.or(Some(format!("a log's sync: {e}"))),
+                    }
+                }
+                if let Some(e) = failed {
+                    return Err(logs_error(ErrorVerb::Write, e));
+                }
+                flushed
+            }
+        };
         if let Some(s) = staged {
             if !(written_back && flushed) {
                 s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
@@ -1456,6 +1493,8 @@ struct Appended {
     written: Vec<Told>,
     /// Whether it wrote records.
     records: bool,
+    /// Which partitions of the group it wrote batches to.
+    touched: Vec<bool>,
 }
 
 /// Checks that `bytes`, a replicated entry's batches for one partition, are whole batches
@@ -1774,10 +1813,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // `append` returns, and restores a leader in its own term after a restart, so a leader
         // entry a crash could still take away would let that leader write another entry under
         // the same log id (the simulation found this with a flush after the return).
-        let result = self
-            .0
-            .append_entries(entries.into_iter().collect())
-            .and_then(|a| self.0.persist(a.records).map(|()| a.written));
+        let result = match self.0.append_entries(entries.into_iter().collect()) {
+            Ok(a) => self
+                .0
+                .persist(a.records, &a.touched)
+                .await
+                .map(|()| a.written),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(written) => {
                 callback.log_io_completed(Ok(()));

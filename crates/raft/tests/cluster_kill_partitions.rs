@@ -11,7 +11,9 @@
 //! present exactly once on every caught-up replica (read from each replica's log) at the
 //! offsets it was acknowledged with, a retry of the last batch after the kills answered
 //! `Duplicate` with its original offsets, offsets dense, all replicas identical; then a clean
-//! stop and restart keeps it all.
+//! stop and restart keeps it all. The same loop runs with the 20 partitions in 3 partition
+//! sets (`--set-size 7`, docs/design.md "Partition sets": a raft group each, whose entries
+//! carry batches of all of its partitions).
 //!
 //! Rounds: 4 kills by default (CI); `ONCELOG_RAFT_KILL_ROUNDS=N` for more, 10x by hand:
 //! `ONCELOG_RAFT_KILL_ROUNDS=40 cargo test --release -p oncelog-raft --test cluster_kill_partitions`.
@@ -77,6 +79,16 @@ async fn leaders(cluster: &Cluster, within: Duration) -> BTreeMap<i32, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loop_of_many_partitions_keeps_every_acknowledged_batch_once() {
+    kill_loop(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loop_of_partition_sets_keeps_every_acknowledged_batch_once() {
+    kill_loop(7).await;
+}
+
+/// The loop, on processes that replicate the partitions in sets of up to `set_size`.
+async fn kill_loop(set_size: usize) {
     let rounds = kill_rounds(4);
     let seed = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -85,7 +97,7 @@ async fn sigkill_loop_of_many_partitions_keeps_every_acknowledged_batch_once() {
     eprintln!("random victims drawn with seed {seed}");
     let mut rng = Rng::new(seed);
     let started = Instant::now();
-    let mut cluster = Cluster::new(Some(PARTITIONS));
+    let mut cluster = Cluster::with_sets(Some(PARTITIONS), set_size);
     // Node 1 formed every group and leads them all at first; the nodes' balancers spread
     // the leaders (partition i to the (i mod 3)-th node).
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -40,11 +40,17 @@ struct Cluster {
 }
 
 fn config(id: NodeId, peers: &BTreeMap<NodeId, Node>) -> HostConfig {
+    config_sets(id, peers, 1)
+}
+
+/// [`config`] with partitions in sets of up to `set_size` (docs/design.md, "Partition sets").
+fn config_sets(id: NodeId, peers: &BTreeMap<NodeId, Node>, set_size: usize) -> HostConfig {
     HostConfig {
         id,
         peers: peers.clone(),
         topic: TOPIC.into(),
         partitions: PARTITIONS,
+        set_size,
         replica: ReplicaConfig::default(),
     }
 }
@@ -55,11 +61,16 @@ async fn start(
     peers: &BTreeMap<NodeId, Node>,
     raft: TcpListener,
     clients: TcpListener,
+    set_size: usize,
 ) -> Running {
     let host = Arc::new(
-        Host::open(dir, Environment::default(), config(id, peers))
-            .await
-            .unwrap(),
+        Host::open(
+            dir,
+            Environment::default(),
+            config_sets(id, peers, set_size),
+        )
+        .await
+        .unwrap(),
     );
     let tasks = vec![
         host.serve_raft(raft),
@@ -69,7 +80,7 @@ async fn start(
     Running { host, tasks }
 }
 
-async fn cluster() -> Cluster {
+async fn cluster(set_size: usize) -> Cluster {
     let tmp = tempfile::tempdir().unwrap();
     let mut rafts = Vec::new();
     let mut client_listeners = Vec::new();
@@ -91,7 +102,7 @@ async fn cluster() -> Cluster {
     for (i, (r, c)) in rafts.into_iter().zip(client_listeners).enumerate() {
         let id = i as u64 + 1;
         let dir = tmp.path().join(format!("node-{id}"));
-        nodes.insert(id, start(id, &dir, &peers, r, c).await);
+        nodes.insert(id, start(id, &dir, &peers, r, c, set_size).await);
         // Not in the same instant: raft's timers would tick together.
         tokio::time::sleep(Duration::from_millis(7)).await;
     }
@@ -161,8 +172,9 @@ async fn spread_leaders(c: &Cluster) -> BTreeMap<i32, NodeId> {
                 .values()
                 .map(|n| {
                     n.host
-                        .replica(&g)
+                        .route(&g)
                         .unwrap()
+                        .0
                         .raft()
                         .metrics()
                         .borrow()
@@ -191,20 +203,21 @@ async fn check_replicas(c: &Cluster, acked: &Acked) {
         let g = GroupId::new(TOPIC, p);
         let end = batches.iter().map(|(_, (_, last))| last + 1).max().unwrap();
         for (id, n) in &c.nodes {
-            let r = n.host.replica(&g).unwrap();
+            let (r, m) = n.host.route(&g).unwrap();
+            let log = r.log_of(m).unwrap();
             let deadline = Instant::now() + Duration::from_secs(30);
-            while r.log().high_watermark() < end {
+            while log.high_watermark() < end {
                 assert!(
                     Instant::now() < deadline,
                     "node {id} partition {p}: high watermark {} < {end}",
-                    r.log().high_watermark()
+                    log.high_watermark()
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let mut seen: HashMap<i32, Vec<(i64, i64)>> = HashMap::new();
             let mut offset = 0;
-            while offset < r.log().high_watermark() {
-                let f = r.log().fetch(offset, 1 << 20).unwrap();
+            while offset < log.high_watermark() {
+                let f = log.fetch(offset, 1 << 20).unwrap();
                 for b in BatchIter::new(&f.bytes) {
                     let b = b.unwrap().1;
                     if !b.is_control() {
@@ -256,7 +269,25 @@ async fn round(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_partitions_on_three_nodes_survive_a_node_restart() {
-    let mut c = cluster().await;
+    survive_a_node_restart(1).await;
+}
+
+/// The same with the partitions in sets (docs/design.md, "Partition sets"): 6 partitions on 3
+/// nodes in sets of 2, a group each, whose entries carry both partitions' batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_sets_on_three_nodes_survive_a_node_restart() {
+    survive_a_node_restart(3).await;
+}
+
+async fn survive_a_node_restart(set_size: usize) {
+    let mut c = cluster(set_size).await;
+    let sets = c.nodes[&1].host.sets();
+    let expected = if set_size == 1 {
+        PARTITIONS as usize
+    } else {
+        NODES as usize
+    };
+    assert_eq!(sets.len(), expected, "{sets:?}");
     let leaders = spread_leaders(&c).await;
     eprintln!("leaders: {leaders:?}");
 
@@ -287,7 +318,7 @@ async fn many_partitions_on_three_nodes_survive_a_node_restart() {
     let clients = TcpListener::bind(&c.clients[&2]).await.unwrap();
     let dir = c.tmp.path().join("node-2");
     c.nodes
-        .insert(2, start(2, &dir, &c.peers, raft, clients).await);
+        .insert(2, start(2, &dir, &c.peers, raft, clients, set_size).await);
 
     // Retries of batches written before the restart (within the producer's window of five):
     // Duplicate, with the original offsets, from whichever node leads now.

@@ -5,9 +5,12 @@
 //! group at once), crashes and
 //! restarts of whole nodes (every group of the node loses what its disk had not synced), and
 //! leaders moving between nodes (elections asked for at random, as `Host::balance` does).
-//! Idempotent producers append to every group and retry. The checker of tests/sim.rs holds
-//! each group: every acknowledged batch once, at its offsets, offsets dense, the same log on
-//! every replica, and a retry of each producer's last batch a duplicate with its offsets.
+//! Two of the groups are partition sets (docs/design.md, "Partition sets": one raft group
+//! over two partitions, an entry carrying batches of both; a crash can fall between the files
+//! of one persist). Idempotent producers append to every partition and retry. The checker of
+//! tests/sim.rs holds each partition: every acknowledged batch once, at its offsets, offsets
+//! dense, only its own producers' batches, the same log on every replica, and a retry of each
+//! producer's last batch a duplicate with its offsets.
 //!
 //! Environment: `ONCELOG_RAFT_SIM_STEPS=<n>` (default 1,500), `ONCELOG_RAFT_SIM_SEED=<n>`.
 
@@ -25,19 +28,29 @@ use openraft::BasicNode;
 
 const DEFAULT_STEPS: u64 = 1_500;
 const GROUPS: usize = 4;
+/// How many partitions each group replicates: the last two are sets.
+const MEMBERS: [usize; GROUPS] = [1, 1, 2, 2];
 const PRODUCERS: usize = 2;
 const NODES: u64 = 3;
 
-/// Group `g`'s partition directory on node `id`'s disk.
-fn dir(id: NodeId, g: usize) -> std::path::PathBuf {
-    Path::new("/sim")
-        .join(format!("node-{id}"))
-        .join(format!("topic-{g}"))
+/// The directory of partition `m` of group `g` on node `id`'s disk.
+fn dir(id: NodeId, g: usize, m: usize) -> std::path::PathBuf {
+    let name = if m == 0 {
+        format!("topic-{g}")
+    } else {
+        format!("topic-{g}-{m}")
+    };
+    Path::new("/sim").join(format!("node-{id}")).join(name)
+}
+
+/// The partition of its group producer `p` appends to.
+fn member_of(g: usize, p: usize) -> usize {
+    p % MEMBERS[g]
 }
 
 #[path = "sim_common/mod.rs"]
 mod sim_common;
-use sim_common::{committed, config, Acked, Producer};
+use sim_common::{committed_in, config, Acked, Producer};
 
 struct Cluster {
     seed: u64,
@@ -65,10 +78,12 @@ impl Cluster {
             .with_fs(self.disks[&id].as_dyn())
             .with_clock(Arc::new(SystemClock));
         let mut replicas = Vec::new();
-        for g in 0..GROUPS {
-            let r = Replica::open(
+        for (g, &members) in MEMBERS.iter().enumerate() {
+            let dirs: Vec<std::path::PathBuf> = (0..members).map(|m| dir(id, g, m)).collect();
+            let dirs: Vec<&Path> = dirs.iter().map(|d| d.as_path()).collect();
+            let r = Replica::open_dirs(
                 id,
-                dir(id, g),
+                &dirs,
                 env.clone(),
                 config(),
                 self.routers[g].endpoint(id),
@@ -93,7 +108,9 @@ impl Cluster {
         for (g, r) in replicas.into_iter().enumerate() {
             self.routers[g].remove(id);
             let _ = r.shutdown().await;
-            r.log().abandon_on_drop();
+            for m in 0..r.members() {
+                r.log_of(m).expect("a member").abandon_on_drop();
+            }
             for _ in 0..100 {
                 if Arc::strong_count(r.partition()) == 1 && Arc::strong_count(&r) == 1 {
                     break;
@@ -148,10 +165,13 @@ async fn send_round(
         };
         let replica = Arc::clone(&c.up[&target][g]);
         let sent = producers[g][p].batch(rng);
+        let member = member_of(g, p);
         set.spawn(async move {
-            let answer =
-                tokio::time::timeout(Duration::from_secs(3), replica.append(sent.bytes.clone()))
-                    .await;
+            let answer = tokio::time::timeout(
+                Duration::from_secs(3),
+                replica.append_to(member, sent.bytes.clone()),
+            )
+            .await;
             (g, p, target, sent, answer)
         });
     }
@@ -191,27 +211,53 @@ async fn send_round(
     }
 }
 
-fn check_group(c: &Cluster, g: usize, acked: &Acked) {
+/// Checks every partition of group `g`.
+fn check_group(c: &Cluster, g: usize, acked: &Acked, producers: &[Producer]) {
+    for m in 0..MEMBERS[g] {
+        let own: Vec<i64> = (0..PRODUCERS)
+            .filter(|&p| member_of(g, p) == m)
+            .map(|p| producers[p].id)
+            .collect();
+        let acked: Acked = acked
+            .iter()
+            .filter(|((pid, _), _)| own.contains(pid))
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        check_partition(c, g, m, &acked, &own);
+    }
+}
+
+/// Checks partition `m` of group `g` on every running node, whose producers are `own`.
+fn check_partition(c: &Cluster, g: usize, m: usize, acked: &Acked, own: &[i64]) {
     let mut reference: Option<(NodeId, BTreeMap<i64, Bytes>)> = None;
     for (&id, rs) in &c.up {
         let r = &rs[g];
-        let batches = committed(r);
-        let start = r.log().log_start_offset();
+        let batches = committed_in(r, m);
+        let start = r.log_of(m).expect("a member").log_start_offset();
         let mut expect = start;
         let mut seen: HashMap<(i64, i32), i64> = HashMap::new();
         for (first, last, bytes) in &batches {
             if *first != expect {
                 c.fail(format!(
-                    "node {id} group {g}: batch at {first}, expected {expect}: not dense"
+                    "node {id} group {g} partition {m}: batch at {first}, expected {expect}: \
+                     not dense"
                 ));
             }
             expect = last + 1;
             let b = oncelog::format::RecordBatch::parse(bytes).expect("parse");
             if b.producer_id() >= 0 && !b.is_control() {
+                if !own.contains(&b.producer_id()) {
+                    c.fail(format!(
+                        "node {id} group {g} partition {m}: a batch of producer {} at {first}, \
+                         which appends to another partition",
+                        b.producer_id()
+                    ));
+                }
                 let key = (b.producer_id(), b.base_sequence());
                 if let Some(other) = seen.insert(key, *first) {
                     c.fail(format!(
-                        "node {id} group {g}: p{} s{} stored twice, at {other} and {first}",
+                        "node {id} group {g} partition {m}: p{} s{} stored twice, at {other} \
+                         and {first}",
                         key.0, key.1
                     ));
                 }
@@ -224,7 +270,8 @@ fn check_group(c: &Cluster, g: usize, acked: &Acked) {
             match seen.get(&(pid, seq)) {
                 Some(&at) if at == first => {}
                 other => c.fail(format!(
-                    "node {id} group {g}: p{pid} s{seq} acked at {first}..={last}, stored at {other:?}"
+                    "node {id} group {g} partition {m}: p{pid} s{seq} acked at {first}..={last}, \
+                     stored at {other:?}"
                 )),
             }
         }
@@ -235,7 +282,8 @@ fn check_group(c: &Cluster, g: usize, acked: &Acked) {
                 for (offset, bytes) in &map {
                     if rmap.get(offset).is_some_and(|other| other != bytes) {
                         c.fail(format!(
-                            "group {g}: nodes {rid} and {id} differ at offset {offset}"
+                            "group {g} partition {m}: nodes {rid} and {id} differ at offset \
+                             {offset}"
                         ));
                     }
                 }
@@ -396,7 +444,7 @@ async fn run(seed: u64, steps: u64) -> u64 {
         c.fail("producers still have unanswered batches after healing".into());
     }
     for (g, group) in producers.iter().enumerate() {
-        for pr in group {
+        for (p, pr) in group.iter().enumerate() {
             let Some(last) = pr.last_acked.clone() else {
                 continue;
             };
@@ -405,7 +453,10 @@ async fn run(seed: u64, steps: u64) -> u64 {
             let mut answer = None;
             for _ in 0..20 {
                 let leader = wait_for_leader(&mut c, g).await;
-                match c.up[&leader][g].append(last.bytes.clone()).await {
+                match c.up[&leader][g]
+                    .append_to(member_of(g, p), last.bytes.clone())
+                    .await
+                {
                     Err(ReplicaError::NotLeader { .. } | ReplicaError::Raft(_)) => continue,
                     other => {
                         answer = Some(other);
@@ -446,7 +497,7 @@ async fn run(seed: u64, steps: u64) -> u64 {
                 ));
             }
         }
-        check_group(&c, g, &acked[g]);
+        check_group(&c, g, &acked[g], &producers[g]);
     }
     let crashes = c
         .notes
@@ -459,7 +510,7 @@ async fn run(seed: u64, steps: u64) -> u64 {
         .filter(|n| n.contains("asks to lead"))
         .count();
     eprintln!(
-        "seed {seed}: {GROUPS} groups, {} batches acknowledged, {entries} entries, {crashes} node crashes, {moves} leader moves asked",
+        "seed {seed}: {GROUPS} groups ({MEMBERS:?} partitions), {} batches acknowledged, {entries} entries, {crashes} node crashes, {moves} leader moves asked",
         acked.iter().map(|a| a.len()).sum::<usize>()
     );
     for rs in c.up.values() {

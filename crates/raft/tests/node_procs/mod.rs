@@ -70,6 +70,8 @@ pub struct Cluster {
     peers: String,
     /// `--partitions`, if the processes host many (of [`TOPIC`]).
     partitions: Option<i32>,
+    /// `--set-size` (partitions per raft group) with `partitions`.
+    set_size: usize,
     _tmp: tempfile::TempDir,
 }
 
@@ -92,6 +94,12 @@ impl Cluster {
     /// Three processes, each one replica of one partition (`partitions: None`) or a host of
     /// `partitions` partitions of [`TOPIC`]; the first forms the group(s).
     pub fn new(partitions: Option<i32>) -> Cluster {
+        Cluster::with_sets(partitions, 1)
+    }
+
+    /// [`Cluster::new`] whose processes replicate the partitions in sets of up to `set_size`
+    /// (docs/design.md, "Partition sets").
+    pub fn with_sets(partitions: Option<i32>, set_size: usize) -> Cluster {
         let tmp = tempfile::tempdir().expect("temp dir");
         let ports = free_ports(2 * NODES);
         let nodes: Vec<NodeProc> = (0..NODES)
@@ -113,6 +121,7 @@ impl Cluster {
             nodes,
             peers,
             partitions,
+            set_size,
             _tmp: tmp,
         };
         for i in 0..NODES {
@@ -153,6 +162,7 @@ impl Cluster {
             .stderr(stderr);
         if let Some(partitions) = self.partitions {
             cmd.args(["--topic", TOPIC, "--partitions", &partitions.to_string()]);
+            cmd.args(["--set-size", &self.set_size.to_string()]);
         }
         if init {
             cmd.arg("--init");

@@ -90,7 +90,12 @@ pub type Acked = BTreeMap<(i64, i32), (i64, i64)>;
 
 /// The committed batches of a replica, from its log start to its high watermark.
 pub fn committed(r: &Replica) -> Vec<(i64, i64, Bytes)> {
-    let log = r.log();
+    committed_in(r, 0)
+}
+
+/// [`committed`] of partition `member` of a replica's set.
+pub fn committed_in(r: &Replica, member: usize) -> Vec<(i64, i64, Bytes)> {
+    let log = r.log_of(member).expect("the set has the partition");
     let hw = log.high_watermark();
     let mut out = Vec::new();
     let mut offset = log.log_start_offset();
