@@ -140,7 +140,7 @@ pub use log::{
     LogConfigBuilder, LogMetrics, LogReader, Maintenance, MetadataFile, OpenError, Preallocation,
     ProducerLoadReport, ReadError, RecoveryMetrics, RecoveryMode, RecoveryReport, Refusals,
     ReplicaLog, RetentionReason, RetentionReport, RewriteError, SystemClock, TruncateReport,
-    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, CLEANER_OFFSET_FILE,
+    Truncation, TxnMarker, TxnResult, WaitFor, WaitOutcome, WrittenBack, CLEANER_OFFSET_FILE,
 };
 pub use manager::{
     CleanRequest, Cleaned, Cleaner, Compactor, DirCheckpoints, DirEntry, FoundDir, Job,

@@ -38,6 +38,15 @@ pub trait MapBacking: Send + Sync + 'static {
     /// through a file it holds: a sync that follows then finds them under way. A hint: doing
     /// nothing is correct.
     fn start_write_back(&self, _offset: usize, _len: usize) {}
+    /// Writes the pages of `[offset, offset + len)` back to the device and waits for them,
+    /// so that the next cache flush of the device (a data sync of any file of the same file
+    /// system) makes them durable, as [`super::File::write_back_for_flush`] does for a file.
+    /// Answers `true` only where the file system promises that; the caller must know the
+    /// range lies in blocks allocated, written and synced before (only their data changed).
+    /// The default promises nothing.
+    fn write_back_for_flush(&self, _offset: usize, _len: usize) -> io::Result<bool> {
+        Ok(false)
+    }
     /// The mapping's [`MapWriter`] is gone: no byte of the mapping will change again.
     fn writer_dropped(&self) {}
     /// Faults in the pages of `[offset, offset + len)` ahead of the writer, readable (`write`
@@ -236,6 +245,15 @@ impl Mapping {
         }
     }
 
+    /// [`MapBacking::write_back_for_flush`] of the published range `[offset, offset + len)`.
+    pub(crate) fn write_back_for_flush(&self, offset: usize, len: usize) -> io::Result<bool> {
+        if len == 0 {
+            return Ok(false);
+        }
+        self.check_published(offset, len)?;
+        self.backing.write_back_for_flush(offset, len)
+    }
+
     /// Makes the published range `[offset, offset + len)` durable with the metadata needed to
     /// read it (msync `MS_SYNC`: a ranged `fdatasync`, which waits for no other write-back of
     /// the file). Published only, as [`Mapping::flush`].
@@ -354,6 +372,18 @@ impl MapBacking for RealMap {
         if let Some(file) = self.file.lock().as_ref() {
             start_write_back(file, offset as u64, len as u64);
         }
+    }
+
+    fn write_back_for_flush(&self, offset: usize, len: usize) -> io::Result<bool> {
+        // Written through its file, as above; anything else is the caller's msync.
+        let file = self.file.lock();
+        let Some(file) = file.as_ref() else {
+            return Ok(false);
+        };
+        if !super::real::flush_covers_write_back(file)? {
+            return Ok(false);
+        }
+        written_back(file, offset as u64, len as u64)
     }
 
     fn populate(&self, offset: usize, len: usize, write: bool) {
@@ -631,6 +661,11 @@ pub trait SharedFlush: Send + Sync + 'static {
     fn flush(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
     /// msync `MS_SYNC` of the same: the bytes and the file's length become durable.
     fn sync(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
+    /// The same bytes written back for the next device flush
+    /// ([`MapBacking::write_back_for_flush`]). The default promises nothing.
+    fn write_back_for_flush(&self, _offset: usize, _bytes: &[u8]) -> io::Result<bool> {
+        Ok(false)
+    }
     /// A write through the file, before its bytes are copied into the map (where a real
     /// file's `pwrite` puts them too, the page cache being the map's): the simulated file
     /// counts it and may fail it by injection.
@@ -673,6 +708,11 @@ impl MapBacking for SharedBacking {
 
     fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
         self.sink.sync(offset, self.published(offset, len)?)
+    }
+
+    fn write_back_for_flush(&self, offset: usize, len: usize) -> io::Result<bool> {
+        self.sink
+            .write_back_for_flush(offset, self.published(offset, len)?)
     }
 
     fn write_through(&self, offset: usize, bytes: &[u8]) -> Option<io::Result<()>> {

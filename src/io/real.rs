@@ -175,7 +175,7 @@ const XFS_MAGIC: u64 = 0x5846_5342;
 /// copy-on-write file systems (btrfs, ZFS: an overwrite is new blocks and metadata), nor on
 /// ext4 with `data=journal` (data goes through the journal), nor where the mount cannot be
 /// identified. Known once per device.
-fn flush_covers_write_back(file: &fs::File) -> io::Result<bool> {
+pub(super) fn flush_covers_write_back(file: &fs::File) -> io::Result<bool> {
     use std::collections::BTreeMap;
     use std::os::unix::fs::MetadataExt;
     static KNOWN: parking_lot::Mutex<BTreeMap<u64, bool>> =

@@ -73,6 +73,97 @@ impl Log {
         segment.start_write_back(unflushed_from(&segment, base, position), size);
     }
 
+    /// The first half of a flush whose device cache flush is another file's: writes the
+    /// active segment's bytes appended since the last flush back to the device and waits for
+    /// them, without a cache flush, for a caller that makes many files durable with one
+    /// device flush (a partition set's persist in oncelog-raft: each partition's log written
+    /// back, then one data sync; docs/design.md, "Partition sets"). Answers
+    /// [`WrittenBack`] when the log's bytes are written back and await that flush: the caller
+    /// syncs a file of the same file system, then calls [`WrittenBack::flushed`]; until then
+    /// the log's other flushes wait, and nothing counts as durable. Answers `None` when the
+    /// log is durable already without it: nothing was unflushed, or it synced itself, as
+    /// [`Log::flush`] does, because a write-back promises nothing here (a segment rolled,
+    /// bytes in blocks whose metadata a sync must commit, a file system that does not
+    /// overwrite data in place, a map not written through its file).
+    pub fn write_back_for_flush(&self) -> Result<Option<WrittenBack<'_>>, FlushError> {
+        self.begin_exclusive_flush();
+        let (from_base, from_position) = {
+            let fst = self.flush.lock();
+            (fst.segment_base, fst.position)
+        };
+        let planned = (|| -> Result<Option<(i64, usize, i64)>, FlushError> {
+            let (active, size, log_end, space) = {
+                let mut st = self.append.lock();
+                if let Some(cause) = &st.failure {
+                    return Err(FlushError::ReadOnly {
+                        cause: Arc::clone(cause),
+                    });
+                }
+                let Some(w) = st.active.as_ref() else {
+                    return Err(FlushError::Closed);
+                };
+                if !st.unflushed_sealed.is_empty() || st.dir_dirty || st.producers.has_pending()
+                {
+                    return Ok(None);
+                }
+                let found = (
+                    Arc::clone(w.segment()),
+                    w.size(),
+                    self.log_end_offset.load(Ordering::Acquire),
+                    Arc::clone(w.space()),
+                );
+                st.unflushed_messages = 0;
+                found
+            };
+            let from = unflushed_from(&active, from_base, from_position);
+            if size <= from || !space.promises(size) {
+                return Ok(None);
+            }
+            match active.write_back_for_flush(from, size) {
+                Ok(true) => Ok(Some((active.base_offset(), size, log_end))),
+                Ok(false) => Ok(None),
+                Err(e) => {
+                    // As a failed sync: the pages may be gone.
+                    let cause = Arc::new(e);
+                    self.append.lock().failure = Some(Arc::clone(&cause));
+                    Err(FlushError::ReadOnly { cause })
+                }
+            }
+        })();
+        match planned {
+            Ok(Some((base, position, log_end))) => Ok(Some(WrittenBack {
+                log: self,
+                base,
+                position,
+                log_end,
+                done: false,
+            })),
+            Ok(None) => {
+                // A flush of its own, the turn still held.
+                let result = self.sync_once(from_base, from_position);
+                let sealed = match &result {
+                    Ok(done) => {
+                        let mut fst = self.flush.lock();
+                        fst.segment_base = done.base;
+                        fst.position = done.position;
+                        done.sealed_flushed
+                    }
+                    Err(_) => false,
+                };
+                self.end_exclusive_flush();
+                result?;
+                if sealed {
+                    self.write_checkpoint(false)?;
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                self.end_exclusive_flush();
+                Err(e)
+            }
+        }
+    }
+
     /// Makes every append below `offset` durable, and returns once it is (at once if it
     /// already is): the wait an `acks=all` answer needs, for a caller that appends under
     /// [`FlushPolicy::Manual`](super::FlushPolicy) and decides itself when to wait, e.g. after
@@ -231,7 +322,7 @@ impl Log {
         from_base: i64,
         from_position: usize,
     ) -> Result<Synced, FlushError> {
-        let (sealed, active, end_position, log_end, dir_dirty, pending) = {
+        let (sealed, active, end_position, log_end, dir_dirty, pending, space) = {
             let mut st = self.append.lock();
             if let Some(cause) = &st.failure {
                 return Err(FlushError::ReadOnly {
@@ -242,6 +333,8 @@ impl Log {
                 return Err(FlushError::Closed);
             };
             let (segment, size) = (Arc::clone(w.segment()), w.size());
+            // Where the written blocks will end once this sync is done, taken before it.
+            let space = (Arc::clone(w.space()), w.space().sync_boundary(size));
             let log_end = self.log_end_offset.load(Ordering::Acquire);
             st.unflushed_messages = 0;
             let pending = st.producers.take_pending();
@@ -253,6 +346,7 @@ impl Log {
                 log_end,
                 std::mem::take(&mut st.dir_dirty),
                 pending,
+                space,
             )
         };
         let from = unflushed_from(&active, from_base, from_position);
@@ -271,6 +365,9 @@ impl Log {
                     .ctx("fsync directory", &self.dir)?;
             }
             let synced = active.flush_log(from, end_position)?;
+            if synced {
+                space.0.synced(space.1);
+            }
             if !pending.is_empty() {
                 for snapshot in pending {
                     snapshot.finish(self.env.fs.as_ref())?;
@@ -486,6 +583,44 @@ impl Wake {
                 Wake::WAITING => std::thread::park(),
                 state => return state,
             }
+        }
+    }
+}
+
+/// A log whose bytes [`Log::write_back_for_flush`] wrote back, awaiting the device flush that
+/// makes them durable; it holds the log's flush turn until [`WrittenBack::flushed`] or until
+/// dropped (then nothing counts as flushed, and the next flush syncs the bytes again).
+#[must_use = "the log's flushes wait until it is flushed or dropped"]
+pub struct WrittenBack<'a> {
+    log: &'a Log,
+    base: i64,
+    position: usize,
+    log_end: i64,
+    done: bool,
+}
+
+impl WrittenBack<'_> {
+    /// The device flush that followed the write-back (a data sync of a file of the same file
+    /// system, begun after [`Log::write_back_for_flush`] returned) completed: the bytes are
+    /// durable, and the log's recovery point moves past them.
+    pub fn flushed(mut self) {
+        let log = self.log;
+        {
+            let mut fst = log.flush.lock();
+            fst.segment_base = self.base;
+            fst.position = self.position;
+        }
+        log.recovery_point.fetch_max(self.log_end, Ordering::AcqRel);
+        log.notify_waiters();
+        self.done = true;
+        log.end_exclusive_flush();
+    }
+}
+
+impl Drop for WrittenBack<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.log.end_exclusive_flush();
         }
     }
 }

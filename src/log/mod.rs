@@ -55,6 +55,7 @@ pub use config::{
 };
 pub use epochs::{EpochEndOffset, EpochEntry};
 pub use error::{AppendError, Damage, Error, FlushError, OpenError, ReadError, RewriteError};
+pub use flush::WrittenBack;
 pub use faces::{Maintenance, ReplicaLog};
 pub use fetch::FetchResult;
 pub use reader::{LogReader, DEFAULT_READER_FETCH_BYTES};

@@ -343,6 +343,11 @@ impl ProducerState {
         Ok(())
     }
 
+    /// Whether a snapshot waits for the next flush.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// The snapshots waiting for a flush, oldest first.
     pub fn take_pending(&mut self) -> Vec<snapshot_files::PendingSnapshot> {
         self.pending.drain(..).map(|p| p.snapshot).collect()

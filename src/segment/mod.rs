@@ -590,6 +590,21 @@ impl Segment {
         Ok(to > from)
     }
 
+    /// Writes `[from, to)` of the log back and waits, for a device flush by another file's
+    /// sync to make durable ([`crate::Log::write_back_for_flush`]); answers whether the file
+    /// system promises that (false: nothing is promised, the caller syncs the log itself).
+    /// The caller knows the range lies in blocks written and synced before.
+    pub fn write_back_for_flush(&self, from: usize, to: usize) -> Result<bool, IoError> {
+        let view = self.view()?;
+        let to = to.min(view.log.published());
+        if to <= from {
+            return Ok(false);
+        }
+        view.log
+            .write_back_for_flush(from, to - from)
+            .ctx("sync_file_range", &self.log_path)
+    }
+
     /// Starts writing `[from, to)` of the log back without waiting (a hint for the
     /// [`Segment::flush_log`] that follows: see [`crate::Log::start_write_back`]).
     pub fn start_write_back(&self, from: usize, to: usize) {
@@ -1033,6 +1048,7 @@ impl SegmentFiles {
             index_len,
             time_len,
             !keep_indexes,
+            log_size,
         )?;
         let mut writer = SegmentWriter::new(
             Arc::clone(&segment),

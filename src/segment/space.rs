@@ -133,6 +133,13 @@ struct Grown {
     time: usize,
     /// Sealed or dropped: the files are trimmed or cut, and must not grow again.
     closed: bool,
+    /// Ranges of the `.log` whose blocks may not be allocated and written, so that a write
+    /// there needs its metadata synced: reserved grains (unwritten extents) and, in a
+    /// reopened file, what follows its batches (zeros a crash may have left as holes).
+    unwritten: Vec<(usize, usize)>,
+    /// Where a zeroed piece starts that is written but not yet written back (its blocks not
+    /// allocated yet).
+    zeroing_from: Option<usize>,
 }
 
 /// The allocated ends of an active segment's files, shared by its writer and the background
@@ -152,6 +159,11 @@ pub struct SegmentSpace {
     /// The `.log` is a recycled file: the bytes it had when it was taken are old batches, not
     /// zeros (docs/design.md, "Segment space").
     recycled: AtomicBool,
+    /// The end of the `.log`'s prefix whose blocks are allocated, written and synced (their
+    /// metadata committed by a data sync that began after they were): a write below it only
+    /// changes data, which a write-back and any device flush make durable
+    /// ([`SegmentSpace::promises`]).
+    durable_prefix: AtomicUsize,
 }
 
 impl SegmentSpace {
@@ -160,6 +172,8 @@ impl SegmentSpace {
     /// at once to what that log can need; otherwise at the first growth of the log, which
     /// the first append needs (the reopened `.log` ends at its batches), so an open that is
     /// followed by no append changes no file.
+    /// `written` is where its batches end: what follows in the `.log` is not trusted to be
+    /// written blocks until a sync covers it.
     pub(super) fn new(
         segment: Arc<Segment>,
         cfg: SpaceConfig,
@@ -167,6 +181,7 @@ impl SegmentSpace {
         index: usize,
         time: usize,
         rebuild: bool,
+        written: usize,
     ) -> Result<SegmentSpace, IoError> {
         let space = SegmentSpace {
             segment,
@@ -176,10 +191,17 @@ impl SegmentSpace {
                 index,
                 time,
                 closed: false,
+                unwritten: if log > written {
+                    vec![(written, log)]
+                } else {
+                    Vec::new()
+                },
+                zeroing_from: None,
             }),
             ready: AtomicUsize::new(log),
             indexes_at_open: (index, time),
             recycled: AtomicBool::new(false),
+            durable_prefix: AtomicUsize::new(0),
         };
         if log > 0 && rebuild {
             // A reopened segment's rebuilt indexes get their room before any entry is written.
@@ -198,6 +220,38 @@ impl SegmentSpace {
     pub fn recycled(&self) -> bool {
         self.recycled.load(Ordering::Acquire)
     }
+    /// Where the `.log`'s prefix of written blocks will end once a data sync of `[.., to)`
+    /// that starts now completes: the allocated end, short of any range that is not written
+    /// blocks beyond `to` (a reserved grain, a piece still being zeroed). Taken before the
+    /// sync; [`SegmentSpace::synced`] records it after.
+    pub fn sync_boundary(&self, to: usize) -> usize {
+        let g = self.grown.lock();
+        let mut end = g.log;
+        if let Some(from) = g.zeroing_from {
+            end = end.min(from);
+        }
+        for &(a, b) in &g.unwritten {
+            if b > to {
+                end = end.min(a.max(to));
+            }
+        }
+        end.max(to)
+    }
+
+    /// A data sync taken at [`SegmentSpace::sync_boundary`] `boundary` completed: the blocks
+    /// below it are written and their metadata committed.
+    pub fn synced(&self, boundary: usize) {
+        self.durable_prefix.fetch_max(boundary, Ordering::AcqRel);
+        self.grown.lock().unwritten.retain(|&(_, b)| b > boundary);
+    }
+
+    /// Whether a write of the `.log` below `to` only changed data in blocks allocated,
+    /// written and synced before: then writing it back, and a cache flush of the device by
+    /// any file's data sync, make it durable ([`crate::Log::write_back_for_flush`]).
+    pub fn promises(&self, to: usize) -> bool {
+        to <= self.durable_prefix.load(Ordering::Acquire)
+    }
+
     /// Bytes of the `.log` the writer may write.
     pub fn ready(&self) -> usize {
         self.ready.load(Ordering::Acquire)
@@ -286,15 +340,23 @@ impl SegmentSpace {
             let from = g.log;
             self.grow_once(&mut g, target, growth)?;
             let to = g.log;
+            if growth == Growth::Zero {
+                g.zeroing_from = Some(from);
+            }
             drop(g);
             if growth == Growth::Zero {
                 // Written back with the lock released: a writer that catches up and reserves a
                 // little space for itself must not wait behind the device (under its append
                 // lock, with every appender behind it).
                 let s = &self.segment;
-                self.open(&s.log_path)?
-                    .write_back(from as u64, (to - from) as u64)
-                    .ctx("sync_file_range", &s.log_path)?;
+                let written_back = self
+                    .open(&s.log_path)
+                    .and_then(|f| {
+                        f.write_back(from as u64, (to - from) as u64)
+                            .ctx("sync_file_range", &s.log_path)
+                    });
+                self.grown.lock().zeroing_from = None;
+                written_back?;
             }
         }
     }
@@ -323,14 +385,24 @@ impl SegmentSpace {
                 self.open(&s.log_path)?
                     .allocate(end as u64)
                     .ctx("fallocate", &s.log_path)?;
+                if end > g.log {
+                    g.unwritten.push((g.log, end));
+                }
                 end
             }
             Growth::Zero => {
                 let piece = ZERO_CHUNK.min(self.step(g.log));
                 let end = next_end(g.log, wanted.min(g.log + piece), piece, self.cfg.capacity);
-                self.open(&s.log_path)?
-                    .write_zeros(g.log as u64, (end - g.log) as u64)
+                let file = self.open(&s.log_path)?;
+                file.write_zeros(g.log as u64, (end - g.log) as u64)
                     .ctx("allocate zeroed", &s.log_path)?;
+                if !self.cfg.background {
+                    // No background thread writes the zeros back ([`SegmentSpace::grow_ahead`]
+                    // does, off this lock): written back here, so their blocks are allocated
+                    // before a sync counts them written ([`SegmentSpace::sync_boundary`]).
+                    file.write_back(g.log as u64, (end - g.log) as u64)
+                        .ctx("sync_file_range", &s.log_path)?;
+                }
                 end
             }
         };

@@ -35,3 +35,4 @@ mod tier_delete_crash;
 mod tier_upload_crash;
 mod txn_crash_sim;
 mod write_group_sim;
+mod written_back_sim;

@@ -74,6 +74,9 @@ pub struct Partition {
     /// one's directory holds raft's files (`raft-entries`, `raft-state.json`, a snapshot being
     /// installed).
     logs: Vec<Arc<Log>>,
+    /// Whether every log is in the same log dir as the first (so on its file system): then one
+    /// data sync's device flush covers what each wrote back.
+    one_dir: bool,
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     inner: Mutex<Inner>,
@@ -435,7 +438,11 @@ impl Partition {
         let dir = first.dir().to_path_buf();
         let state = state_file::read(fs.as_ref(), &dir).map_err(|e| e.to_string())?;
         let members = logs.len();
+        let one_dir = logs
+            .iter()
+            .all(|l| l.dir().parent() == first.dir().parent());
         let partition = Partition {
+            one_dir,
             logs,
             fs,
             dir,
@@ -1093,9 +1100,13 @@ impl Partition {
     /// records' file is synced after the logs. Recovery drops a record whose batches did not
     /// make it, and cuts batches whose record did not.
     ///
-    /// A partition set syncs the logs the call wrote to (`touched`), each with its own sync,
-    /// all issued at once from the runtime's blocking threads so that the device takes them
-    /// together (docs/design.md, "Partition sets"); a partition of its own syncs its log here.
+    /// A partition set (docs/design.md, "Partition sets") makes the logs the call wrote to
+    /// (`touched`) durable with the records' own data sync: each log's bytes are written back
+    /// and waited for ([`Log::write_back_for_flush`]), then the records' `fdatasync` flushes
+    /// the device's cache over all of them. A log whose write-back promises nothing syncs
+    /// itself there; where the logs are not all in one log dir (one file system), or there
+    /// are no records to sync, each log is synced, all at once from the runtime's blocking
+    /// threads. A partition of its own syncs its log as above.
     async fn persist(&self, records: bool, touched: &[bool]) -> StoreResult<()> {
         let staged = if records {
             let mut inner = self.inner.lock();
@@ -1135,6 +1146,25 @@ impl Partition {
                 .map_err(|e| records_error(e, "sync_file_range"))?,
             _ => false,
         };
+        if logs.len() > 1 && self.one_dir {
+            if let Some(s) = staged {
+                let mut pending = Vec::with_capacity(logs.len());
+                for log in &logs {
+                    if let Some(written) = log
+                        .write_back_for_flush()
+                        .map_err(|e| logs_error(ErrorVerb::Write, e))?
+                    {
+                        pending.push(written);
+                    }
+                }
+                // The device flush for every log written back, and the records' own sync.
+                s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
+                for written in pending {
+                    written.flushed();
+                }
+                return Ok(());
+            }
+        }
         let flushed = match logs[..] {
             [] => false,
             [log] => log

@@ -18,7 +18,7 @@ use oncelog::io::{SimFs, SimOp};
 use oncelog::Log;
 use oncelog_raft::entry::{self, EntriesFile, Entry, Kind, Record, ENTRIES_FILE};
 use oncelog_raft::store::{Image, LogStore, Partition, StateMachine, STATE_FILE};
-use oncelog_raft::{Request, Response};
+use oncelog_raft::{synced_every_entry, Request, Response};
 use one_disk::{env, log_config};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{EntryPayload, RaftLogReader, RaftSnapshotBuilder};
@@ -38,10 +38,12 @@ fn batch(producer: i64, seq: i32) -> Bytes {
     Bytes::from(b.build().unwrap())
 }
 
+/// Each partition's log as a replica runs it: synced at every entry, zeroed ahead, written
+/// through its file (so a set's persist writes the logs back for one device flush).
 fn open_logs(fs: &SimFs, root: &str) -> Result<Vec<Arc<Log>>, String> {
     (0..MEMBERS)
         .map(|m| {
-            Log::open_in(env(fs), dir(root, m), log_config())
+            Log::open_in(env(fs), dir(root, m), synced_every_entry(log_config()))
                 .map(Arc::new)
                 .map_err(|e| e.to_string())
         })

@@ -372,6 +372,27 @@ impl SharedFlush for MsyncSink {
         self.write_back(offset, bytes, true)
     }
 
+    /// The bytes reach the live image (a write-back), and are set aside for the next device
+    /// flush, as a file's `write_back_for_flush`; an error past the durable length (the
+    /// engine's mistake: nothing could promise it there).
+    fn write_back_for_flush(&self, offset: usize, bytes: &[u8]) -> io::Result<bool> {
+        self.with_state("write_back_for_flush", |st| {
+            self.write_back_locked(st, offset, bytes, false)?;
+            let end = offset + bytes.len();
+            let Some(inode) = st.inodes.get(&self.id) else {
+                return Ok(false);
+            };
+            if end > inode.durable.len() {
+                return Err(sim_error(format!(
+                    "write_back_for_flush of a map's [{offset}, {end}) past the durable length {}",
+                    inode.durable.len()
+                )));
+            }
+            st.written_back.push((self.id, offset, bytes.to_vec()));
+            Ok(true)
+        })
+    }
+
     fn write(&self) -> io::Result<()> {
         self.with_state("write", |st| st.op(OpKind::Write))
     }
