@@ -34,6 +34,16 @@ fn unflushed_from(segment: &Segment, base: i64, position: usize) -> usize {
     }
 }
 
+/// The active segment's writer, for a flush: an error if the log failed or is closed.
+fn active_writer(st: &AppendState) -> Result<&crate::segment::SegmentWriter, FlushError> {
+    if let Some(cause) = &st.failure {
+        return Err(FlushError::ReadOnly {
+            cause: Arc::clone(cause),
+        });
+    }
+    st.active.as_ref().ok_or(FlushError::Closed)
+}
+
 impl Log {
     /// Makes every append so far durable: msync + fdatasync of what was written since the last
     /// flush (and of sealed segments with their indexes), then moves the recovery point.
@@ -94,14 +104,7 @@ impl Log {
         let planned = (|| -> Result<Option<(i64, usize, i64)>, FlushError> {
             let (active, size, log_end, space) = {
                 let mut st = self.append.lock();
-                if let Some(cause) = &st.failure {
-                    return Err(FlushError::ReadOnly {
-                        cause: Arc::clone(cause),
-                    });
-                }
-                let Some(w) = st.active.as_ref() else {
-                    return Err(FlushError::Closed);
-                };
+                let w = active_writer(&st)?;
                 if !st.unflushed_sealed.is_empty() || st.dir_dirty || st.producers.has_pending()
                 {
                     return Ok(None);
@@ -324,14 +327,7 @@ impl Log {
     ) -> Result<Synced, FlushError> {
         let (sealed, active, end_position, log_end, dir_dirty, pending, space) = {
             let mut st = self.append.lock();
-            if let Some(cause) = &st.failure {
-                return Err(FlushError::ReadOnly {
-                    cause: Arc::clone(cause),
-                });
-            }
-            let Some(w) = st.active.as_ref() else {
-                return Err(FlushError::Closed);
-            };
+            let w = active_writer(&st)?;
             let (segment, size) = (Arc::clone(w.segment()), w.size());
             // Where the written blocks will end once this sync is done, taken before it.
             let space = (Arc::clone(w.space()), w.space().sync_boundary(size));
