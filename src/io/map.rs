@@ -146,6 +146,7 @@ impl Mapping {
                     raw,
                     through: file.is_some(),
                     file: parking_lot::Mutex::new(file),
+                    flush_covers: std::sync::OnceLock::new(),
                 }),
             )
         };
@@ -307,6 +308,10 @@ struct RealMap {
     /// creation (a standalone log's active segment), or lent by a managed partition's writer
     /// while it appends ([`MapBacking::attach_writes`]); closed when the writer is dropped.
     file: parking_lot::Mutex<Option<std::fs::File>>,
+    /// Whether a device flush covers what is written back of the file (its file system's
+    /// answer, [`super::real::flush_covers_write_back`]), once asked: every write-back for a
+    /// flush of the map would otherwise `fstat` the file to find its device.
+    flush_covers: std::sync::OnceLock<bool>,
 }
 
 impl RealMap {
@@ -380,7 +385,15 @@ impl MapBacking for RealMap {
         let Some(file) = file.as_ref() else {
             return Ok(false);
         };
-        if !super::real::flush_covers_write_back(file)? {
+        let covers = match self.flush_covers.get() {
+            Some(&covers) => covers,
+            None => {
+                let covers = super::real::flush_covers_write_back(file)?;
+                let _ = self.flush_covers.set(covers);
+                covers
+            }
+        };
+        if !covers {
             return Ok(false);
         }
         written_back(file, offset as u64, len as u64)
