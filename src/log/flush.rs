@@ -34,6 +34,19 @@ fn unflushed_from(segment: &Segment, base: i64, position: usize) -> usize {
     }
 }
 
+/// Records where a sync left the flush (where the next one starts); answers whether it made
+/// a sealed segment durable and whether it synced a file (both false if it failed).
+fn note_synced(fst: &mut FlushState, result: &Result<Synced, FlushError>) -> (bool, bool) {
+    match result {
+        Ok(done) => {
+            fst.segment_base = done.base;
+            fst.position = done.position;
+            (done.sealed_flushed, done.synced)
+        }
+        Err(_) => (false, false),
+    }
+}
+
 /// The active segment's writer, for a flush: an error if the log failed or is closed.
 fn active_writer(st: &AppendState) -> Result<&crate::segment::SegmentWriter, FlushError> {
     if let Some(cause) = &st.failure {
@@ -143,16 +156,10 @@ impl Log {
             })),
             Ok(None) => {
                 // A flush of its own, the turn still held.
+                let syncing = Instant::now();
                 let result = self.sync_once(from_base, from_position);
-                let sealed = match &result {
-                    Ok(done) => {
-                        let mut fst = self.flush.lock();
-                        fst.segment_base = done.base;
-                        fst.position = done.position;
-                        done.sealed_flushed
-                    }
-                    Err(_) => false,
-                };
+                self.metrics.synced(syncing.elapsed(), result.is_ok());
+                let (sealed, _) = note_synced(&mut self.flush.lock(), &result);
                 self.end_exclusive_flush();
                 result?;
                 if sealed {
@@ -238,14 +245,7 @@ impl Log {
         let result = self.sync_once(from_base, from_position);
         self.metrics.synced(syncing.elapsed(), result.is_ok());
         let mut fst = self.flush.lock();
-        let (sealed_flushed, synced) = match &result {
-            Ok(done) => {
-                fst.segment_base = done.base;
-                fst.position = done.position;
-                (done.sealed_flushed, done.synced)
-            }
-            Err(_) => (false, false),
-        };
+        let (sealed_flushed, synced) = note_synced(&mut fst, &result);
         self.hand_over(&mut fst, result.is_ok());
         drop(fst);
         result?;

@@ -1101,13 +1101,12 @@ impl Partition {
     /// make it, and cuts batches whose record did not.
     ///
     /// A partition set (docs/design.md, "Partition sets") makes the logs the call wrote to
-    /// (`touched`) durable with the records' own data sync: each log's bytes are written back
-    /// and waited for ([`Log::write_back_for_flush`]), then the records' `fdatasync` flushes
-    /// the device's cache over all of them. A log whose write-back promises nothing syncs
-    /// itself there; where the logs are not all in one log dir (one file system), or there
-    /// are no records to sync, each log is synced, all at once from the runtime's blocking
-    /// threads. A partition of its own syncs its log as above.
-    async fn persist(&self, records: bool, touched: &[bool]) -> StoreResult<()> {
+    /// (`touched`) durable with the records' own data sync instead: each log's bytes are
+    /// written back and waited for ([`Log::write_back_for_flush`]), then the records'
+    /// `fdatasync` flushes the device's cache over all of them. A log whose write-back
+    /// promises nothing syncs itself there. Logs not all in one log dir (so perhaps on other
+    /// file systems) are each synced in turn.
+    fn persist(&self, records: bool, touched: &[bool]) -> StoreResult<()> {
         let staged = if records {
             let mut inner = self.inner.lock();
             let file = inner.file.as_mut().ok_or_else(|| {
@@ -1131,13 +1130,30 @@ impl Partition {
                 .collect()
         };
         // Every file's writes go to the device before any is waited for: the records'
-        // write-back is started, then each log's, then the records' is waited for (and each
-        // log's by its sync), so the device takes them together.
+        // write-back is started, then each log's, then each is waited for (by a write-back
+        // or a sync), so the device takes them together.
         if let Some(s) = staged.as_ref().filter(|s| !s.sync) {
             s.file.start_write_back(s.from, s.len);
         }
         for log in &logs {
             log.start_write_back();
+        }
+        if let (Some(s), true) = (&staged, logs.len() > 1 && self.one_dir) {
+            let mut pending = Vec::with_capacity(logs.len());
+            for log in &logs {
+                if let Some(written) = log
+                    .write_back_for_flush()
+                    .map_err(|e| logs_error(ErrorVerb::Write, e))?
+                {
+                    pending.push(written);
+                }
+            }
+            // The device flush for every log written back, and the records' own sync.
+            s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
+            for written in pending {
+                written.flushed();
+            }
+            return Ok(());
         }
         let written_back = match &staged {
             Some(s) if !s.sync => s
@@ -1146,53 +1162,12 @@ impl Partition {
                 .map_err(|e| records_error(e, "sync_file_range"))?,
             _ => false,
         };
-        if logs.len() > 1 && self.one_dir {
-            if let Some(s) = staged {
-                let mut pending = Vec::with_capacity(logs.len());
-                for log in &logs {
-                    if let Some(written) = log
-                        .write_back_for_flush()
-                        .map_err(|e| logs_error(ErrorVerb::Write, e))?
-                    {
-                        pending.push(written);
-                    }
-                }
-                // The device flush for every log written back, and the records' own sync.
-                s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
-                for written in pending {
-                    written.flushed();
-                }
-                return Ok(());
-            }
-        }
-        let flushed = match logs[..] {
-            [] => false,
-            [log] => log
+        let mut flushed = false;
+        for log in &logs {
+            flushed |= log
                 .flush_synced()
-                .map_err(|e| logs_error(ErrorVerb::Write, e))?,
-            _ => {
-                let syncs: Vec<_> = logs
-                    .iter()
-                    .map(|log| {
-                        let log = Arc::clone(log);
-                        tokio::task::spawn_blocking(move || log.flush_synced())
-                    })
-                    .collect();
-                let mut flushed = false;
-                let mut failed = None;
-                for sync in syncs {
-                    match sync.await {
-                        Ok(Ok(synced)) => flushed |= synced,
-                        Ok(Err(e)) => failed = failed.or(Some(e.to_string())),
-                        Err(e) => failed = failed.or(Some(format!("a log's sync: {e}"))),
-                    }
-                }
-                if let Some(e) = failed {
-                    return Err(logs_error(ErrorVerb::Write, e));
-                }
-                flushed
-            }
-        };
+                .map_err(|e| logs_error(ErrorVerb::Write, e))?;
+        }
         if let Some(s) = staged {
             if !(written_back && flushed) {
                 s.file.sync_data().map_err(|e| records_error(e, "fsync"))?;
@@ -1843,14 +1818,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // `append` returns, and restores a leader in its own term after a restart, so a leader
         // entry a crash could still take away would let that leader write another entry under
         // the same log id (the simulation found this with a flush after the return).
-        let result = match self.0.append_entries(entries.into_iter().collect()) {
-            Ok(a) => self
-                .0
-                .persist(a.records, &a.touched)
-                .await
-                .map(|()| a.written),
-            Err(e) => Err(e),
-        };
+        let result = self
+            .0
+            .append_entries(entries.into_iter().collect())
+            .and_then(|a| self.0.persist(a.records, &a.touched).map(|()| a.written));
         match result {
             Ok(written) => {
                 callback.log_io_completed(Ok(()));
