@@ -288,6 +288,17 @@ async fn survive_a_node_restart(set_size: usize) {
         NODES as usize
     };
     assert_eq!(sets.len(), expected, "{sets:?}");
+    // A batch for a partition the group does not replicate is refused, typed, and nothing is
+    // proposed: the partition's log stays empty.
+    let (replica, _) = c.nodes[&1].host.route(&GroupId::new(TOPIC, 0)).unwrap();
+    let members = replica.members();
+    match replica.append_to(members, batch(0, 0)).await {
+        Err(oncelog_raft::ReplicaError::Config(m)) => {
+            assert!(m.contains(&format!("of a set of {members}")), "{m}")
+        }
+        other => panic!("a batch for partition {members} of a set of {members}: {other:?}"),
+    }
+    assert_eq!(replica.log().log_end_offset(), 0);
     let leaders = spread_leaders(&c).await;
     eprintln!("leaders: {leaders:?}");
 
